@@ -1,0 +1,197 @@
+"""The AgentHost servicer: what the CLI (and any local client) can ask of the host."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import grpc
+
+from plugins.install import InstallError
+from plugins.manifest import ManifestError
+from protos import common_pb2 as pb
+from protos import errors
+from protos import host_pb2 as hpb
+from protos import host_pb2_grpc as host_grpc
+
+if TYPE_CHECKING:
+    from host.server import Host
+
+R = TypeVar("R")
+_PATTERN_CHARS = 256
+
+
+def _mapped(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    @functools.wraps(fn)
+    async def wrapper(self: AdminServicer, request: Any, context: grpc.aio.ServicerContext) -> R:
+        try:
+            return await fn(self, request, context)
+        except errors.AgentHostError as exc:
+            await errors.abort_with(context, exc)
+            raise
+        except InstallError as exc:
+            await errors.abort_with(context, errors.FailedPrecondition(str(exc)))
+            raise
+        except ManifestError as exc:
+            await errors.abort_with(context, errors.InvalidArgument(str(exc)))
+            raise
+
+    return wrapper
+
+
+class AdminServicer(host_grpc.AgentHostServicer):
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    @_mapped
+    async def GetStatus(self, request: hpb.GetStatusRequest, context: grpc.aio.ServicerContext) -> hpb.HostStatus:
+        return self.host.status()
+
+    @_mapped
+    async def InstallPlugin(self, request: hpb.InstallPluginRequest, context: grpc.aio.ServicerContext) -> hpb.PluginInfo:
+        if not request.source:
+            raise errors.InvalidArgument("source is required: a directory, a wheel, or a requirement")
+        return await self.host.install_plugin(request.source, offline=request.offline)
+
+    @_mapped
+    async def ListPlugins(self, request: hpb.ListPluginsRequest, context: grpc.aio.ServicerContext) -> hpb.ListPluginsResponse:
+        return hpb.ListPluginsResponse(plugins=self.host.plugin_infos())
+
+    @_mapped
+    async def RemovePlugin(self, request: hpb.PluginRequest, context: grpc.aio.ServicerContext) -> hpb.RemovePluginResponse:
+        await self.host.remove_plugin(request.plugin_id)
+        return hpb.RemovePluginResponse()
+
+    @_mapped
+    async def SetPluginEnabled(self, request: hpb.SetPluginEnabledRequest, context: grpc.aio.ServicerContext) -> hpb.PluginInfo:
+        return await self.host.set_plugin_enabled(request.plugin_id, request.enabled)
+
+    @_mapped
+    async def ListRunners(self, request: hpb.ListRunnersRequest, context: grpc.aio.ServicerContext) -> hpb.ListRunnersResponse:
+        return hpb.ListRunnersResponse(runners=[r for p in self.host.plugin_infos() for r in p.runners])
+
+    @_mapped
+    async def CreateBot(self, request: hpb.CreateBotRequest, context: grpc.aio.ServicerContext) -> hpb.Bot:
+        name = request.name.strip()
+        if not name or len(name) > 64 or not all(c.isalnum() or c in "-_." for c in name):
+            raise errors.InvalidArgument("bot name must be 1-64 letters, digits, '-', '_' or '.'")
+        return await self.host.registry.create_bot(name, request.description[:1000])
+
+    @_mapped
+    async def ListBots(self, request: hpb.ListBotsRequest, context: grpc.aio.ServicerContext) -> hpb.ListBotsResponse:
+        return hpb.ListBotsResponse(bots=self.host.registry.bots())
+
+    @_mapped
+    async def DeleteBot(self, request: hpb.BotRequest, context: grpc.aio.ServicerContext) -> hpb.DeleteBotResponse:
+        bot = self.host.registry.bot(request.bot)
+        await self.host.registry.delete_bot(bot.bot_id)
+        return hpb.DeleteBotResponse()
+
+    @_mapped
+    async def CreateBinding(self, request: hpb.CreateBindingRequest, context: grpc.aio.ServicerContext) -> hpb.Binding:
+        return await self.host.create_binding(request.bot, request.binding)
+
+    @_mapped
+    async def ListBindings(self, request: hpb.BotRequest, context: grpc.aio.ServicerContext) -> hpb.ListBindingsResponse:
+        bot = self.host.registry.bot(request.bot)
+        return hpb.ListBindingsResponse(bindings=self.host.registry.bindings(bot.bot_id))
+
+    @_mapped
+    async def DeleteBinding(self, request: hpb.DeleteBindingRequest, context: grpc.aio.ServicerContext) -> hpb.DeleteBindingResponse:
+        await self.host.registry.delete_binding(request.binding_id)
+        return hpb.DeleteBindingResponse()
+
+    async def SendMessage(
+        self, request: hpb.SendMessageRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[hpb.SendMessageReply]:
+        try:
+            stream = self.host.runs.send(request)
+            started = await anext(stream)
+        except errors.AgentHostError as exc:
+            await errors.abort_with(context, exc)
+            return
+        yield started
+        # Each reply coalesces whatever piled up, like the runner side does: one message, many deltas.
+        async for reply in stream:
+            yield reply
+
+    @_mapped
+    async def GetRun(self, request: hpb.RunRequestById, context: grpc.aio.ServicerContext) -> hpb.RunInfo:
+        info = self.host.run_store.get(request.run_id)
+        if info is None:
+            raise errors.NotFound(f"no run {request.run_id!r}")
+        return info
+
+    @_mapped
+    async def ListRuns(self, request: hpb.ListRunsRequest, context: grpc.aio.ServicerContext) -> hpb.ListRunsResponse:
+        bot_id = self.host.registry.bot(request.bot).bot_id if request.bot else ""
+        limit = request.limit or 50
+        if not 0 < limit <= 1000:
+            raise errors.OutOfRange("limit must be between 1 and 1000")
+        return hpb.ListRunsResponse(
+            runs=self.host.run_store.list(
+                bot_id=bot_id, conversation_id=request.conversation_id, status=request.status, limit=limit
+            )
+        )
+
+    @_mapped
+    async def CancelRun(self, request: hpb.RunRequestById, context: grpc.aio.ServicerContext) -> hpb.RunInfo:
+        return await self.host.runs.cancel(request.run_id)
+
+    @_mapped
+    async def ListRunEvents(self, request: hpb.ListRunEventsRequest, context: grpc.aio.ServicerContext) -> hpb.ListRunEventsResponse:
+        if self.host.run_store.get(request.run_id) is None:
+            raise errors.NotFound(f"no run {request.run_id!r}")
+        limit = request.limit or 500
+        if not 0 < limit <= 5000:
+            raise errors.OutOfRange("limit must be between 1 and 5000")
+        events, has_more = self.host.run_store.events(request.run_id, request.after_seq, limit)
+        return hpb.ListRunEventsResponse(events=events, has_more=has_more)
+
+    @_mapped
+    async def ListConversations(self, request: hpb.BotRequest, context: grpc.aio.ServicerContext) -> hpb.ListConversationsResponse:
+        bot = self.host.registry.bot(request.bot)
+        return hpb.ListConversationsResponse(
+            conversations=[
+                hpb.ConversationInfo(conversation_id=c, bot_id=bot.bot_id, item_count=n, updated_at=t)
+                for c, n, t in self.host.conversations.list_conversations(bot.bot_id)
+            ]
+        )
+
+    @_mapped
+    async def GetHistory(self, request: hpb.GetHistoryRequest, context: grpc.aio.ServicerContext) -> hpb.GetHistoryResponse:
+        bot = self.host.registry.bot(request.bot)
+        limit = request.limit or 50
+        if not 0 < limit <= 100:
+            raise errors.OutOfRange("limit must be between 1 and 100")
+        page = self.host.conversations.page_history(
+            bot.bot_id,
+            request.conversation_id or "default",
+            cursor=request.cursor,
+            forward=request.direction == pb.FORWARD,
+            limit=limit,
+        )
+        return hpb.GetHistoryResponse(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
+
+
+def validate_binding(binding: hpb.Binding) -> None:
+    """Shape checks the host makes before a binding reaches the store (the runner's own schema comes after)."""
+    if not binding.runner_id:
+        raise errors.InvalidArgument("a binding needs a runner id")
+    pattern = binding.event_pattern or "message.*"
+    binding.event_pattern = pattern
+    if len(pattern) > _PATTERN_CHARS or len(binding.conversation_pattern) > _PATTERN_CHARS:
+        raise errors.InvalidArgument(f"patterns are at most {_PATTERN_CHARS} characters")
+    if binding.timeout_seconds < 0 or binding.timeout_seconds > 24 * 3600:
+        raise errors.InvalidArgument("timeout_seconds must be between 0 (default) and 86400")
+    if not -1000 <= binding.priority <= 1000:
+        raise errors.InvalidArgument("priority must be between -1000 and 1000")
+    try:
+        config = json.loads(binding.config_json or "{}")
+    except ValueError as exc:
+        raise errors.InvalidArgument(f"config is not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise errors.InvalidArgument("config must be a JSON object")
+    binding.config_json = json.dumps(config)

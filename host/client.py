@@ -1,0 +1,121 @@
+"""`HostClient`: a typed async client of the AgentHost service, used by the CLI and the test harness."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from protos import common_pb2 as pb
+from protos import errors
+from protos import host_pb2 as hpb
+from protos import host_pb2_grpc
+from runners.sdk.server import CHANNEL_OPTIONS
+
+
+class HostNotRunning(RuntimeError):
+    pass
+
+
+def admin_address(data_dir: Path) -> str:
+    try:
+        info = json.loads((data_dir / "host.json").read_text())
+    except (OSError, ValueError):
+        raise HostNotRunning(f"no agenthost is serving {data_dir} (start one with `agenthost serve`)") from None
+    return info["admin"]
+
+
+@dataclass
+class SendResult:
+    """Everything one SendMessage produced: the finished run, its events in order, and the reply text."""
+
+    run: hpb.RunInfo
+    events: list[pb.RunEvent] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.run.text
+
+    def kinds(self) -> list[str]:
+        return [e.WhichOneof("kind") for e in self.events]
+
+
+class HostClient:
+    def __init__(self, address: str, *, timeout: float = 30.0) -> None:
+        self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.stub = host_pb2_grpc.AgentHostStub(self.channel)
+        self.timeout = timeout
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+    async def __aenter__(self) -> HostClient:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def call(self, method: str, request: Any, timeout: float | None = None) -> Any:
+        try:
+            return await getattr(self.stub, method)(request, timeout=timeout or self.timeout)
+        except grpc.RpcError as exc:
+            raise errors.from_rpc_error(exc) from None
+
+    async def stream(self, request: hpb.SendMessageRequest, timeout: float | None = None) -> AsyncIterator[hpb.SendMessageReply]:
+        call = self.stub.SendMessage(request, timeout=timeout)
+        try:
+            async for reply in call:
+                yield reply
+        except grpc.RpcError as exc:
+            raise errors.from_rpc_error(exc) from None
+        finally:
+            call.cancel()
+
+    async def send(
+        self, bot: str, text: str, *, conversation_id: str = "", timeout: float | None = None, **fields: Any
+    ) -> SendResult:
+        request = hpb.SendMessageRequest(bot=bot, text=text, conversation_id=conversation_id, source="api", **fields)
+        result: SendResult | None = None
+        events: list[pb.RunEvent] = []
+        async for reply in self.stream(request, timeout=timeout):
+            kind = reply.WhichOneof("kind")
+            if kind == "events":
+                events.extend(reply.events.events)
+            elif kind == "run_finished":
+                result = SendResult(reply.run_finished, events)
+        if result is None:
+            raise errors.Unavailable("the host ended the stream before the run finished")
+        return result
+
+    async def bind(
+        self,
+        bot: str,
+        runner_id: str,
+        config: dict[str, Any] | None = None,
+        *,
+        event_pattern: str = "message.*",
+        conversation_pattern: str = "",
+        priority: int = 0,
+        timeout_seconds: float = 0,
+        apis: list[str] | None = None,
+        state_scopes: list[int] | None = None,
+        cross_conversation: list[str] | None = None,
+        streaming: bool = True,
+    ) -> hpb.Binding:
+        binding = hpb.Binding(
+            event_pattern=event_pattern,
+            conversation_pattern=conversation_pattern,
+            priority=priority,
+            runner_id=runner_id,
+            config_json=json.dumps(config or {}),
+            timeout_seconds=timeout_seconds,
+            resource_policy=hpb.ResourcePolicy(
+                apis=apis or [], state_scopes=state_scopes or [], cross_conversation_patterns=cross_conversation or []
+            ),
+            delivery_policy=hpb.DeliveryPolicy(streaming=streaming),
+        )
+        return await self.call("CreateBinding", hpb.CreateBindingRequest(bot=bot, binding=binding))

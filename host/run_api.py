@@ -1,0 +1,291 @@
+"""The AgentRunAPIProxy servicer: every runner's only door to host data, one run at a time.
+
+Each method authorizes through `RunRegistry.authorize`, validates its arguments against the caps below, does
+its bounded read or awaited write, and is audited (allowed or refused). A refused call raises before it changes
+anything.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from host.grants import ActiveRun, RunRegistry
+from host.store.artifacts import ArtifactStore
+from host.store.conversations import MAX_PAGE, MAX_TOP_K, Conversations
+from host.store.runs import AuditLog, RunStore
+from host.store.state import MAX_LIST, StateStore, check_key
+from protos import common_pb2 as pb
+from protos import errors
+from protos import run_api_pb2 as api
+from protos import run_api_pb2_grpc as api_grpc
+
+log = logging.getLogger(__name__)
+_current_run: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar("agenthost_run", default=None)
+R = TypeVar("R")
+
+MAX_READ_RANGE = 1024 * 1024
+DEFAULT_READ_RANGE = 64 * 1024
+STREAM_CHUNK = 256 * 1024
+MAX_QUERY_CHARS = 1000
+MAX_FILTERS = 16
+
+
+def _limit(value: int, default: int, cap: int, what: str) -> int:
+    if value == 0:
+        return default
+    if value < 0 or value > cap:
+        raise errors.OutOfRange(f"{what} must be between 1 and {cap}, got {value}")
+    return value
+
+
+def _forward(direction: int) -> bool:
+    if direction in (pb.DIRECTION_UNSPECIFIED, pb.BACKWARD):
+        return False
+    if direction == pb.FORWARD:
+        return True
+    raise errors.InvalidArgument(f"unknown direction {direction}")
+
+
+def _checked(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    """Maps domain errors to statuses and audits the outcome of a unary method."""
+    method = fn.__name__
+
+    @functools.wraps(fn)
+    async def wrapper(self: RunAPIServicer, request: Any, context: grpc.aio.ServicerContext) -> R:
+        run_id = getattr(request, "run_id", "")
+        try:
+            result = await fn(self, request, context)
+        except errors.AgentHostError as exc:
+            self.audit.record(run_id, self._caller(context), method, exc.code.name, exc.message)
+            await errors.abort_with(context, exc)
+            raise  # unreachable: abort raises
+        self.audit.record(run_id, self._caller(context), method, "OK")
+        return result
+
+    return wrapper
+
+
+class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
+    def __init__(
+        self,
+        registry: RunRegistry,
+        runs: RunStore,
+        conversations: Conversations,
+        artifacts: ArtifactStore,
+        state: StateStore,
+        audit: AuditLog,
+    ) -> None:
+        self.registry = registry
+        self.runs = runs
+        self.conversations = conversations
+        self.artifacts = artifacts
+        self.state = state
+        self.audit = audit
+
+    def _caller(self, context: grpc.aio.ServicerContext) -> str:
+        active = _current_run.get()
+        return active.plugin_id if active else ""
+
+    def _authorize(self, context: grpc.aio.ServicerContext, run_id: str, method: str) -> ActiveRun:
+        run = self.registry.authorize(
+            context.invocation_metadata() or (), run_id, method, lambda rid: self.runs.get(rid) is not None
+        )
+        _current_run.set(run)  # each RPC runs in its own task, so this is per call; read for the audit row
+        return run
+
+    # ---- history and events ----
+
+    @_checked
+    async def HistoryPage(self, request: api.HistoryPageRequest, context: grpc.aio.ServicerContext) -> api.HistoryPageResponse:
+        run = self._authorize(context, request.run_id, "HistoryPage")
+        conversation = run.conversation(request.conversation_id)
+        limit = _limit(request.limit, 50, MAX_PAGE, "limit")
+        page = self.conversations.page_history(
+            run.bot_id, conversation, cursor=request.cursor, forward=_forward(request.direction), limit=limit
+        )
+        return api.HistoryPageResponse(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
+
+    @_checked
+    async def HistorySearch(
+        self, request: api.HistorySearchRequest, context: grpc.aio.ServicerContext
+    ) -> api.HistorySearchResponse:
+        run = self._authorize(context, request.run_id, "HistorySearch")
+        conversation = run.conversation(request.conversation_id)
+        top_k = _limit(request.top_k, 10, MAX_TOP_K, "top_k")
+        if len(request.query) > MAX_QUERY_CHARS:
+            raise errors.InvalidArgument(f"query is longer than {MAX_QUERY_CHARS} characters")
+        if len(request.roles) > MAX_FILTERS or len(request.item_types) > MAX_FILTERS:
+            raise errors.InvalidArgument(f"at most {MAX_FILTERS} role and item type filters")
+        items = self.conversations.search(
+            run.bot_id,
+            conversation,
+            request.query,
+            roles=list(request.roles),
+            item_types=list(request.item_types),
+            top_k=top_k,
+        )
+        return api.HistorySearchResponse(items=items)
+
+    @_checked
+    async def EventGet(self, request: api.EventGetRequest, context: grpc.aio.ServicerContext) -> pb.EventRecord:
+        run = self._authorize(context, request.run_id, "EventGet")
+        if not request.event_id or len(request.event_id) > 128:
+            raise errors.InvalidArgument("event_id must be 1-128 characters")
+        event = self.conversations.get_event(request.event_id)
+        if event is None:
+            raise errors.NotFound(f"no event {request.event_id!r}")
+        if not run.may_read(event.bot_id, event.conversation_id):
+            raise errors.PermissionDenied("that event belongs to a conversation this run may not read")
+        return event
+
+    @_checked
+    async def EventPage(self, request: api.EventPageRequest, context: grpc.aio.ServicerContext) -> api.EventPageResponse:
+        run = self._authorize(context, request.run_id, "EventPage")
+        conversation = run.conversation(request.conversation_id)
+        limit = _limit(request.limit, 50, MAX_PAGE, "limit")
+        if len(request.event_types) > MAX_FILTERS:
+            raise errors.InvalidArgument(f"at most {MAX_FILTERS} event type filters")
+        page = self.conversations.page_events(
+            run.bot_id,
+            conversation,
+            cursor=request.cursor,
+            forward=_forward(request.direction),
+            limit=limit,
+            event_types=list(request.event_types),
+        )
+        return api.EventPageResponse(events=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
+
+    # ---- artifacts ----
+
+    def _artifact(self, run: ActiveRun, artifact_id: str) -> pb.ArtifactRef:
+        if not artifact_id or len(artifact_id) > 128:
+            raise errors.InvalidArgument("artifact_id must be 1-128 characters")
+        found = self.artifacts.get(artifact_id)
+        if found is None:
+            raise errors.NotFound(f"no artifact {artifact_id!r}")
+        ref, bot_id = found
+        if not run.may_read(bot_id, ref.conversation_id):
+            raise errors.PermissionDenied("that artifact belongs to a conversation this run may not read")
+        return ref
+
+    @_checked
+    async def ArtifactMetadata(
+        self, request: api.ArtifactMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ArtifactRef:
+        run = self._authorize(context, request.run_id, "ArtifactMetadata")
+        return self._artifact(run, request.artifact_id)
+
+    @_checked
+    async def ArtifactReadRange(
+        self, request: api.ArtifactReadRangeRequest, context: grpc.aio.ServicerContext
+    ) -> api.ArtifactChunk:
+        run = self._authorize(context, request.run_id, "ArtifactReadRange")
+        ref = self._artifact(run, request.artifact_id)
+        length = _limit(int(request.length), DEFAULT_READ_RANGE, MAX_READ_RANGE, "length")
+        if request.offset < 0 or request.offset > ref.size_bytes:
+            raise errors.OutOfRange(f"offset must be between 0 and {ref.size_bytes}")
+        data = self.artifacts.read(ref.sha256, request.offset, length)
+        return api.ArtifactChunk(
+            data=data,
+            offset=request.offset,
+            eof=request.offset + len(data) >= ref.size_bytes,
+            size_bytes=ref.size_bytes,
+        )
+
+    async def ArtifactRead(
+        self, request: api.ArtifactReadRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[api.ArtifactChunk]:
+        try:
+            run = self._authorize(context, request.run_id, "ArtifactRead")
+            ref = self._artifact(run, request.artifact_id)
+            if request.offset < 0 or request.offset > ref.size_bytes:
+                raise errors.OutOfRange(f"offset must be between 0 and {ref.size_bytes}")
+        except errors.AgentHostError as exc:
+            self.audit.record(request.run_id, self._caller(context), "ArtifactRead", exc.code.name, exc.message)
+            await errors.abort_with(context, exc)
+            return
+        self.audit.record(request.run_id, run.plugin_id, "ArtifactRead", "OK")
+        offset = request.offset
+        while True:
+            data = self.artifacts.read(ref.sha256, offset, STREAM_CHUNK)
+            eof = offset + len(data) >= ref.size_bytes
+            yield api.ArtifactChunk(data=data, offset=offset, eof=eof, size_bytes=ref.size_bytes)
+            offset += len(data)
+            if eof or not data:
+                return
+
+    async def ArtifactCreate(
+        self, request_iterator: AsyncIterator[api.ArtifactUpload], context: grpc.aio.ServicerContext
+    ) -> pb.ArtifactRef:
+        run_id = ""
+        try:
+            first = await anext(aiter(request_iterator), None)
+            if first is None or first.WhichOneof("part") != "header":
+                raise errors.InvalidArgument("the first upload message must be the header")
+            header = first.header
+            run_id = header.run_id
+            run = self._authorize(context, header.run_id, "ArtifactCreate")
+
+            async def chunks() -> AsyncIterator[bytes]:
+                async for message in request_iterator:
+                    if message.WhichOneof("part") != "data":
+                        raise errors.InvalidArgument("only data messages may follow the header")
+                    yield message.data
+
+            ref = await self.artifacts.create(
+                chunks(),
+                name=header.name,
+                mime_type=header.mime_type,
+                metadata_json=header.metadata_json or "{}",
+                bot_id=run.bot_id,
+                conversation_id=run.conversation_id,
+                run_id=run.run_id,
+                expected_size=header.expected_size,
+            )
+        except errors.AgentHostError as exc:
+            self.audit.record(run_id, self._caller(context), "ArtifactCreate", exc.code.name, exc.message)
+            await errors.abort_with(context, exc)
+            raise
+        self.audit.record(run_id, run.plugin_id, "ArtifactCreate", "OK", ref.artifact_id)
+        return ref
+
+    # ---- state ----
+
+    @_checked
+    async def StateGet(self, request: api.StateGetRequest, context: grpc.aio.ServicerContext) -> api.StateValue:
+        run = self._authorize(context, request.run_id, "StateGet")
+        scope_key = run.scope_key(request.scope)
+        check_key(request.key)
+        stored = self.state.get(scope_key, request.key)
+        if stored is None:
+            return api.StateValue(found=False)
+        return api.StateValue(found=True, value_json=stored.value_json, version=stored.version, updated_at=stored.updated_at)
+
+    @_checked
+    async def StateSet(self, request: api.StateSetRequest, context: grpc.aio.ServicerContext) -> api.StateValue:
+        run = self._authorize(context, request.run_id, "StateSet")
+        scope_key = run.scope_key(request.scope)
+        if_version = request.if_version if request.HasField("if_version") else None
+        stored = await self.state.set(scope_key, request.key, request.value_json, if_version)
+        return api.StateValue(found=True, value_json=stored.value_json, version=stored.version, updated_at=stored.updated_at)
+
+    @_checked
+    async def StateDelete(self, request: api.StateDeleteRequest, context: grpc.aio.ServicerContext) -> api.StateDeleteResponse:
+        run = self._authorize(context, request.run_id, "StateDelete")
+        return api.StateDeleteResponse(deleted=await self.state.delete(run.scope_key(request.scope), request.key))
+
+    @_checked
+    async def StateList(self, request: api.StateListRequest, context: grpc.aio.ServicerContext) -> api.StateListResponse:
+        run = self._authorize(context, request.run_id, "StateList")
+        scope_key = run.scope_key(request.scope)
+        limit = _limit(request.limit, MAX_LIST, MAX_LIST, "limit")
+        if len(request.prefix) > 256 or len(request.cursor) > 256:
+            raise errors.InvalidArgument("prefix and cursor are at most 256 characters")
+        keys, has_more = self.state.list(scope_key, request.prefix, request.cursor, limit)
+        return api.StateListResponse(keys=keys, next_cursor=keys[-1] if has_more else "", has_more=has_more)

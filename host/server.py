@@ -1,0 +1,351 @@
+"""The host process: owns the data dir, the stores, the plugin supervisor, and the two gRPC servers.
+
+    async with Host(data_dir) as host:   # or: await host.start() ... await host.stop()
+        ...
+
+Sockets: `api.sock` (AgentRunAPIProxy, for runners) and `admin.sock` (AgentHost, for the CLI) live in a
+directory only this user can enter; its path is written to `<data_dir>/host.json` for clients. One host per data
+dir, enforced with an exclusive lock on `<data_dir>/host.lock`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import secrets
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from host.admin import AdminServicer, validate_binding
+from host.grants import RunRegistry
+from host.run_api import RunAPIServicer
+from host.runs import HOST_VERSION, RunManager, parse_runner_id
+from host.store.artifacts import ArtifactStore
+from host.store.conversations import Conversations
+from host.store.cursors import CursorCodec
+from host.store.db import Database
+from host.store.registry import PluginRecord, Registry
+from host.store.runs import AuditLog, RunStore
+from host.store.state import StateStore
+from host.supervisor import PluginSpec, PluginStartError, Supervisor, SupervisorPolicy
+from plugins import install as installer
+from plugins.manifest import ManifestError, RunnerManifest
+from protos import errors
+from protos import host_pb2 as hpb
+from protos import host_pb2_grpc, run_api_pb2_grpc
+from runners.sdk.server import CHANNEL_OPTIONS
+
+log = logging.getLogger(__name__)
+
+BUILTIN_PLUGIN = "agenthost"
+MAX_CONCURRENT_RPCS = 4096
+
+
+class HostAlreadyRunning(RuntimeError):
+    pass
+
+
+def default_data_dir() -> Path:
+    return Path(os.environ.get("AGENTHOST_HOME", Path.home() / ".agenthost")).expanduser()
+
+
+def _runtime_dir(data_dir: Path) -> Path:
+    """A 0700 directory for the sockets; under the data dir when the path fits a unix socket name (108 bytes)."""
+    candidate = data_dir / "run"
+    if len(str(candidate)) < 80:
+        candidate.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(candidate, 0o700)
+        return candidate
+    digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / f"agenthost-{os.getuid()}-{digest}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+class Host:
+    def __init__(self, data_dir: Path, *, policy: SupervisorPolicy | None = None, builtin_plugins: bool = True) -> None:
+        self.data_dir = data_dir.expanduser().resolve()
+        self.policy = policy or SupervisorPolicy()
+        self.builtin_plugins = builtin_plugins
+        self.started_at = 0.0
+        self._lock_fd: int | None = None
+        self._servers: list[grpc.aio.Server] = []
+        self._health: health.aio.HealthServicer | None = None
+        self._stopped = asyncio.Event()
+
+    # ---- lifecycle ----
+
+    async def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._acquire_lock()
+        try:
+            await self._start()
+        except BaseException:
+            self._release_lock()
+            raise
+
+    def _acquire_lock(self) -> None:
+        fd = os.open(self.data_dir / "host.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise HostAlreadyRunning(f"another agenthost (pid {holder}) is serving {self.data_dir}") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    async def _start(self) -> None:
+        self.started_at = time.time()
+        self.db = Database(self.data_dir / "agenthost.db")
+        await self.db.open()
+        secret_row = self.db.query_one("SELECT value FROM meta WHERE key = 'cursor_secret'")
+        if secret_row is None:
+            secret = secrets.token_hex(32)
+            await self.db.write(lambda c: c.execute("INSERT INTO meta(key, value) VALUES ('cursor_secret', ?)", (secret,)))
+        else:
+            secret = secret_row[0]
+        self.registry = Registry(self.db)
+        self.conversations = Conversations(self.db, CursorCodec(bytes.fromhex(secret)))
+        self.run_store = RunStore(self.db)
+        self.state = StateStore(self.db)
+        self.audit = AuditLog(self.db)
+        self.artifacts = ArtifactStore(self.db, self.data_dir / "artifacts")
+        self.grants = RunRegistry()
+        self.runtime_dir = _runtime_dir(self.data_dir)
+        self.api_address = f"unix:{self.runtime_dir / 'api.sock'}"
+        self.admin_address = f"unix:{self.runtime_dir / 'admin.sock'}"
+        self.supervisor = Supervisor(
+            db=self.db,
+            registry=self.grants,
+            runtime_dir=self.runtime_dir,
+            data_dir=self.data_dir,
+            host_address=self.api_address,
+            policy=self.policy,
+            on_ready=self._record_manifests,
+        )
+        swept = await self.supervisor.sweep_orphans()
+        interrupted = await self.run_store.interrupt_unfinished()
+        if swept or interrupted:
+            log.warning("previous host left %d runner process groups and %d unfinished runs", swept, interrupted)
+        self.runs = RunManager(
+            registry=self.registry,
+            runs=self.run_store,
+            conversations=self.conversations,
+            state=self.state,
+            grants=self.grants,
+            supervisor=self.supervisor,
+        )
+        await self._serve()
+        if self.builtin_plugins:
+            await self._register_builtin()
+        for plugin in self.registry.plugins():
+            if plugin.enabled:
+                self._supervise(plugin)
+
+    async def _serve(self) -> None:
+        for address in (self.api_address, self.admin_address):
+            Path(address.removeprefix("unix:")).unlink(missing_ok=True)
+        api_server = grpc.aio.server(options=CHANNEL_OPTIONS, maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
+        run_api_pb2_grpc.add_AgentRunAPIProxyServicer_to_server(
+            RunAPIServicer(self.grants, self.run_store, self.conversations, self.artifacts, self.state, self.audit),
+            api_server,
+        )
+        admin_server = grpc.aio.server(options=CHANNEL_OPTIONS)
+        host_pb2_grpc.add_AgentHostServicer_to_server(AdminServicer(self), admin_server)
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, admin_server)
+        for server, address in ((api_server, self.api_address), (admin_server, self.admin_address)):
+            server.add_insecure_port(address)
+            await server.start()
+            self._servers.append(server)
+        await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
+        (self.data_dir / "host.json").write_text(
+            json.dumps({"pid": os.getpid(), "admin": self.admin_address, "api": self.api_address, "version": HOST_VERSION})
+        )
+
+    async def stop(self) -> None:
+        """Graceful: health NOT_SERVING, runs interrupted and awaited, plugins shut down, servers, then the DB."""
+        if self._lock_fd is None:
+            return
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        await self.runs.shutdown()
+        await self.supervisor.stop_all()
+        for server in self._servers:
+            await server.stop(grace=1.0)
+        self._servers.clear()
+        await self.db.close()
+        with contextlib.suppress(OSError):
+            (self.data_dir / "host.json").unlink()
+        self._release_lock()
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    async def __aenter__(self) -> Host:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+    # ---- plugins ----
+
+    async def _register_builtin(self) -> None:
+        existing = {p.plugin_id: p for p in self.registry.plugins()}
+        current = existing.get(BUILTIN_PLUGIN)
+        await self.registry.put_plugin(
+            PluginRecord(
+                plugin_id=BUILTIN_PLUGIN,
+                distribution="agenthost",
+                version=HOST_VERSION,
+                source="built-in",
+                builtin=True,
+                enabled=current.enabled if current else True,
+                python=sys.executable,
+                manifests_json=current.manifests_json if current else "[]",
+                description="agenthost's built-in runners",
+            )
+        )
+
+    def _supervise(self, plugin: PluginRecord) -> None:
+        self.supervisor.add(PluginSpec(plugin.plugin_id, plugin.distribution, plugin.python))
+        task = asyncio.create_task(self._start_quietly(plugin.plugin_id))
+        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+
+    async def _start_quietly(self, plugin_id: str) -> None:
+        with contextlib.suppress(PluginStartError):
+            await self.supervisor.start(plugin_id)
+
+    async def _record_manifests(self, plugin_id: str, manifests: dict[str, RunnerManifest]) -> None:
+        raw = json.dumps([m.model_dump(mode="json") for m in manifests.values()])
+        plugin = self.registry.plugin(plugin_id)
+        if plugin.manifests_json != raw:
+            await self.registry.put_plugin(
+                PluginRecord(**{**plugin.__dict__, "manifests_json": raw})
+            )
+
+    def plugin_infos(self) -> list[hpb.PluginInfo]:
+        infos = []
+        for plugin in self.registry.plugins():
+            pp = self.supervisor.processes.get(plugin.plugin_id)
+            info = hpb.PluginInfo(
+                plugin_id=plugin.plugin_id,
+                distribution=plugin.distribution,
+                version=plugin.version,
+                source=plugin.source,
+                enabled=plugin.enabled,
+                builtin=plugin.builtin,
+                state=pp.state if pp else "stopped",
+                last_error=pp.last_error if pp else "",
+                pid=pp.proc.pid if pp and pp.proc and pp.proc.returncode is None else 0,
+                restarts=pp.restarts if pp else 0,
+                description=plugin.description,
+            )
+            for raw in json.loads(plugin.manifests_json):
+                info.runners.add(
+                    runner_id=f"{plugin.plugin_id}/{raw['name']}",
+                    plugin_id=plugin.plugin_id,
+                    name=raw["name"],
+                    description=raw.get("description", ""),
+                    manifest_json=json.dumps(raw),
+                )
+            infos.append(info)
+        return infos
+
+    def _info(self, plugin_id: str) -> hpb.PluginInfo:
+        for info in self.plugin_infos():
+            if info.plugin_id == plugin_id:
+                return info
+        raise errors.NotFound(f"no plugin {plugin_id!r}")
+
+    async def install_plugin(self, source: str, *, offline: bool = False) -> hpb.PluginInfo:
+        installed = await installer.install(source, self.data_dir / "plugins", offline=offline)
+        if installed.plugin_id in self.supervisor.processes:
+            await self.supervisor.stop(installed.plugin_id)
+        record = PluginRecord(
+            plugin_id=installed.plugin_id,
+            distribution=installed.distribution,
+            version=installed.version,
+            source=installed.source,
+            builtin=False,
+            enabled=True,
+            python=installed.python,
+            manifests_json=json.dumps([m.model_dump(mode="json") for m in installed.manifests]),
+            description=installed.description,
+        )
+        await self.registry.put_plugin(record)
+        self.supervisor.add(PluginSpec(record.plugin_id, record.distribution, record.python))
+        try:
+            await self.supervisor.start(record.plugin_id)
+        except PluginStartError as exc:
+            raise errors.FailedPrecondition(f"{record.plugin_id} installed but did not start: {exc}") from None
+        return self._info(record.plugin_id)
+
+    async def remove_plugin(self, plugin_id: str) -> None:
+        plugin = self.registry.plugin(plugin_id)
+        if plugin.builtin:
+            raise errors.FailedPrecondition("built-in plugins cannot be removed; disable them instead")
+        await self.supervisor.stop(plugin_id)
+        self.supervisor.processes.pop(plugin_id, None)
+        await self.registry.delete_plugin(plugin_id)
+        installer.remove(self.data_dir / "plugins", plugin_id)
+
+    async def set_plugin_enabled(self, plugin_id: str, enabled: bool) -> hpb.PluginInfo:
+        plugin = self.registry.plugin(plugin_id)
+        await self.registry.set_plugin_enabled(plugin_id, enabled)
+        if enabled:
+            self.supervisor.add(PluginSpec(plugin.plugin_id, plugin.distribution, plugin.python))
+            try:
+                await self.supervisor.start(plugin_id)
+            except PluginStartError as exc:
+                raise errors.FailedPrecondition(f"{plugin_id} is enabled but did not start: {exc}") from None
+        else:
+            await self.supervisor.stop(plugin_id)
+        return self._info(plugin_id)
+
+    async def create_binding(self, bot_ref: str, binding: hpb.Binding) -> hpb.Binding:
+        bot = self.registry.bot(bot_ref)
+        validate_binding(binding)
+        binding.bot_id = bot.bot_id
+        plugin_id, _ = parse_runner_id(binding.runner_id)
+        plugin = self.registry.plugin(plugin_id)
+        if plugin.manifests_json == "[]":
+            # A built-in plugin whose first start has not described it yet.
+            with contextlib.suppress(PluginStartError):
+                await self.supervisor.wait_ready(plugin_id, self.policy.start_timeout)
+        manifest = self.runs.manifest_for(binding.runner_id)
+        try:
+            manifest.validate_config(json.loads(binding.config_json))
+        except ManifestError as exc:
+            raise errors.InvalidArgument(str(exc)) from None
+        return await self.registry.create_binding(binding)
+
+    def status(self) -> hpb.HostStatus:
+        return hpb.HostStatus(
+            version=HOST_VERSION,
+            data_dir=str(self.data_dir),
+            pid=os.getpid(),
+            started_at=self.started_at,
+            plugins=self.plugin_infos(),
+        )

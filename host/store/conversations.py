@@ -1,0 +1,264 @@
+"""The EventLog (append-only inbound events) and the Transcript (projected turns, FTS5-searchable).
+
+Both are keyed by (bot_id, conversation_id); every query names both, so one bot never sees another's rows.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from host.store.cursors import CursorCodec
+from host.store.db import Database
+from protos import common_pb2 as pb
+
+MAX_PAGE = 100
+MAX_TOP_K = 50
+
+
+def conversation_scope(bot_id: str, conversation_id: str) -> str:
+    return f"{bot_id}\x1f{conversation_id}"
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list
+    next_cursor: str
+    has_more: bool
+
+
+@dataclass
+class NewItem:
+    """A transcript item to append; built by the run orchestrator from run events."""
+
+    role: str
+    item_type: str
+    text: str = ""
+    data_json: str = "{}"
+    tool_call_id: str = ""
+    tool_name: str = ""
+    is_error: bool = False
+
+
+class Conversations:
+    def __init__(self, db: Database, cursors: CursorCodec) -> None:
+        self.db = db
+        self.cursors = cursors
+
+    # ---- events ----
+
+    @staticmethod
+    def insert_event(
+        conn: sqlite3.Connection,
+        *,
+        bot_id: str,
+        conversation_id: str,
+        event_type: str,
+        source: str,
+        actor: pb.Actor,
+        text: str,
+        data_json: str,
+    ) -> pb.EventRecord:
+        """Writer-thread half of an append; called inside a Database.write job."""
+        event_id = f"ev_{uuid.uuid4().hex}"
+        now = time.time()
+        actor_json = json.dumps(
+            {"actor_type": actor.actor_type, "actor_id": actor.actor_id, "display_name": actor.display_name}
+        )
+        cur = conn.execute(
+            "INSERT INTO events(event_id, bot_id, conversation_id, event_type, source, actor_json, text, data_json,"
+            " created_at) VALUES (?,?,?,?,?,?,?,?,?)",
+            (event_id, bot_id, conversation_id, event_type, source, actor_json, text, data_json, now),
+        )
+        return pb.EventRecord(
+            event_id=event_id,
+            event_type=event_type,
+            bot_id=bot_id,
+            conversation_id=conversation_id,
+            actor=actor,
+            text=text,
+            data_json=data_json,
+            seq=cur.lastrowid or 0,
+            created_at=now,
+            source=source,
+        )
+
+    def _event(self, row: sqlite3.Row) -> pb.EventRecord:
+        actor = json.loads(row["actor_json"])
+        return pb.EventRecord(
+            event_id=row["event_id"],
+            event_type=row["event_type"],
+            bot_id=row["bot_id"],
+            conversation_id=row["conversation_id"],
+            actor=pb.Actor(**actor),
+            text=row["text"],
+            data_json=row["data_json"],
+            seq=row["seq"],
+            cursor=self.cursors.encode(
+                "events", conversation_scope(row["bot_id"], row["conversation_id"]), row["seq"]
+            ),
+            created_at=row["created_at"],
+            source=row["source"],
+        )
+
+    def get_event(self, event_id: str) -> pb.EventRecord | None:
+        row = self.db.query_one("SELECT * FROM events WHERE event_id = ?", (event_id,))
+        return self._event(row) if row else None
+
+    def page_events(
+        self,
+        bot_id: str,
+        conversation_id: str,
+        *,
+        cursor: str,
+        forward: bool,
+        limit: int,
+        event_types: Sequence[str] = (),
+    ) -> Page:
+        scope = conversation_scope(bot_id, conversation_id)
+        where = ["bot_id = ?", "conversation_id = ?"]
+        params: list[object] = [bot_id, conversation_id]
+        if cursor:
+            where.append("seq > ?" if forward else "seq < ?")
+            params.append(self.cursors.decode("events", scope, cursor))
+        if event_types:
+            where.append(f"event_type IN ({','.join('?' * len(event_types))})")
+            params.extend(event_types)
+        order = "ASC" if forward else "DESC"
+        rows = self.db.query(
+            f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY seq {order} LIMIT ?", (*params, limit + 1)
+        )
+        has_more = len(rows) > limit
+        items = [self._event(r) for r in rows[:limit]]
+        return Page(items, items[-1].cursor if has_more else "", has_more)
+
+    # ---- transcript ----
+
+    @staticmethod
+    def insert_items(
+        conn: sqlite3.Connection,
+        *,
+        bot_id: str,
+        conversation_id: str,
+        run_id: str,
+        event_id: str,
+        items: Iterable[NewItem],
+    ) -> None:
+        now = time.time()
+        conn.executemany(
+            "INSERT INTO transcript(item_id, bot_id, conversation_id, run_id, event_id, role, item_type, text,"
+            " data_json, tool_call_id, tool_name, is_error, attachments_json, created_at)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'[]',?)",
+            [
+                (
+                    f"it_{uuid.uuid4().hex}",
+                    bot_id,
+                    conversation_id,
+                    run_id,
+                    event_id,
+                    it.role,
+                    it.item_type,
+                    it.text,
+                    it.data_json,
+                    it.tool_call_id,
+                    it.tool_name,
+                    int(it.is_error),
+                    now,
+                )
+                for it in items
+            ],
+        )
+
+    def _item(self, row: sqlite3.Row) -> pb.TranscriptItem:
+        return pb.TranscriptItem(
+            item_id=row["item_id"],
+            conversation_id=row["conversation_id"],
+            run_id=row["run_id"],
+            event_id=row["event_id"],
+            role=row["role"],
+            item_type=row["item_type"],
+            text=row["text"],
+            data_json=row["data_json"],
+            tool_call_id=row["tool_call_id"],
+            tool_name=row["tool_name"],
+            seq=row["seq"],
+            cursor=self.cursors.encode(
+                "history", conversation_scope(row["bot_id"], row["conversation_id"]), row["seq"]
+            ),
+            created_at=row["created_at"],
+            is_error=bool(row["is_error"]),
+        )
+
+    def page_history(self, bot_id: str, conversation_id: str, *, cursor: str, forward: bool, limit: int) -> Page:
+        scope = conversation_scope(bot_id, conversation_id)
+        params: list[object] = [bot_id, conversation_id]
+        bound = ""
+        if cursor:
+            bound = " AND seq > ?" if forward else " AND seq < ?"
+            params.append(self.cursors.decode("history", scope, cursor))
+        order = "ASC" if forward else "DESC"
+        rows = self.db.query(
+            f"SELECT * FROM transcript WHERE bot_id = ? AND conversation_id = ?{bound} ORDER BY seq {order} LIMIT ?",
+            (*params, limit + 1),
+        )
+        has_more = len(rows) > limit
+        items = [self._item(r) for r in rows[:limit]]
+        return Page(items, items[-1].cursor if has_more else "", has_more)
+
+    def search(
+        self,
+        bot_id: str,
+        conversation_id: str,
+        query: str,
+        *,
+        roles: Sequence[str],
+        item_types: Sequence[str],
+        top_k: int,
+    ) -> list[pb.TranscriptItem]:
+        # Each whitespace-separated word becomes a quoted FTS5 phrase: user text is never parsed as FTS syntax.
+        terms = " ".join('"' + w.replace('"', '""') + '"' for w in query.split())
+        if not terms:
+            return []
+        where = ["transcript_fts MATCH ?", "t.bot_id = ?", "t.conversation_id = ?"]
+        params: list[object] = [terms, bot_id, conversation_id]
+        if roles:
+            where.append(f"t.role IN ({','.join('?' * len(roles))})")
+            params.extend(roles)
+        if item_types:
+            where.append(f"t.item_type IN ({','.join('?' * len(item_types))})")
+            params.extend(item_types)
+        rows = self.db.query(
+            "SELECT t.* FROM transcript_fts JOIN transcript t ON t.seq = transcript_fts.rowid"
+            f" WHERE {' AND '.join(where)} ORDER BY bm25(transcript_fts) LIMIT ?",
+            (*params, top_k),
+        )
+        return [self._item(r) for r in rows]
+
+    def history_stats(self, bot_id: str, conversation_id: str) -> tuple[int, str]:
+        """(item count, cursor of the newest item) — what ContextAccess tells a runner."""
+        row = self.db.query_one(
+            "SELECT COUNT(*) AS n, MAX(seq) AS last FROM transcript WHERE bot_id = ? AND conversation_id = ?",
+            (bot_id, conversation_id),
+        )
+        if row is None or not row["n"]:
+            return 0, ""
+        return row["n"], self.cursors.encode("history", conversation_scope(bot_id, conversation_id), row["last"])
+
+    def recent(self, bot_id: str, conversation_id: str, limit: int) -> list[pb.TranscriptItem]:
+        rows = self.db.query(
+            "SELECT * FROM transcript WHERE bot_id = ? AND conversation_id = ? ORDER BY seq DESC LIMIT ?",
+            (bot_id, conversation_id, limit),
+        )
+        return [self._item(r) for r in reversed(rows)]
+
+    def list_conversations(self, bot_id: str) -> list[tuple[str, int, float]]:
+        rows = self.db.query(
+            "SELECT conversation_id, COUNT(*) AS n, MAX(created_at) AS updated FROM transcript WHERE bot_id = ?"
+            " GROUP BY conversation_id ORDER BY updated DESC LIMIT 1000",
+            (bot_id,),
+        )
+        return [(r["conversation_id"], r["n"], r["updated"]) for r in rows]

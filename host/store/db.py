@@ -1,0 +1,186 @@
+"""The SQLite file under every store: one writer thread with group commit, one reader used on the event loop.
+
+Why not one aiosqlite call per statement: a hop to a thread and back costs ~0.1 ms on this machine
+(notes/performance-anchors.md), more than the indexed reads the run API serves. So:
+
+* Writes go to one dedicated thread (the single writer). It drains every job queued so far into one
+  `BEGIN IMMEDIATE` transaction, each job inside its own SAVEPOINT so a failing job rolls back alone, then commits
+  once (one fsync for the whole batch) and resolves the callers' futures. A job is acknowledged only after its
+  COMMIT returned.
+* Reads run synchronously on the event loop through a read-only connection. WAL lets them proceed while the
+  writer commits, and every read the host serves is bounded by a hard cap (page sizes, top_k, range lengths), so
+  the loop is held for tens of microseconds, less than the hop it saves.
+
+Durability: journal_mode=WAL with synchronous=FULL. FULL syncs the WAL on every commit, so an acknowledged write
+survives power loss, not only a process crash; group commit amortises that fsync across everything queued
+meanwhile (run events of every run, audit rows, state writes). Audit rows are queued without waiting
+(`enqueue`); the loss window for them is the batch in flight when the host dies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from host.store.migrations import migrate
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+_STOP = object()
+
+
+def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    """Every connection gets the same per-connection pragmas (they are not stored in the file)."""
+    if readonly:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+    else:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout = 5000")
+    conn.execute("PRAGMA foreign_keys = ON")
+    if not readonly:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+class _Job:
+    __slots__ = ("fn", "future")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any], future: asyncio.Future[Any] | None) -> None:
+        self.fn = fn
+        self.future = future
+
+
+class Database:
+    """Owns the file. Created by `host.server.Host` at start; every store receives it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._reader: sqlite3.Connection | None = None
+        self.batches = 0  # commits made; the benchmark reads it to show group commit at work
+
+    async def open(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        writer = connect(self.path)
+        migrate(writer)
+        self._thread = threading.Thread(target=self._write_loop, args=(writer,), name="agenthost-db-writer", daemon=True)
+        self._thread.start()
+        self._reader = connect(self.path, readonly=True)
+
+    async def close(self) -> None:
+        if self._thread is not None:
+            done = self._loop.create_future() if self._loop else None
+            self._jobs.put(_Job(lambda conn: None, done))
+            if done is not None:
+                await done
+            self._jobs.put(_STOP)
+            await asyncio.to_thread(self._thread.join)
+            self._thread = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    @property
+    def reader(self) -> sqlite3.Connection:
+        assert self._reader is not None, "database is not open"
+        return self._reader
+
+    def query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[sqlite3.Row]:
+        return self.reader.execute(sql, params).fetchall()
+
+    def query_one(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> sqlite3.Row | None:
+        return self.reader.execute(sql, params).fetchone()
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Runs fn(conn) in the next write transaction; returns its result once committed."""
+        assert self._loop is not None, "database is not open"
+        future: asyncio.Future[T] = self._loop.create_future()
+        self._jobs.put(_Job(fn, future))
+        return await future
+
+    def enqueue(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
+        """Queues a write nobody waits for (audit rows, streamed run events); failures are logged."""
+        self._jobs.put(_Job(fn, None))
+
+    async def flush(self) -> None:
+        """Returns once everything queued before this call is committed."""
+        await self.write(lambda conn: None)
+
+    # ---- the writer thread ----
+
+    def _write_loop(self, conn: sqlite3.Connection) -> None:
+        try:
+            while True:
+                first = self._jobs.get()
+                if first is _STOP:
+                    return
+                batch = [first]
+                stop = False
+                while len(batch) < 4096:
+                    try:
+                        job = self._jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    if job is _STOP:
+                        stop = True
+                        break
+                    batch.append(job)
+                self._run_batch(conn, batch)
+                if stop:
+                    return
+        finally:
+            conn.close()
+
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
+        outcomes: list[tuple[asyncio.Future[Any] | None, bool, Any]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for job in batch:
+                conn.execute("SAVEPOINT job")
+                try:
+                    result = job.fn(conn)
+                except BaseException as exc:  # noqa: BLE001 - a job's failure is its caller's, not the batch's
+                    conn.execute("ROLLBACK TO job")
+                    conn.execute("RELEASE job")
+                    if job.future is None:
+                        log.error("queued write failed: %r", exc)
+                    outcomes.append((job.future, False, exc))
+                else:
+                    conn.execute("RELEASE job")
+                    outcomes.append((job.future, True, result))
+            conn.execute("COMMIT")
+            self.batches += 1
+        except sqlite3.Error as exc:
+            # The commit itself failed (disk full, I/O error): nothing in the batch is durable.
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            log.error("write batch of %d failed: %r", len(batch), exc)
+            outcomes = [(job.future, False, exc) for job in batch]
+        if self._loop is not None and any(f is not None for f, _, _ in outcomes):
+            try:
+                self._loop.call_soon_threadsafe(_settle, outcomes)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                pass
+
+
+def _settle(outcomes: list[tuple[asyncio.Future[Any] | None, bool, Any]]) -> None:
+    for future, ok, value in outcomes:
+        if future is None or future.done():
+            continue
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)

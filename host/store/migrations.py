@@ -1,0 +1,192 @@
+"""Schema migrations, applied in order, each with its `user_version` bump in one BEGIN IMMEDIATE transaction.
+
+Append new migrations to MIGRATIONS; never edit one that has shipped.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+_V1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+
+CREATE TABLE plugins (
+    plugin_id TEXT PRIMARY KEY,
+    distribution TEXT NOT NULL,
+    version TEXT NOT NULL,
+    source TEXT NOT NULL,
+    builtin INTEGER NOT NULL DEFAULT 0,
+    enabled INTEGER NOT NULL DEFAULT 1,
+    python TEXT NOT NULL,
+    manifests_json TEXT NOT NULL,
+    description TEXT NOT NULL DEFAULT '',
+    installed_at REAL NOT NULL
+);
+
+CREATE TABLE bots (
+    bot_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    description TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL
+);
+
+CREATE TABLE bindings (
+    binding_id TEXT PRIMARY KEY,
+    bot_id TEXT NOT NULL REFERENCES bots(bot_id) ON DELETE CASCADE,
+    event_pattern TEXT NOT NULL,
+    conversation_pattern TEXT NOT NULL,
+    priority INTEGER NOT NULL,
+    runner_id TEXT NOT NULL,
+    config_json TEXT NOT NULL,
+    resource_policy_json TEXT NOT NULL,
+    delivery_policy_json TEXT NOT NULL,
+    timeout_seconds REAL NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX bindings_bot ON bindings(bot_id);
+
+CREATE TABLE events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_id TEXT NOT NULL UNIQUE,
+    bot_id TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    source TEXT NOT NULL,
+    actor_json TEXT NOT NULL,
+    text TEXT NOT NULL,
+    data_json TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX events_conversation ON events(bot_id, conversation_id, seq);
+
+CREATE TABLE transcript (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    item_id TEXT NOT NULL UNIQUE,
+    bot_id TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    item_type TEXT NOT NULL,
+    text TEXT NOT NULL,
+    data_json TEXT NOT NULL,
+    tool_call_id TEXT NOT NULL,
+    tool_name TEXT NOT NULL,
+    is_error INTEGER NOT NULL,
+    attachments_json TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX transcript_conversation ON transcript(bot_id, conversation_id, seq);
+CREATE VIRTUAL TABLE transcript_fts USING fts5(text, content='transcript', content_rowid='seq');
+CREATE TRIGGER transcript_fts_insert AFTER INSERT ON transcript BEGIN
+    INSERT INTO transcript_fts(rowid, text) VALUES (new.seq, new.text);
+END;
+CREATE TRIGGER transcript_fts_delete AFTER DELETE ON transcript BEGIN
+    INSERT INTO transcript_fts(transcript_fts, rowid, text) VALUES ('delete', old.seq, old.text);
+END;
+
+CREATE TABLE runs (
+    run_id TEXT PRIMARY KEY,
+    bot_id TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    binding_id TEXT NOT NULL,
+    runner_id TEXT NOT NULL,
+    plugin_id TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    error_code TEXT NOT NULL DEFAULT '',
+    error_message TEXT NOT NULL DEFAULT '',
+    token_hash TEXT NOT NULL,
+    grant_json TEXT NOT NULL,
+    usage_json TEXT NOT NULL DEFAULT '{}',
+    text TEXT NOT NULL DEFAULT '',
+    created_at REAL NOT NULL,
+    started_at REAL NOT NULL DEFAULT 0,
+    finished_at REAL NOT NULL DEFAULT 0,
+    deadline_at REAL NOT NULL
+);
+CREATE INDEX runs_conversation ON runs(bot_id, conversation_id, created_at);
+CREATE INDEX runs_status ON runs(status);
+
+CREATE TABLE run_events (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+
+CREATE TABLE artifacts (
+    artifact_id TEXT PRIMARY KEY,
+    sha256 TEXT NOT NULL,
+    size_bytes INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    mime_type TEXT NOT NULL,
+    bot_id TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    metadata_json TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX artifacts_sha ON artifacts(sha256);
+
+CREATE TABLE state (
+    scope_key TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value_json TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (scope_key, key)
+) WITHOUT ROWID;
+
+CREATE TABLE audit (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    run_id TEXT NOT NULL,
+    plugin_id TEXT NOT NULL,
+    method TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+CREATE INDEX audit_run ON audit(run_id);
+
+CREATE TABLE plugin_processes (
+    plugin_id TEXT PRIMARY KEY,
+    pid INTEGER NOT NULL,
+    start_time TEXT NOT NULL
+);
+"""
+
+MIGRATIONS: list[str] = [_V1]
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Brings the file to the newest schema; returns the version it is at. Called by the writer at open."""
+    current = conn.execute("PRAGMA user_version").fetchone()[0]
+    if current > len(MIGRATIONS):
+        raise RuntimeError(
+            f"database schema version {current} is newer than this agenthost understands ({len(MIGRATIONS)})"
+        )
+    for version, script in enumerate(MIGRATIONS[current:], start=current + 1):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(script):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {version}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    return len(MIGRATIONS)
+
+
+def _statements(script: str) -> list[str]:
+    """Splits a script on complete statements (executescript would COMMIT our transaction behind our back)."""
+    out: list[str] = []
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            out.append(buf.strip())
+            buf = ""
+    return [s for s in out if s]

@@ -1,0 +1,151 @@
+"""The run ledger (runs and their sequenced events) and the audit log of run-scoped API calls."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Sequence
+
+from host.store.db import Database
+from protos import common_pb2 as pb
+from protos import host_pb2 as hpb
+
+TERMINAL = frozenset({"completed", "failed", "cancelled", "timed_out", "interrupted"})
+
+
+class RunStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @staticmethod
+    def insert(conn: sqlite3.Connection, run: hpb.RunInfo, *, plugin_id: str, token_hash: str, grant_json: str) -> None:
+        conn.execute(
+            "INSERT INTO runs(run_id, bot_id, conversation_id, binding_id, runner_id, plugin_id, event_id, status,"
+            " token_hash, grant_json, created_at, deadline_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                run.run_id,
+                run.bot_id,
+                run.conversation_id,
+                run.binding_id,
+                run.runner_id,
+                plugin_id,
+                run.event_id,
+                run.status,
+                token_hash,
+                grant_json,
+                run.created_at,
+                run.deadline_at,
+            ),
+        )
+
+    async def mark_running(self, run_id: str, started_at: float, deadline_at: float) -> None:
+        await self.db.write(
+            lambda conn: conn.execute(
+                "UPDATE runs SET status = 'running', started_at = ?, deadline_at = ? WHERE run_id = ? AND status = 'queued'",
+                (started_at, deadline_at, run_id),
+            )
+        )
+
+    @staticmethod
+    def finish(conn: sqlite3.Connection, run: hpb.RunInfo) -> None:
+        usage = {
+            "input_tokens": run.usage.input_tokens,
+            "output_tokens": run.usage.output_tokens,
+            "cache_read_tokens": run.usage.cache_read_tokens,
+            "cache_write_tokens": run.usage.cache_write_tokens,
+            "cost_usd": run.usage.cost_usd,
+            "model": run.usage.model,
+        }
+        conn.execute(
+            "UPDATE runs SET status = ?, error_code = ?, error_message = ?, finished_at = ?, text = ?, usage_json = ?"
+            " WHERE run_id = ?",
+            (run.status, run.error_code, run.error_message, run.finished_at, run.text, json.dumps(usage), run.run_id),
+        )
+
+    @staticmethod
+    def insert_events(conn: sqlite3.Connection, run_id: str, events: Sequence[pb.RunEvent]) -> None:
+        conn.executemany(
+            "INSERT INTO run_events(run_id, seq, kind, payload) VALUES (?,?,?,?)",
+            [(run_id, e.seq, e.WhichOneof("kind"), e.SerializeToString()) for e in events],
+        )
+
+    @staticmethod
+    def _info(row: sqlite3.Row) -> hpb.RunInfo:
+        info = hpb.RunInfo(
+            run_id=row["run_id"],
+            bot_id=row["bot_id"],
+            conversation_id=row["conversation_id"],
+            binding_id=row["binding_id"],
+            runner_id=row["runner_id"],
+            event_id=row["event_id"],
+            status=row["status"],
+            error_code=row["error_code"],
+            error_message=row["error_message"],
+            created_at=row["created_at"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+            deadline_at=row["deadline_at"],
+            text=row["text"],
+        )
+        usage = json.loads(row["usage_json"] or "{}")
+        if usage:
+            info.usage.CopyFrom(pb.Usage(**usage))
+        return info
+
+    def get(self, run_id: str) -> hpb.RunInfo | None:
+        row = self.db.query_one("SELECT * FROM runs WHERE run_id = ?", (run_id,))
+        return self._info(row) if row else None
+
+    def plugin_of(self, run_id: str) -> str | None:
+        row = self.db.query_one("SELECT plugin_id FROM runs WHERE run_id = ?", (run_id,))
+        return row[0] if row else None
+
+    def list(self, *, bot_id: str = "", conversation_id: str = "", status: str = "", limit: int = 50) -> list[hpb.RunInfo]:
+        where, params = [], []
+        for column, value in (("bot_id", bot_id), ("conversation_id", conversation_id), ("status", status)):
+            if value:
+                where.append(f"{column} = ?")
+                params.append(value)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        rows = self.db.query(f"SELECT * FROM runs {clause} ORDER BY created_at DESC LIMIT ?", (*params, limit))
+        return [self._info(r) for r in rows]
+
+    def events(self, run_id: str, after_seq: int, limit: int) -> tuple[list[pb.RunEvent], bool]:
+        rows = self.db.query(
+            "SELECT payload FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (run_id, after_seq, limit + 1),
+        )
+        events = [pb.RunEvent.FromString(r[0]) for r in rows[:limit]]
+        return events, len(rows) > limit
+
+    async def interrupt_unfinished(self) -> int:
+        """At host start: runs left queued or running by a previous host can never finish; say so."""
+        return await self.db.write(
+            lambda conn: conn.execute(
+                "UPDATE runs SET status = 'interrupted', error_code = 'host_restarted',"
+                " error_message = 'the host stopped while this run was in progress', finished_at = ?"
+                " WHERE status IN ('queued', 'running')",
+                (time.time(),),
+            ).rowcount
+        )
+
+
+class AuditLog:
+    """Every AgentRunAPIProxy call, allowed or refused. Rows are queued, never awaited, on the hot path."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def record(self, run_id: str, plugin_id: str, method: str, outcome: str, detail: str = "") -> None:
+        row = (time.time(), run_id[:128], plugin_id, method, outcome, detail[:500])
+        self.db.enqueue(
+            lambda conn: conn.execute(
+                "INSERT INTO audit(at, run_id, plugin_id, method, outcome, detail) VALUES (?,?,?,?,?,?)", row
+            )
+        )
+
+    def rows(self, run_id: str | None = None) -> list[sqlite3.Row]:
+        if run_id is None:
+            return self.db.query("SELECT * FROM audit ORDER BY id")
+        return self.db.query("SELECT * FROM audit WHERE run_id = ? ORDER BY id", (run_id,))

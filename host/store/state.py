@@ -1,0 +1,101 @@
+"""StateStore: JSON values under scoped keys, with versions for optimistic concurrency and hard size caps."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import time
+from dataclasses import dataclass
+
+from host.store.db import Database
+from protos.errors import Aborted, InvalidArgument, ResourceExhausted
+
+MAX_VALUE_BYTES = 256 * 1024
+MAX_KEY_CHARS = 256
+MAX_LIST = 100
+# Keys are dotted/slashed identifiers: no control characters, no whitespace at the ends, nothing empty.
+_KEY = re.compile(r"^[A-Za-z0-9_.:/@-][A-Za-z0-9_.:/@ -]*$")
+
+
+@dataclass(frozen=True)
+class StoredValue:
+    value_json: str
+    version: int
+    updated_at: float
+
+
+def check_key(key: str) -> None:
+    if not key:
+        raise InvalidArgument("state key must not be empty")
+    if len(key) > MAX_KEY_CHARS:
+        raise InvalidArgument(f"state key is longer than {MAX_KEY_CHARS} characters")
+    if not _KEY.match(key) or key != key.strip():
+        raise InvalidArgument("state key may contain only letters, digits, space and _ . : / @ -")
+
+
+def check_value(value_json: str) -> str:
+    """Validates and normalises a JSON value; the size cap is on the encoded bytes."""
+    if len(value_json.encode()) > MAX_VALUE_BYTES:
+        raise ResourceExhausted(f"state value is larger than {MAX_VALUE_BYTES} bytes")
+    try:
+        json.loads(value_json)
+    except ValueError as exc:
+        raise InvalidArgument(f"state value is not valid JSON: {exc}") from None
+    return value_json
+
+
+class StateStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def get(self, scope_key: str, key: str) -> StoredValue | None:
+        row = self.db.query_one(
+            "SELECT value_json, version, updated_at FROM state WHERE scope_key = ? AND key = ?", (scope_key, key)
+        )
+        return StoredValue(row[0], row[1], row[2]) if row else None
+
+    def snapshot(self, scope_key: str, limit: int = 200) -> dict[str, object]:
+        rows = self.db.query("SELECT key, value_json FROM state WHERE scope_key = ? ORDER BY key LIMIT ?", (scope_key, limit))
+        return {r[0]: json.loads(r[1]) for r in rows}
+
+    async def set(self, scope_key: str, key: str, value_json: str, if_version: int | None = None) -> StoredValue:
+        check_key(key)
+        check_value(value_json)
+
+        def write(conn: sqlite3.Connection) -> StoredValue:
+            row = conn.execute("SELECT version FROM state WHERE scope_key = ? AND key = ?", (scope_key, key)).fetchone()
+            current = row[0] if row else 0
+            if if_version is not None and if_version != current:
+                raise Aborted(f"state {key!r} is at version {current}, not {if_version}")
+            now = time.time()
+            conn.execute(
+                "INSERT INTO state(scope_key, key, value_json, version, updated_at) VALUES (?,?,?,?,?)"
+                " ON CONFLICT(scope_key, key) DO UPDATE SET value_json = excluded.value_json,"
+                " version = excluded.version, updated_at = excluded.updated_at",
+                (scope_key, key, value_json, current + 1, now),
+            )
+            return StoredValue(value_json, current + 1, now)
+
+        return await self.db.write(write)
+
+    async def delete(self, scope_key: str, key: str) -> bool:
+        check_key(key)
+        return await self.db.write(
+            lambda conn: conn.execute("DELETE FROM state WHERE scope_key = ? AND key = ?", (scope_key, key)).rowcount
+            > 0
+        )
+
+    def list(self, scope_key: str, prefix: str, after: str, limit: int) -> tuple[list[str], bool]:
+        # Range scan instead of LIKE so '%' and '_' in a prefix are literal.
+        params: list[object] = [scope_key, max(prefix, after) if after else prefix]
+        op = ">" if after and after >= prefix else ">="
+        upper = ""
+        if prefix:
+            upper = " AND key < ?"
+            params.append(prefix + "\U0010ffff")
+        rows = self.db.query(
+            f"SELECT key FROM state WHERE scope_key = ? AND key {op} ?{upper} ORDER BY key LIMIT ?", (*params, limit + 1)
+        )
+        keys = [r[0] for r in rows]
+        return keys[:limit], len(keys) > limit

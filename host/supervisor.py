@@ -1,0 +1,421 @@
+"""One supervised process per runner plugin: start, readiness, crash detection, restart, shutdown, no orphans.
+
+Lifecycle of a plugin process (states in PluginProcess.state):
+  starting → ready            handshake line on stdout within start_timeout, then health SERVING, then Describe
+  ready → backoff → starting  it died: in-flight runs fail with runner_crashed, restart after jittered backoff
+  backoff → dead              crash-loop breaker: too many consecutive short-lived starts; `restart()` revives it
+  * → stopped                 graceful ladder: Shutdown RPC → SIGTERM → SIGKILL of the whole process group
+
+No runner outlives its host: the host holds the write end of each child's stdin (the lifeline: EOF = exit),
+children get their own process group, and at start the host kills groups a previous host left behind whose
+pid and start time it recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import random
+import signal
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from host.grants import RunRegistry, new_token
+from host.store.db import Database
+from plugins.manifest import ManifestError, RunnerManifest
+from protos import runner_pb2, runner_pb2_grpc
+from runners.sdk.server import CHANNEL_OPTIONS, HANDSHAKE_PREFIX, PROTOCOL_VERSION
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SupervisorPolicy:
+    start_timeout: float = 20.0
+    health_timeout: float = 5.0
+    shutdown_grace: float = 2.0
+    term_grace: float = 2.0
+    backoff_base: float = 0.5
+    backoff_max: float = 30.0
+    restart_limit: int = 5  # consecutive short-lived starts before the breaker opens
+    stable_after: float = 10.0  # alive this long = a healthy start; resets the counter
+
+
+@dataclass
+class PluginSpec:
+    plugin_id: str
+    distribution: str
+    python: str
+
+
+class PluginStartError(RuntimeError):
+    pass
+
+
+def _proc_start_time(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22: starttime, in clock ticks since boot
+
+
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exited with code {returncode}"
+
+
+@dataclass
+class PluginProcess:
+    spec: PluginSpec
+    state: str = "stopped"
+    proc: asyncio.subprocess.Process | None = None
+    channel: grpc.aio.Channel | None = None
+    stub: runner_pb2_grpc.RunnerStub | None = None
+    manifests: dict[str, RunnerManifest] = field(default_factory=dict)
+    last_error: str = ""
+    restarts: int = 0
+    consecutive_failures: int = 0
+    started_at: float = 0.0
+    monitor: asyncio.Task[None] | None = None
+    stopping: bool = False
+
+
+class Supervisor:
+    """Owned by host.server.Host. `on_ready(plugin_id, manifests)` lets the host record what a start described.
+    Runs in flight when a process dies learn it from their own broken `Run` stream (host.runs)."""
+
+    def __init__(
+        self,
+        *,
+        db: Database,
+        registry: RunRegistry,
+        runtime_dir: Path,
+        data_dir: Path,
+        host_address: str,
+        policy: SupervisorPolicy | None = None,
+        on_ready: Callable[[str, dict[str, RunnerManifest]], Awaitable[None]] | None = None,
+    ) -> None:
+        self.db = db
+        self.registry = registry
+        self.runtime_dir = runtime_dir
+        self.data_dir = data_dir
+        self.host_address = host_address
+        self.policy = policy or SupervisorPolicy()
+        self.on_ready = on_ready
+        self.processes: dict[str, PluginProcess] = {}
+        self._counter = 0
+
+    # ---- orphan sweep ----
+
+    async def sweep_orphans(self) -> int:
+        """Kills process groups a previous host recorded, if pid and start time still match (no pid reuse)."""
+        rows = self.db.query("SELECT plugin_id, pid, start_time FROM plugin_processes")
+        killed = 0
+        for row in rows:
+            pid, start_time = row["pid"], row["start_time"]
+            if _proc_start_time(pid) == start_time:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+                    killed += 1
+        await self.db.write(lambda conn: conn.execute("DELETE FROM plugin_processes"))
+        return killed
+
+    # ---- start ----
+
+    def add(self, spec: PluginSpec) -> PluginProcess:
+        proc = self.processes.get(spec.plugin_id)
+        if proc is None:
+            proc = self.processes[spec.plugin_id] = PluginProcess(spec)
+        else:
+            proc.spec = spec
+        return proc
+
+    async def start(self, plugin_id: str) -> PluginProcess:
+        """Starts (or waits for) the plugin; raises PluginStartError with the reason when it cannot."""
+        pp = self.processes[plugin_id]
+        if pp.state == "ready":
+            return pp
+        if pp.state in ("starting", "backoff") and pp.monitor is not None:
+            await self.wait_ready(plugin_id, self.policy.start_timeout + self.policy.backoff_max)
+            return pp
+        pp.stopping = False
+        pp.consecutive_failures = 0
+        pp.monitor = asyncio.create_task(self._keep_running(pp), name=f"supervise:{plugin_id}")
+        await self.wait_ready(plugin_id, self.policy.start_timeout + self.policy.health_timeout + 1)
+        return pp
+
+    async def wait_ready(self, plugin_id: str, timeout: float) -> PluginProcess:
+        pp = self.processes.get(plugin_id)
+        if pp is None:
+            raise PluginStartError(f"plugin {plugin_id!r} is not installed")
+        if pp.state == "ready":
+            return pp
+        if pp.state in ("dead", "stopped") and pp.monitor is None:
+            raise PluginStartError(f"plugin {plugin_id} is {pp.state}: {pp.last_error or 'not started'}")
+        try:
+            await asyncio.wait_for(_wait_until(pp, lambda: pp.state in ("ready", "dead", "stopped")), timeout)
+        except TimeoutError:
+            raise PluginStartError(f"plugin {plugin_id} did not become ready: {pp.last_error}") from None
+        if pp.state != "ready":
+            raise PluginStartError(f"plugin {plugin_id} is {pp.state}: {pp.last_error}")
+        return pp
+
+    async def _keep_running(self, pp: PluginProcess) -> None:
+        try:
+            while not pp.stopping:
+                try:
+                    await self._spawn(pp)
+                except PluginStartError as exc:
+                    pp.last_error = str(exc)
+                    log.warning("plugin %s failed to start: %s", pp.spec.plugin_id, exc)
+                else:
+                    if self.on_ready is not None:
+                        await self.on_ready(pp.spec.plugin_id, pp.manifests)
+                    pp.state = "ready"
+                    returncode = await pp.proc.wait()
+                    alive = time.monotonic() - pp.started_at
+                    await self._forget_process(pp)
+                    if pp.stopping:
+                        break
+                    pp.last_error = f"runner process {describe_exit(returncode)}"
+                    log.warning("plugin %s: %s", pp.spec.plugin_id, pp.last_error)
+                    if alive >= self.policy.stable_after:
+                        pp.consecutive_failures = 0
+                pp.consecutive_failures += 1
+                if pp.stopping:
+                    break
+                if pp.consecutive_failures > self.policy.restart_limit:
+                    pp.state = "dead"
+                    pp.last_error = f"crash loop: {pp.consecutive_failures} failed starts in a row; last: {pp.last_error}"
+                    log.error("plugin %s is dead: %s", pp.spec.plugin_id, pp.last_error)
+                    return
+                pp.state = "backoff"
+                delay = min(self.policy.backoff_max, self.policy.backoff_base * 2 ** (pp.consecutive_failures - 1))
+                await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+                pp.restarts += 1
+        finally:
+            if pp.state != "dead":
+                pp.state = "stopped"
+            pp.monitor = None
+
+    async def _spawn(self, pp: PluginProcess) -> None:
+        spec = pp.spec
+        pp.state = "starting"
+        self._counter += 1
+        sock = self.runtime_dir / f"p{self._counter}.sock"
+        sock.unlink(missing_ok=True)
+        listen = f"unix:{sock}"
+        secret = new_token("ps")
+        plugin_dir = self.data_dir / "plugins" / spec.plugin_id
+        (plugin_dir / "data").mkdir(parents=True, exist_ok=True)
+        log_path = self.data_dir / "logs" / f"{spec.plugin_id}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTHOST_INTERNAL")}
+        env["PYTHONUNBUFFERED"] = "1"
+        with open(log_path, "ab") as log_file:
+            proc = await asyncio.create_subprocess_exec(
+                spec.python,
+                "-m",
+                "runners.sdk",
+                "serve",
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log_file,
+                cwd=plugin_dir,
+                env=env,
+                start_new_session=True,
+                limit=64 * 1024,
+            )
+        pp.proc = proc
+        pp.started_at = time.monotonic()
+        start_time = _proc_start_time(proc.pid) or ""
+        await self.db.write(
+            lambda conn: conn.execute(
+                "INSERT OR REPLACE INTO plugin_processes(plugin_id, pid, start_time) VALUES (?,?,?)",
+                (spec.plugin_id, proc.pid, start_time),
+            )
+        )
+        config = {
+            "plugin_id": spec.plugin_id,
+            "distribution": spec.distribution,
+            "listen": listen,
+            "host": self.host_address,
+            "secret": secret,
+            "data_dir": str(plugin_dir / "data"),
+        }
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write((json.dumps(config) + "\n").encode())
+            await proc.stdin.drain()
+            await self._handshake(pp, proc, listen, log_path)
+            pp.channel = grpc.aio.insecure_channel(listen, options=CHANNEL_OPTIONS)
+            await self._await_health(pp)
+            pp.stub = runner_pb2_grpc.RunnerStub(pp.channel)
+            described = await pp.stub.Describe(runner_pb2.DescribeRequest(), timeout=self.policy.health_timeout)
+            pp.manifests = {}
+            for raw in described.manifests_json:
+                m = RunnerManifest.parse_json(raw)
+                pp.manifests[m.name] = m
+        except (PluginStartError, ManifestError, grpc.RpcError, OSError) as exc:
+            await self._kill(pp)
+            await self._forget_process(pp)
+            if isinstance(exc, grpc.RpcError):
+                raise PluginStartError(f"runner process did not answer: {exc.code().name} {exc.details()}") from None
+            raise PluginStartError(str(exc)) from None
+        self.registry.add_plugin_secret(spec.plugin_id, secret)
+        # Drain stdout for the rest of the process's life so a chatty runner can never block on a full pipe.
+        asyncio.create_task(_drain(proc.stdout))
+
+    async def _handshake(self, pp: PluginProcess, proc: asyncio.subprocess.Process, listen: str, log_path: Path) -> None:
+        assert proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(proc.stdout.readline(), self.policy.start_timeout)
+        except TimeoutError:
+            raise PluginStartError(f"no handshake within {self.policy.start_timeout:.0f}s; see {log_path}") from None
+        except ValueError:
+            raise PluginStartError("unrecognized handshake: a line longer than 64 KiB on stdout") from None
+        if not line:
+            returncode = await proc.wait()
+            raise PluginStartError(
+                f"runner process {describe_exit(returncode)} before the handshake: {_tail(log_path)}"
+            )
+        text = line.decode(errors="replace").strip()
+        parts = text.split("|")
+        if len(parts) != 3 or parts[0] != HANDSHAKE_PREFIX:
+            raise PluginStartError(f"unrecognized handshake line on stdout: {text[:200]!r}")
+        if parts[1] != str(PROTOCOL_VERSION):
+            raise PluginStartError(f"incompatible protocol version {parts[1]!r}; this host speaks {PROTOCOL_VERSION}")
+        if parts[2] != listen:
+            raise PluginStartError(f"runner listens on {parts[2]!r}, not the assigned {listen!r}")
+
+    async def _await_health(self, pp: PluginProcess) -> None:
+        stub = health_pb2_grpc.HealthStub(pp.channel)
+        deadline = time.monotonic() + self.policy.health_timeout
+        last = "no answer"
+        while time.monotonic() < deadline:
+            try:
+                resp = await stub.Check(health_pb2.HealthCheckRequest(service="agenthost.v1.Runner"), timeout=1.0)
+                if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+                last = health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+            except grpc.RpcError as exc:
+                last = exc.code().name
+            await asyncio.sleep(0.05)
+        raise PluginStartError(f"health check never reported SERVING (last: {last})")
+
+    async def _forget_process(self, pp: PluginProcess) -> None:
+        if pp.channel is not None:
+            await pp.channel.close()
+            pp.channel = None
+            pp.stub = None
+        self.registry.remove_plugin(pp.spec.plugin_id)
+        pid = pp.proc.pid if pp.proc else None
+        if pid is not None:
+            # The group may still hold grandchildren the runner spawned; they go with it.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(sqlite3.Error):
+            await self.db.write(
+                lambda conn: conn.execute("DELETE FROM plugin_processes WHERE plugin_id = ?", (pp.spec.plugin_id,))
+            )
+
+    async def attach(
+        self, plugin_id: str, address: str, secret: str, manifests: dict[str, RunnerManifest]
+    ) -> PluginProcess:
+        """Adopts a runner server this supervisor did not spawn (an in-process one in runners.sdk.testing).
+        It is not restarted or killed; `stop` only forgets it."""
+        pp = self.add(PluginSpec(plugin_id, plugin_id, ""))
+        pp.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+        pp.stub = runner_pb2_grpc.RunnerStub(pp.channel)
+        pp.manifests = dict(manifests)
+        pp.state = "ready"
+        self.registry.add_plugin_secret(plugin_id, secret)
+        return pp
+
+    # ---- stop ----
+
+    async def _kill(self, pp: PluginProcess) -> None:
+        proc = pp.proc
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            await proc.wait()
+
+    async def stop(self, plugin_id: str) -> None:
+        """The graceful ladder: Shutdown RPC, then SIGTERM, then SIGKILL of the process group. Idempotent."""
+        pp = self.processes.get(plugin_id)
+        if pp is None:
+            return
+        pp.stopping = True
+        proc = pp.proc
+        if proc is not None and proc.returncode is None:
+            if pp.stub is not None:
+                with contextlib.suppress(grpc.RpcError, asyncio.CancelledError):
+                    await pp.stub.Shutdown(
+                        runner_pb2.ShutdownRequest(grace_seconds=self.policy.shutdown_grace),
+                        timeout=self.policy.shutdown_grace,
+                    )
+            if not await _exited(proc, self.policy.shutdown_grace):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                if not await _exited(proc, self.policy.term_grace):
+                    await self._kill(pp)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # grandchildren left in the group
+        if pp.monitor is not None:
+            pp.monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pp.monitor
+        await self._forget_process(pp)
+        pp.state = "stopped"
+
+    async def stop_all(self) -> None:
+        await asyncio.gather(*(self.stop(pid) for pid in list(self.processes)), return_exceptions=True)
+
+
+async def _exited(proc: asyncio.subprocess.Process, timeout: float) -> bool:
+    try:
+        await asyncio.wait_for(proc.wait(), timeout)
+        return True
+    except TimeoutError:
+        return False
+
+
+async def _wait_until(pp: PluginProcess, predicate: Callable[[], bool]) -> None:
+    while not predicate():
+        await asyncio.sleep(0.02)
+
+
+async def _drain(stream: asyncio.StreamReader | None) -> None:
+    if stream is None:
+        return
+    with contextlib.suppress(Exception):
+        while await stream.read(65536):
+            pass
+
+
+def _tail(path: Path, limit: int = 600) -> str:
+    try:
+        data = path.read_bytes()[-limit:]
+    except OSError:
+        return "(no log)"
+    text = data.decode(errors="replace").strip()
+    return text or "(nothing on stderr)"

@@ -1,0 +1,159 @@
+"""Installs a runner plugin into an isolated environment of its own and checks what it declares.
+
+Each plugin gets `<data>/plugins/<id>/env`, a virtual environment layered over the host's site-packages (a .pth
+file appends them after the env's own): the plugin's own dependencies install into its env and shadow the host's
+there, while the host's environment and every other plugin's stay untouched. The layering is what gives the plugin the runner
+SDK (agenthost itself) without downloading it again. An install is staged in a scratch env and only replaces an
+installed version once pip succeeded and the plugin's manifests validated; a failure leaves nothing behind and
+says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import site
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from plugins.manifest import ManifestError, RunnerManifest
+
+INSTALL_TIMEOUT = 600.0
+
+
+class InstallError(RuntimeError):
+    """An install that failed; the message carries pip's or the plugin's own reason."""
+
+
+@dataclass(frozen=True)
+class InstalledPlugin:
+    plugin_id: str
+    distribution: str
+    version: str
+    python: str
+    manifests: list[RunnerManifest]
+    source: str
+    description: str
+
+
+def _distribution_of(source: str) -> tuple[str, str]:
+    """(kind, distribution name) for a directory, a wheel, or a requirement string."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        pyproject = path / "pyproject.toml"
+        if not pyproject.exists():
+            raise InstallError(f"{source} is a directory without a pyproject.toml")
+        import tomllib
+
+        try:
+            name = tomllib.loads(pyproject.read_text())["project"]["name"]
+        except (KeyError, tomllib.TOMLDecodeError) as exc:
+            raise InstallError(f"{pyproject} has no readable [project] name: {exc}") from None
+        return "directory", name
+    if source.endswith(".whl"):
+        if not path.is_file():
+            raise InstallError(f"no wheel file at {source}")
+        return "wheel", path.name.split("-")[0]
+    try:
+        return "requirement", Requirement(source).name
+    except InvalidRequirement as exc:
+        raise InstallError(f"{source!r} is neither a directory, a wheel, nor a valid requirement: {exc}") from None
+
+
+async def _run(*args: str, timeout: float = INSTALL_TIMEOUT) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise InstallError(f"{Path(args[0]).name} took longer than {timeout:.0f}s") from None
+    return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def _tail(text: str, lines: int = 12) -> str:
+    kept = [ln for ln in text.strip().splitlines() if ln.strip() and not ln.startswith("WARNING: Location")]
+    return "\n".join(kept[-lines:])
+
+
+async def install(source: str, plugins_dir: Path, *, offline: bool = False) -> InstalledPlugin:
+    """Called by the host's AgentHost.InstallPlugin. Raises InstallError with the reason on any failure."""
+    kind, dist_name = _distribution_of(source)
+    plugin_id = canonicalize_name(dist_name)
+    if plugin_id == "agenthost":
+        raise InstallError("agenthost's built-in runners are already installed")
+    if kind != "requirement":
+        source = str(Path(source).expanduser().resolve())
+    plugins_dir.mkdir(parents=True, exist_ok=True)
+    staging = plugins_dir / f".staging-{uuid.uuid4().hex[:8]}"
+    try:
+        python = await create_env(staging)
+        pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--disable-pip-version-check", "--no-input"]
+        if offline:
+            pip += ["--no-index", "--no-build-isolation"]
+        code, out, err = await _run(*pip, source)
+        if code:
+            raise InstallError(f"pip could not install {source}:\n{_tail(err or out)}")
+        code, out, err = await _run(str(python), "-m", "runners.sdk", "describe", "--distribution", dist_name, timeout=60)
+        try:
+            described = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+        except ValueError:
+            described = {}
+        if code or "runners" not in described:
+            reason = described.get("error") or _tail(err or out) or f"exit code {code}"
+            raise InstallError(f"{dist_name} installed, but its runners could not be loaded: {reason}")
+        manifests = [RunnerManifest.parse_json(json.dumps(raw)) for raw in described["runners"]]
+        code, out, _ = await _run(
+            str(python), "-c", f"import importlib.metadata as m; d = m.distribution({dist_name!r}); print(d.version); print(d.metadata.get('Summary') or '')"
+        )
+        version, _, description = out.partition("\n")
+        final = plugins_dir / plugin_id / "env"
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if final.exists():
+            shutil.rmtree(final)
+        # Only env/bin/python and site-packages are ever used, and both resolve relative to pyvenv.cfg, so the
+        # staged env can be moved into place (its console-script shebangs would go stale, but nothing runs them).
+        staging.rename(final)
+        return InstalledPlugin(
+            plugin_id=plugin_id,
+            distribution=dist_name,
+            version=version.strip() or "0",
+            python=str(final / "bin" / "python"),
+            manifests=manifests,
+            source=source,
+            description=description.strip(),
+        )
+    except ManifestError as exc:
+        raise InstallError(f"{dist_name}: {exc}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+async def create_env(path: Path) -> Path:
+    """A venv whose sys.path ends with the host's site-packages; returns its interpreter."""
+    code, out, err = await _run(sys.executable, "-m", "venv", "--without-pip", str(path))
+    if code:
+        raise InstallError(f"could not create the plugin environment: {_tail(err or out)}")
+    python = path / "bin" / "python"
+    code, out, err = await _run(str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+    if code:
+        raise InstallError(f"the new plugin environment does not run: {_tail(err or out)}")
+    # addsitedir (not a bare path line) so the host's own .pth files, e.g. an editable agenthost, apply too.
+    lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in site.getsitepackages())
+    (Path(out.strip()) / "zz_agenthost_host.pth").write_text(lines)
+    return python
+
+
+def remove(plugins_dir: Path, plugin_id: str) -> None:
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", plugin_id):
+        raise InstallError(f"not a plugin id: {plugin_id!r}")
+    shutil.rmtree(plugins_dir / plugin_id / "env", ignore_errors=True)

@@ -1,0 +1,124 @@
+"""The manifest model: what a runner declares about itself, validated wherever it crosses a process boundary.
+
+A runner class carries a `RunnerManifest`; its plugin process sends it as JSON in `Runner.Describe`; the host
+validates it here at install time and again at every start, so a malformed manifest is an install error with a
+reason, never a surprise mid-run.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+# Every run-scoped API a grant can name, with the AgentRunAPIProxy methods it opens.
+API_METHODS: dict[str, tuple[str, ...]] = {
+    "history.page": ("HistoryPage",),
+    "history.search": ("HistorySearch",),
+    "events.get": ("EventGet",),
+    "events.page": ("EventPage",),
+    "artifacts.read": ("ArtifactMetadata", "ArtifactReadRange", "ArtifactRead"),
+    "artifacts.create": ("ArtifactCreate",),
+    "state.read": ("StateGet", "StateList"),
+    "state.write": ("StateSet", "StateDelete"),
+}
+ALL_APIS: tuple[str, ...] = tuple(API_METHODS)
+StateScopeName = Literal["run", "conversation", "actor", "binding", "runner"]
+BootstrapMode = Literal["none", "current_event", "recent_tail", "summary_tail"]
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+
+MAX_INLINE_EVENTS = 200
+MAX_INLINE_BYTES = 256 * 1024
+
+
+class ManifestError(ValueError):
+    """A manifest that does not validate; the message says which field and why."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunnerCapabilities(_Strict):
+    streaming: bool = True
+    tool_calls: bool = False
+    attachments: bool = False
+    cancellation: bool = True
+
+
+class RunnerPermissions(_Strict):
+    """The most a binding can grant this runner; a binding's resource policy can only narrow it."""
+
+    apis: tuple[str, ...] = ALL_APIS
+    state_scopes: tuple[StateScopeName, ...] = ("run", "conversation", "actor", "binding", "runner")
+    cross_conversation: bool = False
+
+    @field_validator("apis")
+    @classmethod
+    def _known_apis(cls, apis: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = sorted(set(apis) - set(ALL_APIS))
+        if unknown:
+            raise ValueError(f"unknown APIs {unknown}; known: {list(ALL_APIS)}")
+        return apis
+
+
+class ContextNeeds(_Strict):
+    """What the runner wants inlined into its AgentRunContext. Nothing by default: runners pull history."""
+
+    bootstrap: BootstrapMode = "none"
+    max_inline_events: int = Field(20, ge=0, le=MAX_INLINE_EVENTS)
+    max_inline_bytes: int = Field(64 * 1024, ge=0, le=MAX_INLINE_BYTES)
+
+
+class RunnerManifest(_Strict):
+    name: str
+    description: str = ""
+    version: str = "0.0.0"
+    capabilities: RunnerCapabilities = RunnerCapabilities()
+    permissions: RunnerPermissions = RunnerPermissions()
+    context: ContextNeeds = ContextNeeds()
+    # JSON Schema of the binding config; checked when a binding is created.
+    config_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, name: str) -> str:
+        if not _NAME.match(name):
+            raise ValueError("must be 1-64 chars of a-z 0-9 . _ - starting with a letter or digit")
+        return name
+
+    @field_validator("config_schema")
+    @classmethod
+    def _valid_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        import jsonschema
+
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"config_schema is not a valid JSON Schema: {exc.message}") from None
+        return schema
+
+    @classmethod
+    def parse_json(cls, raw: str | bytes) -> RunnerManifest:
+        """Validates a manifest from the wire; raises ManifestError naming the bad fields."""
+        from pydantic import ValidationError
+
+        try:
+            return cls.model_validate_json(raw)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
+            )
+            raise ManifestError(f"invalid runner manifest: {problems}") from None
+
+    def validate_config(self, config: dict[str, Any]) -> None:
+        """Raises ManifestError when a binding config does not satisfy config_schema."""
+        import jsonschema
+
+        errors = sorted(jsonschema.Draft202012Validator(self.config_schema).iter_errors(config), key=str)
+        if errors:
+            first = errors[0]
+            where = "/".join(str(p) for p in first.absolute_path) or "<root>"
+            raise ManifestError(f"config for runner {self.name!r} is invalid at {where}: {first.message}")

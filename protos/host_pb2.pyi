@@ -1,0 +1,368 @@
+from protos import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class HostStatus(_message.Message):
+    __slots__ = ("version", "data_dir", "pid", "started_at", "plugins")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DATA_DIR_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    PLUGINS_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    data_dir: str
+    pid: int
+    started_at: float
+    plugins: _containers.RepeatedCompositeFieldContainer[PluginInfo]
+    def __init__(self, version: _Optional[str] = ..., data_dir: _Optional[str] = ..., pid: _Optional[int] = ..., started_at: _Optional[float] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ...) -> None: ...
+
+class InstallPluginRequest(_message.Message):
+    __slots__ = ("source", "offline")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    OFFLINE_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    offline: bool
+    def __init__(self, source: _Optional[str] = ..., offline: _Optional[bool] = ...) -> None: ...
+
+class PluginInfo(_message.Message):
+    __slots__ = ("plugin_id", "distribution", "version", "source", "enabled", "builtin", "state", "last_error", "pid", "restarts", "runners", "description")
+    PLUGIN_ID_FIELD_NUMBER: _ClassVar[int]
+    DISTRIBUTION_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    BUILTIN_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    RUNNERS_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    plugin_id: str
+    distribution: str
+    version: str
+    source: str
+    enabled: bool
+    builtin: bool
+    state: str
+    last_error: str
+    pid: int
+    restarts: int
+    runners: _containers.RepeatedCompositeFieldContainer[RunnerInfo]
+    description: str
+    def __init__(self, plugin_id: _Optional[str] = ..., distribution: _Optional[str] = ..., version: _Optional[str] = ..., source: _Optional[str] = ..., enabled: _Optional[bool] = ..., builtin: _Optional[bool] = ..., state: _Optional[str] = ..., last_error: _Optional[str] = ..., pid: _Optional[int] = ..., restarts: _Optional[int] = ..., runners: _Optional[_Iterable[_Union[RunnerInfo, _Mapping]]] = ..., description: _Optional[str] = ...) -> None: ...
+
+class ListPluginsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListPluginsResponse(_message.Message):
+    __slots__ = ("plugins",)
+    PLUGINS_FIELD_NUMBER: _ClassVar[int]
+    plugins: _containers.RepeatedCompositeFieldContainer[PluginInfo]
+    def __init__(self, plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ...) -> None: ...
+
+class PluginRequest(_message.Message):
+    __slots__ = ("plugin_id",)
+    PLUGIN_ID_FIELD_NUMBER: _ClassVar[int]
+    plugin_id: str
+    def __init__(self, plugin_id: _Optional[str] = ...) -> None: ...
+
+class RemovePluginResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SetPluginEnabledRequest(_message.Message):
+    __slots__ = ("plugin_id", "enabled")
+    PLUGIN_ID_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    plugin_id: str
+    enabled: bool
+    def __init__(self, plugin_id: _Optional[str] = ..., enabled: _Optional[bool] = ...) -> None: ...
+
+class RunnerInfo(_message.Message):
+    __slots__ = ("runner_id", "plugin_id", "name", "description", "manifest_json")
+    RUNNER_ID_FIELD_NUMBER: _ClassVar[int]
+    PLUGIN_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_JSON_FIELD_NUMBER: _ClassVar[int]
+    runner_id: str
+    plugin_id: str
+    name: str
+    description: str
+    manifest_json: str
+    def __init__(self, runner_id: _Optional[str] = ..., plugin_id: _Optional[str] = ..., name: _Optional[str] = ..., description: _Optional[str] = ..., manifest_json: _Optional[str] = ...) -> None: ...
+
+class ListRunnersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListRunnersResponse(_message.Message):
+    __slots__ = ("runners",)
+    RUNNERS_FIELD_NUMBER: _ClassVar[int]
+    runners: _containers.RepeatedCompositeFieldContainer[RunnerInfo]
+    def __init__(self, runners: _Optional[_Iterable[_Union[RunnerInfo, _Mapping]]] = ...) -> None: ...
+
+class Bot(_message.Message):
+    __slots__ = ("bot_id", "name", "description", "created_at")
+    BOT_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    bot_id: str
+    name: str
+    description: str
+    created_at: float
+    def __init__(self, bot_id: _Optional[str] = ..., name: _Optional[str] = ..., description: _Optional[str] = ..., created_at: _Optional[float] = ...) -> None: ...
+
+class CreateBotRequest(_message.Message):
+    __slots__ = ("name", "description")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ...) -> None: ...
+
+class ListBotsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListBotsResponse(_message.Message):
+    __slots__ = ("bots",)
+    BOTS_FIELD_NUMBER: _ClassVar[int]
+    bots: _containers.RepeatedCompositeFieldContainer[Bot]
+    def __init__(self, bots: _Optional[_Iterable[_Union[Bot, _Mapping]]] = ...) -> None: ...
+
+class BotRequest(_message.Message):
+    __slots__ = ("bot",)
+    BOT_FIELD_NUMBER: _ClassVar[int]
+    bot: str
+    def __init__(self, bot: _Optional[str] = ...) -> None: ...
+
+class DeleteBotResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ResourcePolicy(_message.Message):
+    __slots__ = ("apis", "state_scopes", "cross_conversation_patterns")
+    APIS_FIELD_NUMBER: _ClassVar[int]
+    STATE_SCOPES_FIELD_NUMBER: _ClassVar[int]
+    CROSS_CONVERSATION_PATTERNS_FIELD_NUMBER: _ClassVar[int]
+    apis: _containers.RepeatedScalarFieldContainer[str]
+    state_scopes: _containers.RepeatedScalarFieldContainer[_common_pb2.StateScope]
+    cross_conversation_patterns: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, apis: _Optional[_Iterable[str]] = ..., state_scopes: _Optional[_Iterable[_Union[_common_pb2.StateScope, str]]] = ..., cross_conversation_patterns: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeliveryPolicy(_message.Message):
+    __slots__ = ("streaming", "max_message_size")
+    STREAMING_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    streaming: bool
+    max_message_size: int
+    def __init__(self, streaming: _Optional[bool] = ..., max_message_size: _Optional[int] = ...) -> None: ...
+
+class Binding(_message.Message):
+    __slots__ = ("binding_id", "bot_id", "event_pattern", "conversation_pattern", "priority", "runner_id", "config_json", "resource_policy", "delivery_policy", "created_at", "timeout_seconds")
+    BINDING_ID_FIELD_NUMBER: _ClassVar[int]
+    BOT_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_PATTERN_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_PATTERN_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    RUNNER_ID_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_POLICY_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    binding_id: str
+    bot_id: str
+    event_pattern: str
+    conversation_pattern: str
+    priority: int
+    runner_id: str
+    config_json: str
+    resource_policy: ResourcePolicy
+    delivery_policy: DeliveryPolicy
+    created_at: float
+    timeout_seconds: float
+    def __init__(self, binding_id: _Optional[str] = ..., bot_id: _Optional[str] = ..., event_pattern: _Optional[str] = ..., conversation_pattern: _Optional[str] = ..., priority: _Optional[int] = ..., runner_id: _Optional[str] = ..., config_json: _Optional[str] = ..., resource_policy: _Optional[_Union[ResourcePolicy, _Mapping]] = ..., delivery_policy: _Optional[_Union[DeliveryPolicy, _Mapping]] = ..., created_at: _Optional[float] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+
+class CreateBindingRequest(_message.Message):
+    __slots__ = ("bot", "binding")
+    BOT_FIELD_NUMBER: _ClassVar[int]
+    BINDING_FIELD_NUMBER: _ClassVar[int]
+    bot: str
+    binding: Binding
+    def __init__(self, bot: _Optional[str] = ..., binding: _Optional[_Union[Binding, _Mapping]] = ...) -> None: ...
+
+class ListBindingsResponse(_message.Message):
+    __slots__ = ("bindings",)
+    BINDINGS_FIELD_NUMBER: _ClassVar[int]
+    bindings: _containers.RepeatedCompositeFieldContainer[Binding]
+    def __init__(self, bindings: _Optional[_Iterable[_Union[Binding, _Mapping]]] = ...) -> None: ...
+
+class DeleteBindingRequest(_message.Message):
+    __slots__ = ("binding_id",)
+    BINDING_ID_FIELD_NUMBER: _ClassVar[int]
+    binding_id: str
+    def __init__(self, binding_id: _Optional[str] = ...) -> None: ...
+
+class DeleteBindingResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SendMessageRequest(_message.Message):
+    __slots__ = ("bot", "conversation_id", "text", "actor", "event_type", "data_json", "source")
+    BOT_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    bot: str
+    conversation_id: str
+    text: str
+    actor: _common_pb2.Actor
+    event_type: str
+    data_json: str
+    source: str
+    def __init__(self, bot: _Optional[str] = ..., conversation_id: _Optional[str] = ..., text: _Optional[str] = ..., actor: _Optional[_Union[_common_pb2.Actor, _Mapping]] = ..., event_type: _Optional[str] = ..., data_json: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+
+class RunInfo(_message.Message):
+    __slots__ = ("run_id", "bot_id", "conversation_id", "binding_id", "runner_id", "event_id", "status", "error_code", "error_message", "created_at", "started_at", "finished_at", "deadline_at", "usage", "text")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    BOT_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    BINDING_ID_FIELD_NUMBER: _ClassVar[int]
+    RUNNER_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_AT_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    bot_id: str
+    conversation_id: str
+    binding_id: str
+    runner_id: str
+    event_id: str
+    status: str
+    error_code: str
+    error_message: str
+    created_at: float
+    started_at: float
+    finished_at: float
+    deadline_at: float
+    usage: _common_pb2.Usage
+    text: str
+    def __init__(self, run_id: _Optional[str] = ..., bot_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., binding_id: _Optional[str] = ..., runner_id: _Optional[str] = ..., event_id: _Optional[str] = ..., status: _Optional[str] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., created_at: _Optional[float] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., deadline_at: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., text: _Optional[str] = ...) -> None: ...
+
+class SendMessageReply(_message.Message):
+    __slots__ = ("run_started", "events", "run_finished")
+    RUN_STARTED_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    RUN_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    run_started: RunInfo
+    events: _common_pb2.RunEventBatch
+    run_finished: RunInfo
+    def __init__(self, run_started: _Optional[_Union[RunInfo, _Mapping]] = ..., events: _Optional[_Union[_common_pb2.RunEventBatch, _Mapping]] = ..., run_finished: _Optional[_Union[RunInfo, _Mapping]] = ...) -> None: ...
+
+class RunRequestById(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class ListRunsRequest(_message.Message):
+    __slots__ = ("bot", "conversation_id", "status", "limit")
+    BOT_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    bot: str
+    conversation_id: str
+    status: str
+    limit: int
+    def __init__(self, bot: _Optional[str] = ..., conversation_id: _Optional[str] = ..., status: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListRunsResponse(_message.Message):
+    __slots__ = ("runs",)
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[RunInfo]
+    def __init__(self, runs: _Optional[_Iterable[_Union[RunInfo, _Mapping]]] = ...) -> None: ...
+
+class ListRunEventsRequest(_message.Message):
+    __slots__ = ("run_id", "after_seq", "limit")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    after_seq: int
+    limit: int
+    def __init__(self, run_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListRunEventsResponse(_message.Message):
+    __slots__ = ("events", "has_more")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    HAS_MORE_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[_common_pb2.RunEvent]
+    has_more: bool
+    def __init__(self, events: _Optional[_Iterable[_Union[_common_pb2.RunEvent, _Mapping]]] = ..., has_more: _Optional[bool] = ...) -> None: ...
+
+class ConversationInfo(_message.Message):
+    __slots__ = ("conversation_id", "bot_id", "item_count", "updated_at")
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    BOT_ID_FIELD_NUMBER: _ClassVar[int]
+    ITEM_COUNT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    conversation_id: str
+    bot_id: str
+    item_count: int
+    updated_at: float
+    def __init__(self, conversation_id: _Optional[str] = ..., bot_id: _Optional[str] = ..., item_count: _Optional[int] = ..., updated_at: _Optional[float] = ...) -> None: ...
+
+class ListConversationsResponse(_message.Message):
+    __slots__ = ("conversations",)
+    CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
+    conversations: _containers.RepeatedCompositeFieldContainer[ConversationInfo]
+    def __init__(self, conversations: _Optional[_Iterable[_Union[ConversationInfo, _Mapping]]] = ...) -> None: ...
+
+class GetHistoryRequest(_message.Message):
+    __slots__ = ("bot", "conversation_id", "cursor", "limit", "direction")
+    BOT_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    DIRECTION_FIELD_NUMBER: _ClassVar[int]
+    bot: str
+    conversation_id: str
+    cursor: str
+    limit: int
+    direction: _common_pb2.Direction
+    def __init__(self, bot: _Optional[str] = ..., conversation_id: _Optional[str] = ..., cursor: _Optional[str] = ..., limit: _Optional[int] = ..., direction: _Optional[_Union[_common_pb2.Direction, str]] = ...) -> None: ...
+
+class GetHistoryResponse(_message.Message):
+    __slots__ = ("items", "next_cursor", "has_more")
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    HAS_MORE_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[_common_pb2.TranscriptItem]
+    next_cursor: str
+    has_more: bool
+    def __init__(self, items: _Optional[_Iterable[_Union[_common_pb2.TranscriptItem, _Mapping]]] = ..., next_cursor: _Optional[str] = ..., has_more: _Optional[bool] = ...) -> None: ...

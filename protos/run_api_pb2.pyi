@@ -1,0 +1,228 @@
+from protos import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class HistoryPageRequest(_message.Message):
+    __slots__ = ("run_id", "conversation_id", "cursor", "direction", "limit")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    DIRECTION_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    conversation_id: str
+    cursor: str
+    direction: _common_pb2.Direction
+    limit: int
+    def __init__(self, run_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., cursor: _Optional[str] = ..., direction: _Optional[_Union[_common_pb2.Direction, str]] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class HistoryPageResponse(_message.Message):
+    __slots__ = ("items", "next_cursor", "has_more")
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    HAS_MORE_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[_common_pb2.TranscriptItem]
+    next_cursor: str
+    has_more: bool
+    def __init__(self, items: _Optional[_Iterable[_Union[_common_pb2.TranscriptItem, _Mapping]]] = ..., next_cursor: _Optional[str] = ..., has_more: _Optional[bool] = ...) -> None: ...
+
+class HistorySearchRequest(_message.Message):
+    __slots__ = ("run_id", "conversation_id", "query", "roles", "item_types", "top_k")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    ITEM_TYPES_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    conversation_id: str
+    query: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    item_types: _containers.RepeatedScalarFieldContainer[str]
+    top_k: int
+    def __init__(self, run_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., query: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., item_types: _Optional[_Iterable[str]] = ..., top_k: _Optional[int] = ...) -> None: ...
+
+class HistorySearchResponse(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[_common_pb2.TranscriptItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[_common_pb2.TranscriptItem, _Mapping]]] = ...) -> None: ...
+
+class EventGetRequest(_message.Message):
+    __slots__ = ("run_id", "event_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    event_id: str
+    def __init__(self, run_id: _Optional[str] = ..., event_id: _Optional[str] = ...) -> None: ...
+
+class EventPageRequest(_message.Message):
+    __slots__ = ("run_id", "conversation_id", "cursor", "direction", "limit", "event_types")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    DIRECTION_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TYPES_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    conversation_id: str
+    cursor: str
+    direction: _common_pb2.Direction
+    limit: int
+    event_types: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, run_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., cursor: _Optional[str] = ..., direction: _Optional[_Union[_common_pb2.Direction, str]] = ..., limit: _Optional[int] = ..., event_types: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class EventPageResponse(_message.Message):
+    __slots__ = ("events", "next_cursor", "has_more")
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    HAS_MORE_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedCompositeFieldContainer[_common_pb2.EventRecord]
+    next_cursor: str
+    has_more: bool
+    def __init__(self, events: _Optional[_Iterable[_Union[_common_pb2.EventRecord, _Mapping]]] = ..., next_cursor: _Optional[str] = ..., has_more: _Optional[bool] = ...) -> None: ...
+
+class ArtifactMetadataRequest(_message.Message):
+    __slots__ = ("run_id", "artifact_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    artifact_id: str
+    def __init__(self, run_id: _Optional[str] = ..., artifact_id: _Optional[str] = ...) -> None: ...
+
+class ArtifactReadRangeRequest(_message.Message):
+    __slots__ = ("run_id", "artifact_id", "offset", "length")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    artifact_id: str
+    offset: int
+    length: int
+    def __init__(self, run_id: _Optional[str] = ..., artifact_id: _Optional[str] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...
+
+class ArtifactReadRequest(_message.Message):
+    __slots__ = ("run_id", "artifact_id", "offset")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    artifact_id: str
+    offset: int
+    def __init__(self, run_id: _Optional[str] = ..., artifact_id: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ArtifactChunk(_message.Message):
+    __slots__ = ("data", "offset", "eof", "size_bytes")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EOF_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    offset: int
+    eof: bool
+    size_bytes: int
+    def __init__(self, data: _Optional[bytes] = ..., offset: _Optional[int] = ..., eof: _Optional[bool] = ..., size_bytes: _Optional[int] = ...) -> None: ...
+
+class ArtifactHeader(_message.Message):
+    __slots__ = ("run_id", "name", "mime_type", "metadata_json", "expected_size")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_SIZE_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    name: str
+    mime_type: str
+    metadata_json: str
+    expected_size: int
+    def __init__(self, run_id: _Optional[str] = ..., name: _Optional[str] = ..., mime_type: _Optional[str] = ..., metadata_json: _Optional[str] = ..., expected_size: _Optional[int] = ...) -> None: ...
+
+class ArtifactUpload(_message.Message):
+    __slots__ = ("header", "data")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    header: ArtifactHeader
+    data: bytes
+    def __init__(self, header: _Optional[_Union[ArtifactHeader, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class StateGetRequest(_message.Message):
+    __slots__ = ("run_id", "scope", "key")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    scope: _common_pb2.StateScope
+    key: str
+    def __init__(self, run_id: _Optional[str] = ..., scope: _Optional[_Union[_common_pb2.StateScope, str]] = ..., key: _Optional[str] = ...) -> None: ...
+
+class StateValue(_message.Message):
+    __slots__ = ("found", "value_json", "version", "updated_at")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    VALUE_JSON_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    value_json: str
+    version: int
+    updated_at: float
+    def __init__(self, found: _Optional[bool] = ..., value_json: _Optional[str] = ..., version: _Optional[int] = ..., updated_at: _Optional[float] = ...) -> None: ...
+
+class StateSetRequest(_message.Message):
+    __slots__ = ("run_id", "scope", "key", "value_json", "if_version")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_JSON_FIELD_NUMBER: _ClassVar[int]
+    IF_VERSION_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    scope: _common_pb2.StateScope
+    key: str
+    value_json: str
+    if_version: int
+    def __init__(self, run_id: _Optional[str] = ..., scope: _Optional[_Union[_common_pb2.StateScope, str]] = ..., key: _Optional[str] = ..., value_json: _Optional[str] = ..., if_version: _Optional[int] = ...) -> None: ...
+
+class StateDeleteRequest(_message.Message):
+    __slots__ = ("run_id", "scope", "key")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    scope: _common_pb2.StateScope
+    key: str
+    def __init__(self, run_id: _Optional[str] = ..., scope: _Optional[_Union[_common_pb2.StateScope, str]] = ..., key: _Optional[str] = ...) -> None: ...
+
+class StateDeleteResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class StateListRequest(_message.Message):
+    __slots__ = ("run_id", "scope", "prefix", "cursor", "limit")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    scope: _common_pb2.StateScope
+    prefix: str
+    cursor: str
+    limit: int
+    def __init__(self, run_id: _Optional[str] = ..., scope: _Optional[_Union[_common_pb2.StateScope, str]] = ..., prefix: _Optional[str] = ..., cursor: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class StateListResponse(_message.Message):
+    __slots__ = ("keys", "next_cursor", "has_more")
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    HAS_MORE_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    next_cursor: str
+    has_more: bool
+    def __init__(self, keys: _Optional[_Iterable[str]] = ..., next_cursor: _Optional[str] = ..., has_more: _Optional[bool] = ...) -> None: ...

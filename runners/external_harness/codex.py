@@ -1,0 +1,188 @@
+"""Codex (`codex exec --json`): command line and JSONL event mapping.
+
+Session model: Codex chooses the thread id and announces it in `thread.started`; later turns run
+`codex exec resume <id> -` from the same cwd and CODEX_HOME. Everything the runner configures is passed as
+`-c` overrides, so a user's `$CODEX_HOME/config.toml` (per bot) is never rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from protos import common_pb2 as pb
+from runners.external_harness.config import CodexConfig
+from runners.external_harness.errors import HarnessReportedError
+from runners.external_harness.process import build_env
+from runners.external_harness.projection import codex_mcp_overrides
+from runners.external_harness.turn import Command, TurnPlan, TurnState, forwarded_secrets, isolation_env
+from runners.sdk import events
+
+SESSION_LOST_MARKERS = ("No saved session found", "no rollout found")
+PROVIDER = "agenthost"
+MAX_TOOL_RESULT_CHARS = 16_000
+TOOL_ITEMS = ("command_execution", "mcp_tool_call", "file_change", "web_search")
+
+# Headless and quiet: no analytics/OTLP exports (each also costs seconds of DNS when offline), no curated
+# plugin sync (it runs git against the network), never an approval prompt nobody could answer.
+BASE_OVERRIDES: dict[str, Any] = {
+    "approval_policy": "never",
+    "analytics.enabled": False,
+    "feedback.enabled": False,
+    "otel.exporter": "none",
+    "otel.metrics_exporter": "none",
+    "otel.trace_exporter": "none",
+    "features.plugins": False,
+    "features.apps": False,
+    "features.remote_plugin": False,
+    "check_for_update_on_startup": False,
+}
+
+
+def toml_value(value: Any) -> str:
+    """TOML for a `-c` value. JSON scalars and arrays are valid TOML; tables become inline tables."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {toml_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if value is None:
+        raise ValueError("TOML has no null")
+    return json.dumps(value)
+
+
+class CodexDriver:
+    name = "codex"
+    config_model = CodexConfig
+    binary_env = "AGENTHOST_CODEX_BIN"
+    binary_name = "codex"
+
+    def command(self, plan: TurnPlan) -> Command:
+        config = plan.config
+        assert isinstance(config, CodexConfig)
+        ws = plan.workspace
+        key_env = config.api_key_env or "OPENAI_API_KEY"
+        overrides: dict[str, Any] = dict(BASE_OVERRIDES)
+        overrides["sandbox_mode"] = config.sandbox
+        if config.sandbox == "workspace-write":
+            overrides["sandbox_workspace_write.network_access"] = config.network_access
+        if config.base_url:
+            overrides["model_provider"] = PROVIDER
+            overrides[f"model_providers.{PROVIDER}.name"] = "agenthost-configured provider"
+            overrides[f"model_providers.{PROVIDER}.base_url"] = config.base_url
+            overrides[f"model_providers.{PROVIDER}.wire_api"] = config.wire_api
+            overrides[f"model_providers.{PROVIDER}.env_key"] = key_env
+        overrides.update(config.config_overrides)
+
+        argv = [plan.binary, "exec", "--json", "--skip-git-repo-check", "--color", "never", "-C", str(ws.working_dir)]
+        if config.model:
+            argv += ["-m", config.model]
+        for key, value in overrides.items():
+            argv += ["-c", f"{key}={toml_value(value)}"]
+        if plan.bridge is not None:
+            for override in codex_mcp_overrides(plan.bridge):
+                argv += ["-c", override]
+        if plan.resume_session_id:
+            argv += ["resume", plan.resume_session_id]
+        argv.append("-")  # the prompt comes on stdin: no argv size limit, no prompt parsed as a flag
+
+        secrets = forwarded_secrets(plan, key_env)
+        set_env: dict[str, str] = {**isolation_env(plan), "CODEX_HOME": str(ws.codex_home)}
+        set_env.update(config.env)
+        set_env.update(secrets)
+        set_env.update(plan.bridge_env)
+        env = build_env(inherited=plan.inherited_env, set_env=set_env)
+        return Command(argv=argv, env=env, secrets=tuple(secrets.values()) + tuple(plan.bridge_env.values()))
+
+    def session_lost(self, stderr: str, turn: TurnState) -> bool:
+        return turn.session_lost or any(m.lower() in stderr.lower() for m in SESSION_LOST_MARKERS)
+
+    def map_event(self, raw: dict[str, Any], turn: TurnState) -> list[pb.RunEvent]:
+        kind = raw.get("type")
+        if kind == "thread.started":
+            turn.session_id = raw.get("thread_id") or turn.session_id
+            return []
+        if kind in ("item.started", "item.updated", "item.completed"):
+            return self._item(kind, raw.get("item") or {}, turn)
+        if kind == "turn.completed":
+            turn.finished = True
+            usage = raw.get("usage") or {}
+            cached = int(usage.get("cached_input_tokens") or 0)
+            turn.usage = events.usage(
+                max(int(usage.get("input_tokens") or 0) - cached, 0),
+                int(usage.get("output_tokens") or 0),
+                cache_read_tokens=cached,
+                model=turn.model,
+            )
+            return []
+        if kind == "turn.failed":
+            turn.finished = True
+            message = str((raw.get("error") or {}).get("message") or turn.last_error_message or "Codex turn failed")
+            turn.error = HarnessReportedError(message, code="harness_error")
+            return []
+        if kind == "error":
+            # Often transient ("Reconnecting... 1/5"); fatal only if the turn then fails or the process dies.
+            turn.last_error_message = str(raw.get("message") or "")
+            if any(m.lower() in turn.last_error_message.lower() for m in SESSION_LOST_MARKERS):
+                turn.session_lost = True
+            return []
+        return []
+
+    def _item(self, kind: str, item: dict[str, Any], turn: TurnState) -> list[pb.RunEvent]:
+        itype = item.get("type")
+        item_id = str(item.get("id") or "")
+        if itype in TOOL_ITEMS:
+            out: list[pb.RunEvent] = []
+            if item_id not in turn.tool_names:
+                name, args = _tool_call(item)
+                turn.tool_names[item_id] = name
+                out.append(events.tool_started(item_id, name, args))
+            if kind == "item.completed":
+                result, is_error = _tool_result(item)
+                if len(result) > MAX_TOOL_RESULT_CHARS:
+                    result = result[:MAX_TOOL_RESULT_CHARS] + f"... [{len(result) - MAX_TOOL_RESULT_CHARS} more chars]"
+                out.append(events.tool_finished(item_id, turn.tool_names[item_id], result, is_error=is_error))
+            return out
+        if kind != "item.completed":
+            return []
+        if itype == "agent_message":
+            return turn.text_block(str(item.get("text") or ""), message_id=item_id)
+        if itype == "error":
+            # Non-fatal notices inside a turn (e.g. missing model metadata for a custom model name).
+            return [events.progress(f"codex: {item.get('message') or 'error'}")]
+        return []  # reasoning, todo_list, future item types
+
+
+def _tool_call(item: dict[str, Any]) -> tuple[str, Any]:
+    itype = item.get("type")
+    if itype == "command_execution":
+        return "shell", {"command": item.get("command", "")}
+    if itype == "mcp_tool_call":
+        return f"{item.get('server', '')}.{item.get('tool', '')}", item.get("arguments") or {}
+    if itype == "file_change":
+        return "file_change", {"changes": item.get("changes") or []}
+    return str(itype), {"query": item.get("query", "")}
+
+
+def _tool_result(item: dict[str, Any]) -> tuple[str, bool]:
+    itype = item.get("type")
+    status = item.get("status")
+    if itype == "command_execution":
+        exit_code = item.get("exit_code")
+        failed = status in ("failed", "declined") or (exit_code not in (None, 0))
+        return str(item.get("aggregated_output") or ""), failed
+    if itype == "mcp_tool_call":
+        if item.get("error"):
+            err = item["error"]
+            return str(err.get("message") if isinstance(err, dict) else err), True
+        result = item.get("result") or {}
+        parts = []
+        for part in result.get("content") or []:
+            parts.append(
+                part.get("text", "") if isinstance(part, dict) and part.get("type") == "text" else json.dumps(part)
+            )
+        text = "\n".join(parts) or json.dumps(result.get("structured_content") or {})
+        return text, status == "failed"
+    if itype == "file_change":
+        changes = item.get("changes") or []
+        return "\n".join(f"{c.get('kind')} {c.get('path')}" for c in changes), status == "failed"
+    return json.dumps(item, ensure_ascii=False), status == "failed"

@@ -1,0 +1,209 @@
+"""Binding config of the harness runners. Its JSON Schema is the manifest's `config_schema`.
+
+Secrets never live in a binding (bindings are stored and listed by the host): a binding names the runner
+process's environment variables that hold them (`api_key_env`, `pass_env`), and only those are forwarded.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from runners.external_harness.errors import HarnessConfigError
+
+SKILL_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# Names the runner sets itself; a binding overriding them would break isolation or session resume.
+RESERVED_ENV = frozenset(
+    {"HOME", "TMPDIR", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "PWD"}
+    | {f"AGENTHOST_{k}" for k in ("RUN_ID", "HOST_ADDRESS", "RUN_TOKEN", "PLUGIN_SECRET", "DEADLINE_AT", "EVENT_ID")}
+)
+MAX_SKILL_BYTES = 256 * 1024
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Skill(_Strict):
+    """A skill bound to the bot, projected as `<skills dir>/<name>/SKILL.md` (+ supporting files)."""
+
+    name: str = Field(description="Directory name and skill name: a-z, 0-9 and '-', at most 64 chars.")
+    description: str = Field(min_length=1, max_length=1536, description="When the model should use the skill.")
+    body: str = Field(default="", description="Markdown instructions (SKILL.md after the frontmatter).")
+    files: dict[str, str] = Field(
+        default_factory=dict, description="Supporting files: relative path inside the skill dir -> text content."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        if not SKILL_NAME.match(name):
+            raise ValueError("skill name must be 1-64 chars of a-z 0-9 '-' starting with a letter or digit")
+        return name
+
+    @field_validator("description")
+    @classmethod
+    def _one_line(cls, description: str) -> str:
+        # The description goes into YAML frontmatter; a newline or '---' would end it early.
+        if "\n" in description or "\r" in description:
+            raise ValueError("description must be a single line")
+        return description
+
+    @field_validator("files")
+    @classmethod
+    def _relative_paths(cls, files: dict[str, str]) -> dict[str, str]:
+        for rel in files:
+            p = PurePosixPath(rel)
+            if not rel or p.is_absolute() or ".." in p.parts or "\\" in rel or "\0" in rel or p.name == "SKILL.md":
+                raise ValueError(f"skill file path {rel!r} must be relative, inside the skill dir and not SKILL.md")
+        return files
+
+    @model_validator(mode="after")
+    def _size(self) -> Skill:
+        total = len(self.body.encode()) + sum(len(v.encode()) for v in self.files.values())
+        if total > MAX_SKILL_BYTES:
+            raise ValueError(f"skill {self.name!r} is {total} bytes; the cap is {MAX_SKILL_BYTES}")
+        return self
+
+
+class HarnessConfig(_Strict):
+    """Settings shared by both harnesses."""
+
+    command: str | None = Field(
+        default=None,
+        description="Path of the harness executable. Default: $AGENTHOST_CLAUDE_BIN / $AGENTHOST_CODEX_BIN, "
+        "the repo-local .tools/npm install, then PATH.",
+    )
+    model: str | None = Field(default=None, description="Model name passed to the harness.")
+    base_url: str | None = Field(default=None, description="API base URL (a gateway, a proxy, a local fake).")
+    api_key_env: str | None = Field(
+        default=None,
+        description="Name of the runner process's environment variable holding the API key. Default: "
+        "ANTHROPIC_API_KEY for Claude Code, OPENAI_API_KEY for Codex.",
+    )
+    pass_env: list[str] = Field(
+        default_factory=list, description="More runner-process environment variables to forward (by name)."
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Literal environment for the harness (non-secret flags, proxies)."
+    )
+    workspace_root: str | None = Field(
+        default=None, description="Root of the per-conversation working directories. Default: <data dir>/workspaces."
+    )
+    instructions: str = Field(default="", max_length=32 * 1024, description="Bot instructions for CLAUDE.md/AGENTS.md.")
+    skills: list[Skill] = Field(default_factory=list, max_length=64)
+    streaming: bool = Field(default=False, description="Stream token deltas where the harness can.")
+    mcp_bridge: bool = Field(default=True, description="Offer the run's history/events/artifacts/state as MCP tools.")
+    resume: bool = Field(default=True, description="Continue the conversation's harness session across messages.")
+    timeout_seconds: float | None = Field(
+        default=None, gt=0, description="Cap on one turn, on top of the run's deadline."
+    )
+    interrupt_grace_seconds: float = Field(
+        default=3.0, ge=0, le=60, description="After an interrupt, how long the harness may wind down before SIGKILL."
+    )
+
+    @field_validator("pass_env")
+    @classmethod
+    def _env_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not ENV_NAME.match(name) or name in RESERVED_ENV:
+                raise ValueError(f"{name!r} is not a forwardable environment variable name")
+        return names
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_name(cls, name: str | None) -> str | None:
+        if name is not None and not ENV_NAME.match(name):
+            raise ValueError(f"{name!r} is not an environment variable name")
+        return name
+
+    @field_validator("env")
+    @classmethod
+    def _env_literals(cls, env: dict[str, str]) -> dict[str, str]:
+        for name, value in env.items():
+            if not ENV_NAME.match(name) or name in RESERVED_ENV:
+                raise ValueError(f"{name!r} cannot be set by a binding")
+            if "\0" in value:
+                raise ValueError(f"env {name} contains a NUL byte")
+        return env
+
+    @field_validator("skills")
+    @classmethod
+    def _unique_skills(cls, skills: list[Skill]) -> list[Skill]:
+        names = [s.name for s in skills]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate skill names {dupes}")
+        return skills
+
+
+ClaudePermissionMode = Literal["default", "acceptEdits", "plan", "dontAsk", "auto", "bypassPermissions"]
+
+
+class ClaudeCodeConfig(HarnessConfig):
+    permission_mode: ClaudePermissionMode = Field(
+        default="default",
+        description="--permission-mode. 'default' under -p denies anything that would need an approval prompt.",
+    )
+    allowed_tools: list[str] = Field(
+        default_factory=list, description="--allowedTools rules. The host bridge's tools are always allowed."
+    )
+    disallowed_tools: list[str] = Field(default_factory=list, description="--disallowedTools rules.")
+    max_turns: int | None = Field(default=None, ge=1, le=10_000)
+    max_budget_usd: float | None = Field(default=None, gt=0)
+    append_system_prompt: str = Field(default="", max_length=64 * 1024)
+    setting_sources: list[Literal["user", "project", "local"]] | None = Field(
+        default=None, description="--setting-sources; must include 'project' for CLAUDE.md and skills."
+    )
+
+    @field_validator("allowed_tools", "disallowed_tools")
+    @classmethod
+    def _rules(cls, rules: list[str]) -> list[str]:
+        for rule in rules:
+            if not rule or rule.startswith("-") or "\0" in rule or "\n" in rule:
+                raise ValueError(f"{rule!r} is not a permission rule")
+        return rules
+
+
+CodexSandbox = Literal["read-only", "workspace-write", "danger-full-access"]
+
+
+class CodexConfig(HarnessConfig):
+    sandbox: CodexSandbox = Field(
+        default="read-only", description="Codex sandbox for model-run commands (exec's own default)."
+    )
+    network_access: bool = Field(default=False, description="Network for commands in the workspace-write sandbox.")
+    wire_api: Literal["responses"] = "responses"
+    config_overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Extra `-c key=value` overrides (values are TOML-encoded)."
+    )
+
+    @field_validator("config_overrides")
+    @classmethod
+    def _override_keys(cls, overrides: dict[str, Any]) -> dict[str, Any]:
+        for key in overrides:
+            if not re.match(r"^[A-Za-z0-9_.-]+$", key) or key.split(".")[0] in {"mcp_servers", "model_providers"}:
+                raise ValueError(f"override {key!r} is not allowed (the runner owns mcp_servers and model_providers)")
+        return overrides
+
+
+C = TypeVar("C", bound=HarnessConfig)
+
+
+def parse_config(model: type[C], raw: dict[str, Any]) -> C:
+    """Validates a binding config; raises HarnessConfigError naming each bad field."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
+        )
+        raise HarnessConfigError(f"invalid {model.__name__} binding config: {problems}") from None
+
+
+def config_schema(model: type[HarnessConfig]) -> dict[str, Any]:
+    return model.model_json_schema()

@@ -1,0 +1,245 @@
+"""Running one harness process: explicit environment, own process group, JSONL stdout, bounded stderr, and a
+stop ladder (SIGINT to the group -> grace -> SIGKILL to the group) that leaves nothing behind.
+
+Why a process group: the harness starts its own children (MCP servers, shell tools, background tasks). Signalling
+the group reaches all of them, and killing the group after a normal exit reaps stragglers a harness forgot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from runners.external_harness.errors import HarnessCrashed, HarnessNotFound
+
+# Variables a harness may inherit from the runner process. Everything else (credentials of the host, the
+# plugin secret, unrelated tokens) stays out unless a binding names it.
+ENV_ALLOWLIST = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "USER",
+    "LOGNAME",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+)
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+READ_CHUNK = 256 * 1024
+MAX_LINE_BYTES = 64 * 1024 * 1024  # real harness lines exceed 1 MiB (big tool results); this only stops runaways
+STDERR_TAIL_BYTES = 16 * 1024
+
+
+def build_env(
+    *,
+    inherited: Mapping[str, str],
+    allowlist: Iterable[str] = ENV_ALLOWLIST,
+    set_env: Mapping[str, str] = (),  # type: ignore[assignment]
+) -> dict[str, str]:
+    """The harness's whole environment: allowlisted names from `inherited`, then `set_env` on top."""
+    env = {name: inherited[name] for name in allowlist if name in inherited}
+    env.setdefault("PATH", DEFAULT_PATH)
+    env.update(dict(set_env))
+    return env
+
+
+def _die_with_parent() -> None:
+    # Linux only: if the runner process dies (SIGKILL, crash), the kernel kills the harness too, so a dead
+    # runner never leaves a harness running. Runs in the child between fork and exec.
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def redact(text: str, secrets: Iterable[str]) -> str:
+    for secret in secrets:
+        if secret and len(secret) >= 6:
+            text = text.replace(secret, "[redacted]")
+    return text
+
+
+class HarnessProcess:
+    """One harness invocation. Use `async with`: leaving the block always stops the whole process group."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        cwd: Path,
+        env: dict[str, str],
+        stdin_data: bytes | None = None,
+        interrupt_grace: float = 3.0,
+        secrets: Iterable[str] = (),
+    ) -> None:
+        self.argv = argv
+        self.cwd = cwd
+        self.env = env
+        self.stdin_data = stdin_data
+        self.interrupt_grace = interrupt_grace
+        self.secrets = tuple(secrets)
+        self.proc: asyncio.subprocess.Process | None = None
+        self._stderr = bytearray()
+        self._stderr_task: asyncio.Task[None] | None = None
+        self._stdin_task: asyncio.Task[None] | None = None
+        self.skipped_lines = 0
+        self.interrupted = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    async def __aenter__(self) -> HarnessProcess:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        exe = self.argv[0]
+        if os.sep in exe and not os.access(exe, os.X_OK):
+            raise HarnessNotFound(f"harness executable {exe!r} does not exist or is not executable")
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.argv,
+                cwd=str(self.cwd),
+                env=self.env,
+                stdin=asyncio.subprocess.PIPE if self.stdin_data is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
+        except FileNotFoundError:
+            raise HarnessNotFound(f"harness executable {exe!r} not found (PATH={self.env.get('PATH', '')})") from None
+        except PermissionError as exc:
+            raise HarnessNotFound(f"cannot execute harness {exe!r}: {exc}") from None
+        self._stderr_task = asyncio.create_task(self._drain_stderr())
+        if self.stdin_data is not None:
+            self._stdin_task = asyncio.create_task(self._feed_stdin(self.stdin_data))
+
+    async def _feed_stdin(self, data: bytes) -> None:
+        assert self.proc and self.proc.stdin
+        try:
+            self.proc.stdin.write(data)
+            await self.proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the harness exited early; its exit code and stderr tell why
+        finally:
+            with contextlib.suppress(Exception):
+                self.proc.stdin.close()
+
+    async def _drain_stderr(self) -> None:
+        assert self.proc and self.proc.stderr
+        while chunk := await self.proc.stderr.read(READ_CHUNK):
+            self._stderr += chunk
+            if len(self._stderr) > 2 * STDERR_TAIL_BYTES:
+                del self._stderr[:-STDERR_TAIL_BYTES]
+
+    def stderr_tail(self, limit: int = 4000) -> str:
+        text = bytes(self._stderr[-limit:]).decode("utf-8", errors="replace").strip()
+        return redact(text, self.secrets)
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        """The JSON objects the harness prints, one per line, of any size up to MAX_LINE_BYTES.
+
+        Lines that are not JSON objects (debug noise some builds print on stdout) are skipped and counted.
+        """
+        assert self.proc and self.proc.stdout
+        buf = bytearray()
+        stdout = self.proc.stdout
+        while True:
+            chunk = await stdout.read(READ_CHUNK)
+            if not chunk:
+                break
+            buf += chunk
+            start = 0
+            while (nl := buf.find(b"\n", start)) >= 0:
+                event = self._parse(bytes(buf[start:nl]))
+                start = nl + 1
+                if event is not None:
+                    yield event
+            del buf[:start]
+            if len(buf) > MAX_LINE_BYTES:
+                raise HarnessCrashed(f"harness printed a line longer than {MAX_LINE_BYTES} bytes")
+        if buf.strip():
+            event = self._parse(bytes(buf))
+            if event is not None:
+                yield event
+
+    def _parse(self, line: bytes) -> dict[str, Any] | None:
+        line = line.strip()
+        if not line.startswith(b"{"):
+            if line:
+                self.skipped_lines += 1
+            return None
+        try:
+            value = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            self.skipped_lines += 1
+            return None
+        return value if isinstance(value, dict) else None
+
+    async def wait(self) -> int:
+        assert self.proc
+        code = await self.proc.wait()
+        if self._stderr_task:
+            # stderr may still hold the reason the harness exited; give the drain a moment to finish.
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._stderr_task), timeout=2)
+        return code
+
+    def _signal_group(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    async def interrupt(self) -> None:
+        """SIGINT the group (harnesses end the turn cleanly on it), then SIGKILL whatever is left after grace."""
+        if self.proc is None:
+            return
+        self.interrupted = True
+        if self.proc.returncode is None:
+            self._signal_group(signal.SIGINT)
+            try:
+                await asyncio.wait_for(self.proc.wait(), timeout=self.interrupt_grace)
+            except TimeoutError:
+                pass
+        self._signal_group(signal.SIGKILL)
+        await self.proc.wait()
+
+    async def stop(self) -> None:
+        """Idempotent; safe to call from `finally` while the surrounding task is being cancelled."""
+        if self.proc is None:
+            return
+        try:
+            if self.proc.returncode is None:
+                await self.interrupt()
+            else:
+                self._signal_group(signal.SIGKILL)  # stragglers of a harness that exited on its own
+        except asyncio.CancelledError:
+            self._signal_group(signal.SIGKILL)
+            raise
+        finally:
+            for task in (self._stdin_task, self._stderr_task):
+                if task and not task.done():
+                    task.cancel()

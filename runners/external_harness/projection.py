@@ -1,0 +1,286 @@
+"""Projection: what the runner writes into the working directory before each harness turn.
+
+Contract (versioned; README.md in this package documents it for users):
+
+* `.agenthost/context.json` — schema `agenthost.external_harness_context.v1`, rewritten atomically every turn:
+  the run, event, actor, conversation, input, delivery, resources, context access and state pointers.
+* `CLAUDE.md` (Claude Code) / `AGENTS.md` (Codex) — a managed block between two marker lines, replaced every
+  turn; everything outside the markers belongs to the user (or the harness) and is preserved byte for byte.
+  The block holds only per-conversation facts so the harness's prompt cache survives from turn to turn; the
+  per-message details live in context.json.
+* `.claude/skills/<name>/` and `.agents/skills/<name>/` — the skills bound to the bot. The runner remembers
+  which skill dirs it wrote (`.agenthost/skills.json`) and only ever rewrites or removes those; a user's own
+  skill dir with the same name wins and is reported.
+* the MCP server entry that starts `python -m runners.external_harness.mcp_bridge` (a 0600
+  `.agenthost/mcp.json` for Claude Code; `-c mcp_servers.agenthost.*` overrides for Codex).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from google.protobuf.json_format import MessageToDict
+
+from protos import runner_pb2
+from runners.external_harness import mcp_bridge
+from runners.external_harness.config import HarnessConfig, Skill
+from runners.external_harness.errors import ProjectionError
+from runners.external_harness.workspace import Workspace
+
+SCHEMA = "agenthost.external_harness_context.v1"
+BEGIN_MARKER = "<!-- BEGIN AGENTHOST MANAGED BLOCK: replaced before every message; edit outside it -->"
+END_MARKER = "<!-- END AGENTHOST MANAGED BLOCK -->"
+SKILL_DIRS = (".claude/skills", ".agents/skills")
+MCP_SERVER_NAME = mcp_bridge.SERVER_NAME
+SESSION_KEY = "external.session_id"
+WORKDIR_KEY = "external.working_directory"
+HARNESS_KEY = "external.harness"
+
+Harness = Literal["claude-code", "codex"]
+CONTEXT_FILE: dict[str, str] = {"claude-code": "CLAUDE.md", "codex": "AGENTS.md"}
+
+
+def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
+    """Readers (the harness, a user's editor) see the old file or the new one, never half of one."""
+    raw = data.encode() if isinstance(data, str) else data
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _pb(message: Any) -> dict[str, Any]:
+    return MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+
+
+def build_context(
+    ctx: runner_pb2.AgentRunContext,
+    *,
+    harness: Harness,
+    workspace: Workspace,
+    session_id: str | None,
+    bridge_enabled: bool,
+) -> dict[str, Any]:
+    """The context.json document. Pure: everything comes from the run context and the runner's decisions."""
+    try:
+        snapshot = json.loads(ctx.state_json or "{}")
+    except json.JSONDecodeError:
+        snapshot = {}
+    return {
+        "schema": SCHEMA,
+        "generated_at": time.time(),
+        "harness": harness,
+        "working_directory": str(workspace.working_dir),
+        "run": {
+            "run_id": ctx.run_id,
+            "trigger": _pb(ctx.trigger),
+            "runtime": _pb(ctx.runtime),
+        },
+        "event": _pb(ctx.event),
+        "actor": _pb(ctx.actor),
+        "subject": _pb(ctx.subject),
+        "conversation": _pb(ctx.conversation),
+        "input": _pb(ctx.input),
+        "delivery": _pb(ctx.delivery),
+        "resources": _pb(ctx.resources),
+        "context_access": _pb(ctx.context),
+        "state": {
+            # Pointers, not values: the harness reads live values through the bridge's state_get.
+            "session": {"scope": "conversation", "key": SESSION_KEY, "value": session_id},
+            "working_directory": {"scope": "conversation", "key": WORKDIR_KEY},
+            "snapshot_keys": {scope: sorted(values) for scope, values in snapshot.items() if isinstance(values, dict)},
+        },
+        "mcp": {
+            "server": MCP_SERVER_NAME if bridge_enabled else None,
+            "tools": list(mcp_bridge.TOOL_NAMES) if bridge_enabled else [],
+        },
+    }
+
+
+def render_managed_block(
+    ctx: runner_pb2.AgentRunContext, config: HarnessConfig, *, harness: Harness, bridge_enabled: bool
+) -> str:
+    conv = ctx.conversation
+    bot = conv.bot_name or conv.bot_id or "this bot"
+    lines = [
+        "## agenthost",
+        "",
+        f"You are the agent behind the chat bot **{bot}**. Each prompt is a message a user sent to the bot in "
+        f"conversation `{conv.conversation_id}`; your final reply is delivered to them.",
+        "",
+        "- Details of the current message (sender, attachments, delivery limits, run id) are in "
+        f"`.agenthost/context.json` (schema `{SCHEMA}`), rewritten before every message.",
+    ]
+    if bridge_enabled:
+        tool_prefix = f"mcp__{MCP_SERVER_NAME}__" if harness == "claude-code" else f"{MCP_SERVER_NAME}."
+        lines.append(
+            f"- The host's records of this conversation are available through the `{MCP_SERVER_NAME}` MCP tools ("
+            + ", ".join(f"`{tool_prefix}{name}`" for name in mcp_bridge.TOOL_NAMES)
+            + "). Use them for messages from before this session, for attachments, and to remember things "
+            "in host state."
+        )
+    if config.skills:
+        lines.append("- Skills bound to this bot: " + ", ".join(f"`{s.name}`" for s in config.skills) + ".")
+    if config.instructions.strip():
+        lines += ["", "### Bot instructions", "", config.instructions.strip()]
+    return "\n".join(lines) + "\n"
+
+
+def upsert_managed_block(path: Path, block: str) -> None:
+    """Replaces the managed block in a user-owned file, or appends one; the rest of the file is untouched."""
+    managed = f"{BEGIN_MARKER}\n{block.rstrip()}\n{END_MARKER}\n"
+    try:
+        current = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        current = ""
+    except UnicodeDecodeError:
+        raise ProjectionError(f"{path.name} is not UTF-8 text; refusing to rewrite it") from None
+    begin = current.find(BEGIN_MARKER)
+    end = current.find(END_MARKER, begin + len(BEGIN_MARKER)) if begin >= 0 else -1
+    if begin >= 0 and end >= 0:
+        tail = current[end + len(END_MARKER) :]
+        tail = tail[1:] if tail.startswith("\n") else tail
+        updated = current[:begin] + managed + tail
+    else:
+        # No block yet (or a begin marker whose end someone deleted: drop just that line, keep their text).
+        if begin >= 0:
+            line_end = current.find("\n", begin)
+            current = current[:begin] + (current[line_end + 1 :] if line_end >= 0 else "")
+        sep = "" if not current or current.endswith("\n\n") else ("\n" if current.endswith("\n") else "\n\n")
+        updated = current + sep + managed
+    if updated != current or not path.exists():
+        atomic_write(path, updated)
+
+
+def _skill_files(skill: Skill) -> dict[str, str]:
+    # JSON strings are valid YAML scalars, so any description survives the frontmatter intact.
+    frontmatter = f"---\nname: {skill.name}\ndescription: {json.dumps(skill.description, ensure_ascii=False)}\n---\n"
+    files = {"SKILL.md": frontmatter + "\n" + skill.body.rstrip() + "\n"}
+    files.update(skill.files)
+    return files
+
+
+def _digest(files: dict[str, str]) -> str:
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        h.update(rel.encode() + b"\0" + files[rel].encode() + b"\0")
+    return h.hexdigest()
+
+
+def project_skills(workspace: Workspace, skills: list[Skill]) -> list[str]:
+    """Writes the bound skills into both skill dirs; returns warnings (skills left alone)."""
+    manifest_path = workspace.agenthost_dir / "skills.json"
+    try:
+        managed: dict[str, dict[str, str]] = json.loads(manifest_path.read_text())
+        if not isinstance(managed, dict):
+            managed = {}
+    except (FileNotFoundError, json.JSONDecodeError):
+        managed = {}
+    warnings: list[str] = []
+    wanted = {s.name: _skill_files(s) for s in skills}
+    new_manifest: dict[str, dict[str, str]] = {}
+    for skills_dir in SKILL_DIRS:
+        base = workspace.working_dir / skills_dir
+        ours: dict[str, str] = dict(managed.get(skills_dir, {}))
+        for name in list(ours):
+            if name not in wanted:  # unbound since the last turn
+                shutil.rmtree(base / name, ignore_errors=True)
+                del ours[name]
+        for name, files in wanted.items():
+            target = base / name
+            digest = _digest(files)
+            if target.exists() and name not in ours:
+                warnings.append(f"skill {name!r}: {skills_dir}/{name} exists and is not managed by agenthost; kept it")
+                continue
+            if ours.get(name) == digest and (target / "SKILL.md").is_file():
+                continue
+            staging = base / f".{name}.agenthost-new"
+            shutil.rmtree(staging, ignore_errors=True)
+            for rel, content in files.items():
+                dest = (staging / rel).resolve()
+                if not dest.is_relative_to(staging.resolve()):
+                    raise ProjectionError(f"skill {name!r} file {rel!r} escapes the skill directory")
+                atomic_write(dest, content)
+            shutil.rmtree(target, ignore_errors=True)
+            staging.rename(target)
+            ours[name] = digest
+        new_manifest[skills_dir] = ours
+    atomic_write(manifest_path, json.dumps(new_manifest, indent=1, sort_keys=True))
+    return warnings
+
+
+def package_root() -> str:
+    """The directory that makes `runners.external_harness` importable, for the bridge's PYTHONPATH."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+@dataclass(frozen=True)
+class BridgeLaunch:
+    """How the harness starts the bridge. Credentials are named, never included: they travel in the env."""
+
+    command: str = field(default_factory=lambda: sys.executable)
+    args: tuple[str, ...] = ("-m", "runners.external_harness.mcp_bridge")
+    env: dict[str, str] = field(default_factory=lambda: {"PYTHONPATH": package_root(), "PYTHONUNBUFFERED": "1"})
+    credential_env: tuple[str, ...] = mcp_bridge.CREDENTIAL_ENV
+
+
+def write_claude_mcp_config(workspace: Workspace, launch: BridgeLaunch) -> Path:
+    """`.agenthost/mcp.json` (0600) for `--mcp-config`. `${VAR}` references make Claude Code copy the run's
+    credentials from its own environment into the bridge's, so the file never holds a secret."""
+    env = dict(launch.env)
+    env.update({name: "${" + name + "}" for name in launch.credential_env})
+    doc = {
+        "mcpServers": {
+            MCP_SERVER_NAME: {"type": "stdio", "command": launch.command, "args": list(launch.args), "env": env}
+        }
+    }
+    path = workspace.agenthost_dir / "mcp.json"
+    atomic_write(path, json.dumps(doc, indent=1), mode=0o600)
+    return path
+
+
+def codex_mcp_overrides(launch: BridgeLaunch) -> list[str]:
+    """`-c` overrides registering the bridge with Codex. `env_vars` forwards the credentials by name from
+    Codex's environment (Codex starts MCP servers with a minimal env otherwise)."""
+    prefix = f"mcp_servers.{MCP_SERVER_NAME}"
+    return [
+        f"{prefix}.command={json.dumps(launch.command)}",
+        f"{prefix}.args={json.dumps(list(launch.args))}",
+        f"{prefix}.env={{{', '.join(f'{k} = {json.dumps(v)}' for k, v in launch.env.items())}}}",
+        f"{prefix}.env_vars={json.dumps(list(launch.credential_env))}",
+        f"{prefix}.startup_timeout_sec=30",
+    ]
+
+
+def project(
+    ctx: runner_pb2.AgentRunContext,
+    config: HarnessConfig,
+    workspace: Workspace,
+    *,
+    harness: Harness,
+    session_id: str | None,
+    bridge_enabled: bool,
+) -> list[str]:
+    """Writes context.json, the context file and the skills; returns warnings worth a progress note."""
+    doc = build_context(ctx, harness=harness, workspace=workspace, session_id=session_id, bridge_enabled=bridge_enabled)
+    atomic_write(workspace.agenthost_dir / "context.json", json.dumps(doc, indent=1, ensure_ascii=False), mode=0o600)
+    upsert_managed_block(
+        workspace.working_dir / CONTEXT_FILE[harness],
+        render_managed_block(ctx, config, harness=harness, bridge_enabled=bridge_enabled),
+    )
+    return project_skills(workspace, config.skills)

@@ -1,0 +1,419 @@
+"""The harness runners: one turn of a real Claude Code or Codex CLI per run.
+
+Per run: validate the binding config, wait for the conversation's previous turn (one turn at a time per
+conversation; later messages queue on a lock), read the stored session, project context into the working
+directory, run the harness under the run's deadline, stream its events, persist the session it reports, and
+end with exactly one `completed` or `failed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from plugins.manifest import RunnerCapabilities, RunnerManifest
+from protos import common_pb2 as pb
+from protos import errors as api_errors
+from runners.external_harness.claude_code import APPEND_PROMPT_FILE, ClaudeCodeDriver
+from runners.external_harness.codex import CodexDriver
+from runners.external_harness.config import (
+    ClaudeCodeConfig,
+    CodexConfig,
+    HarnessConfig,
+    config_schema,
+    parse_config,
+)
+from runners.external_harness.errors import HarnessConfigError, HarnessError, HarnessNotFound, HarnessReportedError
+from runners.external_harness.process import HarnessProcess
+from runners.external_harness.projection import (
+    HARNESS_KEY,
+    SESSION_KEY,
+    WORKDIR_KEY,
+    BridgeLaunch,
+    atomic_write,
+    project,
+    write_claude_mcp_config,
+)
+from runners.external_harness.turn import Driver, TurnPlan, TurnState
+from runners.external_harness.workspace import Workspace, WorkspaceManager
+from runners.sdk import events
+from runners.sdk.runner import RunContext, Runner
+
+# Leave this much of the run's deadline to report the failure after stopping a harness that ran out of time.
+DEADLINE_MARGIN = 1.5
+EVENT_QUEUE = 256
+
+
+class _ConversationLocks:
+    """One asyncio.Lock per (bot, conversation), dropped when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
+
+    def busy(self, key: tuple[str, str]) -> bool:
+        return key in self._locks and self._locks[key][0].locked()
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: tuple[str, str]) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users <= 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
+# Shared by both runner classes: a conversation switched from Claude Code to Codex still runs one turn at a time.
+_LOCKS = _ConversationLocks()
+_LIVE: set[HarnessProcess] = set()
+
+
+def find_binary(driver: Driver, config: HarnessConfig, environ: dict[str, str]) -> str:
+    """Binding `command`, then $AGENTHOST_*_BIN, then the repo-local install, then PATH."""
+    candidates = [config.command, environ.get(driver.binary_env)]
+    repo_local = Path(__file__).resolve().parents[2] / ".tools" / "npm" / "node_modules" / ".bin" / driver.binary_name
+    candidates.append(str(repo_local) if repo_local.exists() else None)
+    for candidate in candidates:
+        if candidate:
+            return candidate
+    found = shutil.which(driver.binary_name, path=environ.get("PATH"))
+    if not found:
+        raise HarnessNotFound(
+            f"{driver.binary_name!r} not found: set the binding's 'command', ${driver.binary_env}, or run "
+            "scripts/install_harness_clis.sh"
+        )
+    return found
+
+
+def bridge_credentials(run: RunContext) -> dict[str, str] | None:
+    """The run's AgentRunAPIProxy credentials for the bridge, or None when the SDK does not expose them."""
+
+    def attr(name: str) -> str:
+        value = getattr(run.api, name, None) or getattr(run, name, None)
+        return str(value) if value else ""
+
+    creds = {
+        "AGENTHOST_HOST_ADDRESS": attr("host_address"),
+        "AGENTHOST_RUN_ID": run.run_id,
+        "AGENTHOST_RUN_TOKEN": attr("run_token"),
+        "AGENTHOST_PLUGIN_SECRET": attr("plugin_secret"),
+    }
+    if not all(creds.values()):
+        return None
+    creds["AGENTHOST_DEADLINE_AT"] = repr(run.deadline_at or 0.0)
+    creds["AGENTHOST_EVENT_ID"] = run.context.event.event_id
+    return creds
+
+
+def build_prompt(run: RunContext) -> str:
+    text = run.text
+    attachments = list(run.context.input.attachments)
+    if attachments:
+        listed = "\n".join(
+            f"- {a.name or 'attachment'} (artifact_id {a.artifact_id}, {a.mime_type or 'unknown type'}, "
+            f"{a.size_bytes} bytes)"
+            for a in attachments
+        )
+        text = f"{text}\n\nAttached (read with the agenthost artifact_read tool):\n{listed}".strip()
+    return text
+
+
+@dataclass
+class _Stored:
+    session_id: str | None = None
+    working_directory: str | None = None
+    harness: str | None = None
+    readable: bool = True
+
+
+class HarnessRunner(Runner):
+    """Shared engine; subclasses pick the driver (and so the CLI, config model and manifest)."""
+
+    driver: ClassVar[Driver]
+
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__(data_dir)
+        self.workspaces = WorkspaceManager(data_dir)
+
+    async def close(self) -> None:
+        for proc in list(_LIVE):
+            await proc.stop()
+
+    async def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
+        try:
+            config = parse_config(self.driver.config_model, run.config)
+        except HarnessConfigError as exc:
+            yield events.failed(exc.code, exc.message)
+            return
+        prompt = build_prompt(run)
+        if not prompt.strip():
+            yield events.failed("empty_input", "the message has no text and no attachments to send to the harness")
+            return
+        key = (run.bot_id, run.conversation_id)
+        if _LOCKS.busy(key):
+            yield events.progress("queued behind the previous message of this conversation")
+        async with _LOCKS.hold(key):
+            try:
+                async for event in self._turn(run, config, prompt):
+                    yield event
+            except HarnessError as exc:
+                yield events.failed(exc.code, exc.message, retryable=exc.retryable)
+
+    async def _load_session(self, run: RunContext) -> _Stored:
+        # Read live, not from the run's snapshot: the snapshot predates the turn this run queued behind.
+        try:
+            return _Stored(
+                session_id=await run.api.state_get("conversation", SESSION_KEY),
+                working_directory=await run.api.state_get("conversation", WORKDIR_KEY),
+                harness=await run.api.state_get("conversation", HARNESS_KEY),
+            )
+        except api_errors.AgentHostError:
+            snap = run.state.get("conversation", {})
+            return _Stored(
+                session_id=snap.get(SESSION_KEY),
+                working_directory=snap.get(WORKDIR_KEY),
+                harness=snap.get(HARNESS_KEY),
+                readable=False,
+            )
+
+    async def _save_session(self, run: RunContext, session_id: str, workspace: Workspace) -> list[pb.RunEvent]:
+        out = []
+        try:
+            for key, value in (
+                (SESSION_KEY, session_id),
+                (WORKDIR_KEY, str(workspace.working_dir)),
+                (HARNESS_KEY, self.driver.name),
+            ):
+                await run.api.state_set("conversation", key, value)
+                out.append(events.state_updated("conversation", key))
+        except api_errors.AgentHostError as exc:
+            out.append(
+                events.progress(
+                    f"could not store the harness session ({exc.message}); the next message starts a new session"
+                )
+            )
+        return out
+
+    async def _turn(self, run: RunContext, config: HarnessConfig, prompt: str) -> AsyncIterator[pb.RunEvent]:
+        workspace = self.workspaces.workspace(run.bot_id, run.conversation_id, workspace_root=config.workspace_root)
+        binary = find_binary(self.driver, config, dict(os.environ))
+        stored = await self._load_session(run)
+
+        resume_id: str | None = None
+        if config.resume and stored.session_id:
+            if stored.harness not in (None, self.driver.name):
+                yield events.progress(f"the stored session belongs to {stored.harness}; starting a new session")
+            elif stored.working_directory not in (None, str(workspace.working_dir)):
+                yield events.progress("the working directory moved; starting a new session")
+            else:
+                resume_id = str(stored.session_id)
+
+        bridge_env = bridge_credentials(run) if config.mcp_bridge else None
+        if config.mcp_bridge and bridge_env is None:
+            yield events.progress("host MCP bridge unavailable (the SDK exposes no run credentials)")
+        launch = BridgeLaunch() if bridge_env else None
+
+        warnings = project(
+            run.context,
+            config,
+            workspace,
+            harness=self.driver.name,  # type: ignore[arg-type]
+            session_id=resume_id,
+            bridge_enabled=launch is not None,
+        )
+        for warning in warnings:
+            yield events.progress(warning)
+        if launch is not None and self.driver.name == "claude-code":
+            write_claude_mcp_config(workspace, launch)
+        if isinstance(config, ClaudeCodeConfig) and config.append_system_prompt:
+            atomic_write(workspace.agenthost_dir / APPEND_PROMPT_FILE, config.append_system_prompt, mode=0o600)
+
+        deadline = self._deadline(run, config)
+        for attempt in (1, 2):
+            turn = TurnState()
+            new_id = str(uuid.uuid4()) if resume_id is None and self.driver.name == "claude-code" else None
+            plan = TurnPlan(
+                binary=binary,
+                config=config,
+                workspace=workspace,
+                resume_session_id=resume_id,
+                new_session_id=new_id,
+                bridge=launch,
+                bridge_env=bridge_env or {},
+                inherited_env=dict(os.environ),
+            )
+            emitted = False
+            async for item in self._run_harness(plan, prompt, turn, deadline, run):
+                emitted = emitted or item.WhichOneof("kind") != "state_updated"
+                yield item
+            if turn.error is None or turn.error.code != "session_lost":
+                return
+            if attempt == 1 and not emitted:
+                yield events.progress(
+                    f"the harness no longer knows session {resume_id}; starting a new session for this conversation"
+                )
+                resume_id = None
+                continue
+            yield events.failed("session_lost", f"{self.driver.name} lost session {resume_id} mid-turn")
+            return
+
+    def _deadline(self, run: RunContext, config: HarnessConfig) -> float | None:
+        limits = []
+        if run.deadline_at:
+            limits.append(run.deadline_at - time.time() - DEADLINE_MARGIN)
+        if config.timeout_seconds:
+            limits.append(config.timeout_seconds)
+        return asyncio.get_running_loop().time() + max(min(limits), 0.1) if limits else None
+
+    async def _run_harness(
+        self, plan: TurnPlan, prompt: str, turn: TurnState, deadline: float | None, run: RunContext
+    ) -> AsyncIterator[pb.RunEvent]:
+        cmd = self.driver.command(plan)
+        proc = HarnessProcess(
+            cmd.argv,
+            cwd=plan.workspace.working_dir,
+            env=cmd.env,
+            stdin_data=prompt.encode(),
+            interrupt_grace=plan.config.interrupt_grace_seconds,
+            secrets=cmd.secrets,
+        )
+        queue: asyncio.Queue[pb.RunEvent | None] = asyncio.Queue(EVENT_QUEUE)
+
+        async def pump() -> None:
+            try:
+                async for raw in proc.events():
+                    for event in self.driver.map_event(raw, turn):
+                        await queue.put(event)
+                    if turn.session_id and not saved.is_set():
+                        saved.set()
+                        await queue.put(None)  # tells the consumer to persist the session now
+            except HarnessError as exc:
+                pump_errors.append(exc)
+            finally:
+                done.set()
+                await queue.put(None)
+
+        saved = asyncio.Event()
+        done = asyncio.Event()
+        pump_errors: list[HarnessError] = []
+        timed_out = False
+        session_stored = False
+        _LIVE.add(proc)
+        pump_task: asyncio.Task[None] | None = None
+        try:
+            await proc.start()
+            pump_task = asyncio.create_task(pump())
+            loop = asyncio.get_running_loop()
+            while True:
+                timeout = None if deadline is None else deadline - loop.time()
+                try:
+                    if timeout is not None and timeout <= 0:
+                        raise TimeoutError
+                    item = await asyncio.wait_for(queue.get(), timeout)
+                except TimeoutError:
+                    timed_out = True
+                    break
+                if item is not None:
+                    yield item
+                    continue
+                if turn.session_id and not session_stored and turn.session_id != plan.resume_session_id:
+                    session_stored = True
+                    for event in await self._save_session(run, turn.session_id, plan.workspace):
+                        yield event
+                if done.is_set() and queue.empty():
+                    break
+            if timed_out:
+                await proc.stop()
+            exit_code = await proc.wait()
+            if pump_task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait_for(pump_task, timeout=5)
+            # Events the pump queued after the deadline was noticed are still worth delivering.
+            while not queue.empty():
+                item = queue.get_nowait()
+                if item is not None:
+                    yield item
+        finally:
+            if pump_task is not None and not pump_task.done():
+                pump_task.cancel()
+            await proc.stop()
+            _LIVE.discard(proc)
+
+        stderr = proc.stderr_tail()
+        if pump_errors:
+            raise pump_errors[0]
+        if timed_out:
+            if turn.usage is not None:
+                yield turn.usage
+            yield events.failed(
+                "deadline_exceeded",
+                f"{self.driver.name} did not finish before the run's deadline; it was interrupted"
+                + (f". stderr: {stderr}" if stderr else ""),
+                retryable=True,
+            )
+            return
+        if not turn.finished or turn.error is not None:
+            if plan.resume_session_id and self.driver.session_lost(stderr, turn):
+                turn.error = HarnessReportedError("session lost", code="session_lost")
+                return
+        if turn.error is not None:
+            if turn.usage is not None:
+                yield turn.usage
+            message = turn.error.message
+            if stderr and stderr not in message:
+                message = f"{message}\nstderr: {stderr}"
+            yield events.failed(turn.error.code, message, retryable=turn.error.retryable)
+            return
+        if not turn.finished:
+            reason = stderr or turn.last_error_message or "no output"
+            yield events.failed(
+                "harness_crashed",
+                f"{self.driver.name} exited with code {exit_code} before finishing the turn: {reason}",
+            )
+            return
+        if turn.usage is not None:
+            yield turn.usage
+        if turn.final_text:
+            yield events.message(turn.final_text)
+        yield events.completed()
+
+
+def _manifest(name: str, description: str, config_model: type[HarnessConfig]) -> RunnerManifest:
+    return RunnerManifest(
+        name=name,
+        description=description,
+        version="0.1.0",
+        capabilities=RunnerCapabilities(streaming=True, tool_calls=True, attachments=True, cancellation=True),
+        config_schema=config_schema(config_model),
+    )
+
+
+class ClaudeCodeRunner(HarnessRunner):
+    driver = ClaudeCodeDriver()
+    manifest = _manifest(
+        "claude-code",
+        "Claude Code (claude -p) in a per-conversation working directory, resuming its session across messages",
+        ClaudeCodeConfig,
+    )
+
+
+class CodexRunner(HarnessRunner):
+    driver = CodexDriver()
+    manifest = _manifest(
+        "codex",
+        "OpenAI Codex (codex exec) in a per-conversation working directory, resuming its thread across messages",
+        CodexConfig,
+    )

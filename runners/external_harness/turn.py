@@ -1,0 +1,115 @@
+"""What both harness drivers share: the plan for one turn and the state accumulated while its events stream.
+
+A driver is two pure halves: `command(plan)` builds argv + environment, and `map_event(raw, turn)` turns one
+line of the harness's JSON stream into run events while updating `TurnState`. Keeping them pure (no I/O) is
+what lets the unit tests replay recorded streams without a process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from protos import common_pb2 as pb
+from runners.external_harness.config import HarnessConfig
+from runners.external_harness.errors import HarnessReportedError
+from runners.external_harness.projection import BridgeLaunch
+from runners.external_harness.workspace import Workspace
+from runners.sdk import events
+
+
+@dataclass(frozen=True)
+class TurnPlan:
+    """Everything a driver needs to build the command line of one turn."""
+
+    binary: str
+    config: HarnessConfig
+    workspace: Workspace
+    resume_session_id: str | None  # continue this session ...
+    new_session_id: str | None  # ... or start one with this id (Claude Code only; Codex picks its own)
+    bridge: BridgeLaunch | None  # None: no host MCP bridge this turn
+    bridge_env: dict[str, str]  # the run's credentials for the bridge (secret; environment only)
+    inherited_env: dict[str, str]  # the runner process's environment, filtered by the driver
+
+
+@dataclass(frozen=True)
+class Command:
+    argv: list[str]
+    env: dict[str, str]
+    secrets: tuple[str, ...]  # values to scrub from anything shown to the user
+
+
+@dataclass
+class TurnState:
+    session_id: str | None = None
+    model: str = ""
+    texts: list[str] = field(default_factory=list)  # completed assistant text blocks, in order
+    emitted_text: bool = False  # any text delta sent (for separators and "never twice")
+    streamed_messages: set[str] = field(default_factory=set)  # message ids whose text went out as deltas
+    streaming_message_id: str = ""  # the message token deltas currently belong to
+    block_open: bool = False  # a streamed text block has started (the next delta continues it)
+    tool_names: dict[str, str] = field(default_factory=dict)  # tool call id -> name
+    finished: bool = False  # the harness reported the end of the turn (result / turn.completed)
+    error: HarnessReportedError | None = None
+    usage: pb.RunEvent | None = None
+    last_error_message: str = ""  # non-terminal errors, used if the process dies without a verdict
+    session_lost: bool = False  # the harness said it does not know the session we asked to resume
+
+    @property
+    def final_text(self) -> str:
+        return "\n\n".join(t for t in self.texts if t)
+
+    def text_block(self, text: str, *, message_id: str = "") -> list[pb.RunEvent]:
+        """Records a completed text block; emits it unless its message already streamed token by token."""
+        if not text:
+            return []
+        self.texts.append(text)
+        if message_id and message_id in self.streamed_messages:
+            return []
+        return self.delta(text, new_block=True)
+
+    def delta(self, text: str, *, new_block: bool) -> list[pb.RunEvent]:
+        out = []
+        if new_block and self.emitted_text:
+            out.append(events.text("\n\n"))  # the same separator final_text uses, so deltas == message
+        out.append(events.text(text))
+        self.emitted_text = True
+        return out
+
+
+class Driver(Protocol):
+    name: str
+    config_model: type[HarnessConfig]
+    binary_env: str  # env var naming the binary, e.g. AGENTHOST_CLAUDE_BIN
+    binary_name: str
+
+    def command(self, plan: TurnPlan) -> Command: ...
+
+    def map_event(self, raw: dict[str, Any], turn: TurnState) -> list[pb.RunEvent]: ...
+
+    def session_lost(self, stderr: str, turn: TurnState) -> bool: ...
+
+
+def forwarded_secrets(plan: TurnPlan, default_key_env: str) -> dict[str, str]:
+    """The runner-process variables a binding forwards: its API key variable and `pass_env` names.
+
+    A binding that names a key variable explicitly gets a clear error when it is unset, rather than a harness
+    that fails later with an authentication message that does not say which variable was missing.
+    """
+    from runners.external_harness.errors import HarnessConfigError
+
+    out: dict[str, str] = {}
+    key_env = plan.config.api_key_env or default_key_env
+    if key_env in plan.inherited_env:
+        out[key_env] = plan.inherited_env[key_env]
+    elif plan.config.api_key_env:
+        raise HarnessConfigError(f"api_key_env names {key_env}, which is not set in the runner's environment")
+    for name in plan.config.pass_env:
+        if name in plan.inherited_env:
+            out[name] = plan.inherited_env[name]
+    return out
+
+
+def isolation_env(plan: TurnPlan) -> dict[str, str]:
+    ws = plan.workspace
+    return {"HOME": str(ws.home), "TMPDIR": str(ws.tmp), "PWD": str(ws.working_dir)}

@@ -1,0 +1,128 @@
+"""Provider routing: `provider/model` strings, base URLs and keys from the binding config and the environment."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import httpx
+
+from runners.local_agent.config import ConfigError, LocalAgentConfig
+from runners.local_agent.errors import ContextWindowUnknown, ProviderError
+from runners.local_agent.providers.anthropic import AnthropicProvider
+from runners.local_agent.providers.base import Provider
+from runners.local_agent.providers.demo import DemoProvider
+from runners.local_agent.providers.openai import OpenAICompatProvider
+
+
+@dataclass(frozen=True)
+class Route:
+    protocol: str  # "openai" | "anthropic" | "demo"
+    base_url: str | None
+    key_env: str | None  # default environment variable holding the key
+    flavor: str = "openai"
+
+
+ROUTES: dict[str, Route] = {
+    "openai": Route("openai", "https://api.openai.com/v1", "OPENAI_API_KEY"),
+    "anthropic": Route("anthropic", "https://api.anthropic.com", "ANTHROPIC_API_KEY"),
+    "openrouter": Route("openai", "https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
+    "deepseek": Route("openai", "https://api.deepseek.com/v1", "DEEPSEEK_API_KEY", flavor="openai"),
+    "ollama": Route("openai", "http://127.0.0.1:11434/v1", None, flavor="ollama"),
+    "vllm": Route("openai", "http://127.0.0.1:8000/v1", None, flavor="vllm"),
+    "llamacpp": Route("openai", "http://127.0.0.1:8080/v1", None, flavor="llamacpp"),
+    "lmstudio": Route("openai", "http://127.0.0.1:1234/v1", None, flavor="lmstudio"),
+    "openai-compatible": Route("openai", None, None, flavor="compat"),
+    "anthropic-compatible": Route("anthropic", None, None),
+    "demo": Route("demo", None, None),
+}
+ALIASES = {"llama.cpp": "llamacpp", "llama-cpp": "llamacpp", "lm-studio": "lmstudio", "compat": "openai-compatible"}
+
+# With a key in the environment but no model named, these are used; without any key the offline demo runs.
+DEFAULT_MODELS = (
+    ("ANTHROPIC_API_KEY", "anthropic/claude-sonnet-4-5"),
+    ("OPENAI_API_KEY", "openai/gpt-4.1-mini"),
+)
+DEFAULT_MODEL_ENV = "AGENTHOST_LOCAL_AGENT_MODEL"
+DEMO_MODEL = "demo/offline"
+
+
+def choose_model(config: LocalAgentConfig, env: Mapping[str, str]) -> str:
+    if config.model:
+        return config.model
+    if env.get(DEFAULT_MODEL_ENV):
+        return env[DEFAULT_MODEL_ENV]
+    for key_env, model in DEFAULT_MODELS:
+        if env.get(key_env):
+            return model
+    return DEMO_MODEL
+
+
+def split_model(model: str) -> tuple[str, str]:
+    provider, sep, name = model.partition("/")
+    if not sep or not provider or not name:
+        raise ConfigError(f"model {model!r} must be 'provider/model', e.g. 'openai/gpt-4o'")
+    provider = ALIASES.get(provider.lower(), provider.lower())
+    if provider not in ROUTES:
+        raise ConfigError(f"unknown provider {provider!r} in model {model!r}; known: {', '.join(sorted(ROUTES))}")
+    return provider, name
+
+
+def build_provider(
+    config: LocalAgentConfig,
+    env: Mapping[str, str] | None = None,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Provider:
+    env = os.environ if env is None else env
+    provider_id, name = split_model(choose_model(config, env))
+    route = ROUTES[provider_id]
+    if route.protocol == "demo":
+        return DemoProvider(name)
+    base_url = config.base_url or env.get(f"{provider_id.upper().replace('-', '_')}_BASE_URL") or route.base_url
+    if not base_url:
+        raise ConfigError(f"provider {provider_id!r} needs base_url in the binding config")
+    if not base_url.startswith(("http://", "https://")):
+        raise ConfigError(f"base_url {base_url!r} must start with http:// or https://")
+    key: str | None = None
+    if config.api_key is not None:
+        key = config.api_key.get_secret_value()
+    else:
+        key_env = config.api_key_env or route.key_env
+        if key_env:
+            key = env.get(key_env)
+            if not key and config.api_key_env:
+                raise ConfigError(f"environment variable {config.api_key_env} (api_key_env) is not set")
+            if not key and route.base_url and route.base_url.startswith("https://"):
+                raise ConfigError(f"provider {provider_id!r} needs a key: set {key_env} or api_key_env")
+    timeout = config.request_timeout_seconds
+    if route.protocol == "anthropic":
+        return AnthropicProvider(
+            provider_id, name, base_url=base_url, api_key=key, timeout=timeout,
+            thinking_budget=config.thinking_budget, transport=transport,
+        )
+    return OpenAICompatProvider(
+        provider_id, name, base_url=base_url, api_key=key, timeout=timeout, flavor=route.flavor, transport=transport
+    )
+
+
+async def resolve_context_window(provider: Provider, config: LocalAgentConfig) -> int:
+    """Config first, then the server's own report (or a published limit); otherwise a clear error."""
+    if config.context_window:
+        return config.context_window
+    detail = ""
+    try:
+        result = await provider.probe()
+        if result.context_window:
+            return result.context_window
+        detail = result.detail
+    except ProviderError as err:
+        detail = f"probe failed: {err}"
+    raise ContextWindowUnknown(
+        f"cannot determine the context window of {provider.full_model}; set context_window in the binding config"
+        + (f" ({detail})" if detail else "")
+    )
+
+
+__all__ = ["ROUTES", "build_provider", "choose_model", "resolve_context_window", "split_model", "DEMO_MODEL"]

@@ -1,0 +1,238 @@
+"""The one small interface every provider implements: stream, complete, probe.
+
+A provider turns the runner's neutral messages into its wire format, streams back `TextChunk`s and exactly one
+`Final` holding the whole assistant turn, and raises only `ProviderError` (already classified). Everything
+retry-, budget- and tool-related lives in the loop, so a new provider is a translation layer and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+from runners.local_agent.errors import ErrorKind, ProviderError, classify_exception, classify_status
+from runners.local_agent.messages import AssistantMessage, Message
+
+SUMMARY_PREFIX = (
+    "[CONTEXT SUMMARY — reference only. Earlier turns of this conversation were compacted into the summary below. "
+    "Do not re-execute tasks it describes; answer the messages that follow it.]\n"
+)
+SUMMARY_SUFFIX = "\n[END OF CONTEXT SUMMARY]"
+
+
+@dataclass(slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(slots=True)
+class ModelRequest:
+    system: str
+    messages: list[Message]
+    tools: list[ToolSpec] = field(default_factory=list)
+    max_tokens: int = 4096
+    temperature: float | None = None
+    tool_choice: Literal["auto", "none"] = "auto"
+
+
+@dataclass(slots=True)
+class Usage:
+    input_tokens: int = 0  # the whole prompt, cached parts included: this is what anchors the token estimate
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+@dataclass(slots=True)
+class TextChunk:
+    text: str
+
+
+@dataclass(slots=True)
+class Final:
+    message: AssistantMessage
+    finish_reason: str  # normalized: stop | tool_calls | length | content_filter | refusal
+    usage: Usage | None = None
+
+
+StreamEvent = TextChunk | Final
+
+
+@dataclass(slots=True)
+class ProbeResult:
+    ok: bool
+    context_window: int | None = None
+    detail: str = ""
+
+
+def normalize_finish_reason(reason: str | None) -> str:
+    if not reason:
+        return "stop"
+    r = reason.lower()
+    return {
+        "end_turn": "stop",
+        "end": "stop",
+        "stop_sequence": "stop",
+        "eos": "stop",
+        "tool_use": "tool_calls",
+        "function_call": "tool_calls",
+        "max_tokens": "length",
+        "model_length": "length",
+    }.get(r, r)
+
+
+def summary_text(content: str) -> str:
+    return SUMMARY_PREFIX + content + SUMMARY_SUFFIX
+
+
+def safe_arguments(arguments: str) -> dict[str, Any]:
+    """Arguments as an object for replay; unparsable text (already reported to the model) replays as {}."""
+    try:
+        value = json.loads(arguments or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class Provider(ABC):
+    """`provider_id/model` plus a transport. Subclasses never log or echo the key."""
+
+    provider_id: str = ""
+    context_window_hint: int | None = None  # the provider's own knowledge (demo, published limits)
+
+    def __init__(self, provider_id: str, model: str) -> None:
+        self.provider_id = provider_id
+        self.model = model
+
+    @property
+    def full_model(self) -> str:
+        return f"{self.provider_id}/{self.model}"
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.full_model}>"
+
+    @abstractmethod
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        """Yields TextChunks then exactly one Final; raises ProviderError."""
+
+    async def complete(self, request: ModelRequest) -> Final:
+        """The non-streaming path: the same stream, consumed."""
+        final: Final | None = None
+        async for ev in self.stream(request):
+            if isinstance(ev, Final):
+                final = ev
+        if final is None:
+            raise ProviderError(ErrorKind.STREAM_BROKEN, "stream ended without a final message")
+        return final
+
+    @abstractmethod
+    async def probe(self) -> ProbeResult:
+        """Checks reachability and credentials; reports the context window when the server tells."""
+
+    async def aclose(self) -> None:
+        return None
+
+
+class HttpProvider(Provider):
+    def __init__(
+        self,
+        provider_id: str,
+        model: str,
+        *,
+        base_url: str,
+        api_key: str | None,
+        timeout: float,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        super().__init__(provider_id, model)
+        self.base_url = base_url.rstrip("/")
+        self._api_key = api_key or None
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout, connect=min(10.0, timeout)),
+            transport=transport,
+            # Environment proxies would route a loopback model server through a corporate proxy.
+            trust_env=False,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def redact(self, text: str) -> str:
+        if self._api_key and self._api_key in text:
+            text = text.replace(self._api_key, "[REDACTED]")
+        return text
+
+    def _error(self, err: ProviderError) -> ProviderError:
+        err.message = self.redact(err.message)
+        err.args = (err.message,)
+        return err
+
+    async def _sse(
+        self, url: str, payload: dict[str, Any], headers: dict[str, str]
+    ) -> AsyncIterator[tuple[str, str]]:
+        """POSTs and yields (event, data) pairs of a server-sent-event stream; HTTP errors are classified."""
+        try:
+            async with self._client.stream("POST", url, json=payload, headers=headers) as resp:
+                if resp.status_code >= 400:
+                    body = (await resp.aread()).decode("utf-8", "replace")
+                    raise self._error(classify_status(resp.status_code, body, resp.headers))
+                ctype = resp.headers.get("content-type", "")
+                if "text/event-stream" not in ctype and "application/json" in ctype:
+                    # Some servers ignore stream=true (or report errors) with a plain JSON body.
+                    body = (await resp.aread()).decode("utf-8", "replace")
+                    yield "json", body
+                    return
+                event = ""
+                data: list[str] = []
+                async for line in resp.aiter_lines():
+                    if not line:
+                        if data:
+                            yield event, "\n".join(data)
+                        event, data = "", []
+                        continue
+                    if line.startswith(":"):
+                        continue
+                    name, _, value = line.partition(":")
+                    if value.startswith(" "):
+                        value = value[1:]
+                    if name == "event":
+                        event = value
+                    elif name == "data":
+                        data.append(value)
+                if data:
+                    yield event, "\n".join(data)
+        except ProviderError:
+            raise
+        except httpx.HTTPError as exc:
+            raise self._error(classify_exception(exc)) from None
+
+    async def _get_json(self, url: str, headers: dict[str, str]) -> Any:
+        try:
+            resp = await self._client.get(url, headers=headers)
+        except httpx.HTTPError as exc:
+            raise self._error(classify_exception(exc)) from None
+        if resp.status_code >= 400:
+            raise self._error(classify_status(resp.status_code, resp.text, resp.headers))
+        try:
+            return resp.json()
+        except ValueError:
+            return None
+
+    async def _post_json(self, url: str, payload: dict[str, Any], headers: dict[str, str]) -> Any:
+        try:
+            resp = await self._client.post(url, json=payload, headers=headers)
+        except httpx.HTTPError as exc:
+            raise self._error(classify_exception(exc)) from None
+        if resp.status_code >= 400:
+            raise self._error(classify_status(resp.status_code, resp.text, resp.headers))
+        try:
+            return resp.json()
+        except ValueError:
+            return None

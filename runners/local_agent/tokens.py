@@ -1,0 +1,101 @@
+"""Token estimates: CJK-aware character weights, anchored on the provider's reported prompt size.
+
+A chars/4 rule undercounts Chinese, Japanese and Korean text by 3-4x (one ideograph is roughly one token or more),
+which is exactly how a CJK conversation overflows a window the estimate said was half empty. The estimate is only
+used for what the provider has not measured yet: the messages added since the last reported `input_tokens`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from runners.local_agent.messages import AssistantMessage, Message, ToolResult
+
+PER_MESSAGE_OVERHEAD = 4
+
+
+def _is_cjk(cp: int) -> bool:
+    return (
+        0x3040 <= cp <= 0x30FF  # hiragana, katakana
+        or 0x3400 <= cp <= 0x4DBF
+        or 0x4E00 <= cp <= 0x9FFF
+        or 0xAC00 <= cp <= 0xD7AF  # hangul syllables
+        or 0xF900 <= cp <= 0xFAFF
+        or 0xFF00 <= cp <= 0xFFEF  # full-width forms
+        or 0x20000 <= cp <= 0x2FA1F
+    )
+
+
+def estimate_text(text: str) -> int:
+    if not text:
+        return 0
+    if text.isascii():
+        return (len(text) + 3) // 4
+    cjk = 0
+    other_non_ascii = 0
+    for ch in text:
+        cp = ord(ch)
+        if cp < 128:
+            continue
+        if _is_cjk(cp):
+            cjk += 1
+        else:
+            other_non_ascii += 1
+    ascii_chars = len(text) - cjk - other_non_ascii
+    # CJK ~1.0 token per char (the 1.0 rather than 0.7 is deliberate: overestimating compacts early, which is cheap;
+    # underestimating overflows). Other non-ASCII (accents, Cyrillic, emoji) ~0.5.
+    return (ascii_chars + 3) // 4 + cjk + (other_non_ascii + 1) // 2
+
+
+def estimate_message(msg: Message) -> int:
+    n = PER_MESSAGE_OVERHEAD + estimate_text(msg.content)
+    if isinstance(msg, AssistantMessage):
+        for call in msg.tool_calls:
+            n += PER_MESSAGE_OVERHEAD + estimate_text(call.name) + estimate_text(call.arguments)
+        if msg.reasoning:
+            n += estimate_text(msg.reasoning)
+        for block in msg.thinking:
+            n += estimate_text(str(block.get("thinking", "")))
+    elif isinstance(msg, ToolResult):
+        n += 8
+    return n
+
+
+def estimate_messages(messages: list[Message]) -> int:
+    return sum(estimate_message(m) for m in messages)
+
+
+def estimate_tools(schemas: list[dict[str, Any]]) -> int:
+    # Tool schemas are sent on every call and count against the window (LangChain #34664 forgot them).
+    return estimate_text(json.dumps(schemas)) if schemas else 0
+
+
+@dataclass
+class UsageAnchor:
+    """The last real prompt size the provider reported, and how many context messages it covered."""
+
+    prompt_tokens: int
+    message_count: int
+    generation: int  # bumps whenever the context is rewritten (compaction), invalidating the anchor
+
+
+class TokenCounter:
+    def __init__(self) -> None:
+        self._anchor: UsageAnchor | None = None
+        self.generation = 0
+
+    def invalidate(self) -> None:
+        self.generation += 1
+        self._anchor = None
+
+    def record(self, prompt_tokens: int, message_count: int) -> None:
+        if prompt_tokens > 0:
+            self._anchor = UsageAnchor(prompt_tokens, message_count, self.generation)
+
+    def estimate(self, system: str, tools: list[dict[str, Any]], messages: list[Message]) -> int:
+        a = self._anchor
+        if a is not None and a.generation == self.generation and a.message_count <= len(messages):
+            return a.prompt_tokens + estimate_messages(messages[a.message_count :])
+        return estimate_text(system) + estimate_tools(tools) + estimate_messages(messages)

@@ -1,0 +1,119 @@
+"""The tool interface: a name, a description, a JSON Schema for arguments, and an async `execute`.
+
+A tool reports a problem by raising `ToolError`; the registry turns that, bad arguments, and even a crashing tool
+into an error result for the model. A failing tool is information for the model, never a failed run.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+import jsonschema
+
+from runners.local_agent.config import LocalAgentConfig
+from runners.local_agent.messages import ToolCall, ToolResult
+from runners.local_agent.providers.base import ToolSpec
+
+
+class ToolError(Exception):
+    """A failure the model should read and can act on (bad path, no match, timeout, ...)."""
+
+
+class HostAPI(Protocol):
+    """The part of `runners.sdk.api.RunAPI` the local agent uses; tests pass an in-memory fake."""
+
+    async def history_page(self, *, conversation_id: str = ..., cursor: str = ..., direction: Any = ..., limit: int = ...) -> Any: ...
+    async def history_search(self, query: str, *, conversation_id: str = ..., roles: Any = ..., item_types: Any = ..., top_k: int = ...) -> list[Any]: ...
+    async def artifact_metadata(self, artifact_id: str) -> Any: ...
+    async def artifact_read_range(self, artifact_id: str, offset: int = ..., length: int = ...) -> Any: ...
+    async def artifact_create(self, data: bytes, *, name: str, mime_type: str = ..., metadata: dict[str, Any] | None = ...) -> Any: ...
+    async def state_get(self, scope: Any, key: str, default: Any = ...) -> Any: ...
+    async def state_set(self, scope: Any, key: str, value: Any, *, if_version: int | None = ...) -> int: ...
+    async def state_delete(self, scope: Any, key: str) -> bool: ...
+
+
+@dataclass
+class ToolContext:
+    workspace: Path
+    api: HostAPI
+    conversation_id: str
+    run_id: str
+    config: LocalAgentConfig
+    # Events a tool wants surfaced (state_updated, artifact_created); the loop drains them after each call.
+    pending_events: list[Any] = field(default_factory=list)
+
+
+class Tool(ABC):
+    name: ClassVar[str]
+    description: ClassVar[str]
+    parameters: ClassVar[dict[str, Any]]
+    # Read-only tools may run concurrently with each other; anything else runs alone, in declared order.
+    read_only: ClassVar[bool] = False
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
+
+    @abstractmethod
+    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> str:
+        """Returns the result text; raises ToolError for failures the model should see."""
+
+
+class ToolRegistry:
+    def __init__(self, tools: list[Tool]) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            if tool.name in self._tools:
+                raise ValueError(f"duplicate tool name {tool.name!r}")
+            jsonschema.Draft202012Validator.check_schema(tool.parameters)
+            self._tools[tool.name] = tool
+        self._validators = {n: jsonschema.Draft202012Validator(t.parameters) for n, t in self._tools.items()}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tools
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def specs(self) -> list[ToolSpec]:
+        return [t.spec() for t in self._tools.values()]
+
+    def is_read_only(self, name: str) -> bool:
+        tool = self._tools.get(name)
+        return bool(tool and tool.read_only)
+
+    async def run(self, call: ToolCall, ctx: ToolContext, *, truncated: bool = False) -> ToolResult:
+        tool = self._tools.get(call.name)
+        if tool is None:
+            return _err(call, f"error: unknown tool {call.name!r}; available tools: {', '.join(self._tools)}")
+        try:
+            args = call.parsed_arguments()
+        except ValueError as exc:
+            hint = " Your output hit the token limit mid-call; use smaller arguments." if truncated else ""
+            return _err(call, f"error: arguments are not a valid JSON object ({exc}): {call.arguments[:300]!r}.{hint}")
+        problems = sorted(self._validators[call.name].iter_errors(args), key=str)
+        if problems:
+            where = "/".join(str(p) for p in problems[0].absolute_path) or "<arguments>"
+            return _err(call, f"error: invalid arguments at {where}: {problems[0].message}")
+        try:
+            content = await tool.execute(args, ctx)
+        except ToolError as exc:
+            return _err(call, f"error: {exc}")
+        except Exception as exc:  # noqa: BLE001 — a crashing tool must not end the run; the model gets the reason
+            return _err(call, f"error: tool {call.name} crashed: {type(exc).__name__}: {exc}")
+        return ToolResult(tool_call_id=call.id, name=call.name, content=content)
+
+
+def _err(call: ToolCall, message: str) -> ToolResult:
+    return ToolResult(tool_call_id=call.id, name=call.name, content=message, is_error=True)
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, indent=1)

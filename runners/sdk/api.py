@@ -1,0 +1,241 @@
+"""`RunAPI`: the typed async client a runner uses to reach the host's AgentRunAPIProxy for one run.
+
+Every call carries the run's token and the plugin's process secret, names the run, and is bounded by the run's
+deadline (a call never outlives the run that made it). Failed calls raise the typed errors of `protos.errors`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from typing import Any, Literal
+
+import grpc
+
+from protos import common_pb2 as pb
+from protos import errors
+from protos import run_api_pb2 as api_pb
+from protos import run_api_pb2_grpc as api_grpc
+from runners.sdk.events import scope_value
+
+Direction = Literal["backward", "forward"]
+Scope = Literal["run", "conversation", "actor", "binding", "runner"]
+
+UPLOAD_CHUNK = 256 * 1024
+DEFAULT_CALL_TIMEOUT = 30.0
+
+
+def _direction(direction: Direction) -> int:
+    if direction == "backward":
+        return pb.BACKWARD
+    if direction == "forward":
+        return pb.FORWARD
+    raise ValueError(f"direction must be 'backward' or 'forward', not {direction!r}")
+
+
+class RunAPI:
+    """Constructed by the SDK for each run (`RunContext.api`); runner code does not build one itself."""
+
+    def __init__(
+        self,
+        stub: api_grpc.AgentRunAPIProxyStub,
+        *,
+        host_address: str = "",
+        run_id: str,
+        run_token: str,
+        plugin_secret: str,
+        deadline_at: float,
+        call_timeout: float = DEFAULT_CALL_TIMEOUT,
+    ) -> None:
+        self._stub = stub
+        self.run_id = run_id
+        # Exposed so a runner can hand the run's access to a helper process it spawns (e.g. an MCP bridge).
+        self.host_address = host_address
+        self.run_token = run_token
+        self.plugin_secret = plugin_secret
+        self._metadata = (("authorization", f"Bearer {run_token}"), ("x-agenthost-plugin", plugin_secret))
+        self._deadline_at = deadline_at
+        self._call_timeout = call_timeout
+
+    def _timeout(self) -> float:
+        remaining = self._deadline_at - time.time() if self._deadline_at else self._call_timeout
+        if remaining <= 0:
+            raise errors.DeadlineExceeded(f"run {self.run_id} is past its deadline")
+        return min(remaining, self._call_timeout)
+
+    async def _unary(self, method: Any, request: Any) -> Any:
+        try:
+            return await method(request, metadata=self._metadata, timeout=self._timeout())
+        except grpc.RpcError as exc:
+            raise errors.from_rpc_error(exc) from None
+
+    # ---- history and events ----
+
+    async def history_page(
+        self, *, conversation_id: str = "", cursor: str = "", direction: Direction = "backward", limit: int = 50
+    ) -> api_pb.HistoryPageResponse:
+        """One page of the transcript. BACKWARD (default) starts at the newest item; pass next_cursor on."""
+        return await self._unary(
+            self._stub.HistoryPage,
+            api_pb.HistoryPageRequest(
+                run_id=self.run_id,
+                conversation_id=conversation_id,
+                cursor=cursor,
+                direction=_direction(direction),
+                limit=limit,
+            ),
+        )
+
+    async def history_search(
+        self,
+        query: str,
+        *,
+        conversation_id: str = "",
+        roles: Iterable[str] = (),
+        item_types: Iterable[str] = (),
+        top_k: int = 10,
+    ) -> list[pb.TranscriptItem]:
+        resp = await self._unary(
+            self._stub.HistorySearch,
+            api_pb.HistorySearchRequest(
+                run_id=self.run_id,
+                conversation_id=conversation_id,
+                query=query,
+                roles=list(roles),
+                item_types=list(item_types),
+                top_k=top_k,
+            ),
+        )
+        return list(resp.items)
+
+    async def event_get(self, event_id: str) -> pb.EventRecord:
+        return await self._unary(self._stub.EventGet, api_pb.EventGetRequest(run_id=self.run_id, event_id=event_id))
+
+    async def event_page(
+        self,
+        *,
+        conversation_id: str = "",
+        cursor: str = "",
+        direction: Direction = "backward",
+        limit: int = 50,
+        event_types: Iterable[str] = (),
+    ) -> api_pb.EventPageResponse:
+        return await self._unary(
+            self._stub.EventPage,
+            api_pb.EventPageRequest(
+                run_id=self.run_id,
+                conversation_id=conversation_id,
+                cursor=cursor,
+                direction=_direction(direction),
+                limit=limit,
+                event_types=list(event_types),
+            ),
+        )
+
+    # ---- artifacts ----
+
+    async def artifact_metadata(self, artifact_id: str) -> pb.ArtifactRef:
+        return await self._unary(
+            self._stub.ArtifactMetadata, api_pb.ArtifactMetadataRequest(run_id=self.run_id, artifact_id=artifact_id)
+        )
+
+    async def artifact_read_range(self, artifact_id: str, offset: int = 0, length: int = 64 * 1024) -> api_pb.ArtifactChunk:
+        return await self._unary(
+            self._stub.ArtifactReadRange,
+            api_pb.ArtifactReadRangeRequest(run_id=self.run_id, artifact_id=artifact_id, offset=offset, length=length),
+        )
+
+    async def artifact_read(self, artifact_id: str, offset: int = 0) -> AsyncIterator[bytes]:
+        """Streams an artifact's bytes from offset to the end, in host-sized chunks."""
+        call = self._stub.ArtifactRead(
+            api_pb.ArtifactReadRequest(run_id=self.run_id, artifact_id=artifact_id, offset=offset),
+            metadata=self._metadata,
+            timeout=self._timeout(),
+        )
+        try:
+            async for chunk in call:
+                if chunk.data:
+                    yield chunk.data
+        except grpc.RpcError as exc:
+            raise errors.from_rpc_error(exc) from None
+
+    async def artifact_read_all(self, artifact_id: str, *, max_bytes: int = 16 * 1024 * 1024) -> bytes:
+        parts: list[bytes] = []
+        total = 0
+        async for data in self.artifact_read(artifact_id):
+            total += len(data)
+            if total > max_bytes:
+                raise errors.ResourceExhausted(f"artifact {artifact_id} is larger than max_bytes={max_bytes}")
+            parts.append(data)
+        return b"".join(parts)
+
+    async def artifact_create(
+        self,
+        data: bytes | AsyncIterable[bytes],
+        *,
+        name: str,
+        mime_type: str = "application/octet-stream",
+        metadata: dict[str, Any] | None = None,
+    ) -> pb.ArtifactRef:
+        """Uploads bytes (or an async stream of chunks) as a new artifact of this run's conversation."""
+        header = api_pb.ArtifactHeader(
+            run_id=self.run_id,
+            name=name,
+            mime_type=mime_type,
+            metadata_json=json.dumps(metadata or {}),
+            expected_size=len(data) if isinstance(data, bytes) else 0,
+        )
+
+        async def requests() -> AsyncIterator[api_pb.ArtifactUpload]:
+            yield api_pb.ArtifactUpload(header=header)
+            if isinstance(data, bytes):
+                for start in range(0, len(data), UPLOAD_CHUNK):
+                    yield api_pb.ArtifactUpload(data=data[start : start + UPLOAD_CHUNK])
+            else:
+                async for chunk in data:
+                    for start in range(0, len(chunk), UPLOAD_CHUNK):
+                        yield api_pb.ArtifactUpload(data=chunk[start : start + UPLOAD_CHUNK])
+
+        try:
+            return await self._stub.ArtifactCreate(requests(), metadata=self._metadata, timeout=self._timeout())
+        except grpc.RpcError as exc:
+            raise errors.from_rpc_error(exc) from None
+
+    # ---- state ----
+
+    async def state_get(self, scope: Scope, key: str, default: Any = None) -> Any:
+        """The decoded JSON value, or `default` when the key is absent."""
+        value = await self.state_get_versioned(scope, key)
+        return json.loads(value.value_json) if value.found else default
+
+    async def state_get_versioned(self, scope: Scope, key: str) -> api_pb.StateValue:
+        return await self._unary(
+            self._stub.StateGet, api_pb.StateGetRequest(run_id=self.run_id, scope=scope_value(scope), key=key)
+        )
+
+    async def state_set(self, scope: Scope, key: str, value: Any, *, if_version: int | None = None) -> int:
+        """Stores a JSON value; returns its new version. With if_version, raises Aborted if another write won."""
+        request = api_pb.StateSetRequest(
+            run_id=self.run_id, scope=scope_value(scope), key=key, value_json=json.dumps(value)
+        )
+        if if_version is not None:
+            request.if_version = if_version
+        resp = await self._unary(self._stub.StateSet, request)
+        return resp.version
+
+    async def state_delete(self, scope: Scope, key: str) -> bool:
+        resp = await self._unary(
+            self._stub.StateDelete, api_pb.StateDeleteRequest(run_id=self.run_id, scope=scope_value(scope), key=key)
+        )
+        return resp.deleted
+
+    async def state_list(
+        self, scope: Scope, *, prefix: str = "", cursor: str = "", limit: int = 100
+    ) -> api_pb.StateListResponse:
+        return await self._unary(
+            self._stub.StateList,
+            api_pb.StateListRequest(
+                run_id=self.run_id, scope=scope_value(scope), prefix=prefix, cursor=cursor, limit=limit
+            ),
+        )

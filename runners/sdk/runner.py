@@ -1,0 +1,91 @@
+"""What a runner author writes: a `Runner` subclass with a manifest and an async-generator `run`.
+
+    class Echo(Runner):
+        manifest = RunnerManifest(name="echo", description="Repeats the message")
+
+        async def run(self, run: RunContext) -> AsyncIterator[RunEvent]:
+            yield events.text(run.text)
+
+The SDK's server calls `setup()` once per process, then `run()` once per host `Run` RPC, each in its own task:
+cancelling the RPC cancels that task, so `run` sees `asyncio.CancelledError` at its next await.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, ClassVar
+
+from plugins.manifest import RunnerManifest
+from protos import common_pb2 as pb
+from protos import runner_pb2
+from runners.sdk.api import RunAPI
+
+
+@dataclass
+class RunContext:
+    """One run as the runner sees it: the host's AgentRunContext plus a client for the run's API."""
+
+    context: runner_pb2.AgentRunContext
+    api: RunAPI
+    data_dir: Path = field(default_factory=lambda: Path(os.environ.get("AGENTHOST_RUNNER_DATA_DIR", ".")))
+
+    @property
+    def run_id(self) -> str:
+        return self.context.run_id
+
+    @property
+    def text(self) -> str:
+        """The inbound message text."""
+        return self.context.input.text
+
+    @property
+    def conversation_id(self) -> str:
+        return self.context.conversation.conversation_id
+
+    @property
+    def bot_id(self) -> str:
+        return self.context.conversation.bot_id
+
+    @property
+    def deadline_at(self) -> float:
+        return self.context.runtime.deadline_at
+
+    @cached_property
+    def config(self) -> dict[str, Any]:
+        """The binding's runner config (already validated by the host against the manifest's config_schema)."""
+        return json.loads(self.context.config_json or "{}")
+
+    @cached_property
+    def state(self) -> dict[str, dict[str, Any]]:
+        """The state snapshot taken when the run started, per granted scope."""
+        return json.loads(self.context.state_json or "{}")
+
+    @property
+    def bootstrap(self) -> list[pb.TranscriptItem]:
+        """History inlined by the host; empty unless the manifest asked for a bootstrap."""
+        return list(self.context.bootstrap)
+
+
+class Runner:
+    """Base class of every runner. Subclasses set `manifest` and implement `run`."""
+
+    manifest: ClassVar[RunnerManifest]
+
+    def __init__(self, data_dir: Path) -> None:
+        # A directory private to this runner, under the plugin's data dir; persists across restarts.
+        self.data_dir = data_dir
+
+    async def setup(self) -> None:
+        """Called once per process before the first run. Override for expensive initialisation."""
+
+    async def close(self) -> None:
+        """Called once when the process shuts down gracefully."""
+
+    def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
+        """Yields the run's events. Must be an async generator."""
+        raise NotImplementedError

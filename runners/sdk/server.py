@@ -1,0 +1,224 @@
+"""The runner side of a plugin process: serves `agenthost.v1.Runner`, `grpc.health.v1` and `Shutdown`.
+
+Started by the host's supervisor as `python -m runners.sdk serve` inside the plugin's own environment. The host
+writes one JSON line of configuration (addresses, the plugin's secret) to the process's stdin and keeps that pipe
+open for the life of the host: EOF on stdin means the host is gone, and the process exits (the lifeline). The
+process answers with one handshake line on stdout once it serves, then stdout is pointed at stderr so stray
+prints cannot be mistaken for protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from protos import common_pb2 as pb
+from protos import errors
+from protos import run_api_pb2_grpc as api_grpc
+from protos import runner_pb2, runner_pb2_grpc
+from runners.sdk import events
+from runners.sdk.api import RunAPI
+from runners.sdk.runner import Runner, RunContext
+
+log = logging.getLogger("agenthost.runner")
+
+PROTOCOL_VERSION = 1
+SDK_VERSION = "0.1.0"
+HANDSHAKE_PREFIX = "AGENTHOST"
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+MAX_BATCH = 64
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+]
+
+_END = object()
+
+
+class _EventChannel:
+    """Runner task → RPC stream. Cheaper than asyncio.Queue per event, and it hands over everything that piled
+    up since the last send in one batch: deltas coalesce under load without waiting for a timer."""
+
+    def __init__(self, high_water: int = 1024) -> None:
+        self._buf: list[Any] = []
+        self._ready = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._high_water = high_water
+
+    async def put(self, item: Any) -> None:
+        self._buf.append(item)
+        self._ready.set()
+        if len(self._buf) >= self._high_water:
+            self._drained.clear()
+            await self._drained.wait()
+
+    async def take(self) -> list[Any]:
+        while not self._buf:
+            self._ready.clear()
+            await self._ready.wait()
+        items, self._buf = self._buf, []
+        self._drained.set()
+        return items
+
+
+class RunnerService(runner_pb2_grpc.RunnerServicer):
+    def __init__(
+        self,
+        *,
+        plugin_id: str,
+        runners: dict[str, Runner],
+        host_address: str,
+        plugin_secret: str,
+        on_shutdown: asyncio.Event,
+    ) -> None:
+        self.plugin_id = plugin_id
+        self.runners = runners
+        self.host_address = host_address
+        self.plugin_secret = plugin_secret
+        self.on_shutdown = on_shutdown
+        self._channel = grpc.aio.insecure_channel(host_address, options=CHANNEL_OPTIONS) if host_address else None
+        self._stub = api_grpc.AgentRunAPIProxyStub(self._channel) if self._channel else None
+        self.tasks: set[asyncio.Task[Any]] = set()
+
+    async def Describe(self, request: runner_pb2.DescribeRequest, context: grpc.aio.ServicerContext) -> runner_pb2.DescribeResponse:
+        return runner_pb2.DescribeResponse(
+            plugin_id=self.plugin_id,
+            sdk_version=SDK_VERSION,
+            protocol_version=PROTOCOL_VERSION,
+            manifests_json=[r.manifest.model_dump_json() for r in self.runners.values()],
+        )
+
+    async def Shutdown(self, request: runner_pb2.ShutdownRequest, context: grpc.aio.ServicerContext) -> runner_pb2.ShutdownResponse:
+        self.on_shutdown.set()
+        return runner_pb2.ShutdownResponse()
+
+    async def Run(self, request: runner_pb2.RunRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.RunEventBatch]:
+        runner = self.runners.get(request.runner_name)
+        if runner is None:
+            await errors.abort_with(context, errors.NotFound(f"this plugin has no runner {request.runner_name!r}"))
+            return
+        if self._stub is None:
+            await errors.abort_with(context, errors.FailedPrecondition("runner process has no host address"))
+            return
+        ctx = request.context
+        api = RunAPI(
+            self._stub,
+            host_address=self.host_address,
+            run_id=ctx.run_id,
+            run_token=request.run_token,
+            plugin_secret=self.plugin_secret,
+            deadline_at=ctx.runtime.deadline_at,
+        )
+        run = RunContext(context=ctx, api=api, data_dir=runner.data_dir)
+        channel = _EventChannel()
+        task = asyncio.create_task(_drive(runner, run, channel), name=f"run:{ctx.run_id}")
+        self.tasks.add(task)
+        try:
+            while True:
+                items = await channel.take()
+                done = items[-1] is _END
+                if done:
+                    items.pop()
+                for start in range(0, len(items), MAX_BATCH):
+                    yield pb.RunEventBatch(events=items[start : start + MAX_BATCH])
+                if done:
+                    return
+        finally:
+            # The host cancelled the RPC (or it ended): the runner's task must not outlive it.
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+            self.tasks.discard(task)
+
+    async def close(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self._channel is not None:
+            await self._channel.close()
+
+
+async def _drive(runner: Runner, run: RunContext, channel: _EventChannel) -> None:
+    """Runs one runner generator to its terminal event, turning a crash into a `failed` event."""
+    try:
+        terminal = False
+        agen = runner.run(run)
+        try:
+            async for event in agen:
+                await channel.put(event)
+                if events.is_terminal(event):
+                    terminal = True
+                    break
+        finally:
+            await agen.aclose()
+        if not terminal:
+            await channel.put(events.completed())
+    except asyncio.CancelledError:
+        raise
+    except errors.AgentHostError as exc:
+        await channel.put(events.failed(f"host_{exc.code.name.lower()}", exc.message))
+    except Exception as exc:
+        log.exception("runner %s failed in run %s", runner.manifest.name, run.run_id)
+        await channel.put(events.failed("runner_error", f"{type(exc).__name__}: {exc}"))
+    finally:
+        await channel.put(_END)
+
+
+async def serve(
+    runner_classes: dict[str, type[Runner]],
+    *,
+    plugin_id: str,
+    listen: str,
+    host_address: str,
+    plugin_secret: str,
+    data_dir: Path,
+    ready: asyncio.Event | None = None,
+    stop: asyncio.Event | None = None,
+    handshake: bool = False,
+) -> None:
+    """Serves until `stop` is set or Shutdown is called. Used by `main` and, in-process, by runners.sdk.testing."""
+    stop = stop or asyncio.Event()
+    runners: dict[str, Runner] = {}
+    for name, cls in runner_classes.items():
+        rdir = data_dir / name
+        rdir.mkdir(parents=True, exist_ok=True)
+        runner = cls(rdir)
+        await runner.setup()
+        runners[name] = runner
+    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    service = RunnerService(
+        plugin_id=plugin_id, runners=runners, host_address=host_address, plugin_secret=plugin_secret, on_shutdown=stop
+    )
+    runner_pb2_grpc.add_RunnerServicer_to_server(service, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if server.add_insecure_port(listen) == 0:
+        raise RuntimeError(f"could not listen on {listen}")
+    await server.start()
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set("agenthost.v1.Runner", health_pb2.HealthCheckResponse.SERVING)
+    if handshake:
+        sys.stdout.write(f"{HANDSHAKE_PREFIX}|{PROTOCOL_VERSION}|{listen}\n")
+        sys.stdout.flush()
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    if ready is not None:
+        ready.set()
+    try:
+        await stop.wait()
+    finally:
+        await health_servicer.enter_graceful_shutdown()
+        await service.close()
+        await server.stop(grace=1.0)
+        for runner in runners.values():
+            with contextlib.suppress(Exception):
+                await runner.close()
