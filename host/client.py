@@ -78,7 +78,8 @@ class HostClient:
     async def send(
         self, bot: str, text: str, *, conversation_id: str = "", timeout: float | None = None, **fields: Any
     ) -> SendResult:
-        request = hpb.SendMessageRequest(bot=bot, text=text, conversation_id=conversation_id, source="api", **fields)
+        fields.setdefault("source", "api")
+        request = hpb.SendMessageRequest(bot=bot, text=text, conversation_id=conversation_id, **fields)
         result: SendResult | None = None
         events: list[pb.RunEvent] = []
         async for reply in self.stream(request, timeout=timeout):
