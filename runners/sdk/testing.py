@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import secrets
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -63,7 +64,7 @@ class HostHarness:
 
     async def _attach(self) -> None:
         address = f"unix:{self.host.runtime_dir / 'test-runner.sock'}"
-        secret = secrets.token_urlsafe(32)
+        secret = self.plugin_secret = secrets.token_urlsafe(32)
         ready = asyncio.Event()
         self._serve_task = asyncio.create_task(
             serve(
@@ -79,8 +80,6 @@ class HostHarness:
         )
         await asyncio.wait_for(ready.wait(), 10)
         manifests = {name: cls.manifest for name, cls in self.runner_classes.items()}
-        import json
-
         await self.host.registry.put_plugin(
             PluginRecord(
                 plugin_id=TEST_PLUGIN,

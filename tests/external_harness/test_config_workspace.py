@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pluggy
+import pytest
+
+from plugins.hookspecs import PROJECT
+from plugins.manifest import RunnerManifest
+from runners.external_harness import plugin
+from runners.external_harness.config import ClaudeCodeConfig, CodexConfig, parse_config
+from runners.external_harness.errors import HarnessConfigError
+from runners.external_harness.runner import ClaudeCodeRunner, CodexRunner
+from runners.external_harness.workspace import WorkspaceManager, path_key
+
+
+def test_plugin_registers_both_runners_with_valid_manifests() -> None:
+    pm = pluggy.PluginManager(PROJECT)
+    from plugins import hookspecs
+
+    pm.add_hookspecs(hookspecs)
+    pm.register(plugin)
+    registered: list[type] = []
+    pm.hook.agenthost_register_runners(register=registered.append)
+    assert registered == [ClaudeCodeRunner, CodexRunner]
+    for cls in registered:
+        manifest = RunnerManifest.parse_json(cls.manifest.model_dump_json())
+        assert manifest.config_schema["type"] == "object"
+        manifest.validate_config({"model": "x", "skills": [{"name": "a", "description": "b"}]})
+
+
+@pytest.mark.parametrize(
+    ("model", "raw", "where"),
+    [
+        (ClaudeCodeConfig, {"permission_mode": "yolo"}, "permission_mode"),
+        (ClaudeCodeConfig, {"env": {"HOME": "/"}}, "env"),
+        (ClaudeCodeConfig, {"pass_env": ["AGENTHOST_RUN_TOKEN"]}, "pass_env"),
+        (ClaudeCodeConfig, {"skills": [{"name": "../x", "description": "d"}]}, "skills.0.name"),
+        (ClaudeCodeConfig, {"skills": [{"name": "a", "description": "d", "files": {"../e": ""}}]}, "skills.0.files"),
+        (ClaudeCodeConfig, {"skills": [{"name": "a", "description": "line\nbreak"}]}, "skills.0.description"),
+        (ClaudeCodeConfig, {"allowed_tools": ["--dangerously-skip-permissions"]}, "allowed_tools"),
+        (ClaudeCodeConfig, {"unknown": 1}, "unknown"),
+        (CodexConfig, {"sandbox": "none"}, "sandbox"),
+        (CodexConfig, {"config_overrides": {"mcp_servers.x.command": "sh"}}, "config_overrides"),
+    ],
+)
+def test_bad_config_is_a_typed_error_naming_the_field(model, raw, where) -> None:
+    with pytest.raises(HarnessConfigError) as err:
+        parse_config(model, raw)
+    assert where in err.value.message
+    assert err.value.code == "harness_config"
+
+
+def test_safe_defaults() -> None:
+    claude = parse_config(ClaudeCodeConfig, {})
+    codex = parse_config(CodexConfig, {})
+    assert claude.permission_mode == "default" and not claude.allowed_tools
+    assert codex.sandbox == "read-only"
+
+
+def test_workspace_is_stable_private_and_contained(tmp_path: Path) -> None:
+    manager = WorkspaceManager(tmp_path)
+    first = manager.workspace("bot/../../etc", "conv 1")
+    again = manager.workspace("bot/../../etc", "conv 1")
+    other = manager.workspace("bot/../../etc", "conv 2")
+    assert first == again and first.working_dir != other.working_dir
+    assert first.bot_dir == other.bot_dir  # one harness config dir per bot
+    root = (tmp_path / "workspaces").resolve()
+    assert first.working_dir.is_relative_to(root)
+    assert stat.S_IMODE(os.stat(first.working_dir).st_mode) == 0o700
+    assert first.claude_config_dir.is_dir() and first.codex_home.is_dir()
+
+
+def test_path_keys_never_collide_or_escape() -> None:
+    assert path_key("a/b") != path_key("a_b") != path_key("a-b")
+    assert "/" not in path_key("../../x") and not path_key("..").startswith(".")
+    with pytest.raises(HarnessConfigError):
+        path_key("")
+
+
+def test_workspace_root_must_be_absolute(tmp_path: Path) -> None:
+    with pytest.raises(HarnessConfigError):
+        WorkspaceManager(tmp_path).workspace("b", "c", workspace_root="relative/dir")
+    ws = WorkspaceManager(tmp_path).workspace("b", "c", workspace_root=str(tmp_path / "elsewhere"))
+    assert ws.working_dir.is_relative_to((tmp_path / "elsewhere").resolve())

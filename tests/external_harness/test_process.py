@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runners.external_harness.errors import HarnessNotFound
+from runners.external_harness.process import HarnessProcess, build_env, redact
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    # Zombies still count for killpg until reaped; look for a live member instead.
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
+
+
+def test_env_is_an_allowlist() -> None:
+    env = build_env(
+        inherited={"PATH": "/bin", "LANG": "C.UTF-8", "AWS_SECRET_ACCESS_KEY": "x", "AGENTHOST_PLUGIN_SECRET": "y"},
+        set_env={"HOME": "/h"},
+    )
+    assert env == {"PATH": "/bin", "LANG": "C.UTF-8", "HOME": "/h"}
+    assert build_env(inherited={})["PATH"]
+
+
+def test_redact() -> None:
+    assert redact("token abcdefgh leaked", ["abcdefgh"]) == "token [redacted] leaked"
+
+
+async def test_large_lines_and_noise(tmp_path: Path) -> None:
+    code = (
+        "import json,sys; sys.stdout.write('[SandboxDebug] noise\\n');"
+        "sys.stdout.write(json.dumps({'t': 'x' * (5 * 1024 * 1024)}) + '\\n');"
+        "sys.stdout.write('{broken\\n'); sys.stdout.write(json.dumps({'last': 1}))"
+    )
+    async with HarnessProcess([sys.executable, "-c", code], cwd=tmp_path, env=build_env(inherited=os.environ)) as proc:
+        got = [e async for e in proc.events()]
+        assert await proc.wait() == 0
+    assert len(got[0]["t"]) == 5 * 1024 * 1024 and got[1] == {"last": 1}
+    assert proc.skipped_lines == 2
+
+
+async def test_stderr_is_captured_and_redacted(tmp_path: Path) -> None:
+    code = "import sys; sys.stderr.write('boom with sekrit-token-123\\n'); sys.exit(4)"
+    async with HarnessProcess(
+        [sys.executable, "-c", code], cwd=tmp_path, env=build_env(inherited=os.environ), secrets=["sekrit-token-123"]
+    ) as proc:
+        assert [e async for e in proc.events()] == []
+        assert await proc.wait() == 4
+    assert proc.stderr_tail() == "boom with [redacted]"
+
+
+async def test_stdin_prompt_is_delivered(tmp_path: Path) -> None:
+    code = "import sys,json; print(json.dumps({'prompt': sys.stdin.read()}))"
+    big = "p" * (1024 * 1024)  # larger than a pipe buffer: must not deadlock
+    async with HarnessProcess(
+        [sys.executable, "-c", code], cwd=tmp_path, env=build_env(inherited=os.environ), stdin_data=big.encode()
+    ) as proc:
+        got = [e async for e in proc.events()]
+    assert got == [{"prompt": big}]
+
+
+async def test_interrupt_escalates_to_sigkill_for_the_whole_group(tmp_path: Path) -> None:
+    # Parent and child both ignore SIGINT: only the SIGKILL of the group after the grace period ends them.
+    code = (
+        "import signal,subprocess,sys,time; signal.signal(signal.SIGINT, signal.SIG_IGN);"
+        "subprocess.Popen([sys.executable,'-c','import signal,time; signal.signal(signal.SIGINT, signal.SIG_IGN);"
+        " time.sleep(60)']); print('{\"ready\": 1}', flush=True); time.sleep(60)"
+    )
+    proc = HarnessProcess([sys.executable, "-c", code], cwd=tmp_path, env=build_env(inherited=os.environ),
+                          interrupt_grace=0.3)
+    await proc.start()
+    events = proc.events()
+    assert await asyncio.wait_for(anext(events), 10) == {"ready": 1}
+    await asyncio.sleep(0.2)  # let the child start
+    started = time.monotonic()
+    await proc.stop()
+    assert 0.25 <= time.monotonic() - started < 5
+    await asyncio.sleep(0.1)
+    assert not _group_alive(proc.pid)
+
+
+async def test_clean_exit_reaps_stragglers(tmp_path: Path) -> None:
+    code = "import subprocess,sys; subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)'])"
+    async with HarnessProcess([sys.executable, "-c", code], cwd=tmp_path, env=build_env(inherited=os.environ)) as proc:
+        await proc.wait()
+    await asyncio.sleep(0.1)
+    assert not _group_alive(proc.pid)
+
+
+async def test_missing_binary_is_typed(tmp_path: Path) -> None:
+    with pytest.raises(HarnessNotFound):
+        await HarnessProcess([str(tmp_path / "nope")], cwd=tmp_path, env={}).start()
+    with pytest.raises(HarnessNotFound):
+        await HarnessProcess(["definitely-not-a-harness-binary"], cwd=tmp_path, env={"PATH": "/nonexistent"}).start()

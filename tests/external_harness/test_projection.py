@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from protos import runner_pb2
+from runners.external_harness import mcp_bridge
+from runners.external_harness.config import ClaudeCodeConfig, parse_config
+from runners.external_harness.projection import (
+    BEGIN_MARKER,
+    END_MARKER,
+    SCHEMA,
+    BridgeLaunch,
+    codex_mcp_overrides,
+    project,
+    project_skills,
+    upsert_managed_block,
+    write_claude_mcp_config,
+)
+from runners.external_harness.workspace import WorkspaceManager
+
+
+@pytest.fixture
+def workspace(tmp_path: Path):
+    return WorkspaceManager(tmp_path).workspace("bot", "conv")
+
+
+def _ctx() -> runner_pb2.AgentRunContext:
+    from fake_run_api import FakeHost
+
+    host = FakeHost(Path("/nonexistent"))
+    ctx = host.context("hello there", config={})
+    ctx.state_json = json.dumps({"conversation": {"external.session_id": "s-1", "note": 1}})
+    return ctx
+
+
+def test_context_json_carries_the_run_and_pointers(workspace) -> None:
+    config = parse_config(ClaudeCodeConfig, {"instructions": "Be brief."})
+    project(_ctx(), config, workspace, harness="claude-code", session_id="s-1", bridge_enabled=True)
+    doc = json.loads((workspace.agenthost_dir / "context.json").read_text())
+    assert doc["schema"] == SCHEMA
+    for key in ("run", "event", "actor", "conversation", "input", "delivery", "resources", "context_access", "state"):
+        assert key in doc
+    assert doc["input"]["text"] == "hello there"
+    assert doc["run"]["run_id"] == "run-1"
+    assert doc["state"]["session"] == {"scope": "conversation", "key": "external.session_id", "value": "s-1"}
+    assert doc["state"]["snapshot_keys"] == {"conversation": ["external.session_id", "note"]}
+    assert doc["mcp"]["tools"] == list(mcp_bridge.TOOL_NAMES)
+    assert stat.S_IMODE(os.stat(workspace.agenthost_dir / "context.json").st_mode) == 0o600
+    claude_md = (workspace.working_dir / "CLAUDE.md").read_text()
+    assert "Be brief." in claude_md and "mcp__agenthost__history_page" in claude_md
+    assert not (workspace.working_dir / "AGENTS.md").exists()
+
+
+def test_codex_gets_agents_md(workspace) -> None:
+    config = parse_config(ClaudeCodeConfig, {"instructions": "MARK"})
+    project(_ctx(), config, workspace, harness="codex", session_id=None, bridge_enabled=False)
+    agents = (workspace.working_dir / "AGENTS.md").read_text()
+    assert "MARK" in agents and "mcp__" not in agents
+
+
+def test_managed_block_preserves_user_content(tmp_path: Path) -> None:
+    path = tmp_path / "CLAUDE.md"
+    path.write_text("# My notes\nkeep me\n")
+    upsert_managed_block(path, "version one")
+    upsert_managed_block(path, "version two")
+    text = path.read_text()
+    assert text.startswith("# My notes\nkeep me\n\n")
+    assert text.count(BEGIN_MARKER) == 1 and "version two" in text and "version one" not in text
+    # The user edits around the block; both sides survive the next turn.
+    path.write_text("top\n" + text + "bottom line\n")
+    upsert_managed_block(path, "version three")
+    text = path.read_text()
+    assert text.startswith("top\n# My notes") and text.endswith(f"{END_MARKER}\nbottom line\n")
+    assert "version three" in text
+
+
+def test_managed_block_survives_a_deleted_end_marker(tmp_path: Path) -> None:
+    path = tmp_path / "AGENTS.md"
+    path.write_text(f"mine\n{BEGIN_MARKER}\nstale text the user kept\n")
+    upsert_managed_block(path, "fresh")
+    text = path.read_text()
+    assert "mine\n" in text and "stale text the user kept" in text and text.count(BEGIN_MARKER) == 1
+    assert text.rstrip().endswith(END_MARKER) and "fresh" in text
+
+
+def test_skills_projected_updated_and_removed(workspace) -> None:
+    config = parse_config(
+        ClaudeCodeConfig,
+        {"skills": [
+            {"name": "greet", "description": "Greets: \"politely\"", "body": "# Greet\nSay hi.", "files": {"ref/a.md": "A"}},
+            {"name": "gone", "description": "temporary"},
+        ]},
+    )
+    assert project_skills(workspace, config.skills) == []
+    for base in (".claude/skills", ".agents/skills"):
+        skill_md = (workspace.working_dir / base / "greet" / "SKILL.md").read_text()
+        assert skill_md.startswith('---\nname: greet\ndescription: "Greets: \\"politely\\""\n---\n')
+        assert "Say hi." in skill_md
+        assert (workspace.working_dir / base / "greet" / "ref" / "a.md").read_text() == "A"
+    # A user's own skill next to ours is never touched.
+    user_skill = workspace.working_dir / ".claude/skills/mine/SKILL.md"
+    user_skill.parent.mkdir(parents=True)
+    user_skill.write_text("user skill")
+    config2 = parse_config(ClaudeCodeConfig, {"skills": [{"name": "greet", "description": "d2", "body": "v2"}]})
+    project_skills(workspace, config2.skills)
+    assert not (workspace.working_dir / ".claude/skills/gone").exists()
+    assert not (workspace.working_dir / ".claude/skills/greet/ref").exists()
+    assert "v2" in (workspace.working_dir / ".claude/skills/greet/SKILL.md").read_text()
+    assert user_skill.read_text() == "user skill"
+    # Binding a skill whose name a user already took: reported, user copy kept.
+    config3 = parse_config(ClaudeCodeConfig, {"skills": [{"name": "mine", "description": "d"}]})
+    warnings = project_skills(workspace, config3.skills)
+    assert warnings and "mine" in warnings[0] and user_skill.read_text() == "user skill"
+
+
+def test_mcp_config_holds_no_secrets(workspace, monkeypatch) -> None:
+    path = write_claude_mcp_config(workspace, BridgeLaunch())
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    server = json.loads(path.read_text())["mcpServers"]["agenthost"]
+    assert server["args"] == ["-m", "runners.external_harness.mcp_bridge"]
+    assert server["env"]["AGENTHOST_RUN_TOKEN"] == "${AGENTHOST_RUN_TOKEN}"
+    overrides = codex_mcp_overrides(BridgeLaunch())
+    assert any(o.startswith("mcp_servers.agenthost.env_vars=") and "AGENTHOST_RUN_TOKEN" in o for o in overrides)

@@ -1,0 +1,185 @@
+"""Every rejection path of AgentRunAPIProxy, driven with raw gRPC stubs (not the SDK) against a real host.
+
+Each case asserts the status code, that the audit log recorded the refusal, and that nothing changed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from protos import common_pb2 as pb
+from protos import run_api_pb2 as api
+from protos import run_api_pb2_grpc
+from protos.errors import PermissionDenied
+from runners.sdk import RunContext, Runner, RunnerManifest, RunnerPermissions, events
+from runners.sdk.testing import HostHarness
+
+SC = grpc.StatusCode
+
+
+class Probe(Runner):
+    """Parks each run until released, handing its RunContext to the test."""
+
+    manifest = RunnerManifest(name="probe", permissions=RunnerPermissions(cross_conversation=True))
+    live: asyncio.Queue[RunContext]
+    release: asyncio.Event
+
+    async def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
+        await Probe.live.put(run)
+        await Probe.release.wait()
+        yield events.text("released")
+
+
+@pytest.fixture
+async def world(tmp_path):
+    Probe.live = asyncio.Queue()
+    Probe.release = asyncio.Event()
+    async with HostHarness(tmp_path, runners=[Probe]) as h:
+        channel = grpc.aio.insecure_channel(h.host.api_address)
+        stub = run_api_pb2_grpc.AgentRunAPIProxyStub(channel)
+        sends = [asyncio.create_task(h.send(f"hello from {c}", conversation_id=c)) for c in ("c1", "c2")]
+        runs = {}
+        for _ in sends:
+            run = await asyncio.wait_for(Probe.live.get(), 10)
+            runs[run.conversation_id] = run
+        yield h, stub, runs["c1"], runs["c2"]
+        Probe.release.set()
+        await asyncio.gather(*sends)
+        await channel.close()
+
+
+def md(run: RunContext, token: str | None = None, secret: str | None = None) -> tuple[tuple[str, str], ...]:
+    out = []
+    if token != "":
+        out.append(("authorization", f"Bearer {token or run.api.run_token}"))
+    out.append(("x-agenthost-plugin", secret or run.api.plugin_secret))
+    return tuple(out)
+
+
+async def status_of(coro) -> SC:
+    try:
+        await coro
+    except grpc.RpcError as exc:
+        return exc.code()
+    return SC.OK
+
+
+async def test_token_and_run_checks(world):
+    h, stub, r1, r2 = world
+    get = lambda run_id, metadata: stub.StateGet(api.StateGetRequest(run_id=run_id, scope=pb.CONVERSATION, key="k"), metadata=metadata)  # noqa: E731
+    assert await status_of(get(r1.run_id, md(r1))) == SC.OK
+    assert await status_of(get(r1.run_id, md(r1, token=""))) == SC.UNAUTHENTICATED
+    assert await status_of(get(r1.run_id, md(r1, token="rt_forged"))) == SC.UNAUTHENTICATED
+    assert await status_of(get(r2.run_id, md(r1))) == SC.PERMISSION_DENIED  # r1's token on r2
+    assert await status_of(get("run_doesnotexist", md(r1))) == SC.NOT_FOUND
+    assert await status_of(get("", md(r1))) == SC.INVALID_ARGUMENT
+    assert await status_of(get(r1.run_id, md(r1, secret=r2.api.plugin_secret + "x"))) == SC.PERMISSION_DENIED
+    # expired and finished runs whose token is not yet revoked
+    active = h.host.grants.get(r1.run_id)
+    active.deadline_at = time.time() - 1
+    assert await status_of(get(r1.run_id, md(r1))) == SC.FAILED_PRECONDITION
+    active.deadline_at = time.time() + 60
+    active.finished = True
+    assert await status_of(get(r1.run_id, md(r1))) == SC.FAILED_PRECONDITION
+    active.finished = False
+    await h.host.db.flush()
+    outcomes = [row["outcome"] for row in h.host.audit.rows()]
+    for code in ("UNAUTHENTICATED", "PERMISSION_DENIED", "NOT_FOUND", "INVALID_ARGUMENT", "FAILED_PRECONDITION"):
+        assert code in outcomes
+
+
+async def test_replayed_token_after_run_ends(world):
+    h, stub, r1, _ = world
+    Probe.release.set()
+    for _ in range(100):
+        if h.host.grants.get(r1.run_id) is None:
+            break
+        await asyncio.sleep(0.02)
+    req = api.StateGetRequest(run_id=r1.run_id, scope=pb.CONVERSATION, key="k")
+    assert await status_of(stub.StateGet(req, metadata=md(r1))) == SC.UNAUTHENTICATED
+
+
+async def test_scope_conversation_and_artifact_isolation(world):
+    h, stub, r1, r2 = world
+    m1 = md(r1)
+    # cross-conversation: not granted by the binding → denied; granted by a binding → allowed (see below)
+    page = api.HistoryPageRequest(run_id=r1.run_id, conversation_id="c2")
+    assert await status_of(stub.HistoryPage(page, metadata=m1)) == SC.PERMISSION_DENIED
+    # another conversation's cursor on my conversation
+    other = await stub.HistoryPage(api.HistoryPageRequest(run_id=r2.run_id, limit=1), metadata=md(r2))
+    assert other.items
+    stolen = api.HistoryPageRequest(run_id=r1.run_id, cursor=other.items[0].cursor)
+    assert await status_of(stub.HistoryPage(stolen, metadata=m1)) == SC.INVALID_ARGUMENT
+    assert await status_of(stub.HistoryPage(api.HistoryPageRequest(run_id=r1.run_id, cursor="garbage!"), metadata=m1)) == SC.INVALID_ARGUMENT
+    # another conversation's artifact and event
+    art = await r2.api.artifact_create(b"secret of c2", name="s.txt")
+    req = api.ArtifactReadRangeRequest(run_id=r1.run_id, artifact_id=art.artifact_id)
+    assert await status_of(stub.ArtifactReadRange(req, metadata=m1)) == SC.PERMISSION_DENIED
+    ev = api.EventGetRequest(run_id=r1.run_id, event_id=r2.context.event.event_id)
+    assert await status_of(stub.EventGet(ev, metadata=m1)) == SC.PERMISSION_DENIED
+    unknown = api.ArtifactMetadataRequest(run_id=r1.run_id, artifact_id="art_nope")
+    assert await status_of(stub.ArtifactMetadata(unknown, metadata=m1)) == SC.NOT_FOUND
+    # state is per conversation: r2 cannot see r1's value
+    await r1.api.state_set("conversation", "mine", {"v": 1})
+    assert await r2.api.state_get("conversation", "mine") is None
+    assert await status_of(stub.StateGet(api.StateGetRequest(run_id=r1.run_id, scope=99, key="k"), metadata=m1)) == SC.INVALID_ARGUMENT
+
+
+async def test_caps_and_bad_arguments_change_nothing(world):
+    h, stub, r1, _ = world
+    m1 = md(r1)
+    assert await status_of(stub.HistoryPage(api.HistoryPageRequest(run_id=r1.run_id, limit=1000), metadata=m1)) == SC.OUT_OF_RANGE
+    assert await status_of(stub.HistoryPage(api.HistoryPageRequest(run_id=r1.run_id, direction=7), metadata=m1)) == SC.INVALID_ARGUMENT
+    assert await status_of(stub.HistorySearch(api.HistorySearchRequest(run_id=r1.run_id, query="x", top_k=500), metadata=m1)) == SC.OUT_OF_RANGE
+    await r1.api.state_set("conversation", "k", "original")
+    big = api.StateSetRequest(run_id=r1.run_id, scope=pb.CONVERSATION, key="k", value_json='"' + "x" * (300 * 1024) + '"')
+    assert await status_of(stub.StateSet(big, metadata=m1)) == SC.RESOURCE_EXHAUSTED
+    bad_json = api.StateSetRequest(run_id=r1.run_id, scope=pb.CONVERSATION, key="k", value_json="{nope")
+    assert await status_of(stub.StateSet(bad_json, metadata=m1)) == SC.INVALID_ARGUMENT
+    for key in ("", "../etc/passwd\x00", "a\nb", "x" * 300):
+        req = api.StateSetRequest(run_id=r1.run_id, scope=pb.CONVERSATION, key=key, value_json="1")
+        assert await status_of(stub.StateSet(req, metadata=m1)) == SC.INVALID_ARGUMENT, key
+    stale = api.StateSetRequest(run_id=r1.run_id, scope=pb.CONVERSATION, key="k", value_json='"new"', if_version=99)
+    assert await status_of(stub.StateSet(stale, metadata=m1)) == SC.ABORTED
+    assert await r1.api.state_get("conversation", "k") == "original"  # nothing changed
+    art = await r1.api.artifact_create(b"abc", name="a")
+    too_long = api.ArtifactReadRangeRequest(run_id=r1.run_id, artifact_id=art.artifact_id, length=2 * 1024 * 1024)
+    assert await status_of(stub.ArtifactReadRange(too_long, metadata=m1)) == SC.OUT_OF_RANGE
+    past_end = api.ArtifactReadRangeRequest(run_id=r1.run_id, artifact_id=art.artifact_id, offset=10)
+    assert await status_of(stub.ArtifactReadRange(past_end, metadata=m1)) == SC.OUT_OF_RANGE
+    huge = api.HistorySearchRequest(run_id=r1.run_id, query="x" * (9 * 1024 * 1024))
+    assert await status_of(stub.HistorySearch(huge, metadata=m1)) == SC.RESOURCE_EXHAUSTED
+    # the channel still works after an oversize message
+    assert await status_of(stub.StateGet(api.StateGetRequest(run_id=r1.run_id, scope=pb.CONVERSATION, key="k"), metadata=m1)) == SC.OK
+
+
+async def test_grant_narrowing_and_cross_conversation(tmp_path):
+    Probe.live = asyncio.Queue()
+    Probe.release = asyncio.Event()
+    async with HostHarness(tmp_path, runners=[Probe]) as h:
+        # A higher-priority binding that narrows the grant wins over the harness's default one.
+        await h.bind("test/probe", priority=10, apis=["history.page", "state.read"], state_scopes=[pb.RUN],
+                     cross_conversation=["shared-*"])
+        seed = asyncio.create_task(h.send("shared fact", conversation_id="shared-1"))
+        (await asyncio.wait_for(Probe.live.get(), 10))
+        Probe.release.set()
+        await seed
+        Probe.release.clear()
+        task = asyncio.create_task(h.send("hi", conversation_id="mine"))
+        run = await asyncio.wait_for(Probe.live.get(), 10)
+        page = await run.api.history_page(conversation_id="shared-1")
+        assert [item.text for item in page.items if item.role == "user"] == ["shared fact"]
+        with pytest.raises(PermissionDenied):
+            await run.api.history_page(conversation_id="private-1")
+        with pytest.raises(PermissionDenied):
+            await run.api.state_set("run", "k", 1)  # state.write not granted
+        with pytest.raises(PermissionDenied):
+            await run.api.state_get("conversation", "k")  # scope not granted
+        assert await run.api.state_get("run", "k") is None
+        Probe.release.set()
+        result = await task
+        assert result.run.status == "completed"

@@ -1,0 +1,140 @@
+"""Runner plugin processes that crash, hang, print garbage or never get ready — real processes, real host."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from host.client import HostClient
+from host.server import Host
+from host.supervisor import SupervisorPolicy
+from protos import errors
+from protos import host_pb2 as hpb
+
+pytestmark = pytest.mark.slow
+FAULTY = str(Path(__file__).parent / "fixtures" / "faulty-plugin")
+POLICY = SupervisorPolicy(start_timeout=3, health_timeout=2, shutdown_grace=0.5, term_grace=0.5,
+                          backoff_base=0.05, backoff_max=0.2, restart_limit=2, stable_after=5)
+
+
+@pytest.fixture
+async def host(tmp_path, monkeypatch):
+    monkeypatch.delenv("AGENTHOST_TEST_FAULT", raising=False)
+    h = Host(tmp_path / "data", policy=POLICY, builtin_plugins=False)
+    await h.start()
+    client = HostClient(h.admin_address)
+    yield h, client
+    await client.close()
+    await h.stop()
+
+
+async def install_and_bind(h: Host, client: HostClient, timeout: float = 0) -> None:
+    await h.install_plugin(FAULTY, offline=True)
+    await client.call("CreateBot", hpb.CreateBotRequest(name="b"))
+    await client.bind("b", "agenthost-faulty/faulty", timeout_seconds=timeout)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
+
+
+async def test_bad_manifest_is_an_install_error(host, monkeypatch):
+    h, _ = host
+    monkeypatch.setenv("AGENTHOST_TEST_FAULT", "bad_manifest")
+    with pytest.raises(Exception, match="manifest"):
+        await h.install_plugin(FAULTY, offline=True)
+    assert [p.plugin_id for p in h.registry.plugins()] == []
+
+
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [
+        ("crash_at_start", "exited with code 7 before the handshake"),
+        ("garbage", "unrecognized handshake line"),
+        ("never_ready", "no handshake within"),
+    ],
+)
+async def test_start_failures_are_reported_and_the_breaker_opens(host, monkeypatch, fault, reason):
+    h, client = host
+    await install_and_bind(h, client)
+    await h.supervisor.stop("agenthost-faulty")
+    monkeypatch.setenv("AGENTHOST_TEST_FAULT", fault)
+    with pytest.raises(Exception, match="did not start|dead|did not become ready"):
+        await h.supervisor.start("agenthost-faulty")
+    for _ in range(200):
+        if h.supervisor.processes["agenthost-faulty"].state == "dead":
+            break
+        await asyncio.sleep(0.05)
+    pp = h.supervisor.processes["agenthost-faulty"]
+    assert pp.state == "dead"
+    assert reason in pp.last_error
+    assert pp.proc is None or pp.proc.returncode is not None  # reaped, no zombie
+    result = await client.send("b", "hello")
+    assert result.run.status == "failed" and result.run.error_code == "runner_unavailable"
+    assert reason in result.run.error_message
+
+
+async def test_crash_mid_run_fails_the_run_and_the_plugin_restarts(host):
+    h, client = host
+    await install_and_bind(h, client)
+    first_pid = h.supervisor.processes["agenthost-faulty"].proc.pid
+    result = await client.send("b", "crash")
+    assert result.run.status == "failed"
+    assert result.run.error_code == "runner_crashed"
+    assert "SIGKILL" in result.run.error_message
+    assert "about to crash" in result.run.text  # what was streamed before the crash is kept
+    ok = await client.send("b", "after")  # the supervisor restarted it
+    assert ok.run.status == "completed" and ok.text == "ok: after"
+    assert h.supervisor.processes["agenthost-faulty"].proc.pid != first_pid
+
+
+async def test_cancel_and_deadline(host):
+    h, client = host
+    await install_and_bind(h, client, timeout=1.5)
+    task = asyncio.create_task(client.send("b", "sleep"))
+    for _ in range(100):
+        live = h.runs._live
+        if live and next(iter(live.values())).info.status == "running":
+            break
+        await asyncio.sleep(0.02)
+    run_id = next(iter(h.runs._live))
+    t0 = time.monotonic()
+    cancelled = await client.call("CancelRun", hpb.RunRequestById(run_id=run_id))
+    assert cancelled.status == "cancelled"
+    assert time.monotonic() - t0 < 1.0
+    assert (await task).run.status == "cancelled"
+    with pytest.raises(errors.FailedPrecondition):
+        await client.call("CancelRun", hpb.RunRequestById(run_id=run_id))
+    timed = await client.send("b", "sleep")
+    assert timed.run.status == "timed_out"
+
+
+async def test_shutdown_ladder_kills_grandchildren_and_term_ignorers(host):
+    h, client = host
+    await install_and_bind(h, client)
+    grandchild = int((await client.send("b", "spawn")).text)
+    assert alive(grandchild)
+    assert (await client.send("b", "ignore_term")).run.status == "completed"
+    pid = h.supervisor.processes["agenthost-faulty"].proc.pid
+    t0 = time.monotonic()
+    await h.supervisor.stop("agenthost-faulty")
+    assert time.monotonic() - t0 < 5
+    await asyncio.sleep(0.2)
+    assert not alive(pid)
+    assert not alive(grandchild)
+
+
+async def test_second_host_on_same_data_dir_is_refused(host):
+    h, _ = host
+    from host.server import HostAlreadyRunning
+
+    with pytest.raises(HostAlreadyRunning, match="another agenthost"):
+        await Host(h.data_dir, builtin_plugins=False).start()
