@@ -193,6 +193,7 @@ class Host:
         for server in self._servers:
             await server.stop(grace=1.0)
         self._servers.clear()
+        self.audit.flush()
         await self.db.close()
         with contextlib.suppress(OSError):
             (self.data_dir / "host.json").unlink()

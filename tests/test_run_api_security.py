@@ -86,6 +86,7 @@ async def test_token_and_run_checks(world):
     active.finished = True
     assert await status_of(get(r1.run_id, md(r1))) == SC.FAILED_PRECONDITION
     active.finished = False
+    h.host.audit.flush()
     await h.host.db.flush()
     outcomes = [row["outcome"] for row in h.host.audit.rows()]
     for code in ("UNAUTHENTICATED", "PERMISSION_DENIED", "NOT_FOUND", "INVALID_ARGUMENT", "FAILED_PRECONDITION"):

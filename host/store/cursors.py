@@ -19,8 +19,9 @@ class CursorCodec:
         self._secret = secret
 
     def _tag(self, kind: str, scope: str, position: int) -> str:
+        # Keyed BLAKE2b is a MAC on its own and one C call (a page of 50 items mints 50 cursors).
         msg = f"{kind}|{scope}|{position}".encode()
-        return hmac.new(self._secret, msg, hashlib.sha256).hexdigest()[:16]
+        return hashlib.blake2b(msg, key=self._secret[:64], digest_size=8).hexdigest()
 
     def encode(self, kind: str, scope: str, position: int) -> str:
         raw = f"{position}.{self._tag(kind, scope, position)}".encode()
