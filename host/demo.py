@@ -1,0 +1,63 @@
+"""`agenthost demo`: the whole system on its embedded defaults, in a scratch data dir, with no accounts.
+
+It starts a real host (the built-in runners as supervised processes), binds the local agent to a bot, talks to
+it, then installs the example plugin into its own environment and uses it — the README's flow, end to end.
+With a provider key in the environment (ANTHROPIC_API_KEY / OPENAI_API_KEY) the local agent uses that model;
+with none it uses its offline demo model, which says so in every reply.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from host.cli import _stream_reply
+from host.client import HostClient
+from host.server import Host
+from protos import host_pb2 as hpb
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "plugins" / "examples" / "notes-runner"
+
+
+def _say(text: str) -> None:
+    print(f"\n\033[1m$ {text}\033[0m", flush=True)
+
+
+async def run_demo(*, keep: bool = False) -> int:
+    data_dir = Path(tempfile.mkdtemp(prefix="agenthost-demo-"))
+    host = Host(data_dir)
+    await host.start()
+    try:
+        async with HostClient(host.admin_address, timeout=600) as c:
+            _say("agenthost bots create assistant && agenthost bots bind assistant --runner agenthost/local-agent")
+            await c.call("CreateBot", hpb.CreateBotRequest(name="assistant"))
+            await c.bind("assistant", "agenthost/local-agent")
+            for text in ("Hello! What is in my workspace?", "Thanks. What did I ask you first?"):
+                _say(f'agenthost send assistant "{text}"')
+                await _stream_reply(c, hpb.SendMessageRequest(bot="assistant", text=text, source="cli"))
+
+            _say(f"agenthost plugins install {EXAMPLE.relative_to(Path.cwd()) if EXAMPLE.is_relative_to(Path.cwd()) else EXAMPLE}")
+            info = await c.call("InstallPlugin", hpb.InstallPluginRequest(source=str(EXAMPLE), offline=True))
+            print(f"installed {info.plugin_id} {info.version} into its own environment ({info.state})")
+            await c.call("CreateBot", hpb.CreateBotRequest(name="notes"))
+            await c.bind("notes", "agenthost-notes/notes", {"greeting": "Noted."})
+            for text in ("note water the plants", "note call the plumber", "list", "find plumber"):
+                _say(f'agenthost send notes "{text}"')
+                await _stream_reply(c, hpb.SendMessageRequest(bot="notes", text=text, source="cli"))
+
+            _say("agenthost runs list")
+            for r in (await c.call("ListRuns", hpb.ListRunsRequest(limit=10))).runs:
+                print(f"{r.run_id} {r.status:10} {r.runner_id}")
+            host.audit.flush()
+            await host.db.flush()
+            audit = len(host.audit.rows())
+            print(f"\n{audit} run-scoped API calls were checked against their run's grant and audited.")
+            print(f"data dir: {data_dir}" + ("" if keep else " (removed on exit; --keep to keep it)"))
+    finally:
+        await host.stop()
+        if not keep:
+            shutil.rmtree(data_dir, ignore_errors=True)
+    sys.stdout.flush()
+    return 0
