@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from host.grants import ActiveRun, Grant, RunRegistry, hash_secret, new_token
+from host.grants import SCOPE_VALUES, ActiveRun, Grant, RunRegistry, hash_secret, new_token
 from host.store.conversations import Conversations, NewItem
 from host.store.registry import Registry
 from host.store.runs import RunStore
@@ -92,7 +92,8 @@ class RunManager:
         self.grants = grants
         self.supervisor = supervisor
         self._live: dict[str, _RunState] = {}
-        self._conversation_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        # Per-conversation FIFO of runs; an entry lives only while runs of that conversation are queued or running.
+        self._conversation_locks: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]] = {}
 
     # ---- routing ----
 
@@ -257,7 +258,9 @@ class RunManager:
     ) -> None:
         info = st.info
         plugin_id, runner_name = parse_runner_id(binding.runner_id)
-        lock = self._conversation_locks.setdefault((bot.bot_id, info.conversation_id), asyncio.Lock())
+        key = (bot.bot_id, info.conversation_id)
+        lock, users = self._conversation_locks.setdefault(key, (asyncio.Lock(), [0]))
+        users[0] += 1
         try:
             async with lock:
                 info.status = "running"
@@ -288,6 +291,9 @@ class RunManager:
             log.exception("run %s failed in the host", info.run_id)
             self._set_outcome(st, "failed", "host_error", f"{type(exc).__name__}: {exc}")
         finally:
+            users[0] -= 1
+            if users[0] == 0:
+                self._conversation_locks.pop(key, None)
             await asyncio.shield(self._finish(st))
 
     def _set_outcome(self, st: _RunState, status: str, code: str = "", message: str = "") -> None:
@@ -472,7 +478,7 @@ class RunManager:
             ),
             resources=runner_pb2.Resources(
                 apis=sorted(run.grant.apis),
-                state_scopes=[{"run": pb.RUN, "conversation": pb.CONVERSATION, "actor": pb.ACTOR, "binding": pb.BINDING, "runner": pb.RUNNER}[s] for s in sorted(run.grant.state_scopes)],
+                state_scopes=[SCOPE_VALUES[s] for s in sorted(run.grant.state_scopes)],
                 cross_conversation_patterns=list(run.grant.cross_conversation_patterns),
             ),
             context=runner_pb2.ContextAccess(

@@ -84,6 +84,7 @@ class Host:
         self._servers: list[grpc.aio.Server] = []
         self._health: health.aio.HealthServicer | None = None
         self._stopped = asyncio.Event()
+        self._background: set[asyncio.Task[None]] = set()
 
     # ---- lifecycle ----
 
@@ -189,6 +190,8 @@ class Host:
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
         await self.runs.shutdown()
+        for task in list(self._background):
+            task.cancel()
         await self.supervisor.stop_all()
         for server in self._servers:
             await server.stop(grace=1.0)
@@ -230,13 +233,17 @@ class Host:
         )
 
     def _supervise(self, plugin: PluginRecord) -> None:
+        """Starts a plugin in the background at host start; a failure is kept as the plugin's last_error."""
         self.supervisor.add(PluginSpec(plugin.plugin_id, plugin.distribution, plugin.python))
         task = asyncio.create_task(self._start_quietly(plugin.plugin_id))
-        task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _start_quietly(self, plugin_id: str) -> None:
-        with contextlib.suppress(PluginStartError):
+        try:
             await self.supervisor.start(plugin_id)
+        except PluginStartError as exc:
+            log.warning("plugin %s did not start: %s", plugin_id, exc)
 
     async def _record_manifests(self, plugin_id: str, manifests: dict[str, RunnerManifest]) -> None:
         raw = json.dumps([m.model_dump(mode="json") for m in manifests.values()])
