@@ -1,0 +1,119 @@
+"""The SQLite layer: group commit with per-job isolation, migrations, cursors, state and artifact rules."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+import pytest
+
+from host.store.artifacts import ArtifactStore
+from host.store.cursors import CursorCodec
+from host.store.db import Database, connect
+from host.store.migrations import MIGRATIONS, migrate
+from host.store.state import StateStore
+from protos import errors
+
+
+@pytest.fixture
+async def db(tmp_path):
+    d = Database(tmp_path / "t.db")
+    await d.open()
+    yield d
+    await d.close()
+
+
+async def test_group_commit_isolates_a_failing_job(db):
+    def ok(i):
+        return lambda c: c.execute("INSERT INTO meta(key, value) VALUES (?, 'v')", (f"k{i}",))
+
+    def bad(c):
+        c.execute("INSERT INTO meta(key, value) VALUES ('poison', 'v')")
+        raise ValueError("job failed after writing")
+
+    results = await asyncio.gather(*(db.write(ok(i)) for i in range(50)), db.write(bad), return_exceptions=True)
+    assert isinstance(results[-1], ValueError)
+    keys = {r[0] for r in db.query("SELECT key FROM meta")}
+    assert keys == {f"k{i}" for i in range(50)}  # the others committed, the failed job's row did not
+    assert db.batches < 51  # they shared commits
+
+
+async def test_integrity_and_durability_settings(db):
+    conn = connect(db.path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+
+
+def test_migrations_are_idempotent_and_refuse_a_newer_schema(tmp_path):
+    conn = sqlite3.connect(tmp_path / "m.db", isolation_level=None)
+    assert migrate(conn) == len(MIGRATIONS)
+    assert migrate(conn) == len(MIGRATIONS)
+    conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
+    with pytest.raises(RuntimeError, match="newer"):
+        migrate(conn)
+
+
+def test_cursors_are_bound_to_their_conversation():
+    codec = CursorCodec(b"s" * 32)
+    cursor = codec.encode("history", "bot\x1fc1", 42)
+    assert codec.decode("history", "bot\x1fc1", cursor) == 42
+    for scope, kind in (("bot\x1fc2", "history"), ("bot2\x1fc1", "history"), ("bot\x1fc1", "events")):
+        with pytest.raises(errors.InvalidArgument):
+            codec.decode(kind, scope, cursor)
+    for junk in ("", "!!!", "x" * 500, "NDIuMDAwMA"):
+        with pytest.raises(errors.InvalidArgument):
+            codec.decode("history", "bot\x1fc1", junk)
+    with pytest.raises(errors.InvalidArgument):
+        CursorCodec(b"t" * 32).decode("history", "bot\x1fc1", cursor)  # another data dir's secret
+
+
+async def test_state_rules(db):
+    st = StateStore(db)
+    assert (await st.set("s", "a.b", "1")).version == 1
+    await st.set("s", "a_c", "2")
+    await st.set("s", "ab", "3")
+    keys, more = st.list("s", "a_", "", 10)
+    assert keys == ["a_c"] and not more  # _ is literal, not a LIKE wildcard
+    keys, more = st.list("s", "", "", 2)
+    assert keys == ["a.b", "a_c"] and more
+    keys, _ = st.list("s", "", "a_c", 10)
+    assert keys == ["ab"]
+    with pytest.raises(errors.InvalidArgument):
+        await st.set("s", "a%b", "1")
+    assert (await st.set("s", "ab", "4", if_version=1)).version == 2
+    with pytest.raises(errors.Aborted):
+        await st.set("s", "ab", "5", if_version=1)
+    with pytest.raises(errors.Aborted):
+        await st.set("s", "new", "5", if_version=3)
+    assert (await st.set("s", "new", "6", if_version=0)).version == 1
+    assert st.get("other-scope", "ab") is None
+    assert await st.delete("s", "ab") and not await st.delete("s", "ab")
+
+
+async def test_artifacts_dedupe_and_cut_uploads_leave_nothing(db, tmp_path):
+    store = ArtifactStore(db, tmp_path / "art", max_bytes=1000)
+
+    async def chunks(*parts, fail=False):
+        for p in parts:
+            yield p
+        if fail:
+            raise ConnectionError("client went away")
+
+    kw = dict(name="n", mime_type="text/plain", metadata_json="{}", bot_id="b", conversation_id="c", run_id="r")
+    a = await store.create(chunks(b"hello ", b"world"), **kw)
+    b = await store.create(chunks(b"hello world"), **kw)
+    assert a.artifact_id != b.artifact_id and a.sha256 == b.sha256
+    assert len(list((tmp_path / "art" / "objects").rglob("*"))) == 2  # one dir + one object
+    assert store.read(a.sha256, 6, 100) == b"world"
+    with pytest.raises(ConnectionError):
+        await store.create(chunks(b"partial", fail=True), **kw)
+    with pytest.raises(errors.ResourceExhausted):
+        await store.create(chunks(b"x" * 600, b"y" * 600), **kw)
+    with pytest.raises(errors.InvalidArgument):
+        await store.create(chunks(b"abc"), **{**kw, "name": "a\x00b"})
+    with pytest.raises(errors.InvalidArgument):
+        await store.create(chunks(b"abc"), expected_size=5, **kw)
+    assert list((tmp_path / "art" / "tmp").iterdir()) == []
+    assert len(db.query("SELECT * FROM artifacts")) == 2
