@@ -57,13 +57,13 @@ def _distribution_of(source: str) -> tuple[str, str]:
         except (KeyError, tomllib.TOMLDecodeError) as exc:
             raise InstallError(f"{pyproject} has no readable [project] name: {exc}") from None
         return "directory", name
-    if source.endswith(".whl"):
-        if not path.is_file():
-            raise InstallError(f"no wheel file at {source}")
+    if path.is_file() and path.suffix == ".whl":
         return "wheel", path.name.split("-")[0]
     try:
         return "requirement", Requirement(source).name
     except InvalidRequirement as exc:
+        if source.endswith(".whl"):
+            raise InstallError(f"no wheel file at {source}") from None
         raise InstallError(f"{source!r} is neither a directory, a wheel, nor a valid requirement: {exc}") from None
 
 
