@@ -26,7 +26,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from host.client import HostClient  # noqa: E402
-from protos import common_pb2 as pb  # noqa: E402
 from protos import host_pb2 as hpb  # noqa: E402
 from protos import runner_pb2, runner_pb2_grpc  # noqa: E402
 from runners.sdk.server import CHANNEL_OPTIONS  # noqa: E402
@@ -35,7 +34,9 @@ from runners.sdk.server import CHANNEL_OPTIONS  # noqa: E402
 async def raw_deltas(address: str, n: int, batch: int) -> float:
     async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as ch:
         stub = runner_pb2_grpc.RunnerStub(ch)
-        req = runner_pb2.RunRequest(context=runner_pb2.AgentRunContext(input=runner_pb2.RunInput(text=f"deltas {n} {batch}")))
+        req = runner_pb2.RunRequest(
+            context=runner_pb2.AgentRunContext(input=runner_pb2.RunInput(text=f"deltas {n} {batch}"))
+        )
         t0 = time.perf_counter()
         got = 0
         async for b in stub.Run(req):
@@ -48,7 +49,9 @@ async def host_deltas(client: HostClient, n: int, batch: int) -> float:
     t0 = time.perf_counter()
     got = 0
     status = ""
-    async for reply in client.stream(hpb.SendMessageRequest(bot="bench", text=f"deltas {n} {batch}", conversation_id="deltas")):
+    async for reply in client.stream(
+        hpb.SendMessageRequest(bot="bench", text=f"deltas {n} {batch}", conversation_id="deltas")
+    ):
         if reply.WhichOneof("kind") == "events":
             got += sum(1 for e in reply.events.events if e.WhichOneof("kind") == "text_delta")
         elif reply.WhichOneof("kind") == "run_finished":
@@ -62,8 +65,12 @@ async def main(calls: int, deltas: int) -> None:
     work = Path(tempfile.mkdtemp(prefix="ahbench-"))
     env = {**os.environ, "AGENTHOST_HOME": str(work / "home")}
     raw_address = f"unix:{work / 'raw.sock'}"
-    raw = subprocess.Popen([sys.executable, str(ROOT / "benchmarks" / "raw_server.py"), raw_address], stdout=subprocess.PIPE, env=env)
-    host = subprocess.Popen([sys.executable, "-m", "host.cli", "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    raw = subprocess.Popen(
+        [sys.executable, str(ROOT / "benchmarks" / "raw_server.py"), raw_address], stdout=subprocess.PIPE, env=env
+    )
+    host = subprocess.Popen(
+        [sys.executable, "-m", "host.cli", "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         raw.stdout.readline()
         for _ in range(300):
@@ -73,7 +80,10 @@ async def main(calls: int, deltas: int) -> None:
         await asyncio.sleep(0.5)
         admin = json.loads((work / "home" / "host.json").read_text())["admin"]
         async with HostClient(admin, timeout=600) as c:
-            await c.call("InstallPlugin", hpb.InstallPluginRequest(source=str(ROOT / "benchmarks" / "bench-plugin"), offline=True))
+            await c.call(
+                "InstallPlugin",
+                hpb.InstallPluginRequest(source=str(ROOT / "benchmarks" / "bench-plugin"), offline=True),
+            )
             await c.call("CreateBot", hpb.CreateBotRequest(name="bench"))
             await c.bind("bench", "agenthost-bench/bench", timeout_seconds=3600)
             for i in range(30):  # 60 transcript items, so a page of 50 is full
@@ -84,7 +94,9 @@ async def main(calls: int, deltas: int) -> None:
             print(f"{'call':22} {'raw p50':>9} {'host p50':>9} {'+p50':>8} {'raw p99':>9} {'host p99':>9}   (µs)")
             for name in ("state_get", "history_page50"):
                 r, h = stats[f"{name}/raw"], stats[f"{name}/host"]
-                print(f"{name:22} {r['p50_us']:9.0f} {h['p50_us']:9.0f} {h['p50_us'] - r['p50_us']:+8.0f} {r['p99_us']:9.0f} {h['p99_us']:9.0f}")
+                print(
+                    f"{name:22} {r['p50_us']:9.0f} {h['p50_us']:9.0f} {h['p50_us'] - r['p50_us']:+8.0f} {r['p99_us']:9.0f} {h['p99_us']:9.0f}"
+                )
             print("target: host p50 within raw + 150 µs")
 
             print(f"\n== text deltas, {deltas} per stream: runner -> host (persist + project) -> client ==")
@@ -94,10 +106,14 @@ async def main(calls: int, deltas: int) -> None:
                 r = await raw_deltas(raw_address, n, batch if batch == 1 else 16)
                 h = await host_deltas(c, n, batch)
                 print(f"{label:26} {r:10.0f} {h:10.0f} {h / r:9.2f}")
-            print("raw coalesced = 16 deltas per message (the anchor's figure); target: >= 0.8x raw, >= 80k/s coalesced")
+            print(
+                "raw coalesced = 16 deltas per message (the anchor's figure); target: >= 0.8x raw, >= 80k/s coalesced"
+            )
             runs = await c.call("ListRuns", hpb.ListRunsRequest(bot="bench", limit=1))
             events = await c.call("ListRunEvents", hpb.ListRunEventsRequest(run_id=runs.runs[0].run_id, limit=5000))
-            print(f"persisted: {len(events.events)}+ run events readable back for the last run (has_more={events.has_more})")
+            print(
+                f"persisted: {len(events.events)}+ run events readable back for the last run (has_more={events.has_more})"
+            )
     finally:
         host.terminate()
         raw.terminate()

@@ -13,7 +13,15 @@ from protos import run_api_pb2 as api
 from protos import run_api_pb2_grpc, runner_pb2_grpc
 from runners.sdk.server import CHANNEL_OPTIONS
 
-ITEM = pb.TranscriptItem(item_id="it_" + "0" * 32, conversation_id="default", role="user", item_type="message", text="y" * 60, cursor="MTIzLmFiY2RlZjAxMjM0NTY3ODk", seq=123)
+ITEM = pb.TranscriptItem(
+    item_id="it_" + "0" * 32,
+    conversation_id="default",
+    role="user",
+    item_type="message",
+    text="y" * 60,
+    cursor="MTIzLmFiY2RlZjAxMjM0NTY3ODk",
+    seq=123,
+)
 DELTA = "x" * 48 + " \n"
 
 

@@ -50,26 +50,36 @@ class AdminServicer(host_grpc.AgentHostServicer):
         return self.host.status()
 
     @_mapped
-    async def InstallPlugin(self, request: hpb.InstallPluginRequest, context: grpc.aio.ServicerContext) -> hpb.PluginInfo:
+    async def InstallPlugin(
+        self, request: hpb.InstallPluginRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.PluginInfo:
         if not request.source:
             raise errors.InvalidArgument("source is required: a directory, a wheel, or a requirement")
         return await self.host.install_plugin(request.source, offline=request.offline)
 
     @_mapped
-    async def ListPlugins(self, request: hpb.ListPluginsRequest, context: grpc.aio.ServicerContext) -> hpb.ListPluginsResponse:
+    async def ListPlugins(
+        self, request: hpb.ListPluginsRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.ListPluginsResponse:
         return hpb.ListPluginsResponse(plugins=self.host.plugin_infos())
 
     @_mapped
-    async def RemovePlugin(self, request: hpb.PluginRequest, context: grpc.aio.ServicerContext) -> hpb.RemovePluginResponse:
+    async def RemovePlugin(
+        self, request: hpb.PluginRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.RemovePluginResponse:
         await self.host.remove_plugin(request.plugin_id)
         return hpb.RemovePluginResponse()
 
     @_mapped
-    async def SetPluginEnabled(self, request: hpb.SetPluginEnabledRequest, context: grpc.aio.ServicerContext) -> hpb.PluginInfo:
+    async def SetPluginEnabled(
+        self, request: hpb.SetPluginEnabledRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.PluginInfo:
         return await self.host.set_plugin_enabled(request.plugin_id, request.enabled)
 
     @_mapped
-    async def ListRunners(self, request: hpb.ListRunnersRequest, context: grpc.aio.ServicerContext) -> hpb.ListRunnersResponse:
+    async def ListRunners(
+        self, request: hpb.ListRunnersRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.ListRunnersResponse:
         return hpb.ListRunnersResponse(runners=[r for p in self.host.plugin_infos() for r in p.runners])
 
     @_mapped
@@ -94,12 +104,16 @@ class AdminServicer(host_grpc.AgentHostServicer):
         return await self.host.create_binding(request.bot, request.binding)
 
     @_mapped
-    async def ListBindings(self, request: hpb.BotRequest, context: grpc.aio.ServicerContext) -> hpb.ListBindingsResponse:
+    async def ListBindings(
+        self, request: hpb.BotRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.ListBindingsResponse:
         bot = self.host.registry.bot(request.bot)
         return hpb.ListBindingsResponse(bindings=self.host.registry.bindings(bot.bot_id))
 
     @_mapped
-    async def DeleteBinding(self, request: hpb.DeleteBindingRequest, context: grpc.aio.ServicerContext) -> hpb.DeleteBindingResponse:
+    async def DeleteBinding(
+        self, request: hpb.DeleteBindingRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.DeleteBindingResponse:
         await self.host.registry.delete_binding(request.binding_id)
         return hpb.DeleteBindingResponse()
 
@@ -141,7 +155,9 @@ class AdminServicer(host_grpc.AgentHostServicer):
         return await self.host.runs.cancel(request.run_id)
 
     @_mapped
-    async def ListRunEvents(self, request: hpb.ListRunEventsRequest, context: grpc.aio.ServicerContext) -> hpb.ListRunEventsResponse:
+    async def ListRunEvents(
+        self, request: hpb.ListRunEventsRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.ListRunEventsResponse:
         if self.host.run_store.get(request.run_id) is None:
             raise errors.NotFound(f"no run {request.run_id!r}")
         limit = request.limit or 500
@@ -151,7 +167,9 @@ class AdminServicer(host_grpc.AgentHostServicer):
         return hpb.ListRunEventsResponse(events=events, has_more=has_more)
 
     @_mapped
-    async def ListConversations(self, request: hpb.BotRequest, context: grpc.aio.ServicerContext) -> hpb.ListConversationsResponse:
+    async def ListConversations(
+        self, request: hpb.BotRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.ListConversationsResponse:
         bot = self.host.registry.bot(request.bot)
         return hpb.ListConversationsResponse(
             conversations=[
@@ -161,7 +179,9 @@ class AdminServicer(host_grpc.AgentHostServicer):
         )
 
     @_mapped
-    async def GetHistory(self, request: hpb.GetHistoryRequest, context: grpc.aio.ServicerContext) -> hpb.GetHistoryResponse:
+    async def GetHistory(
+        self, request: hpb.GetHistoryRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.GetHistoryResponse:
         bot = self.host.registry.bot(request.bot)
         limit = request.limit or 50
         if not 0 < limit <= 100:

@@ -106,8 +106,12 @@ def _dump(message: Any) -> str:
 
 async def cmd_plugins(args: argparse.Namespace, c: HostClient) -> int:
     if args.action == "install":
-        info = await c.call("InstallPlugin", hpb.InstallPluginRequest(source=args.source, offline=args.offline), timeout=900)
-        print(f"installed {info.plugin_id} {info.version} ({info.state}); runners: {', '.join(r.runner_id for r in info.runners)}")
+        info = await c.call(
+            "InstallPlugin", hpb.InstallPluginRequest(source=args.source, offline=args.offline), timeout=900
+        )
+        print(
+            f"installed {info.plugin_id} {info.version} ({info.state}); runners: {', '.join(r.runner_id for r in info.runners)}"
+        )
     elif args.action == "list":
         for p in (await c.call("ListPlugins", hpb.ListPluginsRequest())).plugins:
             flags = ("built-in " if p.builtin else "") + ("" if p.enabled else "disabled ")
@@ -116,7 +120,9 @@ async def cmd_plugins(args: argparse.Namespace, c: HostClient) -> int:
         await c.call("RemovePlugin", hpb.PluginRequest(plugin_id=args.plugin_id))
         print(f"removed {args.plugin_id}")
     else:
-        info = await c.call("SetPluginEnabled", hpb.SetPluginEnabledRequest(plugin_id=args.plugin_id, enabled=args.action == "enable"))
+        info = await c.call(
+            "SetPluginEnabled", hpb.SetPluginEnabledRequest(plugin_id=args.plugin_id, enabled=args.action == "enable")
+        )
         print(f"{info.plugin_id}: {'enabled' if info.enabled else 'disabled'} ({info.state})")
     return 0
 
@@ -154,7 +160,9 @@ async def cmd_bots(args: argparse.Namespace, c: HostClient) -> int:
         print(f"bound {args.runner} to {args.bot} for {binding.event_pattern!r} as {binding.binding_id}")
     elif args.action == "bindings":
         for b in (await c.call("ListBindings", hpb.BotRequest(bot=args.bot))).bindings:
-            print(f"{b.binding_id} {b.event_pattern!r} conv={b.conversation_pattern or '*'!r} prio={b.priority} → {b.runner_id} {b.config_json}")
+            print(
+                f"{b.binding_id} {b.event_pattern!r} conv={b.conversation_pattern or '*'!r} prio={b.priority} → {b.runner_id} {b.config_json}"
+            )
     elif args.action == "unbind":
         await c.call("DeleteBinding", hpb.DeleteBindingRequest(binding_id=args.binding_id))
         print(f"deleted binding {args.binding_id}")
@@ -186,7 +194,9 @@ async def cmd_chat(args: argparse.Namespace, c: HostClient) -> int:
             continue
         sys.stdout.write(f"{args.bot}> ")
         try:
-            await _stream_reply(c, hpb.SendMessageRequest(bot=args.bot, text=line, conversation_id=args.conversation, source="cli"))
+            await _stream_reply(
+                c, hpb.SendMessageRequest(bot=args.bot, text=line, conversation_id=args.conversation, source="cli")
+            )
         except errors.AgentHostError as exc:
             print(f"\nerror: {exc.code.name}: {exc.message}")
 
@@ -248,7 +258,9 @@ async def serve(data_dir: Path) -> int:
     stopping = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
-    print(f"agenthost serving {host.data_dir}\n  admin: {host.admin_address}\n  run API: {host.api_address}", flush=True)
+    print(
+        f"agenthost serving {host.data_dir}\n  admin: {host.admin_address}\n  run API: {host.api_address}", flush=True
+    )
     await stopping.wait()
     print("agenthost stopping", flush=True)
     await host.stop()
@@ -263,7 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="a self-contained demo in a scratch data dir")
     demo.add_argument("--keep", action="store_true", help="keep the scratch data dir")
 
-    plugins = sub.add_parser("plugins", help="install and manage runner plugins").add_subparsers(dest="action", required=True)
+    plugins = sub.add_parser("plugins", help="install and manage runner plugins").add_subparsers(
+        dest="action", required=True
+    )
     inst = plugins.add_parser("install", help="from a directory, a wheel, or a requirement")
     inst.add_argument("source")
     inst.add_argument("--offline", action="store_true", help="use only local files and installed packages")
@@ -289,7 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
     bind.add_argument("--timeout", type=float, default=0, help="run deadline in seconds (default 300)")
     bind.add_argument("--api", nargs="*", default=[], help="narrow the APIs granted (default: the manifest's)")
     bind.add_argument("--scope", nargs="*", default=[], choices=sorted(SCOPES), help="narrow the state scopes")
-    bind.add_argument("--cross-conversation", nargs="*", default=[], metavar="GLOB", help="other conversations it may read")
+    bind.add_argument(
+        "--cross-conversation", nargs="*", default=[], metavar="GLOB", help="other conversations it may read"
+    )
     bind.add_argument("--no-streaming", action="store_true")
     bots.add_parser("bindings").add_argument("bot")
     bots.add_parser("unbind").add_argument("binding_id")

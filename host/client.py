@@ -11,9 +11,8 @@ from typing import Any
 import grpc
 
 from protos import common_pb2 as pb
-from protos import errors
+from protos import errors, host_pb2_grpc
 from protos import host_pb2 as hpb
-from protos import host_pb2_grpc
 from runners.sdk.server import CHANNEL_OPTIONS
 
 
@@ -65,7 +64,9 @@ class HostClient:
         except grpc.RpcError as exc:
             raise errors.from_rpc_error(exc) from None
 
-    async def stream(self, request: hpb.SendMessageRequest, timeout: float | None = None) -> AsyncIterator[hpb.SendMessageReply]:
+    async def stream(
+        self, request: hpb.SendMessageRequest, timeout: float | None = None
+    ) -> AsyncIterator[hpb.SendMessageReply]:
         call = self.stub.SendMessage(request, timeout=timeout)
         try:
             async for reply in call:

@@ -18,7 +18,13 @@ from protos import common_pb2 as pb
 from protos import host_pb2 as hpb
 from protos.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unauthenticated
 
-SCOPE_NAMES = {pb.RUN: "run", pb.CONVERSATION: "conversation", pb.ACTOR: "actor", pb.BINDING: "binding", pb.RUNNER: "runner"}
+SCOPE_NAMES = {
+    pb.RUN: "run",
+    pb.CONVERSATION: "conversation",
+    pb.ACTOR: "actor",
+    pb.BINDING: "binding",
+    pb.RUNNER: "runner",
+}
 SCOPE_VALUES = {v: k for k, v in SCOPE_NAMES.items()}
 
 

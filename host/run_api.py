@@ -7,6 +7,7 @@ anything.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import functools
 import logging
@@ -14,6 +15,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf import message as pb_message
+from google.protobuf import message_factory
 
 from host.grants import ActiveRun, RunRegistry
 from host.store.artifacts import ArtifactStore
@@ -52,18 +55,69 @@ def _forward(direction: int) -> bool:
     raise errors.InvalidArgument(f"unknown direction {direction}")
 
 
+class Malformed:
+    """What a request that does not parse as its message type deserializes to. gRPC itself would answer such
+    bytes with UNKNOWN before any handler (or the audit log) saw them; the handlers refuse this with
+    INVALID_ARGUMENT instead."""
+
+    run_id = ""
+
+    def __init__(self, type_name: str, error: Exception) -> None:
+        self.message = f"request is not a valid {type_name}: {error}"
+
+
+def _tolerant(message_class: Any) -> Callable[[bytes], Any]:
+    type_name = message_class.DESCRIPTOR.full_name
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return message_class.FromString(data)
+        except pb_message.DecodeError as exc:
+            return Malformed(type_name, exc)
+
+    return deserialize
+
+
+def add_servicer(servicer: RunAPIServicer, server: grpc.aio.Server) -> None:
+    """Like the generated add_AgentRunAPIProxyServicer_to_server, but with deserializers that never raise, so a
+    malformed request reaches the handler, is refused with INVALID_ARGUMENT and is audited."""
+    service = api.DESCRIPTOR.services_by_name["AgentRunAPIProxy"]
+    factories = {
+        (False, False): grpc.unary_unary_rpc_method_handler,
+        (False, True): grpc.unary_stream_rpc_method_handler,
+        (True, False): grpc.stream_unary_rpc_method_handler,
+        (True, True): grpc.stream_stream_rpc_method_handler,
+    }
+    handlers = {}
+    for method in service.methods:
+        request_class = message_factory.GetMessageClass(method.input_type)
+        response_class = message_factory.GetMessageClass(method.output_type)
+        handlers[method.name] = factories[(method.client_streaming, method.server_streaming)](
+            getattr(servicer, method.name),
+            request_deserializer=_tolerant(request_class),
+            response_serializer=response_class.SerializeToString,
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+
+
 def _checked(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
-    """Maps domain errors to statuses and audits the outcome of a unary method."""
+    """Maps domain errors to statuses and audits the outcome of a unary method. An unexpected exception is a host
+    bug: it is logged with the run id, audited and answered with INTERNAL instead of gRPC's opaque UNKNOWN."""
     method = fn.__name__
 
     @functools.wraps(fn)
     async def wrapper(self: RunAPIServicer, request: Any, context: grpc.aio.ServicerContext) -> R:
         run_id = getattr(request, "run_id", "")
         try:
+            if isinstance(request, Malformed):
+                raise errors.InvalidArgument(request.message)
             result = await fn(self, request, context)
         except errors.AgentHostError as exc:
             self.audit.record(run_id, self._caller(context), method, exc.code.name, exc.message)
             await errors.abort_with(context, exc)
+            raise  # unreachable: abort raises
+        except Exception as exc:
+            await self._internal(context, run_id, method, exc)
             raise  # unreachable: abort raises
         self.audit.record(run_id, self._caller(context), method, "OK")
         return result
@@ -88,6 +142,11 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         self.state = state
         self.audit = audit
 
+    async def _internal(self, context: grpc.aio.ServicerContext, run_id: str, method: str, exc: Exception) -> None:
+        log.error("run API %s failed for run %s", method, run_id[:128], exc_info=exc)
+        self.audit.record(run_id, self._caller(context), method, "INTERNAL", f"{type(exc).__name__}: {exc}")
+        await errors.abort_with(context, errors.Internal(f"the host failed to serve {method}; see its log"))
+
     def _caller(self, context: grpc.aio.ServicerContext) -> str:
         active = _current_run.get()
         return active.plugin_id if active else ""
@@ -102,7 +161,9 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
     # ---- history and events ----
 
     @_checked
-    async def HistoryPage(self, request: api.HistoryPageRequest, context: grpc.aio.ServicerContext) -> api.HistoryPageResponse:
+    async def HistoryPage(
+        self, request: api.HistoryPageRequest, context: grpc.aio.ServicerContext
+    ) -> api.HistoryPageResponse:
         run = self._authorize(context, request.run_id, "HistoryPage")
         conversation = run.conversation(request.conversation_id)
         limit = _limit(request.limit, 50, MAX_PAGE, "limit")
@@ -145,7 +206,9 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         return event
 
     @_checked
-    async def EventPage(self, request: api.EventPageRequest, context: grpc.aio.ServicerContext) -> api.EventPageResponse:
+    async def EventPage(
+        self, request: api.EventPageRequest, context: grpc.aio.ServicerContext
+    ) -> api.EventPageResponse:
         run = self._authorize(context, request.run_id, "EventPage")
         conversation = run.conversation(request.conversation_id)
         limit = _limit(request.limit, 50, MAX_PAGE, "limit")
@@ -202,6 +265,8 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         self, request: api.ArtifactReadRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[api.ArtifactChunk]:
         try:
+            if isinstance(request, Malformed):
+                raise errors.InvalidArgument(request.message)
             run = self._authorize(context, request.run_id, "ArtifactRead")
             ref = self._artifact(run, request.artifact_id)
             if request.offset < 0 or request.offset > ref.size_bytes:
@@ -209,6 +274,9 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         except errors.AgentHostError as exc:
             self.audit.record(request.run_id, self._caller(context), "ArtifactRead", exc.code.name, exc.message)
             await errors.abort_with(context, exc)
+            return
+        except Exception as exc:
+            await self._internal(context, request.run_id, "ArtifactRead", exc)
             return
         self.audit.record(request.run_id, run.plugin_id, "ArtifactRead", "OK")
         offset = request.offset
@@ -226,6 +294,8 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         run_id = ""
         try:
             first = await anext(aiter(request_iterator), None)
+            if isinstance(first, Malformed):
+                raise errors.InvalidArgument(first.message)
             if first is None or first.WhichOneof("part") != "header":
                 raise errors.InvalidArgument("the first upload message must be the header")
             header = first.header
@@ -234,9 +304,18 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
 
             async def chunks() -> AsyncIterator[bytes]:
                 async for message in request_iterator:
+                    if isinstance(message, Malformed):
+                        raise errors.InvalidArgument(message.message)
                     if message.WhichOneof("part") != "data":
                         raise errors.InvalidArgument("only data messages may follow the header")
                     yield message.data
+                # grpc.aio ends the request iterator the same way whether the client half-closed or gRPC failed
+                # the call underneath (a message over the size cap, a broken connection), so a cut upload would
+                # look complete. Sending the initial metadata fails on a dead call: the upload is discarded.
+                try:
+                    await context.send_initial_metadata(())
+                except asyncio.CancelledError:
+                    raise errors.Cancelled("the upload was cut before it ended; nothing was stored") from None
 
             ref = await self.artifacts.create(
                 chunks(),
@@ -252,6 +331,9 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             self.audit.record(run_id, self._caller(context), "ArtifactCreate", exc.code.name, exc.message)
             await errors.abort_with(context, exc)
             raise
+        except Exception as exc:
+            await self._internal(context, run_id, "ArtifactCreate", exc)
+            raise
         self.audit.record(run_id, run.plugin_id, "ArtifactCreate", "OK", ref.artifact_id)
         return ref
 
@@ -265,7 +347,9 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         stored = self.state.get(scope_key, request.key)
         if stored is None:
             return api.StateValue(found=False)
-        return api.StateValue(found=True, value_json=stored.value_json, version=stored.version, updated_at=stored.updated_at)
+        return api.StateValue(
+            found=True, value_json=stored.value_json, version=stored.version, updated_at=stored.updated_at
+        )
 
     @_checked
     async def StateSet(self, request: api.StateSetRequest, context: grpc.aio.ServicerContext) -> api.StateValue:
@@ -273,15 +357,21 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         scope_key = run.scope_key(request.scope)
         if_version = request.if_version if request.HasField("if_version") else None
         stored = await self.state.set(scope_key, request.key, request.value_json, if_version)
-        return api.StateValue(found=True, value_json=stored.value_json, version=stored.version, updated_at=stored.updated_at)
+        return api.StateValue(
+            found=True, value_json=stored.value_json, version=stored.version, updated_at=stored.updated_at
+        )
 
     @_checked
-    async def StateDelete(self, request: api.StateDeleteRequest, context: grpc.aio.ServicerContext) -> api.StateDeleteResponse:
+    async def StateDelete(
+        self, request: api.StateDeleteRequest, context: grpc.aio.ServicerContext
+    ) -> api.StateDeleteResponse:
         run = self._authorize(context, request.run_id, "StateDelete")
         return api.StateDeleteResponse(deleted=await self.state.delete(run.scope_key(request.scope), request.key))
 
     @_checked
-    async def StateList(self, request: api.StateListRequest, context: grpc.aio.ServicerContext) -> api.StateListResponse:
+    async def StateList(
+        self, request: api.StateListRequest, context: grpc.aio.ServicerContext
+    ) -> api.StateListResponse:
         run = self._authorize(context, request.run_id, "StateList")
         scope_key = run.scope_key(request.scope)
         limit = _limit(request.limit, MAX_LIST, MAX_LIST, "limit")

@@ -137,7 +137,7 @@ class RunManager:
             raise ResourceExhausted(f"event data is larger than {MAX_INPUT_BYTES} bytes")
         try:
             json.loads(data_json)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise InvalidArgument("data_json is not valid JSON") from None
         binding = self.route(bot.bot_id, event_type, conversation_id)
         manifest = self.manifest_for(binding.runner_id)
@@ -311,6 +311,7 @@ class RunManager:
         except PluginStartError as exc:
             self._set_outcome(st, "failed", "runner_unavailable", str(exc))
             return
+        proc = pp.proc  # the process this run is on; a restart may replace pp.proc while we look
         remaining = info.deadline_at - time.time()
         call = pp.stub.Run(
             runner_pb2.RunRequest(context=context, run_token=token, runner_name=runner_name), timeout=remaining
@@ -322,24 +323,40 @@ class RunManager:
                     break
         except asyncio.CancelledError:
             call.cancel()
-            raise
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # we were cancelled (CancelRun, shutdown)
+            # The supervisor closed the channel under us: the runner process went away.
+            await self._stream_broke(st, proc, "the runner's channel closed")
+            return
         except grpc.RpcError as exc:
             code = exc.code()
             if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                self._set_outcome(st, "timed_out", "deadline_exceeded", f"the run passed its deadline of {info.deadline_at - info.started_at:.0f}s")
-            elif pp.proc is not None:
-                # The stream broke: if the process died, say how; the supervisor restarts it.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(pp.proc.wait()), 2.0)
-                if pp.proc.returncode is not None:
-                    self._set_outcome(st, "failed", "runner_crashed", f"runner process {describe_exit(pp.proc.returncode)} during the run")
-                else:
-                    self._set_outcome(st, "failed", "runner_unavailable", f"{code.name}: {exc.details()}")
+                self._set_outcome(
+                    st,
+                    "timed_out",
+                    "deadline_exceeded",
+                    f"the run passed its deadline of {info.deadline_at - info.started_at:.0f}s",
+                )
+            else:
+                await self._stream_broke(st, proc, f"{code.name}: {exc.details()}")
             return
         finally:
             call.cancel()
         if st.terminal is None:
             self._set_outcome(st, "failed", "runner_protocol", "the runner ended its stream without a terminal event")
+
+    async def _stream_broke(self, st: _RunState, proc: asyncio.subprocess.Process | None, detail: str) -> None:
+        """The Run stream ended abnormally: if the process died, say how (the supervisor restarts it)."""
+        if proc is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(proc.wait()), 2.0)
+            if proc.returncode is not None:
+                self._set_outcome(
+                    st, "failed", "runner_crashed", f"runner process {describe_exit(proc.returncode)} during the run"
+                )
+                return
+        self._set_outcome(st, "failed", "runner_unavailable", detail)
 
     def _ingest(self, st: _RunState, batch: pb.RunEventBatch) -> None:
         """Numbers, projects, persists (queued) and publishes one batch. Runs per batch, not per event, where it
@@ -365,14 +382,18 @@ class RunManager:
             elif kind == "tool_started":
                 self._flush_text(st, items)
                 t = ev.tool_started
-                items.append(NewItem("assistant", "tool_call", "", t.arguments_json or "{}", t.tool_call_id, t.tool_name))
+                items.append(
+                    NewItem("assistant", "tool_call", "", t.arguments_json or "{}", t.tool_call_id, t.tool_name)
+                )
             elif kind == "tool_finished":
                 t = ev.tool_finished
                 data = json.dumps({"artifact_id": t.artifact_id}) if t.artifact_id else "{}"
                 items.append(NewItem("tool", "tool_result", t.result, data, t.tool_call_id, t.tool_name, t.is_error))
             elif kind == "compaction":
                 c = ev.compaction
-                data = json.dumps({"tokens_before": c.tokens_before, "tokens_after": c.tokens_after, "artifact_id": c.artifact_id})
+                data = json.dumps(
+                    {"tokens_before": c.tokens_before, "tokens_after": c.tokens_after, "artifact_id": c.artifact_id}
+                )
                 items.append(NewItem("system", "compaction", c.summary, data))
             elif kind == "usage":
                 u = info.usage

@@ -29,7 +29,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from host.admin import AdminServicer, validate_binding
 from host.grants import RunRegistry
-from host.run_api import RunAPIServicer
+from host.run_api import RunAPIServicer, add_servicer
 from host.runs import HOST_VERSION, RunManager, parse_runner_id
 from host.store.artifacts import ArtifactStore
 from host.store.conversations import Conversations
@@ -41,9 +41,8 @@ from host.store.state import StateStore
 from host.supervisor import PluginSpec, PluginStartError, Supervisor, SupervisorPolicy
 from plugins import install as installer
 from plugins.manifest import ManifestError, RunnerManifest
-from protos import errors
+from protos import errors, host_pb2_grpc
 from protos import host_pb2 as hpb
-from protos import host_pb2_grpc, run_api_pb2_grpc
 from runners.sdk.server import CHANNEL_OPTIONS
 
 log = logging.getLogger(__name__)
@@ -121,7 +120,9 @@ class Host:
         secret_row = self.db.query_one("SELECT value FROM meta WHERE key = 'cursor_secret'")
         if secret_row is None:
             secret = secrets.token_hex(32)
-            await self.db.write(lambda c: c.execute("INSERT INTO meta(key, value) VALUES ('cursor_secret', ?)", (secret,)))
+            await self.db.write(
+                lambda c: c.execute("INSERT INTO meta(key, value) VALUES ('cursor_secret', ?)", (secret,))
+            )
         else:
             secret = secret_row[0]
         self.registry = Registry(self.db)
@@ -166,7 +167,7 @@ class Host:
         for address in (self.api_address, self.admin_address):
             Path(address.removeprefix("unix:")).unlink(missing_ok=True)
         api_server = grpc.aio.server(options=CHANNEL_OPTIONS, maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
-        run_api_pb2_grpc.add_AgentRunAPIProxyServicer_to_server(
+        add_servicer(
             RunAPIServicer(self.grants, self.run_store, self.conversations, self.artifacts, self.state, self.audit),
             api_server,
         )
@@ -180,7 +181,9 @@ class Host:
             self._servers.append(server)
         await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
         (self.data_dir / "host.json").write_text(
-            json.dumps({"pid": os.getpid(), "admin": self.admin_address, "api": self.api_address, "version": HOST_VERSION})
+            json.dumps(
+                {"pid": os.getpid(), "admin": self.admin_address, "api": self.api_address, "version": HOST_VERSION}
+            )
         )
 
     async def stop(self) -> None:
@@ -249,9 +252,7 @@ class Host:
         raw = json.dumps([m.model_dump(mode="json") for m in manifests.values()])
         plugin = self.registry.plugin(plugin_id)
         if plugin.manifests_json != raw:
-            await self.registry.put_plugin(
-                PluginRecord(**{**plugin.__dict__, "manifests_json": raw})
-            )
+            await self.registry.put_plugin(PluginRecord(**{**plugin.__dict__, "manifests_json": raw}))
 
     def plugin_infos(self) -> list[hpb.PluginInfo]:
         infos = []

@@ -94,6 +94,16 @@ class PluginProcess:
     started_at: float = 0.0
     monitor: asyncio.Task[None] | None = None
     stopping: bool = False
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def set_state(self, state: str) -> None:
+        self.state = state
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_for_state(self, *states: str) -> None:
+        while self.state not in states:
+            await self._changed.wait()
 
 
 class Supervisor:
@@ -169,7 +179,7 @@ class Supervisor:
         if pp.state in ("dead", "stopped") and pp.monitor is None:
             raise PluginStartError(f"plugin {plugin_id} is {pp.state}: {pp.last_error or 'not started'}")
         try:
-            await asyncio.wait_for(_wait_until(pp, lambda: pp.state in ("ready", "dead", "stopped")), timeout)
+            await asyncio.wait_for(pp.wait_for_state("ready", "dead", "stopped"), timeout)
         except TimeoutError:
             raise PluginStartError(f"plugin {plugin_id} did not become ready: {pp.last_error}") from None
         if pp.state != "ready":
@@ -187,7 +197,7 @@ class Supervisor:
                 else:
                     if self.on_ready is not None:
                         await self.on_ready(pp.spec.plugin_id, pp.manifests)
-                    pp.state = "ready"
+                    pp.set_state("ready")
                     returncode = await pp.proc.wait()
                     alive = time.monotonic() - pp.started_at
                     await self._forget_process(pp)
@@ -201,22 +211,24 @@ class Supervisor:
                 if pp.stopping:
                     break
                 if pp.consecutive_failures > self.policy.restart_limit:
-                    pp.state = "dead"
-                    pp.last_error = f"crash loop: {pp.consecutive_failures} failed starts in a row; last: {pp.last_error}"
+                    pp.set_state("dead")
+                    pp.last_error = (
+                        f"crash loop: {pp.consecutive_failures} failed starts in a row; last: {pp.last_error}"
+                    )
                     log.error("plugin %s is dead: %s", pp.spec.plugin_id, pp.last_error)
                     return
-                pp.state = "backoff"
+                pp.set_state("backoff")
                 delay = min(self.policy.backoff_max, self.policy.backoff_base * 2 ** (pp.consecutive_failures - 1))
                 await asyncio.sleep(delay * random.uniform(0.5, 1.0))
                 pp.restarts += 1
         finally:
             if pp.state != "dead":
-                pp.state = "stopped"
+                pp.set_state("stopped")
             pp.monitor = None
 
     async def _spawn(self, pp: PluginProcess) -> None:
         spec = pp.spec
-        pp.state = "starting"
+        pp.set_state("starting")
         self._counter += 1
         sock = self.runtime_dir / f"p{self._counter}.sock"
         sock.unlink(missing_ok=True)
@@ -282,7 +294,9 @@ class Supervisor:
         # Drain stdout for the rest of the process's life so a chatty runner can never block on a full pipe.
         asyncio.create_task(_drain(proc.stdout))
 
-    async def _handshake(self, pp: PluginProcess, proc: asyncio.subprocess.Process, listen: str, log_path: Path) -> None:
+    async def _handshake(
+        self, pp: PluginProcess, proc: asyncio.subprocess.Process, listen: str, log_path: Path
+    ) -> None:
         assert proc.stdout is not None
         try:
             line = await asyncio.wait_for(proc.stdout.readline(), self.policy.start_timeout)
@@ -344,7 +358,7 @@ class Supervisor:
         pp.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
         pp.stub = runner_pb2_grpc.RunnerStub(pp.channel)
         pp.manifests = dict(manifests)
-        pp.state = "ready"
+        pp.set_state("ready")
         self.registry.add_plugin_secret(plugin_id, secret)
         return pp
 
@@ -385,7 +399,7 @@ class Supervisor:
             with contextlib.suppress(asyncio.CancelledError):
                 await pp.monitor
         await self._forget_process(pp)
-        pp.state = "stopped"
+        pp.set_state("stopped")
 
     async def stop_all(self) -> None:
         await asyncio.gather(*(self.stop(pid) for pid in list(self.processes)), return_exceptions=True)
@@ -397,11 +411,6 @@ async def _exited(proc: asyncio.subprocess.Process, timeout: float) -> bool:
         return True
     except TimeoutError:
         return False
-
-
-async def _wait_until(pp: PluginProcess, predicate: Callable[[], bool]) -> None:
-    while not predicate():
-        await asyncio.sleep(0.02)
 
 
 async def _drain(stream: asyncio.StreamReader | None) -> None:

@@ -97,13 +97,24 @@ async def install(source: str, plugins_dir: Path, *, offline: bool = False) -> I
     staging = plugins_dir / f".staging-{uuid.uuid4().hex[:8]}"
     try:
         python = await create_env(staging)
-        pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--disable-pip-version-check", "--no-input"]
+        pip = [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--disable-pip-version-check",
+            "--no-input",
+        ]
         if offline:
             pip += ["--no-index", "--no-build-isolation"]
         code, out, err = await _run(*pip, source)
         if code:
             raise InstallError(f"pip could not install {source}:\n{_tail(err or out)}")
-        code, out, err = await _run(str(python), "-m", "runners.sdk", "describe", "--distribution", dist_name, timeout=60)
+        code, out, err = await _run(
+            str(python), "-m", "runners.sdk", "describe", "--distribution", dist_name, timeout=60
+        )
         try:
             described = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
         except ValueError:
@@ -113,7 +124,9 @@ async def install(source: str, plugins_dir: Path, *, offline: bool = False) -> I
             raise InstallError(f"{dist_name} installed, but its runners could not be loaded: {reason}")
         manifests = [RunnerManifest.parse_json(json.dumps(raw)) for raw in described["runners"]]
         code, out, _ = await _run(
-            str(python), "-c", f"import importlib.metadata as m; d = m.distribution({dist_name!r}); print(d.version); print(d.metadata.get('Summary') or '')"
+            str(python),
+            "-c",
+            f"import importlib.metadata as m; d = m.distribution({dist_name!r}); print(d.version); print(d.metadata.get('Summary') or '')",
         )
         version, _, description = out.partition("\n")
         final = plugins_dir / plugin_id / "env"

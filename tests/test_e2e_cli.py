@@ -26,17 +26,27 @@ def env(tmp_path):
 
 
 def cli(env, *args, check=True, timeout=120):
-    proc = subprocess.run([sys.executable, "-m", "host.cli", *args], env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "host.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"agenthost {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
 
 
 def start_host(env):
-    proc = subprocess.Popen([sys.executable, "-m", "host.cli", "serve"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "host.cli", "serve"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.time() + 30
     while time.time() < deadline:
-        if (Path(env["AGENTHOST_HOME"]) / "host.json").exists() and cli(env, "plugins", "list", check=False).returncode == 0:
+        if (Path(env["AGENTHOST_HOME"]) / "host.json").exists() and cli(
+            env, "plugins", "list", check=False
+        ).returncode == 0:
             return proc
         if proc.poll() is not None:
             raise AssertionError(proc.stdout.read())
@@ -60,7 +70,9 @@ def test_user_flow_kill_and_restart(env):
         assert bad.returncode == 1 and "neither a directory" in bad.stderr
         assert "agenthost-notes/notes" in cli(env, "runners", "list").stdout
         cli(env, "bots", "create", "support")
-        bad_cfg = cli(env, "bots", "bind", "support", "--runner", "agenthost-notes/notes", "--config", "color=red", check=False)
+        bad_cfg = cli(
+            env, "bots", "bind", "support", "--runner", "agenthost-notes/notes", "--config", "color=red", check=False
+        )
         assert bad_cfg.returncode == 1 and "INVALID_ARGUMENT" in bad_cfg.stderr
         cli(env, "bots", "bind", "support", "--runner", "agenthost-notes/notes", "--config", "greeting=Kept")
         assert "Kept (1 notes)" in cli(env, "send", "support", "note buy milk").stdout
@@ -84,7 +96,12 @@ def test_user_flow_kill_and_restart(env):
         cli(env, "plugins", "install", FAULTY, "--offline")
         cli(env, "bots", "create", "slow")
         cli(env, "bots", "bind", "slow", "--runner", "agenthost-faulty/faulty")
-        sender = subprocess.Popen([sys.executable, "-m", "host.cli", "send", "slow", "sleep"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        sender = subprocess.Popen(
+            [sys.executable, "-m", "host.cli", "send", "slow", "sleep"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         time.sleep(1.5)
         ours = runner_pids() - before
         assert len(ours) >= 2

@@ -77,7 +77,9 @@ async def test_install_failures_say_why(host, tmp_path):
     with pytest.raises(errors.FailedPrecondition, match="declares no \\[agenthost.runners\\] entry points"):
         await c.call("InstallPlugin", hpb.InstallPluginRequest(source=str(broken), offline=True), timeout=300)
     with pytest.raises(errors.FailedPrecondition, match="pip could not install"):
-        await c.call("InstallPlugin", hpb.InstallPluginRequest(source="surely-not-a-real-package-xyz", offline=True), timeout=300)
+        await c.call(
+            "InstallPlugin", hpb.InstallPluginRequest(source="surely-not-a-real-package-xyz", offline=True), timeout=300
+        )
     assert not [p for p in (h.data_dir / "plugins").iterdir()] or all(
         not p.name.startswith(".staging") for p in (h.data_dir / "plugins").iterdir()
     )

@@ -15,7 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_regeneration_changes_nothing(tmp_path):
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_protos.py"), str(tmp_path)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_protos.py"), str(tmp_path)], check=True, capture_output=True
+    )
     generated = sorted(p.name for p in (tmp_path / "protos").glob("*_pb2*"))
     committed = sorted(p.name for p in (ROOT / "protos").glob("*_pb2*"))
     assert generated == committed

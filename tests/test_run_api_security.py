@@ -70,7 +70,10 @@ async def status_of(coro) -> SC:
 
 async def test_token_and_run_checks(world):
     h, stub, r1, r2 = world
-    get = lambda run_id, metadata: stub.StateGet(api.StateGetRequest(run_id=run_id, scope=pb.CONVERSATION, key="k"), metadata=metadata)  # noqa: E731
+
+    def get(run_id, metadata):
+        return stub.StateGet(api.StateGetRequest(run_id=run_id, scope=pb.CONVERSATION, key="k"), metadata=metadata)
+
     assert await status_of(get(r1.run_id, md(r1))) == SC.OK
     assert await status_of(get(r1.run_id, md(r1, token=""))) == SC.UNAUTHENTICATED
     assert await status_of(get(r1.run_id, md(r1, token="rt_forged"))) == SC.UNAUTHENTICATED
@@ -115,7 +118,10 @@ async def test_scope_conversation_and_artifact_isolation(world):
     assert other.items
     stolen = api.HistoryPageRequest(run_id=r1.run_id, cursor=other.items[0].cursor)
     assert await status_of(stub.HistoryPage(stolen, metadata=m1)) == SC.INVALID_ARGUMENT
-    assert await status_of(stub.HistoryPage(api.HistoryPageRequest(run_id=r1.run_id, cursor="garbage!"), metadata=m1)) == SC.INVALID_ARGUMENT
+    assert (
+        await status_of(stub.HistoryPage(api.HistoryPageRequest(run_id=r1.run_id, cursor="garbage!"), metadata=m1))
+        == SC.INVALID_ARGUMENT
+    )
     # another conversation's artifact and event
     art = await r2.api.artifact_create(b"secret of c2", name="s.txt")
     req = api.ArtifactReadRangeRequest(run_id=r1.run_id, artifact_id=art.artifact_id)
@@ -127,17 +133,33 @@ async def test_scope_conversation_and_artifact_isolation(world):
     # state is per conversation: r2 cannot see r1's value
     await r1.api.state_set("conversation", "mine", {"v": 1})
     assert await r2.api.state_get("conversation", "mine") is None
-    assert await status_of(stub.StateGet(api.StateGetRequest(run_id=r1.run_id, scope=99, key="k"), metadata=m1)) == SC.INVALID_ARGUMENT
+    assert (
+        await status_of(stub.StateGet(api.StateGetRequest(run_id=r1.run_id, scope=99, key="k"), metadata=m1))
+        == SC.INVALID_ARGUMENT
+    )
 
 
 async def test_caps_and_bad_arguments_change_nothing(world):
     h, stub, r1, _ = world
     m1 = md(r1)
-    assert await status_of(stub.HistoryPage(api.HistoryPageRequest(run_id=r1.run_id, limit=1000), metadata=m1)) == SC.OUT_OF_RANGE
-    assert await status_of(stub.HistoryPage(api.HistoryPageRequest(run_id=r1.run_id, direction=7), metadata=m1)) == SC.INVALID_ARGUMENT
-    assert await status_of(stub.HistorySearch(api.HistorySearchRequest(run_id=r1.run_id, query="x", top_k=500), metadata=m1)) == SC.OUT_OF_RANGE
+    assert (
+        await status_of(stub.HistoryPage(api.HistoryPageRequest(run_id=r1.run_id, limit=1000), metadata=m1))
+        == SC.OUT_OF_RANGE
+    )
+    assert (
+        await status_of(stub.HistoryPage(api.HistoryPageRequest(run_id=r1.run_id, direction=7), metadata=m1))
+        == SC.INVALID_ARGUMENT
+    )
+    assert (
+        await status_of(
+            stub.HistorySearch(api.HistorySearchRequest(run_id=r1.run_id, query="x", top_k=500), metadata=m1)
+        )
+        == SC.OUT_OF_RANGE
+    )
     await r1.api.state_set("conversation", "k", "original")
-    big = api.StateSetRequest(run_id=r1.run_id, scope=pb.CONVERSATION, key="k", value_json='"' + "x" * (300 * 1024) + '"')
+    big = api.StateSetRequest(
+        run_id=r1.run_id, scope=pb.CONVERSATION, key="k", value_json='"' + "x" * (300 * 1024) + '"'
+    )
     assert await status_of(stub.StateSet(big, metadata=m1)) == SC.RESOURCE_EXHAUSTED
     bad_json = api.StateSetRequest(run_id=r1.run_id, scope=pb.CONVERSATION, key="k", value_json="{nope")
     assert await status_of(stub.StateSet(bad_json, metadata=m1)) == SC.INVALID_ARGUMENT
@@ -155,7 +177,12 @@ async def test_caps_and_bad_arguments_change_nothing(world):
     huge = api.HistorySearchRequest(run_id=r1.run_id, query="x" * (9 * 1024 * 1024))
     assert await status_of(stub.HistorySearch(huge, metadata=m1)) == SC.RESOURCE_EXHAUSTED
     # the channel still works after an oversize message
-    assert await status_of(stub.StateGet(api.StateGetRequest(run_id=r1.run_id, scope=pb.CONVERSATION, key="k"), metadata=m1)) == SC.OK
+    assert (
+        await status_of(
+            stub.StateGet(api.StateGetRequest(run_id=r1.run_id, scope=pb.CONVERSATION, key="k"), metadata=m1)
+        )
+        == SC.OK
+    )
 
 
 async def test_grant_narrowing_and_cross_conversation(tmp_path):
@@ -163,8 +190,13 @@ async def test_grant_narrowing_and_cross_conversation(tmp_path):
     Probe.release = asyncio.Event()
     async with HostHarness(tmp_path, runners=[Probe]) as h:
         # A higher-priority binding that narrows the grant wins over the harness's default one.
-        await h.bind("test/probe", priority=10, apis=["history.page", "state.read"], state_scopes=[pb.RUN],
-                     cross_conversation=["shared-*"])
+        await h.bind(
+            "test/probe",
+            priority=10,
+            apis=["history.page", "state.read"],
+            state_scopes=[pb.RUN],
+            cross_conversation=["shared-*"],
+        )
         seed = asyncio.create_task(h.send("shared fact", conversation_id="shared-1"))
         (await asyncio.wait_for(Probe.live.get(), 10))
         Probe.release.set()

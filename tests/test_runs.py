@@ -11,9 +11,8 @@ import pytest
 
 from plugins.manifest import ContextNeeds
 from protos import common_pb2 as pb
-from protos import errors
+from protos import errors, host_pb2_grpc
 from protos import host_pb2 as hpb
-from protos import host_pb2_grpc
 from runners.sdk import RunContext, Runner, RunnerManifest, events
 from runners.sdk.testing import HostHarness
 
@@ -21,7 +20,9 @@ from runners.sdk.testing import HostHarness
 class Scripted(Runner):
     """Behaviour chosen by the message text."""
 
-    manifest = RunnerManifest(name="scripted", config_schema={"type": "object", "properties": {"tag": {"type": "string"}}})
+    manifest = RunnerManifest(
+        name="scripted", config_schema={"type": "object", "properties": {"tag": {"type": "string"}}}
+    )
     seen: list[RunContext] = []
     gate: asyncio.Event
 
@@ -111,7 +112,11 @@ async def test_runner_failures_are_typed(h):
     assert raised.run.status == "failed" and raised.run.error_code == "runner_error"
     assert "bad things" in raised.run.error_message and raised.text == "partial"
     failed = await h.send("fail")
-    assert (failed.run.status, failed.run.error_code, failed.run.error_message) == ("failed", "nope", "the runner declined")
+    assert (failed.run.status, failed.run.error_code, failed.run.error_message) == (
+        "failed",
+        "nope",
+        "the runner declined",
+    )
     after = await h.send("after-terminal")
     assert after.run.status == "completed" and after.text == "a"
     assert after.kinds() == ["text_delta", "completed"]

@@ -17,8 +17,16 @@ from protos import host_pb2 as hpb
 
 pytestmark = pytest.mark.slow
 FAULTY = str(Path(__file__).parent / "fixtures" / "faulty-plugin")
-POLICY = SupervisorPolicy(start_timeout=3, health_timeout=2, shutdown_grace=0.5, term_grace=0.5,
-                          backoff_base=0.05, backoff_max=0.2, restart_limit=2, stable_after=5)
+POLICY = SupervisorPolicy(
+    start_timeout=3,
+    health_timeout=2,
+    shutdown_grace=0.5,
+    term_grace=0.5,
+    backoff_base=0.05,
+    backoff_max=0.2,
+    restart_limit=2,
+    stable_after=5,
+)
 
 
 @pytest.fixture

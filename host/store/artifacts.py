@@ -7,6 +7,7 @@ leaves nothing visible: the temp file is removed and no row is written.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import sqlite3
@@ -17,11 +18,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from host.store.db import Database
+from host.store.state import parse_json
 from protos import common_pb2 as pb
 from protos.errors import InvalidArgument, ResourceExhausted
 
 MAX_ARTIFACT_BYTES = 256 * 1024 * 1024
 MAX_NAME_CHARS = 255
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 class ArtifactStore:
@@ -51,13 +54,22 @@ class ArtifactStore:
     ) -> pb.ArtifactRef:
         if len(name) > MAX_NAME_CHARS or "\x00" in name:
             raise InvalidArgument(f"artifact name must be at most {MAX_NAME_CHARS} characters without NUL")
+        if len(mime_type) > MAX_NAME_CHARS or "\x00" in mime_type:
+            raise InvalidArgument(f"mime_type must be at most {MAX_NAME_CHARS} characters without NUL")
         if len(metadata_json) > 64 * 1024:
             raise ResourceExhausted("artifact metadata is larger than 64 KiB")
+        if metadata_json:
+            parse_json(metadata_json, "artifact metadata")
         if expected_size > self.max_bytes:
             raise ResourceExhausted(f"artifact is larger than {self.max_bytes} bytes")
         digest = hashlib.sha256()
         size = 0
-        fd, tmp_name = tempfile.mkstemp(dir=self.root / "tmp")
+        try:
+            fd, tmp_name = tempfile.mkstemp(dir=self.root / "tmp")
+        except OSError as exc:
+            if exc.errno in _NO_SPACE:
+                raise ResourceExhausted(f"the host could not store the artifact: {os.strerror(exc.errno)}") from None
+            raise
         tmp = Path(tmp_name)
         try:
             with os.fdopen(fd, "wb") as fh:
@@ -83,6 +95,11 @@ class ArtifactStore:
                     os.fsync(dir_fd)
                 finally:
                     os.close(dir_fd)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            if exc.errno in _NO_SPACE:
+                raise ResourceExhausted(f"the host could not store the artifact: {os.strerror(exc.errno)}") from None
+            raise
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise

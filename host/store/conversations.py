@@ -98,9 +98,7 @@ class Conversations:
             text=row["text"],
             data_json=row["data_json"],
             seq=row["seq"],
-            cursor=self.cursors.encode(
-                "events", conversation_scope(row["bot_id"], row["conversation_id"]), row["seq"]
-            ),
+            cursor=self.cursors.encode("events", conversation_scope(row["bot_id"], row["conversation_id"]), row["seq"]),
             created_at=row["created_at"],
             source=row["source"],
         )
@@ -220,7 +218,9 @@ class Conversations:
         top_k: int,
     ) -> list[pb.TranscriptItem]:
         # Each whitespace-separated word becomes a quoted FTS5 phrase: user text is never parsed as FTS syntax.
-        terms = " ".join('"' + w.replace('"', '""') + '"' for w in query.split())
+        # NUL would end the FTS5 query string inside SQLite's C code (an "unterminated string" error), so it
+        # separates words like whitespace.
+        terms = " ".join('"' + w.replace('"', '""') + '"' for w in query.replace("\x00", " ").split())
         if not terms:
             return []
         where = ["transcript_fts MATCH ?", "t.bot_id = ?", "t.conversation_id = ?"]

@@ -74,7 +74,9 @@ class Database:
         self._loop = asyncio.get_running_loop()
         writer = connect(self.path)
         migrate(writer)
-        self._thread = threading.Thread(target=self._write_loop, args=(writer,), name="agenthost-db-writer", daemon=True)
+        self._thread = threading.Thread(
+            target=self._write_loop, args=(writer,), name="agenthost-db-writer", daemon=True
+        )
         self._thread.start()
         self._reader = connect(self.path, readonly=True)
 

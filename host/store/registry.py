@@ -91,7 +91,9 @@ class Registry:
 
     @staticmethod
     def _bot(row: sqlite3.Row) -> hpb.Bot:
-        return hpb.Bot(bot_id=row["bot_id"], name=row["name"], description=row["description"], created_at=row["created_at"])
+        return hpb.Bot(
+            bot_id=row["bot_id"], name=row["name"], description=row["description"], created_at=row["created_at"]
+        )
 
     async def create_bot(self, name: str, description: str) -> hpb.Bot:
         bot = hpb.Bot(bot_id=f"bot_{uuid.uuid4().hex[:12]}", name=name, description=description, created_at=time.time())

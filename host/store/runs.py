@@ -102,7 +102,9 @@ class RunStore:
         row = self.db.query_one("SELECT plugin_id FROM runs WHERE run_id = ?", (run_id,))
         return row[0] if row else None
 
-    def list(self, *, bot_id: str = "", conversation_id: str = "", status: str = "", limit: int = 50) -> list[hpb.RunInfo]:
+    def list(
+        self, *, bot_id: str = "", conversation_id: str = "", status: str = "", limit: int = 50
+    ) -> list[hpb.RunInfo]:
         where, params = [], []
         for column, value in (("bot_id", bot_id), ("conversation_id", conversation_id), ("status", status)):
             if value:
@@ -123,12 +125,14 @@ class RunStore:
     async def interrupt_unfinished(self) -> int:
         """At host start: runs left queued or running by a previous host can never finish; say so."""
         return await self.db.write(
-            lambda conn: conn.execute(
-                "UPDATE runs SET status = 'interrupted', error_code = 'host_restarted',"
-                " error_message = 'the host stopped while this run was in progress', finished_at = ?"
-                " WHERE status IN ('queued', 'running')",
-                (time.time(),),
-            ).rowcount
+            lambda conn: (
+                conn.execute(
+                    "UPDATE runs SET status = 'interrupted', error_code = 'host_restarted',"
+                    " error_message = 'the host stopped while this run was in progress', finished_at = ?"
+                    " WHERE status IN ('queued', 'running')",
+                    (time.time(),),
+                ).rowcount
+            )
         )
 
 

@@ -38,11 +38,21 @@ def check_value(value_json: str) -> str:
     """Validates and normalises a JSON value; the size cap is on the encoded bytes."""
     if len(value_json.encode()) > MAX_VALUE_BYTES:
         raise ResourceExhausted(f"state value is larger than {MAX_VALUE_BYTES} bytes")
-    try:
-        json.loads(value_json)
-    except ValueError as exc:
-        raise InvalidArgument(f"state value is not valid JSON: {exc}") from None
+    parse_json(value_json, "state value")
     return value_json
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def parse_json(text: str, what: str) -> object:
+    """Strict JSON (no NaN/Infinity); nesting deep enough to exhaust the parser's recursion is refused too."""
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise InvalidArgument(f"{what} is not valid JSON: {reason}") from None
 
 
 class StateStore:
@@ -56,7 +66,9 @@ class StateStore:
         return StoredValue(row[0], row[1], row[2]) if row else None
 
     def snapshot(self, scope_key: str, limit: int = 200) -> dict[str, object]:
-        rows = self.db.query("SELECT key, value_json FROM state WHERE scope_key = ? ORDER BY key LIMIT ?", (scope_key, limit))
+        rows = self.db.query(
+            "SELECT key, value_json FROM state WHERE scope_key = ? ORDER BY key LIMIT ?", (scope_key, limit)
+        )
         return {r[0]: json.loads(r[1]) for r in rows}
 
     async def set(self, scope_key: str, key: str, value_json: str, if_version: int | None = None) -> StoredValue:
@@ -82,8 +94,9 @@ class StateStore:
     async def delete(self, scope_key: str, key: str) -> bool:
         check_key(key)
         return await self.db.write(
-            lambda conn: conn.execute("DELETE FROM state WHERE scope_key = ? AND key = ?", (scope_key, key)).rowcount
-            > 0
+            lambda conn: (
+                conn.execute("DELETE FROM state WHERE scope_key = ? AND key = ?", (scope_key, key)).rowcount > 0
+            )
         )
 
     def list(self, scope_key: str, prefix: str, after: str, limit: int) -> tuple[list[str], bool]:
@@ -95,7 +108,8 @@ class StateStore:
             upper = " AND key < ?"
             params.append(prefix + "\U0010ffff")
         rows = self.db.query(
-            f"SELECT key FROM state WHERE scope_key = ? AND key {op} ?{upper} ORDER BY key LIMIT ?", (*params, limit + 1)
+            f"SELECT key FROM state WHERE scope_key = ? AND key {op} ?{upper} ORDER BY key LIMIT ?",
+            (*params, limit + 1),
         )
         keys = [r[0] for r in rows]
         return keys[:limit], len(keys) > limit

@@ -140,7 +140,9 @@ class RunAPI:
             self._stub.ArtifactMetadata, api_pb.ArtifactMetadataRequest(run_id=self.run_id, artifact_id=artifact_id)
         )
 
-    async def artifact_read_range(self, artifact_id: str, offset: int = 0, length: int = 64 * 1024) -> api_pb.ArtifactChunk:
+    async def artifact_read_range(
+        self, artifact_id: str, offset: int = 0, length: int = 64 * 1024
+    ) -> api_pb.ArtifactChunk:
         return await self._unary(
             self._stub.ArtifactReadRange,
             api_pb.ArtifactReadRangeRequest(run_id=self.run_id, artifact_id=artifact_id, offset=offset, length=length),

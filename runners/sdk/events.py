@@ -14,7 +14,13 @@ from protos import common_pb2 as pb
 
 RunEvent = pb.RunEvent
 
-_SCOPES = {"run": pb.RUN, "conversation": pb.CONVERSATION, "actor": pb.ACTOR, "binding": pb.BINDING, "runner": pb.RUNNER}
+_SCOPES = {
+    "run": pb.RUN,
+    "conversation": pb.CONVERSATION,
+    "actor": pb.ACTOR,
+    "binding": pb.BINDING,
+    "runner": pb.RUNNER,
+}
 
 
 def text(delta: str) -> pb.RunEvent:

@@ -22,12 +22,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from protos import common_pb2 as pb
-from protos import errors
+from protos import errors, runner_pb2, runner_pb2_grpc
 from protos import run_api_pb2_grpc as api_grpc
-from protos import runner_pb2, runner_pb2_grpc
 from runners.sdk import events
 from runners.sdk.api import RunAPI
-from runners.sdk.runner import Runner, RunContext
+from runners.sdk.runner import RunContext, Runner
 
 log = logging.getLogger("agenthost.runner")
 
@@ -89,7 +88,9 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
         self._stub = api_grpc.AgentRunAPIProxyStub(self._channel) if self._channel else None
         self.tasks: set[asyncio.Task[Any]] = set()
 
-    async def Describe(self, request: runner_pb2.DescribeRequest, context: grpc.aio.ServicerContext) -> runner_pb2.DescribeResponse:
+    async def Describe(
+        self, request: runner_pb2.DescribeRequest, context: grpc.aio.ServicerContext
+    ) -> runner_pb2.DescribeResponse:
         return runner_pb2.DescribeResponse(
             plugin_id=self.plugin_id,
             sdk_version=SDK_VERSION,
@@ -97,11 +98,15 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
             manifests_json=[r.manifest.model_dump_json() for r in self.runners.values()],
         )
 
-    async def Shutdown(self, request: runner_pb2.ShutdownRequest, context: grpc.aio.ServicerContext) -> runner_pb2.ShutdownResponse:
+    async def Shutdown(
+        self, request: runner_pb2.ShutdownRequest, context: grpc.aio.ServicerContext
+    ) -> runner_pb2.ShutdownResponse:
         self.on_shutdown.set()
         return runner_pb2.ShutdownResponse()
 
-    async def Run(self, request: runner_pb2.RunRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.RunEventBatch]:
+    async def Run(
+        self, request: runner_pb2.RunRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.RunEventBatch]:
         runner = self.runners.get(request.runner_name)
         if runner is None:
             await errors.abort_with(context, errors.NotFound(f"this plugin has no runner {request.runner_name!r}"))

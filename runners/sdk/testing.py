@@ -103,7 +103,9 @@ class HostHarness:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._serve_task, 10)
 
-    async def send(self, text: str, *, conversation_id: str = "default", bot: str | None = None, **fields: Any) -> SendResult:
+    async def send(
+        self, text: str, *, conversation_id: str = "default", bot: str | None = None, **fields: Any
+    ) -> SendResult:
         return await self.client.send(bot or self.bot, text, conversation_id=conversation_id, **fields)
 
     async def bind(self, runner_id: str, config: dict[str, Any] | None = None, **kwargs: Any) -> hpb.Binding:

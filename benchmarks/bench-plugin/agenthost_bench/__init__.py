@@ -1,8 +1,8 @@
 """The runner side of benchmarks/bench_host.py. Commands (the message text):
 
-  api <raw address> <n>   time n StateGet (~1 KiB) and n HistoryPage(50) calls against the host and against the
-                          raw grpc.aio baseline server; reply with the samples' percentiles as JSON
-  deltas <n> <batch>      stream n ~50-byte text deltas, at most <batch> per gRPC message
+api <raw address> <n>   time n StateGet (~1 KiB) and n HistoryPage(50) calls against the host and against the
+                        raw grpc.aio baseline server; reply with the samples' percentiles as JSON
+deltas <n> <batch>      stream n ~50-byte text deltas, at most <batch> per gRPC message
 """
 
 from __future__ import annotations
