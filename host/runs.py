@@ -47,6 +47,7 @@ MAX_TIMEOUT = 24 * 3600.0
 MAX_INPUT_BYTES = 256 * 1024
 MAX_ASSISTANT_TEXT = 4 * 1024 * 1024
 MAX_SNAPSHOT_BYTES = 256 * 1024
+MAX_CLIENT_BATCH = 256
 _CONVERSATION_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,512}$")
 _EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 
@@ -56,6 +57,44 @@ def parse_runner_id(runner_id: str) -> tuple[str, str]:
     if not sep or not plugin_id or not name:
         raise InvalidArgument(f"runner id must look like '<plugin>/<runner>', got {runner_id!r}")
     return plugin_id, name
+
+
+class _Inbox:
+    """One subscriber's replies. `take` hands over everything that piled up, with consecutive event batches
+    merged into one reply: under load the client hop costs one gRPC message per burst, not per runner batch."""
+
+    def __init__(self) -> None:
+        self._items: list[hpb.SendMessageReply | None] = []
+        self._ready = asyncio.Event()
+
+    def put(self, reply: hpb.SendMessageReply | None) -> None:
+        self._items.append(reply)
+        self._ready.set()
+
+    async def take(self) -> list[hpb.SendMessageReply | None]:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        items, self._items = self._items, []
+        out: list[hpb.SendMessageReply | None] = []
+        private = False  # whether out[-1] is our own copy (published replies are shared by subscribers)
+        for reply in items:
+            last = out[-1] if out else None
+            if (
+                reply is not None
+                and reply.HasField("events")
+                and last is not None
+                and last.HasField("events")
+                and len(last.events.events) < MAX_CLIENT_BATCH
+            ):
+                if not private:
+                    last = out[-1] = hpb.SendMessageReply(events=pb.RunEventBatch(events=last.events.events))
+                    private = True
+                last.events.events.extend(reply.events.events)
+            else:
+                out.append(reply)
+                private = False
+        return out
 
 
 @dataclass
@@ -69,7 +108,7 @@ class _RunState:
     text_len: int = 0
     final_message: str | None = None
     terminal: pb.RunEvent | None = None
-    subscribers: list[asyncio.Queue[hpb.SendMessageReply | None]] = field(default_factory=list)
+    subscribers: list[_Inbox] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     cancel_reason: str = ""
 
@@ -191,8 +230,8 @@ class RunManager:
 
         event = await self.registry.db.write(record)
         st = _RunState(info=info)
-        queue: asyncio.Queue[hpb.SendMessageReply | None] = asyncio.Queue()
-        st.subscribers.append(queue)
+        inbox = _Inbox()
+        st.subscribers.append(inbox)
         self._live[info.run_id] = st
         st.task = asyncio.create_task(
             self._execute(st, bot, binding, manifest, event, actor, token, grant, timeout), name=f"run:{info.run_id}"
@@ -202,13 +241,13 @@ class RunManager:
         yield hpb.SendMessageReply(run_started=started)
         try:
             while True:
-                reply = await queue.get()
-                if reply is None:
-                    return
-                yield reply
+                for reply in await inbox.take():
+                    if reply is None:
+                        return
+                    yield reply
         finally:
             with contextlib.suppress(ValueError):
-                st.subscribers.remove(queue)
+                st.subscribers.remove(inbox)
 
     async def cancel(self, run_id: str) -> hpb.RunInfo:
         st = self._live.get(run_id)
@@ -241,8 +280,8 @@ class RunManager:
     # ---- one run ----
 
     def _publish(self, st: _RunState, reply: hpb.SendMessageReply | None) -> None:
-        for q in st.subscribers:
-            q.put_nowait(reply)
+        for inbox in st.subscribers:
+            inbox.put(reply)
 
     async def _execute(
         self,
