@@ -64,11 +64,20 @@ class Tail(Runner):
         yield events.text(json.dumps([[i.role, i.text] for i in run.bootstrap]))
 
 
+class Summary(Runner):
+    manifest = RunnerManifest(name="summary", context=ContextNeeds(bootstrap="summary_tail", max_inline_events=50))
+
+    async def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
+        if run.text == "compact":
+            yield events.compaction(1000, 100, summary="the user likes tea")
+        yield events.text(json.dumps([[i.item_type, i.text] for i in run.bootstrap]))
+
+
 @pytest.fixture
 async def h(tmp_path):
     Scripted.seen = []
     Scripted.gate = asyncio.Event()
-    async with HostHarness(tmp_path, runners=[Scripted, Tail], config={"tag": "#"}) as harness:
+    async with HostHarness(tmp_path, runners=[Scripted, Tail, Summary], config={"tag": "#"}) as harness:
         yield harness
 
 
@@ -186,3 +195,12 @@ async def test_client_disconnect_does_not_lose_the_run(h):
         await asyncio.sleep(0.02)
     assert info.status == "completed" and info.text == "waited"
     assert ("assistant", "message", "waited", "") in history(h, "dc")
+
+
+async def test_bootstrap_summary_tail_starts_at_the_latest_compaction(h):
+    await h.bind("test/summary", conversation_pattern="s", priority=5)
+    await h.send("early", conversation_id="s")
+    await h.send("compact", conversation_id="s")
+    inlined = json.loads((await h.send("later", conversation_id="s")).text)
+    assert inlined[0] == ["compaction", "the user likes tea"]
+    assert ["message", "early"] not in inlined and inlined[-1] == ["message", "later"]
