@@ -14,7 +14,7 @@ from typing import Any
 
 from runners.local_agent import pairing
 from runners.local_agent.errors import ProviderError
-from runners.local_agent.history import CHECKPOINT_KEY, Checkpoint
+from runners.local_agent.history import Checkpoint
 from runners.local_agent.messages import (
     AssistantMessage,
     Message,
@@ -26,7 +26,7 @@ from runners.local_agent.messages import (
 )
 from runners.local_agent.providers.base import ModelRequest, Provider
 from runners.local_agent.providers.demo import SUMMARIZER_MARKER
-from runners.local_agent.tokens import estimate_message, estimate_messages, estimate_text
+from runners.local_agent.tokens import estimate_message, estimate_messages
 
 STUB_MIN_CHARS = 200
 KEEP_RECENT_RESULTS = 3
@@ -67,9 +67,16 @@ def stub_old_results(messages: list[Message], keep_recent: int = KEEP_RECENT_RES
     out: list[Message] = []
     stubbed = 0
     for i, m in enumerate(messages):
-        if i in old and isinstance(m, ToolResult) and len(m.content) > STUB_MIN_CHARS and not m.content.startswith("[old tool output cleared"):
-            where = f" Full output: artifact {m.artifact_id} (read_artifact)." if m.artifact_id else (
-                " It is still in the conversation history (search_history)."
+        if (
+            i in old
+            and isinstance(m, ToolResult)
+            and len(m.content) > STUB_MIN_CHARS
+            and not m.content.startswith("[old tool output cleared")
+        ):
+            where = (
+                f" Full output: artifact {m.artifact_id} (read_artifact)."
+                if m.artifact_id
+                else (" It is still in the conversation history (search_history).")
             )
             out.append(
                 ToolResult(
@@ -115,16 +122,14 @@ def choose_cut(messages: list[Message], keep_tokens: int) -> int | None:
 
 
 def _through_seq(head: list[Message], tail: list[Message]) -> int:
-    """The last host transcript seq fully covered by the summary: a fresh runner re-reads everything after it."""
+    """The last host transcript seq the summary fully covers; a runner rebuilding from the host re-reads
+    everything after it. Erring low only re-reads a turn the summary also describes; erring high would lose one."""
     previous = max((m.through_seq for m in head if isinstance(m, Summary)), default=0)
-    first_tail_user = next((m for m in tail if isinstance(m, UserMessage) and m.host_seq), None)
-    tail_starts_turn = bool(tail) and isinstance(tail[0], UserMessage)
-    if first_tail_user is not None:
-        # Cut inside a turn: the whole turn (from its user message) is re-read; cut at a turn: up to before it.
-        last_head_user = next((m for m in reversed(head) if isinstance(m, UserMessage) and m.host_seq), None)
-        if tail_starts_turn or last_head_user is None:
-            return max(previous, first_tail_user.host_seq - 1)
-        return max(previous, last_head_user.host_seq - 1)
+    if tail and isinstance(tail[0], UserMessage) and tail[0].host_seq:
+        return max(previous, tail[0].host_seq - 1)  # cut at a turn boundary
+    last_head_user = next((m for m in reversed(head) if isinstance(m, UserMessage) and m.host_seq), None)
+    if last_head_user is not None:
+        return max(previous, last_head_user.host_seq - 1)  # cut inside that turn: re-read the whole turn
     return previous
 
 
@@ -239,7 +244,7 @@ class Compactor:
     async def _summarize(self, provider: Provider, head: list[Message]) -> str:
         previous = "\n\n".join(m.content for m in head if isinstance(m, Summary))
         body = render_transcript([m for m in head if not isinstance(m, Summary)])
-        # The summarizer's own input must fit the window, or the summary call overflows (deepagents #5913).
+        # The summarizer's own input must fit the window, or the summary call itself overflows.
         budget_chars = max(4_000, int((self.window * 0.5 - self.max_output_tokens) * 3))
         if len(body) > budget_chars:
             keep = budget_chars // 2
@@ -274,8 +279,4 @@ def _mechanical_summary(head: list[Message], previous: str) -> str:
     return "\n".join(parts)
 
 
-def overhead(system: str, tool_schema_tokens: int) -> int:
-    return estimate_text(system) + tool_schema_tokens
-
-
-__all__ = ["CHECKPOINT_KEY", "CompactionFailed", "CompactionOutcome", "Compactor", "choose_cut", "stub_old_results"]
+__all__ = ["CompactionFailed", "CompactionOutcome", "Compactor", "choose_cut", "stub_old_results"]

@@ -15,8 +15,8 @@ class ShellConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = True
-    timeout_seconds: float = Field(60.0, gt=0, le=3600)
-    max_output_chars: int = Field(30_000, ge=1_000, le=1_000_000)
+    timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    max_output_chars: int = Field(default=30_000, ge=1_000, le=1_000_000)
     # Names of runner-process environment variables passed through to commands. Anything that looks like a
     # credential is refused even if listed, so a provider key cannot leak into a tool subprocess.
     env_passthrough: list[str] = Field(default_factory=list)
@@ -28,8 +28,8 @@ class MemoryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = True
-    profile_max_chars: int = Field(1_500, ge=100, le=20_000)
-    notes_max_chars: int = Field(2_500, ge=100, le=50_000)
+    profile_max_chars: int = Field(default=1_500, ge=100, le=20_000)
+    notes_max_chars: int = Field(default=2_500, ge=100, le=50_000)
 
 
 class LocalAgentConfig(BaseModel):
@@ -38,29 +38,37 @@ class LocalAgentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = Field(
-        None,
+        default=None,
         description="provider/model, e.g. 'openai/gpt-4o', 'anthropic/claude-sonnet-4-5', 'ollama/qwen3', "
         "'vllm/meta-llama/Llama-3.1-8B', 'demo/offline'.",
     )
-    base_url: str | None = Field(None, description="Overrides the provider's default endpoint.")
-    api_key_env: str | None = Field(None, description="Environment variable holding the key (preferred).")
-    api_key: SecretStr | None = Field(None, description="Inline key; prefer api_key_env so the key stays out of the DB.")
-    context_window: int | None = Field(None, ge=1_024, le=10_000_000, description="Tokens; otherwise probed.")
-    max_output_tokens: int = Field(4_096, ge=16, le=200_000)
-    temperature: float | None = Field(None, ge=0, le=2)
-    thinking_budget: int | None = Field(None, ge=1_024, description="Anthropic extended thinking budget.")
-    system_prompt: str | None = Field(None, max_length=50_000)
-    compaction_watermark: float = Field(0.7, ge=0.3, le=0.95, description="Fraction of the window that triggers compaction.")
-    keep_recent_fraction: float = Field(0.25, ge=0.05, le=0.6, description="Share of the window kept verbatim.")
-    max_iterations: int = Field(25, ge=1, le=500, description="Model calls per run before a forced final answer.")
-    max_retries: int = Field(4, ge=0, le=20)
-    request_timeout_seconds: float = Field(120.0, gt=0, le=3600)
-    tool_result_max_chars: int = Field(20_000, ge=500, le=2_000_000)
+    base_url: str | None = Field(default=None, description="Overrides the provider's default endpoint.")
+    api_key_env: str | None = Field(default=None, description="Environment variable holding the key (preferred).")
+    api_key: SecretStr | None = Field(
+        default=None, description="Inline key; prefer api_key_env so the key stays out of the DB."
+    )
+    context_window: int | None = Field(default=None, ge=1_024, le=10_000_000, description="Tokens; otherwise probed.")
+    max_output_tokens: int = Field(default=4_096, ge=16, le=200_000)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    thinking_budget: int | None = Field(default=None, ge=1_024, description="Anthropic extended thinking budget.")
+    system_prompt: str | None = Field(default=None, max_length=50_000)
+    compaction_watermark: float = Field(
+        default=0.7, ge=0.3, le=0.95, description="Fraction of the window that triggers compaction."
+    )
+    keep_recent_fraction: float = Field(default=0.25, ge=0.05, le=0.6, description="Share of the window kept verbatim.")
+    max_iterations: int = Field(
+        default=25, ge=1, le=500, description="Model calls per run before a forced final answer."
+    )
+    max_retries: int = Field(default=4, ge=0, le=20)
+    request_timeout_seconds: float = Field(default=120.0, gt=0, le=3600)
+    tool_result_max_chars: int = Field(default=20_000, ge=500, le=2_000_000)
     parallel_read_only_tools: bool = True
-    workspace: str | None = Field(None, description="Absolute directory used as every conversation's workspace root.")
-    tools: list[str] | None = Field(None, description="Tool names to enable; default all.")
-    shell: ShellConfig = Field(default_factory=ShellConfig)
-    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    workspace: str | None = Field(
+        default=None, description="Absolute directory used as every conversation's workspace root."
+    )
+    tools: list[str] | None = Field(default=None, description="Tool names to enable; default all.")
+    shell: ShellConfig = ShellConfig()
+    memory: MemoryConfig = MemoryConfig()
 
     @field_validator("model")
     @classmethod
@@ -81,6 +89,5 @@ class LocalAgentConfig(BaseModel):
 
     @classmethod
     def json_schema(cls) -> dict[str, Any]:
-        schema = cls.model_json_schema()
-        # SecretStr renders as a plain password-format string, which is what a binding editor should show.
-        return schema
+        """The manifest's config_schema; `api_key` appears as a write-only password string."""
+        return cls.model_json_schema()

@@ -91,14 +91,15 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
         return None
     if when is None:
         return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+    return max(0.0, float(when.timestamp()) - (time.time() if now is None else now))
 
 
 def backoff_delay(attempt: int, retry_after: float | None = None, *, base: float = 1.0) -> float:
-    """Exponential backoff with full-range jitter on the upper half, capped; a server's Retry-After wins."""
+    """Exponential backoff, jittered over the upper half of each step, capped; a server's Retry-After wins
+    (clamped to the same cap, so a hostile header cannot park the run for an hour)."""
     if retry_after is not None:
         return min(retry_after, MAX_BACKOFF_SECONDS)
-    ceiling = min(MAX_BACKOFF_SECONDS, base * (2 ** max(0, attempt - 1)))
+    ceiling = min(MAX_BACKOFF_SECONDS, base * 2.0 ** max(0, attempt - 1))
     return min(MAX_BACKOFF_SECONDS, ceiling / 2 + random.uniform(0, ceiling / 2))
 
 
@@ -114,7 +115,9 @@ def _error_text(body: Any) -> tuple[str, str]:
     return "", str(body)[:500]
 
 
-def classify_status(status: int, body_text: str, headers: httpx.Headers | dict[str, str] | None = None) -> ProviderError:
+def classify_status(
+    status: int, body_text: str, headers: httpx.Headers | dict[str, str] | None = None
+) -> ProviderError:
     try:
         body: Any = json.loads(body_text) if body_text else {}
     except ValueError:

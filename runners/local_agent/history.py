@@ -37,14 +37,16 @@ class Checkpoint:
 
 
 def _call_arguments(item: Any) -> str:
+    # The host stores a tool_started event's arguments_json verbatim as the call item's data_json.
+    return repair_arguments(item.data_json or "{}")
+
+
+def _result_artifact(item: Any) -> str:
     try:
         data = json.loads(item.data_json) if item.data_json else {}
     except ValueError:
-        return repair_arguments(item.data_json)
-    if isinstance(data, dict) and "arguments" in data:
-        args = data["arguments"]
-        return repair_arguments(args if isinstance(args, (str, dict)) else json.dumps(args))
-    return repair_arguments(data if isinstance(data, dict) else item.text or "{}")
+        return ""
+    return str(data.get("artifact_id", "")) if isinstance(data, dict) else ""
 
 
 def items_to_messages(items: list[Any], *, exclude_event_id: str = "") -> list[Message]:
@@ -72,15 +74,14 @@ def items_to_messages(items: list[Any], *, exclude_event_id: str = "") -> list[M
             else:
                 out.append(AssistantMessage(content="", tool_calls=[call]))
         elif kind == "tool_result":
-            text = it.text
-            if not text and it.data_json:
-                try:
-                    data = json.loads(it.data_json)
-                    text = str(data.get("result", it.data_json)) if isinstance(data, dict) else it.data_json
-                except ValueError:
-                    text = it.data_json
             out.append(
-                ToolResult(tool_call_id=it.tool_call_id, name=it.tool_name, content=text, is_error=bool(it.is_error))
+                ToolResult(
+                    tool_call_id=it.tool_call_id,
+                    name=it.tool_name,
+                    content=it.text,
+                    is_error=bool(it.is_error),
+                    artifact_id=_result_artifact(it),
+                )
             )
     healed, _ = pairing.repair(out)
     return healed
@@ -104,7 +105,9 @@ async def rebuild(
     truncated_at: int | None = None
     done = False
     while not done:
-        page = await api.history_page(conversation_id=conversation_id, cursor=cursor, direction="backward", limit=PAGE_SIZE)
+        page = await api.history_page(
+            conversation_id=conversation_id, cursor=cursor, direction="backward", limit=PAGE_SIZE
+        )
         for it in page.items:
             if checkpoint and it.seq <= checkpoint.through_seq:
                 done = True

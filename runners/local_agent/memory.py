@@ -74,8 +74,9 @@ def render_prompt(state: MemoryState, config: MemoryConfig) -> str:
     """The frozen block for the system prompt. Entries failing the scan on load (written by an older version,
     or edited behind our back) are shown as a placeholder, while the raw entry stays editable by the tool."""
     sections = []
-    for target, title in (("profile", "User profile"), ("notes", "Notes")):
-        entries = state.entries(target)  # type: ignore[arg-type]
+    titles: tuple[tuple[Target, str], ...] = (("profile", "User profile"), ("notes", "Notes"))
+    for target, title in titles:
+        entries = state.entries(target)
         if not entries:
             continue
         lines = []
@@ -83,7 +84,7 @@ def render_prompt(state: MemoryState, config: MemoryConfig) -> str:
             result = scan(entry)
             text = entry if result.ok else f"[BLOCKED entry {n}: {result.reason}; delete it with the memory tool]"
             lines.append(f"- {text}")
-        limit = cap(config, target)  # type: ignore[arg-type]
+        limit = cap(config, target)
         sections.append(f"## {title} ({used(entries)}/{limit} chars)\n" + "\n".join(lines))
     if not sections:
         return ""
@@ -109,8 +110,10 @@ def apply_edit(
         content = content.strip()
         verdict = scan(content)
         if not verdict.ok:
-            raise MemoryError(f"rejected: {verdict.reason}. Memory is injected into future system prompts, so it "
-                              "must not contain instructions to the assistant, secrets, or hidden characters")
+            raise MemoryError(
+                f"rejected: {verdict.reason}. Memory is injected into future system prompts, so it "
+                "must not contain instructions to the assistant, secrets, or hidden characters"
+            )
     if action in ("replace", "delete"):
         if not old_text:
             raise MemoryError(f"{action} needs old_text: a substring identifying one entry")

@@ -68,7 +68,7 @@ def estimate_messages(messages: list[Message]) -> int:
 
 
 def estimate_tools(schemas: list[dict[str, Any]]) -> int:
-    # Tool schemas are sent on every call and count against the window (LangChain #34664 forgot them).
+    # Tool schemas are sent on every call and count against the window just like messages.
     return estimate_text(json.dumps(schemas)) if schemas else 0
 
 

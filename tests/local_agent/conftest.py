@@ -16,8 +16,19 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 PROVIDER_ENV = (
-    "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENROUTER_API_KEY", "DEEPSEEK_API_KEY", "AGENTHOST_LOCAL_AGENT_MODEL",
-    "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy",
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "OPENROUTER_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "AGENTHOST_LOCAL_AGENT_MODEL",
+    "OPENAI_BASE_URL",
+    "ANTHROPIC_BASE_URL",
+    "AGENTHOST_LOCAL_AGENT_CONTEXT_WINDOW",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
 )
 
 

@@ -70,8 +70,10 @@ async def test_tool_use_with_partial_json_and_usage_including_cache() -> None:
 
 
 async def test_error_event_inside_200_stream() -> None:
-    events = [("message_start", {"message": {"usage": {"input_tokens": 1}}}),
-              ("error", {"error": {"type": "overloaded_error", "message": "Overloaded"}})]
+    events = [
+        ("message_start", {"message": {"usage": {"input_tokens": 1}}}),
+        ("error", {"error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    ]
     async with FakeProviderServer() as server:
         server.push(anthropic_stream(events))
         p = provider(server)
@@ -97,8 +99,23 @@ async def test_ping_and_missing_message_stop() -> None:
 async def test_http_errors() -> None:
     async with FakeProviderServer() as server:
         server.push(openai_error(401, f"invalid x-api-key {KEY}", code="authentication_error"))
-        server.push(Reply(status=400, content_type="application/json", chunks=[json.dumps(
-            {"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 250000 tokens > 200000 maximum"}}).encode()]))
+        server.push(
+            Reply(
+                status=400,
+                content_type="application/json",
+                chunks=[
+                    json.dumps(
+                        {
+                            "type": "error",
+                            "error": {
+                                "type": "invalid_request_error",
+                                "message": "prompt is too long: 250000 tokens > 200000 maximum",
+                            },
+                        }
+                    ).encode()
+                ],
+            )
+        )
         p = provider(server)
         with pytest.raises(ProviderError) as ei:
             await consume(p, ModelRequest("", [UserMessage("x")]))
@@ -111,8 +128,9 @@ async def test_http_errors() -> None:
 
 def test_thinking_replayed_verbatim_for_same_model_and_dropped_for_another() -> None:
     thinking = [{"type": "thinking", "thinking": "t", "signature": "S"}, {"type": "redacted_thinking", "data": "R"}]
-    turn = AssistantMessage("", [ToolCall("toolu_1", "read_file", '{"path":"a"}')], model="anthropic/claude-a",
-                            thinking=thinking)
+    turn = AssistantMessage(
+        "", [ToolCall("toolu_1", "read_file", '{"path":"a"}')], model="anthropic/claude-a", thinking=thinking
+    )
     history = [UserMessage("q"), turn, ToolResult("toolu_1", "read_file", "body", is_error=True), UserMessage("more")]
     same = AnthropicProvider("anthropic", "claude-a", base_url="http://127.0.0.1:9", api_key=None, timeout=1)
     other = AnthropicProvider("anthropic", "claude-b", base_url="http://127.0.0.1:9", api_key=None, timeout=1)
@@ -139,4 +157,14 @@ async def test_probe_uses_published_window_for_claude() -> None:
         server.routes["GET /v1/models/claude-x"] = Reply(chunks=[b'{"id":"claude-x"}'], content_type="application/json")
         p = provider(server, model="claude-x")
         assert (await p.probe()).context_window == 200_000
+        await p.aclose()
+
+
+async def test_connection_is_reused_across_calls() -> None:
+    async with FakeProviderServer() as server:
+        server.push(anthropic_text("one"), anthropic_text("two"))
+        p = provider(server)
+        for _ in range(2):
+            await p.complete(ModelRequest("", [UserMessage("x")]))
+        assert server.connections == 1
         await p.aclose()

@@ -40,10 +40,12 @@ def test_counter_anchors_on_reported_usage() -> None:
 
 def turn(i: int, big: int = 0, pad: int = 0) -> list[Message]:
     cid = f"c{i}"
-    return [UserMessage(f"question {i}", host_seq=10 * i + 1),
-            AssistantMessage("", [ToolCall(cid, "read_file", json.dumps({"path": f"f{i}"}))]),
-            ToolResult(cid, "read_file", "x" * big if big else f"content {i}"),
-            AssistantMessage(f"answer {i}" + "y" * pad)]
+    return [
+        UserMessage(f"question {i}", host_seq=10 * i + 1),
+        AssistantMessage("", [ToolCall(cid, "read_file", json.dumps({"path": f"f{i}"}))]),
+        ToolResult(cid, "read_file", "x" * big if big else f"content {i}"),
+        AssistantMessage(f"answer {i}" + "y" * pad),
+    ]
 
 
 def test_cheap_pass_stubs_only_old_large_results() -> None:
@@ -90,7 +92,7 @@ async def test_compaction_summarizes_saves_artifact_and_checkpoint() -> None:
     assert outcome.tokens_after < outcome.tokens_before and outcome.tokens_after < 8000 * 0.7
     assert outcome.tokens_before == before + 300
     # The full pre-compaction context is an artifact the summary names.
-    (aid, (data, ref)), = api.artifacts.items()
+    ((aid, (data, ref)),) = api.artifacts.items()
     assert aid in outcome.summary and ref.mime_type == "application/x-ndjson"
     assert len(data.splitlines()) == len(msgs)
     assert outcome.checkpoint is not None and outcome.checkpoint.artifact_id == aid
@@ -108,12 +110,14 @@ async def test_summarizer_failure_falls_back_to_mechanical_summary() -> None:
     class Broken(DemoProvider):
         async def complete(self, request):  # type: ignore[no-untyped-def]
             from runners.local_agent.errors import ErrorKind, ProviderError
+
             raise ProviderError(ErrorKind.SERVER, "down")
 
     msgs = [m for i in range(40) for m in turn(i, big=800, pad=400)]
     compactor = Compactor(window=8000, watermark=0.7, keep_fraction=0.25, max_output_tokens=1000)
-    outcome = await compactor.compact(msgs, overhead_tokens=0, provider=Broken(), api=FakeRunAPI(denied={"artifact_create"}),
-                                      run_id="r")
+    outcome = await compactor.compact(
+        msgs, overhead_tokens=0, provider=Broken(), api=FakeRunAPI(denied={"artifact_create"}), run_id="r"
+    )
     assert "question 0" in outcome.summary and "read_file" in outcome.summary
     assert outcome.artifact is None and "artifact" not in outcome.summary.split("(Automatic")[0]
 
@@ -127,3 +131,19 @@ async def test_unshrinkable_turn_fails_clearly_and_ineffective_compactions_stop(
     with pytest.raises(CompactionFailed):
         await compactor.compact(huge, overhead_tokens=0, provider=DemoProvider(), api=FakeRunAPI(), run_id="r")
     assert not compactor.may_compact()  # two compactions that freed nothing: stop trying
+
+
+def test_checkpoint_position_never_skips_an_unsummarized_turn() -> None:
+    from runners.local_agent.compaction import _through_seq
+
+    turn_a = [UserMessage("a", host_seq=10), AssistantMessage("ra")]
+    turn_b = [
+        UserMessage("b", host_seq=12),
+        AssistantMessage("", [ToolCall("x", "t", "{}")]),
+        ToolResult("x", "t", "r"),
+        AssistantMessage("rb"),
+    ]
+    assert _through_seq(turn_a, turn_b) == 11  # at a turn boundary: up to just before b
+    assert _through_seq(turn_a + turn_b[:3], turn_b[3:]) == 11  # inside b: b is re-read whole
+    assert _through_seq([Summary("s", through_seq=9), *turn_a], [UserMessage("c")]) == 9  # unknown seq: a re-read
+    assert _through_seq([Summary("s", through_seq=30)], turn_b) == 30  # never moves backwards

@@ -28,7 +28,9 @@ def req(*msgs) -> ModelRequest:  # type: ignore[no-untyped-def]
     return ModelRequest(system="sys", messages=list(msgs) or [UserMessage("hi")], tools=TOOLS)
 
 
-async def run_stream(server: FakeProviderServer, reply: Reply, flavor: str = "openai", model: str = "m") -> tuple[str, Final]:
+async def run_stream(
+    server: FakeProviderServer, reply: Reply, flavor: str = "openai", model: str = "m"
+) -> tuple[str, Final]:
     server.push(reply)
     p = OpenAICompatProvider("openai", model, base_url=server.url + "/v1", api_key=KEY, timeout=5, flavor=flavor)
     try:
@@ -64,30 +66,43 @@ async def test_text_stream_usage_and_request_shape() -> None:
 
 async def test_split_arguments_openai_style() -> None:
     async with FakeProviderServer() as server:
-        _, final = await run_stream(server, openai_tool_calls([("call_1", "read_file", {"path": "a.py"}),
-                                                               ("call_2", "read_file", {"path": "b.py"})]))
+        _, final = await run_stream(
+            server,
+            openai_tool_calls([("call_1", "read_file", {"path": "a.py"}), ("call_2", "read_file", {"path": "b.py"})]),
+        )
         assert final.finish_reason == "tool_calls"
         assert [(c.id, json.loads(c.arguments)) for c in final.message.tool_calls] == [
-            ("call_1", {"path": "a.py"}), ("call_2", {"path": "b.py"})]
+            ("call_1", {"path": "a.py"}),
+            ("call_2", {"path": "b.py"}),
+        ]
 
 
 async def test_ollama_whole_call_in_one_chunk_with_object_arguments_and_stop() -> None:
     chunks = [
-        chunk({"role": "assistant", "content": "", "tool_calls": [
-            {"id": "call_x", "function": {"name": "read_file", "arguments": {"path": "z"}}}]}),
+        chunk(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"id": "call_x", "function": {"name": "read_file", "arguments": {"path": "z"}}}],
+            }
+        ),
         chunk({}, "stop"),  # wrong finish_reason with tool calls
     ]
     async with FakeProviderServer() as server:
         _, final = await run_stream(server, openai_stream(chunks), flavor="ollama")
         assert final.finish_reason == "tool_calls"
-        assert [(c.id, c.name, json.loads(c.arguments)) for c in final.message.tool_calls] == [("call_x", "read_file", {"path": "z"})]
+        assert [(c.id, c.name, json.loads(c.arguments)) for c in final.message.tool_calls] == [
+            ("call_x", "read_file", {"path": "z"})
+        ]
 
 
 async def test_parallel_calls_all_index_zero_with_distinct_ids() -> None:
     chunks = [
         chunk({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "read_file", "arguments": '{"path":'}}]}),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": '"1"}'}}]}),
-        chunk({"tool_calls": [{"index": 0, "id": "b", "function": {"name": "read_file", "arguments": '{"path":"2"}'}}]}),
+        chunk(
+            {"tool_calls": [{"index": 0, "id": "b", "function": {"name": "read_file", "arguments": '{"path":"2"}'}}]}
+        ),
         chunk({}, "tool_calls"),
     ]
     async with FakeProviderServer() as server:
@@ -109,7 +124,9 @@ async def test_missing_index_and_no_ids_and_merged_arguments() -> None:
 
 async def test_repeated_names_and_broken_json_are_repaired() -> None:
     chunks = [
-        chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "read_file", "arguments": '{"path": "x",'}}]}),
+        chunk(
+            {"tool_calls": [{"index": 0, "id": "c", "function": {"name": "read_file", "arguments": '{"path": "x",'}}]}
+        ),
         chunk({"tool_calls": [{"index": 0, "function": {"name": "read_file", "arguments": ' "n": [1, 2'}}]}),
         chunk({}, "tool_calls"),
     ]
@@ -120,8 +137,10 @@ async def test_repeated_names_and_broken_json_are_repaired() -> None:
 
 
 async def test_unrepairable_arguments_are_kept_for_the_loop_to_report() -> None:
-    chunks = [chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "read file!", "arguments": "path=x"}}]}),
-              chunk({}, "length")]
+    chunks = [
+        chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "read file!", "arguments": "path=x"}}]}),
+        chunk({}, "length"),
+    ]
     async with FakeProviderServer() as server:
         _, final = await run_stream(server, openai_stream(chunks))
         (c,) = final.message.tool_calls
@@ -131,9 +150,12 @@ async def test_unrepairable_arguments_are_kept_for_the_loop_to_report() -> None:
 
 
 async def test_reasoning_content_captured_and_echoed_only_to_same_model() -> None:
-    chunks = [chunk({"reasoning_content": "think "}), chunk({"reasoning_content": "more"}),
-              chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "read_file", "arguments": "{}"}}]}),
-              chunk({}, "tool_calls")]
+    chunks = [
+        chunk({"reasoning_content": "think "}),
+        chunk({"reasoning_content": "more"}),
+        chunk({"tool_calls": [{"index": 0, "id": "c", "function": {"name": "read_file", "arguments": "{}"}}]}),
+        chunk({}, "tool_calls"),
+    ]
     async with FakeProviderServer() as server:
         _, final = await run_stream(server, openai_stream(chunks))
         assert final.message.reasoning == "think more" and final.message.model == "openai/m"
@@ -143,7 +165,11 @@ async def test_reasoning_content_captured_and_echoed_only_to_same_model() -> Non
         echoed = same.build_messages(ModelRequest("s", history))[2]
         assert echoed["reasoning_content"] == "think more" and echoed["content"] is None
         assert "reasoning_content" not in other.build_messages(ModelRequest("s", history))[2]
-        assert other.build_messages(ModelRequest("s", history))[3] == {"role": "tool", "tool_call_id": "c", "content": "r"}
+        assert other.build_messages(ModelRequest("s", history))[3] == {
+            "role": "tool",
+            "tool_call_id": "c",
+            "content": "r",
+        }
         await same.aclose()
         await other.aclose()
 
@@ -156,12 +182,28 @@ async def test_invalid_arguments_replay_as_empty_object() -> None:
 
 
 async def test_non_streamed_json_body() -> None:
-    body = {"choices": [{"message": {"role": "assistant", "content": "plain", "tool_calls": [
-        {"id": "q", "type": "function", "function": {"name": "read_file", "arguments": '{"path":"p"}'}}]},
-        "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}
+    body = {
+        "choices": [
+            {
+                "message": {
+                    "role": "assistant",
+                    "content": "plain",
+                    "tool_calls": [
+                        {"id": "q", "type": "function", "function": {"name": "read_file", "arguments": '{"path":"p"}'}}
+                    ],
+                },
+                "finish_reason": "tool_calls",
+            }
+        ],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2},
+    }
     async with FakeProviderServer() as server:
-        text, final = await run_stream(server, Reply(chunks=[json.dumps(body).encode()], content_type="application/json"))
-        assert text == "plain" and final.message.tool_calls[0].id == "q" and final.usage and final.usage.input_tokens == 5
+        text, final = await run_stream(
+            server, Reply(chunks=[json.dumps(body).encode()], content_type="application/json")
+        )
+        assert (
+            text == "plain" and final.message.tool_calls[0].id == "q" and final.usage and final.usage.input_tokens == 5
+        )
 
 
 async def test_error_inside_200_stream_is_classified() -> None:
@@ -221,16 +263,45 @@ async def test_complete_consumes_the_same_stream() -> None:
     ("flavor", "routes", "window"),
     [
         ("vllm", {"GET /v1/models": {"data": [{"id": "m", "max_model_len": 32768}]}}, 32768),
-        ("llamacpp", {"GET /v1/models": {"data": [{"id": "m"}]},
-                      "GET /props": {"default_generation_settings": {"n_ctx": 8192}}}, 8192),
-        ("lmstudio", {"GET /v1/models": {"data": [{"id": "m"}]},
-                      "GET /api/v0/models/m": {"loaded_context_length": 16384, "max_context_length": 131072}}, 16384),
-        ("ollama", {"GET /v1/models": {"data": [{"id": "m"}]},
-                    "GET /api/ps": {"models": [{"name": "m:latest", "context_length": 12288}]}}, 12288),
-        ("ollama", {"GET /v1/models": {"data": [{"id": "m"}]}, "GET /api/ps": {"models": []},
-                    "POST /api/show": {"parameters": "num_ctx 24576\nstop x"}}, 24576),
-        ("ollama", {"GET /v1/models": {"data": [{"id": "m"}]}, "GET /api/ps": {"models": []},
-                    "POST /api/show": {"parameters": ""}}, None),
+        (
+            "llamacpp",
+            {"GET /v1/models": {"data": [{"id": "m"}]}, "GET /props": {"default_generation_settings": {"n_ctx": 8192}}},
+            8192,
+        ),
+        (
+            "lmstudio",
+            {
+                "GET /v1/models": {"data": [{"id": "m"}]},
+                "GET /api/v0/models/m": {"loaded_context_length": 16384, "max_context_length": 131072},
+            },
+            16384,
+        ),
+        (
+            "ollama",
+            {
+                "GET /v1/models": {"data": [{"id": "m"}]},
+                "GET /api/ps": {"models": [{"name": "m:latest", "context_length": 12288}]},
+            },
+            12288,
+        ),
+        (
+            "ollama",
+            {
+                "GET /v1/models": {"data": [{"id": "m"}]},
+                "GET /api/ps": {"models": []},
+                "POST /api/show": {"parameters": "num_ctx 24576\nstop x"},
+            },
+            24576,
+        ),
+        (
+            "ollama",
+            {
+                "GET /v1/models": {"data": [{"id": "m"}]},
+                "GET /api/ps": {"models": []},
+                "POST /api/show": {"parameters": ""},
+            },
+            None,
+        ),
     ],
 )
 async def test_probe_reports_real_context_window(flavor: str, routes: dict, window: int | None) -> None:
@@ -252,4 +323,86 @@ async def test_probe_auth_failure() -> None:
         with pytest.raises(ProviderError) as ei:
             await p.probe()
         assert ei.value.kind == ErrorKind.AUTH
+        await p.aclose()
+
+
+async def test_connection_is_reused_across_calls() -> None:
+    async with FakeProviderServer() as server:
+        server.push(openai_text("one"), openai_text("two"), openai_text("three"))
+        p = OpenAICompatProvider("vllm", "m", base_url=server.url + "/v1", api_key=None, timeout=5, flavor="vllm")
+        for _ in range(3):
+            await p.complete(req())
+        assert server.connections == 1
+        await p.aclose()
+
+
+# Raw wire recordings (shape as captured from the servers; ids and text shortened). Kept as bytes so the SSE
+# framing itself — CRLF endings, `data:` without a space, comment keep-alives — is what gets parsed.
+LLAMACPP_RAW = (
+    b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}],'
+    b'"created":1,"id":"chatcmpl-x","model":"qwen","object":"chat.completion.chunk"}\r\n\r\n'
+    b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"reasoning_content":"Need the file."}}]}\r\n\r\n'
+    b'data: {"choices":[{"finish_reason":null,"index":0,"delta":{"tool_calls":[{"index":0,"id":"abc",'
+    b'"type":"function","function":{"name":"read_file","arguments":"{\\"pa"}}]}}]}\r\n\r\n'
+    b": keep-alive comment\r\n\r\n"
+    b'data:{"choices":[{"finish_reason":null,"index":0,"delta":{"tool_calls":[{"index":0,'
+    b'"function":{"arguments":"th\\": \\"x.md\\"}"}}]}}]}\r\n\r\n'
+    b'data: {"choices":[{"finish_reason":"tool_calls","index":0,"delta":{}}],"usage":{"completion_tokens":9,'
+    b'"prompt_tokens":311,"total_tokens":320},"timings":{"prompt_n":311,"predicted_n":9}}\r\n\r\n'
+    b"data: [DONE]\r\n\r\n"
+)
+LMSTUDIO_RAW = (
+    b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant",'
+    b'"content":"Hel"},"logprobs":null,"finish_reason":null}]}\n\n'
+    b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"lo"},'
+    b'"logprobs":null,"finish_reason":null}]}\n\n'
+    b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},'
+    b'"logprobs":null,"finish_reason":"stop"}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+
+
+async def test_recorded_llamacpp_stream_with_crlf_and_reasoning() -> None:
+    async with FakeProviderServer() as server:
+        text, final = await run_stream(
+            server, Reply(chunks=[LLAMACPP_RAW[i : i + 97] for i in range(0, len(LLAMACPP_RAW), 97)]), flavor="llamacpp"
+        )
+        assert text == "" and final.message.reasoning == "Need the file."
+        (c,) = final.message.tool_calls
+        assert (c.id, c.name, json.loads(c.arguments)) == ("abc", "read_file", {"path": "x.md"})
+        assert final.usage is not None and final.usage.input_tokens == 311
+
+
+async def test_recorded_lmstudio_stream_without_usage() -> None:
+    async with FakeProviderServer() as server:
+        text, final = await run_stream(server, Reply(chunks=[LMSTUDIO_RAW]), flavor="lmstudio")
+        assert text == "Hello" and final.finish_reason == "stop" and final.usage is None
+
+
+async def test_max_tokens_parameter_per_server_and_learned_from_rejection() -> None:
+    async with FakeProviderServer() as server:
+        server.push(
+            openai_error(400, "Unsupported parameter: 'max_completion_tokens' is not supported with this model."),
+            openai_text("ok"),
+            openai_text("again"),
+        )
+        cloud = OpenAICompatProvider("openai", "gpt-4o", base_url=server.url + "/v1", api_key=KEY, timeout=5)
+        await cloud.complete(req())
+        await cloud.complete(req())
+        first, second, third = (r.json() for r in server.model_requests)
+        assert "max_completion_tokens" in first and "max_tokens" not in first
+        assert "max_tokens" in second and "max_tokens" in third  # learned once, kept
+        local = OpenAICompatProvider("vllm", "m", base_url=server.url + "/v1", api_key=None, timeout=5)
+        assert "max_tokens" in local.build_payload(req())
+        await cloud.aclose()
+        await local.aclose()
+
+
+async def test_unanswered_request_times_out_as_retryable() -> None:
+    async with FakeProviderServer() as server:
+        server.push(Reply(hang=True))
+        p = OpenAICompatProvider("vllm", "m", base_url=server.url + "/v1", api_key=None, timeout=0.3, flavor="vllm")
+        with pytest.raises(ProviderError) as ei:
+            await p.complete(req())
+        assert ei.value.kind == ErrorKind.TIMEOUT and ei.value.retryable
         await p.aclose()

@@ -17,15 +17,25 @@ def res(cid: str, text: str = "ok") -> ToolResult:
 
 
 def test_valid_history_is_unchanged() -> None:
-    msgs: list[Message] = [UserMessage("hi"), AssistantMessage("", [call("a"), call("b")]), res("a"), res("b"),
-                           AssistantMessage("done")]
+    msgs: list[Message] = [
+        UserMessage("hi"),
+        AssistantMessage("", [call("a"), call("b")]),
+        res("a"),
+        res("b"),
+        AssistantMessage("done"),
+    ]
     out, report = pairing.repair(msgs)
     assert out == msgs and not report.changed
     pairing.check(out)
 
 
 def test_missing_result_gets_interrupted_error() -> None:
-    msgs: list[Message] = [UserMessage("hi"), AssistantMessage("", [call("a"), call("b")]), res("a"), UserMessage("next")]
+    msgs: list[Message] = [
+        UserMessage("hi"),
+        AssistantMessage("", [call("a"), call("b")]),
+        res("a"),
+        UserMessage("next"),
+    ]
     out, report = pairing.repair(msgs)
     pairing.check(out)
     assert report.synthesized == ["b"]
@@ -35,8 +45,16 @@ def test_missing_result_gets_interrupted_error() -> None:
 
 
 def test_orphan_and_duplicate_results_dropped_and_order_restored() -> None:
-    msgs: list[Message] = [res("ghost"), UserMessage("hi"), AssistantMessage("", [call("a"), call("b")]),
-                           res("b"), res("a"), res("a", "dup"), AssistantMessage("x"), res("late")]
+    msgs: list[Message] = [
+        res("ghost"),
+        UserMessage("hi"),
+        AssistantMessage("", [call("a"), call("b")]),
+        res("b"),
+        res("a"),
+        res("a", "dup"),
+        AssistantMessage("x"),
+        res("late"),
+    ]
     out, report = pairing.repair(msgs)
     pairing.check(out)
     assert [m.tool_call_id for m in out if isinstance(m, ToolResult)] == ["a", "b"]
@@ -55,6 +73,7 @@ def test_check_rejects_violations() -> None:
 
 
 # ---- property: any interruption point, any corruption, repair yields a valid history ----
+
 
 @st.composite
 def histories(draw: st.DrawFn) -> list[Message]:

@@ -15,8 +15,11 @@ def test_roundtrip_preserves_provider_payloads(tmp_path: Path) -> None:
     s = Session.create(tmp_path, "conv/1")
     thinking = [{"type": "thinking", "thinking": "hmm", "signature": "sig=="}]
     s.append(UserMessage("héllo 你好", host_seq=3))
-    s.append(AssistantMessage("", [ToolCall("a", "read_file", '{"path": "x"}')], model="anthropic/m",
-                              reasoning="", thinking=thinking))
+    s.append(
+        AssistantMessage(
+            "", [ToolCall("a", "read_file", '{"path": "x"}')], model="anthropic/m", reasoning="", thinking=thinking
+        )
+    )
     s.append(ToolResult("a", "read_file", "data", is_error=True, artifact_id="art1"))
     loaded, report = Session.load(tmp_path, "conv/1")
     assert loaded is not None and not report.healed

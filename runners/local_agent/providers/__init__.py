@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import httpx
 
 from runners.local_agent.config import ConfigError, LocalAgentConfig
-from runners.local_agent.errors import ContextWindowUnknown, ProviderError
+from runners.local_agent.errors import ContextWindowUnknown, ErrorKind, ProviderError
 from runners.local_agent.providers.anthropic import AnthropicProvider
 from runners.local_agent.providers.base import Provider
 from runners.local_agent.providers.demo import DemoProvider
@@ -99,18 +99,36 @@ def build_provider(
     timeout = config.request_timeout_seconds
     if route.protocol == "anthropic":
         return AnthropicProvider(
-            provider_id, name, base_url=base_url, api_key=key, timeout=timeout,
-            thinking_budget=config.thinking_budget, transport=transport,
+            provider_id,
+            name,
+            base_url=base_url,
+            api_key=key,
+            timeout=timeout,
+            thinking_budget=config.thinking_budget,
+            transport=transport,
         )
     return OpenAICompatProvider(
         provider_id, name, base_url=base_url, api_key=key, timeout=timeout, flavor=route.flavor, transport=transport
     )
 
 
-async def resolve_context_window(provider: Provider, config: LocalAgentConfig) -> int:
-    """Config first, then the server's own report (or a published limit); otherwise a clear error."""
+CONTEXT_WINDOW_ENV = "AGENTHOST_LOCAL_AGENT_CONTEXT_WINDOW"
+
+
+async def resolve_context_window(
+    provider: Provider, config: LocalAgentConfig, env: Mapping[str, str] | None = None
+) -> int:
+    """Config first, then the environment, then the server's own report (or a published limit); otherwise a
+    clear error. Never a default: a guessed window either wastes most of a large one or silently overflows a
+    small one (Ollama's OpenAI endpoint runs at 4096 whatever the model could do)."""
     if config.context_window:
         return config.context_window
+    env = os.environ if env is None else env
+    raw = env.get(CONTEXT_WINDOW_ENV, "").strip()
+    if raw:
+        if not raw.isdigit() or int(raw) < 1024:
+            raise ConfigError(f"{CONTEXT_WINDOW_ENV}={raw!r} must be an integer number of tokens >= 1024")
+        return int(raw)
     detail = ""
     try:
         result = await provider.probe()
@@ -118,7 +136,9 @@ async def resolve_context_window(provider: Provider, config: LocalAgentConfig) -
             return result.context_window
         detail = result.detail
     except ProviderError as err:
-        detail = f"probe failed: {err}"
+        if err.kind not in (ErrorKind.NOT_FOUND, ErrorKind.BAD_REQUEST):
+            raise  # unreachable or a bad key: that is the problem to report, not the window
+        detail = f"the server has no model listing ({err})"
     raise ContextWindowUnknown(
         f"cannot determine the context window of {provider.full_model}; set context_window in the binding config"
         + (f" ({detail})" if detail else "")

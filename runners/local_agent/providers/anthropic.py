@@ -96,7 +96,9 @@ class AnthropicProvider(HttpProvider):
                 if m.content:
                     blocks.append({"type": "text", "text": m.content})
                 for c in m.tool_calls:
-                    blocks.append({"type": "tool_use", "id": c.id, "name": c.name, "input": safe_arguments(c.arguments)})
+                    blocks.append(
+                        {"type": "tool_use", "id": c.id, "name": c.name, "input": safe_arguments(c.arguments)}
+                    )
                 push("assistant", blocks)
         if out and out[0]["role"] != "user":
             out.insert(0, {"role": "user", "content": [{"type": "text", "text": "(conversation continues)"}]})
@@ -144,7 +146,9 @@ class AnthropicProvider(HttpProvider):
                 u = (obj.get("message") or {}).get("usage") or {}
                 usage.cache_read_tokens = int(u.get("cache_read_input_tokens") or 0)
                 usage.cache_write_tokens = int(u.get("cache_creation_input_tokens") or 0)
-                usage.input_tokens = int(u.get("input_tokens") or 0) + usage.cache_read_tokens + usage.cache_write_tokens
+                usage.input_tokens = (
+                    int(u.get("input_tokens") or 0) + usage.cache_read_tokens + usage.cache_write_tokens
+                )
                 usage.output_tokens = int(u.get("output_tokens") or 0)
             elif etype == "content_block_start":
                 idx = int(obj.get("index", len(blocks)))
@@ -187,7 +191,9 @@ class AnthropicProvider(HttpProvider):
                         yield TextChunk(b["text"])
                 stop_reason = obj.get("stop_reason")
                 u = obj.get("usage") or {}
-                usage = Usage(input_tokens=int(u.get("input_tokens") or 0), output_tokens=int(u.get("output_tokens") or 0))
+                usage = Usage(
+                    input_tokens=int(u.get("input_tokens") or 0), output_tokens=int(u.get("output_tokens") or 0)
+                )
                 finished = True
         if not finished:
             raise ProviderError(ErrorKind.STREAM_BROKEN, "stream ended before message_stop")
@@ -204,8 +210,11 @@ class AnthropicProvider(HttpProvider):
             elif btype == "tool_use":
                 raw = "".join(partial_json.get(idx, []))
                 calls.append(
-                    ToolCall(id=str(b.get("id") or f"toolu_{idx}"), name=coerce_tool_name(str(b.get("name") or "")),
-                             arguments=repair_arguments(raw))
+                    ToolCall(
+                        id=str(b.get("id") or f"toolu_{idx}"),
+                        name=coerce_tool_name(str(b.get("name") or "")),
+                        arguments=repair_arguments(raw),
+                    )
                 )
         message = AssistantMessage(content="".join(text), tool_calls=calls, model=self.full_model, thinking=thinking)
         reason = normalize_finish_reason(stop_reason)

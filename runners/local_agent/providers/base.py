@@ -174,9 +174,7 @@ class HttpProvider(Provider):
         err.args = (err.message,)
         return err
 
-    async def _sse(
-        self, url: str, payload: dict[str, Any], headers: dict[str, str]
-    ) -> AsyncIterator[tuple[str, str]]:
+    async def _sse(self, url: str, payload: dict[str, Any], headers: dict[str, str]) -> AsyncIterator[tuple[str, str]]:
         """POSTs and yields (event, data) pairs of a server-sent-event stream; HTTP errors are classified."""
         try:
             async with self._client.stream("POST", url, json=payload, headers=headers) as resp:

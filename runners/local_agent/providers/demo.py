@@ -39,9 +39,7 @@ class DemoProvider(Provider):
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         self._calls += 1
-        usage = Usage(
-            input_tokens=estimate_text(request.system) + estimate_messages(request.messages), output_tokens=0
-        )
+        usage = Usage(input_tokens=estimate_text(request.system) + estimate_messages(request.messages), output_tokens=0)
         last = request.messages[-1] if request.messages else None
         tool_names = {t.name for t in request.tools}
         calls: list[ToolCall] = []
@@ -49,20 +47,28 @@ class DemoProvider(Provider):
             users = [m.content for m in request.messages if isinstance(m, UserMessage)]
             text = f"{DEMO_LABEL} Extractive summary: " + " | ".join(u[:200] for u in users)
         elif isinstance(last, ToolResult):
-            n = len([line for line in last.content.splitlines() if line.strip()])
-            status = "failed" if last.is_error else f"returned {n} line(s)"
+            if last.is_error:
+                outcome = "failed"
+            elif last.content.strip() == "(empty directory)":
+                outcome = "shows the workspace is empty"
+            else:
+                outcome = f"lists {len(last.content.strip().splitlines())} entries"
             text = (
-                f"{DEMO_LABEL} I called the `{last.name}` tool on your workspace and it {status}. "
-                f"A real model would now reason about the result."
+                f"{DEMO_LABEL} I called the `{last.name}` tool and it {outcome}. "
+                "A real model would now reason about the result."
             )
         else:
             user = next((m for m in reversed(request.messages) if isinstance(m, (UserMessage, Summary))), None)
-            said = user.content[:200] if user else ""
+            text = f"{DEMO_LABEL} You said: {(user.content[:200] if user else '')!r}."
+            earlier = [m for m in request.messages if isinstance(m, UserMessage) and m is not user]
+            if earlier:
+                # Shows the runner's working context at work: earlier turns really are in the request.
+                text += f" Before that you said {len(earlier)} thing(s), first {earlier[0].content[:80]!r}."
             if "list_files" in tool_names and request.tool_choice == "auto":
-                text = f"{DEMO_LABEL} You said: {said!r}. Let me look at the workspace first."
-                calls = [ToolCall(id=f"demo_call_{self._calls}", name="list_files", arguments=json.dumps({"path": "."}))]
-            else:
-                text = f"{DEMO_LABEL} You said: {said!r}."
+                text += " Let me look at the workspace first."
+                calls = [
+                    ToolCall(id=f"demo_call_{self._calls}", name="list_files", arguments=json.dumps({"path": "."}))
+                ]
         for piece in _chunks(text):
             if self.delay:
                 await asyncio.sleep(self.delay)

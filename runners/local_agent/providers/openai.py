@@ -118,7 +118,9 @@ class ToolCallAccumulator:
                     cid = slot.id if n == 0 and slot.id else f"call_{uuid.uuid4().hex[:24]}"
                     out.append(ToolCall(id=cid, name=name, arguments=piece))
                 continue
-            out.append(ToolCall(id=slot.id or f"call_{uuid.uuid4().hex[:24]}", name=name, arguments=repair_arguments(raw)))
+            out.append(
+                ToolCall(id=slot.id or f"call_{uuid.uuid4().hex[:24]}", name=name, arguments=repair_arguments(raw))
+            )
         return out
 
 
@@ -139,6 +141,8 @@ class OpenAICompatProvider(HttpProvider):
         super().__init__(provider_id, model, base_url=base_url, api_key=api_key, timeout=timeout, transport=transport)
         self.flavor = flavor
         self._send_stream_options = True
+        # OpenAI's own API has deprecated max_tokens (reasoning models reject it); local servers only know it.
+        self._max_tokens_key = "max_completion_tokens" if provider_id == "openai" else "max_tokens"
         self.context_window_hint = known_window(model, KNOWN_WINDOWS) if flavor == "openai" else None
 
     def _headers(self) -> dict[str, str]:
@@ -182,7 +186,7 @@ class OpenAICompatProvider(HttpProvider):
             "model": self.model,
             "stream": True,
             "messages": self.build_messages(request),
-            "max_tokens": request.max_tokens,
+            self._max_tokens_key: request.max_tokens,
         }
         if self._send_stream_options:
             payload["stream_options"] = {"include_usage": True}
@@ -190,7 +194,10 @@ class OpenAICompatProvider(HttpProvider):
             payload["temperature"] = request.temperature
         if request.tools:
             payload["tools"] = [
-                {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
                 for t in request.tools
             ]
             payload["tool_choice"] = request.tool_choice
@@ -202,15 +209,27 @@ class OpenAICompatProvider(HttpProvider):
             stream = self._sse(url, self.build_payload(request), self._headers())
             first = await anext(stream, None)
         except ProviderError as err:
-            if err.kind == ErrorKind.BAD_REQUEST and "stream_options" in err.message and self._send_stream_options:
-                # Strict gateways reject unknown keys; usage then only comes when the server volunteers it.
-                self._send_stream_options = False
-                stream = self._sse(url, self.build_payload(request), self._headers())
-                first = await anext(stream, None)
-            else:
+            if not self._adapt(err):
                 raise
+            stream = self._sse(url, self.build_payload(request), self._headers())
+            first = await anext(stream, None)
         async for ev in self._parse(first, stream):
             yield ev
+
+    def _adapt(self, err: ProviderError) -> bool:
+        """Learns from a rejected request parameter; True when a retry with the adjusted payload makes sense."""
+        if err.kind != ErrorKind.BAD_REQUEST:
+            return False
+        if "stream_options" in err.message and self._send_stream_options:
+            # Strict gateways reject unknown keys; usage then only comes when the server volunteers it.
+            self._send_stream_options = False
+            return True
+        if self._max_tokens_key in err.message:
+            other = "max_tokens" if self._max_tokens_key == "max_completion_tokens" else "max_completion_tokens"
+            if other in err.message or "unsupported" in err.message.lower() or "unrecognized" in err.message.lower():
+                self._max_tokens_key = other
+                return True
+        return False
 
     async def _parse(
         self, first: tuple[str, str] | None, stream: AsyncIterator[tuple[str, str]]
@@ -230,8 +249,10 @@ class OpenAICompatProvider(HttpProvider):
 
         async for event, data in frames():
             if data.strip() == "[DONE]":
+                # Keep reading to the end of the body rather than break: an unread body makes httpx drop the
+                # keep-alive connection, costing a TCP (and TLS) handshake on every model call.
                 done = True
-                break
+                continue
             try:
                 obj = json.loads(data)
             except ValueError:

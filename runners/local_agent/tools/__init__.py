@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from runners.local_agent.config import LocalAgentConfig
 from runners.local_agent.tools.base import Tool, ToolContext, ToolError, ToolRegistry
 from runners.local_agent.tools.files import file_tools
@@ -15,7 +17,24 @@ def all_tools() -> list[Tool]:
     return [*file_tools(), Shell(), SearchHistory(), ReadArtifact(), TodoWrite(), Memory()]
 
 
-def build_registry(config: LocalAgentConfig) -> ToolRegistry:
+# The run-API grants a host-backed tool needs; a tool whose grant is missing is not offered at all, because a model
+# offered a tool that always fails keeps calling it.
+TOOL_APIS: dict[str, tuple[str, ...]] = {
+    "search_history": ("history.search",),
+    "read_artifact": ("artifacts.read",),
+    "todo_write": ("state.write",),
+    "memory": ("state.read", "state.write"),
+}
+TOOL_SCOPES: dict[str, str] = {"todo_write": "conversation", "memory": "actor"}
+
+
+def build_registry(
+    config: LocalAgentConfig,
+    *,
+    granted_apis: Collection[str] = (),
+    granted_scopes: Collection[str] = (),
+) -> ToolRegistry:
+    """The tools the config enables, minus those the run's grant cannot serve (empty grant lists = unknown, keep)."""
     tools = all_tools()
     known = {t.name for t in tools}
     if config.tools is not None:
@@ -29,7 +48,22 @@ def build_registry(config: LocalAgentConfig) -> ToolRegistry:
         tools = [t for t in tools if t.name != "shell"]
     if not config.memory.enabled:
         tools = [t for t in tools if t.name != "memory"]
-    return ToolRegistry(tools)
+    if granted_apis:
+        tools = [t for t in tools if all(api in granted_apis for api in TOOL_APIS.get(t.name, ()))]
+    if granted_scopes:
+        tools = [t for t in tools if TOOL_SCOPES.get(t.name, next(iter(granted_scopes))) in granted_scopes]
+    return _cached(tuple(t.name for t in tools), tools)
+
+
+_REGISTRIES: dict[tuple[str, ...], ToolRegistry] = {}
+
+
+def _cached(key: tuple[str, ...], tools: list[Tool]) -> ToolRegistry:
+    # Tools are stateless (all per-run state lives in ToolContext), so one registry per tool set is shared.
+    registry = _REGISTRIES.get(key)
+    if registry is None:
+        registry = _REGISTRIES[key] = ToolRegistry(tools)
+    return registry
 
 
 __all__ = ["Tool", "ToolContext", "ToolError", "ToolRegistry", "all_tools", "build_registry"]

@@ -26,11 +26,17 @@ class ToolError(Exception):
 class HostAPI(Protocol):
     """The part of `runners.sdk.api.RunAPI` the local agent uses; tests pass an in-memory fake."""
 
-    async def history_page(self, *, conversation_id: str = ..., cursor: str = ..., direction: Any = ..., limit: int = ...) -> Any: ...
-    async def history_search(self, query: str, *, conversation_id: str = ..., roles: Any = ..., item_types: Any = ..., top_k: int = ...) -> list[Any]: ...
+    async def history_page(
+        self, *, conversation_id: str = ..., cursor: str = ..., direction: Any = ..., limit: int = ...
+    ) -> Any: ...
+    async def history_search(
+        self, query: str, *, conversation_id: str = ..., roles: Any = ..., item_types: Any = ..., top_k: int = ...
+    ) -> list[Any]: ...
     async def artifact_metadata(self, artifact_id: str) -> Any: ...
     async def artifact_read_range(self, artifact_id: str, offset: int = ..., length: int = ...) -> Any: ...
-    async def artifact_create(self, data: bytes, *, name: str, mime_type: str = ..., metadata: dict[str, Any] | None = ...) -> Any: ...
+    async def artifact_create(
+        self, data: bytes, *, name: str, mime_type: str = ..., metadata: dict[str, Any] | None = ...
+    ) -> Any: ...
     async def state_get(self, scope: Any, key: str, default: Any = ...) -> Any: ...
     async def state_set(self, scope: Any, key: str, value: Any, *, if_version: int | None = ...) -> int: ...
     async def state_delete(self, scope: Any, key: str) -> bool: ...
@@ -45,6 +51,8 @@ class ToolContext:
     config: LocalAgentConfig
     # Events a tool wants surfaced (state_updated, artifact_created); the loop drains them after each call.
     pending_events: list[Any] = field(default_factory=list)
+    # Where the shell tool records running process groups (see tools.shell.ProcessLedger); None = not recorded.
+    ledger: Any = None
 
 
 class Tool(ABC):
@@ -62,15 +70,27 @@ class Tool(ABC):
         """Returns the result text; raises ToolError for failures the model should see."""
 
 
+# Validators per tool class: checking a schema costs milliseconds, and tool schemas never change at runtime.
+_VALIDATORS: dict[type[Tool], jsonschema.Draft202012Validator] = {}
+
+
+def _validator(tool: Tool) -> jsonschema.Draft202012Validator:
+    cls = type(tool)
+    v = _VALIDATORS.get(cls)
+    if v is None:
+        jsonschema.Draft202012Validator.check_schema(tool.parameters)
+        v = _VALIDATORS[cls] = jsonschema.Draft202012Validator(tool.parameters)
+    return v
+
+
 class ToolRegistry:
     def __init__(self, tools: list[Tool]) -> None:
         self._tools: dict[str, Tool] = {}
         for tool in tools:
             if tool.name in self._tools:
                 raise ValueError(f"duplicate tool name {tool.name!r}")
-            jsonschema.Draft202012Validator.check_schema(tool.parameters)
             self._tools[tool.name] = tool
-        self._validators = {n: jsonschema.Draft202012Validator(t.parameters) for n, t in self._tools.items()}
+        self._validators = {n: _validator(t) for n, t in self._tools.items()}
 
     def __contains__(self, name: str) -> bool:
         return name in self._tools

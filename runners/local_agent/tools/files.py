@@ -21,6 +21,7 @@ MAX_LINE_CHARS = 2_000
 MAX_LIST = 500
 MAX_GREP_MATCHES = 200
 MAX_GREP_FILE_BYTES = 2 * 1024 * 1024
+MAX_WALK_FILES = 20_000  # glob/grep stop here rather than stall a run on a huge tree
 SKIP_DIRS = {".git", "node_modules", "__pycache__", ".venv", ".mypy_cache"}
 
 
@@ -96,6 +97,9 @@ class ReadFile(Tool):
             raise ToolError(f"{rel(workspace, path)} does not exist")
         if path.is_dir():
             raise ToolError(f"{rel(workspace, path)} is a directory; use list_files")
+        if not path.is_file():
+            # A FIFO or device would block the read forever.
+            raise ToolError(f"{rel(workspace, path)} is not a regular file")
         with path.open("rb") as f:
             if _is_binary(f.read(8192)):
                 raise ToolError(f"{rel(workspace, path)} looks binary; not shown")
@@ -199,12 +203,14 @@ class ListFiles(Tool):
         return "\n".join(lines) if lines else "(empty directory)"
 
 
-def _walk(root: Path) -> list[Path]:
+def _walk(root: Path, limit: int = MAX_WALK_FILES) -> list[Path]:
     out: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
         for name in sorted(filenames):
             out.append(Path(dirpath) / name)
+            if len(out) >= limit:
+                return out
     return out
 
 
@@ -278,8 +284,8 @@ class Grep(Tool):
                 if not (real == root or root in real.parents):
                     continue
                 try:
-                    if p.stat().st_size > MAX_GREP_FILE_BYTES:
-                        continue
+                    if not p.is_file() or p.stat().st_size > MAX_GREP_FILE_BYTES:
+                        continue  # FIFOs and devices would block; huge files are not source
                     data = p.read_bytes()
                 except OSError:
                     continue

@@ -78,5 +78,9 @@ class ReadArtifact(Tool):
             return f"artifact {aid} ({meta.mime_type}, {meta.size_bytes} bytes) is binary; not shown"
         text = data.decode("utf-8", "replace")
         end = offset + len(data)
-        tail = f"\n… bytes {offset}-{end} of {meta.size_bytes}; continue with offset={end}" if end < meta.size_bytes else ""
+        tail = (
+            f"\n… bytes {offset}-{end} of {meta.size_bytes}; continue with offset={end}"
+            if end < meta.size_bytes
+            else ""
+        )
         return text + tail

@@ -12,6 +12,7 @@ import contextlib
 import os
 import re
 import signal
+import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,49 @@ DEFAULT_BLOCKLIST = [
 # Names that must never reach a tool subprocess, even when a binding asks to pass them through.
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 _BASE_ENV_NAMES = ("PATH", "LANG", "LC_ALL", "TZ")
+
+
+class ProcessLedger:
+    """Process groups of running commands, one file each, so a runner restarted after a SIGKILL can kill what
+    its predecessor left running (commands run in their own session, out of reach of a kill of the runner's
+    group). A group is only killed if its leader's start time still matches: pids get reused.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    @staticmethod
+    def _start_time(pid: int) -> str | None:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return None
+        return stat.rsplit(")", 1)[1].split()[19]
+
+    def record(self, pid: int) -> None:
+        start = self._start_time(pid)
+        if start is None:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        (self.directory / str(pid)).write_text(start)
+
+    def forget(self, pid: int) -> None:
+        (self.directory / str(pid)).unlink(missing_ok=True)
+
+    def sweep(self) -> int:
+        """Kills every recorded group whose leader is still the process we started; returns how many."""
+        killed = 0
+        if not self.directory.is_dir():
+            return 0
+        for entry in self.directory.iterdir():
+            if entry.name.isdigit():
+                pid = int(entry.name)
+                recorded = entry.read_text().strip()
+                if recorded and self._start_time(pid) == recorded:
+                    _kill_group(pid)
+                    killed += 1
+            entry.unlink(missing_ok=True)
+        return killed
 
 
 @dataclass
@@ -110,57 +154,83 @@ async def run_command(
     *,
     cwd: Path,
     env: dict[str, str],
-    timeout: float,
+    timeout: float,  # noqa: ASYNC109 — enforced here with a process-group kill, not by cancelling the caller
     max_output_chars: int,
+    ledger: ProcessLedger | None = None,
 ) -> ShellResult:
-    proc = await asyncio.create_subprocess_exec(
-        "/bin/sh",
-        "-c",
-        command,
+    # subprocess.Popen rather than asyncio's: asyncio's Process.wait() also waits for the pipes to close, so a
+    # background child (`cmd &`) holding stdout would make a finished command look like it is still running.
+    loop = asyncio.get_running_loop()
+    proc = subprocess.Popen(  # noqa: ASYNC220 — Popen returns at once; waiting happens off the loop
+        ["/bin/sh", "-c", command],
         cwd=str(cwd),
         env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group, so a kill reaches every descendant
     )
-    capture = _Capture(max_output_chars)
+    if ledger is not None:
+        ledger.record(proc.pid)
     assert proc.stdout is not None
-    stdout = proc.stdout
+    fd = proc.stdout.fileno()
+    os.set_blocking(fd, False)
+    capture = _Capture(max_output_chars)
+    eof = asyncio.Event()
 
-    async def pump() -> None:
-        while True:
-            chunk = await stdout.read(65536)
-            if not chunk:
-                break
-            capture.feed(chunk)
+    def on_readable() -> None:
+        try:
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    loop.remove_reader(fd)
+                    eof.set()
+                    return
+                capture.feed(chunk)
+        except BlockingIOError:
+            return
+        except OSError:
+            loop.remove_reader(fd)
+            eof.set()
 
-    reader = asyncio.create_task(pump())
+    loop.add_reader(fd, on_readable)
     timed_out = False
     try:
         try:
-            await asyncio.wait_for(proc.wait(), timeout)
+            await asyncio.wait_for(asyncio.shield(asyncio.to_thread(proc.wait)), timeout)
         except TimeoutError:
             timed_out = True
             _kill_group(proc.pid)
-            await proc.wait()
+            await asyncio.to_thread(proc.wait)
         # The shell is gone; give its pipe a moment to drain, then stop even if a background child holds it.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(reader), DRAIN_GRACE_SECONDS)
+            await asyncio.wait_for(eof.wait(), DRAIN_GRACE_SECONDS)
     finally:
+        # Always: the group may hold background children of a finished shell, or we are being cancelled.
+        _kill_group(proc.pid)
+        loop.remove_reader(fd)
         if proc.returncode is None:
-            _kill_group(proc.pid)
-            with contextlib.suppress(ProcessLookupError):
-                await asyncio.shield(proc.wait())
-        else:
-            _kill_group(proc.pid)  # stray background children of a finished shell
-        if not reader.done():
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
+            with contextlib.suppress(Exception):
+                proc.wait(timeout=5)
+        on_readable_final(fd, capture)
+        proc.stdout.close()
+        if ledger is not None:
+            ledger.forget(proc.pid)
     capture.feed(b"", final=True)
     code = TIMEOUT_EXIT if timed_out else (proc.returncode if proc.returncode is not None else -1)
     return ShellResult(exit_code=code, output=capture.render(), timed_out=timed_out, omitted_chars=capture.omitted)
+
+
+def on_readable_final(fd: int, capture: _Capture) -> None:
+    """Picks up what is already buffered in the pipe without waiting for writers that may never close it."""
+    try:
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return
+            capture.feed(chunk)
+    except OSError:
+        return
 
 
 def _kill_group(pid: int) -> None:
@@ -172,7 +242,8 @@ class Shell(Tool):
     name = "shell"
     description = (
         "Run a shell command (/bin/sh -c) in the workspace. stdout and stderr are combined; long output keeps "
-        "its beginning and end. No stdin; no network or credentials are provided. Set timeout_seconds for slow commands."
+        "its beginning and end. There is no stdin, and the runner's credentials are not in the environment. "
+        "Set timeout_seconds for slow commands."
     )
     parameters = {
         "type": "object",
@@ -196,6 +267,7 @@ class Shell(Tool):
             env=build_env(cfg, ctx.workspace),
             timeout=timeout,
             max_output_chars=cfg.max_output_chars,
+            ledger=ctx.ledger,
         )
         if result.timed_out:
             raise ToolError(

@@ -1,0 +1,370 @@
+"""The agent loop: an async generator of run events for one user message.
+
+model call (streamed, retried) → tool calls (declared order; read-only batches concurrently) → results → again,
+until the model answers without tools or the iteration budget forces a final answer. The session is written as
+the loop goes (assistant turn before its tools run, each result as it lands) so a process killed at any point
+leaves a session that load-time healing turns back into a valid history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from protos import common_pb2 as pb
+from runners.local_agent import pairing
+from runners.local_agent.compaction import CompactionFailed, Compactor
+from runners.local_agent.config import LocalAgentConfig
+from runners.local_agent.errors import ErrorKind, ProviderError, backoff_delay
+from runners.local_agent.history import CHECKPOINT_KEY
+from runners.local_agent.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
+from runners.local_agent.providers.base import Final, ModelRequest, Provider, TextChunk
+from runners.local_agent.session import Session
+from runners.local_agent.tokens import TokenCounter, estimate_text, estimate_tools
+from runners.local_agent.tools.base import ToolContext, ToolRegistry
+from runners.sdk import events
+
+# Operational log (the plugin's stderr). Provider errors are already redacted; tool output and text are never logged.
+log = logging.getLogger("agenthost.local_agent")
+
+BUDGET_EXHAUSTED_RESULT = (
+    "error: not executed — the tool-call budget for this turn is used up. Give your final answer now with what "
+    "you have."
+)
+FINAL_ANSWER_NOTE = (
+    "\n\n[The tool-call budget for this turn is exhausted: tools are disabled. Answer the user now: summarise what "
+    "was done, what remains, and how to continue.]"
+)
+
+FAILED_CODES = {
+    ErrorKind.AUTH: "provider_auth",
+    ErrorKind.RATE_LIMIT: "provider_rate_limited",
+    ErrorKind.OVERLOADED: "provider_unavailable",
+    ErrorKind.SERVER: "provider_unavailable",
+    ErrorKind.TIMEOUT: "provider_timeout",
+    ErrorKind.CONNECTION: "provider_unreachable",
+    ErrorKind.CONTEXT_OVERFLOW: "context_overflow",
+    ErrorKind.BAD_REQUEST: "provider_bad_request",
+    ErrorKind.NOT_FOUND: "model_not_found",
+    ErrorKind.STREAM_BROKEN: "provider_stream_interrupted",
+}
+
+
+class RunFailed(Exception):
+    """Ends a run with a `failed` event carrying this code."""
+
+    def __init__(self, code: str, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+
+
+@dataclass
+class _ModelDone:
+    final: Final
+
+
+class AgentLoop:
+    def __init__(
+        self,
+        *,
+        provider: Provider,
+        registry: ToolRegistry,
+        config: LocalAgentConfig,
+        session: Session,
+        tool_ctx: ToolContext,
+        system_prompt: str,
+        compactor: Compactor,
+        counter: TokenCounter | None = None,
+        deadline_at: float = 0.0,
+        stream_text: bool = True,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.provider = provider
+        self.registry = registry
+        self.config = config
+        self.session = session
+        self.ctx = tool_ctx
+        self.system = system_prompt
+        self.compactor = compactor
+        self.counter = counter or TokenCounter()
+        self.deadline_at = deadline_at
+        # Without streaming delivery the same generator runs but yields only whole messages; since no partial
+        # text has reached anyone, a stream that breaks mid-answer can then still be retried.
+        self.stream_text = stream_text
+        self.sleep = sleep
+        self.tool_specs = registry.specs()
+        self._tool_schema_tokens = estimate_tools(
+            [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in self.tool_specs]
+        )
+
+    # ---- the run ----
+
+    async def run(self, user: UserMessage) -> AsyncIterator[pb.RunEvent]:
+        self.session.append(user)
+        iterations = self.config.max_iterations
+        for iteration in range(iterations + 1):
+            final_turn = iteration == iterations
+            async for ev in self._prepare_context():
+                yield ev
+            request = ModelRequest(
+                system=self.system + (FINAL_ANSWER_NOTE if final_turn else ""),
+                messages=list(self.session.messages),  # a snapshot: the session grows while tools run
+                tools=self.tool_specs,
+                # The reserved output budget, not the configured maximum: servers such as vLLM reject a request
+                # whose prompt plus max_tokens exceeds the window.
+                max_tokens=self.compactor.max_output_tokens,
+                temperature=self.config.temperature,
+                tool_choice="none" if final_turn else "auto",
+            )
+            final: Final | None = None
+            for _attempt in range(2):
+                async for item in self._call_model(request):
+                    if isinstance(item, _ModelDone):
+                        final = item.final
+                    else:
+                        yield item
+                assert final is not None
+                if final.message.content or final.message.tool_calls or final.finish_reason == "length":
+                    break
+                # An empty answer (seen from small local models) would end the run in silence; ask once more.
+                yield events.retry(1, 0.0, "the model returned an empty response")
+            assert final is not None
+            if not (final.message.content or final.message.tool_calls):
+                note = "(The model returned an empty response twice; try rephrasing or another model.)"
+                if self.stream_text:
+                    yield events.text(note)
+                yield events.message(note)
+                yield events.completed("empty_response")
+                return
+            message = self._normalize(final.message)
+            self.session.append(message)
+            if final.usage is not None:
+                # The reported prompt covers everything the request held; the anchor keys on that message count.
+                self.counter.record(final.usage.input_tokens, len(self.session.messages) - 1)
+                yield events.usage(
+                    final.usage.input_tokens,
+                    final.usage.output_tokens,
+                    cache_read_tokens=final.usage.cache_read_tokens,
+                    cache_write_tokens=final.usage.cache_write_tokens,
+                    model=self.provider.full_model,
+                )
+            if message.content:
+                yield events.message(message.content)
+            if not message.tool_calls:
+                yield events.completed("max_iterations" if final_turn else _finish(final.finish_reason))
+                return
+            if final_turn:
+                # The model called tools despite tool_choice=none (some local servers ignore it): close the calls
+                # and end with an answer instead of silence.
+                for call in message.tool_calls:
+                    yield events.tool_started(call.id, call.name, call.arguments)
+                    result = ToolResult(call.id, call.name, BUDGET_EXHAUSTED_RESULT, is_error=True)
+                    self.session.append(result)
+                    yield events.tool_finished(call.id, call.name, result.content, is_error=True)
+                note = (
+                    f"I stopped after {iterations} tool-using steps without reaching a final answer. "
+                    "Send another message to let me continue from here."
+                )
+                self.session.append(AssistantMessage(content=note, model=self.provider.full_model))
+                if self.stream_text:
+                    yield events.text(note)
+                yield events.message(note)
+                yield events.completed("max_iterations")
+                return
+            async for ev in self._run_tools(message.tool_calls, truncated=final.finish_reason == "length"):
+                yield ev
+
+    # ---- context management ----
+
+    async def _prepare_context(self) -> AsyncIterator[pb.RunEvent]:
+        messages, report = pairing.repair(self.session.messages)
+        if report.changed:
+            self.session.rewrite(messages)
+            self.counter.invalidate()
+        tokens = self.counter.estimate(self.system, self._tool_dicts(), self.session.messages)
+        if self.compactor.needs_compaction(tokens) and self.compactor.may_compact():
+            async for ev in self._compact(force=False):
+                yield ev
+            tokens = self.counter.estimate(self.system, self._tool_dicts(), self.session.messages)
+        if tokens > self.compactor.hard_limit:
+            raise RunFailed(
+                "context_overflow",
+                f"the conversation needs ~{tokens} tokens but {self.provider.full_model} has a {self.compactor.window}"
+                "-token window and compaction cannot shrink it further; start a new conversation",
+            )
+
+    def _tool_dicts(self) -> list[dict[str, Any]]:
+        return [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in self.tool_specs]
+
+    async def _compact(self, *, force: bool) -> AsyncIterator[pb.RunEvent]:
+        yield events.progress("compacting conversation context")
+        overhead = estimate_text(self.system) + self._tool_schema_tokens
+        try:
+            outcome = await self.compactor.compact(
+                self.session.messages,
+                overhead_tokens=overhead,
+                provider=self.provider,
+                api=self.ctx.api,
+                run_id=self.ctx.run_id,
+                force=force,
+            )
+        except CompactionFailed as exc:
+            raise RunFailed("context_overflow", str(exc)) from None
+        self.session.rewrite(outcome.messages)
+        self.counter.invalidate()
+        log.info(
+            "run %s: compacted %d -> %d tokens (%d results stubbed, %d messages summarized)",
+            self.ctx.run_id,
+            outcome.tokens_before,
+            outcome.tokens_after,
+            outcome.stubbed,
+            outcome.summarized,
+        )
+        if outcome.artifact is not None:
+            yield events.artifact_created(outcome.artifact)
+        if outcome.checkpoint is not None:
+            try:
+                await self.ctx.api.state_set("conversation", CHECKPOINT_KEY, outcome.checkpoint.to_state())
+                yield events.state_updated("conversation", CHECKPOINT_KEY)
+            except Exception:  # noqa: BLE001 — the local session still has the summary; the checkpoint is a backup
+                pass
+        yield events.compaction(
+            outcome.tokens_before,
+            outcome.tokens_after,
+            outcome.summary,
+            outcome.artifact.artifact_id if outcome.artifact is not None else "",
+        )
+
+    # ---- model calls ----
+
+    async def _call_model(self, request: ModelRequest) -> AsyncIterator[pb.RunEvent | _ModelDone]:
+        attempt = 0
+        compacted_for_overflow = False
+        while True:
+            emitted = False
+            try:
+                async for ev in self.provider.stream(request):
+                    if isinstance(ev, TextChunk):
+                        if self.stream_text:
+                            emitted = True
+                            yield events.text(ev.text)
+                    elif isinstance(ev, Final):
+                        yield _ModelDone(ev)
+                        return
+                raise ProviderError(ErrorKind.STREAM_BROKEN, "stream ended without a final message")
+            except ProviderError as err:
+                if emitted:
+                    # Text already reached the user; a retry would duplicate it.
+                    raise RunFailed(
+                        FAILED_CODES[ErrorKind.STREAM_BROKEN],
+                        f"the model stream broke mid-answer: {err}",
+                        retryable=True,
+                    ) from None
+                if err.kind == ErrorKind.CONTEXT_OVERFLOW and not compacted_for_overflow:
+                    compacted_for_overflow = True
+                    async for ev in self._compact(force=True):
+                        yield ev
+                    request.messages = list(self.session.messages)
+                    continue
+                if not err.retryable or attempt >= self.config.max_retries:
+                    raise RunFailed(FAILED_CODES[err.kind], str(err), retryable=err.retryable) from None
+                attempt += 1
+                delay = backoff_delay(attempt, err.retry_after)
+                if self.deadline_at and time.time() + delay >= self.deadline_at:
+                    raise RunFailed(
+                        FAILED_CODES[err.kind], f"{err} (no time left before the run deadline to retry)", retryable=True
+                    ) from None
+                log.warning("run %s: %s; retry %d in %.1fs", self.ctx.run_id, err, attempt, delay)
+                yield events.retry(attempt, delay, str(err))
+                await self.sleep(delay)
+
+    def _normalize(self, message: AssistantMessage) -> AssistantMessage:
+        """Tool-call ids must be unique across the whole context; some local servers reuse `call_0` every turn."""
+        seen = {c.id for m in self.session.messages if isinstance(m, AssistantMessage) for c in m.tool_calls}
+        fixed: list[ToolCall] = []
+        for call in message.tool_calls:
+            cid = call.id
+            if not cid or cid in seen:
+                cid = f"call_{uuid.uuid4().hex[:24]}"
+            seen.add(cid)
+            fixed.append(ToolCall(id=cid, name=call.name, arguments=call.arguments))
+        message.tool_calls = fixed
+        return message
+
+    # ---- tools ----
+
+    def _batches(self, calls: list[ToolCall]) -> list[list[ToolCall]]:
+        batches: list[list[ToolCall]] = []
+        for call in calls:
+            parallel = self.config.parallel_read_only_tools and self.registry.is_read_only(call.name)
+            if parallel and batches and all(self.registry.is_read_only(c.name) for c in batches[-1]):
+                batches[-1].append(call)
+            else:
+                batches.append([call])
+        return batches
+
+    async def _run_tools(self, calls: list[ToolCall], *, truncated: bool) -> AsyncIterator[pb.RunEvent]:
+        for batch in self._batches(calls):
+            for call in batch:
+                yield events.tool_started(call.id, call.name, call.arguments)
+            if len(batch) == 1:
+                results = [await self.registry.run(batch[0], self.ctx, truncated=truncated)]
+            else:
+                async with asyncio.TaskGroup() as tg:
+                    tasks = [tg.create_task(self.registry.run(c, self.ctx, truncated=truncated)) for c in batch]
+                results = [t.result() for t in tasks]
+            for result in results:
+                async for ev in self._offload_large(result):
+                    yield ev
+                self.session.append(result)
+                for ev in self.ctx.pending_events:
+                    yield ev
+                self.ctx.pending_events.clear()
+                yield events.tool_finished(
+                    result.tool_call_id,
+                    result.name,
+                    result.content,
+                    is_error=result.is_error,
+                    artifact_id=result.artifact_id,
+                )
+
+    async def _offload_large(self, result: ToolResult) -> AsyncIterator[pb.RunEvent]:
+        limit = self.config.tool_result_max_chars
+        content = result.content
+        if len(content) <= limit:
+            return
+        head = content[: int(limit * 0.4)]
+        tail = content[-int(limit * 0.4) :]
+        omitted = len(content) - len(head) - len(tail)
+        try:
+            ref = await self.ctx.api.artifact_create(
+                content.encode("utf-8", "replace"),
+                name=f"tool-{result.name}-{result.tool_call_id}.txt",
+                mime_type="text/plain; charset=utf-8",
+                metadata={"kind": "local_agent.tool_result", "tool": result.name, "tool_call_id": result.tool_call_id},
+            )
+        except Exception as exc:  # noqa: BLE001 — without an artifact the model still gets a bounded excerpt
+            result.content = (
+                f"{head}\n… [{omitted} chars omitted; the full output could not be stored: {exc}] …\n{tail}"
+            )
+            return
+        result.artifact_id = ref.artifact_id
+        result.content = (
+            f"{head}\n… [{omitted} chars omitted. The full output ({len(content)} chars) is stored as artifact "
+            f"{ref.artifact_id}; use read_artifact to page through it] …\n{tail}"
+        )
+        yield events.artifact_created(ref)
+
+
+def _finish(reason: str) -> str:
+    return reason if reason in ("stop", "length", "content_filter", "refusal") else "stop"
+
+
+__all__ = ["AgentLoop", "RunFailed"]

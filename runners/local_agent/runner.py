@@ -1,0 +1,263 @@
+"""`LocalAgentRunner`: wires config, provider, session, memory, tools and the loop together for each run."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+
+from plugins.manifest import RunnerCapabilities, RunnerManifest
+from protos import common_pb2 as pb
+from protos import errors as host_errors
+from runners.local_agent import memory
+from runners.local_agent.compaction import Compactor
+from runners.local_agent.config import ConfigError, LocalAgentConfig
+from runners.local_agent.errors import ContextWindowUnknown, ProviderError
+from runners.local_agent.history import CHECKPOINT_KEY, Checkpoint, rebuild
+from runners.local_agent.loop import FAILED_CODES, AgentLoop, RunFailed
+from runners.local_agent.messages import UserMessage
+from runners.local_agent.providers import build_provider, resolve_context_window
+from runners.local_agent.providers.base import Provider
+from runners.local_agent.session import Session, safe_name
+from runners.local_agent.tools import build_registry
+from runners.local_agent.tools.base import ToolContext
+from runners.local_agent.tools.shell import ProcessLedger
+from runners.local_agent.tools.todo import STATE_KEY as TODO_KEY
+from runners.local_agent.tools.todo import render as render_todos
+from runners.sdk import events
+from runners.sdk.runner import RunContext, Runner
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are the agenthost local agent, a careful and capable assistant. You have tools to read, search and change "
+    "files in this conversation's workspace, run shell commands there, search this conversation's full history, "
+    "read stored artifacts, keep a todo list for multi-step work, and save durable memory about the user. Use tools "
+    "instead of guessing; when a tool fails, read the error and adjust. Keep answers concise."
+)
+
+
+MAX_CACHED_SESSIONS = 256
+log = logging.getLogger("agenthost.local_agent")
+
+
+class LocalAgentRunner(Runner):
+    manifest = RunnerManifest(
+        name="local-agent",
+        description="Built-in tool-using agent that talks to LLM providers (OpenAI-compatible, Anthropic, local "
+        "servers) over HTTP and owns its working context; runs an offline demo model when none is configured.",
+        version="0.1.0",
+        capabilities=RunnerCapabilities(streaming=True, tool_calls=True, attachments=False, cancellation=True),
+        # No bootstrap: the runner owns its working context (its session, or history it pulls itself).
+        config_schema=LocalAgentConfig.json_schema(),
+    )
+
+    def __init__(self, data_dir: Path, *, env: Mapping[str, str] | None = None) -> None:
+        super().__init__(data_dir)
+        self._env = env
+        self._providers: dict[str, Provider] = {}
+        self._windows: dict[str, int] = {}
+        # Recently used sessions stay in memory; the rest are reloaded from disk when their conversation returns.
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.ledger = ProcessLedger(data_dir / "running")
+
+    async def setup(self) -> None:
+        # Commands a killed predecessor left running would otherwise live on as orphans.
+        killed = self.ledger.sweep()
+        if killed:
+            log.warning("killed %d command process group(s) left running by a previous runner process", killed)
+
+    async def close(self) -> None:
+        providers, self._providers = list(self._providers.values()), {}
+        for p in providers:
+            await p.aclose()
+
+    def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
+        return self._guarded(run)
+
+    async def _guarded(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
+        lock = self._locks.setdefault(conversation_key(run), asyncio.Lock())
+        async with lock:  # one run at a time per conversation: the session is a single writer's file
+            try:
+                async for ev in self._run(run):
+                    yield ev
+            except RunFailed as exc:
+                yield events.failed(exc.code, exc.message, retryable=exc.retryable)
+            except ConfigError as exc:
+                yield events.failed("config_error", str(exc))
+            except ContextWindowUnknown as exc:
+                yield events.failed("context_window_unknown", str(exc))
+            except ProviderError as exc:  # from the probe, before the loop's own handling starts
+                yield events.failed(FAILED_CODES[exc.kind], str(exc), retryable=exc.retryable)
+
+    # ---- the pieces of a run ----
+
+    def _provider(self, config: LocalAgentConfig) -> Provider:
+        # SecretStr dumps as asterisks, so two bindings differing only in their inline key must be told apart
+        # by a digest of the key itself (never the key: this string is a dict key, not a secret store).
+        secret = config.api_key.get_secret_value() if config.api_key is not None else ""
+        key = config.model_dump_json() + hashlib.sha256(secret.encode()).hexdigest()
+        provider = self._providers.get(key)
+        if provider is None:
+            provider = build_provider(config, self._env if self._env is not None else os.environ)
+            self._providers[key] = provider
+        return provider
+
+    async def _window(self, provider: Provider, config: LocalAgentConfig) -> int:
+        key = f"{provider.full_model}|{getattr(provider, 'base_url', '')}|{config.context_window}"
+        if key not in self._windows:
+            self._windows[key] = await resolve_context_window(
+                provider, config, self._env if self._env is not None else os.environ
+            )
+        return self._windows[key]
+
+    def _workspace(self, config: LocalAgentConfig, conversation_id: str) -> Path:
+        root = Path(config.workspace) if config.workspace else self.data_dir / "workspaces"
+        if config.workspace and not root.is_absolute():
+            raise ConfigError(f"workspace {config.workspace!r} must be an absolute path")
+        path = root / safe_name(conversation_id)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    async def _current_user_seq(self, run: RunContext) -> int:
+        """The transcript seq of the message that triggered this run, so checkpoints can name host positions."""
+        try:
+            page = await run.api.history_page(conversation_id=run.conversation_id, limit=1)
+        except host_errors.AgentHostError:
+            return 0
+        for it in page.items:
+            if it.role == "user" and (not run.context.event.event_id or it.event_id == run.context.event.event_id):
+                return int(it.seq)
+        return 0
+
+    async def _session(
+        self, run: RunContext, config: LocalAgentConfig, window: int
+    ) -> tuple[Session, list[pb.RunEvent]]:
+        notes: list[pb.RunEvent] = []
+        key = conversation_key(run)
+        session = self._sessions.get(key)
+        if session is None:
+            session, report = await asyncio.to_thread(Session.load, self.data_dir, key)
+            if report.healed:
+                log.warning("conversation %s: session healed on load: %s", run.conversation_id, report)
+                notes.append(
+                    events.progress(
+                        f"session healed on load: {len(report.repair.synthesized)} interrupted tool call(s) closed, "
+                        f"{len(report.repair.dropped)} orphan result(s) dropped, "
+                        f"{report.skipped_lines} bad line(s) skipped"
+                    )
+                )
+        if session is None:
+            checkpoint = Checkpoint.from_state(run.state.get("conversation", {}).get(CHECKPOINT_KEY))
+            if checkpoint is None:
+                try:
+                    checkpoint = Checkpoint.from_state(await run.api.state_get("conversation", CHECKPOINT_KEY))
+                except host_errors.AgentHostError:
+                    checkpoint = None
+            try:
+                messages = await rebuild(
+                    run.api,
+                    run.conversation_id,
+                    checkpoint=checkpoint,
+                    exclude_event_id=run.context.event.event_id,
+                    # Below the watermark, so the first model call does not have to compact what was just pulled.
+                    token_budget=int(window * config.compaction_watermark * 0.8),
+                )
+            except host_errors.AgentHostError as exc:
+                messages = []
+                notes.append(events.progress(f"could not read conversation history from the host: {exc.message}"))
+            session = Session.create(self.data_dir, key, messages)
+            if messages:
+                notes.append(events.progress(f"rebuilt working context from host history ({len(messages)} messages)"))
+        self._sessions[key] = session
+        self._sessions.move_to_end(key)
+        while len(self._sessions) > MAX_CACHED_SESSIONS:
+            self._sessions.popitem(last=False)
+        return session, notes
+
+    async def _system_prompt(self, run: RunContext, config: LocalAgentConfig, workspace: Path) -> str:
+        parts = [config.system_prompt or DEFAULT_SYSTEM_PROMPT, f"Workspace directory: {workspace}"]
+        if config.memory.enabled:
+            try:
+                state = await memory.load(run.api)
+                block = memory.render_prompt(state, config.memory)
+                if block:
+                    parts.append(block)
+            except host_errors.AgentHostError:
+                pass  # memory needs actor state; a binding that does not grant it simply runs without
+        todos = run.state.get("conversation", {}).get(TODO_KEY)
+        if isinstance(todos, list) and todos:
+            try:
+                parts.append("Current todo list:\n" + render_todos(todos))
+            except (KeyError, TypeError):
+                pass
+        return "\n\n".join(parts)
+
+    async def _run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
+        config = LocalAgentConfig.parse(run.config)
+        provider = self._provider(config)
+        window = await self._window(provider, config)
+        resources = run.context.resources
+        registry = build_registry(
+            config,
+            granted_apis=list(resources.apis),
+            granted_scopes=[_scope_name(s) for s in resources.state_scopes],
+        )
+        workspace = self._workspace(config, conversation_key(run))
+        session, notes = await self._session(run, config, window)
+        for ev in notes:
+            yield ev
+        system = await self._system_prompt(run, config, workspace)
+        ctx = ToolContext(
+            workspace=workspace,
+            api=run.api,
+            conversation_id=run.conversation_id,
+            run_id=run.run_id,
+            config=config,
+            ledger=self.ledger,
+        )
+        compactor = Compactor(
+            window=window,
+            watermark=config.compaction_watermark,
+            keep_fraction=config.keep_recent_fraction,
+            max_output_tokens=min(config.max_output_tokens, window // 4),
+        )
+        loop = AgentLoop(
+            provider=provider,
+            registry=registry,
+            config=config,
+            session=session,
+            tool_ctx=ctx,
+            system_prompt=system,
+            compactor=compactor,
+            deadline_at=run.deadline_at,
+            stream_text=run.context.delivery.supports_streaming,
+        )
+        user = UserMessage(content=_input_text(run), host_seq=await self._current_user_seq(run))
+        async for ev in loop.run(user):
+            yield ev
+
+
+def conversation_key(run: RunContext) -> str:
+    """A conversation is (bot, conversation id) to the host; one runner process serves many bots, and two bots'
+    "default" conversations must not share a session or a workspace. \x1f cannot occur in either id."""
+    return f"{run.bot_id}\x1f{run.conversation_id}"
+
+
+def _scope_name(value: int) -> str:
+    try:
+        return events.scope_name(value)
+    except ValueError:
+        return f"unknown-{value}"
+
+
+def _input_text(run: RunContext) -> str:
+    text = run.text
+    attachments = list(run.context.input.attachments)
+    if attachments:
+        listed = ", ".join(f"{a.name or 'attachment'} (artifact {a.artifact_id}, {a.mime_type})" for a in attachments)
+        text += f"\n\n[Attachments: {listed}. Use read_artifact to open them.]"
+    return text
