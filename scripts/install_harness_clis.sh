@@ -28,12 +28,19 @@ if [ "${#need[@]}" -eq 0 ]; then
   echo "harness CLIs already installed in $PREFIX"
 else
   command -v npm >/dev/null || { echo "npm is required to install ${need[*]}" >&2; exit 1; }
+  echo "installing ${need[*]} into $PREFIX"
   mkdir -p "$PREFIX"
-  # --no-save keeps the prefix free of a package.json that would pin other tools; engine warnings are expected.
-  npm install --prefix "$PREFIX" --no-save --no-audit --no-fund --loglevel=error "${need[@]}"
+  # Both pins every time, recorded in the prefix's package.json, so npm never prunes one as extraneous.
+  # EBADENGINE warnings on node < 22 are expected: the shipped binaries do not run on node.
+  npm install --prefix "$PREFIX" --save-exact --no-audit --no-fund --loglevel=error \
+    "@anthropic-ai/claude-code@$CLAUDE_VERSION" "@openai/codex@$CODEX_VERSION"
 fi
 
-# Claude Code's postinstall swaps its 500-byte stub for the platform binary; verify it really happened.
+# Claude Code's postinstall swaps its 500-byte stub for the platform binary; if scripts were skipped
+# (npm config ignore-scripts), run that step now.
+if ! "$PREFIX/node_modules/.bin/claude" --version >/dev/null 2>&1; then
+  (cd "$PREFIX/node_modules/@anthropic-ai/claude-code" && node install.cjs)
+fi
 "$PREFIX/node_modules/.bin/claude" --version >/dev/null
 "$PREFIX/node_modules/.bin/codex" --version >/dev/null
 echo "claude: $PREFIX/node_modules/.bin/claude ($("$PREFIX/node_modules/.bin/claude" --version))"

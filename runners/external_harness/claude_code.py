@@ -15,12 +15,18 @@ from runners.external_harness.config import ClaudeCodeConfig
 from runners.external_harness.errors import HarnessReportedError
 from runners.external_harness.process import build_env
 from runners.external_harness.projection import MCP_SERVER_NAME
-from runners.external_harness.turn import Command, TurnPlan, TurnState, forwarded_secrets, isolation_env
+from runners.external_harness.turn import (
+    Command,
+    TurnPlan,
+    TurnState,
+    forwarded_secrets,
+    isolation_env,
+    secret_values,
+)
 from runners.sdk import events
 
 SESSION_LOST_MARKERS = ("No conversation found with session ID", "No conversation found")
 APPEND_PROMPT_FILE = "append-system-prompt.md"
-MAX_TOOL_RESULT_CHARS = 16_000
 
 
 class ClaudeCodeDriver:
@@ -80,7 +86,7 @@ class ClaudeCodeDriver:
         set_env.update(secrets)
         set_env.update(plan.bridge_env)
         env = build_env(inherited=plan.inherited_env, set_env=set_env)
-        return Command(argv=argv, env=env, secrets=tuple(secrets.values()) + tuple(plan.bridge_env.values()))
+        return Command(argv=argv, env=env, secrets=secret_values(plan, secrets))
 
     def session_lost(self, stderr: str, turn: TurnState) -> bool:
         return turn.session_lost or any(marker in stderr for marker in SESSION_LOST_MARKERS)
@@ -146,7 +152,9 @@ class ClaudeCodeDriver:
     def _assistant(self, raw: dict[str, Any], turn: TurnState) -> list[pb.RunEvent]:
         message = raw.get("message") or {}
         if raw.get("error"):
-            turn.last_error_message = f"{raw['error']}: {_content_text(message.get('content'))}".strip(": ")
+            # A synthetic message carrying an API error, not a reply: it becomes the failure's text instead.
+            turn.last_error_message = _content_text(message.get("content")) or str(raw["error"])
+            return []
         if raw.get("parent_tool_use_id"):
             return []
         out: list[pb.RunEvent] = []
@@ -158,7 +166,7 @@ class ClaudeCodeDriver:
             elif btype in ("tool_use", "server_tool_use"):
                 call_id = block.get("id") or ""
                 turn.tool_names[call_id] = block.get("name") or ""
-                out.append(events.tool_started(call_id, block.get("name") or "", block.get("input") or {}))
+                out += turn.tool_call(events.tool_started(call_id, block.get("name") or "", block.get("input") or {}))
         return out
 
     def _tool_results(self, raw: dict[str, Any], turn: TurnState) -> list[pb.RunEvent]:
@@ -172,9 +180,7 @@ class ClaudeCodeDriver:
             if block.get("type") != "tool_result":
                 continue
             call_id = block.get("tool_use_id") or ""
-            result = _content_text(block.get("content"))
-            if len(result) > MAX_TOOL_RESULT_CHARS:
-                result = result[:MAX_TOOL_RESULT_CHARS] + f"... [{len(result) - MAX_TOOL_RESULT_CHARS} more chars]"
+            result = _content_text(block.get("content"))  # full size; the runner stores big ones as artifacts
             out.append(
                 events.tool_finished(
                     call_id, turn.tool_names.get(call_id, ""), result, is_error=bool(block.get("is_error"))
@@ -195,6 +201,15 @@ class ClaudeCodeDriver:
             cost_usd=float(raw.get("total_cost_usd") or 0.0),
             model=model,
         )
+        # Under -p a denied tool does not stop the turn; say so, or the operator never learns what to allow.
+        notes = [
+            events.progress(
+                f"permission denied: {d.get('tool_name', '?')} (allow it with the binding's allowed_tools "
+                "or permission_mode)"
+            )
+            for d in raw.get("permission_denials") or []
+            if isinstance(d, dict)
+        ]
         subtype = raw.get("subtype") or "success"
         if raw.get("is_error") or subtype != "success":
             detail = raw.get("result") if isinstance(raw.get("result"), str) else ""
@@ -206,11 +221,11 @@ class ClaudeCodeDriver:
             if any(m in message for m in SESSION_LOST_MARKERS):
                 turn.session_lost = True
             turn.error = HarnessReportedError(message or f"Claude Code reported {subtype}", code=code)
-            return []
+            return notes
         # The result repeats the last assistant text; only use it when no text block arrived at all.
-        if not turn.texts and isinstance(raw.get("result"), str) and raw["result"]:
-            return turn.text_block(raw["result"])
-        return []
+        if not turn.any_text and isinstance(raw.get("result"), str) and raw["result"]:
+            return notes + turn.text_block(raw["result"])
+        return notes
 
 
 def _content_text(content: Any) -> str:

@@ -15,12 +15,18 @@ from runners.external_harness.config import CodexConfig
 from runners.external_harness.errors import HarnessReportedError
 from runners.external_harness.process import build_env
 from runners.external_harness.projection import codex_mcp_overrides
-from runners.external_harness.turn import Command, TurnPlan, TurnState, forwarded_secrets, isolation_env
+from runners.external_harness.turn import (
+    Command,
+    TurnPlan,
+    TurnState,
+    forwarded_secrets,
+    isolation_env,
+    secret_values,
+)
 from runners.sdk import events
 
 SESSION_LOST_MARKERS = ("No saved session found", "no rollout found")
 PROVIDER = "agenthost"
-MAX_TOOL_RESULT_CHARS = 16_000
 TOOL_ITEMS = ("command_execution", "mcp_tool_call", "file_change", "web_search")
 
 # Headless and quiet: no analytics/OTLP exports (each also costs seconds of DNS when offline), no curated
@@ -37,6 +43,24 @@ BASE_OVERRIDES: dict[str, Any] = {
     "features.remote_plugin": False,
     "check_for_update_on_startup": False,
 }
+
+
+def usage_event(totals: dict[str, int], *, model: str = "") -> pb.RunEvent:
+    # Codex counts cached input inside input_tokens; agenthost reports them apart.
+    cached = totals.get("cached_input_tokens", 0)
+    return events.usage(
+        max(totals.get("input_tokens", 0) - cached, 0),
+        totals.get("output_tokens", 0),
+        cache_read_tokens=cached,
+        model=model,
+    )
+
+
+def usage_since(totals: dict[str, int], previous: dict[str, int]) -> dict[str, int]:
+    """This turn's share of a thread's running totals (the totals themselves if they went backwards)."""
+    if all(totals.get(k, 0) >= previous.get(k, 0) for k in totals):
+        return {k: totals[k] - previous.get(k, 0) for k in totals}
+    return dict(totals)
 
 
 def toml_value(value: Any) -> str:
@@ -91,7 +115,7 @@ class CodexDriver:
         set_env.update(secrets)
         set_env.update(plan.bridge_env)
         env = build_env(inherited=plan.inherited_env, set_env=set_env)
-        return Command(argv=argv, env=env, secrets=tuple(secrets.values()) + tuple(plan.bridge_env.values()))
+        return Command(argv=argv, env=env, secrets=secret_values(plan, secrets))
 
     def session_lost(self, stderr: str, turn: TurnState) -> bool:
         return turn.session_lost or any(m.lower() in stderr.lower() for m in SESSION_LOST_MARKERS)
@@ -106,13 +130,10 @@ class CodexDriver:
         if kind == "turn.completed":
             turn.finished = True
             usage = raw.get("usage") or {}
-            cached = int(usage.get("cached_input_tokens") or 0)
-            turn.usage = events.usage(
-                max(int(usage.get("input_tokens") or 0) - cached, 0),
-                int(usage.get("output_tokens") or 0),
-                cache_read_tokens=cached,
-                model=turn.model,
-            )
+            turn.cumulative_usage = {
+                k: int(usage.get(k) or 0) for k in ("input_tokens", "cached_input_tokens", "output_tokens")
+            }
+            turn.usage = usage_event(turn.cumulative_usage, model=turn.model)
             return []
         if kind == "turn.failed":
             turn.finished = True
@@ -135,11 +156,9 @@ class CodexDriver:
             if item_id not in turn.tool_names:
                 name, args = _tool_call(item)
                 turn.tool_names[item_id] = name
-                out.append(events.tool_started(item_id, name, args))
+                out += turn.tool_call(events.tool_started(item_id, name, args))
             if kind == "item.completed":
-                result, is_error = _tool_result(item)
-                if len(result) > MAX_TOOL_RESULT_CHARS:
-                    result = result[:MAX_TOOL_RESULT_CHARS] + f"... [{len(result) - MAX_TOOL_RESULT_CHARS} more chars]"
+                result, is_error = _tool_result(item)  # full size; the runner stores big ones as artifacts
                 out.append(events.tool_finished(item_id, turn.tool_names[item_id], result, is_error=is_error))
             return out
         if kind != "item.completed":

@@ -43,17 +43,6 @@ class HarnessReportedError(HarnessError):
         self.retryable = retryable
 
 
-class HarnessTimeout(HarnessError):
-    code = "deadline_exceeded"
-    retryable = True
-
-
-class SessionLost(HarnessError):
-    """The harness no longer knows the stored session id; the runner starts a fresh session instead."""
-
-    code = "session_lost"
-
-
 class ProjectionError(HarnessConfigError):
     """Something refused to be projected into the working directory (a path escaping it, a bad name)."""
 

@@ -36,6 +36,7 @@ CREDENTIAL_ENV = (
     "AGENTHOST_PLUGIN_SECRET",
     "AGENTHOST_DEADLINE_AT",
     "AGENTHOST_EVENT_ID",
+    "AGENTHOST_APIS",  # the run's granted APIs, comma-separated; unset = offer every tool
 )
 
 _SCOPES = ["run", "conversation", "actor", "binding", "runner"]
@@ -131,6 +132,25 @@ TOOLS: list[dict[str, Any]] = [
     },
 ]
 TOOL_NAMES = tuple(t["name"] for t in TOOLS)
+# The grant each tool needs (plugins.manifest.API_METHODS names). A tool the run may not use is not offered:
+# a model shown a tool that always fails keeps trying it.
+TOOL_APIS = {
+    "current_event": "events.get",
+    "history_page": "history.page",
+    "history_search": "history.search",
+    "event_get": "events.get",
+    "artifact_read": "artifacts.read",
+    "state_get": "state.read",
+    "state_set": "state.write",
+}
+
+
+def tools_for(apis: str | None) -> tuple[str, ...]:
+    """The tools a run with these granted APIs can use (comma-separated; None or "*": not known, offer all)."""
+    if apis is None or apis.strip() == "*":
+        return TOOL_NAMES
+    granted = {a.strip() for a in apis.split(",") if a.strip()}
+    return tuple(name for name in TOOL_NAMES if TOOL_APIS[name] in granted)
 
 
 class ToolInputError(ValueError):
@@ -161,9 +181,10 @@ def _choice(args: dict[str, Any], name: str, choices: list[str], default: str | 
 class Bridge:
     """The tool implementations, over an SDK RunAPI. Separate from the stdio loop so tests can call it directly."""
 
-    def __init__(self, api: Any, *, event_id: str = "") -> None:
+    def __init__(self, api: Any, *, event_id: str = "", channel: Any = None) -> None:
         self.api = api
         self.event_id = event_id
+        self.channel = channel  # closed by whoever built the bridge
 
     @staticmethod
     def _dict(message: Any) -> dict[str, Any]:
@@ -259,11 +280,49 @@ def _tool_result(payload: dict[str, Any], *, is_error: bool = False) -> dict[str
 
 
 class McpServer:
-    """JSON-RPC 2.0 over newline-delimited stdio (MCP stdio transport)."""
+    """JSON-RPC 2.0 over newline-delimited stdio (MCP stdio transport).
 
-    def __init__(self, bridge: Bridge | None, *, unavailable_reason: str = "") -> None:
-        self.bridge = bridge
+    `bridge` may be a factory: the gRPC client (grpc, protobuf, the SDK: ~0.3 s of imports) is built at the
+    first tool call. Harnesses wait for every MCP server to connect before their first model request, so work
+    done at start-up is latency on every turn; warming the client up in the background right after `tools/list`
+    was measured too, and on two cores it still doubled the bridge's cost to a turn (the import competes with
+    the harness's own start-up), while most turns never call a host tool.
+    """
+
+    def __init__(
+        self,
+        bridge: Bridge | Callable[[], Awaitable[Bridge]] | None,
+        *,
+        unavailable_reason: str = "",
+        tools: tuple[str, ...] = TOOL_NAMES,
+    ) -> None:
+        self._bridge = bridge
+        self.tools = tools
+        self._building: asyncio.Task[Bridge] | None = None
         self.unavailable_reason = unavailable_reason
+
+    def _start_building(self) -> None:
+        if self._building is None and callable(self._bridge) and not isinstance(self._bridge, Bridge):
+            self._building = asyncio.ensure_future(self._bridge())
+
+    async def bridge(self) -> Bridge | None:
+        if self._bridge is None or isinstance(self._bridge, Bridge):
+            return self._bridge
+        self._start_building()
+        assert self._building is not None
+        self._bridge = await self._building
+        return self._bridge
+
+    async def close(self) -> None:
+        bridge = self._bridge if isinstance(self._bridge, Bridge) else None
+        task = self._building
+        if bridge is None and task is not None:
+            if not task.done():
+                task.cancel()
+            elif not task.cancelled() and task.exception() is None:
+                bridge = task.result()
+        if bridge is not None and bridge.channel is not None:
+            await bridge.channel.close()
 
     async def handle(self, message: Any) -> dict[str, Any] | None:
         """Answers one message; returns None for notifications and responses (nothing to send)."""
@@ -275,7 +334,8 @@ class McpServer:
             return None  # a response to something we never sent, or junk without an id
         if "id" not in message:
             return None  # notifications/initialized, notifications/cancelled, ...
-        params = message.get("params") or {}
+        params = message.get("params")
+        params = {} if params is None else params
         if not isinstance(params, dict):
             return _error(msg_id, -32602, "params must be an object")
         if method == "initialize":
@@ -293,7 +353,7 @@ class McpServer:
         if method == "ping":
             return _ok(msg_id, {})
         if method == "tools/list":
-            return _ok(msg_id, {"tools": TOOLS})
+            return _ok(msg_id, {"tools": [t for t in TOOLS if t["name"] in self.tools]})
         if method == "tools/call":
             return _ok(msg_id, await self._call(params))
         if method in ("resources/list", "prompts/list"):
@@ -307,12 +367,17 @@ class McpServer:
         args = params.get("arguments") or {}
         if not isinstance(args, dict):
             return _tool_result({"error": "arguments must be an object"}, is_error=True)
-        if self.bridge is None:
-            return _tool_result(
-                {"error": f"the agenthost bridge is unavailable: {self.unavailable_reason}"}, is_error=True
-            )
+        if name not in self.tools:
+            return _tool_result({"error": f"unknown tool {name!r}; tools: {list(self.tools)}"}, is_error=True)
         try:
-            return _tool_result(await self.bridge.call(str(name), args))
+            bridge = await self.bridge()
+        except Exception as exc:  # the client could not be built; say why instead of dying
+            return _tool_result({"error": f"the agenthost bridge is unavailable: {exc}"}, is_error=True)
+        if bridge is None:
+            reason = self.unavailable_reason
+            return _tool_result({"error": f"the agenthost bridge is unavailable: {reason}"}, is_error=True)
+        try:
+            return _tool_result(await bridge.call(str(name), args))
         except KeyError:
             return _tool_result({"error": f"unknown tool {name!r}; tools: {list(TOOL_NAMES)}"}, is_error=True)
         except ToolInputError as exc:
@@ -332,11 +397,22 @@ def _error(msg_id: Any, code: int, message: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}
 
 
-def bridge_from_env(env: dict[str, str]) -> tuple[Bridge | None, Any, str]:
-    """Builds the RunAPI client from the environment. Returns (bridge, channel to close, why unavailable)."""
+def missing_credentials(env: dict[str, str]) -> str:
+    """Why the bridge cannot reach the host ('' when it can)."""
     missing = [k for k in CREDENTIAL_ENV[:4] if not env.get(k)]
-    if missing:
-        return None, None, f"missing {', '.join(missing)} in the bridge's environment"
+    return f"missing {', '.join(missing)} in the bridge's environment" if missing else ""
+
+
+def _import_client() -> None:
+    import grpc  # noqa: F401
+
+    from protos import run_api_pb2_grpc  # noqa: F401
+    from runners.sdk.api import RunAPI  # noqa: F401
+
+
+async def bridge_from_env(env: dict[str, str]) -> Bridge:
+    """Builds the RunAPI client from the environment; the caller closes `bridge.channel`."""
+    await asyncio.to_thread(_import_client)  # off the loop: the handshake keeps being answered meanwhile
     import grpc
 
     from protos import run_api_pb2_grpc
@@ -358,7 +434,7 @@ def bridge_from_env(env: dict[str, str]) -> tuple[Bridge | None, Any, str]:
         plugin_secret=env["AGENTHOST_PLUGIN_SECRET"],
         deadline_at=deadline_at,
     )
-    return Bridge(api, event_id=env.get("AGENTHOST_EVENT_ID", "")), channel, ""
+    return Bridge(api, event_id=env.get("AGENTHOST_EVENT_ID", ""), channel=channel)
 
 
 async def serve_stdio(server: McpServer) -> None:
@@ -408,14 +484,17 @@ async def serve_stdio(server: McpServer) -> None:
 
 
 async def amain() -> None:
-    bridge, channel, reason = bridge_from_env(dict(os.environ))
+    env = dict(os.environ)
+    reason = missing_credentials(env)
     if reason:
         print(f"agenthost mcp bridge: {reason}", file=sys.stderr)
+        await serve_stdio(McpServer(None, unavailable_reason=reason))
+        return
+    server = McpServer(lambda: bridge_from_env(env), tools=tools_for(env.get("AGENTHOST_APIS")))
     try:
-        await serve_stdio(McpServer(bridge, unavailable_reason=reason))
+        await serve_stdio(server)
     finally:
-        if channel is not None:
-            await channel.close()
+        await server.close()
 
 
 def main() -> None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import os
+import shutil
 import signal
 import sys
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -44,6 +44,23 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 READ_CHUNK = 256 * 1024
 MAX_LINE_BYTES = 64 * 1024 * 1024  # real harness lines exceed 1 MiB (big tool results); this only stops runaways
 STDERR_TAIL_BYTES = 16 * 1024
+STDERR_HEAD_BYTES = 4 * 1024  # the first lines usually say what went wrong; a backtrace follows
+# After the harness itself exits, how long its leftover children may keep our pipes open before they are killed.
+# (A grandchild holding stdout would otherwise keep the turn open until the deadline.)
+EXIT_DRAIN_SECONDS = 2.0
+
+
+class _ExitAwareProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Signals the moment the process exits. `Process.wait()` (3.11) also waits for every pipe to close, which a
+    surviving grandchild can delay indefinitely."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
 
 
 def build_env(
@@ -59,14 +76,14 @@ def build_env(
     return env
 
 
-def _die_with_parent() -> None:
-    # Linux only: if the runner process dies (SIGKILL, crash), the kernel kills the harness too, so a dead
-    # runner never leaves a harness running. Runs in the child between fork and exec.
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+def _pdeathsig_prefix() -> list[str]:
+    """`setpriv --pdeathsig KILL --`: if the runner process dies (SIGKILL, crash), the kernel kills the harness
+    too. A preexec_fn calling prctl would do the same without the extra exec, but running Python between fork and
+    exec in a process with gRPC threads can crash the child (seen: SIGSEGV), so util-linux does it instead."""
+    if not sys.platform.startswith("linux"):
+        return []
+    setpriv = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
+    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
@@ -96,7 +113,11 @@ class HarnessProcess:
         self.interrupt_grace = interrupt_grace
         self.secrets = tuple(secrets)
         self.proc: asyncio.subprocess.Process | None = None
+        self._protocol: _ExitAwareProtocol | None = None
+        self._reaper_task: asyncio.Task[None] | None = None
         self._stderr = bytearray()
+        self._stderr_head = bytearray()
+        self._stderr_total = 0
         self._stderr_task: asyncio.Task[None] | None = None
         self._stdin_task: asyncio.Task[None] | None = None
         self.skipped_lines = 0
@@ -115,24 +136,37 @@ class HarnessProcess:
 
     async def start(self) -> None:
         exe = self.argv[0]
-        if os.sep in exe and not os.access(exe, os.X_OK):
-            raise HarnessNotFound(f"harness executable {exe!r} does not exist or is not executable")
+        if os.sep in exe:
+            if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+                raise HarnessNotFound(f"harness executable {exe!r} does not exist or is not executable")
+            resolved = exe
+        else:
+            found = shutil.which(exe, path=self.env.get("PATH", ""))
+            if found is None:
+                raise HarnessNotFound(f"harness executable {exe!r} not found (PATH={self.env.get('PATH', '')})")
+            resolved = found
+        loop = asyncio.get_running_loop()
         try:
-            self.proc = await asyncio.create_subprocess_exec(
-                *self.argv,
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _ExitAwareProtocol(limit=READ_CHUNK, loop=loop),
+                *_pdeathsig_prefix(),
+                resolved,
+                *self.argv[1:],
                 cwd=str(self.cwd),
                 env=self.env,
                 stdin=asyncio.subprocess.PIPE if self.stdin_data is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
+            self.proc = asyncio.subprocess.Process(transport, protocol, loop)
+            self._protocol = protocol
         except FileNotFoundError:
             raise HarnessNotFound(f"harness executable {exe!r} not found (PATH={self.env.get('PATH', '')})") from None
         except PermissionError as exc:
             raise HarnessNotFound(f"cannot execute harness {exe!r}: {exc}") from None
         self._stderr_task = asyncio.create_task(self._drain_stderr())
+        self._reaper_task = asyncio.create_task(self._reap_after_exit())
         if self.stdin_data is not None:
             self._stdin_task = asyncio.create_task(self._feed_stdin(self.stdin_data))
 
@@ -147,16 +181,36 @@ class HarnessProcess:
             with contextlib.suppress(Exception):
                 self.proc.stdin.close()
 
+    async def _reap_after_exit(self) -> None:
+        assert self._protocol is not None
+        await self._protocol.exited.wait()
+        await asyncio.sleep(EXIT_DRAIN_SECONDS)
+        self._signal_group(signal.SIGKILL)
+
+    async def _exited(self) -> int:
+        assert self.proc is not None and self._protocol is not None
+        await self._protocol.exited.wait()
+        code = self.proc.returncode
+        return code if code is not None else -1
+
     async def _drain_stderr(self) -> None:
         assert self.proc and self.proc.stderr
         while chunk := await self.proc.stderr.read(READ_CHUNK):
+            if len(self._stderr_head) < STDERR_HEAD_BYTES:
+                self._stderr_head += chunk[: STDERR_HEAD_BYTES - len(self._stderr_head)]
+            self._stderr_total += len(chunk)
             self._stderr += chunk
             if len(self._stderr) > 2 * STDERR_TAIL_BYTES:
                 del self._stderr[:-STDERR_TAIL_BYTES]
 
     def stderr_tail(self, limit: int = 4000) -> str:
-        text = bytes(self._stderr[-limit:]).decode("utf-8", errors="replace").strip()
-        return redact(text, self.secrets)
+        """What the user sees of stderr: all of it when short, else its beginning and its end."""
+        if self._stderr_total <= limit:
+            raw = bytes(self._stderr[-limit:])
+        else:
+            half = limit // 2
+            raw = bytes(self._stderr_head[:half]) + b"\n[...]\n" + bytes(self._stderr[-half:])
+        return redact(raw.decode("utf-8", errors="replace").strip(), self.secrets)
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         """The JSON objects the harness prints, one per line, of any size up to MAX_LINE_BYTES.
@@ -199,8 +253,8 @@ class HarnessProcess:
         return value if isinstance(value, dict) else None
 
     async def wait(self) -> int:
-        assert self.proc
-        code = await self.proc.wait()
+        """The exit code, once the process has exited (not once every descendant let go of the pipes)."""
+        code = await self._exited()
         if self._stderr_task:
             # stderr may still hold the reason the harness exited; give the drain a moment to finish.
             with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
@@ -221,11 +275,11 @@ class HarnessProcess:
         if self.proc.returncode is None:
             self._signal_group(signal.SIGINT)
             try:
-                await asyncio.wait_for(self.proc.wait(), timeout=self.interrupt_grace)
+                await asyncio.wait_for(self._exited(), timeout=self.interrupt_grace)
             except TimeoutError:
                 pass
         self._signal_group(signal.SIGKILL)
-        await self.proc.wait()
+        await self._exited()
 
     async def stop(self) -> None:
         """Idempotent; safe to call from `finally` while the surrounding task is being cancelled."""
@@ -240,6 +294,6 @@ class HarnessProcess:
             self._signal_group(signal.SIGKILL)
             raise
         finally:
-            for task in (self._stdin_task, self._stderr_task):
+            for task in (self._stdin_task, self._stderr_task, self._reaper_task):
                 if task and not task.done():
                     task.cancel()

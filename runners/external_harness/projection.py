@@ -44,6 +44,7 @@ MCP_SERVER_NAME = mcp_bridge.SERVER_NAME
 SESSION_KEY = "external.session_id"
 WORKDIR_KEY = "external.working_directory"
 HARNESS_KEY = "external.harness"
+USAGE_KEY = "external.usage_totals"
 
 Harness = Literal["claude-code", "codex"]
 CONTEXT_FILE: dict[str, str] = {"claude-code": "CLAUDE.md", "codex": "AGENTS.md"}
@@ -62,6 +63,12 @@ def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def granted_apis(ctx: runner_pb2.AgentRunContext) -> str | None:
+    """The run's granted APIs as the bridge takes them (AGENTHOST_APIS), or None when the host did not say."""
+    apis = list(ctx.resources.apis) or list(ctx.context.available_apis)
+    return ",".join(apis) if apis else None
 
 
 def _pb(message: Any) -> dict[str, Any]:
@@ -107,7 +114,7 @@ def build_context(
         },
         "mcp": {
             "server": MCP_SERVER_NAME if bridge_enabled else None,
-            "tools": list(mcp_bridge.TOOL_NAMES) if bridge_enabled else [],
+            "tools": list(mcp_bridge.tools_for(granted_apis(ctx))) if bridge_enabled else [],
         },
     }
 
@@ -130,7 +137,7 @@ def render_managed_block(
         tool_prefix = f"mcp__{MCP_SERVER_NAME}__" if harness == "claude-code" else f"{MCP_SERVER_NAME}."
         lines.append(
             f"- The host's records of this conversation are available through the `{MCP_SERVER_NAME}` MCP tools ("
-            + ", ".join(f"`{tool_prefix}{name}`" for name in mcp_bridge.TOOL_NAMES)
+            + ", ".join(f"`{tool_prefix}{name}`" for name in mcp_bridge.tools_for(granted_apis(ctx)))
             + "). Use them for messages from before this session, for attachments, and to remember things "
             "in host state."
         )
@@ -264,6 +271,10 @@ def codex_mcp_overrides(launch: BridgeLaunch) -> list[str]:
         f"{prefix}.env={{{', '.join(f'{k} = {json.dumps(v)}' for k, v in launch.env.items())}}}",
         f"{prefix}.env_vars={json.dumps(list(launch.credential_env))}",
         f"{prefix}.startup_timeout_sec=30",
+        # Outside danger-full-access Codex asks before every MCP call, and exec has nobody to ask (with
+        # approval_policy=never the call is refused). The bridge's tools are approved here because the host
+        # enforces the run's grant on each of them anyway; the Claude Code twin is --allowedTools mcp__agenthost.
+        f'{prefix}.default_tools_approval_mode="approve"',
     ]
 
 

@@ -17,13 +17,13 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from plugins.manifest import RunnerCapabilities, RunnerManifest
 from protos import common_pb2 as pb
 from protos import errors as api_errors
 from runners.external_harness.claude_code import APPEND_PROMPT_FILE, ClaudeCodeDriver
-from runners.external_harness.codex import CodexDriver
+from runners.external_harness.codex import CodexDriver, usage_event, usage_since
 from runners.external_harness.config import (
     ClaudeCodeConfig,
     CodexConfig,
@@ -36,9 +36,11 @@ from runners.external_harness.process import HarnessProcess
 from runners.external_harness.projection import (
     HARNESS_KEY,
     SESSION_KEY,
+    USAGE_KEY,
     WORKDIR_KEY,
     BridgeLaunch,
     atomic_write,
+    granted_apis,
     project,
     write_claude_mcp_config,
 )
@@ -49,6 +51,8 @@ from runners.sdk.runner import RunContext, Runner
 
 # Leave this much of the run's deadline to report the failure after stopping a harness that ran out of time.
 DEADLINE_MARGIN = 1.5
+# Tool results longer than this travel as a preview; the full text is stored as an artifact of the run.
+MAX_INLINE_TOOL_RESULT = 16_000
 EVENT_QUEUE = 256
 
 
@@ -115,6 +119,8 @@ def bridge_credentials(run: RunContext) -> dict[str, str] | None:
         return None
     creds["AGENTHOST_DEADLINE_AT"] = repr(run.deadline_at or 0.0)
     creds["AGENTHOST_EVENT_ID"] = run.context.event.event_id
+    # Always set: Claude Code's ${VAR} expansion in the MCP config fails on an unset variable.
+    creds["AGENTHOST_APIS"] = granted_apis(run.context) or "*"
     return creds
 
 
@@ -136,6 +142,7 @@ class _Stored:
     session_id: str | None = None
     working_directory: str | None = None
     harness: str | None = None
+    usage_totals: dict[str, Any] | None = None
     readable: bool = True
 
 
@@ -179,6 +186,7 @@ class HarnessRunner(Runner):
                 session_id=await run.api.state_get("conversation", SESSION_KEY),
                 working_directory=await run.api.state_get("conversation", WORKDIR_KEY),
                 harness=await run.api.state_get("conversation", HARNESS_KEY),
+                usage_totals=await run.api.state_get("conversation", USAGE_KEY),
             )
         except api_errors.AgentHostError:
             snap = run.state.get("conversation", {})
@@ -211,6 +219,8 @@ class HarnessRunner(Runner):
         workspace = self.workspaces.workspace(run.bot_id, run.conversation_id, workspace_root=config.workspace_root)
         binary = find_binary(self.driver, config, dict(os.environ))
         stored = await self._load_session(run)
+        if not stored.readable:
+            yield events.progress("conversation state is not readable for this run; using the run's state snapshot")
 
         resume_id: str | None = None
         if config.resume and stored.session_id:
@@ -256,7 +266,7 @@ class HarnessRunner(Runner):
                 inherited_env=dict(os.environ),
             )
             emitted = False
-            async for item in self._run_harness(plan, prompt, turn, deadline, run):
+            async for item in self._run_harness(plan, prompt, turn, deadline, run, stored):
                 emitted = emitted or item.WhichOneof("kind") != "state_updated"
                 yield item
             if turn.error is None or turn.error.code != "session_lost":
@@ -278,8 +288,60 @@ class HarnessRunner(Runner):
             limits.append(config.timeout_seconds)
         return asyncio.get_running_loop().time() + max(min(limits), 0.1) if limits else None
 
+    async def _turn_usage(self, run: RunContext, turn: TurnState, stored: _Stored) -> list[pb.RunEvent]:
+        """The usage event of this turn, turning a harness's running totals into the turn's share."""
+        if turn.cumulative_usage is None:
+            return [turn.usage] if turn.usage is not None else []
+        previous = stored.usage_totals or {}
+        totals = turn.cumulative_usage
+        if previous.get("session_id") == turn.session_id:
+            share = usage_since(totals, {k: int(v) for k, v in previous.items() if k != "session_id"})
+        else:
+            share = totals
+        out = [usage_event(share, model=turn.model)]
+        try:
+            await run.api.state_set("conversation", USAGE_KEY, {"session_id": turn.session_id, **totals})
+            out.append(events.state_updated("conversation", USAGE_KEY))
+        except api_errors.AgentHostError:
+            pass  # the next turn then reports the thread's totals; a skewed number, not a failed run
+        return out
+
+    async def _fit_tool_result(self, run: RunContext, event: pb.RunEvent) -> pb.RunEvent:
+        """Keeps full fidelity for big tool results without big events: the whole result becomes an artifact and
+        the event carries a preview plus its id (or just the preview, when the run may not create artifacts)."""
+        if event.WhichOneof("kind") != "tool_finished" or len(event.tool_finished.result) <= MAX_INLINE_TOOL_RESULT:
+            return event
+        t = event.tool_finished
+        full = t.result
+        note = f"... [{len(full) - MAX_INLINE_TOOL_RESULT} more chars"
+        artifact_id = ""
+        try:
+            ref = await run.api.artifact_create(
+                full.encode(),
+                name=f"tool-result-{t.tool_call_id or 'unknown'}.txt",
+                mime_type="text/plain; charset=utf-8",
+                metadata={"tool_name": t.tool_name, "tool_call_id": t.tool_call_id},
+            )
+            artifact_id = ref.artifact_id
+            note += f"; full result in artifact {artifact_id}]"
+        except api_errors.AgentHostError:
+            note += "]"
+        return events.tool_finished(
+            t.tool_call_id,
+            t.tool_name,
+            full[:MAX_INLINE_TOOL_RESULT] + note,
+            is_error=t.is_error,
+            artifact_id=artifact_id,
+        )
+
     async def _run_harness(
-        self, plan: TurnPlan, prompt: str, turn: TurnState, deadline: float | None, run: RunContext
+        self,
+        plan: TurnPlan,
+        prompt: str,
+        turn: TurnState,
+        deadline: float | None,
+        run: RunContext,
+        stored: _Stored,
     ) -> AsyncIterator[pb.RunEvent]:
         cmd = self.driver.command(plan)
         proc = HarnessProcess(
@@ -327,7 +389,7 @@ class HarnessRunner(Runner):
                     timed_out = True
                     break
                 if item is not None:
-                    yield item
+                    yield await self._fit_tool_result(run, item)
                     continue
                 if turn.session_id and not session_stored and turn.session_id != plan.resume_session_id:
                     session_stored = True
@@ -337,15 +399,16 @@ class HarnessRunner(Runner):
                     break
             if timed_out:
                 await proc.stop()
+                # What the harness printed while winding down (often its last text) is still worth delivering;
+                # its group is dead, so the pump reaches EOF at once.
+                while not (done.is_set() and queue.empty()):
+                    try:
+                        item = await asyncio.wait_for(queue.get(), 5)
+                    except TimeoutError:
+                        break
+                    if item is not None:
+                        yield await self._fit_tool_result(run, item)
             exit_code = await proc.wait()
-            if pump_task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.wait_for(pump_task, timeout=5)
-            # Events the pump queued after the deadline was noticed are still worth delivering.
-            while not queue.empty():
-                item = queue.get_nowait()
-                if item is not None:
-                    yield item
         finally:
             if pump_task is not None and not pump_task.done():
                 pump_task.cancel()
@@ -356,8 +419,8 @@ class HarnessRunner(Runner):
         if pump_errors:
             raise pump_errors[0]
         if timed_out:
-            if turn.usage is not None:
-                yield turn.usage
+            for event in await self._turn_usage(run, turn, stored):
+                yield event
             yield events.failed(
                 "deadline_exceeded",
                 f"{self.driver.name} did not finish before the run's deadline; it was interrupted"
@@ -370,8 +433,8 @@ class HarnessRunner(Runner):
                 turn.error = HarnessReportedError("session lost", code="session_lost")
                 return
         if turn.error is not None:
-            if turn.usage is not None:
-                yield turn.usage
+            for event in await self._turn_usage(run, turn, stored):
+                yield event
             message = turn.error.message
             if stderr and stderr not in message:
                 message = f"{message}\nstderr: {stderr}"
@@ -384,8 +447,8 @@ class HarnessRunner(Runner):
                 f"{self.driver.name} exited with code {exit_code} before finishing the turn: {reason}",
             )
             return
-        if turn.usage is not None:
-            yield turn.usage
+        for event in await self._turn_usage(run, turn, stored):
+            yield event
         if turn.final_text:
             yield events.message(turn.final_text)
         yield events.completed()

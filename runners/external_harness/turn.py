@@ -41,10 +41,18 @@ class Command:
 
 @dataclass
 class TurnState:
+    """What one turn has produced so far.
+
+    Text is kept in segments, the way the host projects it: streamed text becomes one assistant message when a
+    tool call starts, and the final `message` event replaces the deltas of the last segment only. So the
+    runner's closing `message` carries the text after the last tool call, never the whole turn again.
+    """
+
     session_id: str | None = None
     model: str = ""
-    texts: list[str] = field(default_factory=list)  # completed assistant text blocks, in order
-    emitted_text: bool = False  # any text delta sent (for separators and "never twice")
+    segment: list[str] = field(default_factory=list)  # completed text blocks since the last tool call
+    emitted_text: bool = False  # a text delta went out in this segment (for separators)
+    any_text: bool = False  # any text at all this turn
     streamed_messages: set[str] = field(default_factory=set)  # message ids whose text went out as deltas
     streaming_message_id: str = ""  # the message token deltas currently belong to
     block_open: bool = False  # a streamed text block has started (the next delta continues it)
@@ -52,18 +60,22 @@ class TurnState:
     finished: bool = False  # the harness reported the end of the turn (result / turn.completed)
     error: HarnessReportedError | None = None
     usage: pb.RunEvent | None = None
+    # Codex reports token totals for the whole thread, not the turn; the runner subtracts the previous totals.
+    cumulative_usage: dict[str, int] | None = None
     last_error_message: str = ""  # non-terminal errors, used if the process dies without a verdict
     session_lost: bool = False  # the harness said it does not know the session we asked to resume
 
     @property
     def final_text(self) -> str:
-        return "\n\n".join(t for t in self.texts if t)
+        """The text of the last segment: what the closing `message` event carries."""
+        return "\n\n".join(t for t in self.segment if t)
 
     def text_block(self, text: str, *, message_id: str = "") -> list[pb.RunEvent]:
         """Records a completed text block; emits it unless its message already streamed token by token."""
         if not text:
             return []
-        self.texts.append(text)
+        self.segment.append(text)
+        self.any_text = True
         if message_id and message_id in self.streamed_messages:
             return []
         return self.delta(text, new_block=True)
@@ -73,15 +85,30 @@ class TurnState:
         if new_block and self.emitted_text:
             out.append(events.text("\n\n"))  # the same separator final_text uses, so deltas == message
         out.append(events.text(text))
-        self.emitted_text = True
+        self.emitted_text = self.any_text = True
         return out
+
+    def tool_call(self, event: pb.RunEvent) -> list[pb.RunEvent]:
+        """A tool call ends the current text segment (the host flushes it into its own message)."""
+        self.segment = []
+        self.emitted_text = False
+        self.block_open = False
+        return [event]
 
 
 class Driver(Protocol):
-    name: str
-    config_model: type[HarnessConfig]
-    binary_env: str  # env var naming the binary, e.g. AGENTHOST_CLAUDE_BIN
-    binary_name: str
+    # Read-only members, so a driver may narrow config_model to its own config class.
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def config_model(self) -> type[HarnessConfig]: ...
+
+    @property
+    def binary_env(self) -> str: ...  # env var naming the binary, e.g. AGENTHOST_CLAUDE_BIN
+
+    @property
+    def binary_name(self) -> str: ...
 
     def command(self, plan: TurnPlan) -> Command: ...
 
@@ -108,6 +135,13 @@ def forwarded_secrets(plan: TurnPlan, default_key_env: str) -> dict[str, str]:
         if name in plan.inherited_env:
             out[name] = plan.inherited_env[name]
     return out
+
+
+def secret_values(plan: TurnPlan, forwarded: dict[str, str]) -> tuple[str, ...]:
+    """Values to scrub from stderr before a user sees it: forwarded keys and the run's credentials (not the
+    run id or the socket path, which are useful in an error message)."""
+    creds = (plan.bridge_env.get("AGENTHOST_RUN_TOKEN", ""), plan.bridge_env.get("AGENTHOST_PLUGIN_SECRET", ""))
+    return tuple(v for v in (*forwarded.values(), *creds) if v)
 
 
 def isolation_env(plan: TurnPlan) -> dict[str, str]:

@@ -1,18 +1,12 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # the fakes live next to the tests
-
-from fake_run_api import FakeHost  # noqa: E402
-
-FAKE_HARNESS = str(HERE / "fake_harness.py")
+from .fake_run_api import FakeHost
 
 
 @pytest.fixture
@@ -31,3 +25,26 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith(("ANTHROPIC_", "OPENAI_", "CODEX_", "CLAUDE_")):
             monkeypatch.delenv(name, raising=False)
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _binary(env: str, name: str) -> str:
+    path = os.environ.get(env) or str(REPO / ".tools" / "npm" / "node_modules" / ".bin" / name)
+    if not os.access(path, os.X_OK):
+        message = f"{name} CLI not installed: run scripts/install_harness_clis.sh or set {env}"
+        if os.environ.get("CI"):
+            pytest.fail(message)  # CI installs them (.ci/run → make test); a skip there would hide a gap
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture
+def claude_bin() -> str:
+    return _binary("AGENTHOST_CLAUDE_BIN", "claude")
+
+
+@pytest.fixture
+def codex_bin() -> str:
+    return _binary("AGENTHOST_CODEX_BIN", "codex")

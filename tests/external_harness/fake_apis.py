@@ -140,6 +140,8 @@ class FakeAPI:
         if over:
             return [{"type": "text", "text": "FAKE-ERROR: request cap reached"}]
         blocks = self.script(request)
+        if any(b.get("type") == "http_error" for b in blocks):
+            return blocks
         if any(b.get("type") == "hang" for b in blocks):
             # Holds the request open (bounded) so a test can cancel the harness mid-call.
             self.hang_event.wait(timeout=min(60.0, self.max_seconds))
@@ -147,7 +149,9 @@ class FakeAPI:
         checked = []
         for block in blocks:
             if block["type"] == "tool" and block["name"] not in request.tools:
-                checked.append({"type": "text", "text": f"FAKE-ERROR: tool {block['name']} not offered: {request.tools}"})
+                checked.append(
+                    {"type": "text", "text": f"FAKE-ERROR: tool {block['name']} not offered: {request.tools}"}
+                )
             else:
                 checked.append(block)
         return checked
@@ -170,6 +174,16 @@ class FakeAnthropic(FakeAPI):
             blocks = [{"type": "text", "text": "aux"}]
         else:
             blocks = self._blocks(request)
+        for block in blocks:
+            if block["type"] == "http_error":
+                error = {
+                    "type": "error",
+                    "error": {
+                        "type": block.get("error_type", "authentication_error"),
+                        "message": block.get("message", "invalid x-api-key"),
+                    },
+                }
+                return block.get("status", 401), "application/json", json.dumps(error).encode()
         return self._render(body, blocks)
 
     @staticmethod
@@ -185,7 +199,9 @@ class FakeAnthropic(FakeAPI):
             texts = [
                 p.get("text", "")
                 for p in parts
-                if isinstance(p, dict) and p.get("type") == "text" and not p.get("text", "").startswith("<system-reminder>")
+                if isinstance(p, dict)
+                and p.get("type") == "text"
+                and not p.get("text", "").startswith("<system-reminder>")
             ]
             if texts:
                 prompt_index, prompt = i, texts[-1]
@@ -209,41 +225,101 @@ class FakeAnthropic(FakeAPI):
         for block in blocks:
             if block["type"] == "tool":
                 content.append(
-                    {"type": "tool_use", "id": f"toolu_fake_{uuid.uuid4().hex[:20]}", "name": block["name"],
-                     "input": block.get("input") or {}}
+                    {
+                        "type": "tool_use",
+                        "id": f"toolu_fake_{uuid.uuid4().hex[:20]}",
+                        "name": block["name"],
+                        "input": block.get("input") or {},
+                    }
                 )
             else:
                 content.append({"type": "text", "text": block["text"]})
         stop = "tool_use" if any(c["type"] == "tool_use" for c in content) else "end_turn"
-        usage = {"input_tokens": 100, "output_tokens": 10, "cache_read_input_tokens": 0,
-                 "cache_creation_input_tokens": 0}
+        usage = {
+            "input_tokens": 100,
+            "output_tokens": 10,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+        }
         if not body.get("stream"):
-            doc = {"id": msg_id, "type": "message", "role": "assistant", "model": model, "content": content,
-                   "stop_reason": stop, "stop_sequence": None, "usage": usage}
+            doc = {
+                "id": msg_id,
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": content,
+                "stop_reason": stop,
+                "stop_sequence": None,
+                "usage": usage,
+            }
             return 200, "application/json", json.dumps(doc).encode()
         events: list[tuple[str, dict[str, Any]]] = [
-            ("message_start", {"type": "message_start", "message": {
-                "id": msg_id, "type": "message", "role": "assistant", "model": model, "content": [],
-                "stop_reason": None, "stop_sequence": None, "usage": {**usage, "output_tokens": 1}}}),
+            (
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": msg_id,
+                        "type": "message",
+                        "role": "assistant",
+                        "model": model,
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": {**usage, "output_tokens": 1},
+                    },
+                },
+            ),
         ]
         for i, c in enumerate(content):
             if c["type"] == "text":
-                events.append(("content_block_start", {"type": "content_block_start", "index": i,
-                                                       "content_block": {"type": "text", "text": ""}}))
+                events.append(
+                    (
+                        "content_block_start",
+                        {"type": "content_block_start", "index": i, "content_block": {"type": "text", "text": ""}},
+                    )
+                )
                 text = c["text"]
                 # Several deltas per block so token streaming is observable.
                 for piece in [text[j : j + 8] for j in range(0, len(text), 8)] or [""]:
-                    events.append(("content_block_delta", {"type": "content_block_delta", "index": i,
-                                                           "delta": {"type": "text_delta", "text": piece}}))
+                    events.append(
+                        (
+                            "content_block_delta",
+                            {"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": piece}},
+                        )
+                    )
             else:
-                events.append(("content_block_start", {"type": "content_block_start", "index": i, "content_block": {
-                    "type": "tool_use", "id": c["id"], "name": c["name"], "input": {}}}))
-                events.append(("content_block_delta", {"type": "content_block_delta", "index": i, "delta": {
-                    "type": "input_json_delta", "partial_json": json.dumps(c["input"])}}))
+                events.append(
+                    (
+                        "content_block_start",
+                        {
+                            "type": "content_block_start",
+                            "index": i,
+                            "content_block": {"type": "tool_use", "id": c["id"], "name": c["name"], "input": {}},
+                        },
+                    )
+                )
+                events.append(
+                    (
+                        "content_block_delta",
+                        {
+                            "type": "content_block_delta",
+                            "index": i,
+                            "delta": {"type": "input_json_delta", "partial_json": json.dumps(c["input"])},
+                        },
+                    )
+                )
             events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
-        events.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop,
-                                                                             "stop_sequence": None},
-                                         "usage": {"output_tokens": 10}}))
+        events.append(
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": stop, "stop_sequence": None},
+                    "usage": {"output_tokens": 10},
+                },
+            )
+        )
         events.append(("message_stop", {"type": "message_stop"}))
         return 200, "text/event-stream", _sse(events)
 
@@ -255,7 +331,18 @@ class FakeOpenAI(FakeAPI):
         if not path.startswith("/v1/responses"):
             return 404, "application/json", b'{"error": {"message": "not found"}}'
         request = self._parse(body)
-        return self._render(body, self._blocks(request))
+        blocks = self._blocks(request)
+        for block in blocks:
+            if block["type"] == "http_error":
+                error = {
+                    "error": {
+                        "type": "invalid_request_error",
+                        "code": block.get("code", "invalid_api_key"),
+                        "message": block.get("message", "Incorrect API key provided"),
+                    }
+                }
+                return block.get("status", 401), "application/json", json.dumps(error).encode()
+        return self._render(body, blocks)
 
     @staticmethod
     def _tool_names(body: dict[str, Any]) -> list[str]:
@@ -297,35 +384,78 @@ class FakeOpenAI(FakeAPI):
         for block in blocks:
             if block["type"] == "tool":
                 namespace, _, name = block["name"].rpartition(".")
-                item = {"type": "function_call", "id": f"fc_{uuid.uuid4().hex[:16]}",
-                        "call_id": f"call_{uuid.uuid4().hex[:16]}", "name": name,
-                        "arguments": json.dumps(block.get("input") or {}), "status": "completed"}
+                item = {
+                    "type": "function_call",
+                    "id": f"fc_{uuid.uuid4().hex[:16]}",
+                    "call_id": f"call_{uuid.uuid4().hex[:16]}",
+                    "name": name,
+                    "arguments": json.dumps(block.get("input") or {}),
+                    "status": "completed",
+                }
                 if namespace:
                     item["namespace"] = namespace
                 output.append(item)
             else:
-                output.append({"type": "message", "id": f"msg_{uuid.uuid4().hex[:16]}", "role": "assistant",
-                               "status": "completed",
-                               "content": [{"type": "output_text", "text": block["text"], "annotations": []}]})
-        usage = {"input_tokens": 100, "input_tokens_details": {"cached_tokens": 20}, "output_tokens": 10,
-                 "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 110}
-        response = {"id": resp_id, "object": "response", "created_at": int(time.time()), "model": model,
-                    "status": "completed", "output": output, "usage": usage}
+                output.append(
+                    {
+                        "type": "message",
+                        "id": f"msg_{uuid.uuid4().hex[:16]}",
+                        "role": "assistant",
+                        "status": "completed",
+                        "content": [{"type": "output_text", "text": block["text"], "annotations": []}],
+                    }
+                )
+        usage = {
+            "input_tokens": 100,
+            "input_tokens_details": {"cached_tokens": 20},
+            "output_tokens": 10,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 110,
+        }
+        response = {
+            "id": resp_id,
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": model,
+            "status": "completed",
+            "output": output,
+            "usage": usage,
+        }
         if not body.get("stream"):
             return 200, "application/json", json.dumps(response).encode()
         events: list[tuple[str, dict[str, Any]]] = [
-            ("response.created", {"type": "response.created",
-                                  "response": {**response, "status": "in_progress", "output": []}}),
+            (
+                "response.created",
+                {"type": "response.created", "response": {**response, "status": "in_progress", "output": []}},
+            ),
         ]
         for i, item in enumerate(output):
-            events.append(("response.output_item.added", {"type": "response.output_item.added", "output_index": i,
-                                                          "item": {**item, "status": "in_progress"}}))
+            events.append(
+                (
+                    "response.output_item.added",
+                    {
+                        "type": "response.output_item.added",
+                        "output_index": i,
+                        "item": {**item, "status": "in_progress"},
+                    },
+                )
+            )
             if item["type"] == "message":
                 text = item["content"][0]["text"]
-                events.append(("response.output_text.delta", {"type": "response.output_text.delta",
-                                                              "item_id": item["id"], "output_index": i,
-                                                              "content_index": 0, "delta": text}))
-            events.append(("response.output_item.done", {"type": "response.output_item.done", "output_index": i,
-                                                         "item": item}))
+                events.append(
+                    (
+                        "response.output_text.delta",
+                        {
+                            "type": "response.output_text.delta",
+                            "item_id": item["id"],
+                            "output_index": i,
+                            "content_index": 0,
+                            "delta": text,
+                        },
+                    )
+                )
+            events.append(
+                ("response.output_item.done", {"type": "response.output_item.done", "output_index": i, "item": item})
+            )
         events.append(("response.completed", {"type": "response.completed", "response": response}))
         return 200, "text/event-stream", _sse(events)

@@ -29,8 +29,19 @@ def main():
     os.makedirs(store, exist_ok=True)
     if os.environ.get("FAKE_HARNESS_LOG"):
         with open(os.environ["FAKE_HARNESS_LOG"], "a") as fh:
-            fh.write(json.dumps({"pid": os.getpid(), "start": time.time(), "argv": args, "prompt": prompt,
-                                 "cwd": os.getcwd(), "env": sorted(os.environ)}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "pid": os.getpid(),
+                        "start": time.time(),
+                        "argv": args,
+                        "prompt": prompt,
+                        "cwd": os.getcwd(),
+                        "env": sorted(os.environ),
+                    }
+                )
+                + "\n"
+            )
     if mode == "crash":
         sys.stderr.write("fatal: the fake harness crashed on purpose\n")
         sys.exit(3)
@@ -44,14 +55,34 @@ def main():
     if mode in ("hang", "stubborn"):
         if mode == "stubborn":
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-            subprocess.Popen([sys.executable, "-c", "import signal,time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(120)"])
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    "import signal,time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(120)",
+                ]
+            )
         time.sleep(120)
     if mode == "slow":
         time.sleep(0.6)
     if mode == "is_error":
-        emit({"type": "result", "subtype": "success", "is_error": True, "result": "API Error: 401 invalid x-api-key",
-              "session_id": session, "usage": {}, "api_error_status": 401})
+        emit(
+            {
+                "type": "result",
+                "subtype": "success",
+                "is_error": True,
+                "result": "API Error: 401 invalid x-api-key",
+                "session_id": session,
+                "usage": {},
+                "api_error_status": 401,
+            }
+        )
         return
+    if mode == "bigtool":
+        tool = {"type": "tool_use", "id": "toolu_big", "name": "Read", "input": {"file_path": "big.txt"}}
+        emit({"type": "assistant", "message": {"id": "msg_t", "content": [tool]}, "parent_tool_use_id": None})
+        result = {"type": "tool_result", "tool_use_id": "toolu_big", "content": "R" * 100_000}
+        emit({"type": "user", "message": {"role": "user", "content": [result]}, "parent_tool_use_id": None})
     with open(os.path.join(store, session)) as fh:
         turns = fh.read().count("\n")
     text = f"echo[{turns}]: {prompt}"
@@ -59,10 +90,17 @@ def main():
         text = "B" * (3 * 1024 * 1024)
     msg = {"id": f"msg_{uuid.uuid4().hex}", "role": "assistant", "content": [{"type": "text", "text": text}]}
     emit({"type": "assistant", "message": msg, "parent_tool_use_id": None, "session_id": session})
-    if mode == "env":
-        pass
-    emit({"type": "result", "subtype": "success", "is_error": False, "result": text, "session_id": session,
-          "usage": {"input_tokens": 3, "output_tokens": 4}, "total_cost_usd": 0.01})
+    emit(
+        {
+            "type": "result",
+            "subtype": "success",
+            "is_error": False,
+            "result": text,
+            "session_id": session,
+            "usage": {"input_tokens": 3, "output_tokens": 4},
+            "total_cost_usd": 0.01,
+        }
+    )
     if os.environ.get("FAKE_HARNESS_LOG"):
         with open(os.environ["FAKE_HARNESS_LOG"], "a") as fh:
             fh.write(json.dumps({"pid": os.getpid(), "end": time.time()}) + "\n")

@@ -126,6 +126,28 @@ class FakeRunAPI(api_grpc.AgentRunAPIProxyServicer):
             data=chunk, offset=request.offset, eof=request.offset + len(chunk) >= len(data), size_bytes=len(data)
         )
 
+    async def ArtifactCreate(self, request_iterator, context):  # noqa: N802
+        header = None
+        data = bytearray()
+        async for part in request_iterator:
+            if part.HasField("header"):
+                header = part.header
+            else:
+                data += part.data
+        assert header is not None
+        await self._check(header, context, "ArtifactCreate")
+        artifact_id = f"art-{len(self.data.artifacts) + 1}"
+        ref = pb.ArtifactRef(
+            artifact_id=artifact_id,
+            name=header.name,
+            mime_type=header.mime_type,
+            size_bytes=len(data),
+            run_id=self.data.run_id,
+            metadata_json=header.metadata_json,
+        )
+        self.data.artifacts[artifact_id] = (ref, bytes(data))
+        return ref
+
     async def StateGet(self, request, context):  # noqa: N802
         await self._check(request, context, "StateGet")
         value = self.data.state.get((request.scope, request.key))

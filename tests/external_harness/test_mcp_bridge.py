@@ -41,8 +41,13 @@ async def _spawn(env_extra: dict[str, str]) -> BridgeClient:
     launch = BridgeLaunch()
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **launch.env, **env_extra}
     proc = await asyncio.create_subprocess_exec(
-        launch.command, *launch.args, env=env, cwd="/",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        launch.command,
+        *launch.args,
+        env=env,
+        cwd="/",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     return BridgeClient(proc)
 
@@ -77,8 +82,10 @@ async def test_bridge_serves_host_data_over_stdio(fake_host) -> None:
     fake_host.data.add_event("the current message", "evt-1")
     client = await _spawn(_creds(fake_host))
     try:
-        init = await client.request("initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                                   "clientInfo": {"name": "t", "version": "1"}})
+        init = await client.request(
+            "initialize",
+            {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+        )
         assert init["result"]["protocolVersion"] == "2025-06-18"
         assert init["result"]["serverInfo"]["name"] == "agenthost"
         await client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
@@ -94,12 +101,24 @@ async def test_bridge_serves_host_data_over_stdio(fake_host) -> None:
         event = await client.call("current_event")
         assert event["structuredContent"]["event"]["text"] == "the current message"
 
-        assert (await client.call("state_set", scope="conversation", key="note", value={"a": 1}))["structuredContent"] \
-            == {"version": 1}
+        assert (await client.call("state_set", scope="conversation", key="note", value={"a": 1}))[
+            "structuredContent"
+        ] == {"version": 1}
         got = (await client.call("state_get", scope="conversation", key="note"))["structuredContent"]
         assert got == {"found": True, "value": {"a": 1}, "version": 1}
         stale = await client.call("state_set", scope="conversation", key="note", value=2, if_version=0)
         assert stale["isError"] and "Aborted" in stale["content"][0]["text"]
+
+        from protos import common_pb2 as pb
+
+        fake_host.data.artifacts["art-1"] = (
+            pb.ArtifactRef(artifact_id="art-1", name="notes.txt", mime_type="text/plain", size_bytes=11),
+            b"hello world",
+        )
+        art = (await client.call("artifact_read", artifact_id="art-1", offset=6, length=5))["structuredContent"]
+        assert art["text"] == "world" and art["eof"] and art["artifact"]["name"] == "notes.txt"
+        fake_host.data.artifacts["art-2"] = (pb.ArtifactRef(artifact_id="art-2", name="b.bin"), b"\xff\x00")
+        assert (await client.call("artifact_read", artifact_id="art-2"))["structuredContent"]["base64"] == "/wA="
 
         # Bad input is a tool error the model can read, never a dead server.
         bad = await client.call("state_get", scope="galaxy", key="k")
@@ -123,8 +142,9 @@ async def test_bridge_serves_host_data_over_stdio(fake_host) -> None:
 async def test_bridge_without_credentials_still_answers(fake_host) -> None:
     client = await _spawn({})
     try:
-        assert (await client.request("initialize", {"protocolVersion": "1999-01-01"}))["result"]["protocolVersion"] \
-            == mcp_bridge.LATEST_PROTOCOL
+        assert (await client.request("initialize", {"protocolVersion": "1999-01-01"}))["result"][
+            "protocolVersion"
+        ] == mcp_bridge.LATEST_PROTOCOL
         result = await client.call("history_page")
         assert result["isError"] and "AGENTHOST_RUN_TOKEN" in result["content"][0]["text"]
     finally:
@@ -135,10 +155,26 @@ async def test_bridge_handles_parse_errors_in_process() -> None:
     server = mcp_bridge.McpServer(None, unavailable_reason="test")
     assert (await server.handle({"jsonrpc": "1.0"}))["error"]["code"] == -32600
     assert await server.handle({"jsonrpc": "2.0", "method": "notifications/cancelled"}) is None
-    assert (await server.handle({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": []}))["error"]["code"] \
-        == -32602
+    assert (await server.handle({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": []}))["error"][
+        "code"
+    ] == -32602
 
 
 def test_bridge_module_runs_as_main() -> None:
     assert BridgeLaunch().args == ("-m", "runners.external_harness.mcp_bridge")
     assert sys.executable == BridgeLaunch().command
+
+
+@pytest.mark.slow
+async def test_bridge_offers_only_granted_tools(fake_host) -> None:
+    client = await _spawn(_creds(fake_host, AGENTHOST_APIS="history.page,state.read"))
+    try:
+        await client.request("initialize", {"protocolVersion": "2025-06-18"})
+        tools = (await client.request("tools/list"))["result"]["tools"]
+        assert [t["name"] for t in tools] == ["history_page", "state_get"]
+        refused = await client.call("state_set", scope="conversation", key="k", value=1)
+        assert refused["isError"] and "unknown tool" in refused["content"][0]["text"]
+        assert not (await client.call("history_page"))["isError"]
+    finally:
+        await _close(client)
+    assert "StateSet" not in fake_host.data.calls

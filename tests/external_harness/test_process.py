@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -11,23 +12,7 @@ import pytest
 from runners.external_harness.errors import HarnessNotFound
 from runners.external_harness.process import HarnessProcess, build_env, redact
 
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    # Zombies still count for killpg until reaped; look for a live member instead.
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-    return False
+from .helpers import group_alive
 
 
 def test_env_is_an_allowlist() -> None:
@@ -83,8 +68,9 @@ async def test_interrupt_escalates_to_sigkill_for_the_whole_group(tmp_path: Path
         "subprocess.Popen([sys.executable,'-c','import signal,time; signal.signal(signal.SIGINT, signal.SIG_IGN);"
         " time.sleep(60)']); print('{\"ready\": 1}', flush=True); time.sleep(60)"
     )
-    proc = HarnessProcess([sys.executable, "-c", code], cwd=tmp_path, env=build_env(inherited=os.environ),
-                          interrupt_grace=0.3)
+    proc = HarnessProcess(
+        [sys.executable, "-c", code], cwd=tmp_path, env=build_env(inherited=os.environ), interrupt_grace=0.3
+    )
     await proc.start()
     events = proc.events()
     assert await asyncio.wait_for(anext(events), 10) == {"ready": 1}
@@ -93,7 +79,7 @@ async def test_interrupt_escalates_to_sigkill_for_the_whole_group(tmp_path: Path
     await proc.stop()
     assert 0.25 <= time.monotonic() - started < 5
     await asyncio.sleep(0.1)
-    assert not _group_alive(proc.pid)
+    assert not group_alive(proc.pid)
 
 
 async def test_clean_exit_reaps_stragglers(tmp_path: Path) -> None:
@@ -101,7 +87,7 @@ async def test_clean_exit_reaps_stragglers(tmp_path: Path) -> None:
     async with HarnessProcess([sys.executable, "-c", code], cwd=tmp_path, env=build_env(inherited=os.environ)) as proc:
         await proc.wait()
     await asyncio.sleep(0.1)
-    assert not _group_alive(proc.pid)
+    assert not group_alive(proc.pid)
 
 
 async def test_missing_binary_is_typed(tmp_path: Path) -> None:
@@ -109,3 +95,36 @@ async def test_missing_binary_is_typed(tmp_path: Path) -> None:
         await HarnessProcess([str(tmp_path / "nope")], cwd=tmp_path, env={}).start()
     with pytest.raises(HarnessNotFound):
         await HarnessProcess(["definitely-not-a-harness-binary"], cwd=tmp_path, env={"PATH": "/nonexistent"}).start()
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="needs util-linux setpriv (parent-death signal)")
+async def test_harness_dies_with_a_killed_runner(tmp_path: Path) -> None:
+    # A stand-in runner process starts a harness, reports its pid, and is then SIGKILLed (no cleanup can run).
+    code = (
+        "import asyncio, os, sys\n"
+        "from pathlib import Path\n"
+        "from runners.external_harness.process import HarnessProcess, build_env\n"
+        "async def main():\n"
+        "    p = HarnessProcess([sys.executable, '-c', 'import time; time.sleep(60)'], cwd=Path('.'),\n"
+        "                       env=build_env(inherited=os.environ))\n"
+        "    await p.start()\n"
+        "    print(p.pid, flush=True)\n"
+        "    await asyncio.sleep(60)\n"
+        "asyncio.run(main())\n"
+    )
+    repo = str(Path(__file__).resolve().parents[2])
+    runner = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, cwd=tmp_path, stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": repo}
+    )
+    try:
+        assert runner.stdout
+        harness_pid = int(await asyncio.wait_for(runner.stdout.readline(), 20))
+        assert group_alive(harness_pid)
+    finally:
+        runner.kill()
+        await runner.wait()
+    for _ in range(50):
+        if not group_alive(harness_pid):
+            break
+        await asyncio.sleep(0.05)
+    assert not group_alive(harness_pid)

@@ -23,6 +23,8 @@ from runners.external_harness.projection import (
 )
 from runners.external_harness.workspace import WorkspaceManager
 
+from .fake_run_api import FakeHost
+
 
 @pytest.fixture
 def workspace(tmp_path: Path):
@@ -30,8 +32,6 @@ def workspace(tmp_path: Path):
 
 
 def _ctx() -> runner_pb2.AgentRunContext:
-    from fake_run_api import FakeHost
-
     host = FakeHost(Path("/nonexistent"))
     ctx = host.context("hello there", config={})
     ctx.state_json = json.dumps({"conversation": {"external.session_id": "s-1", "note": 1}})
@@ -49,7 +49,9 @@ def test_context_json_carries_the_run_and_pointers(workspace) -> None:
     assert doc["run"]["run_id"] == "run-1"
     assert doc["state"]["session"] == {"scope": "conversation", "key": "external.session_id", "value": "s-1"}
     assert doc["state"]["snapshot_keys"] == {"conversation": ["external.session_id", "note"]}
-    assert doc["mcp"]["tools"] == list(mcp_bridge.TOOL_NAMES)
+    # Only the tools the run's grant covers (the fake grants history.page, state.read, state.write).
+    assert doc["mcp"]["tools"] == ["history_page", "state_get", "state_set"]
+    assert set(mcp_bridge.tools_for(None)) == set(mcp_bridge.TOOL_NAMES)
     assert stat.S_IMODE(os.stat(workspace.agenthost_dir / "context.json").st_mode) == 0o600
     claude_md = (workspace.working_dir / "CLAUDE.md").read_text()
     assert "Be brief." in claude_md and "mcp__agenthost__history_page" in claude_md
@@ -91,10 +93,17 @@ def test_managed_block_survives_a_deleted_end_marker(tmp_path: Path) -> None:
 def test_skills_projected_updated_and_removed(workspace) -> None:
     config = parse_config(
         ClaudeCodeConfig,
-        {"skills": [
-            {"name": "greet", "description": "Greets: \"politely\"", "body": "# Greet\nSay hi.", "files": {"ref/a.md": "A"}},
-            {"name": "gone", "description": "temporary"},
-        ]},
+        {
+            "skills": [
+                {
+                    "name": "greet",
+                    "description": 'Greets: "politely"',
+                    "body": "# Greet\nSay hi.",
+                    "files": {"ref/a.md": "A"},
+                },
+                {"name": "gone", "description": "temporary"},
+            ]
+        },
     )
     assert project_skills(workspace, config.skills) == []
     for base in (".claude/skills", ".agents/skills"):
@@ -126,3 +135,5 @@ def test_mcp_config_holds_no_secrets(workspace, monkeypatch) -> None:
     assert server["env"]["AGENTHOST_RUN_TOKEN"] == "${AGENTHOST_RUN_TOKEN}"
     overrides = codex_mcp_overrides(BridgeLaunch())
     assert any(o.startswith("mcp_servers.agenthost.env_vars=") and "AGENTHOST_RUN_TOKEN" in o for o in overrides)
+    assert 'mcp_servers.agenthost.default_tools_approval_mode="approve"' in overrides
+    assert not any(fake_secret in o for o in overrides for fake_secret in ("Bearer", "TOKEN="))

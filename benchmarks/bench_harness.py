@@ -1,0 +1,147 @@
+"""Host + runner overhead of one external-harness turn, against the bare CLI, in the same run.
+
+    .venv/bin/python benchmarks/bench_harness.py [--runs 7] [--harness claude-code codex]
+
+For each harness it times a trivial turn ("ping" -> one model request -> "pong") against a fake model API on
+loopback, three ways, each in a fresh conversation (a new harness session, like a first message):
+
+* bare       the CLI alone: the same binary, flags and fake API, started by this script with no agenthost around it
+* agenthost  a message sent through the real host (HostHarness): event log, run, grant, gRPC to the runner,
+             projection, the harness, and the host MCP bridge it starts, persistence of events and state
+* no-bridge  the same with `mcp_bridge: false`, to separate the bridge's start-up from the rest
+
+It prints medians and the ratio to bare. Needs the pinned CLIs (scripts/install_harness_clis.sh).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from runners.external_harness.runner import ClaudeCodeRunner, CodexRunner  # noqa: E402
+from runners.sdk.testing import HostHarness  # noqa: E402
+from tests.external_harness.fake_apis import FakeAnthropic, FakeOpenAI, Request  # noqa: E402
+
+BIN = REPO / ".tools" / "npm" / "node_modules" / ".bin"
+
+
+def pong(_: Request) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": "pong"}]
+
+
+def bare_command(harness: str, binary: str, port: int, root: Path) -> tuple[list[str], dict[str, str]]:
+    for sub in ("home", "config", "tmp", "work"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(root / "home"), "TMPDIR": str(root / "tmp")}
+    if harness == "claude-code":
+        env |= {
+            "CLAUDE_CONFIG_DIR": str(root / "config"),
+            "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}",
+            "ANTHROPIC_API_KEY": "sk-bench",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_TELEMETRY": "1",
+        }
+        return [binary, "-p", "--output-format", "stream-json", "--verbose", "--strict-mcp-config"], env
+    env |= {"CODEX_HOME": str(root / "config"), "OPENAI_API_KEY": "sk-bench"}
+    from runners.external_harness.codex import BASE_OVERRIDES, toml_value
+
+    overrides = dict(BASE_OVERRIDES) | {
+        "sandbox_mode": "read-only",
+        "model_provider": "bench",
+        "model_providers.bench.name": "bench",
+        "model_providers.bench.base_url": f"http://127.0.0.1:{port}/v1",
+        "model_providers.bench.wire_api": "responses",
+        "model_providers.bench.env_key": "OPENAI_API_KEY",
+    }
+    argv = [binary, "exec", "--json", "--skip-git-repo-check", "-m", "gpt-fake"]
+    for key, value in overrides.items():
+        argv += ["-c", f"{key}={toml_value(value)}"]
+    return argv + ["-"], env
+
+
+async def time_bare(harness: str, binary: str, port: int, root: Path) -> float:
+    argv, env = bare_command(harness, binary, port, root)
+    started = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=root / "work",
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    out, _ = await proc.communicate(b"ping")
+    elapsed = time.perf_counter() - started
+    if proc.returncode != 0 or b"pong" not in out:
+        raise RuntimeError(f"bare {harness} failed ({proc.returncode}): {out[-500:]!r}")
+    return elapsed
+
+
+async def bench(harness: str, runs: int) -> dict[str, list[float]]:
+    binary = str(BIN / ("claude" if harness == "claude-code" else "codex"))
+    if not os.access(binary, os.X_OK):
+        raise SystemExit(f"{binary} missing: run scripts/install_harness_clis.sh")
+    fake_cls = FakeAnthropic if harness == "claude-code" else FakeOpenAI
+    runner_cls = ClaudeCodeRunner if harness == "claude-code" else CodexRunner
+    key_env = "ANTHROPIC_API_KEY" if harness == "claude-code" else "OPENAI_API_KEY"
+    os.environ[key_env] = "sk-bench"
+    times: dict[str, list[float]] = {"bare": [], "agenthost": [], "no-bridge": []}
+    with fake_cls(pong) as fake, tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        base: dict[str, Any] = {"command": binary, "interrupt_grace_seconds": 1.0}
+        if harness == "claude-code":
+            base |= {"base_url": f"http://127.0.0.1:{fake.port}"}
+        else:
+            base |= {"base_url": f"http://127.0.0.1:{fake.port}/v1", "model": "gpt-fake"}
+        hosts = {}
+        async with (
+            HostHarness(Path(tmp) / "with", runners=[runner_cls], config=base) as with_bridge,
+            HostHarness(Path(tmp) / "without", runners=[runner_cls], config=base | {"mcp_bridge": False}) as without,
+        ):
+            hosts = {"agenthost": with_bridge, "no-bridge": without}
+            # One warm-up of each (page cache, first-run files), then interleave so drift hits all three alike.
+            for i in range(runs + 1):
+                bare = await time_bare(harness, binary, fake.port, Path(tmp) / f"bare-{i}")
+                row = {"bare": bare}
+                for name, h in hosts.items():
+                    started = time.perf_counter()
+                    result = await h.send("ping", conversation_id=f"bench-{i}")
+                    row[name] = time.perf_counter() - started
+                    if result.run.status != "completed" or "pong" not in result.text:
+                        raise RuntimeError(f"{name} {harness}: {result.run.status} {result.run.error_message}")
+                if i:
+                    for name, value in row.items():
+                        times[name].append(value)
+    return times
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--harness", nargs="+", default=["claude-code", "codex"], choices=["claude-code", "codex"])
+    args = parser.parse_args()
+    print(f"trivial turn, median of {args.runs} (fresh session each), fake API on loopback")
+    print(f"{'harness':<12} {'path':<10} {'median s':>9} {'min s':>7} {'max s':>7} {'vs bare':>8} {'overhead s':>11}")
+    for harness in args.harness:
+        times = await bench(harness, args.runs)
+        bare = statistics.median(times["bare"])
+        for name, values in times.items():
+            med = statistics.median(values)
+            print(
+                f"{harness:<12} {name:<10} {med:>9.3f} {min(values):>7.3f} {max(values):>7.3f} "
+                f"{med / bare:>7.2f}x {med - bare:>+11.3f}"
+            )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

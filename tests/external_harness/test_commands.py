@@ -1,0 +1,92 @@
+"""Command lines and environments the drivers build (no process)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runners.external_harness.claude_code import ClaudeCodeDriver
+from runners.external_harness.codex import CodexDriver
+from runners.external_harness.config import ClaudeCodeConfig, CodexConfig, parse_config
+from runners.external_harness.projection import BridgeLaunch
+from runners.external_harness.turn import TurnPlan
+from runners.external_harness.workspace import WorkspaceManager
+
+CREDS = {
+    "AGENTHOST_HOST_ADDRESS": "unix:/run/api.sock",
+    "AGENTHOST_RUN_ID": "run-1",
+    "AGENTHOST_RUN_TOKEN": "tok-secret-123456",
+    "AGENTHOST_PLUGIN_SECRET": "plugin-secret-123456",
+}
+HOST_ENV = {"PATH": "/bin", "ANTHROPIC_API_KEY": "sk-ant-123456", "OPENAI_API_KEY": "sk-oai-123456", "AWS_KEY": "x"}
+
+
+def _plan(tmp_path: Path, config, *, resume=None, new=None, bridge=True) -> TurnPlan:
+    return TurnPlan(
+        binary="/opt/harness",
+        config=config,
+        workspace=WorkspaceManager(tmp_path).workspace("bot", "conv"),
+        resume_session_id=resume,
+        new_session_id=new,
+        bridge=BridgeLaunch() if bridge else None,
+        bridge_env=CREDS if bridge else {},
+        inherited_env=HOST_ENV,
+    )
+
+
+def test_claude_first_turn_and_resume(tmp_path: Path) -> None:
+    config = parse_config(
+        ClaudeCodeConfig,
+        {
+            "allowed_tools": ["Read"],
+            "disallowed_tools": ["WebFetch"],
+            "model": "sonnet",
+            "streaming": True,
+            "max_turns": 5,
+            "base_url": "http://127.0.0.1:9",
+        },
+    )
+    first = ClaudeCodeDriver().command(_plan(tmp_path, config, new="uuid-1"))
+    argv = first.argv
+    assert argv[:5] == ["/opt/harness", "-p", "--output-format", "stream-json", "--verbose"]
+    assert argv[argv.index("--session-id") + 1] == "uuid-1" and "--resume" not in argv
+    assert "--include-partial-messages" in argv and "--strict-mcp-config" in argv
+    assert argv[argv.index("--allowedTools") + 1] == "Read,mcp__agenthost"
+    assert argv[argv.index("--disallowedTools") + 1] == "WebFetch"
+    assert argv[argv.index("--permission-mode") + 1] == "default"
+    assert argv[argv.index("--max-turns") + 1] == "5" and argv[argv.index("--model") + 1] == "sonnet"
+    env = first.env
+    assert env["ANTHROPIC_API_KEY"] == "sk-ant-123456" and "OPENAI_API_KEY" not in env and "AWS_KEY" not in env
+    assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:9" and env["CLAUDE_CONFIG_DIR"].endswith("/claude")
+    assert env["AGENTHOST_RUN_TOKEN"] == "tok-secret-123456"
+    assert not any(secret in " ".join(argv) for secret in ("sk-ant-123456", "tok-secret-123456", "plugin-secret"))
+    assert set(first.secrets) == {"sk-ant-123456", "tok-secret-123456", "plugin-secret-123456"}
+    resumed = ClaudeCodeDriver().command(_plan(tmp_path, config, resume="uuid-1"))
+    assert resumed.argv[resumed.argv.index("--resume") + 1] == "uuid-1" and "--session-id" not in resumed.argv
+
+
+def test_claude_without_bridge_still_ignores_foreign_mcp_configs(tmp_path: Path) -> None:
+    cmd = ClaudeCodeDriver().command(_plan(tmp_path, parse_config(ClaudeCodeConfig, {}), new="u", bridge=False))
+    assert "--strict-mcp-config" in cmd.argv and "--mcp-config" not in cmd.argv
+    assert "--allowedTools" not in cmd.argv and not any(k.startswith("AGENTHOST_") for k in cmd.env)
+
+
+def test_codex_first_turn_and_resume(tmp_path: Path) -> None:
+    config = parse_config(
+        CodexConfig, {"base_url": "http://127.0.0.1:9/v1", "model": "gpt-x", "sandbox": "workspace-write"}
+    )
+    first = CodexDriver().command(_plan(tmp_path, config))
+    argv = first.argv
+    assert argv[:4] == ["/opt/harness", "exec", "--json", "--skip-git-repo-check"] and argv[-1] == "-"
+    overrides = [argv[i + 1] for i, a in enumerate(argv) if a == "-c"]
+    assert 'approval_policy="never"' in overrides and 'sandbox_mode="workspace-write"' in overrides
+    assert "sandbox_workspace_write.network_access=false" in overrides
+    assert 'model_provider="agenthost"' in overrides
+    assert 'model_providers.agenthost.base_url="http://127.0.0.1:9/v1"' in overrides
+    assert 'model_providers.agenthost.env_key="OPENAI_API_KEY"' in overrides
+    assert any(o.startswith("mcp_servers.agenthost.command=") for o in overrides)
+    assert "resume" not in argv
+    assert first.env["CODEX_HOME"].endswith("/codex") and first.env["OPENAI_API_KEY"] == "sk-oai-123456"
+    assert "ANTHROPIC_API_KEY" not in first.env
+    assert not any(secret in " ".join(argv) for secret in ("sk-oai-123456", "tok-secret-123456"))
+    resumed = CodexDriver().command(_plan(tmp_path, config, resume="thread-9")).argv
+    assert resumed[-3:] == ["resume", "thread-9", "-"]  # exec flags first, then the subcommand

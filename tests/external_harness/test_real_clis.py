@@ -1,0 +1,280 @@
+"""The harness runners driving the real, pinned Claude Code and Codex CLIs against fake model APIs on loopback.
+
+Install the CLIs with `scripts/install_harness_clis.sh` (or point AGENTHOST_CLAUDE_BIN / AGENTHOST_CODEX_BIN at
+them); without them these tests skip and say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runners.external_harness import runner as runner_mod
+from runners.external_harness.runner import ClaudeCodeRunner, CodexRunner
+
+from .fake_apis import FakeAnthropic, FakeOpenAI, Request
+from .helpers import group_alive, host_view, kinds
+
+pytestmark = pytest.mark.slow
+
+
+SKILL = {
+    "name": "greeter",
+    "description": "MARKER-SKILL-DESC greets people warmly",
+    "body": "# Greeter\nMARKER-SKILL-BODY always greet with a haiku.",
+}
+INSTRUCTIONS = "MARKER-INSTRUCTIONS answer like a pirate."
+
+
+def claude_script(req: Request) -> list[dict[str, Any]]:
+    prompt = req.prompt
+    if "HISTORY-PLEASE" in prompt:
+        if req.steps == 0:
+            return [
+                {"type": "text", "text": "Checking the host records."},
+                {"type": "tool", "name": "mcp__agenthost__history_page", "input": {"limit": 10}},
+            ]
+        return [{"type": "text", "text": f"FINAL-HISTORY {req.last_tool_result[:2000]}"}]
+    if "SKILL-PLEASE" in prompt:
+        if req.steps == 0:
+            return [{"type": "tool", "name": "Skill", "input": {"skill": "greeter"}}]
+        return [{"type": "text", "text": "FINAL-SKILL done"}]
+    if "HANG-PLEASE" in prompt:
+        return [{"type": "hang"}]
+    if "BAD-REQUEST" in prompt:
+        return [
+            {
+                "type": "http_error",
+                "status": 400,
+                "error_type": "invalid_request_error",
+                "message": "MARKER-BAD-REQUEST the model field is invalid",
+            }
+        ]
+    return [{"type": "text", "text": f"ANSWER to {prompt[:40]!r} seeing {len(req.body.get('messages', []))} messages"}]
+
+
+def codex_script(req: Request) -> list[dict[str, Any]]:
+    prompt = req.prompt
+    if "HISTORY-PLEASE" in prompt:
+        if req.steps == 0:
+            return [{"type": "tool", "name": "mcp__agenthost.history_page", "input": {"limit": 10}}]
+        return [{"type": "text", "text": f"FINAL-HISTORY {req.last_tool_result[:2000]}"}]
+    if "HANG-PLEASE" in prompt:
+        return [{"type": "hang"}]
+    return [{"type": "text", "text": f"ANSWER to {prompt[:40]!r}"}]
+
+
+async def _collect(runner, rc) -> list:
+    return [e async for e in runner.run(rc)]
+
+
+def _text(events) -> str:
+    return "".join(e.text_delta.text for e in events if e.WhichOneof("kind") == "text_delta")
+
+
+def _message(events) -> str:
+    (msg,) = [e.message.text for e in events if e.WhichOneof("kind") == "message"]
+    return msg
+
+
+def _claude_config(fake: FakeAnthropic, **extra: Any) -> dict[str, Any]:
+    return {
+        "base_url": f"http://127.0.0.1:{fake.port}",
+        # Put MCP tools straight into the request instead of behind ToolSearch, so the fake can call them.
+        "env": {"ENABLE_TOOL_SEARCH": "false"},
+        "instructions": INSTRUCTIONS,
+        "skills": [SKILL],
+        "allowed_tools": ["Skill"],
+        "streaming": True,
+        "interrupt_grace_seconds": 1.0,
+        **extra,
+    }
+
+
+def _codex_config(fake: FakeOpenAI, **extra: Any) -> dict[str, Any]:
+    return {
+        "base_url": f"http://127.0.0.1:{fake.port}/v1",
+        "model": "gpt-fake",
+        "instructions": INSTRUCTIONS,
+        "skills": [SKILL],
+        # The safe default sandbox (read-only) stays on: MCP calls do not need more.
+        "interrupt_grace_seconds": 1.0,
+        **extra,
+    }
+
+
+async def _no_process_left(token: str, pid: int) -> None:
+    await asyncio.sleep(0.2)
+    assert not group_alive(pid)
+    # Nothing that carries the run's credentials (the harness, the MCP bridge) survives, whatever its group.
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                environ = (entry / "environ").read_bytes()
+            except OSError:
+                continue
+            assert token.encode() not in environ, f"process {entry.name} still holds the run token"
+
+
+async def _cancel_mid_request(runner, rc, fake, token: str) -> None:
+    task = asyncio.create_task(_collect(runner, rc))
+    for _ in range(600):
+        if fake.requests and runner_mod._LIVE:
+            break
+        await asyncio.sleep(0.05)
+    assert fake.requests, "the harness never reached the model"
+    (proc,) = runner_mod._LIVE
+    pid = proc.pid
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await _no_process_left(token, pid)
+
+
+# ---- Claude Code ----
+
+
+async def test_claude_projection_bridge_resume_and_skill(tmp_path, fake_host, clean_env, claude_bin, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake-0123456789")
+    fake_host.data.add_item("user", "an earlier question with MARKER-HOST-HISTORY-77")
+    fake_host.data.add_item("assistant", "an earlier answer")
+    runner = ClaudeCodeRunner(tmp_path / "data")
+    with FakeAnthropic(claude_script) as fake:
+        config = _claude_config(fake, command=claude_bin)
+
+        first = await _collect(runner, fake_host.run_context("HISTORY-PLEASE what did I ask?", config=config))
+        assert kinds(first)[-1] == "completed", first[-1]
+        request = fake.requests[0]
+        assert "MARKER-INSTRUCTIONS" in request.raw  # CLAUDE.md managed block
+        assert "MARKER-SKILL-DESC" in request.raw  # skill listing
+        assert "mcp__agenthost__history_page" in request.tools
+        tool = [e for e in first if e.WhichOneof("kind") == "tool_finished"]
+        assert tool and tool[0].tool_finished.tool_name == "mcp__agenthost__history_page"
+        assert "MARKER-HOST-HISTORY-77" in tool[0].tool_finished.result  # the bridge reached the host
+        assert "MARKER-HOST-HISTORY-77" in _message(first)
+        # Streamed once and delivered once: the text before the tool call, then the answer.
+        assert host_view(first) == "Checking the host records.\n\n" + _message(first)
+        assert _message(first).startswith("FINAL-HISTORY")
+        assert sum(1 for k in kinds(first) if k == "text_delta") > 3  # token deltas, not one block
+        assert "HistoryPage" in fake_host.data.calls
+        session = fake_host.data.get_state("conversation", "external.session_id")
+        workdir = Path(fake_host.data.get_state("conversation", "external.working_directory"))
+        assert (workdir / ".claude/skills/greeter/SKILL.md").exists()
+
+        n = len(fake.requests)
+        second = await _collect(runner, fake_host.run_context("SECOND question", config=config))
+        assert kinds(second)[-1] == "completed"
+        resumed = fake.requests[n]
+        assert "HISTORY-PLEASE what did I ask?" in resumed.raw and "FINAL-HISTORY" in resumed.raw
+        assert fake_host.data.get_state("conversation", "external.session_id") == session
+
+        n = len(fake.requests)
+        third = await _collect(runner, fake_host.run_context("SKILL-PLEASE greet me", config=config))
+        assert kinds(third)[-1] == "completed"
+        assert any("MARKER-SKILL-BODY" in r.raw for r in fake.requests[n:])
+
+        # The harness loses the session (cleanup, another machine): the next message starts fresh.
+        config_dir = next((tmp_path / "data" / "harness").iterdir()) / "claude"
+        for transcript in config_dir.rglob(f"{session}.jsonl"):
+            transcript.unlink()
+        fourth = await _collect(runner, fake_host.run_context("after the loss", config=config))
+        assert kinds(fourth)[0] == "progress" and session in fourth[0].progress.message
+        assert kinds(fourth)[-1] == "completed"
+        assert fake_host.data.get_state("conversation", "external.session_id") != session
+
+
+async def test_claude_cancel_leaves_no_process(tmp_path, fake_host, clean_env, claude_bin, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake-0123456789")
+    with FakeAnthropic(claude_script) as fake:
+        rc = fake_host.run_context("HANG-PLEASE", config=_claude_config(fake, command=claude_bin))
+        await _cancel_mid_request(ClaudeCodeRunner(tmp_path / "data"), rc, fake, fake_host.data.token)
+
+
+async def test_claude_api_error_fails_the_run(tmp_path, fake_host, clean_env, claude_bin, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake-0123456789")
+    with FakeAnthropic(claude_script) as fake:
+        events = await _collect(
+            ClaudeCodeRunner(tmp_path / "data"),
+            fake_host.run_context("BAD-REQUEST", config=_claude_config(fake, command=claude_bin)),
+        )
+    assert kinds(events)[-1] == "failed" and "message" not in kinds(events)
+    assert events[-1].failed.code == "harness_error"
+    assert "MARKER-BAD-REQUEST" in events[-1].failed.message and "400" in events[-1].failed.message
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="Claude Code refuses bypassPermissions only as root")
+async def test_claude_crash_gives_a_clear_error(tmp_path, fake_host, clean_env, claude_bin, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake-0123456789")
+    with FakeAnthropic(claude_script) as fake:
+        events = await _collect(
+            ClaudeCodeRunner(tmp_path / "data"),
+            fake_host.run_context(
+                "hello", config=_claude_config(fake, command=claude_bin, permission_mode="bypassPermissions")
+            ),
+        )
+    assert kinds(events)[-1] == "failed" and events[-1].failed.code == "harness_crashed"
+    assert "root/sudo" in events[-1].failed.message and "exited with code 1" in events[-1].failed.message
+
+
+# ---- Codex ----
+
+
+async def test_codex_projection_bridge_and_resume(tmp_path, fake_host, clean_env, codex_bin, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-fake-0123456789")
+    fake_host.data.add_item("user", "an earlier question with MARKER-HOST-HISTORY-88")
+    runner = CodexRunner(tmp_path / "data")
+    with FakeOpenAI(codex_script) as fake:
+        config = _codex_config(fake, command=codex_bin)
+
+        first = await _collect(runner, fake_host.run_context("HISTORY-PLEASE what did I ask?", config=config))
+        assert kinds(first)[-1] == "completed", first[-1]
+        request = fake.requests[0]
+        assert "MARKER-INSTRUCTIONS" in request.raw  # AGENTS.md
+        assert "MARKER-SKILL-DESC" in request.raw  # .agents/skills listing
+        finished = [e.tool_finished for e in first if e.WhichOneof("kind") == "tool_finished"]
+        assert finished and finished[0].tool_name == "agenthost.history_page"
+        assert "MARKER-HOST-HISTORY-88" in finished[0].result
+        assert "MARKER-HOST-HISTORY-88" in _message(first) and host_view(first) == _message(first)
+        usage = [e.usage for e in first if e.WhichOneof("kind") == "usage"]
+        assert usage and usage[0].output_tokens > 0
+        thread = fake_host.data.get_state("conversation", "external.session_id")
+        assert thread
+
+        n = len(fake.requests)
+        second = await _collect(runner, fake_host.run_context("SECOND question", config=config))
+        assert kinds(second)[-1] == "completed"
+        assert "HISTORY-PLEASE what did I ask?" in fake.requests[n].raw
+        assert "FINAL-HISTORY" in fake.requests[n].raw
+        assert fake_host.data.get_state("conversation", "external.session_id") == thread
+
+        # A thread Codex no longer has starts fresh, with a note.
+        codex_home = next((tmp_path / "data" / "harness").iterdir()) / "codex"
+        for rollout in (codex_home / "sessions").rglob(f"*{thread}*.jsonl"):
+            rollout.unlink()
+        third = await _collect(runner, fake_host.run_context("after the loss", config=config))
+        notes = [e.progress.message for e in third if e.WhichOneof("kind") == "progress"]
+        assert any(thread in note and "new session" in note for note in notes), notes
+        assert kinds(third)[-1] == "completed"
+        assert fake_host.data.get_state("conversation", "external.session_id") != thread
+
+
+async def test_codex_cancel_leaves_no_process(tmp_path, fake_host, clean_env, codex_bin, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-fake-0123456789")
+    with FakeOpenAI(codex_script) as fake:
+        rc = fake_host.run_context("HANG-PLEASE", config=_codex_config(fake, command=codex_bin))
+        await _cancel_mid_request(CodexRunner(tmp_path / "data"), rc, fake, fake_host.data.token)
+
+
+async def test_codex_crash_gives_a_clear_error(tmp_path, fake_host, clean_env, codex_bin, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-fake-0123456789")
+    with FakeOpenAI(codex_script) as fake:
+        config = _codex_config(fake, command=codex_bin, config_overrides={"approval_policy": "bogus"})
+        events = await _collect(CodexRunner(tmp_path / "data"), fake_host.run_context("hello", config=config))
+    assert kinds(events)[-1] == "failed" and events[-1].failed.code == "harness_crashed"
+    assert "unknown variant `bogus`" in events[-1].failed.message
+    assert json.dumps(events[-1].failed.message)  # plain text, no control garbage
