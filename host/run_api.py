@@ -100,9 +100,10 @@ def add_servicer(servicer: RunAPIServicer, server: grpc.aio.Server) -> None:
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
 
 
-def _checked(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
-    """Maps domain errors to statuses and audits the outcome of a unary method. An unexpected exception is a host
-    bug: it is logged with the run id, audited and answered with INTERNAL instead of gRPC's opaque UNKNOWN."""
+def _run_scoped(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    """A unary method of the run API: authorizes the call for the method's own name, hands the handler its
+    ActiveRun, maps domain errors to statuses, and audits the outcome either way. An unexpected exception is a
+    host bug: it is logged with the run id, audited and answered with INTERNAL instead of gRPC's opaque UNKNOWN."""
     method = fn.__name__
 
     @functools.wraps(fn)
@@ -111,7 +112,8 @@ def _checked(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
         try:
             if isinstance(request, Malformed):
                 raise errors.InvalidArgument(request.message)
-            result = await fn(self, request, context)
+            run = self._authorize(context, run_id, method)
+            result = await fn(self, run, request)
         except errors.AgentHostError as exc:
             self.audit.record(run_id, self._caller(context), method, exc.code.name, exc.message)
             await errors.abort_with(context, exc)
@@ -119,7 +121,7 @@ def _checked(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
         except Exception as exc:
             await self._internal(context, run_id, method, exc)
             raise  # unreachable: abort raises
-        self.audit.record(run_id, self._caller(context), method, "OK")
+        self.audit.record(run_id, run.plugin_id, method, "OK")
         return result
 
     return wrapper
@@ -160,11 +162,8 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
 
     # ---- history and events ----
 
-    @_checked
-    async def HistoryPage(
-        self, request: api.HistoryPageRequest, context: grpc.aio.ServicerContext
-    ) -> api.HistoryPageResponse:
-        run = self._authorize(context, request.run_id, "HistoryPage")
+    @_run_scoped
+    async def HistoryPage(self, run: ActiveRun, request: api.HistoryPageRequest) -> api.HistoryPageResponse:
         conversation = run.conversation(request.conversation_id)
         limit = _limit(request.limit, 50, MAX_PAGE, "limit")
         page = self.conversations.page_history(
@@ -172,11 +171,8 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         )
         return api.HistoryPageResponse(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
 
-    @_checked
-    async def HistorySearch(
-        self, request: api.HistorySearchRequest, context: grpc.aio.ServicerContext
-    ) -> api.HistorySearchResponse:
-        run = self._authorize(context, request.run_id, "HistorySearch")
+    @_run_scoped
+    async def HistorySearch(self, run: ActiveRun, request: api.HistorySearchRequest) -> api.HistorySearchResponse:
         conversation = run.conversation(request.conversation_id)
         top_k = _limit(request.top_k, 10, MAX_TOP_K, "top_k")
         if len(request.query) > MAX_QUERY_CHARS:
@@ -193,9 +189,8 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         )
         return api.HistorySearchResponse(items=items)
 
-    @_checked
-    async def EventGet(self, request: api.EventGetRequest, context: grpc.aio.ServicerContext) -> pb.EventRecord:
-        run = self._authorize(context, request.run_id, "EventGet")
+    @_run_scoped
+    async def EventGet(self, run: ActiveRun, request: api.EventGetRequest) -> pb.EventRecord:
         if not request.event_id or len(request.event_id) > 128:
             raise errors.InvalidArgument("event_id must be 1-128 characters")
         event = self.conversations.get_event(request.event_id)
@@ -205,11 +200,8 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             raise errors.PermissionDenied("that event belongs to a conversation this run may not read")
         return event
 
-    @_checked
-    async def EventPage(
-        self, request: api.EventPageRequest, context: grpc.aio.ServicerContext
-    ) -> api.EventPageResponse:
-        run = self._authorize(context, request.run_id, "EventPage")
+    @_run_scoped
+    async def EventPage(self, run: ActiveRun, request: api.EventPageRequest) -> api.EventPageResponse:
         conversation = run.conversation(request.conversation_id)
         limit = _limit(request.limit, 50, MAX_PAGE, "limit")
         if len(request.event_types) > MAX_FILTERS:
@@ -237,18 +229,12 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             raise errors.PermissionDenied("that artifact belongs to a conversation this run may not read")
         return ref
 
-    @_checked
-    async def ArtifactMetadata(
-        self, request: api.ArtifactMetadataRequest, context: grpc.aio.ServicerContext
-    ) -> pb.ArtifactRef:
-        run = self._authorize(context, request.run_id, "ArtifactMetadata")
+    @_run_scoped
+    async def ArtifactMetadata(self, run: ActiveRun, request: api.ArtifactMetadataRequest) -> pb.ArtifactRef:
         return self._artifact(run, request.artifact_id)
 
-    @_checked
-    async def ArtifactReadRange(
-        self, request: api.ArtifactReadRangeRequest, context: grpc.aio.ServicerContext
-    ) -> api.ArtifactChunk:
-        run = self._authorize(context, request.run_id, "ArtifactReadRange")
+    @_run_scoped
+    async def ArtifactReadRange(self, run: ActiveRun, request: api.ArtifactReadRangeRequest) -> api.ArtifactChunk:
         ref = self._artifact(run, request.artifact_id)
         length = _limit(int(request.length), DEFAULT_READ_RANGE, MAX_READ_RANGE, "length")
         if request.offset < 0 or request.offset > ref.size_bytes:
@@ -339,9 +325,8 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
 
     # ---- state ----
 
-    @_checked
-    async def StateGet(self, request: api.StateGetRequest, context: grpc.aio.ServicerContext) -> api.StateValue:
-        run = self._authorize(context, request.run_id, "StateGet")
+    @_run_scoped
+    async def StateGet(self, run: ActiveRun, request: api.StateGetRequest) -> api.StateValue:
         scope_key = run.scope_key(request.scope)
         check_key(request.key)
         stored = self.state.get(scope_key, request.key)
@@ -351,9 +336,8 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             found=True, value_json=stored.value_json, version=stored.version, updated_at=stored.updated_at
         )
 
-    @_checked
-    async def StateSet(self, request: api.StateSetRequest, context: grpc.aio.ServicerContext) -> api.StateValue:
-        run = self._authorize(context, request.run_id, "StateSet")
+    @_run_scoped
+    async def StateSet(self, run: ActiveRun, request: api.StateSetRequest) -> api.StateValue:
         scope_key = run.scope_key(request.scope)
         if_version = request.if_version if request.HasField("if_version") else None
         stored = await self.state.set(scope_key, request.key, request.value_json, if_version)
@@ -361,18 +345,12 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             found=True, value_json=stored.value_json, version=stored.version, updated_at=stored.updated_at
         )
 
-    @_checked
-    async def StateDelete(
-        self, request: api.StateDeleteRequest, context: grpc.aio.ServicerContext
-    ) -> api.StateDeleteResponse:
-        run = self._authorize(context, request.run_id, "StateDelete")
+    @_run_scoped
+    async def StateDelete(self, run: ActiveRun, request: api.StateDeleteRequest) -> api.StateDeleteResponse:
         return api.StateDeleteResponse(deleted=await self.state.delete(run.scope_key(request.scope), request.key))
 
-    @_checked
-    async def StateList(
-        self, request: api.StateListRequest, context: grpc.aio.ServicerContext
-    ) -> api.StateListResponse:
-        run = self._authorize(context, request.run_id, "StateList")
+    @_run_scoped
+    async def StateList(self, run: ActiveRun, request: api.StateListRequest) -> api.StateListResponse:
         scope_key = run.scope_key(request.scope)
         limit = _limit(request.limit, MAX_LIST, MAX_LIST, "limit")
         if len(request.prefix) > 256 or len(request.cursor) > 256:

@@ -43,12 +43,12 @@ from plugins import install as installer
 from plugins.manifest import ManifestError, RunnerManifest
 from protos import errors, host_pb2_grpc
 from protos import host_pb2 as hpb
-from runners.sdk.server import CHANNEL_OPTIONS
+from runners.sdk.server import MAX_PENDING_CALLS, SERVER_OPTIONS
 
 log = logging.getLogger(__name__)
 
 BUILTIN_PLUGIN = "agenthost"
-MAX_CONCURRENT_RPCS = 4096
+MAX_CONCURRENT_RPCS = MAX_PENDING_CALLS
 
 
 class HostAlreadyRunning(RuntimeError):
@@ -166,12 +166,12 @@ class Host:
     async def _serve(self) -> None:
         for address in (self.api_address, self.admin_address):
             Path(address.removeprefix("unix:")).unlink(missing_ok=True)
-        api_server = grpc.aio.server(options=CHANNEL_OPTIONS, maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
+        api_server = grpc.aio.server(options=SERVER_OPTIONS, maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
         add_servicer(
             RunAPIServicer(self.grants, self.run_store, self.conversations, self.artifacts, self.state, self.audit),
             api_server,
         )
-        admin_server = grpc.aio.server(options=CHANNEL_OPTIONS)
+        admin_server = grpc.aio.server(options=SERVER_OPTIONS)
         host_pb2_grpc.add_AgentHostServicer_to_server(AdminServicer(self), admin_server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, admin_server)

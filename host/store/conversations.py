@@ -18,6 +18,19 @@ from protos import common_pb2 as pb
 
 MAX_PAGE = 100
 MAX_TOP_K = 50
+# Pages are capped in bytes as well as items: 50 long assistant messages would not fit one gRPC message (8 MiB),
+# and a page the host cannot send is a page the runner can never get past. At least one row is always returned.
+MAX_PAGE_BYTES = 4 * 1024 * 1024
+
+
+def _within_budget(rows: list[sqlite3.Row], limit: int) -> tuple[list[sqlite3.Row], bool]:
+    """The first rows (at most `limit`) whose text and data fit MAX_PAGE_BYTES; True if any were cut for size."""
+    size = 0
+    for i, row in enumerate(rows[:limit]):
+        size += len(row["text"]) + len(row["data_json"]) + 512
+        if size > MAX_PAGE_BYTES and i > 0:
+            return rows[:i], True
+    return rows[:limit], False
 
 
 def conversation_scope(bot_id: str, conversation_id: str) -> str:
@@ -130,8 +143,9 @@ class Conversations:
         rows = self.db.query(
             f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY seq {order} LIMIT ?", (*params, limit + 1)
         )
-        has_more = len(rows) > limit
-        items = [self._event(r) for r in rows[:limit]]
+        kept, cut = _within_budget(rows, limit)
+        has_more = cut or len(rows) > limit
+        items = [self._event(r) for r in kept]
         return Page(items, items[-1].cursor if has_more else "", has_more)
 
     # ---- transcript ----
@@ -203,8 +217,9 @@ class Conversations:
             f"SELECT * FROM transcript WHERE bot_id = ? AND conversation_id = ?{bound} ORDER BY seq {order} LIMIT ?",
             (*params, limit + 1),
         )
-        has_more = len(rows) > limit
-        items = [self._item(r) for r in rows[:limit]]
+        kept, cut = _within_budget(rows, limit)
+        has_more = cut or len(rows) > limit
+        items = [self._item(r) for r in kept]
         return Page(items, items[-1].cursor if has_more else "", has_more)
 
     def search(
@@ -236,7 +251,7 @@ class Conversations:
             f" WHERE {' AND '.join(where)} ORDER BY bm25(transcript_fts) LIMIT ?",
             (*params, top_k),
         )
-        return [self._item(r) for r in rows]
+        return [self._item(r) for r in _within_budget(rows, top_k)[0]]
 
     def history_stats(self, bot_id: str, conversation_id: str) -> tuple[int, str]:
         """(item count, cursor of the newest item) — what ContextAccess tells a runner."""

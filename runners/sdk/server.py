@@ -39,6 +39,15 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 ]
+# grpc-core cancels (CANCELLED, no details) calls that arrive while more than `max_pending_requests` (default
+# 1000) are waiting for the asyncio server to pick them up: a burst of ~1000 runs starting at once did that.
+# Servers (host and runner) allow as many pending calls as the host allows concurrent ones.
+MAX_PENDING_CALLS = 4096
+SERVER_OPTIONS = [
+    *CHANNEL_OPTIONS,
+    ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
+    ("grpc.server.max_pending_requests_hard_limit", 2 * MAX_PENDING_CALLS),
+]
 
 _END = object()
 
@@ -200,7 +209,7 @@ async def serve(
         runner = cls(rdir)
         await runner.setup()
         runners[name] = runner
-    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    server = grpc.aio.server(options=SERVER_OPTIONS)
     service = RunnerService(
         plugin_id=plugin_id, runners=runners, host_address=host_address, plugin_secret=plugin_secret, on_shutdown=stop
     )

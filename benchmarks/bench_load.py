@@ -1,0 +1,208 @@
+"""Load: many concurrent runs across several runner processes, each streaming events, against a real host.
+
+    python benchmarks/bench_load.py [--runs 500] [--plugins 4] [--deltas 20] [--pause-ms 20] [--rounds 1]
+
+Processes, as in production: `agenthost serve` (the host), N runner plugin processes (copies of the faulty test
+plugin under distinct names, installed offline like any plugin; each run makes a HistoryPage and a StateSet call
+and streams deltas), and this script as the client, holding every run's SendMessage stream open at once.
+Everything stays on unix sockets under a temp dir; the number of runs and the time are bounded.
+
+Prints wall time, runs/s, per-run latency, errors, and the host's RSS / peak RSS / open fds / threads before
+and after — `run_load()` is reused by bench_soak.py and tests/robustness/test_load.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from host.client import HostClient  # noqa: E402
+from protos import host_pb2 as hpb  # noqa: E402
+
+FAULTY = ROOT / "tests" / "fixtures" / "faulty-plugin"
+
+
+def proc_figures(pid: int) -> dict[str, float]:
+    """RSS, peak RSS (MiB), open fds and threads of a process, from /proc."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return {
+        "rss_mib": int(fields["VmRSS"].split()[0]) / 1024,
+        "peak_mib": int(fields["VmHWM"].split()[0]) / 1024,
+        "fds": len(os.listdir(f"/proc/{pid}/fd")),
+        "threads": int(fields["Threads"]),
+    }
+
+
+def plugin_copy(work: Path, i: int) -> Path:
+    """The faulty plugin under another distribution name: one more runner process for the host to supervise."""
+    dest = work / f"load-plugin-{i}"
+    shutil.copytree(FAULTY, dest, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    pyproject = dest / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('name = "agenthost-faulty"', f'name = "agenthost-load-{i}"'))
+    return dest
+
+
+@dataclass
+class LoadHost:
+    """A real `agenthost serve` in a temp home with `plugins` runner processes, each bound to bot load<i>."""
+
+    plugins: int = 4
+    work: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="ahload-")))
+    proc: subprocess.Popen | None = None
+    client: HostClient | None = None
+
+    async def __aenter__(self) -> LoadHost:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTHOST_TEST", "ANTHROPIC", "OPENAI"))}
+        env["AGENTHOST_HOME"] = str(self.work / "home")
+        self.proc = subprocess.Popen(  # noqa: ASYNC220
+            [sys.executable, "-m", "host.cli", "serve"],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.work / "host.log", "wb"),
+        )
+        host_json = self.work / "home" / "host.json"
+        for _ in range(300):
+            if host_json.exists():
+                break
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"host exited: {(self.work / 'host.log').read_text()[-2000:]}")
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.3)
+        self.client = HostClient(json.loads(host_json.read_text())["admin"], timeout=600)
+        for i in range(self.plugins):
+            await self.client.call(
+                "InstallPlugin", hpb.InstallPluginRequest(source=str(plugin_copy(self.work, i)), offline=True)
+            )
+            await self.client.call("CreateBot", hpb.CreateBotRequest(name=f"load{i}"))
+            await self.client.bind(f"load{i}", f"agenthost-load-{i}/faulty", timeout_seconds=600)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.client is not None:
+            await self.client.close()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def figures(self) -> dict[str, float]:
+        return proc_figures(self.proc.pid)
+
+    def runner_pids(self) -> list[int]:
+        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout
+        return [int(p) for p in out.split()]
+
+
+async def one_run(
+    client: HostClient, bot: str, conversation: str, deltas: int, pause_ms: float
+) -> tuple[float, str, int]:
+    t0 = time.perf_counter()
+    got = 0
+    status = "no_outcome"
+    async for reply in client.stream(
+        hpb.SendMessageRequest(bot=bot, text=f"load {deltas} {pause_ms}", conversation_id=conversation), timeout=600
+    ):
+        kind = reply.WhichOneof("kind")
+        if kind == "events":
+            got += sum(1 for e in reply.events.events if e.WhichOneof("kind") == "text_delta")
+        elif kind == "run_finished":
+            status = reply.run_finished.status
+            if status != "completed":
+                status += f" ({reply.run_finished.error_code}: {reply.run_finished.error_message[:120]})"
+    return time.perf_counter() - t0, status, got
+
+
+async def run_load(lh: LoadHost, runs: int, deltas: int, pause_ms: float, tag: str = "r") -> dict[str, object]:
+    """`runs` concurrent runs spread over the bots, each in its own conversation; returns the figures."""
+    assert lh.client is not None
+    t0 = time.perf_counter()
+    results = await asyncio.gather(
+        *(one_run(lh.client, f"load{i % lh.plugins}", f"{tag}-{i}", deltas, pause_ms) for i in range(runs)),
+        return_exceptions=True,
+    )
+    wall = time.perf_counter() - t0
+    errors: list[str] = []
+    latencies: list[float] = []
+    events = 0
+    for r in results:
+        if isinstance(r, BaseException):
+            errors.append(f"{type(r).__name__}: {r}")
+            continue
+        latency, status, got = r
+        latencies.append(latency)
+        events += got
+        if status != "completed" or got != deltas + 1:
+            errors.append(f"{status}, {got} deltas")
+    latencies.sort()
+    return {
+        "runs": runs,
+        "wall_s": wall,
+        "runs_per_s": runs / wall,
+        "events_per_s": events / wall,
+        "events": events,
+        "p50_s": statistics.median(latencies) if latencies else 0.0,
+        "p99_s": latencies[max(0, int(len(latencies) * 0.99) - 1)] if latencies else 0.0,
+        "errors": errors,
+    }
+
+
+def show(label: str, fig: dict[str, float]) -> str:
+    return (
+        f"{label:8} rss {fig['rss_mib']:6.1f} MiB  peak {fig['peak_mib']:6.1f} MiB  "
+        f"fds {fig['fds']:4.0f}  threads {fig['threads']:3.0f}"
+    )
+
+
+async def main(args: argparse.Namespace) -> int:
+    async with LoadHost(plugins=args.plugins) as lh:
+        await run_load(lh, min(20, args.runs), args.deltas, args.pause_ms, tag="warm")
+        before = lh.figures()
+        print(f"host pid {lh.proc.pid}; child processes (runner plugins + the built-in one): {lh.runner_pids()}")
+        print(show("before", before))
+        failures = 0
+        for r in range(args.rounds):
+            res = await run_load(lh, args.runs, args.deltas, args.pause_ms, tag=f"round{r}")
+            after = lh.figures()
+            failures += len(res["errors"])
+            print(
+                f"round {r}: {res['runs']} concurrent runs x {args.deltas + 1} deltas in {res['wall_s']:.2f}s "
+                f"({res['runs_per_s']:.0f} runs/s, {res['events_per_s']:.0f} deltas/s to the client), "
+                f"run latency p50 {res['p50_s']:.2f}s p99 {res['p99_s']:.2f}s, errors {len(res['errors'])}"
+            )
+            for e in res["errors"][:5]:
+                print("   error:", e)
+            print(show("after", after))
+        print(
+            f"host RSS growth {after['rss_mib'] - before['rss_mib']:+.1f} MiB, fds {after['fds'] - before['fds']:+.0f}"
+        )
+        return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=500)
+    parser.add_argument("--plugins", type=int, default=4)
+    parser.add_argument("--deltas", type=int, default=20)
+    parser.add_argument("--pause-ms", type=float, default=20)
+    parser.add_argument("--rounds", type=int, default=1)
+    sys.exit(asyncio.run(main(parser.parse_args())))

@@ -1,0 +1,77 @@
+"""Load and a short soak against a real `agenthost serve` with several runner processes (loopback unix sockets
+only; counts and time bounded). The full figures come from benchmarks/bench_load.py and bench_soak.py."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from .conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench_load import LoadHost, run_load  # noqa: E402
+from bench_soak import soak, verdict  # noqa: E402
+
+pytestmark = [pytest.mark.slow]
+
+
+@pytest.mark.timeout(240)
+async def test_500_concurrent_runs_over_four_runner_processes():
+    async with LoadHost(plugins=4) as lh:
+        await run_load(lh, 20, 5, 5, tag="warm")
+        before = lh.figures()
+        first = await run_load(lh, 500, 20, 20, tag="a")
+        mid = lh.figures()
+        second = await run_load(lh, 500, 20, 20, tag="b")
+        after = lh.figures()
+        assert first["errors"] == [] and second["errors"] == [], (first["errors"][:3], second["errors"][:3])
+        assert first["events"] == second["events"] == 500 * 21
+        # they really overlapped: a run alone takes ~0.5 s; 500 of them back to back would take minutes
+        assert first["wall_s"] < 60 and second["wall_s"] < 60
+        # bounded memory: a first round of 500 may grow the host's caches, a second of the same size may not
+        assert after["peak_mib"] - before["rss_mib"] < 150, (before, after)
+        assert after["rss_mib"] - mid["rss_mib"] < 15, (mid, after)
+        assert after["fds"] <= before["fds"] + 4, (before, after)
+        print(
+            f"\n500 runs: {first['wall_s']:.1f}s / {second['wall_s']:.1f}s; host RSS {before['rss_mib']:.0f} -> "
+            f"{mid['rss_mib']:.0f} -> {after['rss_mib']:.0f} MiB (peak {after['peak_mib']:.0f}), "
+            f"fds {before['fds']} -> {after['fds']}"
+        )
+
+
+@pytest.mark.timeout(180)
+async def test_short_soak_is_flat():
+    async with LoadHost(plugins=2) as lh:
+        summary = await soak(lh, 45, 60, 10, 10, report_every=15)
+        assert summary["rounds"] >= 10
+        problems = verdict(summary)
+        assert not problems, problems
+
+
+@pytest.mark.timeout(120)
+async def test_burst_beyond_grpc_default_pending_limit(tmp_path):
+    """1200 runs started at the same instant: more calls arrive than grpc-core lets wait for the asyncio server by
+    default (1000), which used to cancel the excess with a bare CANCELLED. All must complete."""
+    import asyncio
+
+    from runners.sdk import RunContext, Runner, RunnerManifest, events
+    from runners.sdk.testing import HostHarness
+
+    class Quick(Runner):
+        manifest = RunnerManifest(name="quick")
+
+        async def run(self, run: RunContext):
+            await run.api.state_set("conversation", "n", 1)
+            yield events.text("ok")
+
+    async with HostHarness(tmp_path, runners=[Quick]) as h:
+        results = await asyncio.gather(
+            *(h.send("go", conversation_id=f"c{i}") for i in range(1200)), return_exceptions=True
+        )
+        failed = [
+            r if isinstance(r, BaseException) else r.run.error_message
+            for r in results
+            if isinstance(r, BaseException) or r.run.status != "completed"
+        ]
+        assert not failed, (len(failed), failed[:3])
