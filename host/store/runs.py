@@ -43,7 +43,8 @@ class RunStore:
     async def mark_running(self, run_id: str, started_at: float, deadline_at: float) -> None:
         await self.db.write(
             lambda conn: conn.execute(
-                "UPDATE runs SET status = 'running', started_at = ?, deadline_at = ? WHERE run_id = ? AND status = 'queued'",
+                "UPDATE runs SET status = 'running', started_at = ?, deadline_at = ?"
+                " WHERE run_id = ? AND status = 'queued'",
                 (started_at, deadline_at, run_id),
             )
         )
