@@ -8,6 +8,7 @@ anything.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import logging
@@ -98,6 +99,16 @@ def add_servicer(servicer: RunAPIServicer, server: grpc.aio.Server) -> None:
             response_serializer=response_class.SerializeToString,
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+
+
+async def _drain(request_iterator: AsyncIterator[Any], seconds: float = 5.0) -> None:
+    """Reads and discards what a client is still uploading before the call is refused. Ending a client-streaming
+    call while the client still writes makes gRPC hand it a bare INTERNAL ("Internal error from Core") instead of
+    our status; the client has already committed those bytes to the wire, so reading them costs little."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(seconds):
+            async for _ in request_iterator:
+                pass
 
 
 def _run_scoped(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
@@ -315,6 +326,8 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             )
         except errors.AgentHostError as exc:
             self.audit.record(run_id, self._caller(context), "ArtifactCreate", exc.code.name, exc.message)
+            if not isinstance(exc, errors.Cancelled):
+                await _drain(request_iterator)
             await errors.abort_with(context, exc)
             raise
         except Exception as exc:

@@ -9,7 +9,7 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from host.store.cursors import CursorCodec
@@ -100,7 +100,11 @@ class Conversations:
             source=source,
         )
 
-    def _event(self, row: sqlite3.Row) -> pb.EventRecord:
+    def _cursor_encoder(self, kind: str, bot_id: str, conversation_id: str) -> Callable[[int], str]:
+        return self.cursors.encoder(kind, conversation_scope(bot_id, conversation_id))
+
+    def _event(self, row: sqlite3.Row, cursor_of: Callable[[int], str] | None = None) -> pb.EventRecord:
+        cursor_of = cursor_of or self._cursor_encoder("events", row["bot_id"], row["conversation_id"])
         actor = json.loads(row["actor_json"])
         return pb.EventRecord(
             event_id=row["event_id"],
@@ -111,7 +115,7 @@ class Conversations:
             text=row["text"],
             data_json=row["data_json"],
             seq=row["seq"],
-            cursor=self.cursors.encode("events", conversation_scope(row["bot_id"], row["conversation_id"]), row["seq"]),
+            cursor=cursor_of(row["seq"]),
             created_at=row["created_at"],
             source=row["source"],
         )
@@ -145,7 +149,8 @@ class Conversations:
         )
         kept, cut = _within_budget(rows, limit)
         has_more = cut or len(rows) > limit
-        items = [self._event(r) for r in kept]
+        cursor_of = self._cursor_encoder("events", bot_id, conversation_id)
+        items = [self._event(r, cursor_of) for r in kept]
         return Page(items, items[-1].cursor if has_more else "", has_more)
 
     # ---- transcript ----
@@ -185,7 +190,7 @@ class Conversations:
             ],
         )
 
-    def _item(self, row: sqlite3.Row) -> pb.TranscriptItem:
+    def _item(self, row: sqlite3.Row, cursor_of: Callable[[int], str]) -> pb.TranscriptItem:
         return pb.TranscriptItem(
             item_id=row["item_id"],
             conversation_id=row["conversation_id"],
@@ -198,9 +203,7 @@ class Conversations:
             tool_call_id=row["tool_call_id"],
             tool_name=row["tool_name"],
             seq=row["seq"],
-            cursor=self.cursors.encode(
-                "history", conversation_scope(row["bot_id"], row["conversation_id"]), row["seq"]
-            ),
+            cursor=cursor_of(row["seq"]),
             created_at=row["created_at"],
             is_error=bool(row["is_error"]),
         )
@@ -219,7 +222,8 @@ class Conversations:
         )
         kept, cut = _within_budget(rows, limit)
         has_more = cut or len(rows) > limit
-        items = [self._item(r) for r in kept]
+        cursor_of = self._cursor_encoder("history", bot_id, conversation_id)
+        items = [self._item(r, cursor_of) for r in kept]
         return Page(items, items[-1].cursor if has_more else "", has_more)
 
     def search(
@@ -251,7 +255,8 @@ class Conversations:
             f" WHERE {' AND '.join(where)} ORDER BY bm25(transcript_fts) LIMIT ?",
             (*params, top_k),
         )
-        return [self._item(r) for r in _within_budget(rows, top_k)[0]]
+        cursor_of = self._cursor_encoder("history", bot_id, conversation_id)
+        return [self._item(r, cursor_of) for r in _within_budget(rows, top_k)[0]]
 
     def history_stats(self, bot_id: str, conversation_id: str) -> tuple[int, str]:
         """(item count, cursor of the newest item) — what ContextAccess tells a runner."""
@@ -268,7 +273,8 @@ class Conversations:
             "SELECT * FROM transcript WHERE bot_id = ? AND conversation_id = ? ORDER BY seq DESC LIMIT ?",
             (bot_id, conversation_id, limit),
         )
-        return [self._item(r) for r in reversed(rows)]
+        cursor_of = self._cursor_encoder("history", bot_id, conversation_id)
+        return [self._item(r, cursor_of) for r in reversed(rows)]
 
     def list_conversations(self, bot_id: str) -> list[tuple[str, int, float]]:
         rows = self.db.query(

@@ -189,18 +189,21 @@ class RunAPI:
             expected_size=len(data) if isinstance(data, bytes) else 0,
         )
 
-        async def requests() -> AsyncIterator[api_pb.ArtifactUpload]:
-            yield api_pb.ArtifactUpload(header=header)
+        # Explicit writes rather than a request iterator: when the host refuses an upload midway (disk full, over
+        # the cap), a write on the ended call raises the host's own status, where an iterator being drained by
+        # gRPC underneath would surface as a bare INTERNAL "Internal error from Core".
+        call = self._stub.ArtifactCreate(metadata=self._metadata, timeout=self._timeout())
+        try:
+            await call.write(api_pb.ArtifactUpload(header=header))
             if isinstance(data, bytes):
                 for start in range(0, len(data), UPLOAD_CHUNK):
-                    yield api_pb.ArtifactUpload(data=data[start : start + UPLOAD_CHUNK])
+                    await call.write(api_pb.ArtifactUpload(data=data[start : start + UPLOAD_CHUNK]))
             else:
                 async for chunk in data:
                     for start in range(0, len(chunk), UPLOAD_CHUNK):
-                        yield api_pb.ArtifactUpload(data=chunk[start : start + UPLOAD_CHUNK])
-
-        try:
-            return await self._stub.ArtifactCreate(requests(), metadata=self._metadata, timeout=self._timeout())
+                        await call.write(api_pb.ArtifactUpload(data=chunk[start : start + UPLOAD_CHUNK]))
+            await call.done_writing()
+            return await call
         except grpc.RpcError as exc:
             raise errors.from_rpc_error(exc) from None
 

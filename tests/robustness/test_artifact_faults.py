@@ -47,7 +47,7 @@ async def _failed_upload(h: HostHarness, size: int, expect: str) -> None:
     objects = set((h.host.data_dir / "artifacts" / "objects").rglob("*"))
     result = await h.send(str(size))
     assert result.run.status == "failed", result.run
-    assert result.run.error_code == "host_resource_exhausted", result.run.error_code
+    assert result.run.error_code == "host_resource_exhausted", (result.run.error_code, result.run.error_message)
     assert expect in result.run.error_message
     assert len(h.host.db.query("SELECT 1 FROM artifacts")) == before_rows
     nothing_left(h, objects)
