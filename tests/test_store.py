@@ -117,3 +117,36 @@ async def test_artifacts_dedupe_and_cut_uploads_leave_nothing(db, tmp_path):
         await store.create(chunks(b"abc"), expected_size=5, **kw)
     assert list((tmp_path / "art" / "tmp").iterdir()) == []
     assert len(db.query("SELECT * FROM artifacts")) == 2
+
+
+async def test_conversation_stats_follow_the_transcript_and_survive_migration(tmp_path):
+    from host.store.conversations import Conversations, NewItem
+
+    path = tmp_path / "s.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN")
+    for statement in __import__("host.store.migrations", fromlist=["x"])._statements(MIGRATIONS[0]):
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute("COMMIT")
+    conn.execute(  # a row written by a version-1 host, before the counters existed
+        "INSERT INTO transcript(item_id, bot_id, conversation_id, run_id, event_id, role, item_type, text, data_json,"
+        " tool_call_id, tool_name, is_error, attachments_json, created_at) VALUES"
+        " ('it_old','b','c','r','e','user','message','old','{}','','',0,'[]',1.0)"
+    )
+    conn.close()
+    db = Database(path)
+    await db.open()  # migrates to the newest version, backfilling the counters
+    conv = Conversations(db, CursorCodec(b"k" * 32))
+    assert conv.history_stats("b", "c")[0] == 1
+    items = [NewItem(role="user", item_type="message", text=f"m{i}") for i in range(3)]
+    await db.write(
+        lambda c: Conversations.insert_items(c, bot_id="b", conversation_id="c", run_id="r", event_id="e", items=items)
+    )
+    count, latest = conv.history_stats("b", "c")
+    assert count == 4
+    newest = conv.page_history("b", "c", cursor="", forward=False, limit=1).items[0]
+    assert latest == newest.cursor and newest.text == "m2"
+    assert conv.history_stats("b", "other") == (0, "")
+    assert conv.list_conversations("b")[0][:2] == ("c", 4)
+    await db.close()

@@ -261,12 +261,12 @@ class Conversations:
     def history_stats(self, bot_id: str, conversation_id: str) -> tuple[int, str]:
         """(item count, cursor of the newest item) — what ContextAccess tells a runner."""
         row = self.db.query_one(
-            "SELECT COUNT(*) AS n, MAX(seq) AS last FROM transcript WHERE bot_id = ? AND conversation_id = ?",
+            "SELECT item_count, last_seq FROM conversation_stats WHERE bot_id = ? AND conversation_id = ?",
             (bot_id, conversation_id),
         )
-        if row is None or not row["n"]:
+        if row is None:
             return 0, ""
-        return row["n"], self.cursors.encode("history", conversation_scope(bot_id, conversation_id), row["last"])
+        return row[0], self.cursors.encode("history", conversation_scope(bot_id, conversation_id), row[1])
 
     def recent(self, bot_id: str, conversation_id: str, limit: int) -> list[pb.TranscriptItem]:
         rows = self.db.query(
@@ -278,8 +278,8 @@ class Conversations:
 
     def list_conversations(self, bot_id: str) -> list[tuple[str, int, float]]:
         rows = self.db.query(
-            "SELECT conversation_id, COUNT(*) AS n, MAX(created_at) AS updated FROM transcript WHERE bot_id = ?"
-            " GROUP BY conversation_id ORDER BY updated DESC LIMIT 1000",
+            "SELECT conversation_id, item_count, updated_at FROM conversation_stats WHERE bot_id = ?"
+            " ORDER BY updated_at DESC LIMIT 1000",
             (bot_id,),
         )
-        return [(r["conversation_id"], r["n"], r["updated"]) for r in rows]
+        return [(r[0], r[1], r[2]) for r in rows]

@@ -157,7 +157,30 @@ CREATE TABLE plugin_processes (
 );
 """
 
-MIGRATIONS: list[str] = [_V1]
+# Per-conversation counters, so starting a run (ContextAccess needs the count and the newest cursor) and listing
+# conversations stay O(1) per conversation instead of scanning a transcript that may hold a million items.
+_V2 = """
+CREATE TABLE conversation_stats (
+    bot_id TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    item_count INTEGER NOT NULL,
+    last_seq INTEGER NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (bot_id, conversation_id)
+) WITHOUT ROWID;
+CREATE INDEX conversation_stats_updated ON conversation_stats(bot_id, updated_at);
+INSERT INTO conversation_stats(bot_id, conversation_id, item_count, last_seq, updated_at)
+    SELECT bot_id, conversation_id, COUNT(*), MAX(seq), MAX(created_at) FROM transcript
+    GROUP BY bot_id, conversation_id;
+CREATE TRIGGER conversation_stats_insert AFTER INSERT ON transcript BEGIN
+    INSERT INTO conversation_stats(bot_id, conversation_id, item_count, last_seq, updated_at)
+        VALUES (new.bot_id, new.conversation_id, 1, new.seq, new.created_at)
+        ON CONFLICT(bot_id, conversation_id) DO UPDATE SET item_count = item_count + 1,
+            last_seq = MAX(last_seq, new.seq), updated_at = new.created_at;
+END;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2]
 
 
 def migrate(conn: sqlite3.Connection) -> int:
