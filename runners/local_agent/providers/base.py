@@ -212,20 +212,17 @@ class HttpProvider(Provider):
             raise self._error(classify_exception(exc)) from None
 
     async def _get_json(self, url: str, headers: dict[str, str]) -> Any:
-        try:
-            resp = await self._client.get(url, headers=headers)
-        except httpx.HTTPError as exc:
-            raise self._error(classify_exception(exc)) from None
-        if resp.status_code >= 400:
-            raise self._error(classify_status(resp.status_code, resp.text, resp.headers))
-        try:
-            return resp.json()
-        except ValueError:
-            return None
+        return await self._request_json("GET", url, headers)
 
     async def _post_json(self, url: str, payload: dict[str, Any], headers: dict[str, str]) -> Any:
+        return await self._request_json("POST", url, headers, payload)
+
+    async def _request_json(
+        self, method: str, url: str, headers: dict[str, str], payload: dict[str, Any] | None = None
+    ) -> Any:
+        """A probe request: classified errors for HTTP failures, None for a body that is not JSON."""
         try:
-            resp = await self._client.post(url, json=payload, headers=headers)
+            resp = await self._client.request(method, url, json=payload, headers=headers)
         except httpx.HTTPError as exc:
             raise self._error(classify_exception(exc)) from None
         if resp.status_code >= 400:
