@@ -274,9 +274,6 @@ class RunManager:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    def live_count(self) -> int:
-        return len(self._live)
-
     # ---- one run ----
 
     def _publish(self, st: _RunState, reply: hpb.SendMessageReply | None) -> None:

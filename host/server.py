@@ -82,7 +82,6 @@ class Host:
         self._lock_fd: int | None = None
         self._servers: list[grpc.aio.Server] = []
         self._health: health.aio.HealthServicer | None = None
-        self._stopped = asyncio.Event()
         self._background: set[asyncio.Task[None]] = set()
 
     # ---- lifecycle ----
@@ -204,10 +203,6 @@ class Host:
         with contextlib.suppress(OSError):
             (self.data_dir / "host.json").unlink()
         self._release_lock()
-        self._stopped.set()
-
-    async def wait_stopped(self) -> None:
-        await self._stopped.wait()
 
     async def __aenter__(self) -> Host:
         await self.start()

@@ -99,10 +99,6 @@ class RunStore:
         row = self.db.query_one("SELECT * FROM runs WHERE run_id = ?", (run_id,))
         return self._info(row) if row else None
 
-    def plugin_of(self, run_id: str) -> str | None:
-        row = self.db.query_one("SELECT plugin_id FROM runs WHERE run_id = ?", (run_id,))
-        return row[0] if row else None
-
     def list(
         self, *, bot_id: str = "", conversation_id: str = "", status: str = "", limit: int = 50
     ) -> list[hpb.RunInfo]:
