@@ -40,10 +40,10 @@ def runner_classes(distribution: str) -> dict[str, type[Runner]]:
         except Exception as exc:
             raise DiscoveryError(f"entry point {ep.name} = {ep.value} failed to import: {exc!r}") from exc
         pm.register(plugin, name=f"{_normalise(distribution)}:{ep.name}")
-    return collect(pm)
+    return _collect(pm)
 
 
-def collect(pm: pluggy.PluginManager) -> dict[str, type[Runner]]:
+def _collect(pm: pluggy.PluginManager) -> dict[str, type[Runner]]:
     found: dict[str, type[Runner]] = {}
 
     def register(cls: type[Runner]) -> None:
