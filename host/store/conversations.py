@@ -11,11 +11,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from host.store.cursors import CursorCodec
 from host.store.db import Database
 from protos import common_pb2 as pb
 
+R = TypeVar("R", sqlite3.Row, tuple)
 MAX_PAGE = 100
 MAX_TOP_K = 50
 # Pages are capped in bytes as well as items: 50 long assistant messages would not fit one gRPC message (8 MiB),
@@ -23,11 +25,21 @@ MAX_TOP_K = 50
 MAX_PAGE_BYTES = 4 * 1024 * 1024
 
 
-def _within_budget(rows: list[sqlite3.Row], limit: int) -> tuple[list[sqlite3.Row], bool]:
+# Transcript reads select these columns in this order and build items by position (the page hot path).
+_ITEM_COLUMNS = (
+    "seq, item_id, conversation_id, run_id, event_id, role, item_type, text, data_json, tool_call_id, tool_name,"
+    " is_error, created_at"
+)
+_ITEM_COLUMNS_OF_T = ", ".join(f"t.{c.strip()}" for c in _ITEM_COLUMNS.split(","))
+# Where text and data_json sit, in _ITEM_COLUMNS and in `SELECT * FROM events` alike.
+_TEXT, _DATA = 7, 8
+
+
+def _within_budget(rows: list[R], limit: int) -> tuple[list[R], bool]:
     """The first rows (at most `limit`) whose text and data fit MAX_PAGE_BYTES; True if any were cut for size."""
     size = 0
     for i, row in enumerate(rows[:limit]):
-        size += len(row["text"]) + len(row["data_json"]) + 512
+        size += len(row[_TEXT]) + len(row[_DATA]) + 512
         if size > MAX_PAGE_BYTES and i > 0:
             return rows[:i], True
     return rows[:limit], False
@@ -190,22 +202,24 @@ class Conversations:
             ],
         )
 
-    def _item(self, row: sqlite3.Row, cursor_of: Callable[[int], str]) -> pb.TranscriptItem:
+    @staticmethod
+    def _item(row: tuple[Any, ...], cursor_of: Callable[[int], str]) -> pb.TranscriptItem:
+        """Builds an item from a row of _ITEM_COLUMNS."""
         return pb.TranscriptItem(
-            item_id=row["item_id"],
-            conversation_id=row["conversation_id"],
-            run_id=row["run_id"],
-            event_id=row["event_id"],
-            role=row["role"],
-            item_type=row["item_type"],
-            text=row["text"],
-            data_json=row["data_json"],
-            tool_call_id=row["tool_call_id"],
-            tool_name=row["tool_name"],
-            seq=row["seq"],
-            cursor=cursor_of(row["seq"]),
-            created_at=row["created_at"],
-            is_error=bool(row["is_error"]),
+            seq=row[0],
+            item_id=row[1],
+            conversation_id=row[2],
+            run_id=row[3],
+            event_id=row[4],
+            role=row[5],
+            item_type=row[6],
+            text=row[7],
+            data_json=row[8],
+            tool_call_id=row[9],
+            tool_name=row[10],
+            is_error=bool(row[11]),
+            created_at=row[12],
+            cursor=cursor_of(row[0]),
         )
 
     def page_history(self, bot_id: str, conversation_id: str, *, cursor: str, forward: bool, limit: int) -> Page:
@@ -216,8 +230,9 @@ class Conversations:
             bound = " AND seq > ?" if forward else " AND seq < ?"
             params.append(self.cursors.decode("history", scope, cursor))
         order = "ASC" if forward else "DESC"
-        rows = self.db.query(
-            f"SELECT * FROM transcript WHERE bot_id = ? AND conversation_id = ?{bound} ORDER BY seq {order} LIMIT ?",
+        rows = self.db.query_tuples(
+            f"SELECT {_ITEM_COLUMNS} FROM transcript WHERE bot_id = ? AND conversation_id = ?{bound}"
+            f" ORDER BY seq {order} LIMIT ?",
             (*params, limit + 1),
         )
         kept, cut = _within_budget(rows, limit)
@@ -250,8 +265,8 @@ class Conversations:
         if item_types:
             where.append(f"t.item_type IN ({','.join('?' * len(item_types))})")
             params.extend(item_types)
-        rows = self.db.query(
-            "SELECT t.* FROM transcript_fts JOIN transcript t ON t.seq = transcript_fts.rowid"
+        rows = self.db.query_tuples(
+            f"SELECT {_ITEM_COLUMNS_OF_T} FROM transcript_fts JOIN transcript t ON t.seq = transcript_fts.rowid"
             f" WHERE {' AND '.join(where)} ORDER BY bm25(transcript_fts) LIMIT ?",
             (*params, top_k),
         )
@@ -269,8 +284,9 @@ class Conversations:
         return row[0], self.cursors.encode("history", conversation_scope(bot_id, conversation_id), row[1])
 
     def recent(self, bot_id: str, conversation_id: str, limit: int) -> list[pb.TranscriptItem]:
-        rows = self.db.query(
-            "SELECT * FROM transcript WHERE bot_id = ? AND conversation_id = ? ORDER BY seq DESC LIMIT ?",
+        rows = self.db.query_tuples(
+            f"SELECT {_ITEM_COLUMNS} FROM transcript WHERE bot_id = ? AND conversation_id = ?"
+            " ORDER BY seq DESC LIMIT ?",
             (bot_id, conversation_id, limit),
         )
         cursor_of = self._cursor_encoder("history", bot_id, conversation_id)

@@ -101,6 +101,12 @@ class Database:
     def query(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[sqlite3.Row]:
         return self.reader.execute(sql, params).fetchall()
 
+    def query_tuples(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> list[tuple[Any, ...]]:
+        """Plain tuples for hot paths that read columns by position (a Row costs more to build and to index)."""
+        cursor = self.reader.cursor()
+        cursor.row_factory = None
+        return cursor.execute(sql, params).fetchall()
+
     def query_one(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> sqlite3.Row | None:
         return self.reader.execute(sql, params).fetchone()
 
