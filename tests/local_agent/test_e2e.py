@@ -22,6 +22,9 @@ from runners.local_agent.runner import LocalAgentRunner
 from runners.local_agent.testing import FakeProviderServer, openai_text, openai_tool_calls
 from runners.sdk.testing import HostHarness
 
+# Unique to this process, so another test run on the same machine cannot be mistaken for ours.
+SLEEP = f"31.{os.getpid() % 10000:04d}"
+
 
 class Forgetful(LocalAgentRunner):
     """The local agent, with a handle on its instances so a test can wipe its disk between runs."""
@@ -193,7 +196,7 @@ async def test_e2e_runner_killed_mid_tool_call_and_restarted(tmp_path: Path) -> 
         async with HostHarness(tmp_path, builtin=True, policy=policy) as h:
             pp = await h.host.supervisor.wait_ready("agenthost", 30)
             await h.bind("agenthost/local-agent", cfg(server, max_retries=0))
-            server.push(openai_tool_calls([("k1", "shell", {"command": "sleep 31.25"})], text="Running it."))
+            server.push(openai_tool_calls([("k1", "shell", {"command": f"sleep {SLEEP}"})], text="Running it."))
             task = asyncio.create_task(h.send("run the slow job", conversation_id="k"))
             # Wait until the host has recorded the tool call: the runner is inside (or entering) the shell tool.
             deadline = time.monotonic() + 20
@@ -201,14 +204,14 @@ async def test_e2e_runner_killed_mid_tool_call_and_restarted(tmp_path: Path) -> 
                 if any(i.item_type == "tool_call" for i in await history(h, "k")):
                     break
                 await asyncio.sleep(0.05)
-            while not sleepers("31.25") and time.monotonic() < deadline:  # noqa: ASYNC110 — /proc is the signal
+            while not sleepers(SLEEP) and time.monotonic() < deadline:  # noqa: ASYNC110 — /proc is the signal
                 await asyncio.sleep(0.05)
             assert pp.proc is not None
             first_pid = pp.proc.pid
             os.killpg(first_pid, signal.SIGKILL)
             r = await asyncio.wait_for(task, 20)
             assert r.run.status in ("failed", "interrupted"), r.run.status
-            assert sleepers("31.25"), "the shell command should have outlived the killed runner"
+            assert sleepers(SLEEP), "the shell command should have outlived the killed runner"
             # The run can fail before the supervisor has noticed the death; wait for the replacement process.
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:  # noqa: ASYNC110 — the supervisor exposes no restart event
@@ -225,7 +228,7 @@ async def test_e2e_runner_killed_mid_tool_call_and_restarted(tmp_path: Path) -> 
             assert msgs[2]["tool_calls"][0]["id"] == "k1"
             assert msgs[3]["tool_call_id"] == "k1" and "interrupted" in msgs[3]["content"]
             # The restarted runner killed the command its predecessor left running.
-            assert not sleepers("31.25")
+            assert not sleepers(SLEEP)
 
 
 def sleepers(marker: str) -> list[int]:
