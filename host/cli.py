@@ -20,8 +20,7 @@ from host.server import Host, HostAlreadyRunning, default_data_dir
 from protos import common_pb2 as pb
 from protos import errors
 from protos import host_pb2 as hpb
-
-SCOPES = {"run": pb.RUN, "conversation": pb.CONVERSATION, "actor": pb.ACTOR, "binding": pb.BINDING, "runner": pb.RUNNER}
+from runners.sdk.events import STATE_SCOPES
 
 
 def _config_pairs(pairs: list[str]) -> dict[str, Any]:
@@ -109,9 +108,8 @@ async def cmd_plugins(args: argparse.Namespace, c: HostClient) -> int:
         info = await c.call(
             "InstallPlugin", hpb.InstallPluginRequest(source=args.source, offline=args.offline), timeout=900
         )
-        print(
-            f"installed {info.plugin_id} {info.version} ({info.state}); runners: {', '.join(r.runner_id for r in info.runners)}"
-        )
+        runners = ", ".join(r.runner_id for r in info.runners)
+        print(f"installed {info.plugin_id} {info.version} ({info.state}); runners: {runners}")
     elif args.action == "list":
         for p in (await c.call("ListPlugins", hpb.ListPluginsRequest())).plugins:
             flags = ("built-in " if p.builtin else "") + ("" if p.enabled else "disabled ")
@@ -153,16 +151,16 @@ async def cmd_bots(args: argparse.Namespace, c: HostClient) -> int:
             priority=args.priority,
             timeout_seconds=args.timeout,
             apis=args.api,
-            state_scopes=[SCOPES[s] for s in args.scope],
+            state_scopes=[STATE_SCOPES[s] for s in args.scope],
             cross_conversation=args.cross_conversation,
             streaming=not args.no_streaming,
         )
         print(f"bound {args.runner} to {args.bot} for {binding.event_pattern!r} as {binding.binding_id}")
     elif args.action == "bindings":
         for b in (await c.call("ListBindings", hpb.BotRequest(bot=args.bot))).bindings:
-            print(
-                f"{b.binding_id} {b.event_pattern!r} conv={b.conversation_pattern or '*'!r} prio={b.priority} → {b.runner_id} {b.config_json}"
-            )
+            conversations = b.conversation_pattern or "*"
+            route = f"{b.event_pattern!r} conv={conversations!r} prio={b.priority}"
+            print(f"{b.binding_id} {route} → {b.runner_id} {b.config_json}")
     elif args.action == "unbind":
         await c.call("DeleteBinding", hpb.DeleteBindingRequest(binding_id=args.binding_id))
         print(f"deleted binding {args.binding_id}")
@@ -302,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     bind.add_argument("--priority", type=int, default=0)
     bind.add_argument("--timeout", type=float, default=0, help="run deadline in seconds (default 300)")
     bind.add_argument("--api", nargs="*", default=[], help="narrow the APIs granted (default: the manifest's)")
-    bind.add_argument("--scope", nargs="*", default=[], choices=sorted(SCOPES), help="narrow the state scopes")
+    bind.add_argument("--scope", nargs="*", default=[], choices=sorted(STATE_SCOPES), help="narrow the state scopes")
     bind.add_argument(
         "--cross-conversation", nargs="*", default=[], metavar="GLOB", help="other conversations it may read"
     )

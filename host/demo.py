@@ -38,9 +38,7 @@ async def run_demo(*, keep: bool = False) -> int:
                 _say(f'agenthost send assistant "{text}"')
                 await _stream_reply(c, hpb.SendMessageRequest(bot="assistant", text=text, source="cli"))
 
-            _say(
-                f"agenthost plugins install {EXAMPLE.relative_to(Path.cwd()) if EXAMPLE.is_relative_to(Path.cwd()) else EXAMPLE}"
-            )
+            _say("agenthost plugins install plugins/examples/notes-runner")
             info = await c.call("InstallPlugin", hpb.InstallPluginRequest(source=str(EXAMPLE), offline=True))
             print(f"installed {info.plugin_id} {info.version} into its own environment ({info.state})")
             await c.call("CreateBot", hpb.CreateBotRequest(name="notes"))

@@ -14,18 +14,12 @@ import time
 from dataclasses import dataclass, field
 
 from plugins.manifest import API_METHODS, RunnerManifest
-from protos import common_pb2 as pb
 from protos import host_pb2 as hpb
 from protos.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unauthenticated
+from runners.sdk.events import STATE_SCOPES
 
-SCOPE_NAMES = {
-    pb.RUN: "run",
-    pb.CONVERSATION: "conversation",
-    pb.ACTOR: "actor",
-    pb.BINDING: "binding",
-    pb.RUNNER: "runner",
-}
-SCOPE_VALUES = {v: k for k, v in SCOPE_NAMES.items()}
+SCOPE_VALUES = STATE_SCOPES
+SCOPE_NAMES = {v: k for k, v in STATE_SCOPES.items()}
 
 
 def hash_secret(secret: str) -> str:

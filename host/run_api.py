@@ -48,6 +48,11 @@ def _limit(value: int, default: int, cap: int, what: str) -> int:
     return value
 
 
+def _check_offset(ref: pb.ArtifactRef, offset: int) -> None:
+    if offset < 0 or offset > ref.size_bytes:
+        raise errors.OutOfRange(f"offset must be between 0 and {ref.size_bytes}")
+
+
 def _forward(direction: int) -> bool:
     if direction in (pb.DIRECTION_UNSPECIFIED, pb.BACKWARD):
         return False
@@ -125,12 +130,8 @@ def _run_scoped(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
                 raise errors.InvalidArgument(request.message)
             run = self._authorize(context, run_id, method)
             result = await fn(self, run, request)
-        except errors.AgentHostError as exc:
-            self.audit.record(run_id, self._caller(context), method, exc.code.name, exc.message)
-            await errors.abort_with(context, exc)
-            raise  # unreachable: abort raises
         except Exception as exc:
-            await self._internal(context, run_id, method, exc)
+            await self._refuse(context, run_id, method, exc)
             raise  # unreachable: abort raises
         self.audit.record(run_id, run.plugin_id, method, "OK")
         return result
@@ -155,7 +156,12 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         self.state = state
         self.audit = audit
 
-    async def _internal(self, context: grpc.aio.ServicerContext, run_id: str, method: str, exc: Exception) -> None:
+    async def _refuse(self, context: grpc.aio.ServicerContext, run_id: str, method: str, exc: Exception) -> None:
+        """Ends a failed call, audited either way: a domain error with its own status; anything else is a host bug,
+        logged with the run id and answered INTERNAL rather than gRPC's opaque UNKNOWN. Raises (abort does)."""
+        if isinstance(exc, errors.AgentHostError):
+            self.audit.record(run_id, self._caller(context), method, exc.code.name, exc.message)
+            await errors.abort_with(context, exc)
         log.error("run API %s failed for run %s", method, run_id[:128], exc_info=exc)
         self.audit.record(run_id, self._caller(context), method, "INTERNAL", f"{type(exc).__name__}: {exc}")
         await errors.abort_with(context, errors.Internal(f"the host failed to serve {method}; see its log"))
@@ -248,8 +254,7 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
     async def ArtifactReadRange(self, run: ActiveRun, request: api.ArtifactReadRangeRequest) -> api.ArtifactChunk:
         ref = self._artifact(run, request.artifact_id)
         length = _limit(int(request.length), DEFAULT_READ_RANGE, MAX_READ_RANGE, "length")
-        if request.offset < 0 or request.offset > ref.size_bytes:
-            raise errors.OutOfRange(f"offset must be between 0 and {ref.size_bytes}")
+        _check_offset(ref, request.offset)
         data = self.artifacts.read(ref.sha256, request.offset, length)
         return api.ArtifactChunk(
             data=data,
@@ -266,14 +271,9 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
                 raise errors.InvalidArgument(request.message)
             run = self._authorize(context, request.run_id, "ArtifactRead")
             ref = self._artifact(run, request.artifact_id)
-            if request.offset < 0 or request.offset > ref.size_bytes:
-                raise errors.OutOfRange(f"offset must be between 0 and {ref.size_bytes}")
-        except errors.AgentHostError as exc:
-            self.audit.record(request.run_id, self._caller(context), "ArtifactRead", exc.code.name, exc.message)
-            await errors.abort_with(context, exc)
-            return
+            _check_offset(ref, request.offset)
         except Exception as exc:
-            await self._internal(context, request.run_id, "ArtifactRead", exc)
+            await self._refuse(context, request.run_id, "ArtifactRead", exc)
             return
         self.audit.record(request.run_id, run.plugin_id, "ArtifactRead", "OK")
         offset = request.offset
@@ -324,14 +324,10 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
                 run_id=run.run_id,
                 expected_size=header.expected_size,
             )
-        except errors.AgentHostError as exc:
-            self.audit.record(run_id, self._caller(context), "ArtifactCreate", exc.code.name, exc.message)
-            if not isinstance(exc, errors.Cancelled):
-                await _drain(request_iterator)
-            await errors.abort_with(context, exc)
-            raise
         except Exception as exc:
-            await self._internal(context, run_id, "ArtifactCreate", exc)
+            if isinstance(exc, errors.AgentHostError) and not isinstance(exc, errors.Cancelled):
+                await _drain(request_iterator)
+            await self._refuse(context, run_id, "ArtifactCreate", exc)
             raise
         self.audit.record(run_id, run.plugin_id, "ArtifactCreate", "OK", ref.artifact_id)
         return ref

@@ -211,10 +211,10 @@ class Supervisor:
                 if pp.stopping:
                     break
                 if pp.consecutive_failures > self.policy.restart_limit:
-                    pp.set_state("dead")
                     pp.last_error = (
                         f"crash loop: {pp.consecutive_failures} failed starts in a row; last: {pp.last_error}"
                     )
+                    pp.set_state("dead")
                     log.error("plugin %s is dead: %s", pp.spec.plugin_id, pp.last_error)
                     return
                 pp.set_state("backoff")

@@ -2,10 +2,10 @@
 
 Each plugin gets `<data>/plugins/<id>/env`, a virtual environment layered over the host's site-packages (a .pth
 file appends them after the env's own): the plugin's own dependencies install into its env and shadow the host's
-there, while the host's environment and every other plugin's stay untouched. The layering is what gives the plugin the runner
-SDK (agenthost itself) without downloading it again. An install is staged in a scratch env and only replaces an
-installed version once pip succeeded and the plugin's manifests validated; a failure leaves nothing behind and
-says why.
+there, while the host's environment and every other plugin's stay untouched. The layering is what gives the
+plugin the runner SDK (agenthost itself) without downloading it again. An install is staged in a scratch env
+and only replaces an installed version once pip succeeded and the plugin's manifests validated; a failure leaves
+nothing behind and says why.
 """
 
 from __future__ import annotations
@@ -123,12 +123,6 @@ async def install(source: str, plugins_dir: Path, *, offline: bool = False) -> I
             reason = described.get("error") or _tail(err or out) or f"exit code {code}"
             raise InstallError(f"{dist_name} installed, but its runners could not be loaded: {reason}")
         manifests = [RunnerManifest.parse_json(json.dumps(raw)) for raw in described["runners"]]
-        code, out, _ = await _run(
-            str(python),
-            "-c",
-            f"import importlib.metadata as m; d = m.distribution({dist_name!r}); print(d.version); print(d.metadata.get('Summary') or '')",
-        )
-        version, _, description = out.partition("\n")
         final = plugins_dir / plugin_id / "env"
         final.parent.mkdir(parents=True, exist_ok=True)
         if final.exists():
@@ -139,11 +133,11 @@ async def install(source: str, plugins_dir: Path, *, offline: bool = False) -> I
         return InstalledPlugin(
             plugin_id=plugin_id,
             distribution=dist_name,
-            version=version.strip() or "0",
+            version=described.get("version") or "0",
             python=str(final / "bin" / "python"),
             manifests=manifests,
             source=source,
-            description=description.strip(),
+            description=described.get("summary", ""),
         )
     except ManifestError as exc:
         raise InstallError(f"{dist_name}: {exc}") from None

@@ -1,7 +1,8 @@
 """`python -m runners.sdk serve|describe`: the entry point of every runner plugin process.
 
 serve:    started by the host's supervisor; reads its configuration as one JSON line on stdin.
-describe: `--distribution NAME` prints the runners' manifests as JSON (the host's install-time check).
+describe: `--distribution NAME` prints the distribution's version, summary and runner manifests as JSON (the
+          host's install-time check).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 import signal
 import sys
 import threading
+from importlib import metadata
 from pathlib import Path
 
 from runners.sdk.discovery import DiscoveryError, runner_classes
@@ -25,7 +27,13 @@ def _describe(distribution: str) -> int:
     except DiscoveryError as exc:
         print(json.dumps({"error": str(exc)}))
         return 2
-    print(json.dumps({"runners": [cls.manifest.model_dump(mode="json") for cls in classes.values()]}))
+    dist = metadata.distribution(distribution)
+    described = {
+        "version": dist.version,
+        "summary": dist.metadata.get("Summary") or "",
+        "runners": [cls.manifest.model_dump(mode="json") for cls in classes.values()],
+    }
+    print(json.dumps(described))
     return 0
 
 

@@ -14,13 +14,15 @@ from protos import common_pb2 as pb
 
 RunEvent = pb.RunEvent
 
-_SCOPES = {
+# State scope names and their wire values; the one table the SDK, the host's grants and the CLI share.
+STATE_SCOPES: dict[str, int] = {
     "run": pb.RUN,
     "conversation": pb.CONVERSATION,
     "actor": pb.ACTOR,
     "binding": pb.BINDING,
     "runner": pb.RUNNER,
 }
+_SCOPE_NAMES = {v: k for k, v in STATE_SCOPES.items()}
 
 
 def text(delta: str) -> pb.RunEvent:
@@ -61,7 +63,7 @@ def retry(attempt: int, delay_seconds: float, reason: str) -> pb.RunEvent:
 
 
 def state_updated(scope: str, key: str) -> pb.RunEvent:
-    return pb.RunEvent(state_updated=pb.StateUpdated(scope=_SCOPES[scope], key=key))
+    return pb.RunEvent(state_updated=pb.StateUpdated(scope=STATE_SCOPES[scope], key=key))
 
 
 def artifact_created(artifact: pb.ArtifactRef) -> pb.RunEvent:
@@ -108,13 +110,13 @@ def is_terminal(event: pb.RunEvent) -> bool:
 def scope_value(scope: str) -> int:
     """Maps a scope name ("conversation", ...) to its wire enum; raises ValueError for unknown names."""
     try:
-        return _SCOPES[scope]
+        return STATE_SCOPES[scope]
     except KeyError:
-        raise ValueError(f"unknown state scope {scope!r}; expected one of {sorted(_SCOPES)}") from None
+        raise ValueError(f"unknown state scope {scope!r}; expected one of {sorted(STATE_SCOPES)}") from None
 
 
 def scope_name(value: int) -> str:
-    for name, v in _SCOPES.items():
-        if v == value:
-            return name
-    raise ValueError(f"unknown state scope value {value}")
+    try:
+        return _SCOPE_NAMES[value]
+    except KeyError:
+        raise ValueError(f"unknown state scope value {value}") from None
