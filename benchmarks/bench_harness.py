@@ -28,8 +28,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from runners.external_harness.runner import ClaudeCodeRunner, CodexRunner  # noqa: E402
-from runners.sdk.testing import HostHarness  # noqa: E402
+from agenthost.runners.external_harness.runner import ClaudeCodeRunner, CodexRunner  # noqa: E402
+from agenthost.runners.sdk.testing import HostHarness  # noqa: E402
 from tests.external_harness.fake_apis import FakeAnthropic, FakeOpenAI, Request  # noqa: E402
 
 BIN = REPO / ".tools" / "npm" / "node_modules" / ".bin"
@@ -54,7 +54,7 @@ def bare_command(harness: str, binary: str, port: int, root: Path) -> tuple[list
         }
         return [binary, "-p", "--output-format", "stream-json", "--verbose", "--strict-mcp-config"], env
     env |= {"CODEX_HOME": str(root / "config"), "OPENAI_API_KEY": "sk-bench"}
-    from runners.external_harness.codex import BASE_OVERRIDES, toml_value
+    from agenthost.runners.external_harness.codex import BASE_OVERRIDES, toml_value
 
     overrides = dict(BASE_OVERRIDES) | {
         "sandbox_mode": "read-only",

@@ -38,13 +38,13 @@ import grpc
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from host.store.conversations import conversation_scope  # noqa: E402
-from protos import common_pb2 as pb  # noqa: E402
-from protos import run_api_pb2 as api  # noqa: E402
-from protos import run_api_pb2_grpc  # noqa: E402
-from runners.sdk import RunContext, Runner, RunnerManifest, events  # noqa: E402
-from runners.sdk.server import CHANNEL_OPTIONS  # noqa: E402
-from runners.sdk.testing import HostHarness  # noqa: E402
+from agenthost.host.store.conversations import conversation_scope  # noqa: E402
+from agenthost.protos import common_pb2 as pb  # noqa: E402
+from agenthost.protos import run_api_pb2 as api  # noqa: E402
+from agenthost.protos import run_api_pb2_grpc  # noqa: E402
+from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events  # noqa: E402
+from agenthost.runners.sdk.server import CHANNEL_OPTIONS  # noqa: E402
+from agenthost.runners.sdk.testing import HostHarness  # noqa: E402
 
 CONVERSATION = "big"
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda".split()

@@ -27,10 +27,10 @@ REPEATS = 3
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from host.client import HostClient  # noqa: E402
-from protos import host_pb2 as hpb  # noqa: E402
-from protos import runner_pb2, runner_pb2_grpc  # noqa: E402
-from runners.sdk.server import CHANNEL_OPTIONS  # noqa: E402
+from agenthost.host.client import HostClient  # noqa: E402
+from agenthost.protos import host_pb2 as hpb  # noqa: E402
+from agenthost.protos import runner_pb2, runner_pb2_grpc  # noqa: E402
+from agenthost.runners.sdk.server import CHANNEL_OPTIONS  # noqa: E402
 
 
 async def raw_deltas(address: str, n: int, batch: int) -> float:
@@ -71,7 +71,10 @@ async def main(calls: int, deltas: int) -> None:
         [sys.executable, str(ROOT / "benchmarks" / "raw_server.py"), raw_address], stdout=subprocess.PIPE, env=env
     )
     host = subprocess.Popen(
-        [sys.executable, "-m", "host.cli", "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "-m", "agenthost.host.cli", "serve"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         raw.stdout.readline()

@@ -30,8 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from host.client import HostClient  # noqa: E402
-from protos import host_pb2 as hpb  # noqa: E402
+from agenthost.host.client import HostClient  # noqa: E402
+from agenthost.protos import host_pb2 as hpb  # noqa: E402
 
 FAULTY = ROOT / "tests" / "fixtures" / "faulty-plugin"
 
@@ -70,7 +70,7 @@ class LoadHost:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTHOST_TEST", "ANTHROPIC", "OPENAI"))}
         env["AGENTHOST_HOME"] = str(self.work / "home")
         self.proc = subprocess.Popen(  # noqa: ASYNC220
-            [sys.executable, "-m", "host.cli", "serve"],
+            [sys.executable, "-m", "agenthost.host.cli", "serve"],
             env=env,
             cwd=ROOT,
             stdout=subprocess.DEVNULL,

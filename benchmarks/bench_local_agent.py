@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from runners.local_agent.runner import LocalAgentRunner  # noqa: E402
-from runners.local_agent.testing import FakeProviderServer, FakeRunAPI, make_run, openai_text  # noqa: E402
+from agenthost.runners.local_agent.runner import LocalAgentRunner  # noqa: E402
+from agenthost.runners.local_agent.testing import FakeProviderServer, FakeRunAPI, make_run, openai_text  # noqa: E402
 
 REPLY_TEXT = "Sure - here is a short answer of a few dozen tokens, streamed in pieces like a real model does."
 
@@ -110,8 +110,8 @@ import asyncio, json, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from benchmarks.bench_local_agent import rss_kib
-from runners.local_agent.runner import LocalAgentRunner
-from runners.local_agent.testing import FakeRunAPI, make_run
+from agenthost.runners.local_agent.runner import LocalAgentRunner
+from agenthost.runners.local_agent.testing import FakeRunAPI, make_run
 
 async def main(url: str, turns: int) -> None:
     idle = rss_kib()

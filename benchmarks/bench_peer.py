@@ -225,16 +225,16 @@ class AgentHostSide:
     async def start(self) -> None:
         import grpc
 
-        from host.client import HostClient
-        from protos import common_pb2 as pb
-        from protos import host_pb2 as hpb
-        from protos import run_api_pb2 as api
-        from protos import run_api_pb2_grpc
-        from runners.sdk.server import CHANNEL_OPTIONS
+        from agenthost.host.client import HostClient
+        from agenthost.protos import common_pb2 as pb
+        from agenthost.protos import host_pb2 as hpb
+        from agenthost.protos import run_api_pb2 as api
+        from agenthost.protos import run_api_pb2_grpc
+        from agenthost.runners.sdk.server import CHANNEL_OPTIONS
 
         self.hpb, self.api = hpb, api
         self.proc = subprocess.Popen(  # noqa: ASYNC220
-            [sys.executable, "-m", "host.cli", "serve"],
+            [sys.executable, "-m", "agenthost.host.cli", "serve"],
             env=self.env,
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
@@ -321,9 +321,9 @@ class RawSide:
     async def start(self) -> None:
         import grpc
 
-        from protos import run_api_pb2 as api
-        from protos import run_api_pb2_grpc, runner_pb2, runner_pb2_grpc
-        from runners.sdk.server import CHANNEL_OPTIONS
+        from agenthost.protos import run_api_pb2 as api
+        from agenthost.protos import run_api_pb2_grpc, runner_pb2, runner_pb2_grpc
+        from agenthost.runners.sdk.server import CHANNEL_OPTIONS
 
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(  # noqa: ASYNC220

@@ -8,10 +8,10 @@ import sys
 
 import grpc
 
-from protos import common_pb2 as pb
-from protos import run_api_pb2 as api
-from protos import run_api_pb2_grpc, runner_pb2_grpc
-from runners.sdk.server import CHANNEL_OPTIONS
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import run_api_pb2 as api
+from agenthost.protos import run_api_pb2_grpc, runner_pb2_grpc
+from agenthost.runners.sdk.server import CHANNEL_OPTIONS
 
 ITEM = pb.TranscriptItem(
     item_id="it_" + "0" * 32,

@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
-from plugins.install import InstallError
-from plugins.manifest import ManifestError
-from protos import common_pb2 as pb
-from protos import errors
-from protos import host_pb2 as hpb
-from protos import host_pb2_grpc as host_grpc
+from agenthost.plugins.install import InstallError
+from agenthost.plugins.manifest import ManifestError
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import errors
+from agenthost.protos import host_pb2 as hpb
+from agenthost.protos import host_pb2_grpc as host_grpc
 
 if TYPE_CHECKING:
-    from host.server import Host
+    from agenthost.host.server import Host
 
 R = TypeVar("R")
 _PATTERN_CHARS = 256

@@ -15,12 +15,12 @@ from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
-from host.client import HostClient, HostNotRunning, admin_address
-from host.server import Host, HostAlreadyRunning, default_data_dir
-from protos import common_pb2 as pb
-from protos import errors
-from protos import host_pb2 as hpb
-from runners.sdk.events import STATE_SCOPES
+from agenthost.host.client import HostClient, HostNotRunning, admin_address
+from agenthost.host.server import Host, HostAlreadyRunning, default_data_dir
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import errors
+from agenthost.protos import host_pb2 as hpb
+from agenthost.runners.sdk.events import STATE_SCOPES
 
 
 def _config_pairs(pairs: list[str]) -> dict[str, Any]:
@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger().setLevel(logging.INFO)
             return asyncio.run(serve(data_dir))
         if args.command == "demo":
-            from host.demo import run_demo
+            from agenthost.host.demo import run_demo
 
             return asyncio.run(run_demo(keep=args.keep))
         if args.command == "runners" and args.action is None:

@@ -10,10 +10,10 @@ from typing import Any
 
 import grpc
 
-from protos import common_pb2 as pb
-from protos import errors, host_pb2_grpc
-from protos import host_pb2 as hpb
-from runners.sdk.server import CHANNEL_OPTIONS
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import errors, host_pb2_grpc
+from agenthost.protos import host_pb2 as hpb
+from agenthost.runners.sdk.server import CHANNEL_OPTIONS
 
 
 class HostNotRunning(RuntimeError):

@@ -13,10 +13,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from host.cli import _stream_reply
-from host.client import HostClient
-from host.server import Host
-from protos import host_pb2 as hpb
+from agenthost.host.cli import _stream_reply
+from agenthost.host.client import HostClient
+from agenthost.host.server import Host
+from agenthost.protos import host_pb2 as hpb
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "plugins" / "examples" / "notes-runner"
 

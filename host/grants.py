@@ -13,10 +13,10 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
-from plugins.manifest import API_METHODS, RunnerManifest
-from protos import host_pb2 as hpb
-from protos.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unauthenticated
-from runners.sdk.events import STATE_SCOPES
+from agenthost.plugins.manifest import API_METHODS, RunnerManifest
+from agenthost.protos import host_pb2 as hpb
+from agenthost.protos.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unauthenticated
+from agenthost.runners.sdk.events import STATE_SCOPES
 
 SCOPE_VALUES = STATE_SCOPES
 SCOPE_NAMES = {v: k for k, v in STATE_SCOPES.items()}

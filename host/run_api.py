@@ -19,15 +19,15 @@ import grpc
 from google.protobuf import message as pb_message
 from google.protobuf import message_factory
 
-from host.grants import ActiveRun, RunRegistry
-from host.store.artifacts import ArtifactStore
-from host.store.conversations import MAX_PAGE, MAX_TOP_K, Conversations
-from host.store.runs import AuditLog, RunStore
-from host.store.state import MAX_LIST, StateStore, check_key
-from protos import common_pb2 as pb
-from protos import errors
-from protos import run_api_pb2 as api
-from protos import run_api_pb2_grpc as api_grpc
+from agenthost.host.grants import ActiveRun, RunRegistry
+from agenthost.host.store.artifacts import ArtifactStore
+from agenthost.host.store.conversations import MAX_PAGE, MAX_TOP_K, Conversations
+from agenthost.host.store.runs import AuditLog, RunStore
+from agenthost.host.store.state import MAX_LIST, StateStore, check_key
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import errors
+from agenthost.protos import run_api_pb2 as api
+from agenthost.protos import run_api_pb2_grpc as api_grpc
 
 log = logging.getLogger(__name__)
 _current_run: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar("agenthost_run", default=None)

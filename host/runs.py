@@ -26,17 +26,17 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from host.grants import SCOPE_VALUES, ActiveRun, Grant, RunRegistry, hash_secret, new_token
-from host.store.conversations import Conversations, NewItem
-from host.store.registry import Registry
-from host.store.runs import RunStore
-from host.store.state import StateStore
-from host.supervisor import PluginStartError, Supervisor, describe_exit
-from plugins.manifest import RunnerManifest
-from protos import common_pb2 as pb
-from protos import host_pb2 as hpb
-from protos import runner_pb2
-from protos.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from agenthost.host.grants import SCOPE_VALUES, ActiveRun, Grant, RunRegistry, hash_secret, new_token
+from agenthost.host.store.conversations import Conversations, NewItem
+from agenthost.host.store.registry import Registry
+from agenthost.host.store.runs import RunStore
+from agenthost.host.store.state import StateStore
+from agenthost.host.supervisor import PluginStartError, Supervisor, describe_exit
+from agenthost.plugins.manifest import RunnerManifest
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import host_pb2 as hpb
+from agenthost.protos import runner_pb2
+from agenthost.protos.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 
 log = logging.getLogger(__name__)
 

@@ -27,23 +27,23 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from host.admin import AdminServicer, validate_binding
-from host.grants import RunRegistry
-from host.run_api import RunAPIServicer, add_servicer
-from host.runs import HOST_VERSION, RunManager, parse_runner_id
-from host.store.artifacts import ArtifactStore
-from host.store.conversations import Conversations
-from host.store.cursors import CursorCodec
-from host.store.db import Database
-from host.store.registry import PluginRecord, Registry
-from host.store.runs import AuditLog, RunStore
-from host.store.state import StateStore
-from host.supervisor import PluginSpec, PluginStartError, Supervisor, SupervisorPolicy
-from plugins import install as installer
-from plugins.manifest import ManifestError, RunnerManifest
-from protos import errors, host_pb2_grpc
-from protos import host_pb2 as hpb
-from runners.sdk.server import MAX_PENDING_CALLS, SERVER_OPTIONS
+from agenthost.host.admin import AdminServicer, validate_binding
+from agenthost.host.grants import RunRegistry
+from agenthost.host.run_api import RunAPIServicer, add_servicer
+from agenthost.host.runs import HOST_VERSION, RunManager, parse_runner_id
+from agenthost.host.store.artifacts import ArtifactStore
+from agenthost.host.store.conversations import Conversations
+from agenthost.host.store.cursors import CursorCodec
+from agenthost.host.store.db import Database
+from agenthost.host.store.registry import PluginRecord, Registry
+from agenthost.host.store.runs import AuditLog, RunStore
+from agenthost.host.store.state import StateStore
+from agenthost.host.supervisor import PluginSpec, PluginStartError, Supervisor, SupervisorPolicy
+from agenthost.plugins import install as installer
+from agenthost.plugins.manifest import ManifestError, RunnerManifest
+from agenthost.protos import errors, host_pb2_grpc
+from agenthost.protos import host_pb2 as hpb
+from agenthost.runners.sdk.server import MAX_PENDING_CALLS, SERVER_OPTIONS
 
 log = logging.getLogger(__name__)
 

@@ -29,11 +29,11 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from host.grants import RunRegistry, new_token
-from host.store.db import Database
-from plugins.manifest import ManifestError, RunnerManifest
-from protos import runner_pb2, runner_pb2_grpc
-from runners.sdk.server import CHANNEL_OPTIONS, HANDSHAKE_PREFIX, PROTOCOL_VERSION
+from agenthost.host.grants import RunRegistry, new_token
+from agenthost.host.store.db import Database
+from agenthost.plugins.manifest import ManifestError, RunnerManifest
+from agenthost.protos import runner_pb2, runner_pb2_grpc
+from agenthost.runners.sdk.server import CHANNEL_OPTIONS, HANDSHAKE_PREFIX, PROTOCOL_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +107,8 @@ class PluginProcess:
 
 
 class Supervisor:
-    """Owned by host.server.Host. `on_ready(plugin_id, manifests)` lets the host record what a start described.
-    Runs in flight when a process dies learn it from their own broken `Run` stream (host.runs)."""
+    """Owned by agenthost.host.server.Host. `on_ready(plugin_id, manifests)` lets the host record what a start
+    described. Runs in flight when a process dies learn it from their own broken `Run` stream (agenthost.host.runs)."""
 
     def __init__(
         self,
@@ -244,7 +244,7 @@ class Supervisor:
             proc = await asyncio.create_subprocess_exec(
                 spec.python,
                 "-m",
-                "runners.sdk",
+                "agenthost.runners.sdk",
                 "serve",
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -352,7 +352,7 @@ class Supervisor:
     async def attach(
         self, plugin_id: str, address: str, secret: str, manifests: dict[str, RunnerManifest]
     ) -> PluginProcess:
-        """Adopts a runner server this supervisor did not spawn (an in-process one in runners.sdk.testing).
+        """Adopts a runner server this supervisor did not spawn (an in-process one in agenthost.runners.sdk.testing).
         It is not restarted or killed; `stop` only forgets it."""
         pp = self.add(PluginSpec(plugin_id, plugin_id, ""))
         pp.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from runners.sdk.runner import Runner
+    from agenthost.runners.sdk.runner import Runner
 
 PROJECT = "agenthost"
 ENTRY_POINT_GROUP = "agenthost.runners"
@@ -26,5 +26,5 @@ def agenthost_register_runners(register: Callable[[type[Runner]], None]) -> None
     """Register the runner classes this plugin offers by calling ``register(RunnerClass)`` once for each.
 
     Called once in the plugin's own runner process, when the SDK starts serving. Each class must subclass
-    `runners.sdk.Runner` and carry a `manifest`; a duplicate runner name within one plugin is an error.
+    `agenthost.runners.sdk.Runner` and carry a `manifest`; a duplicate runner name within one plugin is an error.
     """

@@ -23,7 +23,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from plugins.manifest import ManifestError, RunnerManifest
+from agenthost.plugins.manifest import ManifestError, RunnerManifest
 
 INSTALL_TIMEOUT = 600.0
 
@@ -113,7 +113,7 @@ async def install(source: str, plugins_dir: Path, *, offline: bool = False) -> I
         if code:
             raise InstallError(f"pip could not install {source}:\n{_tail(err or out)}")
         code, out, err = await _run(
-            str(python), "-m", "runners.sdk", "describe", "--distribution", dist_name, timeout=60
+            str(python), "-m", "agenthost.runners.sdk", "describe", "--distribution", dist_name, timeout=60
         )
         try:
             described = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}

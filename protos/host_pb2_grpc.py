@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from protos import host_pb2 as protos_dot_host__pb2
+from agenthost.protos import host_pb2 as agenthost_dot_protos_dot_host__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in protos/host_pb2_grpc.py depends on'
+        + ' but the generated code in agenthost/protos/host_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,98 +36,98 @@ class AgentHostStub:
         """
         self.GetStatus = channel.unary_unary(
                 '/agenthost.v1.AgentHost/GetStatus',
-                request_serializer=protos_dot_host__pb2.GetStatusRequest.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.HostStatus.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.GetStatusRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.HostStatus.FromString,
                 _registered_method=True)
         self.InstallPlugin = channel.unary_unary(
                 '/agenthost.v1.AgentHost/InstallPlugin',
-                request_serializer=protos_dot_host__pb2.InstallPluginRequest.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.PluginInfo.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.InstallPluginRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.PluginInfo.FromString,
                 _registered_method=True)
         self.ListPlugins = channel.unary_unary(
                 '/agenthost.v1.AgentHost/ListPlugins',
-                request_serializer=protos_dot_host__pb2.ListPluginsRequest.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.ListPluginsResponse.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.ListPluginsRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.ListPluginsResponse.FromString,
                 _registered_method=True)
         self.RemovePlugin = channel.unary_unary(
                 '/agenthost.v1.AgentHost/RemovePlugin',
-                request_serializer=protos_dot_host__pb2.PluginRequest.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.RemovePluginResponse.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.PluginRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.RemovePluginResponse.FromString,
                 _registered_method=True)
         self.SetPluginEnabled = channel.unary_unary(
                 '/agenthost.v1.AgentHost/SetPluginEnabled',
-                request_serializer=protos_dot_host__pb2.SetPluginEnabledRequest.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.PluginInfo.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.SetPluginEnabledRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.PluginInfo.FromString,
                 _registered_method=True)
         self.ListRunners = channel.unary_unary(
                 '/agenthost.v1.AgentHost/ListRunners',
-                request_serializer=protos_dot_host__pb2.ListRunnersRequest.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.ListRunnersResponse.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.ListRunnersRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.ListRunnersResponse.FromString,
                 _registered_method=True)
         self.CreateBot = channel.unary_unary(
                 '/agenthost.v1.AgentHost/CreateBot',
-                request_serializer=protos_dot_host__pb2.CreateBotRequest.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.Bot.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.CreateBotRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.Bot.FromString,
                 _registered_method=True)
         self.ListBots = channel.unary_unary(
                 '/agenthost.v1.AgentHost/ListBots',
-                request_serializer=protos_dot_host__pb2.ListBotsRequest.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.ListBotsResponse.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.ListBotsRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.ListBotsResponse.FromString,
                 _registered_method=True)
         self.DeleteBot = channel.unary_unary(
                 '/agenthost.v1.AgentHost/DeleteBot',
-                request_serializer=protos_dot_host__pb2.BotRequest.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.DeleteBotResponse.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.BotRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.DeleteBotResponse.FromString,
                 _registered_method=True)
         self.CreateBinding = channel.unary_unary(
                 '/agenthost.v1.AgentHost/CreateBinding',
-                request_serializer=protos_dot_host__pb2.CreateBindingRequest.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.Binding.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.CreateBindingRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.Binding.FromString,
                 _registered_method=True)
         self.ListBindings = channel.unary_unary(
                 '/agenthost.v1.AgentHost/ListBindings',
-                request_serializer=protos_dot_host__pb2.BotRequest.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.ListBindingsResponse.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.BotRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.ListBindingsResponse.FromString,
                 _registered_method=True)
         self.DeleteBinding = channel.unary_unary(
                 '/agenthost.v1.AgentHost/DeleteBinding',
-                request_serializer=protos_dot_host__pb2.DeleteBindingRequest.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.DeleteBindingResponse.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.DeleteBindingRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.DeleteBindingResponse.FromString,
                 _registered_method=True)
         self.SendMessage = channel.unary_stream(
                 '/agenthost.v1.AgentHost/SendMessage',
-                request_serializer=protos_dot_host__pb2.SendMessageRequest.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.SendMessageReply.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.SendMessageRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.SendMessageReply.FromString,
                 _registered_method=True)
         self.GetRun = channel.unary_unary(
                 '/agenthost.v1.AgentHost/GetRun',
-                request_serializer=protos_dot_host__pb2.RunRequestById.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.RunInfo.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.RunRequestById.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.RunInfo.FromString,
                 _registered_method=True)
         self.ListRuns = channel.unary_unary(
                 '/agenthost.v1.AgentHost/ListRuns',
-                request_serializer=protos_dot_host__pb2.ListRunsRequest.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.ListRunsResponse.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.ListRunsRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.ListRunsResponse.FromString,
                 _registered_method=True)
         self.CancelRun = channel.unary_unary(
                 '/agenthost.v1.AgentHost/CancelRun',
-                request_serializer=protos_dot_host__pb2.RunRequestById.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.RunInfo.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.RunRequestById.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.RunInfo.FromString,
                 _registered_method=True)
         self.ListRunEvents = channel.unary_unary(
                 '/agenthost.v1.AgentHost/ListRunEvents',
-                request_serializer=protos_dot_host__pb2.ListRunEventsRequest.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.ListRunEventsResponse.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.ListRunEventsRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.ListRunEventsResponse.FromString,
                 _registered_method=True)
         self.ListConversations = channel.unary_unary(
                 '/agenthost.v1.AgentHost/ListConversations',
-                request_serializer=protos_dot_host__pb2.BotRequest.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.ListConversationsResponse.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.BotRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.ListConversationsResponse.FromString,
                 _registered_method=True)
         self.GetHistory = channel.unary_unary(
                 '/agenthost.v1.AgentHost/GetHistory',
-                request_serializer=protos_dot_host__pb2.GetHistoryRequest.SerializeToString,
-                response_deserializer=protos_dot_host__pb2.GetHistoryResponse.FromString,
+                request_serializer=agenthost_dot_protos_dot_host__pb2.GetHistoryRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.GetHistoryResponse.FromString,
                 _registered_method=True)
 
 
@@ -254,98 +254,98 @@ def add_AgentHostServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'GetStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStatus,
-                    request_deserializer=protos_dot_host__pb2.GetStatusRequest.FromString,
-                    response_serializer=protos_dot_host__pb2.HostStatus.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.GetStatusRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.HostStatus.SerializeToString,
             ),
             'InstallPlugin': grpc.unary_unary_rpc_method_handler(
                     servicer.InstallPlugin,
-                    request_deserializer=protos_dot_host__pb2.InstallPluginRequest.FromString,
-                    response_serializer=protos_dot_host__pb2.PluginInfo.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.InstallPluginRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.PluginInfo.SerializeToString,
             ),
             'ListPlugins': grpc.unary_unary_rpc_method_handler(
                     servicer.ListPlugins,
-                    request_deserializer=protos_dot_host__pb2.ListPluginsRequest.FromString,
-                    response_serializer=protos_dot_host__pb2.ListPluginsResponse.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.ListPluginsRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.ListPluginsResponse.SerializeToString,
             ),
             'RemovePlugin': grpc.unary_unary_rpc_method_handler(
                     servicer.RemovePlugin,
-                    request_deserializer=protos_dot_host__pb2.PluginRequest.FromString,
-                    response_serializer=protos_dot_host__pb2.RemovePluginResponse.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.PluginRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.RemovePluginResponse.SerializeToString,
             ),
             'SetPluginEnabled': grpc.unary_unary_rpc_method_handler(
                     servicer.SetPluginEnabled,
-                    request_deserializer=protos_dot_host__pb2.SetPluginEnabledRequest.FromString,
-                    response_serializer=protos_dot_host__pb2.PluginInfo.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.SetPluginEnabledRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.PluginInfo.SerializeToString,
             ),
             'ListRunners': grpc.unary_unary_rpc_method_handler(
                     servicer.ListRunners,
-                    request_deserializer=protos_dot_host__pb2.ListRunnersRequest.FromString,
-                    response_serializer=protos_dot_host__pb2.ListRunnersResponse.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.ListRunnersRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.ListRunnersResponse.SerializeToString,
             ),
             'CreateBot': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateBot,
-                    request_deserializer=protos_dot_host__pb2.CreateBotRequest.FromString,
-                    response_serializer=protos_dot_host__pb2.Bot.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.CreateBotRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.Bot.SerializeToString,
             ),
             'ListBots': grpc.unary_unary_rpc_method_handler(
                     servicer.ListBots,
-                    request_deserializer=protos_dot_host__pb2.ListBotsRequest.FromString,
-                    response_serializer=protos_dot_host__pb2.ListBotsResponse.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.ListBotsRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.ListBotsResponse.SerializeToString,
             ),
             'DeleteBot': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteBot,
-                    request_deserializer=protos_dot_host__pb2.BotRequest.FromString,
-                    response_serializer=protos_dot_host__pb2.DeleteBotResponse.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.BotRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.DeleteBotResponse.SerializeToString,
             ),
             'CreateBinding': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateBinding,
-                    request_deserializer=protos_dot_host__pb2.CreateBindingRequest.FromString,
-                    response_serializer=protos_dot_host__pb2.Binding.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.CreateBindingRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.Binding.SerializeToString,
             ),
             'ListBindings': grpc.unary_unary_rpc_method_handler(
                     servicer.ListBindings,
-                    request_deserializer=protos_dot_host__pb2.BotRequest.FromString,
-                    response_serializer=protos_dot_host__pb2.ListBindingsResponse.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.BotRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.ListBindingsResponse.SerializeToString,
             ),
             'DeleteBinding': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteBinding,
-                    request_deserializer=protos_dot_host__pb2.DeleteBindingRequest.FromString,
-                    response_serializer=protos_dot_host__pb2.DeleteBindingResponse.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.DeleteBindingRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.DeleteBindingResponse.SerializeToString,
             ),
             'SendMessage': grpc.unary_stream_rpc_method_handler(
                     servicer.SendMessage,
-                    request_deserializer=protos_dot_host__pb2.SendMessageRequest.FromString,
-                    response_serializer=protos_dot_host__pb2.SendMessageReply.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.SendMessageRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.SendMessageReply.SerializeToString,
             ),
             'GetRun': grpc.unary_unary_rpc_method_handler(
                     servicer.GetRun,
-                    request_deserializer=protos_dot_host__pb2.RunRequestById.FromString,
-                    response_serializer=protos_dot_host__pb2.RunInfo.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.RunRequestById.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.RunInfo.SerializeToString,
             ),
             'ListRuns': grpc.unary_unary_rpc_method_handler(
                     servicer.ListRuns,
-                    request_deserializer=protos_dot_host__pb2.ListRunsRequest.FromString,
-                    response_serializer=protos_dot_host__pb2.ListRunsResponse.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.ListRunsRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.ListRunsResponse.SerializeToString,
             ),
             'CancelRun': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelRun,
-                    request_deserializer=protos_dot_host__pb2.RunRequestById.FromString,
-                    response_serializer=protos_dot_host__pb2.RunInfo.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.RunRequestById.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.RunInfo.SerializeToString,
             ),
             'ListRunEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListRunEvents,
-                    request_deserializer=protos_dot_host__pb2.ListRunEventsRequest.FromString,
-                    response_serializer=protos_dot_host__pb2.ListRunEventsResponse.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.ListRunEventsRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.ListRunEventsResponse.SerializeToString,
             ),
             'ListConversations': grpc.unary_unary_rpc_method_handler(
                     servicer.ListConversations,
-                    request_deserializer=protos_dot_host__pb2.BotRequest.FromString,
-                    response_serializer=protos_dot_host__pb2.ListConversationsResponse.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.BotRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.ListConversationsResponse.SerializeToString,
             ),
             'GetHistory': grpc.unary_unary_rpc_method_handler(
                     servicer.GetHistory,
-                    request_deserializer=protos_dot_host__pb2.GetHistoryRequest.FromString,
-                    response_serializer=protos_dot_host__pb2.GetHistoryResponse.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.GetHistoryRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.GetHistoryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -373,8 +373,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/GetStatus',
-            protos_dot_host__pb2.GetStatusRequest.SerializeToString,
-            protos_dot_host__pb2.HostStatus.FromString,
+            agenthost_dot_protos_dot_host__pb2.GetStatusRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.HostStatus.FromString,
             options,
             channel_credentials,
             insecure,
@@ -400,8 +400,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/InstallPlugin',
-            protos_dot_host__pb2.InstallPluginRequest.SerializeToString,
-            protos_dot_host__pb2.PluginInfo.FromString,
+            agenthost_dot_protos_dot_host__pb2.InstallPluginRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.PluginInfo.FromString,
             options,
             channel_credentials,
             insecure,
@@ -427,8 +427,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/ListPlugins',
-            protos_dot_host__pb2.ListPluginsRequest.SerializeToString,
-            protos_dot_host__pb2.ListPluginsResponse.FromString,
+            agenthost_dot_protos_dot_host__pb2.ListPluginsRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.ListPluginsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -454,8 +454,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/RemovePlugin',
-            protos_dot_host__pb2.PluginRequest.SerializeToString,
-            protos_dot_host__pb2.RemovePluginResponse.FromString,
+            agenthost_dot_protos_dot_host__pb2.PluginRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.RemovePluginResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -481,8 +481,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/SetPluginEnabled',
-            protos_dot_host__pb2.SetPluginEnabledRequest.SerializeToString,
-            protos_dot_host__pb2.PluginInfo.FromString,
+            agenthost_dot_protos_dot_host__pb2.SetPluginEnabledRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.PluginInfo.FromString,
             options,
             channel_credentials,
             insecure,
@@ -508,8 +508,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/ListRunners',
-            protos_dot_host__pb2.ListRunnersRequest.SerializeToString,
-            protos_dot_host__pb2.ListRunnersResponse.FromString,
+            agenthost_dot_protos_dot_host__pb2.ListRunnersRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.ListRunnersResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -535,8 +535,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/CreateBot',
-            protos_dot_host__pb2.CreateBotRequest.SerializeToString,
-            protos_dot_host__pb2.Bot.FromString,
+            agenthost_dot_protos_dot_host__pb2.CreateBotRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.Bot.FromString,
             options,
             channel_credentials,
             insecure,
@@ -562,8 +562,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/ListBots',
-            protos_dot_host__pb2.ListBotsRequest.SerializeToString,
-            protos_dot_host__pb2.ListBotsResponse.FromString,
+            agenthost_dot_protos_dot_host__pb2.ListBotsRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.ListBotsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -589,8 +589,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/DeleteBot',
-            protos_dot_host__pb2.BotRequest.SerializeToString,
-            protos_dot_host__pb2.DeleteBotResponse.FromString,
+            agenthost_dot_protos_dot_host__pb2.BotRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.DeleteBotResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -616,8 +616,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/CreateBinding',
-            protos_dot_host__pb2.CreateBindingRequest.SerializeToString,
-            protos_dot_host__pb2.Binding.FromString,
+            agenthost_dot_protos_dot_host__pb2.CreateBindingRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.Binding.FromString,
             options,
             channel_credentials,
             insecure,
@@ -643,8 +643,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/ListBindings',
-            protos_dot_host__pb2.BotRequest.SerializeToString,
-            protos_dot_host__pb2.ListBindingsResponse.FromString,
+            agenthost_dot_protos_dot_host__pb2.BotRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.ListBindingsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -670,8 +670,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/DeleteBinding',
-            protos_dot_host__pb2.DeleteBindingRequest.SerializeToString,
-            protos_dot_host__pb2.DeleteBindingResponse.FromString,
+            agenthost_dot_protos_dot_host__pb2.DeleteBindingRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.DeleteBindingResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -697,8 +697,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/SendMessage',
-            protos_dot_host__pb2.SendMessageRequest.SerializeToString,
-            protos_dot_host__pb2.SendMessageReply.FromString,
+            agenthost_dot_protos_dot_host__pb2.SendMessageRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.SendMessageReply.FromString,
             options,
             channel_credentials,
             insecure,
@@ -724,8 +724,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/GetRun',
-            protos_dot_host__pb2.RunRequestById.SerializeToString,
-            protos_dot_host__pb2.RunInfo.FromString,
+            agenthost_dot_protos_dot_host__pb2.RunRequestById.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.RunInfo.FromString,
             options,
             channel_credentials,
             insecure,
@@ -751,8 +751,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/ListRuns',
-            protos_dot_host__pb2.ListRunsRequest.SerializeToString,
-            protos_dot_host__pb2.ListRunsResponse.FromString,
+            agenthost_dot_protos_dot_host__pb2.ListRunsRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.ListRunsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -778,8 +778,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/CancelRun',
-            protos_dot_host__pb2.RunRequestById.SerializeToString,
-            protos_dot_host__pb2.RunInfo.FromString,
+            agenthost_dot_protos_dot_host__pb2.RunRequestById.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.RunInfo.FromString,
             options,
             channel_credentials,
             insecure,
@@ -805,8 +805,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/ListRunEvents',
-            protos_dot_host__pb2.ListRunEventsRequest.SerializeToString,
-            protos_dot_host__pb2.ListRunEventsResponse.FromString,
+            agenthost_dot_protos_dot_host__pb2.ListRunEventsRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.ListRunEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -832,8 +832,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/ListConversations',
-            protos_dot_host__pb2.BotRequest.SerializeToString,
-            protos_dot_host__pb2.ListConversationsResponse.FromString,
+            agenthost_dot_protos_dot_host__pb2.BotRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.ListConversationsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -859,8 +859,8 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/GetHistory',
-            protos_dot_host__pb2.GetHistoryRequest.SerializeToString,
-            protos_dot_host__pb2.GetHistoryResponse.FromString,
+            agenthost_dot_protos_dot_host__pb2.GetHistoryRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.GetHistoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

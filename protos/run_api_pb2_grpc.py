@@ -3,8 +3,8 @@
 import grpc
 import warnings
 
-from protos import common_pb2 as protos_dot_common__pb2
-from protos import run_api_pb2 as protos_dot_run__api__pb2
+from agenthost.protos import common_pb2 as agenthost_dot_protos_dot_common__pb2
+from agenthost.protos import run_api_pb2 as agenthost_dot_protos_dot_run__api__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -19,7 +19,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in protos/run_api_pb2_grpc.py depends on'
+        + ' but the generated code in agenthost/protos/run_api_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -37,63 +37,63 @@ class AgentRunAPIProxyStub:
         """
         self.HistoryPage = channel.unary_unary(
                 '/agenthost.v1.AgentRunAPIProxy/HistoryPage',
-                request_serializer=protos_dot_run__api__pb2.HistoryPageRequest.SerializeToString,
-                response_deserializer=protos_dot_run__api__pb2.HistoryPageResponse.FromString,
+                request_serializer=agenthost_dot_protos_dot_run__api__pb2.HistoryPageRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_run__api__pb2.HistoryPageResponse.FromString,
                 _registered_method=True)
         self.HistorySearch = channel.unary_unary(
                 '/agenthost.v1.AgentRunAPIProxy/HistorySearch',
-                request_serializer=protos_dot_run__api__pb2.HistorySearchRequest.SerializeToString,
-                response_deserializer=protos_dot_run__api__pb2.HistorySearchResponse.FromString,
+                request_serializer=agenthost_dot_protos_dot_run__api__pb2.HistorySearchRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_run__api__pb2.HistorySearchResponse.FromString,
                 _registered_method=True)
         self.EventGet = channel.unary_unary(
                 '/agenthost.v1.AgentRunAPIProxy/EventGet',
-                request_serializer=protos_dot_run__api__pb2.EventGetRequest.SerializeToString,
-                response_deserializer=protos_dot_common__pb2.EventRecord.FromString,
+                request_serializer=agenthost_dot_protos_dot_run__api__pb2.EventGetRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_common__pb2.EventRecord.FromString,
                 _registered_method=True)
         self.EventPage = channel.unary_unary(
                 '/agenthost.v1.AgentRunAPIProxy/EventPage',
-                request_serializer=protos_dot_run__api__pb2.EventPageRequest.SerializeToString,
-                response_deserializer=protos_dot_run__api__pb2.EventPageResponse.FromString,
+                request_serializer=agenthost_dot_protos_dot_run__api__pb2.EventPageRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_run__api__pb2.EventPageResponse.FromString,
                 _registered_method=True)
         self.ArtifactMetadata = channel.unary_unary(
                 '/agenthost.v1.AgentRunAPIProxy/ArtifactMetadata',
-                request_serializer=protos_dot_run__api__pb2.ArtifactMetadataRequest.SerializeToString,
-                response_deserializer=protos_dot_common__pb2.ArtifactRef.FromString,
+                request_serializer=agenthost_dot_protos_dot_run__api__pb2.ArtifactMetadataRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_common__pb2.ArtifactRef.FromString,
                 _registered_method=True)
         self.ArtifactReadRange = channel.unary_unary(
                 '/agenthost.v1.AgentRunAPIProxy/ArtifactReadRange',
-                request_serializer=protos_dot_run__api__pb2.ArtifactReadRangeRequest.SerializeToString,
-                response_deserializer=protos_dot_run__api__pb2.ArtifactChunk.FromString,
+                request_serializer=agenthost_dot_protos_dot_run__api__pb2.ArtifactReadRangeRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_run__api__pb2.ArtifactChunk.FromString,
                 _registered_method=True)
         self.ArtifactRead = channel.unary_stream(
                 '/agenthost.v1.AgentRunAPIProxy/ArtifactRead',
-                request_serializer=protos_dot_run__api__pb2.ArtifactReadRequest.SerializeToString,
-                response_deserializer=protos_dot_run__api__pb2.ArtifactChunk.FromString,
+                request_serializer=agenthost_dot_protos_dot_run__api__pb2.ArtifactReadRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_run__api__pb2.ArtifactChunk.FromString,
                 _registered_method=True)
         self.ArtifactCreate = channel.stream_unary(
                 '/agenthost.v1.AgentRunAPIProxy/ArtifactCreate',
-                request_serializer=protos_dot_run__api__pb2.ArtifactUpload.SerializeToString,
-                response_deserializer=protos_dot_common__pb2.ArtifactRef.FromString,
+                request_serializer=agenthost_dot_protos_dot_run__api__pb2.ArtifactUpload.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_common__pb2.ArtifactRef.FromString,
                 _registered_method=True)
         self.StateGet = channel.unary_unary(
                 '/agenthost.v1.AgentRunAPIProxy/StateGet',
-                request_serializer=protos_dot_run__api__pb2.StateGetRequest.SerializeToString,
-                response_deserializer=protos_dot_run__api__pb2.StateValue.FromString,
+                request_serializer=agenthost_dot_protos_dot_run__api__pb2.StateGetRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_run__api__pb2.StateValue.FromString,
                 _registered_method=True)
         self.StateSet = channel.unary_unary(
                 '/agenthost.v1.AgentRunAPIProxy/StateSet',
-                request_serializer=protos_dot_run__api__pb2.StateSetRequest.SerializeToString,
-                response_deserializer=protos_dot_run__api__pb2.StateValue.FromString,
+                request_serializer=agenthost_dot_protos_dot_run__api__pb2.StateSetRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_run__api__pb2.StateValue.FromString,
                 _registered_method=True)
         self.StateDelete = channel.unary_unary(
                 '/agenthost.v1.AgentRunAPIProxy/StateDelete',
-                request_serializer=protos_dot_run__api__pb2.StateDeleteRequest.SerializeToString,
-                response_deserializer=protos_dot_run__api__pb2.StateDeleteResponse.FromString,
+                request_serializer=agenthost_dot_protos_dot_run__api__pb2.StateDeleteRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_run__api__pb2.StateDeleteResponse.FromString,
                 _registered_method=True)
         self.StateList = channel.unary_unary(
                 '/agenthost.v1.AgentRunAPIProxy/StateList',
-                request_serializer=protos_dot_run__api__pb2.StateListRequest.SerializeToString,
-                response_deserializer=protos_dot_run__api__pb2.StateListResponse.FromString,
+                request_serializer=agenthost_dot_protos_dot_run__api__pb2.StateListRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_run__api__pb2.StateListResponse.FromString,
                 _registered_method=True)
 
 
@@ -178,63 +178,63 @@ def add_AgentRunAPIProxyServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'HistoryPage': grpc.unary_unary_rpc_method_handler(
                     servicer.HistoryPage,
-                    request_deserializer=protos_dot_run__api__pb2.HistoryPageRequest.FromString,
-                    response_serializer=protos_dot_run__api__pb2.HistoryPageResponse.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_run__api__pb2.HistoryPageRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_run__api__pb2.HistoryPageResponse.SerializeToString,
             ),
             'HistorySearch': grpc.unary_unary_rpc_method_handler(
                     servicer.HistorySearch,
-                    request_deserializer=protos_dot_run__api__pb2.HistorySearchRequest.FromString,
-                    response_serializer=protos_dot_run__api__pb2.HistorySearchResponse.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_run__api__pb2.HistorySearchRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_run__api__pb2.HistorySearchResponse.SerializeToString,
             ),
             'EventGet': grpc.unary_unary_rpc_method_handler(
                     servicer.EventGet,
-                    request_deserializer=protos_dot_run__api__pb2.EventGetRequest.FromString,
-                    response_serializer=protos_dot_common__pb2.EventRecord.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_run__api__pb2.EventGetRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_common__pb2.EventRecord.SerializeToString,
             ),
             'EventPage': grpc.unary_unary_rpc_method_handler(
                     servicer.EventPage,
-                    request_deserializer=protos_dot_run__api__pb2.EventPageRequest.FromString,
-                    response_serializer=protos_dot_run__api__pb2.EventPageResponse.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_run__api__pb2.EventPageRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_run__api__pb2.EventPageResponse.SerializeToString,
             ),
             'ArtifactMetadata': grpc.unary_unary_rpc_method_handler(
                     servicer.ArtifactMetadata,
-                    request_deserializer=protos_dot_run__api__pb2.ArtifactMetadataRequest.FromString,
-                    response_serializer=protos_dot_common__pb2.ArtifactRef.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_run__api__pb2.ArtifactMetadataRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_common__pb2.ArtifactRef.SerializeToString,
             ),
             'ArtifactReadRange': grpc.unary_unary_rpc_method_handler(
                     servicer.ArtifactReadRange,
-                    request_deserializer=protos_dot_run__api__pb2.ArtifactReadRangeRequest.FromString,
-                    response_serializer=protos_dot_run__api__pb2.ArtifactChunk.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_run__api__pb2.ArtifactReadRangeRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_run__api__pb2.ArtifactChunk.SerializeToString,
             ),
             'ArtifactRead': grpc.unary_stream_rpc_method_handler(
                     servicer.ArtifactRead,
-                    request_deserializer=protos_dot_run__api__pb2.ArtifactReadRequest.FromString,
-                    response_serializer=protos_dot_run__api__pb2.ArtifactChunk.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_run__api__pb2.ArtifactReadRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_run__api__pb2.ArtifactChunk.SerializeToString,
             ),
             'ArtifactCreate': grpc.stream_unary_rpc_method_handler(
                     servicer.ArtifactCreate,
-                    request_deserializer=protos_dot_run__api__pb2.ArtifactUpload.FromString,
-                    response_serializer=protos_dot_common__pb2.ArtifactRef.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_run__api__pb2.ArtifactUpload.FromString,
+                    response_serializer=agenthost_dot_protos_dot_common__pb2.ArtifactRef.SerializeToString,
             ),
             'StateGet': grpc.unary_unary_rpc_method_handler(
                     servicer.StateGet,
-                    request_deserializer=protos_dot_run__api__pb2.StateGetRequest.FromString,
-                    response_serializer=protos_dot_run__api__pb2.StateValue.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_run__api__pb2.StateGetRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_run__api__pb2.StateValue.SerializeToString,
             ),
             'StateSet': grpc.unary_unary_rpc_method_handler(
                     servicer.StateSet,
-                    request_deserializer=protos_dot_run__api__pb2.StateSetRequest.FromString,
-                    response_serializer=protos_dot_run__api__pb2.StateValue.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_run__api__pb2.StateSetRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_run__api__pb2.StateValue.SerializeToString,
             ),
             'StateDelete': grpc.unary_unary_rpc_method_handler(
                     servicer.StateDelete,
-                    request_deserializer=protos_dot_run__api__pb2.StateDeleteRequest.FromString,
-                    response_serializer=protos_dot_run__api__pb2.StateDeleteResponse.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_run__api__pb2.StateDeleteRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_run__api__pb2.StateDeleteResponse.SerializeToString,
             ),
             'StateList': grpc.unary_unary_rpc_method_handler(
                     servicer.StateList,
-                    request_deserializer=protos_dot_run__api__pb2.StateListRequest.FromString,
-                    response_serializer=protos_dot_run__api__pb2.StateListResponse.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_run__api__pb2.StateListRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_run__api__pb2.StateListResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -262,8 +262,8 @@ class AgentRunAPIProxy:
             request,
             target,
             '/agenthost.v1.AgentRunAPIProxy/HistoryPage',
-            protos_dot_run__api__pb2.HistoryPageRequest.SerializeToString,
-            protos_dot_run__api__pb2.HistoryPageResponse.FromString,
+            agenthost_dot_protos_dot_run__api__pb2.HistoryPageRequest.SerializeToString,
+            agenthost_dot_protos_dot_run__api__pb2.HistoryPageResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -289,8 +289,8 @@ class AgentRunAPIProxy:
             request,
             target,
             '/agenthost.v1.AgentRunAPIProxy/HistorySearch',
-            protos_dot_run__api__pb2.HistorySearchRequest.SerializeToString,
-            protos_dot_run__api__pb2.HistorySearchResponse.FromString,
+            agenthost_dot_protos_dot_run__api__pb2.HistorySearchRequest.SerializeToString,
+            agenthost_dot_protos_dot_run__api__pb2.HistorySearchResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -316,8 +316,8 @@ class AgentRunAPIProxy:
             request,
             target,
             '/agenthost.v1.AgentRunAPIProxy/EventGet',
-            protos_dot_run__api__pb2.EventGetRequest.SerializeToString,
-            protos_dot_common__pb2.EventRecord.FromString,
+            agenthost_dot_protos_dot_run__api__pb2.EventGetRequest.SerializeToString,
+            agenthost_dot_protos_dot_common__pb2.EventRecord.FromString,
             options,
             channel_credentials,
             insecure,
@@ -343,8 +343,8 @@ class AgentRunAPIProxy:
             request,
             target,
             '/agenthost.v1.AgentRunAPIProxy/EventPage',
-            protos_dot_run__api__pb2.EventPageRequest.SerializeToString,
-            protos_dot_run__api__pb2.EventPageResponse.FromString,
+            agenthost_dot_protos_dot_run__api__pb2.EventPageRequest.SerializeToString,
+            agenthost_dot_protos_dot_run__api__pb2.EventPageResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -370,8 +370,8 @@ class AgentRunAPIProxy:
             request,
             target,
             '/agenthost.v1.AgentRunAPIProxy/ArtifactMetadata',
-            protos_dot_run__api__pb2.ArtifactMetadataRequest.SerializeToString,
-            protos_dot_common__pb2.ArtifactRef.FromString,
+            agenthost_dot_protos_dot_run__api__pb2.ArtifactMetadataRequest.SerializeToString,
+            agenthost_dot_protos_dot_common__pb2.ArtifactRef.FromString,
             options,
             channel_credentials,
             insecure,
@@ -397,8 +397,8 @@ class AgentRunAPIProxy:
             request,
             target,
             '/agenthost.v1.AgentRunAPIProxy/ArtifactReadRange',
-            protos_dot_run__api__pb2.ArtifactReadRangeRequest.SerializeToString,
-            protos_dot_run__api__pb2.ArtifactChunk.FromString,
+            agenthost_dot_protos_dot_run__api__pb2.ArtifactReadRangeRequest.SerializeToString,
+            agenthost_dot_protos_dot_run__api__pb2.ArtifactChunk.FromString,
             options,
             channel_credentials,
             insecure,
@@ -424,8 +424,8 @@ class AgentRunAPIProxy:
             request,
             target,
             '/agenthost.v1.AgentRunAPIProxy/ArtifactRead',
-            protos_dot_run__api__pb2.ArtifactReadRequest.SerializeToString,
-            protos_dot_run__api__pb2.ArtifactChunk.FromString,
+            agenthost_dot_protos_dot_run__api__pb2.ArtifactReadRequest.SerializeToString,
+            agenthost_dot_protos_dot_run__api__pb2.ArtifactChunk.FromString,
             options,
             channel_credentials,
             insecure,
@@ -451,8 +451,8 @@ class AgentRunAPIProxy:
             request_iterator,
             target,
             '/agenthost.v1.AgentRunAPIProxy/ArtifactCreate',
-            protos_dot_run__api__pb2.ArtifactUpload.SerializeToString,
-            protos_dot_common__pb2.ArtifactRef.FromString,
+            agenthost_dot_protos_dot_run__api__pb2.ArtifactUpload.SerializeToString,
+            agenthost_dot_protos_dot_common__pb2.ArtifactRef.FromString,
             options,
             channel_credentials,
             insecure,
@@ -478,8 +478,8 @@ class AgentRunAPIProxy:
             request,
             target,
             '/agenthost.v1.AgentRunAPIProxy/StateGet',
-            protos_dot_run__api__pb2.StateGetRequest.SerializeToString,
-            protos_dot_run__api__pb2.StateValue.FromString,
+            agenthost_dot_protos_dot_run__api__pb2.StateGetRequest.SerializeToString,
+            agenthost_dot_protos_dot_run__api__pb2.StateValue.FromString,
             options,
             channel_credentials,
             insecure,
@@ -505,8 +505,8 @@ class AgentRunAPIProxy:
             request,
             target,
             '/agenthost.v1.AgentRunAPIProxy/StateSet',
-            protos_dot_run__api__pb2.StateSetRequest.SerializeToString,
-            protos_dot_run__api__pb2.StateValue.FromString,
+            agenthost_dot_protos_dot_run__api__pb2.StateSetRequest.SerializeToString,
+            agenthost_dot_protos_dot_run__api__pb2.StateValue.FromString,
             options,
             channel_credentials,
             insecure,
@@ -532,8 +532,8 @@ class AgentRunAPIProxy:
             request,
             target,
             '/agenthost.v1.AgentRunAPIProxy/StateDelete',
-            protos_dot_run__api__pb2.StateDeleteRequest.SerializeToString,
-            protos_dot_run__api__pb2.StateDeleteResponse.FromString,
+            agenthost_dot_protos_dot_run__api__pb2.StateDeleteRequest.SerializeToString,
+            agenthost_dot_protos_dot_run__api__pb2.StateDeleteResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -559,8 +559,8 @@ class AgentRunAPIProxy:
             request,
             target,
             '/agenthost.v1.AgentRunAPIProxy/StateList',
-            protos_dot_run__api__pb2.StateListRequest.SerializeToString,
-            protos_dot_run__api__pb2.StateListResponse.FromString,
+            agenthost_dot_protos_dot_run__api__pb2.StateListRequest.SerializeToString,
+            agenthost_dot_protos_dot_run__api__pb2.StateListResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -3,8 +3,8 @@
 import grpc
 import warnings
 
-from protos import common_pb2 as protos_dot_common__pb2
-from protos import runner_pb2 as protos_dot_runner__pb2
+from agenthost.protos import common_pb2 as agenthost_dot_protos_dot_common__pb2
+from agenthost.protos import runner_pb2 as agenthost_dot_protos_dot_runner__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -19,7 +19,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in protos/runner_pb2_grpc.py depends on'
+        + ' but the generated code in agenthost/protos/runner_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -37,18 +37,18 @@ class RunnerStub:
         """
         self.Describe = channel.unary_unary(
                 '/agenthost.v1.Runner/Describe',
-                request_serializer=protos_dot_runner__pb2.DescribeRequest.SerializeToString,
-                response_deserializer=protos_dot_runner__pb2.DescribeResponse.FromString,
+                request_serializer=agenthost_dot_protos_dot_runner__pb2.DescribeRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_runner__pb2.DescribeResponse.FromString,
                 _registered_method=True)
         self.Run = channel.unary_stream(
                 '/agenthost.v1.Runner/Run',
-                request_serializer=protos_dot_runner__pb2.RunRequest.SerializeToString,
-                response_deserializer=protos_dot_common__pb2.RunEventBatch.FromString,
+                request_serializer=agenthost_dot_protos_dot_runner__pb2.RunRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_common__pb2.RunEventBatch.FromString,
                 _registered_method=True)
         self.Shutdown = channel.unary_unary(
                 '/agenthost.v1.Runner/Shutdown',
-                request_serializer=protos_dot_runner__pb2.ShutdownRequest.SerializeToString,
-                response_deserializer=protos_dot_runner__pb2.ShutdownResponse.FromString,
+                request_serializer=agenthost_dot_protos_dot_runner__pb2.ShutdownRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_runner__pb2.ShutdownResponse.FromString,
                 _registered_method=True)
 
 
@@ -81,18 +81,18 @@ def add_RunnerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Describe': grpc.unary_unary_rpc_method_handler(
                     servicer.Describe,
-                    request_deserializer=protos_dot_runner__pb2.DescribeRequest.FromString,
-                    response_serializer=protos_dot_runner__pb2.DescribeResponse.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_runner__pb2.DescribeRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_runner__pb2.DescribeResponse.SerializeToString,
             ),
             'Run': grpc.unary_stream_rpc_method_handler(
                     servicer.Run,
-                    request_deserializer=protos_dot_runner__pb2.RunRequest.FromString,
-                    response_serializer=protos_dot_common__pb2.RunEventBatch.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_runner__pb2.RunRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_common__pb2.RunEventBatch.SerializeToString,
             ),
             'Shutdown': grpc.unary_unary_rpc_method_handler(
                     servicer.Shutdown,
-                    request_deserializer=protos_dot_runner__pb2.ShutdownRequest.FromString,
-                    response_serializer=protos_dot_runner__pb2.ShutdownResponse.SerializeToString,
+                    request_deserializer=agenthost_dot_protos_dot_runner__pb2.ShutdownRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_runner__pb2.ShutdownResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -120,8 +120,8 @@ class Runner:
             request,
             target,
             '/agenthost.v1.Runner/Describe',
-            protos_dot_runner__pb2.DescribeRequest.SerializeToString,
-            protos_dot_runner__pb2.DescribeResponse.FromString,
+            agenthost_dot_protos_dot_runner__pb2.DescribeRequest.SerializeToString,
+            agenthost_dot_protos_dot_runner__pb2.DescribeResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -147,8 +147,8 @@ class Runner:
             request,
             target,
             '/agenthost.v1.Runner/Run',
-            protos_dot_runner__pb2.RunRequest.SerializeToString,
-            protos_dot_common__pb2.RunEventBatch.FromString,
+            agenthost_dot_protos_dot_runner__pb2.RunRequest.SerializeToString,
+            agenthost_dot_protos_dot_common__pb2.RunEventBatch.FromString,
             options,
             channel_credentials,
             insecure,
@@ -174,8 +174,8 @@ class Runner:
             request,
             target,
             '/agenthost.v1.Runner/Shutdown',
-            protos_dot_runner__pb2.ShutdownRequest.SerializeToString,
-            protos_dot_runner__pb2.ShutdownResponse.FromString,
+            agenthost_dot_protos_dot_runner__pb2.ShutdownRequest.SerializeToString,
+            agenthost_dot_protos_dot_runner__pb2.ShutdownResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -27,7 +27,7 @@ def env(tmp_path):
 
 def cli(env, *args, check=True, timeout=120):
     proc = subprocess.run(
-        [sys.executable, "-m", "host.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "agenthost.host.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"agenthost {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
@@ -36,7 +36,7 @@ def cli(env, *args, check=True, timeout=120):
 
 def start_host(env):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "host.cli", "serve"],
+        [sys.executable, "-m", "agenthost.host.cli", "serve"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -56,7 +56,7 @@ def start_host(env):
 
 
 def runner_pids():
-    out = subprocess.run(["pgrep", "-f", "runners.sdk serve"], capture_output=True, text=True).stdout
+    out = subprocess.run(["pgrep", "-f", "agenthost.runners.sdk serve"], capture_output=True, text=True).stdout
     return {int(p) for p in out.split()}
 
 
@@ -97,7 +97,7 @@ def test_user_flow_kill_and_restart(env):
         cli(env, "bots", "create", "slow")
         cli(env, "bots", "bind", "slow", "--runner", "agenthost-faulty/faulty")
         sender = subprocess.Popen(
-            [sys.executable, "-m", "host.cli", "send", "slow", "sleep"],
+            [sys.executable, "-m", "agenthost.host.cli", "send", "slow", "sleep"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from host.client import HostClient
-from host.server import Host
-from protos import errors
-from protos import host_pb2 as hpb
-from runners.sdk import RunContext, Runner, RunnerManifest, events
+from agenthost.host.client import HostClient
+from agenthost.host.server import Host
+from agenthost.protos import errors
+from agenthost.protos import host_pb2 as hpb
+from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
 
 pytestmark = pytest.mark.slow
 NOTES = Path(__file__).resolve().parent.parent / "plugins" / "examples" / "notes-runner"

@@ -11,12 +11,12 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from protos import common_pb2 as pb
-from protos import run_api_pb2 as api
-from protos import run_api_pb2_grpc
-from protos.errors import PermissionDenied
-from runners.sdk import RunContext, Runner, RunnerManifest, RunnerPermissions, events
-from runners.sdk.testing import HostHarness
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import run_api_pb2 as api
+from agenthost.protos import run_api_pb2_grpc
+from agenthost.protos.errors import PermissionDenied
+from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, RunnerPermissions, events
+from agenthost.runners.sdk.testing import HostHarness
 
 SC = grpc.StatusCode
 

@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from plugins.manifest import ContextNeeds
-from protos import common_pb2 as pb
-from protos import errors, host_pb2_grpc
-from protos import host_pb2 as hpb
-from runners.sdk import RunContext, Runner, RunnerManifest, events
-from runners.sdk.testing import HostHarness
+from agenthost.plugins.manifest import ContextNeeds
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import errors, host_pb2_grpc
+from agenthost.protos import host_pb2 as hpb
+from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
+from agenthost.runners.sdk.testing import HostHarness
 
 
 class Scripted(Runner):

@@ -7,12 +7,12 @@ import sqlite3
 
 import pytest
 
-from host.store.artifacts import ArtifactStore
-from host.store.cursors import CursorCodec
-from host.store.db import Database, connect
-from host.store.migrations import MIGRATIONS, migrate
-from host.store.state import StateStore
-from protos import errors
+from agenthost.host.store.artifacts import ArtifactStore
+from agenthost.host.store.cursors import CursorCodec
+from agenthost.host.store.db import Database, connect
+from agenthost.host.store.migrations import MIGRATIONS, migrate
+from agenthost.host.store.state import StateStore
+from agenthost.protos import errors
 
 
 @pytest.fixture
@@ -120,12 +120,12 @@ async def test_artifacts_dedupe_and_cut_uploads_leave_nothing(db, tmp_path):
 
 
 async def test_conversation_stats_follow_the_transcript_and_survive_migration(tmp_path):
-    from host.store.conversations import Conversations, NewItem
+    from agenthost.host.store.conversations import Conversations, NewItem
 
     path = tmp_path / "s.db"
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("BEGIN")
-    for statement in __import__("host.store.migrations", fromlist=["x"])._statements(MIGRATIONS[0]):
+    for statement in __import__("agenthost.host.store.migrations", fromlist=["x"])._statements(MIGRATIONS[0]):
         conn.execute(statement)
     conn.execute("PRAGMA user_version = 1")
     conn.execute("COMMIT")

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from host.client import HostClient
-from host.server import Host
-from host.supervisor import SupervisorPolicy
-from protos import errors
-from protos import host_pb2 as hpb
+from agenthost.host.client import HostClient
+from agenthost.host.server import Host
+from agenthost.host.supervisor import SupervisorPolicy
+from agenthost.protos import errors
+from agenthost.protos import host_pb2 as hpb
 
 pytestmark = pytest.mark.slow
 FAULTY = str(Path(__file__).parent / "fixtures" / "faulty-plugin")
@@ -142,7 +142,7 @@ async def test_shutdown_ladder_kills_grandchildren_and_term_ignorers(host):
 
 async def test_second_host_on_same_data_dir_is_refused(host):
     h, _ = host
-    from host.server import HostAlreadyRunning
+    from agenthost.host.server import HostAlreadyRunning
 
     with pytest.raises(HostAlreadyRunning, match="another agenthost"):
         await Host(h.data_dir, builtin_plugins=False).start()

@@ -17,10 +17,10 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from host.store.db import Database
-from host.store.state import parse_json
-from protos import common_pb2 as pb
-from protos.errors import InvalidArgument, ResourceExhausted
+from agenthost.host.store.db import Database
+from agenthost.host.store.state import parse_json
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos.errors import InvalidArgument, ResourceExhausted
 
 MAX_ARTIFACT_BYTES = 256 * 1024 * 1024
 MAX_NAME_CHARS = 255

@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from host.store.cursors import CursorCodec
-from host.store.db import Database
-from protos import common_pb2 as pb
+from agenthost.host.store.cursors import CursorCodec
+from agenthost.host.store.db import Database
+from agenthost.protos import common_pb2 as pb
 
 R = TypeVar("R", sqlite3.Row, tuple)
 MAX_PAGE = 100

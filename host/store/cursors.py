@@ -11,7 +11,7 @@ import hashlib
 import hmac
 from collections.abc import Callable
 
-from protos.errors import InvalidArgument
+from agenthost.protos.errors import InvalidArgument
 
 
 class CursorCodec:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from host.store.migrations import migrate
+from agenthost.host.store.migrations import migrate
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class _Job:
 
 
 class Database:
-    """Owns the file. Created by `host.server.Host` at start; every store receives it."""
+    """Owns the file. Created by `agenthost.host.server.Host` at start; every store receives it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path

@@ -8,9 +8,9 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from host.store.db import Database
-from protos import host_pb2 as hpb
-from protos.errors import AlreadyExists, InvalidArgument, NotFound
+from agenthost.host.store.db import Database
+from agenthost.protos import host_pb2 as hpb
+from agenthost.protos.errors import AlreadyExists, InvalidArgument, NotFound
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ import sqlite3
 import time
 from collections.abc import Sequence
 
-from host.store.db import Database
-from protos import common_pb2 as pb
-from protos import host_pb2 as hpb
+from agenthost.host.store.db import Database
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import host_pb2 as hpb
 
 TERMINAL = frozenset({"completed", "failed", "cancelled", "timed_out", "interrupted"})
 

@@ -8,8 +8,8 @@ import sqlite3
 import time
 from dataclasses import dataclass
 
-from host.store.db import Database
-from protos.errors import Aborted, InvalidArgument, ResourceExhausted
+from agenthost.host.store.db import Database
+from agenthost.protos.errors import Aborted, InvalidArgument, ResourceExhausted
 
 MAX_VALUE_BYTES = 256 * 1024
 MAX_KEY_CHARS = 256

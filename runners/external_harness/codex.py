@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from protos import common_pb2 as pb
-from runners.external_harness.config import CodexConfig
-from runners.external_harness.errors import HarnessReportedError
-from runners.external_harness.process import build_env
-from runners.external_harness.projection import codex_mcp_overrides
-from runners.external_harness.turn import (
+from agenthost.protos import common_pb2 as pb
+from agenthost.runners.external_harness.config import CodexConfig
+from agenthost.runners.external_harness.errors import HarnessReportedError
+from agenthost.runners.external_harness.process import build_env
+from agenthost.runners.external_harness.projection import codex_mcp_overrides
+from agenthost.runners.external_harness.turn import (
     Command,
     TurnPlan,
     TurnState,
@@ -23,7 +23,7 @@ from runners.external_harness.turn import (
     isolation_env,
     secret_values,
 )
-from runners.sdk import events
+from agenthost.runners.sdk import events
 
 SESSION_LOST_MARKERS = ("No saved session found", "no rollout found")
 PROVIDER = "agenthost"

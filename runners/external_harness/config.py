@@ -12,7 +12,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from runners.external_harness.errors import HarnessConfigError
+from agenthost.runners.external_harness.errors import HarnessConfigError
 
 SKILL_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")

@@ -1,6 +1,6 @@
 """The host MCP bridge: a stdio MCP server that a harness launches to reach the current run's host data.
 
-    python -m runners.external_harness.mcp_bridge
+    python -m agenthost.runners.external_harness.mcp_bridge
 
 Every tool forwards to the host's AgentRunAPIProxy with the run's token, so the host scopes, caps and audits
 each call exactly as it would for the runner itself, and the tools stop working when the run ends (the host
@@ -132,7 +132,7 @@ TOOLS: list[dict[str, Any]] = [
     },
 ]
 TOOL_NAMES = tuple(t["name"] for t in TOOLS)
-# The grant each tool needs (plugins.manifest.API_METHODS names). A tool the run may not use is not offered:
+# The grant each tool needs (agenthost.plugins.manifest.API_METHODS names). A tool the run may not use is not offered:
 # a model shown a tool that always fails keeps trying it.
 TOOL_APIS = {
     "current_event": "events.get",
@@ -361,7 +361,7 @@ class McpServer:
         return _error(msg_id, -32601, f"method not found: {method}")
 
     async def _call(self, params: dict[str, Any]) -> dict[str, Any]:
-        from protos.errors import AgentHostError
+        from agenthost.protos.errors import AgentHostError
 
         name = params.get("name")
         args = params.get("arguments") or {}
@@ -406,8 +406,8 @@ def missing_credentials(env: dict[str, str]) -> str:
 def _import_client() -> None:
     import grpc  # noqa: F401
 
-    from protos import run_api_pb2_grpc  # noqa: F401
-    from runners.sdk.api import RunAPI  # noqa: F401
+    from agenthost.protos import run_api_pb2_grpc  # noqa: F401
+    from agenthost.runners.sdk.api import RunAPI  # noqa: F401
 
 
 async def bridge_from_env(env: dict[str, str]) -> Bridge:
@@ -415,8 +415,8 @@ async def bridge_from_env(env: dict[str, str]) -> Bridge:
     await asyncio.to_thread(_import_client)  # off the loop: the handshake keeps being answered meanwhile
     import grpc
 
-    from protos import run_api_pb2_grpc
-    from runners.sdk.api import RunAPI
+    from agenthost.protos import run_api_pb2_grpc
+    from agenthost.runners.sdk.api import RunAPI
 
     size = 16 * 1024 * 1024
     channel = grpc.aio.insecure_channel(

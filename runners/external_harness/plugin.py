@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from plugins.hookspecs import hookimpl
-from runners.external_harness.runner import ClaudeCodeRunner, CodexRunner
-from runners.sdk.runner import Runner
+from agenthost.plugins.hookspecs import hookimpl
+from agenthost.runners.external_harness.runner import ClaudeCodeRunner, CodexRunner
+from agenthost.runners.sdk.runner import Runner
 
 
 @hookimpl

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from runners.external_harness.errors import HarnessCrashed, HarnessNotFound
+from agenthost.runners.external_harness.errors import HarnessCrashed, HarnessNotFound
 
 # Variables a harness may inherit from the runner process. Everything else (credentials of the host, the
 # plugin secret, unrelated tokens) stays out unless a binding names it.

@@ -11,7 +11,7 @@ Contract (versioned; README.md in this package documents it for users):
 * `.claude/skills/<name>/` and `.agents/skills/<name>/` — the skills bound to the bot. The runner remembers
   which skill dirs it wrote (`.agenthost/skills.json`) and only ever rewrites or removes those; a user's own
   skill dir with the same name wins and is reported.
-* the MCP server entry that starts `python -m runners.external_harness.mcp_bridge` (a 0600
+* the MCP server entry that starts `python -m agenthost.runners.external_harness.mcp_bridge` (a 0600
   `.agenthost/mcp.json` for Claude Code; `-c mcp_servers.agenthost.*` overrides for Codex).
 """
 
@@ -30,11 +30,11 @@ from typing import Any, Literal
 
 from google.protobuf.json_format import MessageToDict
 
-from protos import runner_pb2
-from runners.external_harness import mcp_bridge
-from runners.external_harness.config import HarnessConfig, Skill
-from runners.external_harness.errors import ProjectionError
-from runners.external_harness.workspace import Workspace
+from agenthost.protos import runner_pb2
+from agenthost.runners.external_harness import mcp_bridge
+from agenthost.runners.external_harness.config import HarnessConfig, Skill
+from agenthost.runners.external_harness.errors import ProjectionError
+from agenthost.runners.external_harness.workspace import Workspace
 
 SCHEMA = "agenthost.external_harness_context.v1"
 BEGIN_MARKER = "<!-- BEGIN AGENTHOST MANAGED BLOCK: replaced before every message; edit outside it -->"
@@ -231,18 +231,14 @@ def project_skills(workspace: Workspace, skills: list[Skill]) -> list[str]:
     return warnings
 
 
-def package_root() -> str:
-    """The directory that makes `runners.external_harness` importable, for the bridge's PYTHONPATH."""
-    return str(Path(__file__).resolve().parents[2])
-
-
 @dataclass(frozen=True)
 class BridgeLaunch:
     """How the harness starts the bridge. Credentials are named, never included: they travel in the env."""
 
     command: str = field(default_factory=lambda: sys.executable)
-    args: tuple[str, ...] = ("-m", "runners.external_harness.mcp_bridge")
-    env: dict[str, str] = field(default_factory=lambda: {"PYTHONPATH": package_root(), "PYTHONUNBUFFERED": "1"})
+    args: tuple[str, ...] = ("-m", "agenthost.runners.external_harness.mcp_bridge")
+    # The runner's own interpreter finds agenthost through its site-packages (installed or editable alike).
+    env: dict[str, str] = field(default_factory=lambda: {"PYTHONUNBUFFERED": "1"})
     credential_env: tuple[str, ...] = mcp_bridge.CREDENTIAL_ENV
 
 

@@ -19,21 +19,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from plugins.manifest import RunnerCapabilities, RunnerManifest
-from protos import common_pb2 as pb
-from protos import errors as api_errors
-from runners.external_harness.claude_code import APPEND_PROMPT_FILE, ClaudeCodeDriver
-from runners.external_harness.codex import CodexDriver, usage_event, usage_since
-from runners.external_harness.config import (
+from agenthost.plugins.manifest import RunnerCapabilities, RunnerManifest
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import errors as api_errors
+from agenthost.runners.external_harness.claude_code import APPEND_PROMPT_FILE, ClaudeCodeDriver
+from agenthost.runners.external_harness.codex import CodexDriver, usage_event, usage_since
+from agenthost.runners.external_harness.config import (
     ClaudeCodeConfig,
     CodexConfig,
     HarnessConfig,
     config_schema,
     parse_config,
 )
-from runners.external_harness.errors import HarnessConfigError, HarnessError, HarnessNotFound, HarnessReportedError
-from runners.external_harness.process import HarnessProcess
-from runners.external_harness.projection import (
+from agenthost.runners.external_harness.errors import (
+    HarnessConfigError,
+    HarnessError,
+    HarnessNotFound,
+    HarnessReportedError,
+)
+from agenthost.runners.external_harness.process import HarnessProcess
+from agenthost.runners.external_harness.projection import (
     HARNESS_KEY,
     SESSION_KEY,
     USAGE_KEY,
@@ -44,10 +49,10 @@ from runners.external_harness.projection import (
     project,
     write_claude_mcp_config,
 )
-from runners.external_harness.turn import Driver, TurnPlan, TurnState
-from runners.external_harness.workspace import Workspace, WorkspaceManager
-from runners.sdk import events
-from runners.sdk.runner import RunContext, Runner
+from agenthost.runners.external_harness.turn import Driver, TurnPlan, TurnState
+from agenthost.runners.external_harness.workspace import Workspace, WorkspaceManager
+from agenthost.runners.sdk import events
+from agenthost.runners.sdk.runner import RunContext, Runner
 
 # Leave this much of the run's deadline to report the failure after stopping a harness that ran out of time.
 DEADLINE_MARGIN = 1.5

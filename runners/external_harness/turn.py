@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from protos import common_pb2 as pb
-from runners.external_harness.config import HarnessConfig
-from runners.external_harness.errors import HarnessReportedError
-from runners.external_harness.projection import BridgeLaunch
-from runners.external_harness.workspace import Workspace
-from runners.sdk import events
+from agenthost.protos import common_pb2 as pb
+from agenthost.runners.external_harness.config import HarnessConfig
+from agenthost.runners.external_harness.errors import HarnessReportedError
+from agenthost.runners.external_harness.projection import BridgeLaunch
+from agenthost.runners.external_harness.workspace import Workspace
+from agenthost.runners.sdk import events
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def forwarded_secrets(plan: TurnPlan, default_key_env: str) -> dict[str, str]:
     A binding that names a key variable explicitly gets a clear error when it is unset, rather than a harness
     that fails later with an authentication message that does not say which variable was missing.
     """
-    from runners.external_harness.errors import HarnessConfigError
+    from agenthost.runners.external_harness.errors import HarnessConfigError
 
     out: dict[str, str] = {}
     key_env = plan.config.api_key_env or default_key_env

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from runners.external_harness.errors import HarnessConfigError
+from agenthost.runners.external_harness.errors import HarnessConfigError
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 

@@ -12,10 +12,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from runners.local_agent import pairing
-from runners.local_agent.errors import ProviderError
-from runners.local_agent.history import Checkpoint
-from runners.local_agent.messages import (
+from agenthost.runners.local_agent import pairing
+from agenthost.runners.local_agent.errors import ProviderError
+from agenthost.runners.local_agent.history import Checkpoint
+from agenthost.runners.local_agent.messages import (
     AssistantMessage,
     Message,
     Summary,
@@ -24,9 +24,9 @@ from runners.local_agent.messages import (
     render_transcript,
     to_dict,
 )
-from runners.local_agent.providers.base import ModelRequest, Provider
-from runners.local_agent.providers.demo import SUMMARIZER_MARKER
-from runners.local_agent.tokens import estimate_message, estimate_messages
+from agenthost.runners.local_agent.providers.base import ModelRequest, Provider
+from agenthost.runners.local_agent.providers.demo import SUMMARIZER_MARKER
+from agenthost.runners.local_agent.tokens import estimate_message, estimate_messages
 
 STUB_MIN_CHARS = 200
 KEEP_RECENT_RESULTS = 3

@@ -8,10 +8,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from runners.local_agent import pairing
-from runners.local_agent.messages import AssistantMessage, Message, Summary, ToolCall, ToolResult, UserMessage
-from runners.local_agent.providers.tool_args import coerce_tool_name, repair_arguments
-from runners.local_agent.tokens import estimate_text
+from agenthost.runners.local_agent import pairing
+from agenthost.runners.local_agent.messages import AssistantMessage, Message, Summary, ToolCall, ToolResult, UserMessage
+from agenthost.runners.local_agent.providers.tool_args import coerce_tool_name, repair_arguments
+from agenthost.runners.local_agent.tokens import estimate_text
 
 CHECKPOINT_KEY = "local_agent.checkpoint"
 PAGE_SIZE = 100

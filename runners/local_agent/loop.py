@@ -16,18 +16,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from protos import common_pb2 as pb
-from runners.local_agent import pairing
-from runners.local_agent.compaction import CompactionFailed, Compactor
-from runners.local_agent.config import LocalAgentConfig
-from runners.local_agent.errors import ErrorKind, ProviderError, backoff_delay
-from runners.local_agent.history import CHECKPOINT_KEY
-from runners.local_agent.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
-from runners.local_agent.providers.base import Final, ModelRequest, Provider, TextChunk
-from runners.local_agent.session import Session
-from runners.local_agent.tokens import TokenCounter, estimate_text, estimate_tools
-from runners.local_agent.tools.base import ToolContext, ToolRegistry
-from runners.sdk import events
+from agenthost.protos import common_pb2 as pb
+from agenthost.runners.local_agent import pairing
+from agenthost.runners.local_agent.compaction import CompactionFailed, Compactor
+from agenthost.runners.local_agent.config import LocalAgentConfig
+from agenthost.runners.local_agent.errors import ErrorKind, ProviderError, backoff_delay
+from agenthost.runners.local_agent.history import CHECKPOINT_KEY
+from agenthost.runners.local_agent.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
+from agenthost.runners.local_agent.providers.base import Final, ModelRequest, Provider, TextChunk
+from agenthost.runners.local_agent.session import Session
+from agenthost.runners.local_agent.tokens import TokenCounter, estimate_text, estimate_tools
+from agenthost.runners.local_agent.tools.base import ToolContext, ToolRegistry
+from agenthost.runners.sdk import events
 
 # Operational log (the plugin's stderr). Provider errors are already redacted; tool output and text are never logged.
 log = logging.getLogger("agenthost.local_agent")

@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from protos import errors as host_errors
-from runners.local_agent.config import MemoryConfig
-from runners.local_agent.memory_scan import scan
+from agenthost.protos import errors as host_errors
+from agenthost.runners.local_agent.config import MemoryConfig
+from agenthost.runners.local_agent.memory_scan import scan
 
 STATE_SCOPE = "actor"
 STATE_KEY = "local_agent.memory"

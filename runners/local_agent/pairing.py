@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from runners.local_agent.messages import AssistantMessage, Message, ToolResult
+from agenthost.runners.local_agent.messages import AssistantMessage, Message, ToolResult
 
 INTERRUPTED_RESULT = (
     "error: interrupted — no result was recorded for this call (the run was cancelled, the runner stopped, or the "

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from plugins.hookspecs import hookimpl
-from runners.local_agent.runner import LocalAgentRunner
-from runners.sdk.runner import Runner
+from agenthost.plugins.hookspecs import hookimpl
+from agenthost.runners.local_agent.runner import LocalAgentRunner
+from agenthost.runners.sdk.runner import Runner
 
 
 @hookimpl

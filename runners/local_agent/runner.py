@@ -10,26 +10,26 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
-from plugins.manifest import RunnerCapabilities, RunnerManifest
-from protos import common_pb2 as pb
-from protos import errors as host_errors
-from runners.local_agent import memory
-from runners.local_agent.compaction import Compactor
-from runners.local_agent.config import ConfigError, LocalAgentConfig
-from runners.local_agent.errors import ContextWindowUnknown, ProviderError
-from runners.local_agent.history import CHECKPOINT_KEY, Checkpoint, rebuild
-from runners.local_agent.loop import FAILED_CODES, AgentLoop, RunFailed
-from runners.local_agent.messages import UserMessage
-from runners.local_agent.providers import build_provider, resolve_context_window
-from runners.local_agent.providers.base import Provider
-from runners.local_agent.session import Session, safe_name
-from runners.local_agent.tools import build_registry
-from runners.local_agent.tools.base import ToolContext
-from runners.local_agent.tools.shell import ProcessLedger
-from runners.local_agent.tools.todo import STATE_KEY as TODO_KEY
-from runners.local_agent.tools.todo import render as render_todos
-from runners.sdk import events
-from runners.sdk.runner import RunContext, Runner
+from agenthost.plugins.manifest import RunnerCapabilities, RunnerManifest
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import errors as host_errors
+from agenthost.runners.local_agent import memory
+from agenthost.runners.local_agent.compaction import Compactor
+from agenthost.runners.local_agent.config import ConfigError, LocalAgentConfig
+from agenthost.runners.local_agent.errors import ContextWindowUnknown, ProviderError
+from agenthost.runners.local_agent.history import CHECKPOINT_KEY, Checkpoint, rebuild
+from agenthost.runners.local_agent.loop import FAILED_CODES, AgentLoop, RunFailed
+from agenthost.runners.local_agent.messages import UserMessage
+from agenthost.runners.local_agent.providers import build_provider, resolve_context_window
+from agenthost.runners.local_agent.providers.base import Provider
+from agenthost.runners.local_agent.session import Session, safe_name
+from agenthost.runners.local_agent.tools import build_registry
+from agenthost.runners.local_agent.tools.base import ToolContext
+from agenthost.runners.local_agent.tools.shell import ProcessLedger
+from agenthost.runners.local_agent.tools.todo import STATE_KEY as TODO_KEY
+from agenthost.runners.local_agent.tools.todo import render as render_todos
+from agenthost.runners.sdk import events
+from agenthost.runners.sdk.runner import RunContext, Runner
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are the agenthost local agent, a careful and capable assistant. You have tools to read, search and change "

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runners.local_agent import pairing
-from runners.local_agent.messages import Message, from_dict, to_dict
+from agenthost.runners.local_agent import pairing
+from agenthost.runners.local_agent.messages import Message, from_dict, to_dict
 
 FORMAT_VERSION = 1
 

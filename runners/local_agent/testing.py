@@ -1,6 +1,6 @@
 """Test doubles for the local agent, shipped with it so tests and the benchmark share them:
 
-* `FakeRunAPI` — an in-memory stand-in for `runners.sdk.api.RunAPI` (history, artifacts, state) that can also
+* `FakeRunAPI` — an in-memory stand-in for `agenthost.runners.sdk.api.RunAPI` (history, artifacts, state) that can also
   project run events into its transcript the way the host does.
 * `FakeProviderServer` — a scripted HTTP/1.1 server on loopback that replays recorded SSE streams (OpenAI-compatible
   or Anthropic), errors, and broken connections, recording every request it gets.
@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from protos import common_pb2 as pb
-from protos import errors as host_errors
-from protos import run_api_pb2 as api_pb
-from protos import runner_pb2
-from runners.sdk.events import scope_value
-from runners.sdk.runner import RunContext
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import errors as host_errors
+from agenthost.protos import run_api_pb2 as api_pb
+from agenthost.protos import runner_pb2
+from agenthost.runners.sdk.events import scope_value
+from agenthost.runners.sdk.runner import RunContext
 
 # ---------------------------------------------------------------- fake host API
 
@@ -541,7 +541,7 @@ class ScriptedProvider:
         self.requests: list[Any] = []
 
     async def stream(self, request: Any) -> Any:
-        from runners.local_agent.providers.base import Final, TextChunk, Usage
+        from agenthost.runners.local_agent.providers.base import Final, TextChunk, Usage
 
         self.requests.append(request)
         message = self.turns.pop(0)
@@ -560,7 +560,7 @@ class ScriptedProvider:
         return final
 
     async def probe(self) -> Any:
-        from runners.local_agent.providers.base import ProbeResult
+        from agenthost.runners.local_agent.providers.base import ProbeResult
 
         return ProbeResult(ok=True, context_window=self.context_window_hint)
 

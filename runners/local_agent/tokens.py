@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from runners.local_agent.messages import AssistantMessage, Message, ToolResult
+from agenthost.runners.local_agent.messages import AssistantMessage, Message, ToolResult
 
 PER_MESSAGE_OVERHEAD = 4
 

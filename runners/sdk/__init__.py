@@ -1,13 +1,13 @@
 """The runner SDK: everything a runner plugin author imports.
 
-from runners.sdk import Runner, RunContext, RunnerManifest, events, hookimpl
+from agenthost.runners.sdk import Runner, RunContext, RunnerManifest, events, hookimpl
 """
 
-from plugins.hookspecs import hookimpl
-from plugins.manifest import ContextNeeds, RunnerCapabilities, RunnerManifest, RunnerPermissions
-from runners.sdk import events
-from runners.sdk.api import RunAPI
-from runners.sdk.runner import RunContext, Runner
+from agenthost.plugins.hookspecs import hookimpl
+from agenthost.plugins.manifest import ContextNeeds, RunnerCapabilities, RunnerManifest, RunnerPermissions
+from agenthost.runners.sdk import events
+from agenthost.runners.sdk.api import RunAPI
+from agenthost.runners.sdk.runner import RunContext, Runner
 
 __all__ = [
     "ContextNeeds",

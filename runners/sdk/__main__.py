@@ -1,4 +1,4 @@
-"""`python -m runners.sdk serve|describe`: the entry point of every runner plugin process.
+"""`python -m agenthost.runners.sdk serve|describe`: the entry point of every runner plugin process.
 
 serve:    started by the host's supervisor; reads its configuration as one JSON line on stdin.
 describe: `--distribution NAME` prints the distribution's version, summary and runner manifests as JSON (the
@@ -17,8 +17,8 @@ import threading
 from importlib import metadata
 from pathlib import Path
 
-from runners.sdk.discovery import DiscoveryError, runner_classes
-from runners.sdk.server import serve
+from agenthost.runners.sdk.discovery import DiscoveryError, runner_classes
+from agenthost.runners.sdk.server import serve
 
 
 def _describe(distribution: str) -> int:
@@ -77,7 +77,7 @@ async def _serve_main() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runners.sdk")
+    parser = argparse.ArgumentParser(prog="python -m agenthost.runners.sdk")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("serve")
     d = sub.add_parser("describe")

@@ -1,7 +1,7 @@
 """`RunAPI`: the typed async client a runner uses to reach the host's AgentRunAPIProxy for one run.
 
 Every call carries the run's token and the plugin's process secret, names the run, and is bounded by the run's
-deadline (a call never outlives the run that made it). Failed calls raise the typed errors of `protos.errors`.
+deadline (a call never outlives the run that made it). Failed calls raise the typed errors of `agenthost.protos.errors`.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any, Literal
 
 import grpc
 
-from protos import common_pb2 as pb
-from protos import errors
-from protos import run_api_pb2 as api_pb
-from protos import run_api_pb2_grpc as api_grpc
-from runners.sdk.events import scope_value
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import errors
+from agenthost.protos import run_api_pb2 as api_pb
+from agenthost.protos import run_api_pb2_grpc as api_grpc
+from agenthost.runners.sdk.events import scope_value
 
 Direction = Literal["backward", "forward"]
 Scope = Literal["run", "conversation", "actor", "binding", "runner"]

@@ -10,9 +10,9 @@ from importlib import metadata
 
 import pluggy
 
-from plugins import hookspecs
-from plugins.manifest import RunnerManifest
-from runners.sdk.runner import Runner
+from agenthost.plugins import hookspecs
+from agenthost.plugins.manifest import RunnerManifest
+from agenthost.runners.sdk.runner import Runner
 
 
 class DiscoveryError(RuntimeError):
@@ -48,7 +48,7 @@ def _collect(pm: pluggy.PluginManager) -> dict[str, type[Runner]]:
 
     def register(cls: type[Runner]) -> None:
         if not (isinstance(cls, type) and issubclass(cls, Runner)):
-            raise DiscoveryError(f"{cls!r} is not a subclass of runners.sdk.Runner")
+            raise DiscoveryError(f"{cls!r} is not a subclass of agenthost.runners.sdk.Runner")
         manifest = getattr(cls, "manifest", None)
         if not isinstance(manifest, RunnerManifest):
             raise DiscoveryError(f"{cls.__qualname__} has no `manifest = RunnerManifest(...)`")

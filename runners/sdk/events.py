@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from protos import common_pb2 as pb
+from agenthost.protos import common_pb2 as pb
 
 RunEvent = pb.RunEvent
 

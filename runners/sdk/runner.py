@@ -20,10 +20,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, ClassVar
 
-from plugins.manifest import RunnerManifest
-from protos import common_pb2 as pb
-from protos import runner_pb2
-from runners.sdk.api import RunAPI
+from agenthost.plugins.manifest import RunnerManifest
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import runner_pb2
+from agenthost.runners.sdk.api import RunAPI
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The runner side of a plugin process: serves `agenthost.v1.Runner`, `grpc.health.v1` and `Shutdown`.
 
-Started by the host's supervisor as `python -m runners.sdk serve` inside the plugin's own environment. The host
-writes one JSON line of configuration (addresses, the plugin's secret) to the process's stdin and keeps that pipe
+Started by the host's supervisor as `python -m agenthost.runners.sdk serve` inside the plugin's own environment. The
+host writes one JSON line of configuration (addresses, the plugin's secret) to the process's stdin and keeps that pipe
 open for the life of the host: EOF on stdin means the host is gone, and the process exits (the lifeline). The
 process answers with one handshake line on stdout once it serves, then stdout is pointed at stderr so stray
 prints cannot be mistaken for protocol.
@@ -21,12 +21,12 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from protos import common_pb2 as pb
-from protos import errors, runner_pb2, runner_pb2_grpc
-from protos import run_api_pb2_grpc as api_grpc
-from runners.sdk import events
-from runners.sdk.api import RunAPI
-from runners.sdk.runner import RunContext, Runner
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import errors, runner_pb2, runner_pb2_grpc
+from agenthost.protos import run_api_pb2_grpc as api_grpc
+from agenthost.runners.sdk import events
+from agenthost.runners.sdk.api import RunAPI
+from agenthost.runners.sdk.runner import RunContext, Runner
 
 log = logging.getLogger("agenthost.runner")
 
@@ -200,7 +200,8 @@ async def serve(
     stop: asyncio.Event | None = None,
     handshake: bool = False,
 ) -> None:
-    """Serves until `stop` is set or Shutdown is called. Used by `main` and, in-process, by runners.sdk.testing."""
+    """Serves until `stop` is set or Shutdown is called. Used by `main` and, in-process, by the test harness
+    (agenthost.runners.sdk.testing)."""
     stop = stop or asyncio.Event()
     runners: dict[str, Runner] = {}
     for name, cls in runner_classes.items():

@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from host.client import HostClient, SendResult
-from host.server import Host
-from host.store.registry import PluginRecord
-from host.supervisor import SupervisorPolicy
-from protos import host_pb2 as hpb
-from runners.sdk.runner import Runner
-from runners.sdk.server import serve
+from agenthost.host.client import HostClient, SendResult
+from agenthost.host.server import Host
+from agenthost.host.store.registry import PluginRecord
+from agenthost.host.supervisor import SupervisorPolicy
+from agenthost.protos import host_pb2 as hpb
+from agenthost.runners.sdk.runner import Runner
+from agenthost.runners.sdk.server import serve
 
 TEST_PLUGIN = "test"
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import grpc
 
-from protos import common_pb2 as pb
-from protos import run_api_pb2 as api_pb
-from protos import run_api_pb2_grpc as api_grpc
-from protos import runner_pb2
-from runners.sdk.api import RunAPI
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import run_api_pb2 as api_pb
+from agenthost.protos import run_api_pb2_grpc as api_grpc
+from agenthost.protos import runner_pb2
+from agenthost.runners.sdk.api import RunAPI
 
 
 @dataclass
@@ -68,7 +68,7 @@ class FakeHostData:
         return record
 
     def get_state(self, scope: str, key: str) -> Any:
-        from runners.sdk.events import scope_value
+        from agenthost.runners.sdk.events import scope_value
 
         value = self.state.get((scope_value(scope), key))
         return json.loads(value[0]) if value else None
@@ -222,7 +222,7 @@ class FakeHost:
         )
 
     def run_context(self, text: str, **kwargs: Any):  # -> RunContext
-        from runners.sdk.runner import RunContext
+        from agenthost.runners.sdk.runner import RunContext
 
         ctx = self.context(text, **kwargs)
         return RunContext(context=ctx, api=self.api(deadline_at=ctx.runtime.deadline_at))

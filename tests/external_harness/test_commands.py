@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runners.external_harness.claude_code import ClaudeCodeDriver
-from runners.external_harness.codex import CodexDriver
-from runners.external_harness.config import ClaudeCodeConfig, CodexConfig, parse_config
-from runners.external_harness.projection import BridgeLaunch
-from runners.external_harness.turn import TurnPlan
-from runners.external_harness.workspace import WorkspaceManager
+from agenthost.runners.external_harness.claude_code import ClaudeCodeDriver
+from agenthost.runners.external_harness.codex import CodexDriver
+from agenthost.runners.external_harness.config import ClaudeCodeConfig, CodexConfig, parse_config
+from agenthost.runners.external_harness.projection import BridgeLaunch
+from agenthost.runners.external_harness.turn import TurnPlan
+from agenthost.runners.external_harness.workspace import WorkspaceManager
 
 CREDS = {
     "AGENTHOST_HOST_ADDRESS": "unix:/run/api.sock",

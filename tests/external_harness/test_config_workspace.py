@@ -7,18 +7,18 @@ from pathlib import Path
 import pluggy
 import pytest
 
-from plugins.hookspecs import PROJECT
-from plugins.manifest import RunnerManifest
-from runners.external_harness import plugin
-from runners.external_harness.config import ClaudeCodeConfig, CodexConfig, parse_config
-from runners.external_harness.errors import HarnessConfigError
-from runners.external_harness.runner import ClaudeCodeRunner, CodexRunner
-from runners.external_harness.workspace import WorkspaceManager, path_key
+from agenthost.plugins.hookspecs import PROJECT
+from agenthost.plugins.manifest import RunnerManifest
+from agenthost.runners.external_harness import plugin
+from agenthost.runners.external_harness.config import ClaudeCodeConfig, CodexConfig, parse_config
+from agenthost.runners.external_harness.errors import HarnessConfigError
+from agenthost.runners.external_harness.runner import ClaudeCodeRunner, CodexRunner
+from agenthost.runners.external_harness.workspace import WorkspaceManager, path_key
 
 
 def test_plugin_registers_both_runners_with_valid_manifests() -> None:
     pm = pluggy.PluginManager(PROJECT)
-    from plugins import hookspecs
+    from agenthost.plugins import hookspecs
 
     pm.add_hookspecs(hookspecs)
     pm.register(plugin)

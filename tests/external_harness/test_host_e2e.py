@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from runners.external_harness.runner import ClaudeCodeRunner, CodexRunner
-from runners.sdk.testing import HostHarness
+from agenthost.runners.external_harness.runner import ClaudeCodeRunner, CodexRunner
+from agenthost.runners.sdk.testing import HostHarness
 
 from .fake_apis import FakeAnthropic, FakeOpenAI
 from .helpers import FAKE_HARNESS
@@ -92,7 +92,7 @@ async def test_builtin_plugin_process_serves_both_runners(tmp_path, clean_env) -
 
 
 async def test_host_rejects_a_bad_binding_config_via_the_manifest_schema(tmp_path, clean_env) -> None:
-    from protos import errors
+    from agenthost.protos import errors
 
     async with HostHarness(tmp_path, runners=[ClaudeCodeRunner], config={"command": FAKE_HARNESS}) as h:
         with pytest.raises(errors.AgentHostError) as err:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from runners.external_harness import mcp_bridge
-from runners.external_harness.projection import BridgeLaunch
+from agenthost.runners.external_harness import mcp_bridge
+from agenthost.runners.external_harness.projection import BridgeLaunch
 
 
 class BridgeClient:
@@ -109,7 +109,7 @@ async def test_bridge_serves_host_data_over_stdio(fake_host) -> None:
         stale = await client.call("state_set", scope="conversation", key="note", value=2, if_version=0)
         assert stale["isError"] and "Aborted" in stale["content"][0]["text"]
 
-        from protos import common_pb2 as pb
+        from agenthost.protos import common_pb2 as pb
 
         fake_host.data.artifacts["art-1"] = (
             pb.ArtifactRef(artifact_id="art-1", name="notes.txt", mime_type="text/plain", size_bytes=11),
@@ -161,7 +161,7 @@ async def test_bridge_handles_parse_errors_in_process() -> None:
 
 
 def test_bridge_module_runs_as_main() -> None:
-    assert BridgeLaunch().args == ("-m", "runners.external_harness.mcp_bridge")
+    assert BridgeLaunch().args == ("-m", "agenthost.runners.external_harness.mcp_bridge")
     assert sys.executable == BridgeLaunch().command
 
 

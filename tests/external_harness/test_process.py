@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runners.external_harness.errors import HarnessNotFound
-from runners.external_harness.process import HarnessProcess, build_env, redact
+from agenthost.runners.external_harness.errors import HarnessNotFound
+from agenthost.runners.external_harness.process import HarnessProcess, build_env, redact
 
 from .helpers import group_alive
 
@@ -103,7 +103,7 @@ async def test_harness_dies_with_a_killed_runner(tmp_path: Path) -> None:
     code = (
         "import asyncio, os, sys\n"
         "from pathlib import Path\n"
-        "from runners.external_harness.process import HarnessProcess, build_env\n"
+        "from agenthost.runners.external_harness.process import HarnessProcess, build_env\n"
         "async def main():\n"
         "    p = HarnessProcess([sys.executable, '-c', 'import time; time.sleep(60)'], cwd=Path('.'),\n"
         "                       env=build_env(inherited=os.environ))\n"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from protos import runner_pb2
-from runners.external_harness import mcp_bridge
-from runners.external_harness.config import ClaudeCodeConfig, parse_config
-from runners.external_harness.projection import (
+from agenthost.protos import runner_pb2
+from agenthost.runners.external_harness import mcp_bridge
+from agenthost.runners.external_harness.config import ClaudeCodeConfig, parse_config
+from agenthost.runners.external_harness.projection import (
     BEGIN_MARKER,
     END_MARKER,
     SCHEMA,
@@ -21,7 +21,7 @@ from runners.external_harness.projection import (
     upsert_managed_block,
     write_claude_mcp_config,
 )
-from runners.external_harness.workspace import WorkspaceManager
+from agenthost.runners.external_harness.workspace import WorkspaceManager
 
 from .fake_run_api import FakeHost
 
@@ -131,7 +131,7 @@ def test_mcp_config_holds_no_secrets(workspace, monkeypatch) -> None:
     path = write_claude_mcp_config(workspace, BridgeLaunch())
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     server = json.loads(path.read_text())["mcpServers"]["agenthost"]
-    assert server["args"] == ["-m", "runners.external_harness.mcp_bridge"]
+    assert server["args"] == ["-m", "agenthost.runners.external_harness.mcp_bridge"]
     assert server["env"]["AGENTHOST_RUN_TOKEN"] == "${AGENTHOST_RUN_TOKEN}"
     overrides = codex_mcp_overrides(BridgeLaunch())
     assert any(o.startswith("mcp_servers.agenthost.env_vars=") and "AGENTHOST_RUN_TOKEN" in o for o in overrides)

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from runners.external_harness import runner as runner_mod
-from runners.external_harness.runner import ClaudeCodeRunner, CodexRunner
+from agenthost.runners.external_harness import runner as runner_mod
+from agenthost.runners.external_harness.runner import ClaudeCodeRunner, CodexRunner
 
 from .fake_apis import FakeAnthropic, FakeOpenAI, Request
 from .helpers import group_alive, host_view, kinds

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runners.external_harness import runner as runner_mod
-from runners.external_harness.runner import ClaudeCodeRunner
+from agenthost.runners.external_harness import runner as runner_mod
+from agenthost.runners.external_harness.runner import ClaudeCodeRunner
 
 from .helpers import FAKE_HARNESS, group_alive
 
@@ -180,7 +180,7 @@ async def test_bad_input_is_a_typed_failure(tmp_path, fake_host, clean_env, monk
 
 
 async def test_attachments_are_named_in_the_prompt(tmp_path, fake_host, clean_env) -> None:
-    from protos import common_pb2 as pb
+    from agenthost.protos import common_pb2 as pb
 
     rc = fake_host.run_context("see the file", config=_config(tmp_path))
     rc.context.input.attachments.append(

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from runners.external_harness.claude_code import ClaudeCodeDriver
-from runners.external_harness.codex import CodexDriver
-from runners.external_harness.turn import TurnState
-from runners.sdk import events
+from agenthost.runners.external_harness.claude_code import ClaudeCodeDriver
+from agenthost.runners.external_harness.codex import CodexDriver
+from agenthost.runners.external_harness.turn import TurnState
+from agenthost.runners.sdk import events
 
 from .helpers import host_view
 
@@ -250,7 +250,7 @@ def test_codex_failure_and_session_lost() -> None:
 
 
 def test_codex_thread_totals_become_per_turn_usage() -> None:
-    from runners.external_harness.codex import usage_event, usage_since
+    from agenthost.runners.external_harness.codex import usage_event, usage_since
 
     previous = {"input_tokens": 100, "cached_input_tokens": 20, "output_tokens": 10}
     now = {"input_tokens": 300, "cached_input_tokens": 60, "output_tokens": 30}

@@ -1,19 +1,13 @@
-"""Local-agent test setup: the repo root importable, provider keys out of the environment, and no socket
+"""Local-agent test setup: provider keys out of the environment, and no socket
 connection anywhere but loopback and unix sockets."""
 
 from __future__ import annotations
 
 import ipaddress
 import socket
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 PROVIDER_ENV = (
     "OPENAI_API_KEY",

@@ -6,9 +6,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from protos import common_pb2 as pb
-from runners.local_agent.runner import LocalAgentRunner
-from runners.local_agent.testing import FakeProviderServer, FakeRunAPI, make_run
+from agenthost.protos import common_pb2 as pb
+from agenthost.runners.local_agent.runner import LocalAgentRunner
+from agenthost.runners.local_agent.testing import FakeProviderServer, FakeRunAPI, make_run
 
 
 def server_config(server: FakeProviderServer, **extra: Any) -> dict[str, Any]:

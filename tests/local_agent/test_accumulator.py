@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runners.local_agent.providers.openai import ToolCallAccumulator
+from agenthost.runners.local_agent.providers.openai import ToolCallAccumulator
 
 args_strategy = st.dictionaries(
     st.text("abcdefgh_", min_size=1, max_size=6),
@@ -55,9 +55,9 @@ def test_sse_framing_survives_any_byte_boundaries(cuts: list[int], crlf: bool) -
 
     import httpx
 
-    from runners.local_agent.messages import UserMessage
-    from runners.local_agent.providers.base import ModelRequest
-    from runners.local_agent.providers.openai import OpenAICompatProvider
+    from agenthost.runners.local_agent.messages import UserMessage
+    from agenthost.runners.local_agent.providers.base import ModelRequest
+    from agenthost.runners.local_agent.providers.openai import OpenAICompatProvider
 
     from .test_openai_provider import LLAMACPP_RAW
 

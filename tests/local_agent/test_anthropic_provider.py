@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from runners.local_agent.errors import ErrorKind, ProviderError
-from runners.local_agent.messages import AssistantMessage, Summary, ToolCall, ToolResult, UserMessage
-from runners.local_agent.providers.anthropic import AnthropicProvider
-from runners.local_agent.providers.base import Final, ModelRequest, TextChunk, ToolSpec
-from runners.local_agent.testing import (
+from agenthost.runners.local_agent.errors import ErrorKind, ProviderError
+from agenthost.runners.local_agent.messages import AssistantMessage, Summary, ToolCall, ToolResult, UserMessage
+from agenthost.runners.local_agent.providers.anthropic import AnthropicProvider
+from agenthost.runners.local_agent.providers.base import Final, ModelRequest, TextChunk, ToolSpec
+from agenthost.runners.local_agent.testing import (
     FakeProviderServer,
     Reply,
     anthropic_stream,

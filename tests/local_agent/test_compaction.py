@@ -4,17 +4,17 @@ import json
 
 import pytest
 
-from runners.local_agent import pairing
-from runners.local_agent.compaction import (
+from agenthost.runners.local_agent import pairing
+from agenthost.runners.local_agent.compaction import (
     CompactionFailed,
     Compactor,
     choose_cut,
     stub_old_results,
 )
-from runners.local_agent.messages import AssistantMessage, Message, Summary, ToolCall, ToolResult, UserMessage
-from runners.local_agent.providers.demo import DemoProvider
-from runners.local_agent.testing import FakeRunAPI
-from runners.local_agent.tokens import TokenCounter, estimate_messages, estimate_text
+from agenthost.runners.local_agent.messages import AssistantMessage, Message, Summary, ToolCall, ToolResult, UserMessage
+from agenthost.runners.local_agent.providers.demo import DemoProvider
+from agenthost.runners.local_agent.testing import FakeRunAPI
+from agenthost.runners.local_agent.tokens import TokenCounter, estimate_messages, estimate_text
 
 
 def test_cjk_counts_far_more_than_chars_over_four() -> None:
@@ -109,7 +109,7 @@ async def test_compaction_summarizes_saves_artifact_and_checkpoint() -> None:
 async def test_summarizer_failure_falls_back_to_mechanical_summary() -> None:
     class Broken(DemoProvider):
         async def complete(self, request):  # type: ignore[no-untyped-def]
-            from runners.local_agent.errors import ErrorKind, ProviderError
+            from agenthost.runners.local_agent.errors import ErrorKind, ProviderError
 
             raise ProviderError(ErrorKind.SERVER, "down")
 
@@ -134,7 +134,7 @@ async def test_unshrinkable_turn_fails_clearly_and_ineffective_compactions_stop(
 
 
 def test_checkpoint_position_never_skips_an_unsummarized_turn() -> None:
-    from runners.local_agent.compaction import _through_seq
+    from agenthost.runners.local_agent.compaction import _through_seq
 
     turn_a = [UserMessage("a", host_seq=10), AssistantMessage("ra")]
     turn_b = [

@@ -14,13 +14,13 @@ from typing import Any, ClassVar
 
 import pytest
 
-from host.supervisor import SupervisorPolicy
-from protos import common_pb2 as pb
-from protos import host_pb2 as hpb
-from runners.local_agent.providers.demo import DEMO_LABEL
-from runners.local_agent.runner import LocalAgentRunner
-from runners.local_agent.testing import FakeProviderServer, openai_text, openai_tool_calls
-from runners.sdk.testing import HostHarness
+from agenthost.host.supervisor import SupervisorPolicy
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import host_pb2 as hpb
+from agenthost.runners.local_agent.providers.demo import DEMO_LABEL
+from agenthost.runners.local_agent.runner import LocalAgentRunner
+from agenthost.runners.local_agent.testing import FakeProviderServer, openai_text, openai_tool_calls
+from agenthost.runners.sdk.testing import HostHarness
 
 # Unique to this process, so another test run on the same machine cannot be mistaken for ours.
 SLEEP = f"31.{os.getpid() % 10000:04d}"

@@ -6,7 +6,7 @@ import time
 import httpx
 import pytest
 
-from runners.local_agent.errors import (
+from agenthost.runners.local_agent.errors import (
     MAX_BACKOFF_SECONDS,
     ErrorKind,
     ProviderError,

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import json
 
-from runners.local_agent import pairing
-from runners.local_agent.history import Checkpoint, items_to_messages, rebuild
-from runners.local_agent.messages import AssistantMessage, Summary, ToolResult, UserMessage
-from runners.local_agent.testing import FakeRunAPI
+from agenthost.runners.local_agent import pairing
+from agenthost.runners.local_agent.history import Checkpoint, items_to_messages, rebuild
+from agenthost.runners.local_agent.messages import AssistantMessage, Summary, ToolResult, UserMessage
+from agenthost.runners.local_agent.testing import FakeRunAPI
 
 
 def test_transcript_items_become_paired_messages() -> None:

@@ -11,15 +11,15 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runners.local_agent import pairing
-from runners.local_agent.compaction import Compactor
-from runners.local_agent.config import LocalAgentConfig
-from runners.local_agent.loop import AgentLoop
-from runners.local_agent.messages import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
-from runners.local_agent.session import Session
-from runners.local_agent.testing import FakeRunAPI, ScriptedProvider
-from runners.local_agent.tools import build_registry
-from runners.local_agent.tools.base import ToolContext
+from agenthost.runners.local_agent import pairing
+from agenthost.runners.local_agent.compaction import Compactor
+from agenthost.runners.local_agent.config import LocalAgentConfig
+from agenthost.runners.local_agent.loop import AgentLoop
+from agenthost.runners.local_agent.messages import AssistantMessage, Message, ToolCall, ToolResult, UserMessage
+from agenthost.runners.local_agent.session import Session
+from agenthost.runners.local_agent.testing import FakeRunAPI, ScriptedProvider
+from agenthost.runners.local_agent.tools import build_registry
+from agenthost.runners.local_agent.tools.base import ToolContext
 
 
 def script(groups: list[int]) -> list[AssistantMessage]:

@@ -10,15 +10,15 @@ from typing import Any, ClassVar
 
 import pytest
 
-from runners.local_agent import loop as loop_mod
-from runners.local_agent import pairing
-from runners.local_agent.compaction import Compactor
-from runners.local_agent.config import LocalAgentConfig
-from runners.local_agent.loop import AgentLoop
-from runners.local_agent.messages import ToolResult, UserMessage
-from runners.local_agent.providers.openai import OpenAICompatProvider
-from runners.local_agent.session import Session
-from runners.local_agent.testing import (
+from agenthost.runners.local_agent import loop as loop_mod
+from agenthost.runners.local_agent import pairing
+from agenthost.runners.local_agent.compaction import Compactor
+from agenthost.runners.local_agent.config import LocalAgentConfig
+from agenthost.runners.local_agent.loop import AgentLoop
+from agenthost.runners.local_agent.messages import ToolResult, UserMessage
+from agenthost.runners.local_agent.providers.openai import OpenAICompatProvider
+from agenthost.runners.local_agent.session import Session
+from agenthost.runners.local_agent.testing import (
     FakeProviderServer,
     FakeRunAPI,
     Reply,
@@ -26,7 +26,7 @@ from runners.local_agent.testing import (
     openai_text,
     openai_tool_calls,
 )
-from runners.local_agent.tools.base import Tool, ToolContext, ToolRegistry
+from agenthost.runners.local_agent.tools.base import Tool, ToolContext, ToolRegistry
 
 from .helpers import kinds, new_runner, send, server_config, session_key, streamed_text, terminal
 
@@ -191,7 +191,7 @@ async def test_cancellation_mid_stream_stops_at_once(tmp_path: Path) -> None:
         slow.delay = 0.05
         server.push(slow)
         server.default = openai_text("must not be requested")
-        from runners.local_agent.testing import make_run
+        from agenthost.runners.local_agent.testing import make_run
 
         api.add_user("talk slowly", event_id="e1")
         run = make_run(api, "talk slowly", config=server_config(server), event_id="e1")
@@ -352,7 +352,7 @@ async def test_key_never_leaks(tmp_path: Path) -> None:
 
 
 async def test_non_streaming_delivery_gets_whole_messages_and_can_retry_a_broken_stream(tmp_path: Path) -> None:
-    from runners.local_agent.testing import make_run
+    from agenthost.runners.local_agent.testing import make_run
 
     runner = new_runner(tmp_path)
     api = FakeRunAPI()
@@ -389,7 +389,7 @@ async def test_empty_response_is_retried_once_then_reported(tmp_path: Path) -> N
 
 
 async def test_anthropic_tool_loop_replays_thinking_to_the_same_model(tmp_path: Path) -> None:
-    from runners.local_agent.testing import anthropic_text, anthropic_tool_use
+    from agenthost.runners.local_agent.testing import anthropic_text, anthropic_tool_use
 
     runner = new_runner(tmp_path, env={"ANTHROPIC_API_KEY": "sk-ant-test-0000000000000000000000"})
     api = FakeRunAPI()

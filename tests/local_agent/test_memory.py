@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from runners.local_agent import memory
-from runners.local_agent.config import MemoryConfig
-from runners.local_agent.memory_scan import scan
-from runners.local_agent.testing import FakeRunAPI
+from agenthost.runners.local_agent import memory
+from agenthost.runners.local_agent.config import MemoryConfig
+from agenthost.runners.local_agent.memory_scan import scan
+from agenthost.runners.local_agent.testing import FakeRunAPI
 
 CFG = MemoryConfig(profile_max_chars=200, notes_max_chars=300)
 

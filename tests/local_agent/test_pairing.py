@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runners.local_agent import pairing
-from runners.local_agent.messages import AssistantMessage, Message, Summary, ToolCall, ToolResult, UserMessage
+from agenthost.runners.local_agent import pairing
+from agenthost.runners.local_agent.messages import AssistantMessage, Message, Summary, ToolCall, ToolResult, UserMessage
 
 
 def call(cid: str, name: str = "t") -> ToolCall:
@@ -127,7 +127,7 @@ def test_repair_restores_invariant_under_random_interruption(full: list[Message]
 @settings(max_examples=200, deadline=None)
 @given(histories(), st.integers(0, 1000))
 def test_compaction_cut_never_orphans(full: list[Message], pick: int) -> None:
-    from runners.local_agent.compaction import clean_cuts
+    from agenthost.runners.local_agent.compaction import clean_cuts
 
     cuts = clean_cuts(full)
     if not cuts:

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from runners.local_agent import memory
-from runners.local_agent.config import LocalAgentConfig
-from runners.local_agent.history import CHECKPOINT_KEY
-from runners.local_agent.providers import DEMO_MODEL, choose_model
-from runners.local_agent.providers.demo import DEMO_LABEL
-from runners.local_agent.runner import LocalAgentRunner
-from runners.local_agent.session import Session
-from runners.local_agent.testing import (
+from agenthost.runners.local_agent import memory
+from agenthost.runners.local_agent.config import LocalAgentConfig
+from agenthost.runners.local_agent.history import CHECKPOINT_KEY
+from agenthost.runners.local_agent.providers import DEMO_MODEL, choose_model
+from agenthost.runners.local_agent.providers.demo import DEMO_LABEL
+from agenthost.runners.local_agent.runner import LocalAgentRunner
+from agenthost.runners.local_agent.session import Session
+from agenthost.runners.local_agent.testing import (
     FakeProviderServer,
     FakeRunAPI,
     Reply,
@@ -31,13 +31,13 @@ from .helpers import kinds, new_runner, send, server_config, session_key, stream
 def test_manifest_and_plugin_registration() -> None:
     import jsonschema
 
-    from runners.local_agent import plugin
+    from agenthost.runners.local_agent import plugin
 
     m = LocalAgentRunner.manifest
     assert m.name == "local-agent" and m.capabilities.tool_calls
     jsonschema.Draft202012Validator.check_schema(m.config_schema)
     m.validate_config({"model": "ollama/qwen3", "context_window": 8192})
-    from plugins.manifest import ManifestError
+    from agenthost.plugins.manifest import ManifestError
 
     with pytest.raises(ManifestError):
         m.validate_config({"model": "x", "bogus": 1})

@@ -6,9 +6,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runners.local_agent import pairing
-from runners.local_agent.messages import AssistantMessage, Summary, ToolCall, ToolResult, UserMessage
-from runners.local_agent.session import Session, safe_name
+from agenthost.runners.local_agent import pairing
+from agenthost.runners.local_agent.messages import AssistantMessage, Summary, ToolCall, ToolResult, UserMessage
+from agenthost.runners.local_agent.session import Session, safe_name
 
 
 def test_roundtrip_preserves_provider_payloads(tmp_path: Path) -> None:

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from runners.local_agent.config import LocalAgentConfig, ShellConfig
-from runners.local_agent.messages import ToolCall
-from runners.local_agent.testing import FakeRunAPI
-from runners.local_agent.tools import build_registry
-from runners.local_agent.tools.base import ToolContext
-from runners.local_agent.tools.shell import build_env, run_command
+from agenthost.runners.local_agent.config import LocalAgentConfig, ShellConfig
+from agenthost.runners.local_agent.messages import ToolCall
+from agenthost.runners.local_agent.testing import FakeRunAPI
+from agenthost.runners.local_agent.tools import build_registry
+from agenthost.runners.local_agent.tools.base import ToolContext
+from agenthost.runners.local_agent.tools.shell import build_env, run_command
 
 
 @pytest.fixture
@@ -207,7 +207,7 @@ async def test_host_tools(ctx: ToolContext) -> None:
 
 
 def test_tool_selection_from_config() -> None:
-    from runners.local_agent.config import ConfigError
+    from agenthost.runners.local_agent.config import ConfigError
 
     assert build_registry(LocalAgentConfig(tools=["read_file"])).names == ["read_file"]
     assert "shell" not in build_registry(LocalAgentConfig(shell=ShellConfig(enabled=False))).names
@@ -218,7 +218,7 @@ def test_tool_selection_from_config() -> None:
 def test_ledger_sweep_kills_only_the_groups_it_started(tmp_path: Path) -> None:
     import subprocess
 
-    from runners.local_agent.tools.shell import ProcessLedger
+    from agenthost.runners.local_agent.tools.shell import ProcessLedger
 
     ledger = ProcessLedger(tmp_path / "running")
     orphan = subprocess.Popen(["/bin/sh", "-c", "sleep 30"], start_new_session=True)

@@ -19,11 +19,11 @@ from typing import Any
 import grpc
 import pytest
 
-from protos import common_pb2 as pb
-from protos import run_api_pb2_grpc
-from runners.sdk import RunContext, Runner, RunnerManifest, RunnerPermissions, events
-from runners.sdk.server import CHANNEL_OPTIONS
-from runners.sdk.testing import HostHarness
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import run_api_pb2_grpc
+from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, RunnerPermissions, events
+from agenthost.runners.sdk.server import CHANNEL_OPTIONS
+from agenthost.runners.sdk.testing import HostHarness
 
 ROOT = Path(__file__).resolve().parents[2]
 FAULTY = str(ROOT / "tests" / "fixtures" / "faulty-plugin")
@@ -123,7 +123,7 @@ class World:
         return self.lt.call(go())
 
     def host_serving(self) -> bool:
-        from protos import run_api_pb2 as api
+        from agenthost.protos import run_api_pb2 as api
 
         resp = self.stub.StateGet(
             api.StateGetRequest(run_id=self.r1.run_id, scope=pb.CONVERSATION, key="k"),

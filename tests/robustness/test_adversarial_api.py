@@ -13,9 +13,9 @@ from typing import Any
 import grpc
 import pytest
 
-from protos import common_pb2 as pb
-from protos import run_api_pb2 as api
-from protos import run_api_pb2_grpc
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import run_api_pb2 as api
+from agenthost.protos import run_api_pb2_grpc
 
 from .conftest import SC, World, db_digest, status_of
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from host.store import artifacts as artifact_module
-from protos import common_pb2 as pb
-from protos import run_api_pb2 as api
-from protos import run_api_pb2_grpc
-from runners.sdk import RunContext, Runner, RunnerManifest, events
-from runners.sdk.testing import HostHarness
+from agenthost.host.store import artifacts as artifact_module
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import run_api_pb2 as api
+from agenthost.protos import run_api_pb2_grpc
+from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
+from agenthost.runners.sdk.testing import HostHarness
 
 from .conftest import Parked
 

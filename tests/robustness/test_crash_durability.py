@@ -1,7 +1,7 @@
 """B7 #13: kill -9 a writer process at random points, many times; on every reopen the database passes
 `PRAGMA integrity_check`, every acknowledged write is present, and the ledger's state machine is intact.
 
-The writer is the real host.store.db.Database (writer thread, group commit, WAL, synchronous=FULL) in a child
+The writer is the real agenthost.host.store.db.Database (writer thread, group commit, WAL, synchronous=FULL) in a child
 process that prints an ack line only after each awaited write returned.
 """
 

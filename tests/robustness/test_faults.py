@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from host.client import HostClient
-from host.server import Host
-from host.supervisor import SupervisorPolicy
-from protos import host_pb2 as hpb
+from agenthost.host.client import HostClient
+from agenthost.host.server import Host
+from agenthost.host.supervisor import SupervisorPolicy
+from agenthost.protos import host_pb2 as hpb
 
 from .conftest import FAULTY, pid_alive
 

@@ -16,8 +16,8 @@ from google.protobuf.descriptor import FieldDescriptor as FD
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protos import common_pb2 as pb
-from protos import run_api_pb2 as api
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import run_api_pb2 as api
 
 from .conftest import SC, World, status_of
 from .test_adversarial_api import TRAVERSAL

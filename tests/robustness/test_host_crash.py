@@ -18,9 +18,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from protos import common_pb2 as pb
-from protos import run_api_pb2 as api
-from protos import run_api_pb2_grpc
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import run_api_pb2 as api
+from agenthost.protos import run_api_pb2_grpc
 
 from .conftest import FAULTY, ROOT, pid_alive
 
@@ -38,7 +38,12 @@ def env(tmp_path):
 
 def cli(env, *args, check=True, timeout=120):
     proc = subprocess.run(
-        [sys.executable, "-m", "host.cli", *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT
+        [sys.executable, "-m", "agenthost.host.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"agenthost {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
@@ -50,7 +55,7 @@ class Served:
         self.env = env
         self.home = Path(env["AGENTHOST_HOME"])
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "host.cli", "serve"],
+            [sys.executable, "-m", "agenthost.host.cli", "serve"],
             env=env,
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
@@ -122,7 +127,7 @@ def test_kill9_host_mid_run_and_restart(env):
         # 1. a run streaming when the host dies: the runner exits on its own (lifeline EOF)
         senders.append(
             subprocess.Popen(
-                [sys.executable, "-m", "host.cli", "send", "b", "stream", "--conversation", "a"],
+                [sys.executable, "-m", "agenthost.host.cli", "send", "b", "stream", "--conversation", "a"],
                 env=env,
                 cwd=ROOT,
                 stdout=subprocess.DEVNULL,
@@ -151,7 +156,7 @@ def test_kill9_host_mid_run_and_restart(env):
         #    next host's startup sweep kills its process group
         senders.append(
             subprocess.Popen(
-                [sys.executable, "-m", "host.cli", "send", "b", "stall_ignore_term", "--conversation", "b"],
+                [sys.executable, "-m", "agenthost.host.cli", "send", "b", "stall_ignore_term", "--conversation", "b"],
                 env=env,
                 cwd=ROOT,
                 stdout=subprocess.DEVNULL,

@@ -55,8 +55,8 @@ async def test_burst_beyond_grpc_default_pending_limit(tmp_path):
     default (1000), which used to cancel the excess with a bare CANCELLED. All must complete."""
     import asyncio
 
-    from runners.sdk import RunContext, Runner, RunnerManifest, events
-    from runners.sdk.testing import HostHarness
+    from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
+    from agenthost.runners.sdk.testing import HostHarness
 
     class Quick(Runner):
         manifest = RunnerManifest(name="quick")

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from host.store.conversations import MAX_PAGE_BYTES
-from protos import common_pb2 as pb
-from runners.sdk import RunContext, Runner, RunnerManifest, events
-from runners.sdk.testing import HostHarness
+from agenthost.host.store.conversations import MAX_PAGE_BYTES
+from agenthost.protos import common_pb2 as pb
+from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
+from agenthost.runners.sdk.testing import HostHarness
 
 pytestmark = pytest.mark.timeout(90)
 MiB = 1024 * 1024

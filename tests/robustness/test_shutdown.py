@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from protos import common_pb2 as pb
-from protos import errors
-from runners.sdk import RunContext, Runner, RunnerManifest, events
-from runners.sdk.testing import HostHarness
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import errors
+from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
+from agenthost.runners.sdk.testing import HostHarness
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,4 +1,4 @@
-"""Child process for test_crash_durability: writes through the real host.store.db.Database and prints one ack
+"""Child process for test_crash_durability: writes through the real agenthost.host.store.db.Database and prints one ack
 line after each awaited write, until the parent kills it with SIGKILL.
 
     python writer_child.py DB_PATH FIRST_ID
@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from host.store.db import Database  # noqa: E402
-from host.store.state import StateStore  # noqa: E402
+from agenthost.host.store.db import Database  # noqa: E402
+from agenthost.host.store.state import StateStore  # noqa: E402
 
 SCHEMA = [
     "CREATE TABLE IF NOT EXISTS crash_ledger (id INTEGER PRIMARY KEY, status TEXT NOT NULL"

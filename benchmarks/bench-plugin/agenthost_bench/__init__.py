@@ -13,11 +13,11 @@ import time
 
 import grpc
 
-from protos import common_pb2 as pb
-from protos import run_api_pb2 as api
-from protos import run_api_pb2_grpc
-from runners.sdk import RunContext, Runner, RunnerManifest, events, hookimpl
-from runners.sdk import server as sdk_server
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import run_api_pb2 as api
+from agenthost.protos import run_api_pb2_grpc
+from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events, hookimpl
+from agenthost.runners.sdk import server as sdk_server
 
 DELTA = "x" * 48 + " \n"
 

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 import httpx
 
-from runners.local_agent.config import ConfigError, LocalAgentConfig
-from runners.local_agent.errors import ContextWindowUnknown, ErrorKind, ProviderError
-from runners.local_agent.providers.anthropic import AnthropicProvider
-from runners.local_agent.providers.base import Provider
-from runners.local_agent.providers.demo import DemoProvider
-from runners.local_agent.providers.openai import OpenAICompatProvider
+from agenthost.runners.local_agent.config import ConfigError, LocalAgentConfig
+from agenthost.runners.local_agent.errors import ContextWindowUnknown, ErrorKind, ProviderError
+from agenthost.runners.local_agent.providers.anthropic import AnthropicProvider
+from agenthost.runners.local_agent.providers.base import Provider
+from agenthost.runners.local_agent.providers.demo import DemoProvider
+from agenthost.runners.local_agent.providers.openai import OpenAICompatProvider
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from typing import Any
 
 import httpx
 
-from runners.local_agent.errors import ErrorKind, ProviderError, classify_stream_error
-from runners.local_agent.messages import AssistantMessage, Summary, ToolCall, ToolResult, UserMessage
-from runners.local_agent.providers.base import (
+from agenthost.runners.local_agent.errors import ErrorKind, ProviderError, classify_stream_error
+from agenthost.runners.local_agent.messages import AssistantMessage, Summary, ToolCall, ToolResult, UserMessage
+from agenthost.runners.local_agent.providers.base import (
     Final,
     HttpProvider,
     ModelRequest,
@@ -26,8 +26,8 @@ from runners.local_agent.providers.base import (
     safe_arguments,
     summary_text,
 )
-from runners.local_agent.providers.openai import known_window
-from runners.local_agent.providers.tool_args import coerce_tool_name, repair_arguments
+from agenthost.runners.local_agent.providers.openai import known_window
+from agenthost.runners.local_agent.providers.tool_args import coerce_tool_name, repair_arguments
 
 API_VERSION = "2023-06-01"
 KNOWN_WINDOWS = {"claude-": 200_000}

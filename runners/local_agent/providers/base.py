@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import httpx
 
-from runners.local_agent.errors import ErrorKind, ProviderError, classify_exception, classify_status
-from runners.local_agent.messages import AssistantMessage, Message
+from agenthost.runners.local_agent.errors import ErrorKind, ProviderError, classify_exception, classify_status
+from agenthost.runners.local_agent.messages import AssistantMessage, Message
 
 SUMMARY_PREFIX = (
     "[CONTEXT SUMMARY — reference only. Earlier turns of this conversation were compacted into the summary below. "

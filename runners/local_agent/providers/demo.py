@@ -8,8 +8,8 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
-from runners.local_agent.messages import AssistantMessage, Summary, ToolCall, ToolResult, UserMessage
-from runners.local_agent.providers.base import (
+from agenthost.runners.local_agent.messages import AssistantMessage, Summary, ToolCall, ToolResult, UserMessage
+from agenthost.runners.local_agent.providers.base import (
     Final,
     ModelRequest,
     ProbeResult,
@@ -18,7 +18,7 @@ from runners.local_agent.providers.base import (
     TextChunk,
     Usage,
 )
-from runners.local_agent.tokens import estimate_messages, estimate_text
+from agenthost.runners.local_agent.tokens import estimate_messages, estimate_text
 
 DEMO_LABEL = "[offline demo model — not a real LLM; configure a model for real answers]"
 DEMO_WINDOW = 32_768

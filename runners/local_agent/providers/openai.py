@@ -12,9 +12,9 @@ from typing import Any
 
 import httpx
 
-from runners.local_agent.errors import ErrorKind, ProviderError, classify_stream_error
-from runners.local_agent.messages import AssistantMessage, Summary, ToolCall, ToolResult, UserMessage
-from runners.local_agent.providers.base import (
+from agenthost.runners.local_agent.errors import ErrorKind, ProviderError, classify_stream_error
+from agenthost.runners.local_agent.messages import AssistantMessage, Summary, ToolCall, ToolResult, UserMessage
+from agenthost.runners.local_agent.providers.base import (
     Final,
     HttpProvider,
     ModelRequest,
@@ -26,7 +26,7 @@ from runners.local_agent.providers.base import (
     safe_arguments,
     summary_text,
 )
-from runners.local_agent.providers.tool_args import coerce_tool_name, repair_arguments, split_concatenated
+from agenthost.runners.local_agent.providers.tool_args import coerce_tool_name, repair_arguments, split_concatenated
 
 # Published context windows of hosted models, longest prefix wins. Only for models whose window is documented;
 # anything else must come from the config or a server probe.

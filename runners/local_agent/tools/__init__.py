@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from runners.local_agent.config import LocalAgentConfig
-from runners.local_agent.tools.base import Tool, ToolContext, ToolError, ToolRegistry
-from runners.local_agent.tools.files import file_tools
-from runners.local_agent.tools.host import ReadArtifact, SearchHistory
-from runners.local_agent.tools.memory import Memory
-from runners.local_agent.tools.shell import Shell
-from runners.local_agent.tools.todo import TodoWrite
+from agenthost.runners.local_agent.config import LocalAgentConfig
+from agenthost.runners.local_agent.tools.base import Tool, ToolContext, ToolError, ToolRegistry
+from agenthost.runners.local_agent.tools.files import file_tools
+from agenthost.runners.local_agent.tools.host import ReadArtifact, SearchHistory
+from agenthost.runners.local_agent.tools.memory import Memory
+from agenthost.runners.local_agent.tools.shell import Shell
+from agenthost.runners.local_agent.tools.todo import TodoWrite
 
 
 def all_tools() -> list[Tool]:
@@ -40,7 +40,7 @@ def build_registry(
     if config.tools is not None:
         unknown = sorted(set(config.tools) - known)
         if unknown:
-            from runners.local_agent.config import ConfigError
+            from agenthost.runners.local_agent.config import ConfigError
 
             raise ConfigError(f"unknown tools {unknown}; available: {sorted(known)}")
         tools = [t for t in tools if t.name in config.tools]

@@ -14,9 +14,9 @@ from typing import Any, ClassVar, Protocol
 
 import jsonschema
 
-from runners.local_agent.config import LocalAgentConfig
-from runners.local_agent.messages import ToolCall, ToolResult
-from runners.local_agent.providers.base import ToolSpec
+from agenthost.runners.local_agent.config import LocalAgentConfig
+from agenthost.runners.local_agent.messages import ToolCall, ToolResult
+from agenthost.runners.local_agent.providers.base import ToolSpec
 
 
 class ToolError(Exception):
@@ -24,7 +24,7 @@ class ToolError(Exception):
 
 
 class HostAPI(Protocol):
-    """The part of `runners.sdk.api.RunAPI` the local agent uses; tests pass an in-memory fake."""
+    """The part of `agenthost.runners.sdk.api.RunAPI` the local agent uses; tests pass an in-memory fake."""
 
     async def history_page(
         self, *, conversation_id: str = ..., cursor: str = ..., direction: Any = ..., limit: int = ...

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from runners.local_agent.tools.base import Tool, ToolContext, ToolError
+from agenthost.runners.local_agent.tools.base import Tool, ToolContext, ToolError
 
 MAX_READ_LINES = 2_000
 MAX_LINE_CHARS = 2_000

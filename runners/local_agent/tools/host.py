@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from protos import errors as host_errors
-from runners.local_agent.tools.base import Tool, ToolContext, ToolError
+from agenthost.protos import errors as host_errors
+from agenthost.runners.local_agent.tools.base import Tool, ToolContext, ToolError
 
 MAX_READ_BYTES = 64 * 1024
 

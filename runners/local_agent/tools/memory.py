@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from protos import errors as host_errors
-from runners.local_agent import memory
-from runners.local_agent.tools.base import Tool, ToolContext, ToolError
-from runners.sdk import events
+from agenthost.protos import errors as host_errors
+from agenthost.runners.local_agent import memory
+from agenthost.runners.local_agent.tools.base import Tool, ToolContext, ToolError
+from agenthost.runners.sdk import events
 
 
 class Memory(Tool):

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runners.local_agent.config import ShellConfig
-from runners.local_agent.tools.base import Tool, ToolContext, ToolError
+from agenthost.runners.local_agent.config import ShellConfig
+from agenthost.runners.local_agent.tools.base import Tool, ToolContext, ToolError
 
 TIMEOUT_EXIT = 124
 # Grandchildren started with `cmd &` keep the pipe open after the shell exits; stop reading shortly after.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from protos import errors as host_errors
-from runners.local_agent.tools.base import Tool, ToolContext, ToolError
-from runners.sdk import events
+from agenthost.protos import errors as host_errors
+from agenthost.runners.local_agent.tools.base import Tool, ToolContext, ToolError
+from agenthost.runners.sdk import events
 
 STATE_KEY = "local_agent.todos"
 MAX_ITEMS = 30

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
-from runners.sdk import RunContext, Runner, RunnerManifest, RunnerPermissions, events, hookimpl
-from runners.sdk.events import RunEvent
+from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, RunnerPermissions, events, hookimpl
+from agenthost.runners.sdk.events import RunEvent
 
 
 class NotesRunner(Runner):
