@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: demo test bench
+.PHONY: demo test bench bench-cli check-wheel
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,3 +20,10 @@ test: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_host.py
+
+bench-cli: $(VENV)/.installed
+	$(PY) benchmarks/bench_cli.py
+
+# Builds the wheel and runs the new-user path from it in fresh venvs outside the checkout (3.11 and 3.13).
+check-wheel: $(VENV)/.installed
+	bash scripts/check_wheel.sh

@@ -83,8 +83,7 @@ async def main(calls: int, deltas: int) -> None:
                 break
             await asyncio.sleep(0.1)
         await asyncio.sleep(0.5)
-        admin = json.loads((work / "home" / "host.json").read_text())["admin"]
-        async with HostClient(admin, timeout=600) as c:
+        async with HostClient.for_data_dir(work / "home", timeout=600) as c:
             await c.call(
                 "InstallPlugin",
                 hpb.InstallPluginRequest(source=str(ROOT / "benchmarks" / "bench-plugin"), offline=True),

@@ -84,7 +84,7 @@ class LoadHost:
                 raise RuntimeError(f"host exited: {(self.work / 'host.log').read_text()[-2000:]}")
             await asyncio.sleep(0.1)
         await asyncio.sleep(0.3)
-        self.client = HostClient(json.loads(host_json.read_text())["admin"], timeout=600)
+        self.client = HostClient.for_data_dir(host_json.parent, timeout=600)
         for i in range(self.plugins):
             await self.client.call(
                 "InstallPlugin", hpb.InstallPluginRequest(source=str(plugin_copy(self.work, i)), offline=True)

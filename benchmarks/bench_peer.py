@@ -219,6 +219,7 @@ class AgentHostSide:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTHOST_TEST", "ANTHROPIC", "OPENAI"))}
         self.env["AGENTHOST_HOME"] = str(work / "home")
         self.env["AGENTHOST_TEST_LEAK_DIR"] = str(work / "leak")
+        self.env["AGENTHOST_SANDBOX_RW"] = str(work / "leak")
         (work / "leak").mkdir()
         self.proc: subprocess.Popen | None = None
 
@@ -246,8 +247,7 @@ class AgentHostSide:
                 break
             await asyncio.sleep(0.1)
         await asyncio.sleep(0.3)
-        info = json.loads(host_json.read_text())
-        self.client = HostClient(info["admin"], timeout=600)
+        self.client = HostClient.for_data_dir(host_json.parent, timeout=600)
         await self.client.call(
             "InstallPlugin",
             hpb.InstallPluginRequest(source=str(ROOT / "tests" / "fixtures" / "faulty-plugin"), offline=True),

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
+from agenthost.host.credentials import current, require_bot
 from agenthost.plugins.install import InstallError
 from agenthost.plugins.manifest import ManifestError
 from agenthost.protos import common_pb2 as pb
@@ -55,7 +57,9 @@ class AdminServicer(host_grpc.AgentHostServicer):
     ) -> hpb.PluginInfo:
         if not request.source:
             raise errors.InvalidArgument("source is required: a directory, a wheel, or a requirement")
-        return await self.host.install_plugin(request.source, offline=request.offline)
+        return await self.host.install_plugin(
+            request.source, offline=request.offline, allow_network=request.allow_network
+        )
 
     @_mapped
     async def ListPlugins(
@@ -108,7 +112,10 @@ class AdminServicer(host_grpc.AgentHostServicer):
         self, request: hpb.BotRequest, context: grpc.aio.ServicerContext
     ) -> hpb.ListBindingsResponse:
         bot = self.host.registry.bot(request.bot)
-        return hpb.ListBindingsResponse(bindings=self.host.registry.bindings(bot.bot_id))
+        bindings = self.host.registry.bindings(bot.bot_id)
+        for binding in bindings:
+            binding.config_json = json.dumps(redact_config(json.loads(binding.config_json or "{}")))
+        return hpb.ListBindingsResponse(bindings=bindings)
 
     @_mapped
     async def DeleteBinding(
@@ -117,10 +124,19 @@ class AdminServicer(host_grpc.AgentHostServicer):
         await self.host.registry.delete_binding(request.binding_id)
         return hpb.DeleteBindingResponse()
 
+    @_mapped
+    async def UpdateBinding(self, request: hpb.UpdateBindingRequest, context: grpc.aio.ServicerContext) -> hpb.Binding:
+        binding = await self.host.update_binding(request)
+        shown = hpb.Binding()
+        shown.CopyFrom(binding)
+        shown.config_json = json.dumps(redact_config(json.loads(binding.config_json or "{}")))
+        return shown
+
     async def SendMessage(
         self, request: hpb.SendMessageRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[hpb.SendMessageReply]:
         try:
+            require_bot(self.host.registry.bot(request.bot).bot_id)
             stream = self.host.runs.send(request)
             started = await anext(stream)
         except errors.AgentHostError as exc:
@@ -128,19 +144,34 @@ class AdminServicer(host_grpc.AgentHostServicer):
             return
         yield started
         # Each reply coalesces whatever piled up, like the runner side does: one message, many deltas.
-        async for reply in stream:
-            yield reply
+        try:
+            async for reply in stream:
+                yield reply
+        except errors.AgentHostError as exc:  # e.g. this client fell too far behind and was dropped
+            await errors.abort_with(context, exc)
 
     @_mapped
     async def GetRun(self, request: hpb.RunRequestById, context: grpc.aio.ServicerContext) -> hpb.RunInfo:
-        info = self.host.run_store.get(request.run_id)
+        return self._run(request.run_id)
+
+    def _run(self, run_id: str) -> hpb.RunInfo:
+        """A run the caller may see; to a scoped caller, runs of other bots do not exist."""
+        info = self.host.run_store.get(run_id)
         if info is None:
-            raise errors.NotFound(f"no run {request.run_id!r}")
+            raise errors.NotFound(f"no run {run_id!r}")
+        try:
+            require_bot(info.bot_id)
+        except errors.PermissionDenied:
+            raise errors.NotFound(f"no run {run_id!r}") from None
         return info
 
     @_mapped
     async def ListRuns(self, request: hpb.ListRunsRequest, context: grpc.aio.ServicerContext) -> hpb.ListRunsResponse:
         bot_id = self.host.registry.bot(request.bot).bot_id if request.bot else ""
+        if not current().is_admin:
+            if not bot_id:
+                raise errors.InvalidArgument("a scoped credential lists the runs of one bot at a time: name it")
+            require_bot(bot_id)
         limit = request.limit or 50
         if not 0 < limit <= 1000:
             raise errors.OutOfRange("limit must be between 1 and 1000")
@@ -152,14 +183,14 @@ class AdminServicer(host_grpc.AgentHostServicer):
 
     @_mapped
     async def CancelRun(self, request: hpb.RunRequestById, context: grpc.aio.ServicerContext) -> hpb.RunInfo:
+        self._run(request.run_id)
         return await self.host.runs.cancel(request.run_id)
 
     @_mapped
     async def ListRunEvents(
         self, request: hpb.ListRunEventsRequest, context: grpc.aio.ServicerContext
     ) -> hpb.ListRunEventsResponse:
-        if self.host.run_store.get(request.run_id) is None:
-            raise errors.NotFound(f"no run {request.run_id!r}")
+        self._run(request.run_id)
         limit = request.limit or 500
         if not 0 < limit <= 5000:
             raise errors.OutOfRange("limit must be between 1 and 5000")
@@ -194,6 +225,60 @@ class AdminServicer(host_grpc.AgentHostServicer):
             limit=limit,
         )
         return hpb.GetHistoryResponse(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
+
+    # ---- credentials and keys (admin only: AuthInterceptor refuses scoped callers) ----
+
+    @_mapped
+    async def CreateCredential(
+        self, request: hpb.CreateCredentialRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.CreatedCredential:
+        bot_ids = [self.host.registry.bot(ref).bot_id for ref in request.bots]
+        info, token = self.host.credentials.create(request.name, request.scope, bot_ids)
+        return hpb.CreatedCredential(credential=info, token=token)
+
+    @_mapped
+    async def ListCredentials(
+        self, request: hpb.ListCredentialsRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.ListCredentialsResponse:
+        return hpb.ListCredentialsResponse(credentials=self.host.credentials.list())
+
+    @_mapped
+    async def RevokeCredential(
+        self, request: hpb.RevokeCredentialRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.RevokeCredentialResponse:
+        self.host.credentials.revoke(request.name)
+        return hpb.RevokeCredentialResponse()
+
+    @_mapped
+    async def SetKey(self, request: hpb.SetKeyRequest, context: grpc.aio.ServicerContext) -> hpb.KeyInfo:
+        return self.host.keys.set(request.name, request.value)
+
+    @_mapped
+    async def ListKeys(self, request: hpb.ListKeysRequest, context: grpc.aio.ServicerContext) -> hpb.ListKeysResponse:
+        return hpb.ListKeysResponse(keys=self.host.keys.list())
+
+    @_mapped
+    async def RemoveKey(
+        self, request: hpb.RemoveKeyRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.RemoveKeyResponse:
+        self.host.keys.remove(request.name)
+        return hpb.RemoveKeyResponse()
+
+
+_SECRET_FIELD = re.compile(r"(^|_)(api_?key|key|token|secret|password|passwd|credential)s?$", re.IGNORECASE)
+
+
+def redact_config(value: Any) -> Any:
+    """A binding config as it may be shown: inline secrets (`api_key`, `*_token`, …) replaced by a marker, at any
+    depth. Names that only point at a secret (`api_key_env`, `keys`) stay readable."""
+    if isinstance(value, dict):
+        return {
+            k: "[redacted]" if _SECRET_FIELD.search(k) and isinstance(v, str) and v else redact_config(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redact_config(v) for v in value]
+    return value
 
 
 def validate_binding(binding: hpb.Binding) -> None:

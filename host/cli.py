@@ -1,30 +1,93 @@
 """`agenthost`: the command line. Every command but `serve` and `demo` talks to a running host over its admin
-socket (found through <data dir>/host.json); errors print as `error: CODE: message` and exit 1."""
+socket (found through <data dir>/host.json); errors print as `error: CODE: message` and exit 1.
+
+Start-up cost matters here (`--help`, `--version` and every command pay it), so this module imports nothing of
+grpc, protobuf or the host at import time: each command imports what it needs when it runs.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import logging
-import signal
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from google.protobuf.json_format import MessageToDict
+if TYPE_CHECKING:
+    from agenthost.host.client import HostClient
+    from agenthost.protos import common_pb2 as pb
+    from agenthost.protos import host_pb2 as hpb
 
-from agenthost.host.client import HostClient, HostNotRunning, admin_address
-from agenthost.host.server import Host, HostAlreadyRunning, default_data_dir
-from agenthost.protos import common_pb2 as pb
-from agenthost.protos import errors
-from agenthost.protos import host_pb2 as hpb
-from agenthost.runners.sdk.events import STATE_SCOPES
+# Kept here rather than imported, so building the parser needs no protobuf; tests/test_cli.py checks both lists
+# against their sources (agenthost.runners.sdk.events.STATE_SCOPES, the host's run states).
+STATE_SCOPE_NAMES = ("run", "conversation", "actor", "binding", "runner")
+RUN_STATUSES = ("queued", "running", "completed", "failed", "cancelled", "timed_out", "interrupted")
+EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a process killed by SIGPIPE
+
+
+def version() -> str:
+    """The installed distribution's version: pyproject.toml is the one place it is written."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("agenthost")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+# ---- output ----
+
+
+def to_jsonable(message: Any) -> Any:
+    """A protobuf message as plain JSON values, every field present. Unlike MessageToDict, 64-bit integers stay
+    numbers (JSON has no integer width; a consumer wants `.usage.input_tokens + 1` to work) and field names are
+    the proto's own. Enums are their names; unset sub-messages and oneof members that are not set are left out."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    def value(field: Any, v: Any) -> Any:
+        if field.type == F.TYPE_MESSAGE:
+            return to_jsonable(v)
+        if field.type == F.TYPE_ENUM:
+            enum = field.enum_type.values_by_number.get(v)
+            return enum.name if enum is not None else v
+        if field.type == F.TYPE_BYTES:
+            import base64
+
+            return base64.b64encode(v).decode()
+        return v
+
+    out: dict[str, Any] = {}
+    for field in message.DESCRIPTOR.fields:
+        v = getattr(message, field.name)
+        is_map = field.type == F.TYPE_MESSAGE and field.message_type.GetOptions().map_entry
+        if is_map:
+            vfield = field.message_type.fields_by_name["value"]
+            out[field.name] = {k: value(vfield, item) for k, item in v.items()}
+        elif field.is_repeated:
+            out[field.name] = [value(field, item) for item in v]
+        elif field.has_presence and not message.HasField(field.name):
+            continue
+        else:
+            out[field.name] = value(field, v)
+    return out
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    if args.json:
+        print_json(data)
+    else:
+        print(text)
 
 
 def _config_pairs(pairs: list[str]) -> dict[str, Any]:
-    """key=value pairs; a value that parses as JSON is taken as JSON (numbers, booleans, lists)."""
+    """key=value pairs; a value that parses as JSON is taken as JSON (numbers, booleans, lists, null)."""
     config: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -40,8 +103,8 @@ def _config_pairs(pairs: list[str]) -> dict[str, Any]:
 class Printer:
     """Renders a run's stream for a terminal: text as it arrives, tools and notes on their own lines."""
 
-    def __init__(self, out: Any = sys.stdout) -> None:
-        self.out = out
+    def __init__(self, out: Any = None) -> None:
+        self.out = out or sys.stdout
         self.mid_line = False
 
     def _line(self, text: str) -> None:
@@ -79,6 +142,8 @@ class Printer:
 
 
 async def _stream_reply(client: HostClient, request: hpb.SendMessageRequest) -> hpb.RunInfo:
+    from agenthost.protos import errors
+
     printer = Printer()
     streamed = False
     finished: hpb.RunInfo | None = None
@@ -96,51 +161,177 @@ async def _stream_reply(client: HostClient, request: hpb.SendMessageRequest) -> 
     return finished
 
 
-def _dump(message: Any) -> str:
-    return json.dumps(MessageToDict(message, preserving_proto_field_name=True), indent=2, ensure_ascii=False)
+def _when(timestamp: float) -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp)) if timestamp else "-"
 
 
 # ---- commands (each receives the parsed args and a connected client) ----
 
 
 async def cmd_plugins(args: argparse.Namespace, c: HostClient) -> int:
+    from agenthost.protos import host_pb2 as hpb
+
     if args.action == "install":
-        info = await c.call(
-            "InstallPlugin", hpb.InstallPluginRequest(source=args.source, offline=args.offline), timeout=900
-        )
-        runners = ", ".join(r.runner_id for r in info.runners)
-        print(f"installed {info.plugin_id} {info.version} ({info.state}); runners: {runners}")
+        source = args.source
+        if Path(source).expanduser().exists():
+            # The host resolves paths from its own working directory; a path is the user's, relative to theirs.
+            source = str(Path(source).expanduser().resolve())
+        request = hpb.InstallPluginRequest(source=source, offline=args.offline, allow_network=args.allow_network)
+        info = await c.call("InstallPlugin", request, timeout=900)
+        if args.json:
+            print_json(to_jsonable(info))
+        else:
+            runners = ", ".join(r.runner_id for r in info.runners)
+            print(f"installed {info.plugin_id} {info.version} ({info.state}); runners: {runners}")
     elif args.action == "list":
-        for p in (await c.call("ListPlugins", hpb.ListPluginsRequest())).plugins:
-            flags = ("built-in " if p.builtin else "") + ("" if p.enabled else "disabled ")
-            print(f"{p.plugin_id:24} {p.version:10} {flags}{p.state} restarts={p.restarts} {p.last_error}")
+        plugins = (await c.call("ListPlugins", hpb.ListPluginsRequest())).plugins
+        if args.json:
+            print_json([to_jsonable(p) for p in plugins])
+        else:
+            for p in plugins:
+                flags = ("built-in " if p.builtin else "") + ("" if p.enabled else "disabled ")
+                print(f"{p.plugin_id:24} {p.version:10} {flags}{p.state} restarts={p.restarts} {p.last_error}")
     elif args.action == "remove":
         await c.call("RemovePlugin", hpb.PluginRequest(plugin_id=args.plugin_id))
-        print(f"removed {args.plugin_id}")
+        _emit(args, {"removed": args.plugin_id}, f"removed {args.plugin_id}")
     else:
-        info = await c.call(
-            "SetPluginEnabled", hpb.SetPluginEnabledRequest(plugin_id=args.plugin_id, enabled=args.action == "enable")
-        )
-        print(f"{info.plugin_id}: {'enabled' if info.enabled else 'disabled'} ({info.state})")
+        request = hpb.SetPluginEnabledRequest(plugin_id=args.plugin_id, enabled=args.action == "enable")
+        info = await c.call("SetPluginEnabled", request)
+        if args.json:
+            print_json(to_jsonable(info))
+        else:
+            print(f"{info.plugin_id}: {'enabled' if info.enabled else 'disabled'} ({info.state})")
     return 0
+
+
+def _schema_type(schema: dict[str, Any], defs: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A readable type for one property ("integer", "string | null", "ShellConfig") and its resolved schema."""
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        return name, defs.get(name, {})
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            parts = [_schema_type(s, defs) for s in schema[key]]
+            concrete = next((resolved for _, resolved in parts if resolved.get("type") != "null"), {})
+            return " | ".join(name for name, _ in parts), {**concrete, **schema}
+    if "enum" in schema:
+        return " | ".join(json.dumps(v) for v in schema["enum"]), schema
+    kind = schema.get("type", "any")
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        return f"list[{_schema_type(schema['items'], defs)[0]}]", schema
+    if kind == "object" and isinstance(schema.get("additionalProperties"), dict):
+        return f"map[string, {_schema_type(schema['additionalProperties'], defs)[0]}]", schema
+    return " | ".join(kind) if isinstance(kind, list) else str(kind), schema
+
+
+_RULES = (
+    ("minimum", ">="),
+    ("exclusiveMinimum", ">"),
+    ("maximum", "<="),
+    ("exclusiveMaximum", "<"),
+    ("minLength", "min length"),
+    ("maxLength", "max length"),
+    ("maxItems", "max items"),
+    ("pattern", "pattern"),
+)
+
+
+def config_fields(schema: dict[str, Any], prefix: str = "", defs: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The settings a runner's config_schema declares, flattened (`shell.timeout_seconds`), with type, default,
+    limits and documentation: what `runners show` prints."""
+    defs = schema.get("$defs", {}) if defs is None else defs
+    required = set(schema.get("required", ()))
+    fields: list[dict[str, Any]] = []
+    for name, prop in schema.get("properties", {}).items():
+        type_name, resolved = _schema_type(prop, defs)
+        merged = {**resolved, **prop}
+        entry: dict[str, Any] = {"name": prefix + name, "type": type_name, "required": name in required}
+        if "default" in merged:
+            entry["default"] = merged["default"]
+        rules = []
+        for key, label in _RULES:
+            for source in (prop, resolved):
+                if key in source:
+                    rules.append(f"{label} {source[key]}")
+                    break
+        if rules:
+            entry["rules"] = rules
+        doc = prop.get("description") or resolved.get("description") or ""
+        if prop.get("writeOnly") or resolved.get("writeOnly"):
+            doc = (doc + " (secret: never shown)").strip()
+        entry["description"] = doc
+        fields.append(entry)
+        if resolved.get("type") == "object" and "properties" in resolved:
+            fields += config_fields(resolved, f"{prefix}{name}.", defs)
+    return fields
 
 
 async def cmd_runners(args: argparse.Namespace, c: HostClient) -> int:
-    for r in (await c.call("ListRunners", hpb.ListRunnersRequest())).runners:
-        print(f"{r.runner_id:36} {r.description}")
+    from agenthost.protos import errors
+    from agenthost.protos import host_pb2 as hpb
+
+    runners = (await c.call("ListRunners", hpb.ListRunnersRequest())).runners
+    if args.action == "list":
+        if args.json:
+            print_json([{**to_jsonable(r), "manifest_json": json.loads(r.manifest_json or "{}")} for r in runners])
+        else:
+            for r in runners:
+                print(f"{r.runner_id:36} {r.description}")
+        return 0
+    found = next((r for r in runners if r.runner_id == args.runner_id), None)
+    if found is None:
+        known = ", ".join(r.runner_id for r in runners) or "none"
+        raise errors.NotFound(f"no runner {args.runner_id!r}; installed: {known}")
+    manifest = json.loads(found.manifest_json or "{}")
+    fields = config_fields(manifest.get("config_schema", {}))
+    if args.json:
+        print_json({"runner_id": found.runner_id, "plugin_id": found.plugin_id, "config_fields": fields, **manifest})
+        return 0
+    print(f"{found.runner_id} {manifest.get('version', '')}")
+    print(f"  {manifest.get('description', '')}")
+    perms = manifest.get("permissions", {})
+    print("permissions:")
+    print(f"  apis: {', '.join(perms.get('apis', [])) or 'none'}")
+    print(f"  state scopes: {', '.join(perms.get('state_scopes', [])) or 'none'}")
+    print(f"  cross-conversation reads: {'yes' if perms.get('cross_conversation') else 'no'}")
+    print(f"  network: {'yes' if perms.get('network') else 'no'}")
+    caps = manifest.get("capabilities", {})
+    print("capabilities: " + (", ".join(k for k, v in caps.items() if v) or "none"))
+    print("config (bots bind --config KEY=VALUE):" if fields else "config: none")
+    for f in fields:
+        default = f" = {json.dumps(f['default'])}" if "default" in f else (" (required)" if f["required"] else "")
+        rules = f" [{', '.join(f['rules'])}]" if "rules" in f else ""
+        print(f"  {f['name']}: {f['type']}{default}{rules}")
+        if f["description"]:
+            print(f"      {f['description']}")
     return 0
 
 
+def _binding_line(b: hpb.Binding) -> str:
+    conversations = b.conversation_pattern or "*"
+    route = f"{b.event_pattern!r} conv={conversations!r} prio={b.priority}"
+    return f"{b.binding_id} {route} → {b.runner_id} {b.config_json}"
+
+
 async def cmd_bots(args: argparse.Namespace, c: HostClient) -> int:
+    from agenthost.protos import host_pb2 as hpb
+    from agenthost.runners.sdk.events import STATE_SCOPES
+
     if args.action == "create":
         bot = await c.call("CreateBot", hpb.CreateBotRequest(name=args.name, description=args.description))
-        print(f"created bot {bot.name} ({bot.bot_id})")
+        _emit(args, to_jsonable(bot), f"created bot {bot.name} ({bot.bot_id})")
     elif args.action == "list":
-        for bot in (await c.call("ListBots", hpb.ListBotsRequest())).bots:
-            print(f"{bot.name:24} {bot.bot_id} {bot.description}")
+        bots = (await c.call("ListBots", hpb.ListBotsRequest())).bots
+        if args.json:
+            print_json([to_jsonable(b) for b in bots])
+        else:
+            for bot in bots:
+                print(f"{bot.name:24} {bot.bot_id} {bot.description}")
     elif args.action == "delete":
         await c.call("DeleteBot", hpb.BotRequest(bot=args.name))
-        print(f"deleted bot {args.name}")
+        _emit(args, {"deleted": args.name}, f"deleted bot {args.name}")
     elif args.action == "bind":
         binding = await c.bind(
             args.bot,
@@ -154,32 +345,124 @@ async def cmd_bots(args: argparse.Namespace, c: HostClient) -> int:
             state_scopes=[STATE_SCOPES[s] for s in args.scope],
             cross_conversation=args.cross_conversation,
             streaming=not args.no_streaming,
+            keys=args.key,
         )
-        print(f"bound {args.runner} to {args.bot} for {binding.event_pattern!r} as {binding.binding_id}")
+        if args.json:
+            print_json(to_jsonable(binding))
+        else:
+            print(f"bound {args.runner} to {args.bot} for {binding.event_pattern!r} as {binding.binding_id}")
     elif args.action == "bindings":
-        for b in (await c.call("ListBindings", hpb.BotRequest(bot=args.bot))).bindings:
-            conversations = b.conversation_pattern or "*"
-            route = f"{b.event_pattern!r} conv={conversations!r} prio={b.priority}"
-            print(f"{b.binding_id} {route} → {b.runner_id} {b.config_json}")
+        bindings = (await c.call("ListBindings", hpb.BotRequest(bot=args.bot))).bindings
+        if args.json:
+            print_json([to_jsonable(b) for b in bindings])
+        else:
+            for b in bindings:
+                print(_binding_line(b))
+    elif args.action == "update-binding":
+        request = hpb.UpdateBindingRequest(binding_id=args.binding_id)
+        if args.config:
+            request.config_patch_json = json.dumps(_config_pairs(args.config))
+        if args.priority is not None:
+            request.priority = args.priority
+        if args.timeout is not None:
+            request.timeout_seconds = args.timeout
+        if args.api is not None:
+            request.apis.SetInParent()
+            request.apis.values.extend(args.api)
+        if args.key is not None:
+            request.keys.SetInParent()
+            request.keys.values.extend(args.key)
+        binding = await c.call("UpdateBinding", request)
+        _emit(args, to_jsonable(binding), f"updated {_binding_line(binding)}")
     elif args.action == "unbind":
         await c.call("DeleteBinding", hpb.DeleteBindingRequest(binding_id=args.binding_id))
-        print(f"deleted binding {args.binding_id}")
+        _emit(args, {"deleted": args.binding_id}, f"deleted binding {args.binding_id}")
+    return 0
+
+
+async def cmd_status(args: argparse.Namespace, c: HostClient) -> int:
+    from agenthost.protos import host_pb2 as hpb
+
+    status = await c.call("GetStatus", hpb.GetStatusRequest())
+    if args.json:
+        print_json({**to_jsonable(status), "cli_version": version()})
+        return 0
+    print(f"agenthost {status.version}, pid {status.pid}, serving {status.data_dir}")
+    print(f"sandbox: {status.sandbox}")
+    print(f"runs in flight: {status.runs_in_flight}")
+    for p in status.plugins:
+        print(f"  {p.plugin_id:24} {p.state:9} restarts={p.restarts} {p.last_error}")
+    return 0
+
+
+async def cmd_keys(args: argparse.Namespace, c: HostClient) -> int:
+    from agenthost.protos import host_pb2 as hpb
+
+    if args.action == "set":
+        import getpass
+
+        # Read from stdin, never argv: a command line is visible to every local process.
+        value = sys.stdin.readline().strip() if not sys.stdin.isatty() else getpass.getpass(f"{args.name}: ").strip()
+        key = await c.call("SetKey", hpb.SetKeyRequest(name=args.name, value=value))
+        _emit(args, to_jsonable(key), f"stored {key.name} ({key.length} characters)")
+    elif args.action == "list":
+        keys = (await c.call("ListKeys", hpb.ListKeysRequest())).keys
+        if args.json:
+            print_json([to_jsonable(k) for k in keys])
+        else:
+            for key in keys:
+                print(f"{key.name:32} {key.length:5} chars  set {_when(key.updated_at)}")
+    else:
+        await c.call("RemoveKey", hpb.RemoveKeyRequest(name=args.name))
+        _emit(args, {"removed": args.name}, f"removed {args.name}")
+    return 0
+
+
+async def cmd_credentials(args: argparse.Namespace, c: HostClient) -> int:
+    from agenthost.protos import host_pb2 as hpb
+
+    if args.action == "create":
+        created = await c.call(
+            "CreateCredential", hpb.CreateCredentialRequest(name=args.name, scope=args.scope, bots=args.bot)
+        )
+        if args.json:
+            print_json(to_jsonable(created))
+        else:
+            print(created.token)
+            print(f"(shown once) credential {created.credential.name}: {created.credential.scope}", file=sys.stderr)
+    elif args.action == "list":
+        credentials = (await c.call("ListCredentials", hpb.ListCredentialsRequest())).credentials
+        if args.json:
+            print_json([to_jsonable(cred) for cred in credentials])
+        else:
+            for cred in credentials:
+                print(f"{cred.name:24} {cred.scope:6} {','.join(cred.bots)}")
+    else:
+        await c.call("RevokeCredential", hpb.RevokeCredentialRequest(name=args.name))
+        _emit(args, {"revoked": args.name}, f"revoked {args.name}")
     return 0
 
 
 async def cmd_send(args: argparse.Namespace, c: HostClient) -> int:
-    request = hpb.SendMessageRequest(bot=args.bot, text=args.text, conversation_id=args.conversation, source="cli")
+    from agenthost.protos import host_pb2 as hpb
+
     if args.json:
         result = await c.send(args.bot, args.text, conversation_id=args.conversation, source="cli")
-        out = MessageToDict(result.run, preserving_proto_field_name=True)
+        out = to_jsonable(result.run)
         out["event_count"] = len(result.events)
-        print(json.dumps(out, indent=2, ensure_ascii=False))
+        print_json(out)
         return 0 if result.run.status == "completed" else 1
+    request = hpb.SendMessageRequest(bot=args.bot, text=args.text, conversation_id=args.conversation, source="cli")
     run = await _stream_reply(c, request)
     return 0 if run.status == "completed" else 1
 
 
 async def cmd_chat(args: argparse.Namespace, c: HostClient) -> int:
+    import asyncio
+
+    from agenthost.protos import errors
+    from agenthost.protos import host_pb2 as hpb
+
     print(f"chatting with {args.bot} in conversation {args.conversation!r}; Ctrl-D to leave")
     loop = asyncio.get_running_loop()
     while True:
@@ -200,29 +483,49 @@ async def cmd_chat(args: argparse.Namespace, c: HostClient) -> int:
 
 
 async def cmd_runs(args: argparse.Namespace, c: HostClient) -> int:
+    from agenthost.protos import host_pb2 as hpb
+
     if args.action == "list":
-        runs = (await c.call("ListRuns", hpb.ListRunsRequest(bot=args.bot, status=args.status, limit=args.limit))).runs
-        for r in runs:
-            took = f"{r.finished_at - r.started_at:.1f}s" if r.finished_at and r.started_at else "-"
-            print(f"{r.run_id} {r.status:11} {took:>7} {r.runner_id:28} {r.conversation_id} {r.error_code}")
+        request = hpb.ListRunsRequest(
+            bot=args.bot, conversation_id=args.conversation, status=args.status, limit=args.limit
+        )
+        runs = (await c.call("ListRuns", request)).runs
+        if args.json:
+            print_json([to_jsonable(r) for r in runs])
+        else:
+            for r in runs:
+                took = f"{r.finished_at - r.started_at:.1f}s" if r.finished_at and r.started_at else "-"
+                print(f"{r.run_id} {r.status:11} {took:>7} {r.runner_id:28} {r.conversation_id} {r.error_code}")
     elif args.action == "show":
-        print(_dump(await c.call("GetRun", hpb.RunRequestById(run_id=args.run_id))))
+        run = await c.call("GetRun", hpb.RunRequestById(run_id=args.run_id))
+        shown: dict[str, Any] = to_jsonable(run)
         if args.events:
             resp = await c.call("ListRunEvents", hpb.ListRunEventsRequest(run_id=args.run_id, limit=5000))
+            if args.json:
+                shown["events"] = [to_jsonable(ev) for ev in resp.events]
+        print_json(shown)
+        if args.events and not args.json:
             for ev in resp.events:
-                print(json.dumps(MessageToDict(ev, preserving_proto_field_name=True), ensure_ascii=False))
+                print(json.dumps(to_jsonable(ev), ensure_ascii=False))
     elif args.action == "cancel":
         run = await c.call("CancelRun", hpb.RunRequestById(run_id=args.run_id))
-        print(f"{run.run_id}: {run.status}")
+        _emit(args, to_jsonable(run), f"{run.run_id}: {run.status}")
     return 0
 
 
 async def cmd_history(args: argparse.Namespace, c: HostClient) -> int:
+    from agenthost.protos import common_pb2 as pb
+    from agenthost.protos import host_pb2 as hpb
+
     resp = await c.call(
         "GetHistory",
         hpb.GetHistoryRequest(bot=args.bot, conversation_id=args.conversation, limit=args.limit, direction=pb.BACKWARD),
     )
-    for item in reversed(resp.items):
+    items = list(reversed(resp.items))
+    if args.json:
+        print_json({"items": [to_jsonable(i) for i in items], "has_more": resp.has_more})
+        return 0
+    for item in items:
         if item.item_type == "tool_call":
             print(f"[{item.role}] ⚙ {item.tool_name}({item.data_json[:200]})")
         elif item.item_type == "tool_result":
@@ -242,11 +545,19 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, HostClient], Awaitable[int]]] 
     "chat": cmd_chat,
     "runs": cmd_runs,
     "history": cmd_history,
+    "status": cmd_status,
+    "keys": cmd_keys,
+    "credentials": cmd_credentials,
 }
 
 
-async def serve(data_dir: Path) -> int:
-    host = Host(data_dir)
+async def serve(data_dir: Path, *, unsafe_no_sandbox: bool = False) -> int:
+    import asyncio
+    import signal
+
+    from agenthost.host.server import Host, HostAlreadyRunning
+
+    host = Host(data_dir, unsafe_no_sandbox=unsafe_no_sandbox)
     try:
         await host.start()
     except HostAlreadyRunning as exc:
@@ -257,7 +568,9 @@ async def serve(data_dir: Path) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
     print(
-        f"agenthost serving {host.data_dir}\n  admin: {host.admin_address}\n  run API: {host.api_address}", flush=True
+        f"agenthost serving {host.data_dir}\n  admin: {host.admin_address}\n  run API: {host.api_address}\n"
+        f"  sandbox: {host.sandbox_status}",
+        flush=True,
     )
     await stopping.wait()
     print("agenthost stopping", flush=True)
@@ -265,88 +578,284 @@ async def serve(data_dir: Path) -> int:
     return 0
 
 
+# ---- the parser ----
+
+
+def _positive(limit: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not 1 <= n <= limit:
+            raise argparse.ArgumentTypeError(f"must be between 1 and {limit}, got {n}")
+        return n
+
+    return parse
+
+
+class _Version(argparse.Action):
+    """`--version`, reading the installed version only when asked (argparse's own action formats it up front)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(
+            option_strings, argparse.SUPPRESS, nargs=0, default=argparse.SUPPRESS, help="print the version and exit"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        print(f"agenthost {version()}")
+        parser.exit()
+
+
+class _Commands:
+    """Adds subcommands that each carry `--json` and an example in their help."""
+
+    def __init__(self, subparsers: Any, common: argparse.ArgumentParser) -> None:
+        self.subparsers = subparsers
+        self.common = common
+
+    def add(self, name: str, help: str, *examples: str, json_output: bool = True) -> argparse.ArgumentParser:
+        epilog = "example" + ("s" if len(examples) > 1 else "") + ":\n" + "\n".join(f"  {e}" for e in examples)
+        return self.subparsers.add_parser(
+            name,
+            help=help,
+            description=help,
+            epilog=epilog if examples else None,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            parents=[self.common] if json_output else [],
+        )
+
+
+def _group(sub: _Commands, name: str, help: str, *examples: str) -> _Commands:
+    parser = sub.add(name, help, *examples, json_output=False)
+    return _Commands(parser.add_subparsers(dest="action", required=True, metavar="ACTION"), sub.common)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agenthost", description="A plugin host for AI agent runners.")
+    p = argparse.ArgumentParser(
+        prog="agenthost",
+        description="A plugin host for AI agent runners.",
+        epilog="examples:\n  agenthost serve &\n  agenthost bots create support\n"
+        "  agenthost bots bind support --runner agenthost/local-agent --config model=openai/gpt-4o\n"
+        '  agenthost send support "hello"\n\n`agenthost COMMAND --help` shows each command with an example.',
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action=_Version)
     p.add_argument("--data-dir", type=Path, default=None, help="default: $AGENTHOST_HOME or ~/.agenthost")
-    sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("serve", help="run the host")
-    demo = sub.add_parser("demo", help="a self-contained demo in a scratch data dir")
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON (every command that prints data)")
+    # Also accepted after the command (`agenthost runs list --json`); SUPPRESS keeps a --json given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+    sub = _Commands(p.add_subparsers(dest="command", required=True, metavar="COMMAND"), common)
+
+    srv = sub.add(
+        "serve", "run the host", "agenthost serve", "agenthost --data-dir /srv/agenthost serve &", json_output=False
+    )
+    srv.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="run third-party plugins without walls where no sandbox works (dangerous; logged)",
+    )
+    sub.add(
+        "status", "the host, its sandbox, plugins and runs in flight", "agenthost status", "agenthost status --json"
+    )
+    demo = sub.add("demo", "a self-contained demo in a scratch data dir", "agenthost demo", json_output=False)
     demo.add_argument("--keep", action="store_true", help="keep the scratch data dir")
 
-    plugins = sub.add_parser("plugins", help="install and manage runner plugins").add_subparsers(
-        dest="action", required=True
+    keys = _group(
+        sub,
+        "keys",
+        "provider keys the host hands to bindings that name them",
+        'printf %s "$OPENAI_API_KEY" | agenthost keys set OPENAI_API_KEY',
     )
-    inst = plugins.add_parser("install", help="from a directory, a wheel, or a requirement")
-    inst.add_argument("source")
+    keys.add(
+        "set",
+        "store a key; the value is read from stdin (or prompted)",
+        'printf %s "$OPENAI_API_KEY" | agenthost keys set OPENAI_API_KEY',
+    ).add_argument("name")
+    keys.add("list", "names and lengths, never values", "agenthost keys list --json")
+    keys.add("remove", "forget a key", "agenthost keys remove OPENAI_API_KEY").add_argument("name")
+
+    creds = _group(sub, "credentials", "scoped admin credentials", "agenthost credentials create gateway --bot support")
+    cc = creds.add(
+        "create",
+        "print a new credential's token (shown once)",
+        "agenthost credentials create gateway --scope send --bot support",
+    )
+    cc.add_argument("name")
+    cc.add_argument("--scope", default="send", choices=["send", "admin"])
+    cc.add_argument("--bot", action="append", default=[], help="a bot the credential may use (repeatable)")
+    creds.add("list", "credentials by name, scope and bots", "agenthost credentials list")
+    creds.add("revoke", "revoke a credential", "agenthost credentials revoke gateway").add_argument("name")
+
+    plugins = _group(
+        sub, "plugins", "install and manage runner plugins", "agenthost plugins install ./my-plugin --offline"
+    )
+    inst = plugins.add(
+        "install",
+        "from a directory, a wheel, or a requirement",
+        "agenthost plugins install ./plugins/examples/notes-runner --offline",
+        "agenthost plugins install dist/my_plugin-1.0-py3-none-any.whl",
+        "agenthost plugins install 'my-plugin==1.0' --allow-network",
+    )
+    inst.add_argument("source", help="a directory (relative to here), a .whl file, or a pip requirement")
     inst.add_argument("--offline", action="store_true", help="use only local files and installed packages")
-    plugins.add_parser("list")
-    for action in ("remove", "enable", "disable"):
-        plugins.add_parser(action).add_argument("plugin_id")
+    inst.add_argument("--allow-network", action="store_true", help="accept the plugin's request for network access")
+    plugins.add("list", "each plugin's version, state, restarts and last error", "agenthost plugins list --json")
+    for action, what in (("remove", "uninstall"), ("enable", "enable and start"), ("disable", "stop and disable")):
+        plugins.add(action, f"{what} a plugin", f"agenthost plugins {action} agenthost-notes").add_argument("plugin_id")
 
-    sub.add_parser("runners", help="list runners").add_subparsers(dest="action").add_parser("list")
+    runners = _group(sub, "runners", "the runners installed plugins offer", "agenthost runners list")
+    runners.subparsers.required = False
+    runners.add("list", "runner ids and descriptions", "agenthost runners list --json")
+    runners.add(
+        "show",
+        "a runner's description, config settings and permissions",
+        "agenthost runners show agenthost/local-agent",
+    ).add_argument("runner_id", metavar="RUNNER_ID")
 
-    bots = sub.add_parser("bots", help="bots and bindings").add_subparsers(dest="action", required=True)
-    create = bots.add_parser("create")
+    bots = _group(sub, "bots", "bots and bindings", "agenthost bots create support")
+    create = bots.add("create", "create a bot", 'agenthost bots create support --description "help desk"')
     create.add_argument("name")
     create.add_argument("--description", default="")
-    bots.add_parser("list")
-    bots.add_parser("delete").add_argument("name")
-    bind = bots.add_parser("bind", help="route a bot's events to a runner")
+    bots.add("list", "bots by name and id", "agenthost bots list")
+    bots.add("delete", "delete a bot and its bindings", "agenthost bots delete support").add_argument("name")
+    bind = bots.add(
+        "bind",
+        "route a bot's events to a runner; its config is checked by the runner's schema and its own rules",
+        "agenthost bots bind support --runner agenthost/local-agent --config model=openai/gpt-4o --key OPENAI_API_KEY",
+        "agenthost bots bind support --runner agenthost-notes/notes --config greeting=Noted.",
+    )
     bind.add_argument("bot")
     bind.add_argument("--runner", required=True, help="<plugin>/<runner>, see `agenthost runners list`")
-    bind.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE")
+    bind.add_argument(
+        "--config",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="runner settings (see `agenthost runners show RUNNER`); values parse as JSON when they can",
+    )
     bind.add_argument("--event", default="message.*", help="event type glob (default message.*)")
     bind.add_argument("--conversation", default="", help="conversation id glob (default: any)")
     bind.add_argument("--priority", type=int, default=0)
     bind.add_argument("--timeout", type=float, default=0, help="run deadline in seconds (default 300)")
     bind.add_argument("--api", nargs="*", default=[], help="narrow the APIs granted (default: the manifest's)")
-    bind.add_argument("--scope", nargs="*", default=[], choices=sorted(STATE_SCOPES), help="narrow the state scopes")
+    bind.add_argument("--scope", nargs="*", default=[], choices=STATE_SCOPE_NAMES, help="narrow the state scopes")
     bind.add_argument(
         "--cross-conversation", nargs="*", default=[], metavar="GLOB", help="other conversations it may read"
     )
     bind.add_argument("--no-streaming", action="store_true")
-    bots.add_parser("bindings").add_argument("bot")
-    bots.add_parser("unbind").add_argument("binding_id")
+    bind.add_argument(
+        "--key", action="append", default=[], metavar="NAME", help="a stored provider key its runs receive"
+    )
+    bots.add(
+        "bindings", "a bot's bindings (secrets in configs redacted)", "agenthost bots bindings support"
+    ).add_argument("bot")
+    update = bots.add(
+        "update-binding",
+        "change a binding in place (same id and state), checked like a new binding",
+        "agenthost bots update-binding bnd_0123456789ab --config max_iterations=10 --priority 5",
+        "agenthost bots update-binding bnd_0123456789ab --config model=null   # null removes a setting",
+    )
+    update.add_argument("binding_id")
+    update.add_argument(
+        "--config",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="settings to change; the others are kept (KEY=null removes one)",
+    )
+    update.add_argument("--priority", type=int, default=None)
+    update.add_argument("--timeout", type=float, default=None, help="run deadline in seconds (0: the default)")
+    update.add_argument("--api", nargs="*", default=None, help="replace the granted APIs (none given: the manifest's)")
+    update.add_argument(
+        "--key",
+        nargs="*",
+        action="extend",
+        default=None,
+        metavar="NAME",
+        help="replace the provider keys its runs receive (none given: no keys)",
+    )
+    bots.add("unbind", "delete a binding", "agenthost bots unbind bnd_0123456789ab").add_argument("binding_id")
 
-    chat = sub.add_parser("chat", help="talk to a bot interactively")
+    chat = sub.add(
+        "chat", "talk to a bot interactively", "agenthost chat support --conversation ticket-42", json_output=False
+    )
     chat.add_argument("bot")
     chat.add_argument("--conversation", default="default")
-    send = sub.add_parser("send", help="send one message and print the reply")
+    send = sub.add(
+        "send",
+        "send one message and print the reply as it streams",
+        'agenthost send support "note buy milk"',
+        'agenthost send support "hi" --json --conversation c1',
+    )
     send.add_argument("bot")
     send.add_argument("text")
     send.add_argument("--conversation", default="default")
-    send.add_argument("--json", action="store_true")
 
-    runs = sub.add_parser("runs", help="inspect and cancel runs").add_subparsers(dest="action", required=True)
-    ls = runs.add_parser("list")
+    runs = _group(sub, "runs", "inspect and cancel runs", "agenthost runs list --status failed")
+    ls = runs.add(
+        "list",
+        "the newest runs first",
+        "agenthost runs list --bot support --status failed --limit 5",
+        "agenthost runs list --json | jq '.[0].usage'",
+    )
     ls.add_argument("--bot", default="")
-    ls.add_argument("--status", default="")
-    ls.add_argument("--limit", type=int, default=20)
-    show = runs.add_parser("show")
+    ls.add_argument("--conversation", default="")
+    ls.add_argument(
+        "--status", default="", choices=RUN_STATUSES, metavar="STATUS", help="one of: " + ", ".join(RUN_STATUSES)
+    )
+    ls.add_argument("--limit", type=_positive(1000), default=20, help="1-1000 (default 20)")
+    show = runs.add("show", "one run, optionally with its events", "agenthost runs show run_0123 --events")
     show.add_argument("run_id")
     show.add_argument("--events", action="store_true")
-    runs.add_parser("cancel").add_argument("run_id")
+    runs.add("cancel", "cancel a queued or running run", "agenthost runs cancel run_0123").add_argument("run_id")
 
-    hist = sub.add_parser("history", help="a conversation's transcript")
+    hist = sub.add("history", "a conversation's transcript", "agenthost history support --conversation c1 --limit 20")
     hist.add_argument("bot")
     hist.add_argument("--conversation", default="default")
-    hist.add_argument("--limit", type=int, default=50)
+    hist.add_argument("--limit", type=_positive(100), default=50, help="1-100 (default 50)")
     return p
 
 
 async def _client_command(args: argparse.Namespace, data_dir: Path) -> int:
-    async with HostClient(admin_address(data_dir)) as client:
+    from agenthost.host.client import HostClient
+
+    async with HostClient.for_data_dir(data_dir) as client:
         return await COMMANDS[args.command](args, client)
 
 
+def _default_data_dir() -> Path:
+    # The host's own rule (agenthost.host.server.default_data_dir), without importing the host to learn it.
+    return Path(os.environ.get("AGENTHOST_HOME") or Path.home() / ".agenthost")
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`agenthost runs list | head -1`): stop quietly, like a process killed by SIGPIPE.
+        # stdout is pointed at /dev/null so the interpreter's final flush has nowhere to fail.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
-    data_dir = (args.data_dir or default_data_dir()).expanduser()
+    import asyncio
+    import logging
+
+    from agenthost.host.client import HostNotRunning
+    from agenthost.protos import errors
+
+    # Relative to the user's working directory, whoever resolves it later.
+    data_dir = (args.data_dir or _default_data_dir()).expanduser().resolve()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "serve":
             logging.getLogger().setLevel(logging.INFO)
-            return asyncio.run(serve(data_dir))
+            return asyncio.run(serve(data_dir, unsafe_no_sandbox=args.unsafe_no_sandbox))
         if args.command == "demo":
             from agenthost.host.demo import run_demo
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 
+from agenthost.host.credentials import read_admin_token
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors, host_pb2_grpc
 from agenthost.protos import host_pb2 as hpb
@@ -28,6 +29,30 @@ def admin_address(data_dir: Path) -> str:
     return info["admin"]
 
 
+def _with_token(details: grpc.aio.ClientCallDetails, pair: tuple[str, str]) -> grpc.aio.ClientCallDetails:
+    metadata = grpc.aio.Metadata(*(details.metadata or ()), pair)
+    return grpc.aio.ClientCallDetails(
+        details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
+    )
+
+
+# grpc.aio files an interceptor under the first call kind it implements, so each kind needs its own instance.
+class _UnaryCredential(grpc.aio.UnaryUnaryClientInterceptor):
+    def __init__(self, pair: tuple[str, str]) -> None:
+        self._pair = pair
+
+    async def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(_with_token(details, self._pair), request)
+
+
+class _StreamCredential(grpc.aio.UnaryStreamClientInterceptor):
+    def __init__(self, pair: tuple[str, str]) -> None:
+        self._pair = pair
+
+    async def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return await continuation(_with_token(details, self._pair), request)
+
+
 @dataclass
 class SendResult:
     """Everything one SendMessage produced: the finished run, its events in order, and the reply text."""
@@ -44,10 +69,21 @@ class SendResult:
 
 
 class HostClient:
-    def __init__(self, address: str, *, timeout: float = 30.0) -> None:
-        self.channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+    """`token` is an admin credential: the host's full-admin token (`for_data_dir` reads it) or a scoped one."""
+
+    def __init__(self, address: str, *, token: str, timeout: float = 30.0) -> None:
+        # Every call on the channel carries the credential, whoever makes it through the stub.
+        pair = ("authorization", f"Bearer {token}")
+        self.channel = grpc.aio.insecure_channel(
+            address, options=CHANNEL_OPTIONS, interceptors=[_UnaryCredential(pair), _StreamCredential(pair)]
+        )
         self.stub = host_pb2_grpc.AgentHostStub(self.channel)
         self.timeout = timeout
+
+    @classmethod
+    def for_data_dir(cls, data_dir: Path, *, timeout: float = 30.0) -> HostClient:
+        """A full-admin client of the host serving `data_dir` (what the CLI uses)."""
+        return cls(admin_address(data_dir), token=read_admin_token(data_dir), timeout=timeout)
 
     async def close(self) -> None:
         await self.channel.close()
@@ -107,6 +143,7 @@ class HostClient:
         state_scopes: list[int] | None = None,
         cross_conversation: list[str] | None = None,
         streaming: bool = True,
+        keys: list[str] | None = None,
     ) -> hpb.Binding:
         binding = hpb.Binding(
             event_pattern=event_pattern,
@@ -116,7 +153,10 @@ class HostClient:
             config_json=json.dumps(config or {}),
             timeout_seconds=timeout_seconds,
             resource_policy=hpb.ResourcePolicy(
-                apis=apis or [], state_scopes=state_scopes or [], cross_conversation_patterns=cross_conversation or []
+                apis=apis or [],
+                state_scopes=state_scopes or [],
+                cross_conversation_patterns=cross_conversation or [],
+                keys=keys or [],
             ),
             delivery_policy=hpb.DeliveryPolicy(streaming=streaming),
         )

@@ -18,7 +18,13 @@ from agenthost.host.client import HostClient
 from agenthost.host.server import Host
 from agenthost.protos import host_pb2 as hpb
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "plugins" / "examples" / "notes-runner"
+
+def example_plugin() -> Path:
+    """The example plugin's source, shipped inside the package (agenthost.plugins/examples/notes-runner), so the
+    demo works from a wheel installed anywhere, not only from a checkout."""
+    from importlib.resources import files
+
+    return Path(str(files("agenthost.plugins").joinpath("examples", "notes-runner")))
 
 
 def _say(text: str) -> None:
@@ -30,7 +36,7 @@ async def run_demo(*, keep: bool = False) -> int:
     host = Host(data_dir)
     await host.start()
     try:
-        async with HostClient(host.admin_address, timeout=600) as c:
+        async with HostClient(host.admin_address, token=host.admin_token, timeout=600) as c:
             _say("agenthost bots create assistant && agenthost bots bind assistant --runner agenthost/local-agent")
             await c.call("CreateBot", hpb.CreateBotRequest(name="assistant"))
             await c.bind("assistant", "agenthost/local-agent")
@@ -38,8 +44,9 @@ async def run_demo(*, keep: bool = False) -> int:
                 _say(f'agenthost send assistant "{text}"')
                 await _stream_reply(c, hpb.SendMessageRequest(bot="assistant", text=text, source="cli"))
 
-            _say("agenthost plugins install plugins/examples/notes-runner")
-            info = await c.call("InstallPlugin", hpb.InstallPluginRequest(source=str(EXAMPLE), offline=True))
+            example = example_plugin()
+            _say(f"agenthost plugins install {example} --offline")
+            info = await c.call("InstallPlugin", hpb.InstallPluginRequest(source=str(example), offline=True))
             print(f"installed {info.plugin_id} {info.version} into its own environment ({info.state})")
             await c.call("CreateBot", hpb.CreateBotRequest(name="notes"))
             await c.bind("notes", "agenthost-notes/notes", {"greeting": "Noted."})

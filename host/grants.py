@@ -71,6 +71,8 @@ class ActiveRun:
     grant: Grant
     deadline_at: float
     token_hash: str
+    # The run's tool token (RunRequest.tool_token): same run and grant, no plugin secret needed. Empty = none.
+    tool_token_hash: str = ""
     finished: bool = False
     scope_keys: dict[str, str] = field(default_factory=dict)
 
@@ -133,12 +135,15 @@ class RunRegistry:
     # runs
     def activate(self, run: ActiveRun) -> None:
         self._by_token[run.token_hash] = run
+        if run.tool_token_hash:
+            self._by_token[run.tool_token_hash] = run
         self._by_run[run.run_id] = run
 
     def revoke(self, run_id: str) -> None:
         run = self._by_run.pop(run_id, None)
         if run is not None:
             self._by_token.pop(run.token_hash, None)
+            self._by_token.pop(run.tool_token_hash, None)
 
     def get(self, run_id: str) -> ActiveRun | None:
         return self._by_run.get(run_id)
@@ -152,7 +157,8 @@ class RunRegistry:
         """The one check every AgentRunAPIProxy call passes through, in this order:
 
         token missing/unknown/revoked → UNAUTHENTICATED; run_id empty → INVALID_ARGUMENT; run unknown →
-        NOT_FOUND; token of another run, or presented by another plugin process → PERMISSION_DENIED; run finished
+        NOT_FOUND; token of another run, or a run token presented by another plugin process → PERMISSION_DENIED;
+        run finished
         or past its deadline → FAILED_PRECONDITION; method outside the frozen grant → PERMISSION_DENIED.
         """
         token = plugin_secret = None
@@ -163,7 +169,8 @@ class RunRegistry:
                 plugin_secret = value
         if not isinstance(token, str) or not token.startswith("Bearer "):
             raise Unauthenticated("missing run token (authorization: Bearer <token>)")
-        run = self._by_token.get(hash_secret(token[7:]))
+        presented = hash_secret(token[7:])
+        run = self._by_token.get(presented)
         if run is None:
             raise Unauthenticated("run token is not valid (unknown, forged, or revoked when its run ended)")
         if not run_id:
@@ -172,9 +179,12 @@ class RunRegistry:
             if not run_exists(run_id):
                 raise NotFound(f"no run {run_id[:64]!r}")
             raise PermissionDenied("this token belongs to another run")
-        caller = self._plugins_by_secret.get(hash_secret(plugin_secret)) if isinstance(plugin_secret, str) else None
-        if caller is None or not hmac.compare_digest(caller, run.plugin_id):
-            raise PermissionDenied("this run belongs to another runner process")
+        # The run token is bound to its plugin process; the tool token stands alone (it lives only inside the
+        # run's own sandboxed processes, which must never hold the plugin's secret).
+        if presented != run.tool_token_hash:
+            caller = self._plugins_by_secret.get(hash_secret(plugin_secret)) if isinstance(plugin_secret, str) else None
+            if caller is None or not hmac.compare_digest(caller, run.plugin_id):
+                raise PermissionDenied("this run belongs to another runner process")
         if run.finished:
             raise FailedPrecondition(f"run {run_id} has finished")
         if run.deadline_at and time.time() > run.deadline_at:

@@ -19,7 +19,8 @@ import grpc
 from google.protobuf import message as pb_message
 from google.protobuf import message_factory
 
-from agenthost.host.grants import ActiveRun, RunRegistry
+from agenthost.host import limits
+from agenthost.host.grants import ActiveRun, RunRegistry, hash_secret
 from agenthost.host.store.artifacts import ArtifactStore
 from agenthost.host.store.conversations import MAX_PAGE, MAX_TOP_K, Conversations
 from agenthost.host.store.runs import AuditLog, RunStore
@@ -51,6 +52,14 @@ def _limit(value: int, default: int, cap: int, what: str) -> int:
 def _check_offset(ref: pb.ArtifactRef, offset: int) -> None:
     if offset < 0 or offset > ref.size_bytes:
         raise errors.OutOfRange(f"offset must be between 0 and {ref.size_bytes}")
+
+
+def _token_key(metadata: tuple[Any, ...]) -> str:
+    """What an upload slot is counted against: the presented bearer token (a run's token, or its tool token)."""
+    for key, value in metadata:
+        if key == "authorization" and isinstance(value, str):
+            return hash_secret(value)
+    return ""
 
 
 def _forward(direction: int) -> bool:
@@ -86,7 +95,8 @@ def _tolerant(message_class: Any) -> Callable[[bytes], Any]:
 
 def add_servicer(servicer: RunAPIServicer, server: grpc.aio.Server) -> None:
     """Like the generated add_AgentRunAPIProxyServicer_to_server, but with deserializers that never raise, so a
-    malformed request reaches the handler, is refused with INVALID_ARGUMENT and is audited."""
+    malformed request reaches the handler, is refused with INVALID_ARGUMENT and is audited; and behind a gate
+    that refuses calls without a valid run token before their request is read (see `_Gate`)."""
     service = api.DESCRIPTOR.services_by_name["AgentRunAPIProxy"]
     factories = {
         (False, False): grpc.unary_unary_rpc_method_handler,
@@ -98,12 +108,42 @@ def add_servicer(servicer: RunAPIServicer, server: grpc.aio.Server) -> None:
     for method in service.methods:
         request_class = message_factory.GetMessageClass(method.input_type)
         response_class = message_factory.GetMessageClass(method.output_type)
-        handlers[method.name] = factories[(method.client_streaming, method.server_streaming)](
+        handlers[f"/{service.full_name}/{method.name}"] = factories[(method.client_streaming, method.server_streaming)](
             getattr(servicer, method.name),
             request_deserializer=_tolerant(request_class),
             response_serializer=response_class.SerializeToString,
         )
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+    server.add_generic_rpc_handlers((_Gate(servicer, handlers),))
+
+
+class _Gate(grpc.GenericRpcHandler):
+    """Refuses a call whose metadata carries no valid run token as soon as it arrives, before its request message
+    is read. gRPC would otherwise hold the call (and one of the server's maximum_concurrent_rpcs slots) until the
+    client sent its message, which an idle client never does: a few thousand such calls from any local process
+    would lock every runner out. The refusal is handed back as a client-streaming handler because that is the
+    shape gRPC starts without waiting for a message; the client sees UNAUTHENTICATED either way. Everything past
+    the token (run id, plugin secret, grant) is checked by the method itself once the request is in."""
+
+    def __init__(self, servicer: RunAPIServicer, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self._servicer = servicer
+        self._handlers = handlers
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        handler = self._handlers.get(handler_call_details.method)
+        if handler is None:
+            return None
+        name = handler_call_details.method.rsplit("/", 1)[-1]
+        try:
+            # authorize checks the token before anything else (its documented order): with no run id, a valid
+            # token gets as far as InvalidArgument, a missing or unknown one stops at Unauthenticated.
+            self._servicer.registry.authorize(
+                tuple(handler_call_details.invocation_metadata or ()), "", name, lambda _run_id: False
+            )
+        except errors.Unauthenticated as exc:
+            return grpc.stream_unary_rpc_method_handler(functools.partial(self._servicer.refuse_early, name, exc))
+        except errors.AgentHostError:
+            pass
+        return handler
 
 
 async def _drain(request_iterator: AsyncIterator[Any], seconds: float = 5.0) -> None:
@@ -155,6 +195,16 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         self.artifacts = artifacts
         self.state = state
         self.audit = audit
+        # Uploads in flight, host-wide and by presented token (limits.MAX_CONCURRENT_UPLOADS, MAX_UPLOADS_PER_RUN).
+        self._uploads = 0
+        self._uploads_by_token: dict[str, int] = {}
+
+    async def refuse_early(
+        self, method: str, error: errors.AgentHostError, request_iterator: Any, context: grpc.aio.ServicerContext
+    ) -> None:
+        """The behaviour `_Gate` hands a call it refuses on its metadata alone: audited, ended, nothing read."""
+        self.audit.record("", "", method, error.code.name, error.message)
+        await errors.abort_with(context, error)
 
     async def _refuse(self, context: grpc.aio.ServicerContext, run_id: str, method: str, exc: Exception) -> None:
         """Ends a failed call, audited either way: a domain error with its own status; anything else is a host bug,
@@ -288,9 +338,45 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
     async def ArtifactCreate(
         self, request_iterator: AsyncIterator[api.ArtifactUpload], context: grpc.aio.ServicerContext
     ) -> pb.ArtifactRef:
-        run_id = ""
+        metadata = tuple(context.invocation_metadata() or ())
+        slot = _token_key(metadata)
         try:
-            first = await anext(aiter(request_iterator), None)
+            # The gate let only a valid token through; still, an upload holds a temp file, a descriptor and a
+            # task, so how many may be open at once is capped before anything is read (and without waiting).
+            if self._uploads >= limits.MAX_CONCURRENT_UPLOADS:
+                raise errors.ResourceExhausted(
+                    f"the host has MAX_CONCURRENT_UPLOADS = {limits.MAX_CONCURRENT_UPLOADS} uploads in flight; retry"
+                )
+            if self._uploads_by_token.get(slot, 0) >= limits.MAX_UPLOADS_PER_RUN:
+                raise errors.ResourceExhausted(
+                    f"this run has MAX_UPLOADS_PER_RUN = {limits.MAX_UPLOADS_PER_RUN} uploads in flight"
+                )
+        except errors.AgentHostError as exc:
+            await self._refuse(context, "", "ArtifactCreate", exc)
+            raise
+        self._uploads += 1
+        self._uploads_by_token[slot] = self._uploads_by_token.get(slot, 0) + 1
+        try:
+            return await self._artifact_create(request_iterator, context)
+        finally:
+            self._uploads -= 1
+            left = self._uploads_by_token.pop(slot) - 1
+            if left:
+                self._uploads_by_token[slot] = left
+
+    async def _artifact_create(
+        self, request_iterator: AsyncIterator[api.ArtifactUpload], context: grpc.aio.ServicerContext
+    ) -> pb.ArtifactRef:
+        run_id = ""
+        messages = aiter(request_iterator)
+        try:
+            try:
+                async with asyncio.timeout(limits.UPLOAD_HEADER_SECONDS):
+                    first = await anext(messages, None)
+            except TimeoutError:
+                raise errors.DeadlineExceeded(
+                    f"the upload's header did not arrive within UPLOAD_HEADER_SECONDS = {limits.UPLOAD_HEADER_SECONDS}s"
+                ) from None
             if isinstance(first, Malformed):
                 raise errors.InvalidArgument(first.message)
             if first is None or first.WhichOneof("part") != "header":
@@ -300,7 +386,17 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             run = self._authorize(context, header.run_id, "ArtifactCreate")
 
             async def chunks() -> AsyncIterator[bytes]:
-                async for message in request_iterator:
+                while True:
+                    try:
+                        async with asyncio.timeout(limits.UPLOAD_IDLE_SECONDS):
+                            message = await anext(messages)
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError:
+                        raise errors.DeadlineExceeded(
+                            f"no upload data for UPLOAD_IDLE_SECONDS = {limits.UPLOAD_IDLE_SECONDS}s;"
+                            " nothing was stored"
+                        ) from None
                     if isinstance(message, Malformed):
                         raise errors.InvalidArgument(message.message)
                     if message.WhichOneof("part") != "data":
@@ -325,7 +421,11 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
                 expected_size=header.expected_size,
             )
         except Exception as exc:
-            if isinstance(exc, errors.AgentHostError) and not isinstance(exc, errors.Cancelled):
+            # A client still writing gets our status only if we read what it sent (see _drain); one that went
+            # quiet (a deadline) or whose call is gone has nothing to read.
+            if isinstance(exc, errors.AgentHostError) and not isinstance(
+                exc, (errors.Cancelled, errors.DeadlineExceeded)
+            ):
                 await _drain(request_iterator)
             await self._refuse(context, run_id, "ArtifactCreate", exc)
             raise

@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from agenthost.host import limits
 from agenthost.host.grants import SCOPE_VALUES, ActiveRun, Grant, RunRegistry, hash_secret, new_token
+from agenthost.host.keys import KeyStore
 from agenthost.host.store.conversations import Conversations, NewItem
 from agenthost.host.store.registry import Registry
 from agenthost.host.store.runs import RunStore
@@ -61,24 +63,45 @@ def parse_runner_id(runner_id: str) -> tuple[str, str]:
 
 class _Inbox:
     """One subscriber's replies. `take` hands over everything that piled up, with consecutive event batches
-    merged into one reply: under load the client hop costs one gRPC message per burst, not per runner batch."""
+    merged into one reply (up to MAX_CLIENT_BATCH events and limits.CLIENT_BATCH_BYTES): under load the client
+    hop costs one gRPC message per burst, not per runner batch, and never one message too large to send.
 
-    def __init__(self) -> None:
-        self._items: list[hpb.SendMessageReply | None] = []
+    Bounded: a subscriber that falls limits.INBOX_MAX_BYTES (or INBOX_MAX_REPLIES) behind is dropped, its
+    backlog freed, and its next `take` raises ResourceExhausted. The run never waits for a subscriber."""
+
+    def __init__(self, run_id: str = "") -> None:
+        self._run_id = run_id
+        self._items: list[tuple[hpb.SendMessageReply | None, int]] = []
+        self._bytes = 0
         self._ready = asyncio.Event()
+        self.dropped: str = ""
 
-    def put(self, reply: hpb.SendMessageReply | None) -> None:
-        self._items.append(reply)
+    def put(self, reply: hpb.SendMessageReply | None, size: int = 0) -> None:
+        if self.dropped:
+            return
+        self._items.append((reply, size))
+        self._bytes += size
+        if self._bytes > limits.INBOX_MAX_BYTES or len(self._items) > limits.INBOX_MAX_REPLIES:
+            self.dropped = (
+                f"this client fell behind run {self._run_id} by more than INBOX_MAX_BYTES ="
+                f" {limits.INBOX_MAX_BYTES} bytes or INBOX_MAX_REPLIES = {limits.INBOX_MAX_REPLIES} replies and"
+                " was dropped; the run goes on (read its events with `agenthost runs events`)"
+            )
+            self._items.clear()
+            self._bytes = 0
         self._ready.set()
 
     async def take(self) -> list[hpb.SendMessageReply | None]:
-        while not self._items:
+        while not self._items and not self.dropped:
             self._ready.clear()
             await self._ready.wait()
-        items, self._items = self._items, []
+        if self.dropped:
+            raise ResourceExhausted(self.dropped)
+        items, self._items, self._bytes = self._items, [], 0
         out: list[hpb.SendMessageReply | None] = []
+        merged = 0  # bytes in out[-1] when it is an event batch
         private = False  # whether out[-1] is our own copy (published replies are shared by subscribers)
-        for reply in items:
+        for reply, size in items:
             last = out[-1] if out else None
             if (
                 reply is not None
@@ -86,15 +109,31 @@ class _Inbox:
                 and last is not None
                 and last.HasField("events")
                 and len(last.events.events) < MAX_CLIENT_BATCH
+                and merged + size <= limits.CLIENT_BATCH_BYTES
             ):
                 if not private:
                     last = out[-1] = hpb.SendMessageReply(events=pb.RunEventBatch(events=last.events.events))
                     private = True
                 last.events.events.extend(reply.events.events)
+                merged += size
             else:
                 out.append(reply)
+                merged = size
                 private = False
         return out
+
+
+def _split(events: list[pb.RunEvent], sizes: list[int]) -> list[list[pb.RunEvent]]:
+    """Events cut into runs of at most limits.CLIENT_BATCH_BYTES (an event larger than that travels alone)."""
+    out: list[list[pb.RunEvent]] = [[]]
+    size = 0
+    for event, n in zip(events, sizes, strict=True):
+        if out[-1] and size + n > limits.CLIENT_BATCH_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(event)
+        size += n
+    return out
 
 
 @dataclass
@@ -107,6 +146,8 @@ class _RunState:
     text_parts: list[str] = field(default_factory=list)
     text_len: int = 0
     final_message: str | None = None
+    event_count: int = 0  # events the runner sent, and their serialized bytes (limits.RUN_MAX_EVENT*)
+    event_bytes: int = 0
     terminal: pb.RunEvent | None = None
     subscribers: list[_Inbox] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
@@ -123,7 +164,9 @@ class RunManager:
         state: StateStore,
         grants: RunRegistry,
         supervisor: Supervisor,
+        keys: KeyStore | None = None,
     ) -> None:
+        self.keys = keys
         self.registry = registry
         self.runs = runs
         self.conversations = conversations
@@ -230,7 +273,7 @@ class RunManager:
 
         event = await self.registry.db.write(record)
         st = _RunState(info=info)
-        inbox = _Inbox()
+        inbox = _Inbox(info.run_id)
         st.subscribers.append(inbox)
         self._live[info.run_id] = st
         st.task = asyncio.create_task(
@@ -263,6 +306,9 @@ class RunManager:
                 await asyncio.shield(st.task)
         return self.runs.get(run_id) or st.info
 
+    def in_flight(self) -> int:
+        return len(self._live)
+
     async def shutdown(self) -> None:
         """Host stopping: in-flight runs end as interrupted; their tasks are awaited before the DB closes."""
         tasks = []
@@ -276,9 +322,9 @@ class RunManager:
 
     # ---- one run ----
 
-    def _publish(self, st: _RunState, reply: hpb.SendMessageReply | None) -> None:
+    def _publish(self, st: _RunState, reply: hpb.SendMessageReply | None, size: int = 0) -> None:
         for inbox in st.subscribers:
-            inbox.put(reply)
+            inbox.put(reply, size)
 
     async def _execute(
         self,
@@ -303,6 +349,7 @@ class RunManager:
                 info.started_at = time.time()
                 info.deadline_at = info.started_at + timeout
                 await self.runs.mark_running(info.run_id, info.started_at, info.deadline_at)
+                tool_token = new_token("tt")  # never stored: it lives for this run's life only
                 st.active = ActiveRun(
                     run_id=info.run_id,
                     bot_id=bot.bot_id,
@@ -314,10 +361,19 @@ class RunManager:
                     grant=grant,
                     deadline_at=info.deadline_at,
                     token_hash=hash_secret(token),
+                    tool_token_hash=hash_secret(tool_token),
                 )
                 self.grants.activate(st.active)
                 context = self._build_context(st.active, bot, binding, manifest, event, actor)
-                await self._stream(st, plugin_id, runner_name, context, token)
+                try:
+                    secrets = self.keys.resolve(list(binding.resource_policy.keys)) if self.keys else {}
+                except FailedPrecondition as exc:
+                    self._set_outcome(st, "failed", "missing_key", exc.message)
+                    return
+                request = runner_pb2.RunRequest(
+                    context=context, run_token=token, tool_token=tool_token, runner_name=runner_name, secrets=secrets
+                )
+                await self._stream(st, plugin_id, request)
         except asyncio.CancelledError:
             if st.cancel_reason == "host_shutdown":
                 self._set_outcome(st, "interrupted", "host_shutdown", "the host stopped while this run was in progress")
@@ -338,9 +394,7 @@ class RunManager:
             st.info.error_code = code
             st.info.error_message = message
 
-    async def _stream(
-        self, st: _RunState, plugin_id: str, runner_name: str, context: runner_pb2.AgentRunContext, token: str
-    ) -> None:
+    async def _stream(self, st: _RunState, plugin_id: str, request: runner_pb2.RunRequest) -> None:
         info = st.info
         try:
             pp = await self.supervisor.wait_ready(plugin_id, self.supervisor.policy.start_timeout)
@@ -349,14 +403,15 @@ class RunManager:
             return
         proc = pp.proc  # the process this run is on; a restart may replace pp.proc while we look
         remaining = info.deadline_at - time.time()
-        call = pp.stub.Run(
-            runner_pb2.RunRequest(context=context, run_token=token, runner_name=runner_name), timeout=remaining
-        )
+        call = pp.stub.Run(request, timeout=remaining)
         try:
             async for batch in call:
                 self._ingest(st, batch)
                 if st.terminal is not None:
                     break
+                if self.registry.db.congested:
+                    # Stop reading until the writer catches up: gRPC flow control then holds the runner back.
+                    await self.registry.db.backpressure()
         except asyncio.CancelledError:
             call.cancel()
             task = asyncio.current_task()
@@ -389,7 +444,11 @@ class RunManager:
                 await asyncio.wait_for(asyncio.shield(proc.wait()), 2.0)
             if proc.returncode is not None:
                 self._set_outcome(
-                    st, "failed", "runner_crashed", f"runner process {describe_exit(proc.returncode)} during the run"
+                    st,
+                    "failed",
+                    "runner_crashed",
+                    f"runner process {describe_exit(proc.returncode, sandboxed=self.supervisor.sandboxed)} "
+                    "during the run",
                 )
                 return
         self._set_outcome(st, "failed", "runner_unavailable", detail)
@@ -401,6 +460,15 @@ class RunManager:
         now = time.time()
         items: list[NewItem] = []
         kept: list[pb.RunEvent] = []
+        size = batch.ByteSize()
+        if st.terminal is None:
+            over = self._over_quota(st, len(batch.events), size)
+            if over:
+                log.warning("run %s: %s", info.run_id, over)
+                batch = pb.RunEventBatch(events=[pb.RunEvent(failed=pb.Failed(code="quota_exceeded", message=over))])
+                size = batch.ByteSize()
+        st.event_count += len(batch.events)
+        st.event_bytes += size
         for ev in batch.events:
             if st.terminal is not None:
                 break  # nothing after the terminal event counts
@@ -439,7 +507,7 @@ class RunManager:
                 u.cache_write_tokens += ev.usage.cache_write_tokens
                 u.cost_usd += ev.usage.cost_usd
                 if ev.usage.model:
-                    u.model = ev.usage.model
+                    u.model = ev.usage.model[: limits.RUN_MAX_MODEL_CHARS]
             elif kind in ("completed", "failed"):
                 st.terminal = ev
                 self._flush_text(st, items)
@@ -461,10 +529,25 @@ class RunManager:
                     conn, bot_id=conv[0], conversation_id=conv[1], run_id=run_id, event_id=conv[2], items=items
                 )
 
-        self.registry.db.enqueue(persist)
-        out = pb.RunEventBatch()
-        out.events.extend(kept)
-        self._publish(st, hpb.SendMessageReply(events=out))
+        self.registry.db.enqueue(persist, weight=size)
+        # Numbering adds a few bytes per event; a batch that may no longer fit one client message is cut.
+        estimate = size + 16 * len(kept)
+        if estimate <= limits.CLIENT_BATCH_BYTES:
+            self._publish(st, hpb.SendMessageReply(events=pb.RunEventBatch(events=kept)), estimate)
+            return
+        sizes = [ev.ByteSize() + 6 for ev in kept]
+        for part in _split(kept, sizes):
+            self._publish(st, hpb.SendMessageReply(events=pb.RunEventBatch(events=part)), sum(sizes[: len(part)]))
+            sizes = sizes[len(part) :]
+
+    @staticmethod
+    def _over_quota(st: _RunState, events: int, size: int) -> str:
+        """Why this batch would take the run past its event quotas, or "" if it fits."""
+        if st.event_count + events > limits.RUN_MAX_EVENTS:
+            return f"the runner sent more than RUN_MAX_EVENTS = {limits.RUN_MAX_EVENTS} events"
+        if st.event_bytes + size > limits.RUN_MAX_EVENT_BYTES:
+            return f"the runner sent more than RUN_MAX_EVENT_BYTES = {limits.RUN_MAX_EVENT_BYTES} bytes of events"
+        return ""
 
     def _flush_text(self, st: _RunState, items: list[NewItem], final: str | None = None) -> None:
         """Streamed text becomes one assistant item when something else happens (a tool call, the end); a
@@ -474,7 +557,11 @@ class RunManager:
         st.text_len = 0
         if text:
             items.append(NewItem("assistant", "message", text))
-            st.final_message = text if st.final_message is None else st.final_message + "\n\n" + text
+            # RunInfo.text joins the run's messages; past RUN_MAX_TEXT_CHARS it is cut (the transcript has all).
+            if st.final_message is None:
+                st.final_message = text[: limits.RUN_MAX_TEXT_CHARS + 1]
+            elif len(st.final_message) <= limits.RUN_MAX_TEXT_CHARS:
+                st.final_message = (st.final_message + "\n\n" + text)[: limits.RUN_MAX_TEXT_CHARS + 1]
 
     async def _finish(self, st: _RunState) -> None:
         info = st.info
@@ -484,7 +571,7 @@ class RunManager:
         if info.status in ("queued", "running"):
             self._set_outcome(st, "failed", "host_error", "run ended without an outcome")
         info.finished_at = time.time()
-        info.text = st.final_message or ""
+        info.text = st.final_message or ""  # cut to RUN_MAX_TEXT_CHARS (with the marker) by RunStore.finish
 
         def write(conn: sqlite3.Connection) -> None:
             if leftover:
@@ -503,7 +590,7 @@ class RunManager:
         except Exception:
             log.exception("could not record the end of run %s", info.run_id)
         self._live.pop(info.run_id, None)
-        self._publish(st, hpb.SendMessageReply(run_finished=info))
+        self._publish(st, hpb.SendMessageReply(run_finished=info), info.ByteSize())
         self._publish(st, None)
 
     # ---- context ----

@@ -5,7 +5,9 @@
 
 Sockets: `api.sock` (AgentRunAPIProxy, for runners) and `admin.sock` (AgentHost, for the CLI) live in a
 directory only this user can enter; its path is written to `<data_dir>/host.json` for clients. One host per data
-dir, enforced with an exclusive lock on `<data_dir>/host.lock`.
+dir, enforced with an exclusive lock on `<data_dir>/host.lock`. Every admin call carries a credential
+(agenthost.host.credentials); everything the host writes is private to its user (umask 077, and an existing data
+dir is tightened at start).
 """
 
 from __future__ import annotations
@@ -27,8 +29,12 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from agenthost.host import binding_config, limits
 from agenthost.host.admin import AdminServicer, validate_binding
+from agenthost.host.credentials import AuthInterceptor, Credentials
 from agenthost.host.grants import RunRegistry
+from agenthost.host.keys import KeyStore
+from agenthost.host.private_files import make_private_dir, tighten
 from agenthost.host.run_api import RunAPIServicer, add_servicer
 from agenthost.host.runs import HOST_VERSION, RunManager, parse_runner_id
 from agenthost.host.store.artifacts import ArtifactStore
@@ -40,7 +46,8 @@ from agenthost.host.store.runs import AuditLog, RunStore
 from agenthost.host.store.state import StateStore
 from agenthost.host.supervisor import PluginSpec, PluginStartError, Supervisor, SupervisorPolicy
 from agenthost.plugins import install as installer
-from agenthost.plugins.manifest import ManifestError, RunnerManifest
+from agenthost.plugins import sandbox
+from agenthost.plugins.manifest import RunnerManifest
 from agenthost.protos import errors, host_pb2_grpc
 from agenthost.protos import host_pb2 as hpb
 from agenthost.runners.sdk.server import MAX_PENDING_CALLS, SERVER_OPTIONS
@@ -60,24 +67,29 @@ def default_data_dir() -> Path:
 
 
 def _runtime_dir(data_dir: Path) -> Path:
-    """A 0700 directory for the sockets; under the data dir when the path fits a unix socket name (108 bytes)."""
+    """A 0700 directory for the sockets; under the data dir when the path fits a unix socket name (108 bytes),
+    else under the temp dir, where another user may have created the name first: that one is never used."""
     candidate = data_dir / "run"
-    if len(str(candidate)) < 80:
-        candidate.mkdir(mode=0o700, exist_ok=True)
-        os.chmod(candidate, 0o700)
-        return candidate
+    if len(str(candidate)) < 70:
+        return make_private_dir(candidate)
     digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]
-    path = Path(tempfile.gettempdir()) / f"agenthost-{os.getuid()}-{digest}"
-    path.mkdir(mode=0o700, exist_ok=True)
-    os.chmod(path, 0o700)
-    return path
+    return make_private_dir(Path(tempfile.gettempdir()) / f"agenthost-{os.getuid()}-{digest}")
 
 
 class Host:
-    def __init__(self, data_dir: Path, *, policy: SupervisorPolicy | None = None, builtin_plugins: bool = True) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        policy: SupervisorPolicy | None = None,
+        builtin_plugins: bool = True,
+        unsafe_no_sandbox: bool = False,
+    ) -> None:
         self.data_dir = data_dir.expanduser().resolve()
         self.policy = policy or SupervisorPolicy()
         self.builtin_plugins = builtin_plugins
+        self.unsafe_no_sandbox = unsafe_no_sandbox
+        self.sandbox_status = ""
         self.started_at = 0.0
         self._lock_fd: int | None = None
         self._servers: list[grpc.aio.Server] = []
@@ -87,7 +99,11 @@ class Host:
     # ---- lifecycle ----
 
     async def start(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        # Everything the host creates from here on (database, WAL, logs, artifacts, sockets) is its user's alone.
+        os.umask(0o077)
+        sandbox.harden_process()
+        limits.raise_fd_limit()
+        self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._acquire_lock()
         try:
             await self._start()
@@ -114,6 +130,12 @@ class Host:
 
     async def _start(self) -> None:
         self.started_at = time.time()
+        loosened = tighten(self.data_dir)
+        if loosened:
+            log.warning("made %d files and directories under %s private to this user", loosened, self.data_dir)
+        self.credentials = Credentials(self.data_dir)
+        self.keys = KeyStore(self.data_dir)
+        self.sandbox_status = self._sandbox_mode()
         self.db = Database(self.data_dir / "agenthost.db")
         await self.db.open()
         secret_row = self.db.query_one("SELECT value FROM meta WHERE key = 'cursor_secret'")
@@ -142,6 +164,7 @@ class Host:
             host_address=self.api_address,
             policy=self.policy,
             on_ready=self._record_manifests,
+            sandboxed=self.sandbox_status == "on",
         )
         swept = await self.supervisor.sweep_orphans()
         interrupted = await self.run_store.interrupt_unfinished()
@@ -154,6 +177,7 @@ class Host:
             state=self.state,
             grants=self.grants,
             supervisor=self.supervisor,
+            keys=self.keys,
         )
         await self._serve()
         if self.builtin_plugins:
@@ -161,6 +185,25 @@ class Host:
         for plugin in self.registry.plugins():
             if plugin.enabled:
                 self._supervise(plugin)
+
+    def _sandbox_mode(self) -> str:
+        reason = sandbox.probe()
+        if reason is None:
+            return "on"
+        if self.unsafe_no_sandbox:
+            log.error("RUNNING EVERY PLUGIN WITHOUT A SANDBOX (--unsafe-no-sandbox): %s", reason)
+            return f"disabled by the user: {reason}"
+        log.error("no sandbox here, so only built-in runners will start, unsandboxed: %s", reason)
+        return f"off: {reason}"
+
+    def _check_walls(self, plugin: PluginRecord) -> None:
+        """Third-party code never runs without walls unless the user said so."""
+        if plugin.builtin or self.sandbox_status == "on" or self.sandbox_status.startswith("disabled"):
+            return
+        raise errors.FailedPrecondition(
+            f"refusing to start plugin {plugin.plugin_id} without a sandbox ({self.sandbox_status}); install "
+            "bubblewrap, or restart the host with --unsafe-no-sandbox to run plugins without walls"
+        )
 
     async def _serve(self) -> None:
         for address in (self.api_address, self.admin_address):
@@ -170,7 +213,7 @@ class Host:
             RunAPIServicer(self.grants, self.run_store, self.conversations, self.artifacts, self.state, self.audit),
             api_server,
         )
-        admin_server = grpc.aio.server(options=SERVER_OPTIONS)
+        admin_server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[AuthInterceptor(self.credentials)])
         host_pb2_grpc.add_AgentHostServicer_to_server(AdminServicer(self), admin_server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, admin_server)
@@ -230,9 +273,22 @@ class Host:
             )
         )
 
+    @property
+    def admin_token(self) -> str:
+        return self.credentials.admin_token
+
+    def _spec(self, plugin: PluginRecord) -> PluginSpec:
+        return PluginSpec(plugin.plugin_id, plugin.distribution, plugin.python, plugin.builtin, plugin.network)
+
     def _supervise(self, plugin: PluginRecord) -> None:
         """Starts a plugin in the background at host start; a failure is kept as the plugin's last_error."""
-        self.supervisor.add(PluginSpec(plugin.plugin_id, plugin.distribution, plugin.python))
+        pp = self.supervisor.add(self._spec(plugin))
+        try:
+            self._check_walls(plugin)
+        except errors.FailedPrecondition as exc:
+            pp.last_error = exc.message
+            log.error("%s", pp.last_error)
+            return
         task = asyncio.create_task(self._start_quietly(plugin.plugin_id))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -283,8 +339,17 @@ class Host:
                 return info
         raise errors.NotFound(f"no plugin {plugin_id!r}")
 
-    async def install_plugin(self, source: str, *, offline: bool = False) -> hpb.PluginInfo:
-        installed = await installer.install(source, self.data_dir / "plugins", offline=offline)
+    async def install_plugin(
+        self, source: str, *, offline: bool = False, allow_network: bool = False
+    ) -> hpb.PluginInfo:
+        if self.sandbox_status.startswith("off"):
+            raise errors.FailedPrecondition(
+                f"refusing to install third-party code without a sandbox ({self.sandbox_status}); install "
+                "bubblewrap, or restart the host with --unsafe-no-sandbox"
+            )
+        installed = await installer.install(
+            source, self.data_dir / "plugins", offline=offline, sandboxed=self.sandbox_status == "on"
+        )
         if installed.plugin_id in self.supervisor.processes:
             await self.supervisor.stop(installed.plugin_id)
         record = PluginRecord(
@@ -297,9 +362,10 @@ class Host:
             python=installed.python,
             manifests_json=json.dumps([m.model_dump(mode="json") for m in installed.manifests]),
             description=installed.description,
+            network=allow_network and any(m.permissions.network for m in installed.manifests),
         )
         await self.registry.put_plugin(record)
-        self.supervisor.add(PluginSpec(record.plugin_id, record.distribution, record.python))
+        self.supervisor.add(self._spec(record))
         try:
             await self.supervisor.start(record.plugin_id)
         except PluginStartError as exc:
@@ -319,7 +385,8 @@ class Host:
         plugin = self.registry.plugin(plugin_id)
         await self.registry.set_plugin_enabled(plugin_id, enabled)
         if enabled:
-            self.supervisor.add(PluginSpec(plugin.plugin_id, plugin.distribution, plugin.python))
+            self._check_walls(plugin)
+            self.supervisor.add(self._spec(plugin))
             try:
                 await self.supervisor.start(plugin_id)
             except PluginStartError as exc:
@@ -332,18 +399,39 @@ class Host:
         bot = self.registry.bot(bot_ref)
         validate_binding(binding)
         binding.bot_id = bot.bot_id
+        await self._check_binding_config(binding)
+        return await self.registry.create_binding(binding)
+
+    async def _check_binding_config(self, binding: hpb.Binding) -> None:
         plugin_id, _ = parse_runner_id(binding.runner_id)
         plugin = self.registry.plugin(plugin_id)
-        if plugin.manifests_json == "[]":
-            # A built-in plugin whose first start has not described it yet.
+        pp = self.supervisor.processes.get(plugin_id)
+        if plugin.manifests_json == "[]" or (pp is not None and pp.state == "starting"):
+            # A plugin whose first start has not described it yet, or that is starting: its runner checks the config.
             with contextlib.suppress(PluginStartError):
                 await self.supervisor.wait_ready(plugin_id, self.policy.start_timeout)
         manifest = self.runs.manifest_for(binding.runner_id)
-        try:
-            manifest.validate_config(json.loads(binding.config_json))
-        except ManifestError as exc:
-            raise errors.InvalidArgument(str(exc)) from None
-        return await self.registry.create_binding(binding)
+        await binding_config.check(self.supervisor, binding.runner_id, manifest.config_schema, binding.config_json)
+
+    async def update_binding(self, request: hpb.UpdateBindingRequest) -> hpb.Binding:
+        """Changes a binding in place; the result passes the same checks as a new binding."""
+        binding = self.registry.binding(request.binding_id)
+        if request.config_patch_json:
+            config = json.loads(binding.config_json or "{}")
+            binding.config_json = json.dumps(binding_config.merge_patch(config, request.config_patch_json))
+        if request.HasField("priority"):
+            binding.priority = request.priority
+        if request.HasField("timeout_seconds"):
+            binding.timeout_seconds = request.timeout_seconds
+        if request.HasField("apis"):
+            binding.resource_policy.ClearField("apis")
+            binding.resource_policy.apis.extend(request.apis.values)
+        if request.HasField("keys"):
+            binding.resource_policy.ClearField("keys")
+            binding.resource_policy.keys.extend(request.keys.values)
+        validate_binding(binding)
+        await self._check_binding_config(binding)
+        return await self.registry.update_binding(binding)
 
     def status(self) -> hpb.HostStatus:
         return hpb.HostStatus(
@@ -352,4 +440,6 @@ class Host:
             pid=os.getpid(),
             started_at=self.started_at,
             plugins=self.plugin_infos(),
+            sandbox=self.sandbox_status,
+            runs_in_flight=self.runs.in_flight(),
         )

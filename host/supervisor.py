@@ -9,6 +9,12 @@ Lifecycle of a plugin process (states in PluginProcess.state):
 No runner outlives its host: the host holds the write end of each child's stdin (the lifeline: EOF = exit),
 children get their own process group, and at start the host kills groups a previous host left behind whose
 pid and start time it recorded.
+
+Walls: each plugin process runs inside a bubblewrap sandbox (agenthost.plugins.sandbox) that dies with the host
+and sees the read-only system and interpreter, its own environment (read-only), its own data dir, its own socket
+directory and the run API socket — never admin.sock, the database, other plugins' files or the host's /proc. Its
+environment is an allowlist: no provider key, no host secret. Network only for built-ins and for plugins whose
+manifest asked and whose user accepted at install.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import signal
 import sqlite3
 import time
@@ -31,6 +38,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agenthost.host.grants import RunRegistry, new_token
 from agenthost.host.store.db import Database
+from agenthost.plugins import sandbox
 from agenthost.plugins.manifest import ManifestError, RunnerManifest
 from agenthost.protos import runner_pb2, runner_pb2_grpc
 from agenthost.runners.sdk.server import CHANNEL_OPTIONS, HANDSHAKE_PREFIX, PROTOCOL_VERSION
@@ -55,6 +63,8 @@ class PluginSpec:
     plugin_id: str
     distribution: str
     python: str
+    builtin: bool = False
+    network: bool = False  # the user accepted the plugin's request for network access
 
 
 class PluginStartError(RuntimeError):
@@ -69,10 +79,11 @@ def _proc_start_time(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]  # field 22: starttime, in clock ticks since boot
 
 
-def describe_exit(returncode: int | None) -> str:
+def describe_exit(returncode: int | None, *, sandboxed: bool = False) -> str:
     if returncode is None:
         return "still running"
-    if returncode < 0:
+    if sandboxed and 128 < returncode < 128 + 65:
+        returncode = 128 - returncode  # bwrap reports its child's death by signal N as exit code 128 + N
         try:
             return f"killed by signal {signal.Signals(-returncode).name}"
         except ValueError:
@@ -94,6 +105,7 @@ class PluginProcess:
     started_at: float = 0.0
     monitor: asyncio.Task[None] | None = None
     stopping: bool = False
+    sock_dir: Path | None = None
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def set_state(self, state: str) -> None:
@@ -120,6 +132,7 @@ class Supervisor:
         host_address: str,
         policy: SupervisorPolicy | None = None,
         on_ready: Callable[[str, dict[str, RunnerManifest]], Awaitable[None]] | None = None,
+        sandboxed: bool = True,
     ) -> None:
         self.db = db
         self.registry = registry
@@ -128,6 +141,9 @@ class Supervisor:
         self.host_address = host_address
         self.policy = policy or SupervisorPolicy()
         self.on_ready = on_ready
+        # False only when the user opted out of the walls (`serve --unsafe-no-sandbox`) or no sandbox works here
+        # (then the host starts built-ins only); see Host._sandbox_mode.
+        self.sandboxed = sandboxed
         self.processes: dict[str, PluginProcess] = {}
         self._counter = 0
 
@@ -166,6 +182,9 @@ class Supervisor:
             return pp
         pp.stopping = False
         pp.consecutive_failures = 0
+        # Before the task exists: wait_ready must not take the old "stopped" for an outcome (from Python 3.12,
+        # wait_for awaits in this task, so it can look before the monitor has run at all).
+        pp.set_state("starting")
         pp.monitor = asyncio.create_task(self._keep_running(pp), name=f"supervise:{plugin_id}")
         await self.wait_ready(plugin_id, self.policy.start_timeout + self.policy.health_timeout + 1)
         return pp
@@ -203,7 +222,7 @@ class Supervisor:
                     await self._forget_process(pp)
                     if pp.stopping:
                         break
-                    pp.last_error = f"runner process {describe_exit(returncode)}"
+                    pp.last_error = f"runner process {describe_exit(returncode, sandboxed=self.sandboxed)}"
                     log.warning("plugin %s: %s", pp.spec.plugin_id, pp.last_error)
                     if alive >= self.policy.stable_after:
                         pp.consecutive_failures = 0
@@ -230,26 +249,50 @@ class Supervisor:
         spec = pp.spec
         pp.set_state("starting")
         self._counter += 1
-        sock = self.runtime_dir / f"p{self._counter}.sock"
-        sock.unlink(missing_ok=True)
+        # A directory of its own per process: the sandbox binds it (for the Runner socket) and nothing else of the
+        # runtime dir but api.sock, so admin.sock and other plugins' sockets stay out of sight.
+        sock_dir = self.runtime_dir / f"p{self._counter}"
+        shutil.rmtree(sock_dir, ignore_errors=True)
+        sock_dir.mkdir(mode=0o700)
+        sock = sock_dir / "r.sock"
         listen = f"unix:{sock}"
         secret = new_token("ps")
         plugin_dir = self.data_dir / "plugins" / spec.plugin_id
-        (plugin_dir / "data").mkdir(parents=True, exist_ok=True)
+        data_dir = plugin_dir / "data"
+        data_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.data_dir / "logs" / f"{spec.plugin_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTHOST_INTERNAL")}
-        env["PYTHONUNBUFFERED"] = "1"
+        env = sandbox.plugin_environment(os.environ, home=data_dir)
+        argv = [spec.python, "-m", "agenthost.runners.sdk", "serve"]
+        if self.sandboxed:
+            env[sandbox.INSIDE_ENV] = "1"
+            walls = sandbox.Sandbox(
+                ro=[
+                    *sandbox.python_paths(),
+                    str(Path(spec.python).parent.parent),
+                    *sandbox.extra_paths(sandbox.EXTRA_RO_ENV),
+                ],
+                rw=[
+                    str(data_dir),
+                    str(sock_dir),
+                    self.host_address.removeprefix("unix:"),
+                    *sandbox.extra_paths(sandbox.EXTRA_RW_ENV),
+                ],
+                network=spec.builtin or spec.network,
+                cwd=str(data_dir),
+            )
+            try:
+                argv = walls.argv(argv)
+            except sandbox.SandboxUnavailable as exc:
+                raise PluginStartError(f"cannot sandbox the runner process: {exc}") from None
+        pp.sock_dir = sock_dir
         with open(log_path, "ab") as log_file:
             proc = await asyncio.create_subprocess_exec(
-                spec.python,
-                "-m",
-                "agenthost.runners.sdk",
-                "serve",
+                *argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=log_file,
-                cwd=plugin_dir,
+                cwd=data_dir,
                 env=env,
                 start_new_session=True,
                 limit=64 * 1024,
@@ -269,7 +312,7 @@ class Supervisor:
             "listen": listen,
             "host": self.host_address,
             "secret": secret,
-            "data_dir": str(plugin_dir / "data"),
+            "data_dir": str(data_dir),
         }
         try:
             assert proc.stdin is not None and proc.stdout is not None
@@ -307,7 +350,8 @@ class Supervisor:
         if not line:
             returncode = await proc.wait()
             raise PluginStartError(
-                f"runner process {describe_exit(returncode)} before the handshake: {_tail(log_path)}"
+                f"runner process {describe_exit(returncode, sandboxed=self.sandboxed)} before the handshake: "
+                f"{_tail(log_path)}"
             )
         text = line.decode(errors="replace").strip()
         parts = text.split("|")
@@ -339,6 +383,9 @@ class Supervisor:
             pp.channel = None
             pp.stub = None
         self.registry.remove_plugin(pp.spec.plugin_id)
+        if pp.sock_dir is not None:
+            shutil.rmtree(pp.sock_dir, ignore_errors=True)
+            pp.sock_dir = None
         pid = pp.proc.pid if pp.proc else None
         if pid is not None:
             # The group may still hold grandchildren the runner spawned; they go with it.

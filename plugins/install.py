@@ -6,12 +6,18 @@ there, while the host's environment and every other plugin's stay untouched. The
 plugin the runner SDK (agenthost itself) without downloading it again. An install is staged in a scratch env
 and only replaces an installed version once pip succeeded and the plugin's manifests validated; a failure leaves
 nothing behind and says why.
+
+Installing runs the plugin's own code (a build backend, setup.py, then `describe` imports it), so both steps run
+inside a sandbox that can write only the staging directory: the build cannot touch the host's files, and a
+source directory is copied in first so an in-tree build cannot write into the user's checkout either. Network
+only when pip must download (not --offline); `describe` never has it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import site
@@ -23,6 +29,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from agenthost.plugins import sandbox
 from agenthost.plugins.manifest import ManifestError, RunnerManifest
 
 INSTALL_TIMEOUT = 600.0
@@ -67,9 +74,47 @@ def _distribution_of(source: str) -> tuple[str, str]:
         raise InstallError(f"{source!r} is neither a directory, a wheel, nor a valid requirement: {exc}") from None
 
 
-async def _run(*args: str, timeout: float = INSTALL_TIMEOUT) -> tuple[int, str, str]:
+# pip's own configuration (index mirrors, certificates, constraints) is not secret; the sandbox sees it read-only.
+_PIP_CONFIG = ("/etc/pip.conf", "/etc/xdg/pip", "~/.config/pip", "~/.pip")
+
+
+class _Walls:
+    """How install steps run: inside a sandbox writing only `staging`, or (the user opted out) as before."""
+
+    def __init__(self, staging: Path, *, sandboxed: bool) -> None:
+        self.staging = staging
+        self.sandboxed = sandboxed
+
+    def env(self) -> dict[str, str]:
+        home = self.staging / "home"
+        tmp = self.staging / "tmp"
+        home.mkdir(exist_ok=True)
+        tmp.mkdir(exist_ok=True)
+        # What the plugin process will see (describe imports its code), plus pip's own settings.
+        env = sandbox.plugin_environment(os.environ, home=home)
+        env.update({k: v for k, v in os.environ.items() if k.startswith("PIP_")})
+        env.update(TMPDIR=str(tmp), PIP_NO_CACHE_DIR="1", XDG_CONFIG_HOME=os.path.expanduser("~/.config"))
+        return env
+
+    def argv(self, argv: list[str], *, network: bool, read_only: tuple[str, ...] = ()) -> list[str]:
+        if not self.sandboxed:
+            return argv
+        config = [os.path.expanduser(p) for p in _PIP_CONFIG]
+        walls = sandbox.Sandbox(
+            ro=[*sandbox.python_paths(), *read_only, *(p for p in config if os.path.exists(p))],
+            rw=[str(self.staging)],
+            network=network,
+            cwd=str(self.staging),
+        )
+        try:
+            return walls.argv(argv)
+        except sandbox.SandboxUnavailable as exc:
+            raise InstallError(f"cannot sandbox the install: {exc}") from None
+
+
+async def _run(*args: str, timeout: float = INSTALL_TIMEOUT, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
-        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True
+        *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True, env=env
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
@@ -85,8 +130,9 @@ def _tail(text: str, lines: int = 12) -> str:
     return "\n".join(kept[-lines:])
 
 
-async def install(source: str, plugins_dir: Path, *, offline: bool = False) -> InstalledPlugin:
-    """Called by the host's AgentHost.InstallPlugin. Raises InstallError with the reason on any failure."""
+async def install(source: str, plugins_dir: Path, *, offline: bool = False, sandboxed: bool = True) -> InstalledPlugin:
+    """Called by the host's AgentHost.InstallPlugin. Raises InstallError with the reason on any failure.
+    `sandboxed=False` only when the user opted out of the walls (the host refuses installs otherwise)."""
     kind, dist_name = _distribution_of(source)
     plugin_id = canonicalize_name(dist_name)
     if plugin_id == "agenthost":
@@ -97,6 +143,18 @@ async def install(source: str, plugins_dir: Path, *, offline: bool = False) -> I
     staging = plugins_dir / f".staging-{uuid.uuid4().hex[:8]}"
     try:
         python = await create_env(staging)
+        walls = _Walls(staging, sandboxed=sandboxed)
+        read_only: tuple[str, ...] = ()
+        if kind == "directory":
+            copy = staging / "src" / Path(source).name
+            shutil.copytree(
+                source, copy, symlinks=True, ignore=shutil.ignore_patterns(".git", "build", "dist", "*.egg-info")
+            )
+            source = str(copy)
+        elif kind == "wheel":
+            read_only = (source,)
+        elif (url := Requirement(source).url or "").startswith("file://"):
+            read_only = (url.removeprefix("file://"),)  # a direct reference to a local file or directory
         pip = [
             sys.executable,
             "-m",
@@ -109,12 +167,12 @@ async def install(source: str, plugins_dir: Path, *, offline: bool = False) -> I
         ]
         if offline:
             pip += ["--no-index", "--no-build-isolation"]
-        code, out, err = await _run(*pip, source)
+        env = walls.env()
+        code, out, err = await _run(*walls.argv([*pip, source], network=not offline, read_only=read_only), env=env)
         if code:
             raise InstallError(f"pip could not install {source}:\n{_tail(err or out)}")
-        code, out, err = await _run(
-            str(python), "-m", "agenthost.runners.sdk", "describe", "--distribution", dist_name, timeout=60
-        )
+        describe = [str(python), "-m", "agenthost.runners.sdk", "describe", "--distribution", dist_name]
+        code, out, err = await _run(*walls.argv(describe, network=False), timeout=60, env=env)
         try:
             described = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
         except ValueError:
@@ -123,6 +181,8 @@ async def install(source: str, plugins_dir: Path, *, offline: bool = False) -> I
             reason = described.get("error") or _tail(err or out) or f"exit code {code}"
             raise InstallError(f"{dist_name} installed, but its runners could not be loaded: {reason}")
         manifests = [RunnerManifest.parse_json(json.dumps(raw)) for raw in described["runners"]]
+        for scratch in ("src", "home", "tmp"):
+            shutil.rmtree(staging / scratch, ignore_errors=True)
         final = plugins_dir / plugin_id / "env"
         final.parent.mkdir(parents=True, exist_ok=True)
         if final.exists():

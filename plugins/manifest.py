@@ -54,6 +54,9 @@ class RunnerPermissions(_Strict):
     apis: tuple[str, ...] = ALL_APIS
     state_scopes: tuple[StateScopeName, ...] = ("run", "conversation", "actor", "binding", "runner")
     cross_conversation: bool = False
+    # The runner process needs the network (a model API, a web service). Its sandbox gets it only if the user
+    # accepted at install (`plugins install --allow-network`); built-in runners have it.
+    network: bool = False
 
     @field_validator("apis")
     @classmethod

@@ -7,31 +7,125 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class CredentialInfo(_message.Message):
+    __slots__ = ("name", "scope", "bots", "created_at")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    BOTS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    scope: str
+    bots: _containers.RepeatedScalarFieldContainer[str]
+    created_at: float
+    def __init__(self, name: _Optional[str] = ..., scope: _Optional[str] = ..., bots: _Optional[_Iterable[str]] = ..., created_at: _Optional[float] = ...) -> None: ...
+
+class CreateCredentialRequest(_message.Message):
+    __slots__ = ("name", "scope", "bots")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    BOTS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    scope: str
+    bots: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., scope: _Optional[str] = ..., bots: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CreatedCredential(_message.Message):
+    __slots__ = ("credential", "token")
+    CREDENTIAL_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    credential: CredentialInfo
+    token: str
+    def __init__(self, credential: _Optional[_Union[CredentialInfo, _Mapping]] = ..., token: _Optional[str] = ...) -> None: ...
+
+class ListCredentialsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListCredentialsResponse(_message.Message):
+    __slots__ = ("credentials",)
+    CREDENTIALS_FIELD_NUMBER: _ClassVar[int]
+    credentials: _containers.RepeatedCompositeFieldContainer[CredentialInfo]
+    def __init__(self, credentials: _Optional[_Iterable[_Union[CredentialInfo, _Mapping]]] = ...) -> None: ...
+
+class RevokeCredentialRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class RevokeCredentialResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class KeyInfo(_message.Message):
+    __slots__ = ("name", "updated_at", "length")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    updated_at: float
+    length: int
+    def __init__(self, name: _Optional[str] = ..., updated_at: _Optional[float] = ..., length: _Optional[int] = ...) -> None: ...
+
+class SetKeyRequest(_message.Message):
+    __slots__ = ("name", "value")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: str
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+
+class ListKeysRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListKeysResponse(_message.Message):
+    __slots__ = ("keys",)
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedCompositeFieldContainer[KeyInfo]
+    def __init__(self, keys: _Optional[_Iterable[_Union[KeyInfo, _Mapping]]] = ...) -> None: ...
+
+class RemoveKeyRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class RemoveKeyResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class GetStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class HostStatus(_message.Message):
-    __slots__ = ("version", "data_dir", "pid", "started_at", "plugins")
+    __slots__ = ("version", "data_dir", "pid", "started_at", "plugins", "sandbox", "runs_in_flight")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DATA_DIR_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     PLUGINS_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    RUNS_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     version: str
     data_dir: str
     pid: int
     started_at: float
     plugins: _containers.RepeatedCompositeFieldContainer[PluginInfo]
-    def __init__(self, version: _Optional[str] = ..., data_dir: _Optional[str] = ..., pid: _Optional[int] = ..., started_at: _Optional[float] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ...) -> None: ...
+    sandbox: str
+    runs_in_flight: int
+    def __init__(self, version: _Optional[str] = ..., data_dir: _Optional[str] = ..., pid: _Optional[int] = ..., started_at: _Optional[float] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., sandbox: _Optional[str] = ..., runs_in_flight: _Optional[int] = ...) -> None: ...
 
 class InstallPluginRequest(_message.Message):
-    __slots__ = ("source", "offline")
+    __slots__ = ("source", "offline", "allow_network")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     OFFLINE_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_NETWORK_FIELD_NUMBER: _ClassVar[int]
     source: str
     offline: bool
-    def __init__(self, source: _Optional[str] = ..., offline: _Optional[bool] = ...) -> None: ...
+    allow_network: bool
+    def __init__(self, source: _Optional[str] = ..., offline: _Optional[bool] = ..., allow_network: _Optional[bool] = ...) -> None: ...
 
 class PluginInfo(_message.Message):
     __slots__ = ("plugin_id", "distribution", "version", "source", "enabled", "builtin", "state", "last_error", "pid", "restarts", "runners", "description")
@@ -154,14 +248,16 @@ class DeleteBotResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ResourcePolicy(_message.Message):
-    __slots__ = ("apis", "state_scopes", "cross_conversation_patterns")
+    __slots__ = ("apis", "state_scopes", "cross_conversation_patterns", "keys")
     APIS_FIELD_NUMBER: _ClassVar[int]
     STATE_SCOPES_FIELD_NUMBER: _ClassVar[int]
     CROSS_CONVERSATION_PATTERNS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
     apis: _containers.RepeatedScalarFieldContainer[str]
     state_scopes: _containers.RepeatedScalarFieldContainer[_common_pb2.StateScope]
     cross_conversation_patterns: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, apis: _Optional[_Iterable[str]] = ..., state_scopes: _Optional[_Iterable[_Union[_common_pb2.StateScope, str]]] = ..., cross_conversation_patterns: _Optional[_Iterable[str]] = ...) -> None: ...
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, apis: _Optional[_Iterable[str]] = ..., state_scopes: _Optional[_Iterable[_Union[_common_pb2.StateScope, str]]] = ..., cross_conversation_patterns: _Optional[_Iterable[str]] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DeliveryPolicy(_message.Message):
     __slots__ = ("streaming", "max_message_size")
@@ -220,6 +316,28 @@ class DeleteBindingRequest(_message.Message):
 class DeleteBindingResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class UpdateBindingRequest(_message.Message):
+    __slots__ = ("binding_id", "config_patch_json", "priority", "timeout_seconds", "apis", "keys")
+    BINDING_ID_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_PATCH_JSON_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    APIS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    binding_id: str
+    config_patch_json: str
+    priority: int
+    timeout_seconds: float
+    apis: StringList
+    keys: StringList
+    def __init__(self, binding_id: _Optional[str] = ..., config_patch_json: _Optional[str] = ..., priority: _Optional[int] = ..., timeout_seconds: _Optional[float] = ..., apis: _Optional[_Union[StringList, _Mapping]] = ..., keys: _Optional[_Union[StringList, _Mapping]] = ...) -> None: ...
+
+class StringList(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, values: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SendMessageRequest(_message.Message):
     __slots__ = ("bot", "conversation_id", "text", "actor", "event_type", "data_json", "source")

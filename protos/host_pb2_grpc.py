@@ -94,6 +94,11 @@ class AgentHostStub:
                 request_serializer=agenthost_dot_protos_dot_host__pb2.DeleteBindingRequest.SerializeToString,
                 response_deserializer=agenthost_dot_protos_dot_host__pb2.DeleteBindingResponse.FromString,
                 _registered_method=True)
+        self.UpdateBinding = channel.unary_unary(
+                '/agenthost.v1.AgentHost/UpdateBinding',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.UpdateBindingRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.Binding.FromString,
+                _registered_method=True)
         self.SendMessage = channel.unary_stream(
                 '/agenthost.v1.AgentHost/SendMessage',
                 request_serializer=agenthost_dot_protos_dot_host__pb2.SendMessageRequest.SerializeToString,
@@ -128,6 +133,36 @@ class AgentHostStub:
                 '/agenthost.v1.AgentHost/GetHistory',
                 request_serializer=agenthost_dot_protos_dot_host__pb2.GetHistoryRequest.SerializeToString,
                 response_deserializer=agenthost_dot_protos_dot_host__pb2.GetHistoryResponse.FromString,
+                _registered_method=True)
+        self.CreateCredential = channel.unary_unary(
+                '/agenthost.v1.AgentHost/CreateCredential',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.CreateCredentialRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.CreatedCredential.FromString,
+                _registered_method=True)
+        self.ListCredentials = channel.unary_unary(
+                '/agenthost.v1.AgentHost/ListCredentials',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.ListCredentialsRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.ListCredentialsResponse.FromString,
+                _registered_method=True)
+        self.RevokeCredential = channel.unary_unary(
+                '/agenthost.v1.AgentHost/RevokeCredential',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.RevokeCredentialRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.RevokeCredentialResponse.FromString,
+                _registered_method=True)
+        self.SetKey = channel.unary_unary(
+                '/agenthost.v1.AgentHost/SetKey',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.SetKeyRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.KeyInfo.FromString,
+                _registered_method=True)
+        self.ListKeys = channel.unary_unary(
+                '/agenthost.v1.AgentHost/ListKeys',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.ListKeysRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.ListKeysResponse.FromString,
+                _registered_method=True)
+        self.RemoveKey = channel.unary_unary(
+                '/agenthost.v1.AgentHost/RemoveKey',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.RemoveKeyRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.RemoveKeyResponse.FromString,
                 _registered_method=True)
 
 
@@ -206,6 +241,13 @@ class AgentHostServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateBinding(self, request, context):
+        """Changes a binding in place (same id, same binding-scoped state), validated like CreateBinding.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def SendMessage(self, request, context):
         """Appends an inbound event to a bot, routes it to one binding, runs it, and streams the run.
         """
@@ -244,6 +286,44 @@ class AgentHostServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetHistory(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateCredential(self, request, context):
+        """Scoped credentials (admin only). The token is returned once, by CreateCredential; the host keeps its hash.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeCredential(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetKey(self, request, context):
+        """Provider keys (admin only), kept in a 0600 file the host reads at run time; values are never returned.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListKeys(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveKey(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -312,6 +392,11 @@ def add_AgentHostServicer_to_server(servicer, server):
                     request_deserializer=agenthost_dot_protos_dot_host__pb2.DeleteBindingRequest.FromString,
                     response_serializer=agenthost_dot_protos_dot_host__pb2.DeleteBindingResponse.SerializeToString,
             ),
+            'UpdateBinding': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateBinding,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.UpdateBindingRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.Binding.SerializeToString,
+            ),
             'SendMessage': grpc.unary_stream_rpc_method_handler(
                     servicer.SendMessage,
                     request_deserializer=agenthost_dot_protos_dot_host__pb2.SendMessageRequest.FromString,
@@ -346,6 +431,36 @@ def add_AgentHostServicer_to_server(servicer, server):
                     servicer.GetHistory,
                     request_deserializer=agenthost_dot_protos_dot_host__pb2.GetHistoryRequest.FromString,
                     response_serializer=agenthost_dot_protos_dot_host__pb2.GetHistoryResponse.SerializeToString,
+            ),
+            'CreateCredential': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateCredential,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.CreateCredentialRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.CreatedCredential.SerializeToString,
+            ),
+            'ListCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCredentials,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.ListCredentialsRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.ListCredentialsResponse.SerializeToString,
+            ),
+            'RevokeCredential': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeCredential,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.RevokeCredentialRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.RevokeCredentialResponse.SerializeToString,
+            ),
+            'SetKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetKey,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.SetKeyRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.KeyInfo.SerializeToString,
+            ),
+            'ListKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListKeys,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.ListKeysRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.ListKeysResponse.SerializeToString,
+            ),
+            'RemoveKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveKey,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.RemoveKeyRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.RemoveKeyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -683,6 +798,33 @@ class AgentHost:
             _registered_method=True)
 
     @staticmethod
+    def UpdateBinding(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/UpdateBinding',
+            agenthost_dot_protos_dot_host__pb2.UpdateBindingRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.Binding.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def SendMessage(request,
             target,
             options=(),
@@ -861,6 +1003,168 @@ class AgentHost:
             '/agenthost.v1.AgentHost/GetHistory',
             agenthost_dot_protos_dot_host__pb2.GetHistoryRequest.SerializeToString,
             agenthost_dot_protos_dot_host__pb2.GetHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateCredential(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/CreateCredential',
+            agenthost_dot_protos_dot_host__pb2.CreateCredentialRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.CreatedCredential.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/ListCredentials',
+            agenthost_dot_protos_dot_host__pb2.ListCredentialsRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.ListCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeCredential(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/RevokeCredential',
+            agenthost_dot_protos_dot_host__pb2.RevokeCredentialRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.RevokeCredentialResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/SetKey',
+            agenthost_dot_protos_dot_host__pb2.SetKeyRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.KeyInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/ListKeys',
+            agenthost_dot_protos_dot_host__pb2.ListKeysRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.ListKeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/RemoveKey',
+            agenthost_dot_protos_dot_host__pb2.RemoveKeyRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.RemoveKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,

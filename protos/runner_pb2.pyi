@@ -7,6 +7,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ValidateConfigRequest(_message.Message):
+    __slots__ = ("runner_name", "config_json")
+    RUNNER_NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    runner_name: str
+    config_json: str
+    def __init__(self, runner_name: _Optional[str] = ..., config_json: _Optional[str] = ...) -> None: ...
+
+class ValidateConfigResponse(_message.Message):
+    __slots__ = ("problems",)
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    problems: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, problems: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class DescribeRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
@@ -34,14 +48,25 @@ class ShutdownResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class RunRequest(_message.Message):
-    __slots__ = ("context", "run_token", "runner_name")
+    __slots__ = ("context", "run_token", "runner_name", "tool_token", "secrets")
+    class SecretsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     RUN_TOKEN_FIELD_NUMBER: _ClassVar[int]
     RUNNER_NAME_FIELD_NUMBER: _ClassVar[int]
+    TOOL_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SECRETS_FIELD_NUMBER: _ClassVar[int]
     context: AgentRunContext
     run_token: str
     runner_name: str
-    def __init__(self, context: _Optional[_Union[AgentRunContext, _Mapping]] = ..., run_token: _Optional[str] = ..., runner_name: _Optional[str] = ...) -> None: ...
+    tool_token: str
+    secrets: _containers.ScalarMap[str, str]
+    def __init__(self, context: _Optional[_Union[AgentRunContext, _Mapping]] = ..., run_token: _Optional[str] = ..., runner_name: _Optional[str] = ..., tool_token: _Optional[str] = ..., secrets: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Trigger(_message.Message):
     __slots__ = ("type", "source", "timestamp")

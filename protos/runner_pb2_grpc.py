@@ -50,6 +50,11 @@ class RunnerStub:
                 request_serializer=agenthost_dot_protos_dot_runner__pb2.ShutdownRequest.SerializeToString,
                 response_deserializer=agenthost_dot_protos_dot_runner__pb2.ShutdownResponse.FromString,
                 _registered_method=True)
+        self.ValidateConfig = channel.unary_unary(
+                '/agenthost.v1.Runner/ValidateConfig',
+                request_serializer=agenthost_dot_protos_dot_runner__pb2.ValidateConfigRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_runner__pb2.ValidateConfigResponse.FromString,
+                _registered_method=True)
 
 
 class RunnerServicer:
@@ -76,6 +81,15 @@ class RunnerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ValidateConfig(self, request, context):
+        """Checks a binding config against the runner's own rules, beyond what its config_schema can say (a model name
+        that needs a provider, a tool that exists, an absolute path). Called by the host when a binding is created or
+        changed; an empty `problems` list accepts the config.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunnerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -93,6 +107,11 @@ def add_RunnerServicer_to_server(servicer, server):
                     servicer.Shutdown,
                     request_deserializer=agenthost_dot_protos_dot_runner__pb2.ShutdownRequest.FromString,
                     response_serializer=agenthost_dot_protos_dot_runner__pb2.ShutdownResponse.SerializeToString,
+            ),
+            'ValidateConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.ValidateConfig,
+                    request_deserializer=agenthost_dot_protos_dot_runner__pb2.ValidateConfigRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_runner__pb2.ValidateConfigResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -176,6 +195,33 @@ class Runner:
             '/agenthost.v1.Runner/Shutdown',
             agenthost_dot_protos_dot_runner__pb2.ShutdownRequest.SerializeToString,
             agenthost_dot_protos_dot_runner__pb2.ShutdownResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ValidateConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.Runner/ValidateConfig',
+            agenthost_dot_protos_dot_runner__pb2.ValidateConfigRequest.SerializeToString,
+            agenthost_dot_protos_dot_runner__pb2.ValidateConfigResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -34,7 +34,7 @@ def notes_wheel(tmp_path_factory) -> Path:
 async def host(tmp_path):
     h = Host(tmp_path / "data", builtin_plugins=False)
     await h.start()
-    client = HostClient(h.admin_address)
+    client = HostClient(h.admin_address, token=h.admin_token)
     yield h, client
     await client.close()
     await h.stop()
@@ -88,7 +88,7 @@ async def test_install_failures_say_why(host, tmp_path):
 
 
 async def test_builtin_plugins_cannot_be_removed(tmp_path):
-    async with Host(tmp_path / "d") as h, HostClient(h.admin_address) as c:
+    async with Host(tmp_path / "d") as h, HostClient(h.admin_address, token=h.admin_token) as c:
         with pytest.raises(errors.FailedPrecondition, match="built-in"):
             await c.call("RemovePlugin", hpb.PluginRequest(plugin_id="agenthost"))
 

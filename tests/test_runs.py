@@ -182,7 +182,10 @@ async def test_bootstrap_recent_tail_is_bounded(h):
 async def test_client_disconnect_does_not_lose_the_run(h):
     channel = grpc.aio.insecure_channel(h.host.admin_address)
     stub = host_pb2_grpc.AgentHostStub(channel)
-    call = stub.SendMessage(hpb.SendMessageRequest(bot=h.bot, text="wait", conversation_id="dc"))
+    call = stub.SendMessage(
+        hpb.SendMessageRequest(bot=h.bot, text="wait", conversation_id="dc"),
+        metadata=(("authorization", f"Bearer {h.host.admin_token}"),),
+    )
     started = await call.read()
     run_id = started.run_started.run_id
     call.cancel()

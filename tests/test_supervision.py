@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from robustness.pids import outer_pid
 
 from agenthost.host.client import HostClient
 from agenthost.host.server import Host
@@ -34,7 +35,7 @@ async def host(tmp_path, monkeypatch):
     monkeypatch.delenv("AGENTHOST_TEST_FAULT", raising=False)
     h = Host(tmp_path / "data", policy=POLICY, builtin_plugins=False)
     await h.start()
-    client = HostClient(h.admin_address)
+    client = HostClient(h.admin_address, token=h.admin_token)
     yield h, client
     await client.close()
     await h.stop()
@@ -128,10 +129,10 @@ async def test_cancel_and_deadline(host):
 async def test_shutdown_ladder_kills_grandchildren_and_term_ignorers(host):
     h, client = host
     await install_and_bind(h, client)
-    grandchild = int((await client.send("b", "spawn")).text)
+    pid = h.supervisor.processes["agenthost-faulty"].proc.pid
+    grandchild = outer_pid(int((await client.send("b", "spawn")).text), pid)
     assert alive(grandchild)
     assert (await client.send("b", "ignore_term")).run.status == "completed"
-    pid = h.supervisor.processes["agenthost-faulty"].proc.pid
     t0 = time.monotonic()
     await h.supervisor.stop("agenthost-faulty")
     assert time.monotonic() - t0 < 5

@@ -3,6 +3,11 @@
 A client never names a path: bytes are streamed into a temp file in the store's own directory, hashed while they
 arrive, capped, fsynced and renamed to objects/<sha[:2]>/<sha>. Identical content is stored once. A cut upload
 leaves nothing visible: the temp file is removed and no row is written.
+
+Quotas (host/limits.py): bytes per artifact, per run and per conversation. Every artifact row counts with its
+full size, deduplicated or not (the run asked for it). An upload is refused at the chunk that would cross a cap,
+counting the uploads of the same run or conversation still in flight, so parallel uploads cannot each squeeze
+under it.
 """
 
 from __future__ import annotations
@@ -17,25 +22,69 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from agenthost.host import limits
 from agenthost.host.store.db import Database
 from agenthost.host.store.state import parse_json
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos.errors import InvalidArgument, ResourceExhausted
 
-MAX_ARTIFACT_BYTES = 256 * 1024 * 1024
+MAX_ARTIFACT_BYTES = limits.ARTIFACT_MAX_BYTES  # kept for importers; checks read limits at call time
 MAX_NAME_CHARS = 255
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 class ArtifactStore:
-    def __init__(self, db: Database, root: Path, max_bytes: int = MAX_ARTIFACT_BYTES) -> None:
+    def __init__(self, db: Database, root: Path, max_bytes: int | None = None) -> None:
         self.db = db
         self.root = root
-        self.max_bytes = max_bytes
+        self._max_bytes = max_bytes
+        # Bytes received by uploads not yet committed, by run and by (bot, conversation). An entry is dropped only
+        # after its row committed (or the upload failed), so a byte is always counted here or in the table.
+        self._inflight_run: dict[str, int] = {}
+        self._inflight_conversation: dict[tuple[str, str], int] = {}
         (root / "objects").mkdir(parents=True, exist_ok=True)
         (root / "tmp").mkdir(parents=True, exist_ok=True)
         for stale in (root / "tmp").iterdir():  # uploads cut by a crash
             stale.unlink(missing_ok=True)
+
+    @property
+    def max_bytes(self) -> int:
+        return self._max_bytes if self._max_bytes is not None else limits.ARTIFACT_MAX_BYTES
+
+    def used_by_run(self, run_id: str) -> int:
+        row = self.db.query_one("SELECT COALESCE(SUM(size_bytes), 0) FROM artifacts WHERE run_id = ?", (run_id,))
+        return int(row[0]) if row else 0
+
+    def used_by_conversation(self, bot_id: str, conversation_id: str) -> int:
+        row = self.db.query_one(
+            "SELECT COALESCE(SUM(size_bytes), 0) FROM artifacts WHERE bot_id = ? AND conversation_id = ?",
+            (bot_id, conversation_id),
+        )
+        return int(row[0]) if row else 0
+
+    def _check_quotas(self, size: int, run_id: str, conversation: tuple[str, str], adding: int) -> None:
+        """Raises if `adding` more bytes (this upload is at `size` with them) would cross a cap."""
+        if size > self.max_bytes:
+            raise ResourceExhausted(f"artifact is larger than ARTIFACT_MAX_BYTES = {self.max_bytes} bytes")
+        cap = limits.ARTIFACT_MAX_BYTES_PER_RUN
+        if run_id and self.used_by_run(run_id) + self._inflight_run.get(run_id, 0) + adding > cap:
+            raise ResourceExhausted(
+                f"this upload would take the run's artifacts past ARTIFACT_MAX_BYTES_PER_RUN = {cap} bytes"
+            )
+        cap = limits.ARTIFACT_MAX_BYTES_PER_CONVERSATION
+        if self.used_by_conversation(*conversation) + self._inflight_conversation.get(conversation, 0) + adding > cap:
+            raise ResourceExhausted(
+                "this upload would take the conversation's artifacts past ARTIFACT_MAX_BYTES_PER_CONVERSATION ="
+                f" {cap} bytes"
+            )
+
+    def _count(self, run_id: str, conversation: tuple[str, str], n: int) -> None:
+        for table, key in ((self._inflight_run, run_id), (self._inflight_conversation, conversation)):
+            left = table.get(key, 0) + n
+            if left > 0:
+                table[key] = left
+            else:
+                table.pop(key, None)
 
     def _object_path(self, sha256: str) -> Path:
         return self.root / "objects" / sha256[:2] / sha256
@@ -60,81 +109,90 @@ class ArtifactStore:
             raise ResourceExhausted("artifact metadata is larger than 64 KiB")
         if metadata_json:
             parse_json(metadata_json, "artifact metadata")
-        if expected_size > self.max_bytes:
-            raise ResourceExhausted(f"artifact is larger than {self.max_bytes} bytes")
-        digest = hashlib.sha256()
-        size = 0
+        conversation = (bot_id, conversation_id)
+        self._check_quotas(expected_size, run_id, conversation, expected_size)
+        counted = 0  # this upload's bytes in the in-flight tables; given back however the upload ends
         try:
-            fd, tmp_name = tempfile.mkstemp(dir=self.root / "tmp")
-        except OSError as exc:
-            if exc.errno in _NO_SPACE:
-                raise ResourceExhausted(f"the host could not store the artifact: {os.strerror(exc.errno)}") from None
-            raise
-        tmp = Path(tmp_name)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                async for chunk in chunks:
-                    size += len(chunk)
-                    if size > self.max_bytes:
-                        raise ResourceExhausted(f"artifact is larger than {self.max_bytes} bytes")
-                    digest.update(chunk)
-                    fh.write(chunk)
-                fh.flush()
-                os.fsync(fh.fileno())
-            if expected_size and size != expected_size:
-                raise InvalidArgument(f"upload ended at {size} bytes, header said {expected_size}")
-            sha = digest.hexdigest()
-            target = self._object_path(sha)
-            target.parent.mkdir(exist_ok=True)
-            if target.exists():
-                tmp.unlink()
-            else:
-                os.replace(tmp, target)
-                dir_fd = os.open(target.parent, os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            if exc.errno in _NO_SPACE:
-                raise ResourceExhausted(f"the host could not store the artifact: {os.strerror(exc.errno)}") from None
-            raise
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        ref = pb.ArtifactRef(
-            artifact_id=f"art_{uuid.uuid4().hex}",
-            name=name,
-            mime_type=mime_type or "application/octet-stream",
-            size_bytes=size,
-            sha256=sha,
-            conversation_id=conversation_id,
-            run_id=run_id,
-            created_at=time.time(),
-            metadata_json=metadata_json or "{}",
-        )
-
-        def insert(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "INSERT INTO artifacts(artifact_id, sha256, size_bytes, name, mime_type, bot_id, conversation_id,"
-                " run_id, metadata_json, created_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (
-                    ref.artifact_id,
-                    sha,
-                    size,
-                    ref.name,
-                    ref.mime_type,
-                    bot_id,
-                    conversation_id,
-                    run_id,
-                    ref.metadata_json,
-                    ref.created_at,
-                ),
+            digest = hashlib.sha256()
+            size = 0
+            try:
+                fd, tmp_name = tempfile.mkstemp(dir=self.root / "tmp")
+            except OSError as exc:
+                if exc.errno in _NO_SPACE:
+                    raise ResourceExhausted(
+                        f"the host could not store the artifact: {os.strerror(exc.errno)}"
+                    ) from None
+                raise
+            tmp = Path(tmp_name)
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    async for chunk in chunks:
+                        self._check_quotas(size + len(chunk), run_id, conversation, len(chunk))
+                        size += len(chunk)
+                        self._count(run_id, conversation, len(chunk))
+                        counted += len(chunk)
+                        digest.update(chunk)
+                        fh.write(chunk)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                if expected_size and size != expected_size:
+                    raise InvalidArgument(f"upload ended at {size} bytes, header said {expected_size}")
+                sha = digest.hexdigest()
+                target = self._object_path(sha)
+                target.parent.mkdir(exist_ok=True)
+                if target.exists():
+                    tmp.unlink()
+                else:
+                    os.replace(tmp, target)
+                    dir_fd = os.open(target.parent, os.O_RDONLY)
+                    try:
+                        os.fsync(dir_fd)
+                    finally:
+                        os.close(dir_fd)
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)
+                if exc.errno in _NO_SPACE:
+                    raise ResourceExhausted(
+                        f"the host could not store the artifact: {os.strerror(exc.errno)}"
+                    ) from None
+                raise
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            ref = pb.ArtifactRef(
+                artifact_id=f"art_{uuid.uuid4().hex}",
+                name=name,
+                mime_type=mime_type or "application/octet-stream",
+                size_bytes=size,
+                sha256=sha,
+                conversation_id=conversation_id,
+                run_id=run_id,
+                created_at=time.time(),
+                metadata_json=metadata_json or "{}",
             )
 
-        await self.db.write(insert)
-        return ref
+            def insert(conn: sqlite3.Connection) -> None:
+                conn.execute(
+                    "INSERT INTO artifacts(artifact_id, sha256, size_bytes, name, mime_type, bot_id, conversation_id,"
+                    " run_id, metadata_json, created_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        ref.artifact_id,
+                        sha,
+                        size,
+                        ref.name,
+                        ref.mime_type,
+                        bot_id,
+                        conversation_id,
+                        run_id,
+                        ref.metadata_json,
+                        ref.created_at,
+                    ),
+                )
+
+            await self.db.write(insert)
+            return ref
+        finally:
+            self._count(run_id, conversation, -counted)
 
     def get(self, artifact_id: str) -> tuple[pb.ArtifactRef, str] | None:
         """(metadata, owning bot id) or None."""

@@ -15,6 +15,11 @@ Durability: journal_mode=WAL with synchronous=FULL. FULL syncs the WAL on every 
 survives power loss, not only a process crash; group commit amortises that fsync across everything queued
 meanwhile (run events of every run, audit rows, state writes). Audit rows are queued without waiting
 (`enqueue`); the loss window for them is the batch in flight when the host dies.
+
+The queue is bounded (limits.WRITE_QUEUE_MAX_JOBS, WRITE_QUEUE_MAX_BYTES), by backpressure rather than refusal:
+`write` waits for room before queuing, and producers of unawaited jobs (a run's event stream) await
+`backpressure()` between jobs, which stops them reading from their source (gRPC flow control then stalls the
+runner). Nothing is dropped and a slow disk cannot make the host buffer without bound.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agenthost.host import limits
 from agenthost.host.store.migrations import migrate
 
 T = TypeVar("T")
@@ -52,11 +58,14 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
 
 
 class _Job:
-    __slots__ = ("fn", "future")
+    __slots__ = ("fn", "future", "weight")
 
-    def __init__(self, fn: Callable[[sqlite3.Connection], Any], future: asyncio.Future[Any] | None) -> None:
+    def __init__(
+        self, fn: Callable[[sqlite3.Connection], Any], future: asyncio.Future[Any] | None, weight: int = 0
+    ) -> None:
         self.fn = fn
         self.future = future
+        self.weight = weight
 
 
 class Database:
@@ -69,9 +78,17 @@ class Database:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reader: sqlite3.Connection | None = None
         self.batches = 0  # commits made; the benchmark reads it to show group commit at work
+        # Jobs and bytes queued but not yet committed. Changed under _count_lock (the loop adds, the writer
+        # subtracts); read without it for the fast-path check, where a stale value only delays a wait by a batch.
+        self.pending_jobs = 0
+        self.pending_bytes = 0
+        self._count_lock = threading.Lock()
+        self._room: asyncio.Event | None = None
 
     async def open(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._room = asyncio.Event()
+        self._room.set()
         writer = connect(self.path)
         migrate(writer)
         self._thread = threading.Thread(
@@ -83,7 +100,7 @@ class Database:
     async def close(self) -> None:
         if self._thread is not None:
             done = self._loop.create_future() if self._loop else None
-            self._jobs.put(_Job(lambda conn: None, done))
+            self._put(_Job(lambda conn: None, done))
             if done is not None:
                 await done
             self._jobs.put(_STOP)
@@ -110,16 +127,37 @@ class Database:
     def query_one(self, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> sqlite3.Row | None:
         return self.reader.execute(sql, params).fetchone()
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Runs fn(conn) in the next write transaction; returns its result once committed."""
+    @property
+    def congested(self) -> bool:
+        """True while the queue is past a bound; producers should `await backpressure()` before adding more."""
+        return self.pending_jobs >= limits.WRITE_QUEUE_MAX_JOBS or self.pending_bytes >= limits.WRITE_QUEUE_MAX_BYTES
+
+    async def backpressure(self) -> None:
+        """Returns once the writer queue is below its bounds (at once when it already is)."""
+        while self.congested and self._room is not None:
+            self._room.clear()
+            await self._room.wait()
+
+    def _put(self, job: _Job) -> None:
+        with self._count_lock:
+            self.pending_jobs += 1
+            self.pending_bytes += job.weight
+        self._jobs.put(job)
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T], *, weight: int = 0) -> T:
+        """Runs fn(conn) in the next write transaction; returns its result once committed. Waits for room in the
+        queue first. `weight` is roughly how many bytes the job writes (it counts toward WRITE_QUEUE_MAX_BYTES)."""
         assert self._loop is not None, "database is not open"
+        if self.congested:
+            await self.backpressure()
         future: asyncio.Future[T] = self._loop.create_future()
-        self._jobs.put(_Job(fn, future))
+        self._put(_Job(fn, future, weight))
         return await future
 
-    def enqueue(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
-        """Queues a write nobody waits for (audit rows, streamed run events); failures are logged."""
-        self._jobs.put(_Job(fn, None))
+    def enqueue(self, fn: Callable[[sqlite3.Connection], Any], *, weight: int = 0) -> None:
+        """Queues a write nobody waits for (audit rows, streamed run events); failures are logged. Never waits:
+        a producer that can should `await backpressure()` between calls."""
+        self._put(_Job(fn, None, weight))
 
     async def flush(self) -> None:
         """Returns once everything queued before this call is committed."""
@@ -177,6 +215,15 @@ class Database:
                 pass
             log.error("write batch of %d failed: %r", len(batch), exc)
             outcomes = [(job.future, False, exc) for job in batch]
+        with self._count_lock:  # before the callers hear back, so a caller never sees its own job still queued
+            self.pending_jobs -= len(batch)
+            self.pending_bytes -= sum(job.weight for job in batch)
+            room = not self.congested
+        if room and self._loop is not None and self._room is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._room.set)
+            except RuntimeError:  # the loop is closed
+                pass
         if self._loop is not None and any(f is not None for f, _, _ in outcomes):
             try:
                 self._loop.call_soon_threadsafe(_settle, outcomes)

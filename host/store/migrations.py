@@ -180,7 +180,58 @@ CREATE TRIGGER conversation_stats_insert AFTER INSERT ON transcript BEGIN
 END;
 """
 
-MIGRATIONS: list[str] = [_V1, _V2]
+# Whether the user accepted a plugin's request for network access (at install; built-ins have it).
+_V3 = """
+ALTER TABLE plugins ADD COLUMN network INTEGER NOT NULL DEFAULT 0;
+"""
+
+# Quotas (host/limits.py). state_usage keeps each state scope's key count and bytes (key + JSON value, UTF-8) so
+# a write checks its scope's quota in O(1); upserts fire the UPDATE trigger, not the INSERT one. Artifacts get the
+# indexes the per-run and per-conversation byte sums read (covering: the sums never touch the table). The
+# full-text index sees only the first 32768 characters of an item (limits.FTS_INDEXED_CHARS; the full text stays
+# in `transcript`): the triggers are recreated to index a prefix, and rows indexed in full before are re-indexed
+# the same way so the delete trigger always removes exactly what was indexed.
+_V4 = """
+CREATE TABLE state_usage (
+    scope_key TEXT PRIMARY KEY,
+    n_keys INTEGER NOT NULL,
+    n_bytes INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO state_usage(scope_key, n_keys, n_bytes)
+    SELECT scope_key, COUNT(*), SUM(length(CAST(key AS BLOB)) + length(CAST(value_json AS BLOB))) FROM state
+    GROUP BY scope_key;
+CREATE TRIGGER state_usage_insert AFTER INSERT ON state BEGIN
+    INSERT INTO state_usage(scope_key, n_keys, n_bytes)
+        VALUES (new.scope_key, 1, length(CAST(new.key AS BLOB)) + length(CAST(new.value_json AS BLOB)))
+        ON CONFLICT(scope_key) DO UPDATE SET n_keys = n_keys + 1, n_bytes = n_bytes + excluded.n_bytes;
+END;
+CREATE TRIGGER state_usage_update AFTER UPDATE OF value_json ON state BEGIN
+    UPDATE state_usage SET n_bytes = n_bytes - length(CAST(old.value_json AS BLOB))
+        + length(CAST(new.value_json AS BLOB)) WHERE scope_key = new.scope_key;
+END;
+CREATE TRIGGER state_usage_delete AFTER DELETE ON state BEGIN
+    UPDATE state_usage SET n_keys = n_keys - 1,
+        n_bytes = n_bytes - length(CAST(old.key AS BLOB)) - length(CAST(old.value_json AS BLOB))
+        WHERE scope_key = old.scope_key;
+END;
+
+CREATE INDEX artifacts_run ON artifacts(run_id, size_bytes);
+CREATE INDEX artifacts_conversation ON artifacts(bot_id, conversation_id, size_bytes);
+
+DROP TRIGGER transcript_fts_insert;
+DROP TRIGGER transcript_fts_delete;
+INSERT INTO transcript_fts(transcript_fts, rowid, text)
+    SELECT 'delete', seq, text FROM transcript WHERE length(text) > 32768;
+INSERT INTO transcript_fts(rowid, text) SELECT seq, substr(text, 1, 32768) FROM transcript WHERE length(text) > 32768;
+CREATE TRIGGER transcript_fts_insert AFTER INSERT ON transcript BEGIN
+    INSERT INTO transcript_fts(rowid, text) VALUES (new.seq, substr(new.text, 1, 32768));
+END;
+CREATE TRIGGER transcript_fts_delete AFTER DELETE ON transcript BEGIN
+    INSERT INTO transcript_fts(transcript_fts, rowid, text) VALUES ('delete', old.seq, substr(old.text, 1, 32768));
+END;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4]
 
 
 def migrate(conn: sqlite3.Connection) -> int:

@@ -24,6 +24,7 @@ class PluginRecord:
     python: str  # the interpreter of the plugin's isolated environment
     manifests_json: str
     description: str
+    network: bool = False  # the user let this plugin's sandbox reach the network
 
 
 class Registry:
@@ -44,6 +45,7 @@ class Registry:
             python=row["python"],
             manifests_json=row["manifests_json"],
             description=row["description"],
+            network=bool(row["network"]),
         )
 
     def plugins(self) -> list[PluginRecord]:
@@ -59,10 +61,11 @@ class Registry:
         await self.db.write(
             lambda conn: conn.execute(
                 "INSERT INTO plugins(plugin_id, distribution, version, source, builtin, enabled, python,"
-                " manifests_json, description, installed_at) VALUES (?,?,?,?,?,?,?,?,?,?)"
+                " manifests_json, description, installed_at, network) VALUES (?,?,?,?,?,?,?,?,?,?,?)"
                 " ON CONFLICT(plugin_id) DO UPDATE SET distribution=excluded.distribution, version=excluded.version,"
                 " source=excluded.source, builtin=excluded.builtin, python=excluded.python,"
-                " manifests_json=excluded.manifests_json, description=excluded.description",
+                " manifests_json=excluded.manifests_json, description=excluded.description,"
+                " network=excluded.network",
                 (
                     rec.plugin_id,
                     rec.distribution,
@@ -74,6 +77,7 @@ class Registry:
                     rec.manifests_json,
                     rec.description,
                     time.time(),
+                    int(rec.network),
                 ),
             )
         )
@@ -142,6 +146,7 @@ class Registry:
         b.resource_policy.apis.extend(rp.get("apis", []))
         b.resource_policy.state_scopes.extend(rp.get("state_scopes", []))
         b.resource_policy.cross_conversation_patterns.extend(rp.get("cross_conversation_patterns", []))
+        b.resource_policy.keys.extend(rp.get("keys", []))
         dp = json.loads(row["delivery_policy_json"])
         b.delivery_policy.streaming = dp.get("streaming", True)
         b.delivery_policy.max_message_size = dp.get("max_message_size", 0)
@@ -160,6 +165,7 @@ class Registry:
             "apis": list(b.resource_policy.apis),
             "state_scopes": list(b.resource_policy.state_scopes),
             "cross_conversation_patterns": list(b.resource_policy.cross_conversation_patterns),
+            "keys": list(b.resource_policy.keys),
         }
         dp = {"streaming": b.delivery_policy.streaming, "max_message_size": b.delivery_policy.max_message_size}
 
@@ -194,6 +200,53 @@ class Registry:
             )
 
         await self.db.write(insert)
+        return b
+
+    def binding(self, binding_id: str) -> hpb.Binding:
+        row = self.db.query_one("SELECT * FROM bindings WHERE binding_id = ?", (binding_id,))
+        if row is None:
+            raise NotFound(f"no binding {binding_id!r}")
+        return self._binding(row)
+
+    async def update_binding(self, b: hpb.Binding) -> hpb.Binding:
+        """Rewrites a binding's routing, config and policies in place (id, bot and created_at stay)."""
+        rp = {
+            "apis": list(b.resource_policy.apis),
+            "state_scopes": list(b.resource_policy.state_scopes),
+            "cross_conversation_patterns": list(b.resource_policy.cross_conversation_patterns),
+            "keys": list(b.resource_policy.keys),
+        }
+        dp = {"streaming": b.delivery_policy.streaming, "max_message_size": b.delivery_policy.max_message_size}
+
+        def update(conn: sqlite3.Connection) -> None:
+            clash = conn.execute(
+                "SELECT binding_id FROM bindings WHERE bot_id = ? AND event_pattern = ? AND conversation_pattern = ?"
+                " AND priority = ? AND binding_id != ?",
+                (b.bot_id, b.event_pattern, b.conversation_pattern, b.priority, b.binding_id),
+            ).fetchone()
+            if clash:
+                raise AlreadyExists(
+                    f"binding {clash[0]} already routes {b.event_pattern!r} at priority {b.priority};"
+                    " choose another priority so exactly one binding wins"
+                )
+            changed = conn.execute(
+                "UPDATE bindings SET event_pattern = ?, conversation_pattern = ?, priority = ?, config_json = ?,"
+                " resource_policy_json = ?, delivery_policy_json = ?, timeout_seconds = ? WHERE binding_id = ?",
+                (
+                    b.event_pattern,
+                    b.conversation_pattern,
+                    b.priority,
+                    b.config_json,
+                    json.dumps(rp),
+                    json.dumps(dp),
+                    b.timeout_seconds,
+                    b.binding_id,
+                ),
+            ).rowcount
+            if not changed:
+                raise NotFound(f"no binding {b.binding_id!r}")
+
+        await self.db.write(update)
         return b
 
     async def delete_binding(self, binding_id: str) -> None:

@@ -8,11 +8,37 @@ import sqlite3
 import time
 from collections.abc import Sequence
 
+from agenthost.host import limits
 from agenthost.host.store.db import Database
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
 
 TERMINAL = frozenset({"completed", "failed", "cancelled", "timed_out", "interrupted"})
+_CUT_COLUMNS = ("error_code", "error_message", "text", "usage_json")
+
+
+def cut(text: str, chars: int, marker: str = limits.RUN_TEXT_MARKER) -> str:
+    """`text` if it has at most `chars` characters, else its start and the marker, `chars` in all."""
+    if len(text) <= chars:
+        return text
+    return text[: max(0, chars - len(marker))] + marker
+
+
+def _select(chars: int) -> str:
+    """The runs columns, runner-influenced text cut to `chars` characters inside SQLite: a row written by an
+    older host (a 158 MB text) never has to be loaded whole to be listed. Each cut column also reports whether
+    it was cut, so the marker can be added."""
+    parts = [
+        "run_id, bot_id, conversation_id, binding_id, runner_id, event_id, status, created_at, started_at,"
+        " finished_at, deadline_at"
+    ]
+    for column in _CUT_COLUMNS:
+        parts.append(f"substr({column}, 1, {int(chars)}) AS {column}, length({column}) > {int(chars)} AS {column}_cut")
+    return ", ".join(parts)
+
+
+def _chars(row: sqlite3.Row) -> int:
+    return int(row["_chars"])
 
 
 class RunStore:
@@ -51,6 +77,11 @@ class RunStore:
 
     @staticmethod
     def finish(conn: sqlite3.Connection, run: hpb.RunInfo) -> None:
+        """Records the outcome; runner-supplied text is cut to its cap here too (whatever the caller did)."""
+        run.error_code = cut(run.error_code, limits.RUN_MAX_CODE_CHARS, "…")
+        run.error_message = cut(run.error_message, limits.RUN_MAX_ERROR_CHARS)
+        run.text = cut(run.text, limits.RUN_MAX_TEXT_CHARS)
+        run.usage.model = cut(run.usage.model, limits.RUN_MAX_MODEL_CHARS, "…")
         usage = {
             "input_tokens": run.usage.input_tokens,
             "output_tokens": run.usage.output_tokens,
@@ -74,6 +105,14 @@ class RunStore:
 
     @staticmethod
     def _info(row: sqlite3.Row) -> hpb.RunInfo:
+        keys = row.keys()
+
+        def text(column: str, chars: int) -> str:
+            value = row[column]
+            if f"{column}_cut" in keys and row[f"{column}_cut"]:
+                return cut(value + "…", chars)  # one character past the cap, so cut() adds the marker
+            return value
+
         info = hpb.RunInfo(
             run_id=row["run_id"],
             bot_id=row["bot_id"],
@@ -82,42 +121,71 @@ class RunStore:
             runner_id=row["runner_id"],
             event_id=row["event_id"],
             status=row["status"],
-            error_code=row["error_code"],
-            error_message=row["error_message"],
+            error_code=text("error_code", _chars(row)),
+            error_message=text("error_message", _chars(row)),
             created_at=row["created_at"],
             started_at=row["started_at"],
             finished_at=row["finished_at"],
             deadline_at=row["deadline_at"],
-            text=row["text"],
+            text=text("text", _chars(row)),
         )
-        usage = json.loads(row["usage_json"] or "{}")
-        if usage:
-            info.usage.CopyFrom(pb.Usage(**usage))
+        if not ("usage_json_cut" in keys and row["usage_json_cut"]):
+            usage = json.loads(row["usage_json"] or "{}")
+            if usage:
+                info.usage.CopyFrom(pb.Usage(**usage))
         return info
 
-    def get(self, run_id: str) -> hpb.RunInfo | None:
-        row = self.db.query_one("SELECT * FROM runs WHERE run_id = ?", (run_id,))
+    def get(self, run_id: str, *, text_chars: int | None = None) -> hpb.RunInfo | None:
+        """One run. Text fields are cut to `text_chars` (default limits.RUNINFO_GET_TEXT_CHARS) so the reply
+        always fits a message, however large a row an older host wrote."""
+        chars = limits.RUNINFO_GET_TEXT_CHARS if text_chars is None else text_chars
+        row = self.db.query_one(
+            f"SELECT {_select(chars)}, {int(chars)} AS _chars FROM runs WHERE run_id = ?", (run_id,)
+        )
         return self._info(row) if row else None
 
     def list(
-        self, *, bot_id: str = "", conversation_id: str = "", status: str = "", limit: int = 50
+        self,
+        *,
+        bot_id: str = "",
+        conversation_id: str = "",
+        status: str = "",
+        limit: int = 50,
+        text_chars: int | None = None,
     ) -> list[hpb.RunInfo]:
+        """Newest first; text fields cut to `text_chars` (default limits.RUNINFO_LIST_TEXT_CHARS) per run, so a
+        page of 1000 runs fits one message whatever runners wrote."""
+        chars = limits.RUNINFO_LIST_TEXT_CHARS if text_chars is None else text_chars
         where, params = [], []
         for column, value in (("bot_id", bot_id), ("conversation_id", conversation_id), ("status", status)):
             if value:
                 where.append(f"{column} = ?")
                 params.append(value)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
-        rows = self.db.query(f"SELECT * FROM runs {clause} ORDER BY created_at DESC LIMIT ?", (*params, limit))
+        rows = self.db.query(
+            f"SELECT {_select(chars)}, {int(chars)} AS _chars FROM runs {clause} ORDER BY created_at DESC LIMIT ?",
+            (*params, limit),
+        )
         return [self._info(r) for r in rows]
 
     def events(self, run_id: str, after_seq: int, limit: int) -> tuple[list[pb.RunEvent], bool]:
-        rows = self.db.query(
+        """A page of a run's events, at most `limit` and limits.RUN_EVENTS_PAGE_BYTES (at least one event)."""
+        # Stepped row by row, not fetched whole: 5000 rows of up to 8 MiB each must never be loaded at once.
+        cursor = self.db.reader.execute(
             "SELECT payload FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
             (run_id, after_seq, limit + 1),
         )
-        events = [pb.RunEvent.FromString(r[0]) for r in rows[:limit]]
-        return events, len(rows) > limit
+        events: list[pb.RunEvent] = []
+        size = 0
+        try:
+            for (payload,) in cursor:
+                size += len(payload) + 8
+                if len(events) == limit or (events and size > limits.RUN_EVENTS_PAGE_BYTES):
+                    return events, True
+                events.append(pb.RunEvent.FromString(payload))
+        finally:
+            cursor.close()
+        return events, False
 
     async def interrupt_unfinished(self) -> int:
         """At host start: runs left queued or running by a previous host can never finish; say so."""

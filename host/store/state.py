@@ -1,4 +1,8 @@
-"""StateStore: JSON values under scoped keys, with versions for optimistic concurrency and hard size caps."""
+"""StateStore: JSON values under scoped keys, with versions for optimistic concurrency and hard size caps.
+
+Caps (host/limits.py): one value's bytes, and per scope the number of keys and the total bytes (key + value).
+The scope totals live in `state_usage`, maintained by triggers in the same transaction as the write, so a write
+that would cross a quota is refused inside the transaction that would have made it: nothing half-written."""
 
 from __future__ import annotations
 
@@ -8,10 +12,11 @@ import sqlite3
 import time
 from dataclasses import dataclass
 
+from agenthost.host import limits
 from agenthost.host.store.db import Database
 from agenthost.protos.errors import Aborted, InvalidArgument, ResourceExhausted
 
-MAX_VALUE_BYTES = 256 * 1024
+MAX_VALUE_BYTES = limits.STATE_MAX_VALUE_BYTES  # kept for importers; checks read limits at call time
 MAX_KEY_CHARS = 256
 MAX_LIST = 100
 # Keys are dotted/slashed identifiers: no control characters, no whitespace at the ends, nothing empty.
@@ -36,8 +41,9 @@ def check_key(key: str) -> None:
 
 def check_value(value_json: str) -> str:
     """Validates and normalises a JSON value; the size cap is on the encoded bytes."""
-    if len(value_json.encode()) > MAX_VALUE_BYTES:
-        raise ResourceExhausted(f"state value is larger than {MAX_VALUE_BYTES} bytes")
+    cap = limits.STATE_MAX_VALUE_BYTES
+    if len(value_json.encode()) > cap:
+        raise ResourceExhausted(f"state value is larger than STATE_MAX_VALUE_BYTES = {cap} bytes")
     parse_json(value_json, "state value")
     return value_json
 
@@ -53,6 +59,24 @@ def parse_json(text: str, what: str) -> object:
     except (ValueError, RecursionError) as exc:
         reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise InvalidArgument(f"{what} is not valid JSON: {reason}") from None
+
+
+def _check_quota(conn: sqlite3.Connection, scope_key: str, *, new_keys: int, new_bytes: int) -> None:
+    """Writer-thread half of a set: refuses a write that would take its scope past a quota. A write that shrinks
+    a scope (or keeps it the same) always passes, so a full scope can still be cleaned up."""
+    usage = conn.execute("SELECT n_keys, n_bytes FROM state_usage WHERE scope_key = ?", (scope_key,)).fetchone()
+    keys, total = (usage[0], usage[1]) if usage else (0, 0)
+    scope = scope_key.split("\x1f", 1)[0]
+    if new_keys > 0 and keys + new_keys > limits.STATE_MAX_KEYS_PER_SCOPE:
+        raise ResourceExhausted(
+            f"the {scope} state scope holds {keys} keys; STATE_MAX_KEYS_PER_SCOPE is"
+            f" {limits.STATE_MAX_KEYS_PER_SCOPE} (delete keys to make room)"
+        )
+    if new_bytes > 0 and total + new_bytes > limits.STATE_MAX_BYTES_PER_SCOPE:
+        raise ResourceExhausted(
+            f"the {scope} state scope holds {total} bytes and this write adds {new_bytes};"
+            f" STATE_MAX_BYTES_PER_SCOPE is {limits.STATE_MAX_BYTES_PER_SCOPE} bytes"
+        )
 
 
 class StateStore:
@@ -75,11 +99,18 @@ class StateStore:
         check_key(key)
         check_value(value_json)
 
+        size = len(key.encode()) + len(value_json.encode())
+
         def write(conn: sqlite3.Connection) -> StoredValue:
-            row = conn.execute("SELECT version FROM state WHERE scope_key = ? AND key = ?", (scope_key, key)).fetchone()
+            row = conn.execute(
+                "SELECT version, length(CAST(key AS BLOB)) + length(CAST(value_json AS BLOB)) FROM state"
+                " WHERE scope_key = ? AND key = ?",
+                (scope_key, key),
+            ).fetchone()
             current = row[0] if row else 0
             if if_version is not None and if_version != current:
                 raise Aborted(f"state {key!r} is at version {current}, not {if_version}")
+            _check_quota(conn, scope_key, new_keys=0 if row else 1, new_bytes=size - (row[1] if row else 0))
             now = time.time()
             conn.execute(
                 "INSERT INTO state(scope_key, key, value_json, version, updated_at) VALUES (?,?,?,?,?)"

@@ -15,8 +15,10 @@ from agenthost.runners.external_harness.config import ClaudeCodeConfig
 from agenthost.runners.external_harness.errors import HarnessReportedError
 from agenthost.runners.external_harness.process import build_env
 from agenthost.runners.external_harness.projection import MCP_SERVER_NAME
+from agenthost.runners.external_harness.sandboxing import install_paths, resolve_executable
 from agenthost.runners.external_harness.turn import (
     Command,
+    Install,
     TurnPlan,
     TurnState,
     forwarded_secrets,
@@ -34,6 +36,13 @@ class ClaudeCodeDriver:
     config_model = ClaudeCodeConfig
     binary_env = "AGENTHOST_CLAUDE_BIN"
     binary_name = "claude"
+
+    def install(self, binary: str, path_env: str) -> Install:
+        # The real file, not an npm .bin symlink: the sandbox shows the package it lives in, not .bin.
+        exe = resolve_executable(binary, path_env)
+        if exe is None:
+            return Install(exe=binary, env={}, ro_paths=[])  # HarnessProcess reports it missing
+        return Install(exe=exe, env={}, ro_paths=install_paths(exe, path_env))
 
     def command(self, plan: TurnPlan) -> Command:
         config = plan.config
@@ -71,6 +80,7 @@ class ClaudeCodeDriver:
 
         secrets = forwarded_secrets(plan, "ANTHROPIC_API_KEY")
         set_env: dict[str, str] = {
+            **plan.binary_env,
             **isolation_env(plan),
             "CLAUDE_CONFIG_DIR": str(ws.claude_config_dir),
             # Offline-safe and quiet: no updater, telemetry or error reporting from a bot's harness.

@@ -15,8 +15,10 @@ from agenthost.runners.external_harness.config import CodexConfig
 from agenthost.runners.external_harness.errors import HarnessReportedError
 from agenthost.runners.external_harness.process import build_env
 from agenthost.runners.external_harness.projection import codex_mcp_overrides
+from agenthost.runners.external_harness.sandboxing import resolve_codex
 from agenthost.runners.external_harness.turn import (
     Command,
+    Install,
     TurnPlan,
     TurnState,
     forwarded_secrets,
@@ -80,6 +82,10 @@ class CodexDriver:
     binary_env = "AGENTHOST_CODEX_BIN"
     binary_name = "codex"
 
+    def install(self, binary: str, path_env: str) -> Install:
+        exe, env, ro_paths = resolve_codex(binary, path_env)
+        return Install(exe=exe, env=env, ro_paths=ro_paths)
+
     def command(self, plan: TurnPlan) -> Command:
         config = plan.config
         assert isinstance(config, CodexConfig)
@@ -110,7 +116,7 @@ class CodexDriver:
         argv.append("-")  # the prompt comes on stdin: no argv size limit, no prompt parsed as a flag
 
         secrets = forwarded_secrets(plan, key_env)
-        set_env: dict[str, str] = {**isolation_env(plan), "CODEX_HOME": str(ws.codex_home)}
+        set_env: dict[str, str] = {**plan.binary_env, **isolation_env(plan), "CODEX_HOME": str(ws.codex_home)}
         set_env.update(config.env)
         set_env.update(secrets)
         set_env.update(plan.bridge_env)

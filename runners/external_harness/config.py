@@ -82,8 +82,9 @@ class HarnessConfig(_Strict):
     base_url: str | None = Field(default=None, description="API base URL (a gateway, a proxy, a local fake).")
     api_key_env: str | None = Field(
         default=None,
-        description="Name of the runner process's environment variable holding the API key. Default: "
-        "ANTHROPIC_API_KEY for Claude Code, OPENAI_API_KEY for Codex.",
+        description="Name of the API key: a key the host stores and the binding names (`agenthost keys set NAME`, "
+        "`bots bind --key NAME`), else the runner process's environment variable. Default: ANTHROPIC_API_KEY for "
+        "Claude Code, OPENAI_API_KEY for Codex.",
     )
     pass_env: list[str] = Field(
         default_factory=list, description="More runner-process environment variables to forward (by name)."
@@ -104,6 +105,12 @@ class HarnessConfig(_Strict):
     )
     interrupt_grace_seconds: float = Field(
         default=3.0, ge=0, le=60, description="After an interrupt, how long the harness may wind down before SIGKILL."
+    )
+    process_sandbox: bool = Field(
+        default=True,
+        description="Run the harness and everything it starts in a bubblewrap sandbox (own pid namespace; sees only "
+        "this conversation's working directory, the bot's harness home, its own install and the run API socket). "
+        "false runs it without walls (logged as a warning); only for machines where bubblewrap cannot work.",
     )
 
     @field_validator("pass_env")

@@ -47,3 +47,10 @@ class ProjectionError(HarnessConfigError):
     """Something refused to be projected into the working directory (a path escaping it, a bad name)."""
 
     code = "projection_error"
+
+
+class HarnessSandboxError(HarnessError):
+    """The harness cannot be walled in here (no working bubblewrap, or a layout that would expose the runner's
+    data dir); the run is refused rather than started without walls."""
+
+    code = "harness_sandbox"

@@ -5,7 +5,9 @@
 Every tool forwards to the host's AgentRunAPIProxy with the run's token, so the host scopes, caps and audits
 each call exactly as it would for the runner itself, and the tools stop working when the run ends (the host
 revokes the token). The credentials arrive in the environment only (AGENTHOST_HOST_ADDRESS, AGENTHOST_RUN_ID,
-AGENTHOST_RUN_TOKEN, AGENTHOST_PLUGIN_SECRET, AGENTHOST_DEADLINE_AT, AGENTHOST_EVENT_ID): never argv, never a file.
+AGENTHOST_RUN_TOKEN, AGENTHOST_DEADLINE_AT, AGENTHOST_EVENT_ID): never argv, never a file. AGENTHOST_RUN_TOKEN is
+the run's tool token, which the host accepts without the runner plugin's secret: the bridge runs inside the
+harness's sandbox, next to model-run commands, and must hold nothing more than this run's grant.
 
 Hand-written on purpose: the protocol surface a harness uses (initialize, ping, tools/list, tools/call,
 notifications) is small, and the `mcp` package costs ~0.8 s of import per launch, once per harness turn.
@@ -33,7 +35,6 @@ CREDENTIAL_ENV = (
     "AGENTHOST_HOST_ADDRESS",
     "AGENTHOST_RUN_ID",
     "AGENTHOST_RUN_TOKEN",
-    "AGENTHOST_PLUGIN_SECRET",
     "AGENTHOST_DEADLINE_AT",
     "AGENTHOST_EVENT_ID",
     "AGENTHOST_APIS",  # the run's granted APIs, comma-separated; unset = offer every tool
@@ -399,7 +400,7 @@ def _error(msg_id: Any, code: int, message: str) -> dict[str, Any]:
 
 def missing_credentials(env: dict[str, str]) -> str:
     """Why the bridge cannot reach the host ('' when it can)."""
-    missing = [k for k in CREDENTIAL_ENV[:4] if not env.get(k)]
+    missing = [k for k in CREDENTIAL_ENV[:3] if not env.get(k)]
     return f"missing {', '.join(missing)} in the bridge's environment" if missing else ""
 
 
@@ -430,8 +431,7 @@ async def bridge_from_env(env: dict[str, str]) -> Bridge:
     api = RunAPI(
         run_api_pb2_grpc.AgentRunAPIProxyStub(channel),
         run_id=env["AGENTHOST_RUN_ID"],
-        run_token=env["AGENTHOST_RUN_TOKEN"],
-        plugin_secret=env["AGENTHOST_PLUGIN_SECRET"],
+        run_token=env["AGENTHOST_RUN_TOKEN"],  # the tool token: presented alone, no plugin secret
         deadline_at=deadline_at,
     )
     return Bridge(api, event_id=env.get("AGENTHOST_EVENT_ID", ""), channel=channel)

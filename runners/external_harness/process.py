@@ -3,6 +3,11 @@ stop ladder (SIGINT to the group -> grace -> SIGKILL to the group) that leaves n
 
 Why a process group: the harness starts its own children (MCP servers, shell tools, background tasks). Signalling
 the group reaches all of them, and killing the group after a normal exit reaps stragglers a harness forgot.
+
+A group is not a wall, though: a `setsid cmd &` leaves it. So a run's harness normally runs in a bubblewrap
+sandbox (`sandbox=`) with its own pid namespace. Its first process is bwrap's init; when the harness exits,
+or that init is killed, or the runner dies (--die-with-parent), the kernel kills everything in the namespace,
+whatever session it made for itself.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ import shutil
 import signal
 import sys
 from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from agenthost.plugins.sandbox import Sandbox
 from agenthost.runners.external_harness.errors import HarnessCrashed, HarnessNotFound
 
 # Variables a harness may inherit from the runner process. Everything else (credentials of the host, the
@@ -77,13 +84,31 @@ def build_env(
 
 
 def _pdeathsig_prefix() -> list[str]:
-    """`setpriv --pdeathsig KILL --`: if the runner process dies (SIGKILL, crash), the kernel kills the harness
-    too. A preexec_fn calling prctl would do the same without the extra exec, but running Python between fork and
-    exec in a process with gRPC threads can crash the child (seen: SIGSEGV), so util-linux does it instead."""
+    """`setpriv --pdeathsig KILL --` (for a harness run without a sandbox, whose bwrap --die-with-parent does
+    this and more): if the runner process dies (SIGKILL, crash), the kernel kills the harness too. A preexec_fn
+    calling prctl would do the same without the extra exec, but running Python between fork and exec in a
+    process with gRPC threads can crash the child (seen: SIGSEGV), so util-linux does it instead."""
     if not sys.platform.startswith("linux"):
         return []
     setpriv = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
     return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
+
+
+def _child_pid(line: bytes) -> int | None:
+    """The `child-pid` of bwrap's first --json-status-fd line, or None (bwrap failed before making a sandbox)."""
+    try:
+        value = json.loads(line or b"{}").get("child-pid")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+async def _drain_status(reader: asyncio.StreamReader, transport: asyncio.BaseTransport) -> None:
+    try:
+        while await reader.read(4096):
+            pass
+    finally:
+        transport.close()
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
@@ -105,6 +130,7 @@ class HarnessProcess:
         stdin_data: bytes | None = None,
         interrupt_grace: float = 3.0,
         secrets: Iterable[str] = (),
+        sandbox: Sandbox | None = None,
     ) -> None:
         self.argv = argv
         self.cwd = cwd
@@ -112,6 +138,10 @@ class HarnessProcess:
         self.stdin_data = stdin_data
         self.interrupt_grace = interrupt_grace
         self.secrets = tuple(secrets)
+        self.sandbox = sandbox
+        # The pid of bwrap's init inside the sandbox (seen from outside): the leader of the group holding the
+        # harness, and the process whose death ends the whole pid namespace.
+        self.sandbox_init: int | None = None
         self.proc: asyncio.subprocess.Process | None = None
         self._protocol: _ExitAwareProtocol | None = None
         self._reaper_task: asyncio.Task[None] | None = None
@@ -120,6 +150,7 @@ class HarnessProcess:
         self._stderr_total = 0
         self._stderr_task: asyncio.Task[None] | None = None
         self._stdin_task: asyncio.Task[None] | None = None
+        self._status_task: asyncio.Task[None] | None = None
         self.skipped_lines = 0
         self.interrupted = False
 
@@ -146,18 +177,25 @@ class HarnessProcess:
                 raise HarnessNotFound(f"harness executable {exe!r} not found (PATH={self.env.get('PATH', '')})")
             resolved = found
         loop = asyncio.get_running_loop()
+        status_r = status_w = -1
+        if self.sandbox is not None:
+            # bwrap reports the outside pid of its init on this pipe (JSON, one object per line).
+            status_r, status_w = os.pipe()
+            sandbox = replace(self.sandbox, extra=(*self.sandbox.extra, "--json-status-fd", str(status_w)))
+            command = sandbox.argv([resolved, *self.argv[1:]])
+        else:
+            command = [*_pdeathsig_prefix(), resolved, *self.argv[1:]]
         try:
             transport, protocol = await loop.subprocess_exec(
                 lambda: _ExitAwareProtocol(limit=READ_CHUNK, loop=loop),
-                *_pdeathsig_prefix(),
-                resolved,
-                *self.argv[1:],
+                *command,
                 cwd=str(self.cwd),
                 env=self.env,
                 stdin=asyncio.subprocess.PIPE if self.stdin_data is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
+                pass_fds=(status_w,) if status_w >= 0 else (),
             )
             self.proc = asyncio.subprocess.Process(transport, protocol, loop)
             self._protocol = protocol
@@ -165,6 +203,18 @@ class HarnessProcess:
             raise HarnessNotFound(f"harness executable {exe!r} not found (PATH={self.env.get('PATH', '')})") from None
         except PermissionError as exc:
             raise HarnessNotFound(f"cannot execute harness {exe!r}: {exc}") from None
+        finally:
+            if status_w >= 0:
+                os.close(status_w)
+        if status_r >= 0:
+            status = asyncio.StreamReader()
+            status_transport, _ = await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(status), os.fdopen(status_r, "rb", buffering=0)
+            )
+            # EOF without a status means bwrap failed before creating the sandbox; its stderr says why.
+            self.sandbox_init = _child_pid(await status.readline())
+            # bwrap writes its exit status here too: keep reading, or that write kills it with SIGPIPE.
+            self._status_task = asyncio.create_task(_drain_status(status, status_transport))
         self._stderr_task = asyncio.create_task(self._drain_stderr())
         self._reaper_task = asyncio.create_task(self._reap_after_exit())
         if self.stdin_data is not None:
@@ -264,6 +314,20 @@ class HarnessProcess:
     def _signal_group(self, sig: int) -> None:
         if self.proc is None:
             return
+        if self.sandbox is not None:
+            # bwrap itself forwards no signal, so they go to its init's group (init ignores them; the harness,
+            # which shares that group, gets them). Once bwrap has exited the namespace is gone, and its init's
+            # pid may name an unrelated process: nothing is signalled then.
+            if self.proc.returncode is not None:
+                return
+            if self.sandbox_init is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    if sig == signal.SIGKILL:
+                        os.kill(self.sandbox_init, sig)  # the init's death kills the whole pid namespace
+                    else:
+                        os.killpg(self.sandbox_init, sig)
+            if sig != signal.SIGKILL:
+                return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)
 
@@ -294,6 +358,6 @@ class HarnessProcess:
             self._signal_group(signal.SIGKILL)
             raise
         finally:
-            for task in (self._stdin_task, self._stderr_task, self._reaper_task):
+            for task in (self._stdin_task, self._stderr_task, self._reaper_task, self._status_task):
                 if task and not task.done():
                     task.cancel()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agenthost.plugins.manifest import RunnerCapabilities, RunnerManifest
+from agenthost.plugins.sandbox import Sandbox
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors as api_errors
 from agenthost.runners.external_harness.claude_code import APPEND_PROMPT_FILE, ClaudeCodeDriver
@@ -49,6 +51,7 @@ from agenthost.runners.external_harness.projection import (
     project,
     write_claude_mcp_config,
 )
+from agenthost.runners.external_harness.sandboxing import harness_sandbox
 from agenthost.runners.external_harness.turn import Driver, TurnPlan, TurnState
 from agenthost.runners.external_harness.workspace import Workspace, WorkspaceManager
 from agenthost.runners.sdk import events
@@ -59,6 +62,8 @@ DEADLINE_MARGIN = 1.5
 # Tool results longer than this travel as a preview; the full text is stored as an artifact of the run.
 MAX_INLINE_TOOL_RESULT = 16_000
 EVENT_QUEUE = 256
+
+log = logging.getLogger(__name__)
 
 
 class _ConversationLocks:
@@ -107,26 +112,31 @@ def find_binary(driver: Driver, config: HarnessConfig, environ: dict[str, str]) 
     return found
 
 
-def bridge_credentials(run: RunContext) -> dict[str, str] | None:
-    """The run's AgentRunAPIProxy credentials for the bridge, or None when the SDK does not expose them."""
+def bridge_credentials(run: RunContext) -> tuple[dict[str, str] | None, str]:
+    """The bridge's environment, or None and the reason it cannot have one.
 
-    def attr(name: str) -> str:
-        value = getattr(run.api, name, None) or getattr(run, name, None)
-        return str(value) if value else ""
-
+    The bridge (and so the harness, whose environment it inherits) gets the run's tool token: it reaches this
+    run's grant only, dies with the run, and works without the plugin secret, which never leaves this process.
+    """
+    host_address = str(getattr(run.api, "host_address", "") or "")
+    tool_token = str(getattr(run, "tool_token", "") or "")
+    if not tool_token:
+        return None, (
+            "the host gave this run no tool token (RunRequest.tool_token), so the bridge is not started: it "
+            "would need the runner's own credentials. Upgrade the host to get host tools in the harness"
+        )
+    if not host_address:
+        return None, "the SDK exposes no host address for the bridge to call"
     creds = {
-        "AGENTHOST_HOST_ADDRESS": attr("host_address"),
+        "AGENTHOST_HOST_ADDRESS": host_address,
         "AGENTHOST_RUN_ID": run.run_id,
-        "AGENTHOST_RUN_TOKEN": attr("run_token"),
-        "AGENTHOST_PLUGIN_SECRET": attr("plugin_secret"),
+        "AGENTHOST_RUN_TOKEN": tool_token,
+        "AGENTHOST_DEADLINE_AT": repr(run.deadline_at or 0.0),
+        "AGENTHOST_EVENT_ID": run.context.event.event_id,
+        # Always set: Claude Code's ${VAR} expansion in the MCP config fails on an unset variable.
+        "AGENTHOST_APIS": granted_apis(run.context) or "*",
     }
-    if not all(creds.values()):
-        return None
-    creds["AGENTHOST_DEADLINE_AT"] = repr(run.deadline_at or 0.0)
-    creds["AGENTHOST_EVENT_ID"] = run.context.event.event_id
-    # Always set: Claude Code's ${VAR} expansion in the MCP config fails on an unset variable.
-    creds["AGENTHOST_APIS"] = granted_apis(run.context) or "*"
-    return creds
+    return creds, ""
 
 
 def build_prompt(run: RunContext) -> str:
@@ -163,6 +173,17 @@ class HarnessRunner(Runner):
     async def close(self) -> None:
         for proc in list(_LIVE):
             await proc.stop()
+
+    def validate_config(self, config: dict[str, Any]) -> list[str]:
+        """Bind-time check: the config model's own validators, and a workspace root a run could use."""
+        try:
+            parsed = parse_config(self.driver.config_model, config)
+        except HarnessConfigError as exc:
+            return [exc.message]
+        root = parsed.workspace_root
+        if root is not None and not Path(root).expanduser().is_absolute():
+            return [f"workspace_root: {root!r} must be an absolute path"]
+        return []
 
     async def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
         try:
@@ -222,7 +243,30 @@ class HarnessRunner(Runner):
 
     async def _turn(self, run: RunContext, config: HarnessConfig, prompt: str) -> AsyncIterator[pb.RunEvent]:
         workspace = self.workspaces.workspace(run.bot_id, run.conversation_id, workspace_root=config.workspace_root)
-        binary = find_binary(self.driver, config, dict(os.environ))
+        # The binding's stored keys (RunContext.secrets) stand in for environment variables of the same name; the
+        # runner process's own environment holds no provider key once the host sandboxes it.
+        environ = {**os.environ, **run.secrets}
+        install = self.driver.install(find_binary(self.driver, config, environ), environ.get("PATH", ""))
+        bridge_env: dict[str, str] | None = None
+        if config.mcp_bridge:
+            bridge_env, why = bridge_credentials(run)
+            if bridge_env is None:
+                log.error("host MCP bridge not started for run %s: %s", run.run_id, why)
+                yield events.progress(f"host MCP bridge not started: {why}")
+        sandbox: Sandbox | None = None
+        if config.process_sandbox:
+            sandbox = harness_sandbox(
+                workspace=workspace,
+                install=install.ro_paths,
+                # The run API socket only for a bridge to use; without one the harness has no token for it.
+                host_address=bridge_env["AGENTHOST_HOST_ADDRESS"] if bridge_env else "",
+                data_dir=self.data_dir,
+            )
+        else:
+            log.warning(
+                "running %s for run %s WITHOUT a sandbox (process_sandbox: false)", self.driver.name, run.run_id
+            )
+            yield events.progress("the harness runs without a sandbox (process_sandbox: false in the binding)")
         stored = await self._load_session(run)
         if not stored.readable:
             yield events.progress("conversation state is not readable for this run; using the run's state snapshot")
@@ -236,9 +280,6 @@ class HarnessRunner(Runner):
             else:
                 resume_id = str(stored.session_id)
 
-        bridge_env = bridge_credentials(run) if config.mcp_bridge else None
-        if config.mcp_bridge and bridge_env is None:
-            yield events.progress("host MCP bridge unavailable (the SDK exposes no run credentials)")
         launch = BridgeLaunch() if bridge_env else None
 
         warnings = project(
@@ -261,17 +302,18 @@ class HarnessRunner(Runner):
             turn = TurnState()
             new_id = str(uuid.uuid4()) if resume_id is None and self.driver.name == "claude-code" else None
             plan = TurnPlan(
-                binary=binary,
+                binary=install.exe,
                 config=config,
                 workspace=workspace,
                 resume_session_id=resume_id,
                 new_session_id=new_id,
                 bridge=launch,
                 bridge_env=bridge_env or {},
-                inherited_env=dict(os.environ),
+                inherited_env=environ,
+                binary_env=install.env,
             )
             emitted = False
-            async for item in self._run_harness(plan, prompt, turn, deadline, run, stored):
+            async for item in self._run_harness(plan, prompt, turn, deadline, run, stored, sandbox):
                 emitted = emitted or item.WhichOneof("kind") != "state_updated"
                 yield item
             if turn.error is None or turn.error.code != "session_lost":
@@ -347,6 +389,7 @@ class HarnessRunner(Runner):
         deadline: float | None,
         run: RunContext,
         stored: _Stored,
+        sandbox: Sandbox | None,
     ) -> AsyncIterator[pb.RunEvent]:
         cmd = self.driver.command(plan)
         proc = HarnessProcess(
@@ -356,6 +399,7 @@ class HarnessRunner(Runner):
             stdin_data=prompt.encode(),
             interrupt_grace=plan.config.interrupt_grace_seconds,
             secrets=cmd.secrets,
+            sandbox=sandbox,
         )
         queue: asyncio.Queue[pb.RunEvent | None] = asyncio.Queue(EVENT_QUEUE)
 

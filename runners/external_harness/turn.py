@@ -30,6 +30,17 @@ class TurnPlan:
     bridge: BridgeLaunch | None  # None: no host MCP bridge this turn
     bridge_env: dict[str, str]  # the run's credentials for the bridge (secret; environment only)
     inherited_env: dict[str, str]  # the runner process's environment, filtered by the driver
+    binary_env: dict[str, str] = field(default_factory=dict)  # what the harness's own launcher would set
+
+
+@dataclass(frozen=True)
+class Install:
+    """How to start a harness binary: the file to exec, the environment its launcher would have set, and the
+    paths a sandbox must show read-only for it to run."""
+
+    exe: str
+    env: dict[str, str]
+    ro_paths: list[str]
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,8 @@ class Driver(Protocol):
     @property
     def binary_name(self) -> str: ...
 
+    def install(self, binary: str, path_env: str) -> Install: ...
+
     def command(self, plan: TurnPlan) -> Command: ...
 
     def map_event(self, raw: dict[str, Any], turn: TurnState) -> list[pb.RunEvent]: ...
@@ -130,7 +143,10 @@ def forwarded_secrets(plan: TurnPlan, default_key_env: str) -> dict[str, str]:
     if key_env in plan.inherited_env:
         out[key_env] = plan.inherited_env[key_env]
     elif plan.config.api_key_env:
-        raise HarnessConfigError(f"api_key_env names {key_env}, which is not set in the runner's environment")
+        raise HarnessConfigError(
+            f"api_key_env names {key_env}, which neither the binding's keys (`agenthost keys set {key_env}`, then "
+            f"`bots bind … --key {key_env}`) nor the runner's environment provide"
+        )
     for name in plan.config.pass_env:
         if name in plan.inherited_env:
             out[name] = plan.inherited_env[name]
@@ -140,8 +156,7 @@ def forwarded_secrets(plan: TurnPlan, default_key_env: str) -> dict[str, str]:
 def secret_values(plan: TurnPlan, forwarded: dict[str, str]) -> tuple[str, ...]:
     """Values to scrub from stderr before a user sees it: forwarded keys and the run's credentials (not the
     run id or the socket path, which are useful in an error message)."""
-    creds = (plan.bridge_env.get("AGENTHOST_RUN_TOKEN", ""), plan.bridge_env.get("AGENTHOST_PLUGIN_SECRET", ""))
-    return tuple(v for v in (*forwarded.values(), *creds) if v)
+    return tuple(v for v in (*forwarded.values(), plan.bridge_env.get("AGENTHOST_RUN_TOKEN", "")) if v)
 
 
 def isolation_env(plan: TurnPlan) -> dict[str, str]:

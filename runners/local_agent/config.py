@@ -22,6 +22,19 @@ class ShellConfig(BaseModel):
     env_passthrough: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict, description="Extra variables set for every command.")
     extra_blocklist: list[str] = Field(default_factory=list, description="Regexes of commands to refuse.")
+    network: bool = Field(
+        default=False,
+        description="Let commands use the network (the runner's network namespace). Off: only a loopback of "
+        "their own, so nothing is reachable, not even services on the host's loopback.",
+    )
+    sandbox: bool = Field(
+        default=True,
+        description="Run every command in a bubblewrap sandbox (workspace writable, system read-only, nothing "
+        "else of the machine visible, nothing left running after the command). Setting false is DANGEROUS: "
+        "commands then run as the runner, can read its data dir, other conversations' workspaces and whatever "
+        "the runner's sandbox lets it see, and can leave processes behind; a warning is logged for every command. "
+        "Only for machines where bubblewrap cannot run and every model prompt is trusted.",
+    )
 
 
 class MemoryConfig(BaseModel):

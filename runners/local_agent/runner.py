@@ -9,6 +9,7 @@ import os
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from agenthost.plugins.manifest import RunnerCapabilities, RunnerManifest
 from agenthost.protos import common_pb2 as pb
@@ -20,10 +21,10 @@ from agenthost.runners.local_agent.errors import ContextWindowUnknown, ProviderE
 from agenthost.runners.local_agent.history import CHECKPOINT_KEY, Checkpoint, rebuild
 from agenthost.runners.local_agent.loop import FAILED_CODES, AgentLoop, RunFailed
 from agenthost.runners.local_agent.messages import UserMessage
-from agenthost.runners.local_agent.providers import build_provider, resolve_context_window
+from agenthost.runners.local_agent.providers import build_provider, resolve_context_window, split_model
 from agenthost.runners.local_agent.providers.base import Provider
 from agenthost.runners.local_agent.session import Session, safe_name
-from agenthost.runners.local_agent.tools import build_registry
+from agenthost.runners.local_agent.tools import all_tools, build_registry
 from agenthost.runners.local_agent.tools.base import ToolContext
 from agenthost.runners.local_agent.tools.shell import ProcessLedger
 from agenthost.runners.local_agent.tools.todo import STATE_KEY as TODO_KEY
@@ -75,6 +76,32 @@ class LocalAgentRunner(Runner):
         for p in providers:
             await p.aclose()
 
+    def validate_config(self, config: dict[str, Any]) -> list[str]:
+        """Bind-time check of what a run would refuse later: the model's route, tool names, the workspace."""
+        from pydantic import ValidationError
+
+        try:
+            parsed = LocalAgentConfig.model_validate(config)
+        except ValidationError as exc:
+            return [
+                f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg'].removeprefix('Value error, ')}"
+                for e in exc.errors()
+            ]
+        problems = []
+        if parsed.model is not None:
+            try:
+                split_model(parsed.model)
+            except ConfigError as exc:
+                problems.append(f"model: {exc}")
+        if parsed.tools is not None:
+            known = {t.name for t in all_tools()}
+            unknown = sorted(set(parsed.tools) - known)
+            if unknown:
+                problems.append(f"tools: unknown tools {unknown}; available: {sorted(known)}")
+        if parsed.workspace is not None and not Path(parsed.workspace).is_absolute():
+            problems.append(f"workspace: {parsed.workspace!r} must be an absolute path")
+        return problems
+
     def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
         return self._guarded(run)
 
@@ -95,14 +122,18 @@ class LocalAgentRunner(Runner):
 
     # ---- the pieces of a run ----
 
-    def _provider(self, config: LocalAgentConfig) -> Provider:
+    def _provider(self, config: LocalAgentConfig, secrets: dict[str, str]) -> Provider:
+        """`secrets`: the provider keys the run's binding names (RunContext.secrets), looked up under the same
+        names as environment variables (OPENAI_API_KEY, api_key_env), ahead of the process's own environment."""
         # SecretStr dumps as asterisks, so two bindings differing only in their inline key must be told apart
         # by a digest of the key itself (never the key: this string is a dict key, not a secret store).
         secret = config.api_key.get_secret_value() if config.api_key is not None else ""
-        key = config.model_dump_json() + hashlib.sha256(secret.encode()).hexdigest()
+        material = "\0".join([secret, *(f"{k}={v}" for k, v in sorted(secrets.items()))])
+        key = config.model_dump_json() + hashlib.sha256(material.encode()).hexdigest()
         provider = self._providers.get(key)
         if provider is None:
-            provider = build_provider(config, self._env if self._env is not None else os.environ)
+            env = {**(self._env if self._env is not None else os.environ), **secrets}
+            provider = build_provider(config, env)
             self._providers[key] = provider
         return provider
 
@@ -198,7 +229,7 @@ class LocalAgentRunner(Runner):
 
     async def _run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
         config = LocalAgentConfig.parse(run.config)
-        provider = self._provider(config)
+        provider = self._provider(config, run.secrets)
         window = await self._window(provider, config)
         resources = run.context.resources
         registry = build_registry(

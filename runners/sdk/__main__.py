@@ -17,6 +17,7 @@ import threading
 from importlib import metadata
 from pathlib import Path
 
+from agenthost.plugins.sandbox import harden_process
 from agenthost.runners.sdk.discovery import DiscoveryError, runner_classes
 from agenthost.runners.sdk.server import serve
 
@@ -49,6 +50,9 @@ def _watch_lifeline(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> Non
 
 
 async def _serve_main() -> int:
+    # Before the secret arrives: the process holds it (and every run's token) in memory, and what the process
+    # starts (a model's commands) runs as the same uid; non-dumpable closes /proc/<pid>/mem and ptrace to them.
+    harden_process()
     line = sys.stdin.readline()
     try:
         config = json.loads(line)

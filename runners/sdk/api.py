@@ -44,17 +44,20 @@ class RunAPI:
         host_address: str = "",
         run_id: str,
         run_token: str,
-        plugin_secret: str,
+        plugin_secret: str = "",
         deadline_at: float,
         call_timeout: float = DEFAULT_CALL_TIMEOUT,
     ) -> None:
         self._stub = stub
         self.run_id = run_id
-        # Exposed so a runner can hand the run's access to a helper process it spawns (e.g. an MCP bridge).
         self.host_address = host_address
         self.run_token = run_token
         self.plugin_secret = plugin_secret
-        self._metadata = (("authorization", f"Bearer {run_token}"), ("x-agenthost-plugin", plugin_secret))
+        # A run token is presented with the plugin process's secret; a tool token (RunContext.tool_token, what a
+        # helper process such as an MCP bridge holds) alone.
+        self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {run_token}"),)
+        if plugin_secret:
+            self._metadata += (("x-agenthost-plugin", plugin_secret),)
         self._deadline_at = deadline_at
         self._call_timeout = call_timeout
 

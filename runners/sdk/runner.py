@@ -33,6 +33,11 @@ class RunContext:
     context: runner_pb2.AgentRunContext
     api: RunAPI
     data_dir: Path = field(default_factory=lambda: Path(os.environ.get("AGENTHOST_RUNNER_DATA_DIR", ".")))
+    # The credential to hand to processes started for this run (a harness, its MCP bridge): valid for this run's
+    # grant only, dead when the run ends, and usable without the plugin's secret, which must stay in this process.
+    tool_token: str = ""
+    # Provider keys the binding names, resolved by the host from its key store (`agenthost keys set`).
+    secrets: dict[str, str] = field(default_factory=dict)
 
     @property
     def run_id(self) -> str:
@@ -85,6 +90,12 @@ class Runner:
 
     async def close(self) -> None:
         """Called once when the process shuts down gracefully."""
+
+    def validate_config(self, config: dict[str, Any]) -> list[str]:
+        """Rules of a binding config that its JSON Schema cannot express. Called by the host when a binding is
+        created or changed (after the schema check passed); each returned sentence is a reason to refuse it, and
+        should name the setting. The default has no extra rules."""
+        return []
 
     def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
         """Yields the run's events. Must be an async generator."""

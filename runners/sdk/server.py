@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
+import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,14 @@ SDK_VERSION = "0.1.0"
 HANDSHAKE_PREFIX = "AGENTHOST"
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 MAX_BATCH = 64
+# A batch is cut at this many bytes as well as MAX_BATCH events: two 5 MiB tool results must travel as two
+# messages, and the host re-sends batches to its clients with a few bytes more per event (seq, time).
+MAX_BATCH_BYTES = 4 * 1024 * 1024
+# The largest single event a runner may emit: it must fit one message on both hops with room for the envelope.
+# A larger one ends the run with `event_too_large` rather than being cut: silently shortening a tool result or a
+# message would hand the model and the transcript something the runner never said (the local agent bounds its
+# tool results long before this).
+MAX_EVENT_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -47,6 +57,11 @@ SERVER_OPTIONS = [
     *CHANNEL_OPTIONS,
     ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
     ("grpc.server.max_pending_requests_hard_limit", 2 * MAX_PENDING_CALLS),
+    # A connection that finishes no handshake, or carries no call for five minutes, is closed: idle local
+    # connections must not pile up until the process runs out of descriptors. Clients reconnect on their next
+    # call without noticing (the host's channels to runners and the runners' channels to the host alike).
+    ("grpc.server_handshake_timeout_ms", 10_000),
+    ("grpc.max_connection_idle_ms", 5 * 60 * 1000),
 ]
 
 _END = object()
@@ -107,6 +122,25 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
             manifests_json=[r.manifest.model_dump_json() for r in self.runners.values()],
         )
 
+    async def ValidateConfig(
+        self, request: runner_pb2.ValidateConfigRequest, context: grpc.aio.ServicerContext
+    ) -> runner_pb2.ValidateConfigResponse:
+        runner = self.runners.get(request.runner_name)
+        if runner is None:
+            await errors.abort_with(context, errors.NotFound(f"this plugin has no runner {request.runner_name!r}"))
+            return runner_pb2.ValidateConfigResponse()  # not reached: abort raises
+        try:
+            config = json.loads(request.config_json or "{}")
+            result = runner.validate_config(config)
+            if inspect.isawaitable(result):
+                result = await result
+            problems = [str(p) for p in result or ()]
+        except Exception as exc:
+            # A hook that crashes has not accepted the config: refuse it, with the reason, rather than fail open.
+            log.exception("validate_config of runner %s failed", request.runner_name)
+            problems = [f"the runner could not check this config: {type(exc).__name__}: {exc}"]
+        return runner_pb2.ValidateConfigResponse(problems=problems)
+
     async def Shutdown(
         self, request: runner_pb2.ShutdownRequest, context: grpc.aio.ServicerContext
     ) -> runner_pb2.ShutdownResponse:
@@ -132,7 +166,13 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
             plugin_secret=self.plugin_secret,
             deadline_at=ctx.runtime.deadline_at,
         )
-        run = RunContext(context=ctx, api=api, data_dir=runner.data_dir)
+        run = RunContext(
+            context=ctx,
+            api=api,
+            data_dir=runner.data_dir,
+            tool_token=request.tool_token,
+            secrets=dict(request.secrets),
+        )
         channel = _EventChannel()
         task = asyncio.create_task(_drive(runner, run, channel), name=f"run:{ctx.run_id}")
         self.tasks.add(task)
@@ -142,8 +182,8 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
                 done = items[-1] is _END
                 if done:
                     items.pop()
-                for start in range(0, len(items), MAX_BATCH):
-                    yield pb.RunEventBatch(events=items[start : start + MAX_BATCH])
+                for batch in _batches(items):
+                    yield pb.RunEventBatch(events=batch)
                 if done:
                     return
         finally:
@@ -162,6 +202,35 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
             await self._channel.close()
 
 
+def _batches(items: list[pb.RunEvent]) -> Iterator[list[pb.RunEvent]]:
+    """Consecutive events cut into batches of at most MAX_BATCH events and MAX_BATCH_BYTES bytes; an event
+    larger than MAX_BATCH_BYTES (at most MAX_EVENT_BYTES, checked in `_drive`) travels alone."""
+    batch: list[pb.RunEvent] = []
+    size = 0
+    for event in items:
+        n = event.ByteSize() + 6  # the field tag and length prefix of a repeated message, at most
+        if batch and (len(batch) >= MAX_BATCH or size + n > MAX_BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(event)
+        size += n
+    if batch:
+        yield batch
+
+
+def _oversize(event: pb.RunEvent) -> pb.RunEvent | None:
+    """The `failed` event that replaces an event too large for one message, or None if it fits."""
+    size = event.ByteSize()
+    if size <= MAX_EVENT_BYTES:
+        return None
+    return events.failed(
+        "event_too_large",
+        f"RESOURCE_EXHAUSTED: the runner emitted a {event.WhichOneof('kind')} event of {size} bytes; the limit"
+        f" is MAX_EVENT_BYTES ="
+        f" {MAX_EVENT_BYTES} bytes (put large outputs in an artifact)",
+    )
+
+
 async def _drive(runner: Runner, run: RunContext, channel: _EventChannel) -> None:
     """Runs one runner generator to its terminal event, turning a crash into a `failed` event."""
     try:
@@ -169,6 +238,7 @@ async def _drive(runner: Runner, run: RunContext, channel: _EventChannel) -> Non
         agen = runner.run(run)
         try:
             async for event in agen:
+                event = _oversize(event) or event
                 await channel.put(event)
                 if events.is_terminal(event):
                     terminal = True

@@ -54,7 +54,7 @@ class HostHarness:
 
     async def __aenter__(self) -> HostHarness:
         await self.host.start()
-        self.client = HostClient(self.host.admin_address)
+        self.client = HostClient(self.host.admin_address, token=self.host.admin_token)
         await self.client.call("CreateBot", hpb.CreateBotRequest(name=self.bot))
         if self.runner_classes:
             await self._attach()

@@ -2,7 +2,8 @@
 """A stand-in for `claude -p --output-format stream-json`: fast, deterministic, and able to misbehave on cue.
 
 Sessions live in $CLAUDE_CONFIG_DIR/fake-sessions/<id>, so `--resume` of an id it never created fails the way
-Claude Code does. FAKE_HARNESS_MODE picks the behaviour; FAKE_HARNESS_LOG appends one JSON line per start.
+Claude Code does. FAKE_HARNESS_MODE picks the behaviour; FAKE_HARNESS_LOG appends one JSON line per start (a
+relative path is taken from $HOME: the harness's sandbox shows it little else that outlives the run).
 """
 
 import json
@@ -27,8 +28,9 @@ def main():
     mode = os.environ.get("FAKE_HARNESS_MODE", "ok")
     store = os.path.join(os.environ["CLAUDE_CONFIG_DIR"], "fake-sessions")
     os.makedirs(store, exist_ok=True)
+    log = os.path.join(os.environ.get("HOME", "/"), os.environ.get("FAKE_HARNESS_LOG", ""))
     if os.environ.get("FAKE_HARNESS_LOG"):
-        with open(os.environ["FAKE_HARNESS_LOG"], "a") as fh:
+        with open(log, "a") as fh:
             fh.write(
                 json.dumps(
                     {
@@ -102,7 +104,7 @@ def main():
         }
     )
     if os.environ.get("FAKE_HARNESS_LOG"):
-        with open(os.environ["FAKE_HARNESS_LOG"], "a") as fh:
+        with open(log, "a") as fh:
             fh.write(json.dumps({"pid": os.getpid(), "end": time.time()}) + "\n")
 
 

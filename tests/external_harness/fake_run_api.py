@@ -1,7 +1,8 @@
 """A fake AgentRunAPIProxy on a unix socket: in-memory transcript, events, artifacts and state for one run.
 
-Stands in for the host until the SDK's in-process host harness exists; it checks the run token and the plugin
-secret like the host does, so a bridge that forgot its credentials fails here too.
+Stands in for the host until the SDK's in-process host harness exists; it checks credentials like the host does
+(the run token only together with the plugin secret; the tool token alone), so a bridge that forgot its
+credentials, or a runner that handed out its own, fails here too.
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ class FakeHostData:
     bot_id: str = "bot-1"
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     plugin_secret: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    tool_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     transcript: list[pb.TranscriptItem] = field(default_factory=list)
     events: dict[str, pb.EventRecord] = field(default_factory=dict)
     artifacts: dict[str, tuple[pb.ArtifactRef, bytes]] = field(default_factory=dict)
     state: dict[tuple[int, str], tuple[str, int]] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
+    callers: list[str] = field(default_factory=list)  # "runner" (run token + secret) or "tool" (tool token)
     revoked: bool = False
 
     def add_item(self, role: str, text: str) -> pb.TranscriptItem:
@@ -81,10 +84,13 @@ class FakeRunAPI(api_grpc.AgentRunAPIProxyServicer):
     async def _check(self, request: Any, context: grpc.aio.ServicerContext, name: str) -> None:
         meta = dict(context.invocation_metadata() or ())
         self.data.calls.append(name)
-        if meta.get("authorization") != f"Bearer {self.data.token}" or self.data.revoked:
+        bearer = meta.get("authorization")
+        is_tool = bearer == f"Bearer {self.data.tool_token}"
+        if (bearer != f"Bearer {self.data.token}" and not is_tool) or self.data.revoked:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad run token")
-        if meta.get("x-agenthost-plugin") != self.data.plugin_secret:
+        if not is_tool and meta.get("x-agenthost-plugin") != self.data.plugin_secret:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, "bad plugin secret")
+        self.data.callers.append("tool" if is_tool else "runner")
         if request.run_id != self.data.run_id:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, "token of another run")
 
@@ -225,4 +231,6 @@ class FakeHost:
         from agenthost.runners.sdk.runner import RunContext
 
         ctx = self.context(text, **kwargs)
-        return RunContext(context=ctx, api=self.api(deadline_at=ctx.runtime.deadline_at))
+        return RunContext(
+            context=ctx, api=self.api(deadline_at=ctx.runtime.deadline_at), tool_token=self.data.tool_token
+        )

@@ -15,7 +15,6 @@ CREDS = {
     "AGENTHOST_HOST_ADDRESS": "unix:/run/api.sock",
     "AGENTHOST_RUN_ID": "run-1",
     "AGENTHOST_RUN_TOKEN": "tok-secret-123456",
-    "AGENTHOST_PLUGIN_SECRET": "plugin-secret-123456",
 }
 HOST_ENV = {"PATH": "/bin", "ANTHROPIC_API_KEY": "sk-ant-123456", "OPENAI_API_KEY": "sk-oai-123456", "AWS_KEY": "x"}
 
@@ -58,8 +57,8 @@ def test_claude_first_turn_and_resume(tmp_path: Path) -> None:
     assert env["ANTHROPIC_API_KEY"] == "sk-ant-123456" and "OPENAI_API_KEY" not in env and "AWS_KEY" not in env
     assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:9" and env["CLAUDE_CONFIG_DIR"].endswith("/claude")
     assert env["AGENTHOST_RUN_TOKEN"] == "tok-secret-123456"
-    assert not any(secret in " ".join(argv) for secret in ("sk-ant-123456", "tok-secret-123456", "plugin-secret"))
-    assert set(first.secrets) == {"sk-ant-123456", "tok-secret-123456", "plugin-secret-123456"}
+    assert not any(secret in " ".join(argv) for secret in ("sk-ant-123456", "tok-secret-123456"))
+    assert set(first.secrets) == {"sk-ant-123456", "tok-secret-123456"}
     resumed = ClaudeCodeDriver().command(_plan(tmp_path, config, resume="uuid-1"))
     assert resumed.argv[resumed.argv.index("--resume") + 1] == "uuid-1" and "--session-id" not in resumed.argv
 

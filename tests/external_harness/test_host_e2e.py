@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -75,9 +76,12 @@ async def test_failures_and_queueing_through_the_host(tmp_path, clean_env) -> No
     assert not os.environ.get("ANTHROPIC_API_KEY")
 
 
-async def test_builtin_plugin_process_serves_both_runners(tmp_path, clean_env) -> None:
+async def test_builtin_plugin_process_serves_both_runners(tmp_path, clean_env, monkeypatch) -> None:
     """Registered through the `agenthost.runners` entry point and run by the host's supervisor as a real
     plugin process, exactly as users get them."""
+    # The plugin process runs in the host's sandbox, which shows the stand-in harness only when told to (as a
+    # user would for a harness installed outside the system dirs); the runner nests the harness's own inside.
+    monkeypatch.setenv("AGENTHOST_SANDBOX_RO", str(Path(FAKE_HARNESS).parent))
     async with HostHarness(tmp_path, builtin=True) as h:
         await h.bind("agenthost/claude-code", {"command": FAKE_HARNESS}, priority=10)
         first = await h.send("hello", conversation_id="c1")

@@ -66,8 +66,8 @@ def _creds(fake_host, **override: str) -> dict[str, str]:
     creds = {
         "AGENTHOST_HOST_ADDRESS": fake_host.address,
         "AGENTHOST_RUN_ID": fake_host.data.run_id,
-        "AGENTHOST_RUN_TOKEN": fake_host.data.token,
-        "AGENTHOST_PLUGIN_SECRET": fake_host.data.plugin_secret,
+        # The tool token, presented alone: the bridge never holds the runner plugin's secret.
+        "AGENTHOST_RUN_TOKEN": fake_host.data.tool_token,
         "AGENTHOST_DEADLINE_AT": "0",
         "AGENTHOST_EVENT_ID": "evt-1",
     }
@@ -136,6 +136,7 @@ async def test_bridge_serves_host_data_over_stdio(fake_host) -> None:
     finally:
         await _close(client)
     assert "HistoryPage" in fake_host.data.calls
+    assert set(fake_host.data.callers) == {"tool"}  # every call came with the tool token, none as the runner
 
 
 @pytest.mark.slow

@@ -192,7 +192,7 @@ async def test_claude_cancel_leaves_no_process(tmp_path, fake_host, clean_env, c
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake-0123456789")
     with FakeAnthropic(claude_script) as fake:
         rc = fake_host.run_context("HANG-PLEASE", config=_claude_config(fake, command=claude_bin))
-        await _cancel_mid_request(ClaudeCodeRunner(tmp_path / "data"), rc, fake, fake_host.data.token)
+        await _cancel_mid_request(ClaudeCodeRunner(tmp_path / "data"), rc, fake, fake_host.data.tool_token)
 
 
 async def test_claude_api_error_fails_the_run(tmp_path, fake_host, clean_env, claude_bin, monkeypatch):
@@ -211,12 +211,10 @@ async def test_claude_api_error_fails_the_run(tmp_path, fake_host, clean_env, cl
 async def test_claude_crash_gives_a_clear_error(tmp_path, fake_host, clean_env, claude_bin, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake-0123456789")
     with FakeAnthropic(claude_script) as fake:
-        events = await _collect(
-            ClaudeCodeRunner(tmp_path / "data"),
-            fake_host.run_context(
-                "hello", config=_claude_config(fake, command=claude_bin, permission_mode="bypassPermissions")
-            ),
-        )
+        # Unsandboxed on purpose: inside the sandbox the harness runs as an unprivileged uid and has no root to
+        # refuse, and this refusal is the one reliable way to make the real CLI exit early.
+        config = _claude_config(fake, command=claude_bin, permission_mode="bypassPermissions", process_sandbox=False)
+        events = await _collect(ClaudeCodeRunner(tmp_path / "data"), fake_host.run_context("hello", config=config))
     assert kinds(events)[-1] == "failed" and events[-1].failed.code == "harness_crashed"
     assert "root/sudo" in events[-1].failed.message and "exited with code 1" in events[-1].failed.message
 
@@ -267,7 +265,7 @@ async def test_codex_cancel_leaves_no_process(tmp_path, fake_host, clean_env, co
     monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-fake-0123456789")
     with FakeOpenAI(codex_script) as fake:
         rc = fake_host.run_context("HANG-PLEASE", config=_codex_config(fake, command=codex_bin))
-        await _cancel_mid_request(CodexRunner(tmp_path / "data"), rc, fake, fake_host.data.token)
+        await _cancel_mid_request(CodexRunner(tmp_path / "data"), rc, fake, fake_host.data.tool_token)
 
 
 async def test_codex_crash_gives_a_clear_error(tmp_path, fake_host, clean_env, codex_bin, monkeypatch):

@@ -12,7 +12,7 @@ import pytest
 from agenthost.runners.external_harness import runner as runner_mod
 from agenthost.runners.external_harness.runner import ClaudeCodeRunner
 
-from .helpers import FAKE_HARNESS, group_alive
+from .helpers import FAKE_HARNESS, group_alive, pids_with_env
 
 
 def _kinds(events):
@@ -26,15 +26,23 @@ async def _collect(runner, rc):
 def _config(tmp_path: Path, mode: str = "ok", **extra):
     return {
         "command": FAKE_HARNESS,
-        "env": {"FAKE_HARNESS_MODE": mode, "FAKE_HARNESS_LOG": str(tmp_path / "harness.log")},
+        # Relative: the fake harness writes it under its $HOME, the bot's harness home, which its sandbox shows.
+        # The tag finds its processes from out here, whatever pid namespace they live in.
+        "env": {"FAKE_HARNESS_MODE": mode, "FAKE_HARNESS_LOG": "harness.log", "FAKE_HARNESS_TAG": _tag(tmp_path)},
         "interrupt_grace_seconds": 0.3,
         **extra,
     }
 
 
+def _tag(tmp_path: Path) -> str:
+    return f"fake-harness-{tmp_path.name}-{os.getpid()}"
+
+
 def _log(tmp_path: Path) -> list[dict]:
-    path = tmp_path / "harness.log"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    lines = []
+    for path in sorted((tmp_path / "data" / "harness").glob("*/home/harness.log")):
+        lines += path.read_text().splitlines()
+    return [json.loads(line) for line in lines]
 
 
 async def test_first_turn_assigns_a_session_and_the_next_resumes_it(tmp_path, fake_host, clean_env) -> None:
@@ -117,9 +125,9 @@ async def test_deadline_interrupts_and_kills(tmp_path, fake_host, clean_env) -> 
     )
     assert _kinds(events)[-1] == "failed" and events[-1].failed.code == "deadline_exceeded"
     assert events[-1].failed.retryable
+    assert _log(tmp_path)
     await asyncio.sleep(0.1)
-    for entry in _log(tmp_path):
-        assert not group_alive(entry["pid"])
+    assert not pids_with_env(_tag(tmp_path))
 
 
 async def test_cancel_kills_the_whole_process_group(tmp_path, fake_host, clean_env) -> None:
@@ -138,6 +146,7 @@ async def test_cancel_kills_the_whole_process_group(tmp_path, fake_host, clean_e
         await task
     await asyncio.sleep(0.1)
     assert not group_alive(pid) and not runner_mod._LIVE
+    assert not pids_with_env(_tag(tmp_path))
 
 
 async def test_turns_of_one_conversation_queue(tmp_path, fake_host, clean_env) -> None:

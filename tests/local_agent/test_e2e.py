@@ -211,7 +211,11 @@ async def test_e2e_runner_killed_mid_tool_call_and_restarted(tmp_path: Path) -> 
             os.killpg(first_pid, signal.SIGKILL)
             r = await asyncio.wait_for(task, 20)
             assert r.run.status in ("failed", "interrupted"), r.run.status
-            assert sleepers(SLEEP), "the shell command should have outlived the killed runner"
+            # The command's sandbox dies with the runner (bwrap --die-with-parent ends its pid namespace).
+            deadline = time.monotonic() + 10
+            while sleepers(SLEEP) and time.monotonic() < deadline:  # noqa: ASYNC110 — /proc is the signal
+                await asyncio.sleep(0.05)
+            assert not sleepers(SLEEP), "the shell command outlived the killed runner"
             # The run can fail before the supervisor has noticed the death; wait for the replacement process.
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:  # noqa: ASYNC110 — the supervisor exposes no restart event
@@ -227,7 +231,6 @@ async def test_e2e_runner_killed_mid_tool_call_and_restarted(tmp_path: Path) -> 
             assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "user"]
             assert msgs[2]["tool_calls"][0]["id"] == "k1"
             assert msgs[3]["tool_call_id"] == "k1" and "interrupted" in msgs[3]["content"]
-            # The restarted runner killed the command its predecessor left running.
             assert not sleepers(SLEEP)
 
 

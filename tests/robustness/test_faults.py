@@ -21,6 +21,7 @@ from agenthost.host.supervisor import SupervisorPolicy
 from agenthost.protos import host_pb2 as hpb
 
 from .conftest import FAULTY, pid_alive
+from .pids import outer_pid
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 POLICY = SupervisorPolicy(
@@ -42,9 +43,10 @@ async def host(tmp_path, monkeypatch):
     leak = tmp_path / "leak"
     leak.mkdir()
     monkeypatch.setenv("AGENTHOST_TEST_LEAK_DIR", str(leak))
+    monkeypatch.setenv("AGENTHOST_SANDBOX_RW", str(leak))  # the leak dir is the one thing outside it may write
     h = Host(tmp_path / "data", policy=POLICY, builtin_plugins=False)
     await h.start()
-    client = HostClient(h.admin_address)
+    client = HostClient(h.admin_address, token=h.admin_token)
     await h.install_plugin(FAULTY, offline=True)
     await client.call("CreateBot", hpb.CreateBotRequest(name="b"))
     await client.bind("b", f"{PLUGIN}/faulty", timeout_seconds=30)
@@ -56,7 +58,13 @@ async def host(tmp_path, monkeypatch):
 
 
 def runner_pid(h: Host) -> int:
+    """The host's handle on the plugin process: its sandbox (bwrap), whose death takes everything inside along."""
     return h.supervisor.processes[PLUGIN].proc.pid
+
+
+def real_pid(h: Host, inner: int | str) -> int:
+    """A pid the runner reported (its sandbox's numbering) as the host sees it."""
+    return outer_pid(int(inner), runner_pid(h))
 
 
 def forget_runs(leak: Path) -> None:
@@ -96,12 +104,12 @@ async def test_kill9_runner_mid_call(host):
     """#1: the host is waiting on the runner's Run call when the runner dies: the run fails promptly (not at its
     30 s deadline) naming the signal, the process group goes with it, the plugin restarts, the host serves."""
     h, client, leak = host
-    tree = (await client.send("b", "spawn_tree")).text.split()
+    tree = [real_pid(h, p) for p in (await client.send("b", "spawn_tree")).text.split()]
     forget_runs(leak)
     send = asyncio.create_task(client.send("b", "park"))
     record = await leaked(leak)
-    pid = record["pid"]
-    assert pid == runner_pid(h)
+    sandbox = runner_pid(h)
+    pid = real_pid(h, record["pid"])
     t0 = time.monotonic()
     os.kill(pid, signal.SIGKILL)
     result = await asyncio.wait_for(send, 10)
@@ -109,9 +117,9 @@ async def test_kill9_runner_mid_call(host):
     assert result.run.status == "failed" and result.run.error_code == "runner_crashed"
     assert "SIGKILL" in result.run.error_message
     await asyncio.sleep(0.2)
-    assert not any(pid_alive(int(p)) for p in tree), "the runner's process tree outlived it"
+    assert not any(pid_alive(p) for p in tree), "the runner's process tree outlived it"
     assert h.grants.get(record["run_id"]) is None  # token revoked
-    await wait_ready(h, pid)
+    await wait_ready(h, sandbox)
     await still_serving(client)
 
 
@@ -134,7 +142,8 @@ async def test_kill9_runner_mid_stream(host):
     record = await leaked(leak)
     while len(seen) < 50:  # noqa: ASYNC110 - polling what the consumer task collected
         await asyncio.sleep(0.01)
-    os.kill(record["pid"], signal.SIGKILL)
+    sandbox = runner_pid(h)
+    os.kill(real_pid(h, record["pid"]), signal.SIGKILL)
     await asyncio.wait_for(task, 10)
     info = finished[0]
     assert info.status == "failed" and info.error_code == "runner_crashed" and "SIGKILL" in info.error_message
@@ -151,7 +160,7 @@ async def test_kill9_runner_mid_stream(host):
     items = h.db.query("SELECT role, text FROM transcript WHERE run_id = ? AND role = 'assistant'", (info.run_id,))
     assert [r["text"] for r in items] == [persisted]  # one assistant item, exactly the persisted deltas
     assert rows is None or len(rows) == len(events)
-    await wait_ready(h, record["pid"])
+    await wait_ready(h, sandbox)
     await still_serving(client)
 
 
@@ -213,18 +222,19 @@ async def test_blocked_runner_ignoring_sigterm_is_killed_by_the_ladder(host):
     """#7/#8: the process blocks its event loop (Shutdown RPC never answers) and ignores SIGTERM: the ladder
     still reaches SIGKILL within shutdown_grace + term_grace, and its grandchildren die with it."""
     h, client, leak = host
-    tree = [int(p) for p in (await client.send("b", "spawn_tree")).text.split()]
-    grandchild = int((await client.send("b", "spawn")).text)
+    tree = [real_pid(h, p) for p in (await client.send("b", "spawn_tree")).text.split()]
+    grandchild = real_pid(h, (await client.send("b", "spawn")).text)
     forget_runs(leak)
     send = asyncio.create_task(client.send("b", "stall_ignore_term"))
     record = await leaked(leak)
+    runner = real_pid(h, record["pid"])
     await asyncio.sleep(0.3)
     t0 = time.monotonic()
     await h.supervisor.stop(PLUGIN)
     elapsed = time.monotonic() - t0
     assert elapsed < POLICY.shutdown_grace + POLICY.term_grace + 2, elapsed
     await asyncio.sleep(0.2)
-    assert not pid_alive(record["pid"])
+    assert not pid_alive(runner)
     assert not any(pid_alive(p) for p in [*tree, grandchild])
     result = await asyncio.wait_for(send, 10)
     assert result.run.status in ("failed", "cancelled", "interrupted")
@@ -242,6 +252,7 @@ async def test_cancel_a_blocked_runner(host):
     cancelled = await client.call("CancelRun", hpb.RunRequestById(run_id=record["run_id"]))
     assert cancelled.status == "cancelled" and time.monotonic() - t0 < 2
     assert (await asyncio.wait_for(send, 10)).run.status == "cancelled"
-    os.kill(record["pid"], signal.SIGKILL)  # the supervisor restarts it
-    await wait_ready(h, record["pid"])
+    sandbox = runner_pid(h)
+    os.kill(real_pid(h, record["pid"]), signal.SIGKILL)  # the supervisor restarts it
+    await wait_ready(h, sandbox)
     await still_serving(client)

@@ -32,6 +32,7 @@ def env(tmp_path):
     e = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC", "OPENAI", "AGENTHOST_TEST"))}
     e["AGENTHOST_HOME"] = str(tmp_path / "home")
     e["AGENTHOST_TEST_LEAK_DIR"] = str(tmp_path / "leak")
+    e["AGENTHOST_SANDBOX_RW"] = str(tmp_path / "leak")  # the leak dir is the one thing outside it may write
     (tmp_path / "leak").mkdir()
     return e
 
@@ -106,6 +107,35 @@ def replay(api_address: str, record: dict) -> grpc.StatusCode:
         return grpc.StatusCode.OK
 
 
+def faulty_runner(host_pid: int, inner: int) -> int:
+    """The host's pid of the faulty plugin's runner process (which reports its sandbox's pid, `inner`)."""
+    for pid in _descendants(host_pid):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmdline[0].endswith(b"plugins/agenthost-faulty/env/bin/python"):
+            return pid
+    raise AssertionError(f"no faulty runner (inner pid {inner}) under {host_pid}")
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def wait_gone(pid: int, timeout: float) -> bool:
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -135,11 +165,12 @@ def test_kill9_host_mid_run_and_restart(env):
             )
         )
         a = leaked(env)
-        stray.append(a["pid"])
+        runner_a = faulty_runner(host.proc.pid, a["pid"])
+        stray.append(runner_a)
         time.sleep(0.5)  # deltas flowing
         old_api = host.info["api"]
         host.kill()
-        assert wait_gone(a["pid"], 10), "runner outlived its host"
+        assert wait_gone(runner_a, 10), "runner outlived its host"
         assert senders[0].wait(10) != 0
 
         host = Served(env)
@@ -152,8 +183,9 @@ def test_kill9_host_mid_run_and_restart(env):
         assert events, "nothing the run streamed before the crash was kept"
         assert [int(e["seq"]) for e in events] == list(range(1, len(events) + 1)), "persisted events have gaps"
 
-        # 2. a runner too wedged to notice the lifeline (blocked loop, SIGTERM ignored) survives the host: the
-        #    next host's startup sweep kills its process group
+        # 2. a runner too wedged to notice the lifeline (blocked loop, SIGTERM ignored): its sandbox dies with the
+        #    host all the same (bwrap --die-with-parent, then the pid namespace), and the next host interrupts its
+        #    run. (Without a sandbox, the startup sweep is what kills such a runner.)
         senders.append(
             subprocess.Popen(
                 [sys.executable, "-m", "agenthost.host.cli", "send", "b", "stall_ignore_term", "--conversation", "b"],
@@ -164,13 +196,12 @@ def test_kill9_host_mid_run_and_restart(env):
             )
         )
         b = leaked(env)
-        stray.append(b["pid"])
+        runner_b = faulty_runner(host.proc.pid, b["pid"])
+        stray.append(runner_b)
         time.sleep(0.5)
         host.kill()
-        time.sleep(1.0)
-        assert pid_alive(b["pid"]), "expected the wedged runner to survive its host (precondition of the sweep)"
+        assert wait_gone(runner_b, 10), "a wedged runner outlived its host"
         host = Served(env)
-        assert wait_gone(b["pid"], 5), "the startup sweep did not kill the stray runner"
         assert b["run_id"] in cli(env, "runs", "list", "--status", "interrupted").stdout
         assert replay(host.info["api"], b) == grpc.StatusCode.UNAUTHENTICATED
         assert "ok: fine" in cli(env, "send", "b", "fine").stdout
@@ -187,4 +218,4 @@ def test_kill9_host_mid_run_and_restart(env):
             p.wait(5)
         for pid in stray:
             if pid_alive(pid):
-                os.killpg(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)

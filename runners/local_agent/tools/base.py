@@ -51,7 +51,8 @@ class ToolContext:
     config: LocalAgentConfig
     # Events a tool wants surfaced (state_updated, artifact_created); the loop drains them after each call.
     pending_events: list[Any] = field(default_factory=list)
-    # Where the shell tool records running process groups (see tools.shell.ProcessLedger); None = not recorded.
+    # Where the shell tool records unsandboxed commands' process groups (tools.shell.ProcessLedger); None = not
+    # recorded. Sandboxed commands need no record: they die with the runner.
     ledger: Any = None
 
 

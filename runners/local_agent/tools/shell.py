@@ -1,7 +1,16 @@
 """The shell tool and its isolated executor.
 
-Commands run in their own process group with an explicit environment (never the runner's: that holds provider
-keys), stdin closed, a timeout that kills the whole group, and bounded output that keeps the head and the tail.
+Every command runs in a bubblewrap sandbox of its own (`agenthost.plugins.sandbox`): the conversation's workspace
+read-write at its own path (also $HOME and the working directory), the read-only system, a private /tmp, no
+network unless the binding grants it, and nothing of the runner's data dir, other workspaces, the host's files or
+sockets. Its own pid namespace means the command cannot outlive the call: when the command's main process exits,
+bwrap exits, and with it the namespace's init, which makes the kernel kill every process left inside (a
+`setsid cmd &`, a double fork, a daemon). A timeout or cancel kills bwrap, with the same effect, and so does the
+runner's own death (`--die-with-parent`).
+
+Around that, as before: an explicit environment (never the runner's: that holds provider keys), stdin closed,
+its own process group, a blocklist, and bounded output that keeps the head and the tail. `sandbox: false` in the
+binding runs commands without the sandbox; only the process-group kill and the ledger below then contain them.
 """
 
 from __future__ import annotations
@@ -9,21 +18,31 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import json
+import logging
 import os
 import re
+import select
 import signal
 import subprocess
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from agenthost.plugins import sandbox as sandboxing
 from agenthost.runners.local_agent.config import ShellConfig
 from agenthost.runners.local_agent.tools.base import Tool, ToolContext, ToolError
+
+log = logging.getLogger("agenthost.local_agent")
 
 TIMEOUT_EXIT = 124
 # Grandchildren started with `cmd &` keep the pipe open after the shell exits; stop reading shortly after.
 DRAIN_GRACE_SECONDS = 0.3
+# A sandbox's pid namespace is torn down by the kernel once bwrap is gone; its pipe reaches EOF when the last
+# process in it has exited, which is how the call knows nothing is left. Bounded in case that never comes.
+SANDBOX_EXIT_SECONDS = 3.0
 
 DEFAULT_BLOCKLIST = [
     r"\brm\s+(-[a-zA-Z]*\s+)*-[a-zA-Z]*[rR][a-zA-Z]*\s+(-[a-zA-Z]*\s+)*(/|~|\$HOME)(\s|$|\*)",
@@ -42,9 +61,10 @@ _BASE_ENV_NAMES = ("PATH", "LANG", "LC_ALL", "TZ")
 
 
 class ProcessLedger:
-    """Process groups of running commands, one file each, so a runner restarted after a SIGKILL can kill what
-    its predecessor left running (commands run in their own session, out of reach of a kill of the runner's
-    group). A group is only killed if its leader's start time still matches: pids get reused.
+    """Process groups of running unsandboxed commands (`sandbox: false`), one file each, so a runner restarted
+    after a SIGKILL can kill what its predecessor left running (commands run in their own session, out of reach
+    of a kill of the runner's group). A group is only killed if its leader's start time still matches: pids get
+    reused. Sandboxed commands are not recorded: bwrap dies with the runner and takes its pid namespace along.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -157,19 +177,41 @@ async def run_command(
     timeout: float,  # noqa: ASYNC109 — enforced here with a process-group kill, not by cancelling the caller
     max_output_chars: int,
     ledger: ProcessLedger | None = None,
+    sandbox: sandboxing.Sandbox | None = None,
 ) -> ShellResult:
+    argv = ["/bin/sh", "-c", command]
+    info_r = info_w = -1
+    if sandbox is not None:
+        # bwrap reports the pid of the namespace's init on --info-fd; its exit is the proof that nothing of the
+        # command is left (the kernel kills and reaps every process of a pid namespace before its init is gone).
+        info_r, info_w = os.pipe()
+        os.set_blocking(info_r, False)
+        argv = replace(sandbox, extra=(*sandbox.extra, "--info-fd", str(info_w))).argv(argv)
+        ledger = None  # nothing to sweep after a crash: --die-with-parent and the pid namespace cover it
     # subprocess.Popen rather than asyncio's: asyncio's Process.wait() also waits for the pipes to close, so a
     # background child (`cmd &`) holding stdout would make a finished command look like it is still running.
+    # Started from the loop's thread, not a worker: bwrap's --die-with-parent watches the thread that forked it.
     loop = asyncio.get_running_loop()
-    proc = subprocess.Popen(  # noqa: ASYNC220 — Popen returns at once; waiting happens off the loop
-        ["/bin/sh", "-c", command],
-        cwd=str(cwd),
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group, so a kill reaches every descendant
-    )
+    try:
+        proc = subprocess.Popen(  # noqa: ASYNC220 — Popen returns at once; waiting happens off the loop
+            argv,
+            cwd=str(cwd),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            # Its own process group, so a kill reaches every descendant (unsandboxed) or bwrap and the sandbox's
+            # init (sandboxed: their death ends the pid namespace and everything in it).
+            start_new_session=True,
+            pass_fds=(info_w,) if info_w >= 0 else (),
+        )
+    except BaseException:
+        if info_r >= 0:
+            os.close(info_r)
+        raise
+    finally:
+        if info_w >= 0:
+            os.close(info_w)
     if ledger is not None:
         ledger.record(proc.pid)
     assert proc.stdout is not None
@@ -212,6 +254,12 @@ async def run_command(
         if proc.returncode is None:
             with contextlib.suppress(Exception):
                 proc.wait(timeout=5)
+        if sandbox is not None:
+            # Blocking, but only for the moments the kernel takes to kill what was left in the namespace, and
+            # it also runs when we are cancelled: the call must not return while a process of it survives.
+            deadline = time.monotonic() + SANDBOX_EXIT_SECONDS
+            _drain_until_eof(fd, capture, deadline)
+            _wait_namespace_gone(info_r, deadline)
         on_readable_final(fd, capture)
         proc.stdout.close()
         if ledger is not None:
@@ -219,6 +267,44 @@ async def run_command(
     capture.feed(b"", final=True)
     code = TIMEOUT_EXIT if timed_out else (proc.returncode if proc.returncode is not None else -1)
     return ShellResult(exit_code=code, output=capture.render(), timed_out=timed_out, omitted_chars=capture.omitted)
+
+
+def _wait_namespace_gone(info_fd: int, deadline: float) -> None:
+    """Waits (bounded) until the sandbox's init has exited; closes info_fd."""
+    try:
+        try:
+            info = json.loads(os.read(info_fd, 65536).decode() or "{}")
+        except (OSError, ValueError):
+            return  # bwrap failed before starting anything
+        pid = info.get("child-pid") if isinstance(info, dict) else None
+        if not isinstance(pid, int):
+            return
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return  # already gone
+        try:
+            select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))
+        finally:
+            os.close(pidfd)
+    finally:
+        os.close(info_fd)
+
+
+def _drain_until_eof(fd: int, capture: _Capture, deadline: float) -> None:
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            return
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            continue
+        except OSError:
+            return
+        if not chunk:
+            return
+        capture.feed(chunk)
 
 
 def on_readable_final(fd: int, capture: _Capture) -> None:
@@ -238,12 +324,42 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+def command_sandbox(config: ShellConfig, workspace: Path) -> sandboxing.Sandbox | None:
+    """The walls for one command, or None when the binding opted out; ToolError when none can be built."""
+    if not config.sandbox:
+        log.warning(
+            "shell tool: running a command WITHOUT a sandbox (the binding sets shell.sandbox=false); it can read "
+            "and write everything this runner can"
+        )
+        return None
+    reason = sandboxing.probe()
+    if reason is not None:
+        raise ToolError(
+            f"the shell tool is unavailable: commands run only inside a sandbox, and none can be started here: "
+            f"{reason}. (An administrator can set shell.sandbox=false on the binding to run commands without "
+            "one, which is dangerous.)"
+        )
+    # Mounted at its real path, so paths the model sees in tool results and in the shell agree.
+    root = str(workspace.resolve())
+    # The user's extra read-only paths (a toolchain under $HOME) come along; the extra read-write ones do not:
+    # a directory shared by every plugin would be a channel between conversations.
+    return sandboxing.Sandbox(
+        ro=sandboxing.extra_paths(sandboxing.EXTRA_RO_ENV),
+        rw=[root],
+        network=config.network,
+        home=root,
+        cwd=root,
+    )
+
+
 class Shell(Tool):
     name = "shell"
     description = (
-        "Run a shell command (/bin/sh -c) in the workspace. stdout and stderr are combined; long output keeps "
-        "its beginning and end. There is no stdin, and the runner's credentials are not in the environment. "
-        "Set timeout_seconds for slow commands."
+        "Run a shell command (/bin/sh -c) in the workspace, inside a sandbox: the workspace is writable (it is "
+        "also $HOME), the system is read-only, /tmp is private and emptied after each command, and anything "
+        "still running when the command ends is killed (no background servers across calls). stdout and stderr "
+        "are combined; long output keeps its beginning and end. There is no stdin, and the runner's credentials "
+        "are not in the environment. Set timeout_seconds for slow commands."
     )
     parameters = {
         "type": "object",
@@ -261,13 +377,16 @@ class Shell(Tool):
         check_blocklist(command, cfg.extra_blocklist)
         timeout = min(float(args.get("timeout_seconds", cfg.timeout_seconds)), 3600.0)
         ctx.workspace.mkdir(parents=True, exist_ok=True)
+        sandbox = command_sandbox(cfg, ctx.workspace)
+        workspace = Path(sandbox.cwd) if sandbox is not None and sandbox.cwd else ctx.workspace
         result = await run_command(
             command,
-            cwd=ctx.workspace,
-            env=build_env(cfg, ctx.workspace),
+            cwd=workspace,
+            env=build_env(cfg, workspace),
             timeout=timeout,
             max_output_chars=cfg.max_output_chars,
             ledger=ctx.ledger,
+            sandbox=sandbox,
         )
         if result.timed_out:
             raise ToolError(

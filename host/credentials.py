@@ -1,0 +1,235 @@
+"""Who may use the admin surface (`AgentHost` on admin.sock), and for what.
+
+Two kinds of credential, both presented as `authorization: Bearer <token>`:
+* the full-admin token, in `<data>/admin.token` (0600). The CLI reads it; no sandbox can see the data dir, so no
+  plugin, model or harness can.
+* scoped credentials made with CreateCredential ("send": talk to some bots and read their runs), for channel
+  adapters and gateway keys. Only their sha256 is kept, in `<data>/credentials.json` (0600).
+
+`AuthInterceptor` authenticates every call before any servicer code runs and makes the caller's `Principal`
+available to the servicer, which checks the bot a scoped call touches (`require_bot`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hmac
+import os
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from agenthost.host.grants import hash_secret, new_token
+from agenthost.host.private_files import read_json, write_json
+from agenthost.protos import errors
+from agenthost.protos import host_pb2 as hpb
+
+ADMIN_TOKEN_FILE = "admin.token"
+CREDENTIALS_FILE = "credentials.json"
+SCOPES = ("admin", "send")
+# What a "send" credential may call; everything else needs "admin". Each of these names a bot or a run, and the
+# servicer checks that bot against the credential (require_bot).
+SEND_METHODS = frozenset({"SendMessage", "GetRun", "ListRuns", "ListRunEvents", "CancelRun"})
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    scope: str
+    bots: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def is_admin(self) -> bool:
+        return self.scope == "admin"
+
+
+ADMIN = Principal("admin", "admin")
+# No default: servicer code that runs without an authenticated caller fails closed instead of acting as admin.
+_current: contextvars.ContextVar[Principal] = contextvars.ContextVar("agenthost_principal")
+
+
+def current() -> Principal:
+    """The caller of the admin call being served (set by AuthInterceptor for the call's whole life)."""
+    try:
+        return _current.get()
+    except LookupError:
+        raise errors.Internal("an admin call reached the servicer without an authenticated caller") from None
+
+
+def require_bot(bot_id: str) -> None:
+    """Refuses a scoped caller touching a bot outside its credential."""
+    principal = current()
+    if not principal.is_admin and bot_id not in principal.bots:
+        raise errors.PermissionDenied(f"credential {principal.name!r} may not use bot {bot_id!r}")
+
+
+def read_admin_token(data_dir: Path) -> str:
+    """For clients (the CLI): the full-admin token of the host serving `data_dir`."""
+    path = data_dir / ADMIN_TOKEN_FILE
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        raise errors.Unauthenticated(f"no admin token at {path}: is the host serving this data dir?") from None
+    except PermissionError:
+        raise errors.Unauthenticated(f"{path} is not readable by this user: only the host's user is an admin") from None
+
+
+class Credentials:
+    """Owned by the Host. The admin token is created once and kept across restarts (the CLI of a user who started
+    the host earlier keeps working); scoped credentials live until revoked."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.admin_token = self._load_or_create_admin_token()
+        self._admin_hash = hash_secret(self.admin_token)
+        self._path = data_dir / CREDENTIALS_FILE
+        self._scoped: dict[str, dict[str, Any]] = (read_json(self._path) or {}).get("credentials", {})
+
+    def _load_or_create_admin_token(self) -> str:
+        path = self.data_dir / ADMIN_TOKEN_FILE
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:
+            st = os.lstat(path)
+            if st.st_uid != os.getuid() or not os.path.isfile(path) or os.path.islink(path):
+                raise PermissionError(f"{path} is not a file owned by this user; refusing to trust it") from None
+            os.chmod(path, 0o600)
+            token = path.read_text().strip()
+            if token:
+                return token
+            fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
+        token = new_token("adm")
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        return token
+
+    def authenticate(self, metadata: tuple[tuple[str, str | bytes], ...] | None) -> Principal:
+        token = next((v for k, v in metadata or () if k == "authorization"), None)
+        if not isinstance(token, str) or not token.startswith("Bearer "):
+            raise errors.Unauthenticated(
+                "missing credential (authorization: Bearer <token>); the CLI reads <data dir>/admin.token"
+            )
+        digest = hash_secret(token[7:])
+        if hmac.compare_digest(digest, self._admin_hash):
+            return ADMIN
+        for name, cred in self._scoped.items():
+            if hmac.compare_digest(digest, cred["token_hash"]):
+                return Principal(name, cred["scope"], frozenset(cred["bots"]))
+        raise errors.Unauthenticated("credential is not valid (unknown, or revoked)")
+
+    # ---- scoped credentials (admin calls) ----
+
+    def create(self, name: str, scope: str, bot_ids: list[str]) -> tuple[hpb.CredentialInfo, str]:
+        if not _NAME.fullmatch(name):
+            raise errors.InvalidArgument("credential name: 1-64 of letters, digits, '.', '_', '-'")
+        if scope not in SCOPES:
+            raise errors.InvalidArgument(f"scope must be one of {list(SCOPES)}, not {scope!r}")
+        if scope == "send" and not bot_ids:
+            raise errors.InvalidArgument("a send credential names at least one bot")
+        if name in self._scoped:
+            raise errors.AlreadyExists(f"credential {name!r} exists; revoke it first")
+        token = new_token("cred")
+        cred = {
+            "scope": scope,
+            "bots": sorted(set(bot_ids)),
+            "token_hash": hash_secret(token),
+            "created_at": time.time(),
+        }
+        self._save({**self._scoped, name: cred})
+        return self._info(name, cred), token
+
+    def list(self) -> list[hpb.CredentialInfo]:
+        return [self._info(name, cred) for name, cred in sorted(self._scoped.items())]
+
+    def revoke(self, name: str) -> None:
+        if name not in self._scoped:
+            raise errors.NotFound(f"no credential {name!r}")
+        self._save({k: v for k, v in self._scoped.items() if k != name})
+
+    def _save(self, scoped: dict[str, dict[str, Any]]) -> None:
+        write_json(self._path, {"credentials": scoped})
+        self._scoped = scoped
+
+    @staticmethod
+    def _info(name: str, cred: dict[str, Any]) -> hpb.CredentialInfo:
+        return hpb.CredentialInfo(name=name, scope=cred["scope"], bots=cred["bots"], created_at=cred["created_at"])
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    """Authenticates every AgentHost call from its metadata alone, before the request is read, and runs the
+    handler with the caller's Principal set. Health checks on the same server stay open (readiness probes)."""
+
+    def __init__(self, credentials: Credentials) -> None:
+        self.credentials = credentials
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        service, _, method = details.method.rpartition("/")
+        if handler is None or not service.endswith("agenthost.v1.AgentHost"):
+            return handler
+        try:
+            principal = self.credentials.authenticate(details.invocation_metadata)
+            if not principal.is_admin and method not in SEND_METHODS:
+                raise errors.PermissionDenied(
+                    f"credential {principal.name!r} ({principal.scope}) may not call {method}"
+                )
+        except errors.AgentHostError as exc:
+            return _refusal(handler, exc)
+        return _with_principal(handler, principal)
+
+
+def _refusal(handler: grpc.RpcMethodHandler, error: errors.AgentHostError) -> grpc.RpcMethodHandler:
+    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await errors.abort_with(context, error)
+
+    async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        await errors.abort_with(context, error)
+        yield  # pragma: no cover — abort raises
+
+    return _replace(handler, unary, streaming)
+
+
+def _with_principal(handler: grpc.RpcMethodHandler, principal: Principal) -> grpc.RpcMethodHandler:
+    inner_unary = handler.unary_unary
+    inner_stream = handler.unary_stream
+
+    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        token = _current.set(principal)
+        try:
+            return await inner_unary(request, context)
+        finally:
+            _current.reset(token)
+
+    async def streaming(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        token = _current.set(principal)
+        try:
+            async for reply in inner_stream(request, context):
+                yield reply
+        finally:
+            _current.reset(token)
+
+    return _replace(handler, unary, streaming)
+
+
+def _replace(handler: grpc.RpcMethodHandler, unary: Any, streaming: Any) -> grpc.RpcMethodHandler:
+    if handler.unary_unary is not None:
+        return grpc.unary_unary_rpc_method_handler(
+            unary, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+        )
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(
+            streaming,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+    raise TypeError("AgentHost has only unary-unary and unary-stream methods")

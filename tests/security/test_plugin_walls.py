@@ -1,0 +1,326 @@
+"""The walls around plugin processes and the admin surface, attacked from inside a real installed plugin.
+
+The intruder plugin (tests/fixtures/intruder-plugin) is installed the way a user installs any plugin, runs under
+the host's supervisor in its sandbox, and reports what each attack reached. Every attack here was observed to
+succeed before the walls (see the issue's list); each assertion names what it must not reach now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import socket
+import stat
+import subprocess
+import uuid
+from pathlib import Path
+
+import grpc
+import pytest
+
+from agenthost.host.client import HostClient
+from agenthost.host.private_files import private_dir
+from agenthost.host.server import Host
+from agenthost.plugins import sandbox
+from agenthost.protos import errors, host_pb2_grpc
+from agenthost.protos import host_pb2 as hpb
+
+ROOT = Path(__file__).resolve().parents[2]
+INTRUDER = str(ROOT / "tests" / "fixtures" / "intruder-plugin")
+FAULTY = str(ROOT / "tests" / "fixtures" / "faulty-plugin")
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(sandbox.probe() is not None, reason=f"no sandbox here: {sandbox.probe()}"),
+]
+
+
+def _pgrep(marker: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+async def _wait_gone(marker: str, timeout: float = 15.0) -> list[int]:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (left := _pgrep(marker)) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.1)
+    return left
+
+
+@pytest.fixture
+async def host(tmp_path, monkeypatch):
+    # A provider key in the host's environment, as a user who exported it before `agenthost serve` would have.
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-host-env-0123456789")
+    monkeypatch.setenv("AGENTHOST_SERVICE_TOKEN", "tok-host-env-0123456789")
+    h = Host(tmp_path / "data")
+    await h.start()
+    try:
+        async with HostClient(h.admin_address, token=h.admin_token, timeout=120) as c:
+            yield h, c
+    finally:
+        await h.stop()
+
+
+async def _install(c: HostClient, source: str, *, allow_network: bool = False) -> hpb.PluginInfo:
+    return await c.call(
+        "InstallPlugin",
+        hpb.InstallPluginRequest(source=source, offline=True, allow_network=allow_network),
+        timeout=300,
+    )
+
+
+async def _attack(h: Host, c: HostClient, bot: str, *, tmp: Path, marker: str) -> dict:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    # Inside, the directories above a bound path exist on the sandbox's own tmpfs, so a write there "works" and
+    # lands nowhere: what counts is that the host's real file never appears.
+    outside = h.data_dir / "pwned.txt"
+    targets = {
+        "admin_sock": h.admin_address.removeprefix("unix:"),
+        "api_sock": h.api_address.removeprefix("unix:"),
+        "database": str(h.data_dir / "agenthost.db"),
+        "admin_token": str(h.data_dir / "admin.token"),
+        "keys_file": str(h.data_dir / "keys.json"),
+        "other_plugin_data": str(h.data_dir / "plugins" / "agenthost-faulty" / "data"),
+        "other_runner_sock": str(h.supervisor.processes["agenthost-faulty"].sock_dir / "r.sock"),
+        "host_pid": os.getpid(),
+        "tcp_port": listener.getsockname()[1],
+        "outside_file": str(outside),
+        "marker": marker,
+    }
+    try:
+        result = await c.send(bot, json.dumps(targets))
+    finally:
+        listener.close()
+    assert result.run.status == "completed", result.run.error_message
+    assert not outside.exists()
+    return json.loads(result.text)
+
+
+async def test_a_plugin_reaches_nothing_beyond_its_own_walls(host, tmp_path):
+    h, c = host
+    await c.call("SetKey", hpb.SetKeyRequest(name="OPENAI_API_KEY", value="sk-stored-0123456789"))
+    await _install(c, FAULTY)
+    info = await _install(c, INTRUDER)
+    assert info.state == "ready", info.last_error
+    await c.call("CreateBot", hpb.CreateBotRequest(name="b"))
+    await c.bind("b", "agenthost-intruder/intruder")
+    marker = f"survivor-{uuid.uuid4().hex}"
+
+    report = await _attack(h, c, "b", tmp=tmp_path, marker=marker)
+
+    assert report["uid"] == sandbox.SANDBOX_UID
+    assert report["env_secrets"] == []  # neither the host's OPENAI_API_KEY nor anything named like a secret
+    for attack in (
+        "admin_sock",
+        "database",
+        "admin_token",
+        "keys_file",
+        "other_plugin_data",
+        "other_runner_sock",
+        "host_proc",
+        "host_environ",
+        "shadow",
+    ):
+        assert report[attack]["reached"] is False, (attack, report[attack])
+    # What it is meant to have: the run API socket, its own data dir.
+    assert report["api_sock"]["reached"] is True, report["api_sock"]
+    assert report["own_data_write"]["reached"] is True, report["own_data_write"]
+    # Installed without --allow-network: no network, although its manifest asks.
+    assert report["tcp_loopback"]["reached"] is False, report["tcp_loopback"]
+    # A double-forked, setsid'd process lives only as long as the plugin process: stopping the plugin ends it.
+    assert report["survivor"]["reached"] is True and _pgrep(marker)
+    await c.call("SetPluginEnabled", hpb.SetPluginEnabledRequest(plugin_id="agenthost-intruder", enabled=False))
+    assert await _wait_gone(marker) == []
+
+
+async def test_network_only_when_the_manifest_asks_and_the_user_accepts(host, tmp_path):
+    h, c = host
+    await _install(c, FAULTY)
+    await _install(c, INTRUDER, allow_network=True)
+    await c.call("CreateBot", hpb.CreateBotRequest(name="b"))
+    await c.bind("b", "agenthost-intruder/intruder")
+    report = await _attack(h, c, "b", tmp=tmp_path, marker=f"net-{uuid.uuid4().hex}")
+    assert report["tcp_loopback"] == {"reached": True, "value": "connected"}
+    # Network changes nothing else.
+    assert report["admin_sock"]["reached"] is False and report["database"]["reached"] is False
+
+
+async def test_nothing_a_plugin_started_survives_a_kill_9_of_the_host(tmp_path):
+    """A separate host process, killed with SIGKILL while the intruder's survivor runs."""
+    env = {**os.environ, "AGENTHOST_HOME": str(tmp_path / "home")}
+    marker = f"orphan-{uuid.uuid4().hex}"
+    serve = subprocess.Popen(
+        [str(Path(os.sys.executable)), "-m", "agenthost.host.cli", "serve"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        home = tmp_path / "home"
+        for _ in range(300):
+            if (home / "host.json").exists():
+                break
+            await asyncio.sleep(0.1)
+        async with HostClient.for_data_dir(home, timeout=300) as c:
+            await _install(c, FAULTY)
+            await _install(c, INTRUDER)
+            await c.call("CreateBot", hpb.CreateBotRequest(name="b"))
+            await c.bind("b", "agenthost-intruder/intruder")
+            targets = {k: "/nonexistent" for k in ("admin_sock", "api_sock", "database", "admin_token", "keys_file")}
+            targets |= {
+                "other_plugin_data": "/nonexistent",
+                "other_runner_sock": "/nonexistent",
+                "host_pid": serve.pid,
+                "tcp_port": 9,
+                "outside_file": str(tmp_path / "x"),
+                "marker": marker,
+            }
+            result = await c.send("b", json.dumps(targets))
+            assert json.loads(result.text)["survivor"]["reached"] is True
+        assert _pgrep(marker)
+        serve.kill()
+        serve.wait(30)
+        assert await _wait_gone(marker) == []
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait(30)
+
+
+# ---- the admin surface ----
+
+
+def _stub(h: Host) -> tuple[grpc.aio.Channel, host_pb2_grpc.AgentHostStub]:
+    channel = grpc.aio.insecure_channel(h.admin_address)
+    return channel, host_pb2_grpc.AgentHostStub(channel)
+
+
+async def test_admin_calls_need_a_credential(host):
+    h, _ = host
+    channel, stub = _stub(h)
+    try:
+        for metadata in ((), (("authorization", "Bearer nope"),), (("authorization", h.admin_token),)):
+            with pytest.raises(grpc.RpcError) as info:
+                await stub.ListBots(hpb.ListBotsRequest(), metadata=metadata, timeout=10)
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        # Streams are refused the same way, before any run starts.
+        call = stub.SendMessage(hpb.SendMessageRequest(bot="b", text="x"), timeout=10)
+        with pytest.raises(grpc.RpcError) as info:
+            await call.read()
+        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert h.run_store.list(bot_id="", conversation_id="", status="", limit=10) == []
+    finally:
+        await channel.close()
+
+
+async def test_a_send_credential_reaches_its_bots_and_nothing_else(host):
+    h, admin = host
+    for name in ("mine", "theirs"):
+        await admin.call("CreateBot", hpb.CreateBotRequest(name=name))
+        await admin.bind(name, "agenthost/local-agent", {"model": "demo/offline"})
+    theirs = await admin.send("theirs", "hello")
+    created = await admin.call("CreateCredential", hpb.CreateCredentialRequest(name="tg", scope="send", bots=["mine"]))
+    async with HostClient(h.admin_address, token=created.token) as c:
+        mine = await c.send("mine", "hello")
+        assert mine.run.status == "completed"
+        assert (await c.call("GetRun", hpb.RunRequestById(run_id=mine.run.run_id))).run_id == mine.run.run_id
+        with pytest.raises(errors.PermissionDenied):
+            await c.send("theirs", "hello")
+        with pytest.raises(errors.NotFound):  # another bot's run does not exist for this credential
+            await c.call("GetRun", hpb.RunRequestById(run_id=theirs.run.run_id))
+        with pytest.raises(errors.NotFound):
+            await c.call("ListRunEvents", hpb.ListRunEventsRequest(run_id=theirs.run.run_id))
+        for method, request in (
+            ("ListBots", hpb.ListBotsRequest()),
+            ("InstallPlugin", hpb.InstallPluginRequest(source=FAULTY)),
+            ("CreateBinding", hpb.CreateBindingRequest()),
+            ("GetHistory", hpb.GetHistoryRequest(bot="mine")),
+            ("SetKey", hpb.SetKeyRequest(name="X", value="y")),
+            ("CreateCredential", hpb.CreateCredentialRequest(name="more", scope="admin")),
+        ):
+            with pytest.raises(errors.PermissionDenied):
+                await c.call(method, request)
+        await admin.call("RevokeCredential", hpb.RevokeCredentialRequest(name="tg"))
+        with pytest.raises(errors.Unauthenticated):
+            await c.send("mine", "again")
+
+
+# ---- files ----
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+async def test_everything_the_host_writes_is_private(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    leaked = data / "old.log"
+    leaked.write_text("from an install made before the walls")
+    leaked.chmod(0o644)
+    os.umask(0o022)  # a permissive shell umask; the host must not inherit it
+    async with Host(data) as h, HostClient(h.admin_address, token=h.admin_token) as c:
+        await c.call("CreateBot", hpb.CreateBotRequest(name="b"))
+        await c.bind("b", "agenthost/local-agent", {"model": "demo/offline"})
+        await c.send("b", "hello")
+        await c.call("SetKey", hpb.SetKeyRequest(name="K", value="secret-value-123"))
+        assert _mode(data) == 0o700
+        for path in data.rglob("*"):
+            if path.is_symlink() or "env" in path.relative_to(data).parts:
+                continue
+            assert _mode(path) & 0o077 == 0, (path, oct(_mode(path)))
+        assert _mode(data / "admin.token") == 0o600 and _mode(data / "keys.json") == 0o600
+        assert b"secret-value-123" not in (data / "agenthost.db").read_bytes()
+    assert _mode(leaked) == 0o600
+
+
+async def test_a_squatted_socket_dir_is_never_used(tmp_path, monkeypatch):
+    # A data dir deep enough that the sockets go under the temp dir, where another user could prepare the name.
+    deep = tmp_path / ("d" * 60) / ("e" * 40)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    digest = hashlib.sha256(str(deep.resolve()).encode()).hexdigest()[:12]
+    squatted = tmp_path / f"agenthost-{os.getuid()}-{digest}"
+    squatted.mkdir(mode=0o777)
+    squatted.chmod(0o777)
+    (squatted / "admin.sock").write_text("a trap")
+    async with Host(deep) as h:
+        runtime = Path(h.admin_address.removeprefix("unix:")).parent
+        assert runtime != squatted and private_dir(runtime)
+    assert (squatted / "admin.sock").read_text() == "a trap"
+
+
+# ---- keys ----
+
+
+async def test_a_key_reaches_only_the_runs_of_bindings_that_name_it(tmp_path):
+    from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
+    from agenthost.runners.sdk.testing import HostHarness
+
+    class Echo(Runner):
+        manifest = RunnerManifest(name="echo")
+
+        async def run(self, run: RunContext):  # noqa: ANN201
+            yield events.text(json.dumps(run.secrets))
+
+    async with HostHarness(tmp_path, runners=[Echo]) as harness:
+        c = harness.client
+        await c.call("SetKey", hpb.SetKeyRequest(name="OPENAI_API_KEY", value="sk-named-0123456789"))
+        await c.call("CreateBot", hpb.CreateBotRequest(name="named"))
+        await c.call("CreateBot", hpb.CreateBotRequest(name="unnamed"))
+        await c.bind("named", "test/echo", keys=["OPENAI_API_KEY"])
+        await c.bind("unnamed", "test/echo")
+        assert json.loads((await c.send("named", "x")).text) == {"OPENAI_API_KEY": "sk-named-0123456789"}
+        assert json.loads((await c.send("unnamed", "x")).text) == {}
+        # Set on the running host, used by the next run: no restart.
+        await c.call("SetKey", hpb.SetKeyRequest(name="OPENAI_API_KEY", value="sk-rotated-0123456789"))
+        assert json.loads((await c.send("named", "x")).text) == {"OPENAI_API_KEY": "sk-rotated-0123456789"}
+        listed = (await c.call("ListKeys", hpb.ListKeysRequest())).keys
+        assert [(k.name, k.length) for k in listed] == [("OPENAI_API_KEY", 21)]
+        await c.call("RemoveKey", hpb.RemoveKeyRequest(name="OPENAI_API_KEY"))
+        failed = await c.send("named", "x")
+        assert failed.run.status == "failed" and failed.run.error_code == "missing_key"
+        assert "agenthost keys set" in failed.run.error_message
