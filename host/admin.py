@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
+from agenthost.host.binding_config import redact_config
 from agenthost.host.credentials import current, require_bot
 from agenthost.plugins.install import InstallError
 from agenthost.plugins.manifest import ManifestError
@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from agenthost.host.server import Host
 
 R = TypeVar("R")
-_PATTERN_CHARS = 256
 
 
 def _mapped(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
@@ -58,7 +57,10 @@ class AdminServicer(host_grpc.AgentHostServicer):
         if not request.source:
             raise errors.InvalidArgument("source is required: a directory, a wheel, or a requirement")
         return await self.host.install_plugin(
-            request.source, offline=request.offline, allow_network=request.allow_network
+            request.source,
+            offline=request.offline,
+            allow_network=request.allow_network,
+            require_hashes=request.require_hashes,
         )
 
     @_mapped
@@ -263,40 +265,3 @@ class AdminServicer(host_grpc.AgentHostServicer):
     ) -> hpb.RemoveKeyResponse:
         self.host.keys.remove(request.name)
         return hpb.RemoveKeyResponse()
-
-
-_SECRET_FIELD = re.compile(r"(^|_)(api_?key|key|token|secret|password|passwd|credential)s?$", re.IGNORECASE)
-
-
-def redact_config(value: Any) -> Any:
-    """A binding config as it may be shown: inline secrets (`api_key`, `*_token`, …) replaced by a marker, at any
-    depth. Names that only point at a secret (`api_key_env`, `keys`) stay readable."""
-    if isinstance(value, dict):
-        return {
-            k: "[redacted]" if _SECRET_FIELD.search(k) and isinstance(v, str) and v else redact_config(v)
-            for k, v in value.items()
-        }
-    if isinstance(value, list):
-        return [redact_config(v) for v in value]
-    return value
-
-
-def validate_binding(binding: hpb.Binding) -> None:
-    """Shape checks the host makes before a binding reaches the store (the runner's own schema comes after)."""
-    if not binding.runner_id:
-        raise errors.InvalidArgument("a binding needs a runner id")
-    pattern = binding.event_pattern or "message.*"
-    binding.event_pattern = pattern
-    if len(pattern) > _PATTERN_CHARS or len(binding.conversation_pattern) > _PATTERN_CHARS:
-        raise errors.InvalidArgument(f"patterns are at most {_PATTERN_CHARS} characters")
-    if binding.timeout_seconds < 0 or binding.timeout_seconds > 24 * 3600:
-        raise errors.InvalidArgument("timeout_seconds must be between 0 (default) and 86400")
-    if not -1000 <= binding.priority <= 1000:
-        raise errors.InvalidArgument("priority must be between -1000 and 1000")
-    try:
-        config = json.loads(binding.config_json or "{}")
-    except ValueError as exc:
-        raise errors.InvalidArgument(f"config is not valid JSON: {exc}") from None
-    if not isinstance(config, dict):
-        raise errors.InvalidArgument("config must be a JSON object")
-    binding.config_json = json.dumps(config)

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agenthost.host.client import HostClient
-    from agenthost.protos import common_pb2 as pb
     from agenthost.protos import host_pb2 as hpb
 
 # Kept here rather than imported, so building the parser needs no protobuf; tests/test_cli.py checks both lists
@@ -100,67 +99,6 @@ def _config_pairs(pairs: list[str]) -> dict[str, Any]:
     return config
 
 
-class Printer:
-    """Renders a run's stream for a terminal: text as it arrives, tools and notes on their own lines."""
-
-    def __init__(self, out: Any = None) -> None:
-        self.out = out or sys.stdout
-        self.mid_line = False
-
-    def _line(self, text: str) -> None:
-        if self.mid_line:
-            self.out.write("\n")
-            self.mid_line = False
-        self.out.write(text + "\n")
-
-    def event(self, ev: pb.RunEvent) -> None:
-        kind = ev.WhichOneof("kind")
-        if kind == "text_delta":
-            self.out.write(ev.text_delta.text)
-            self.mid_line = not ev.text_delta.text.endswith("\n")
-        elif kind == "tool_started":
-            self._line(f"  ⚙ {ev.tool_started.tool_name}({ev.tool_started.arguments_json[:200]})")
-        elif kind == "tool_finished":
-            mark = "✗" if ev.tool_finished.is_error else "✓"
-            self._line(f"  {mark} {ev.tool_finished.result[:300].replace(chr(10), ' ')}")
-        elif kind == "retry":
-            self._line(f"  … retry {ev.retry.attempt} in {ev.retry.delay_seconds:.1f}s: {ev.retry.reason}")
-        elif kind == "compaction":
-            self._line(f"  … compacted context {ev.compaction.tokens_before} → {ev.compaction.tokens_after} tokens")
-        elif kind == "progress":
-            self._line(f"  … {ev.progress.message}")
-        self.out.flush()
-
-    def finished(self, run: hpb.RunInfo, streamed_text: bool) -> None:
-        if not streamed_text and run.text:
-            self._line(run.text)
-        if self.mid_line:
-            self.out.write("\n")
-            self.mid_line = False
-        if run.status != "completed":
-            self._line(f"[run {run.run_id} {run.status}: {run.error_code} {run.error_message}]")
-
-
-async def _stream_reply(client: HostClient, request: hpb.SendMessageRequest) -> hpb.RunInfo:
-    from agenthost.protos import errors
-
-    printer = Printer()
-    streamed = False
-    finished: hpb.RunInfo | None = None
-    async for reply in client.stream(request):
-        kind = reply.WhichOneof("kind")
-        if kind == "events":
-            for ev in reply.events.events:
-                streamed |= ev.WhichOneof("kind") == "text_delta"
-                printer.event(ev)
-        elif kind == "run_finished":
-            finished = reply.run_finished
-    if finished is None:
-        raise errors.Unavailable("the host ended the stream before the run finished")
-    printer.finished(finished, streamed)
-    return finished
-
-
 def _when(timestamp: float) -> str:
     import time
 
@@ -178,7 +116,12 @@ async def cmd_plugins(args: argparse.Namespace, c: HostClient) -> int:
         if Path(source).expanduser().exists():
             # The host resolves paths from its own working directory; a path is the user's, relative to theirs.
             source = str(Path(source).expanduser().resolve())
-        request = hpb.InstallPluginRequest(source=source, offline=args.offline, allow_network=args.allow_network)
+        request = hpb.InstallPluginRequest(
+            source=source,
+            offline=args.offline,
+            allow_network=args.allow_network,
+            require_hashes=args.require_hashes,
+        )
         info = await c.call("InstallPlugin", request, timeout=900)
         if args.json:
             print_json(to_jsonable(info))
@@ -452,14 +395,17 @@ async def cmd_send(args: argparse.Namespace, c: HostClient) -> int:
         out["event_count"] = len(result.events)
         print_json(out)
         return 0 if result.run.status == "completed" else 1
+    from agenthost.host.console import stream_reply
+
     request = hpb.SendMessageRequest(bot=args.bot, text=args.text, conversation_id=args.conversation, source="cli")
-    run = await _stream_reply(c, request)
+    run = await stream_reply(c, request)
     return 0 if run.status == "completed" else 1
 
 
 async def cmd_chat(args: argparse.Namespace, c: HostClient) -> int:
     import asyncio
 
+    from agenthost.host.console import stream_reply
     from agenthost.protos import errors
     from agenthost.protos import host_pb2 as hpb
 
@@ -475,7 +421,7 @@ async def cmd_chat(args: argparse.Namespace, c: HostClient) -> int:
             continue
         sys.stdout.write(f"{args.bot}> ")
         try:
-            await _stream_reply(
+            await stream_reply(
                 c, hpb.SendMessageRequest(bot=args.bot, text=line, conversation_id=args.conversation, source="cli")
             )
         except errors.AgentHostError as exc:
@@ -697,10 +643,18 @@ def build_parser() -> argparse.ArgumentParser:
         "agenthost plugins install ./plugins/examples/notes-runner --offline",
         "agenthost plugins install dist/my_plugin-1.0-py3-none-any.whl",
         "agenthost plugins install 'my-plugin==1.0' --allow-network",
+        "agenthost plugins install pinned.txt --require-hashes   # lines: pkg==1.0 --hash=sha256:…",
     )
-    inst.add_argument("source", help="a directory (relative to here), a .whl file, or a pip requirement")
+    inst.add_argument(
+        "source", help="a directory (relative to here), a .whl file, a requirements .txt file, or a pip requirement"
+    )
     inst.add_argument("--offline", action="store_true", help="use only local files and installed packages")
     inst.add_argument("--allow-network", action="store_true", help="accept the plugin's request for network access")
+    inst.add_argument(
+        "--require-hashes",
+        action="store_true",
+        help="install from a requirements file that pins every distribution by hash (pip --require-hashes)",
+    )
     plugins.add("list", "each plugin's version, state, restarts and last error", "agenthost plugins list --json")
     for action, what in (("remove", "uninstall"), ("enable", "enable and start"), ("disable", "stop and disable")):
         plugins.add(action, f"{what} a plugin", f"agenthost plugins {action} agenthost-notes").add_argument("plugin_id")

@@ -8,13 +8,14 @@ with none it uses its offline demo model, which says so in every reply.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-from agenthost.host.cli import _stream_reply
 from agenthost.host.client import HostClient
+from agenthost.host.console import stream_reply
 from agenthost.host.server import Host
 from agenthost.protos import host_pb2 as hpb
 
@@ -37,12 +38,22 @@ async def run_demo(*, keep: bool = False) -> int:
     await host.start()
     try:
         async with HostClient(host.admin_address, token=host.admin_token, timeout=600) as c:
-            _say("agenthost bots create assistant && agenthost bots bind assistant --runner agenthost/local-agent")
+            _say("agenthost status")
+            print(f"sandbox: {host.sandbox_status}")
+            # Plugin processes never see the host's environment: a provider key reaches the local agent only
+            # from the key store, through a binding that names it.
+            keys = [name for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY") if os.environ.get(name)]
+            for name in keys:
+                _say(f"agenthost keys set {name}   # value from your environment, read on stdin")
+                await c.call("SetKey", hpb.SetKeyRequest(name=name, value=os.environ[name].strip()))
+            flags = "".join(f" --key {name}" for name in keys)
+            _say("agenthost bots create assistant")
+            _say(f"agenthost bots bind assistant --runner agenthost/local-agent{flags}")
             await c.call("CreateBot", hpb.CreateBotRequest(name="assistant"))
-            await c.bind("assistant", "agenthost/local-agent")
+            await c.bind("assistant", "agenthost/local-agent", keys=keys)
             for text in ("Hello! What is in my workspace?", "Thanks. What did I ask you first?"):
                 _say(f'agenthost send assistant "{text}"')
-                await _stream_reply(c, hpb.SendMessageRequest(bot="assistant", text=text, source="cli"))
+                await stream_reply(c, hpb.SendMessageRequest(bot="assistant", text=text, source="cli"))
 
             example = example_plugin()
             _say(f"agenthost plugins install {example} --offline")
@@ -52,7 +63,7 @@ async def run_demo(*, keep: bool = False) -> int:
             await c.bind("notes", "agenthost-notes/notes", {"greeting": "Noted."})
             for text in ("note water the plants", "note call the plumber", "list", "find plumber"):
                 _say(f'agenthost send notes "{text}"')
-                await _stream_reply(c, hpb.SendMessageRequest(bot="notes", text=text, source="cli"))
+                await stream_reply(c, hpb.SendMessageRequest(bot="notes", text=text, source="cli"))
 
             _say("agenthost runs list")
             for r in (await c.call("ListRuns", hpb.ListRunsRequest(limit=10))).runs:

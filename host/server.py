@@ -30,7 +30,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from agenthost.host import binding_config, limits
-from agenthost.host.admin import AdminServicer, validate_binding
+from agenthost.host.admin import AdminServicer
 from agenthost.host.credentials import AuthInterceptor, Credentials
 from agenthost.host.grants import RunRegistry
 from agenthost.host.keys import KeyStore
@@ -340,7 +340,7 @@ class Host:
         raise errors.NotFound(f"no plugin {plugin_id!r}")
 
     async def install_plugin(
-        self, source: str, *, offline: bool = False, allow_network: bool = False
+        self, source: str, *, offline: bool = False, allow_network: bool = False, require_hashes: bool = False
     ) -> hpb.PluginInfo:
         if self.sandbox_status.startswith("off"):
             raise errors.FailedPrecondition(
@@ -348,7 +348,11 @@ class Host:
                 "bubblewrap, or restart the host with --unsafe-no-sandbox"
             )
         installed = await installer.install(
-            source, self.data_dir / "plugins", offline=offline, sandboxed=self.sandbox_status == "on"
+            source,
+            self.data_dir / "plugins",
+            offline=offline,
+            sandboxed=self.sandbox_status == "on",
+            require_hashes=require_hashes,
         )
         if installed.plugin_id in self.supervisor.processes:
             await self.supervisor.stop(installed.plugin_id)
@@ -397,7 +401,7 @@ class Host:
 
     async def create_binding(self, bot_ref: str, binding: hpb.Binding) -> hpb.Binding:
         bot = self.registry.bot(bot_ref)
-        validate_binding(binding)
+        binding_config.validate_binding(binding)
         binding.bot_id = bot.bot_id
         await self._check_binding_config(binding)
         return await self.registry.create_binding(binding)
@@ -429,7 +433,7 @@ class Host:
         if request.HasField("keys"):
             binding.resource_policy.ClearField("keys")
             binding.resource_policy.keys.extend(request.keys.values)
-        validate_binding(binding)
+        binding_config.validate_binding(binding)
         await self._check_binding_config(binding)
         return await self.registry.update_binding(binding)
 

@@ -50,9 +50,30 @@ class InstalledPlugin:
     description: str
 
 
+def _pinned_distribution(path: Path) -> str:
+    """The plugin a requirements file installs: its first requirement (the rest are pinned dependencies)."""
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InstallError(f"cannot read {path}: {exc}") from None
+    for raw in lines:
+        line = raw.split(" #", 1)[0].strip().rstrip("\\").strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        spec = line.split(" --hash", 1)[0].strip()
+        try:
+            return Requirement(spec).name
+        except InvalidRequirement as exc:
+            raise InstallError(f"{path}: {spec!r} is not a requirement: {exc}") from None
+    raise InstallError(f"{path} names no requirement")
+
+
 def _distribution_of(source: str) -> tuple[str, str]:
-    """(kind, distribution name) for a directory, a wheel, or a requirement string."""
+    """(kind, distribution name) for a directory, a wheel, a requirements file (hash-pinned installs), or a
+    requirement string."""
     path = Path(source).expanduser()
+    if path.is_file() and path.suffix == ".txt":
+        return "requirements", _pinned_distribution(path)
     if path.is_dir():
         pyproject = path / "pyproject.toml"
         if not pyproject.exists():
@@ -130,10 +151,18 @@ def _tail(text: str, lines: int = 12) -> str:
     return "\n".join(kept[-lines:])
 
 
-async def install(source: str, plugins_dir: Path, *, offline: bool = False, sandboxed: bool = True) -> InstalledPlugin:
+async def install(
+    source: str, plugins_dir: Path, *, offline: bool = False, sandboxed: bool = True, require_hashes: bool = False
+) -> InstalledPlugin:
     """Called by the host's AgentHost.InstallPlugin. Raises InstallError with the reason on any failure.
-    `sandboxed=False` only when the user opted out of the walls (the host refuses installs otherwise)."""
+    `sandboxed=False` only when the user opted out of the walls (the host refuses installs otherwise).
+    `require_hashes`: the source must be a requirements file pinning every distribution it installs by hash."""
     kind, dist_name = _distribution_of(source)
+    if require_hashes and kind != "requirements":
+        raise InstallError(
+            "--require-hashes installs from a requirements file whose lines carry --hash=sha256:… (pip's format); "
+            f"{source} is a {kind}"
+        )
     plugin_id = canonicalize_name(dist_name)
     if plugin_id == "agenthost":
         raise InstallError("agenthost's built-in runners are already installed")
@@ -153,6 +182,10 @@ async def install(source: str, plugins_dir: Path, *, offline: bool = False, sand
             source = str(copy)
         elif kind == "wheel":
             read_only = (source,)
+        elif kind == "requirements":
+            # Pinned wheels usually sit beside the file; file:// references elsewhere are named in it.
+            urls = [w.removeprefix("file://") for w in Path(source).read_text().split() if w.startswith("file://")]
+            read_only = (str(Path(source).parent), *urls)
         elif (url := Requirement(source).url or "").startswith("file://"):
             read_only = (url.removeprefix("file://"),)  # a direct reference to a local file or directory
         pip = [
@@ -167,8 +200,11 @@ async def install(source: str, plugins_dir: Path, *, offline: bool = False, sand
         ]
         if offline:
             pip += ["--no-index", "--no-build-isolation"]
+        if require_hashes:
+            pip.append("--require-hashes")
+        target = ["-r", source] if kind == "requirements" else [source]
         env = walls.env()
-        code, out, err = await _run(*walls.argv([*pip, source], network=not offline, read_only=read_only), env=env)
+        code, out, err = await _run(*walls.argv([*pip, *target], network=not offline, read_only=read_only), env=env)
         if code:
             raise InstallError(f"pip could not install {source}:\n{_tail(err or out)}")
         describe = [str(python), "-m", "agenthost.runners.sdk", "describe", "--distribution", dist_name]

@@ -118,14 +118,16 @@ class HostStatus(_message.Message):
     def __init__(self, version: _Optional[str] = ..., data_dir: _Optional[str] = ..., pid: _Optional[int] = ..., started_at: _Optional[float] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., sandbox: _Optional[str] = ..., runs_in_flight: _Optional[int] = ...) -> None: ...
 
 class InstallPluginRequest(_message.Message):
-    __slots__ = ("source", "offline", "allow_network")
+    __slots__ = ("source", "offline", "allow_network", "require_hashes")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     OFFLINE_FIELD_NUMBER: _ClassVar[int]
     ALLOW_NETWORK_FIELD_NUMBER: _ClassVar[int]
+    REQUIRE_HASHES_FIELD_NUMBER: _ClassVar[int]
     source: str
     offline: bool
     allow_network: bool
-    def __init__(self, source: _Optional[str] = ..., offline: _Optional[bool] = ..., allow_network: _Optional[bool] = ...) -> None: ...
+    require_hashes: bool
+    def __init__(self, source: _Optional[str] = ..., offline: _Optional[bool] = ..., allow_network: _Optional[bool] = ..., require_hashes: _Optional[bool] = ...) -> None: ...
 
 class PluginInfo(_message.Message):
     __slots__ = ("plugin_id", "distribution", "version", "source", "enabled", "builtin", "state", "last_error", "pid", "restarts", "runners", "description")

@@ -104,3 +104,31 @@ async def test_the_pytest_fixture_for_runner_authors(agenthost_harness):
     async with agenthost_harness(runners=[Hello]) as h:
         result = await h.send("world")
         assert result.run.status == "completed" and result.text == "hello world"
+
+
+async def test_hash_pinned_install(host, notes_wheel, tmp_path):
+    """--require-hashes: a requirements file pinning the plugin by sha256 installs; a wrong or missing hash, or a
+    source that is not a requirements file, is refused with pip's or our reason and leaves nothing installed."""
+    import hashlib
+
+    h, c = host
+    digest = hashlib.sha256(notes_wheel.read_bytes()).hexdigest()
+    pinned = tmp_path / "pinned.txt"
+    pinned.write_text(f"agenthost-notes @ {notes_wheel.as_uri()} --hash=sha256:{digest}\n")
+    tampered = tmp_path / "tampered.txt"
+    tampered.write_text(f"agenthost-notes @ {notes_wheel.as_uri()} --hash=sha256:{'0' * 64}\n")
+    unpinned = tmp_path / "unpinned.txt"
+    unpinned.write_text(f"agenthost-notes @ {notes_wheel.as_uri()}\n")
+
+    def request(source: Path | str) -> hpb.InstallPluginRequest:
+        return hpb.InstallPluginRequest(source=str(source), offline=True, require_hashes=True)
+
+    with pytest.raises(errors.FailedPrecondition, match="(?i)hash"):
+        await c.call("InstallPlugin", request(tampered), timeout=300)
+    with pytest.raises(errors.FailedPrecondition, match="(?i)hash"):
+        await c.call("InstallPlugin", request(unpinned), timeout=300)
+    with pytest.raises(errors.FailedPrecondition, match="requirements file"):
+        await c.call("InstallPlugin", request(notes_wheel), timeout=300)
+    assert [p.plugin_id for p in h.registry.plugins()] == []
+    info = await c.call("InstallPlugin", request(pinned), timeout=300)
+    assert (info.plugin_id, info.state) == ("agenthost-notes", "ready")

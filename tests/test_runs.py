@@ -176,7 +176,11 @@ async def test_bootstrap_recent_tail_is_bounded(h):
     # the three newest items (max_inline_events=3), oldest first, ending with the current message
     assert [role for role, _ in inlined] == ["user", "assistant", "user"]
     assert inlined[0][1] == "m2" and inlined[-1][1] == "now"
-    assert Scripted.seen == [] or all(r.bootstrap == [] for r in Scripted.seen)  # none inlined by default
+    # A runner whose manifest asks for nothing gets nothing inlined, even with history before its message.
+    await h.send("first", conversation_id="plain")
+    await h.send("second", conversation_id="plain")
+    assert [r.text for r in Scripted.seen] == ["first", "second"]
+    assert Scripted.seen[-1].context.context.has_history_before and list(Scripted.seen[-1].bootstrap) == []
 
 
 async def test_client_disconnect_does_not_lose_the_run(h):

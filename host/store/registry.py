@@ -158,9 +158,8 @@ class Registry:
         )
         return [self._binding(r) for r in rows]
 
-    async def create_binding(self, b: hpb.Binding) -> hpb.Binding:
-        b.binding_id = f"bnd_{uuid.uuid4().hex[:12]}"
-        b.created_at = time.time()
+    @staticmethod
+    def _policies_json(b: hpb.Binding) -> tuple[str, str]:
         rp = {
             "apis": list(b.resource_policy.apis),
             "state_scopes": list(b.resource_policy.state_scopes),
@@ -168,18 +167,29 @@ class Registry:
             "keys": list(b.resource_policy.keys),
         }
         dp = {"streaming": b.delivery_policy.streaming, "max_message_size": b.delivery_policy.max_message_size}
+        return json.dumps(rp), json.dumps(dp)
+
+    @staticmethod
+    def _refuse_tie(conn: sqlite3.Connection, b: hpb.Binding) -> None:
+        """Exactly one binding must win each route: an equal-priority twin (other than `b` itself) is refused."""
+        clash = conn.execute(
+            "SELECT binding_id FROM bindings WHERE bot_id = ? AND event_pattern = ? AND conversation_pattern = ?"
+            " AND priority = ? AND binding_id != ?",
+            (b.bot_id, b.event_pattern, b.conversation_pattern, b.priority, b.binding_id),
+        ).fetchone()
+        if clash:
+            raise AlreadyExists(
+                f"binding {clash[0]} already routes {b.event_pattern!r} at priority {b.priority};"
+                " delete it or choose another priority so exactly one binding wins"
+            )
+
+    async def create_binding(self, b: hpb.Binding) -> hpb.Binding:
+        b.binding_id = f"bnd_{uuid.uuid4().hex[:12]}"
+        b.created_at = time.time()
+        rp, dp = self._policies_json(b)
 
         def insert(conn: sqlite3.Connection) -> None:
-            clash = conn.execute(
-                "SELECT binding_id FROM bindings WHERE bot_id = ? AND event_pattern = ? AND conversation_pattern = ?"
-                " AND priority = ?",
-                (b.bot_id, b.event_pattern, b.conversation_pattern, b.priority),
-            ).fetchone()
-            if clash:
-                raise AlreadyExists(
-                    f"binding {clash[0]} already routes {b.event_pattern!r} at priority {b.priority};"
-                    " delete it or choose another priority so exactly one binding wins"
-                )
+            self._refuse_tie(conn, b)
             conn.execute(
                 "INSERT INTO bindings(binding_id, bot_id, event_pattern, conversation_pattern, priority, runner_id,"
                 " config_json, resource_policy_json, delivery_policy_json, timeout_seconds, created_at)"
@@ -192,8 +202,8 @@ class Registry:
                     b.priority,
                     b.runner_id,
                     b.config_json,
-                    json.dumps(rp),
-                    json.dumps(dp),
+                    rp,
+                    dp,
                     b.timeout_seconds,
                     b.created_at,
                 ),
@@ -210,25 +220,10 @@ class Registry:
 
     async def update_binding(self, b: hpb.Binding) -> hpb.Binding:
         """Rewrites a binding's routing, config and policies in place (id, bot and created_at stay)."""
-        rp = {
-            "apis": list(b.resource_policy.apis),
-            "state_scopes": list(b.resource_policy.state_scopes),
-            "cross_conversation_patterns": list(b.resource_policy.cross_conversation_patterns),
-            "keys": list(b.resource_policy.keys),
-        }
-        dp = {"streaming": b.delivery_policy.streaming, "max_message_size": b.delivery_policy.max_message_size}
+        rp, dp = self._policies_json(b)
 
         def update(conn: sqlite3.Connection) -> None:
-            clash = conn.execute(
-                "SELECT binding_id FROM bindings WHERE bot_id = ? AND event_pattern = ? AND conversation_pattern = ?"
-                " AND priority = ? AND binding_id != ?",
-                (b.bot_id, b.event_pattern, b.conversation_pattern, b.priority, b.binding_id),
-            ).fetchone()
-            if clash:
-                raise AlreadyExists(
-                    f"binding {clash[0]} already routes {b.event_pattern!r} at priority {b.priority};"
-                    " choose another priority so exactly one binding wins"
-                )
+            self._refuse_tie(conn, b)
             changed = conn.execute(
                 "UPDATE bindings SET event_pattern = ?, conversation_pattern = ?, priority = ?, config_json = ?,"
                 " resource_policy_json = ?, delivery_policy_json = ?, timeout_seconds = ? WHERE binding_id = ?",
@@ -237,8 +232,8 @@ class Registry:
                     b.conversation_pattern,
                     b.priority,
                     b.config_json,
-                    json.dumps(rp),
-                    json.dumps(dp),
+                    rp,
+                    dp,
                     b.timeout_seconds,
                     b.binding_id,
                 ),

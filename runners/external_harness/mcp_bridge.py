@@ -27,7 +27,7 @@ SERVER_NAME = "agenthost"
 SERVER_VERSION = "1"
 SUPPORTED_PROTOCOLS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_PROTOCOL = SUPPORTED_PROTOCOLS[-1]
-MAX_LINE = 64 * 1024 * 1024
+MAX_LINE = 16 * 1024 * 1024
 # Harnesses cap tool output (Claude Code: ~25k tokens); a page larger than this is trimmed with a note.
 MAX_RESULT_CHARS = 60_000
 

@@ -5,7 +5,7 @@ machine): the last summary checkpoint from conversation state, plus the transcri
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agenthost.runners.local_agent import pairing
@@ -87,36 +87,162 @@ def items_to_messages(items: list[Any], *, exclude_event_id: str = "") -> list[M
     return healed
 
 
-async def rebuild(
+@dataclass
+class HostContext:
+    """What the host transcript says precedes the triggering message."""
+
+    messages: list[Message]
+    trigger_seq: int = 0  # transcript seq of the triggering user message; 0 when it was not found
+
+
+@dataclass
+class _Turn:
+    """One event's items: its user message (recorded when it arrived) and its run's output (recorded when the run
+    executed). Both are in transcript order within the turn, but turns interleave in the transcript."""
+
+    key: str
+    user: Any = None
+    outputs: list[Any] = field(default_factory=list)
+
+    @property
+    def first_output(self) -> int:
+        return self.outputs[0].seq if self.outputs else 0
+
+
+def _is_user_message(item: Any) -> bool:
+    return item.role == "user" and (item.item_type or "message") == "message"
+
+
+def _turns(items: list[Any]) -> dict[str, _Turn]:
+    """Groups oldest-first items by the event they belong to. The host tags every item with its event id; an item
+    without one (older data, test doubles) belongs with the nearest user message before it, which is right for a
+    transcript written one turn at a time."""
+    turns: dict[str, _Turn] = {}
+    current = ""
+    for it in items:
+        is_user = _is_user_message(it)
+        if it.event_id:
+            key = it.event_id
+        elif is_user or not current:
+            key = f"seq:{it.seq}"
+        else:
+            key = current
+        if is_user or not it.event_id:
+            current = key
+        turn = turns.setdefault(key, _Turn(key))
+        if is_user and turn.user is None:
+            turn.user = it
+        else:
+            turn.outputs.append(it)
+    return turns
+
+
+def _conversation_order(
+    turns: dict[str, _Turn], *, trigger_key: str, trigger_seq: int, trigger_created_at: float, anchor: str
+) -> list[_Turn]:
+    """The turns that precede the trigger, in the order the conversation had them.
+
+    The host records a user message when it arrives and its run's output when the run executes, one run per
+    conversation at a time in arrival order. So in a burst the transcript reads m1 m2 m3 A1 A2 A3, and seq order is
+    not conversation order. What does hold: user messages are in arrival order, runs' outputs are in execution
+    order, and both are the order of the events. A turn whose run produced output already ran, so it precedes the
+    trigger (whose run is the one now executing); a turn with only its message precedes the trigger when the
+    message arrived first, and otherwise is still queued and does not belong in this run's context.
+    """
+    executed: list[_Turn] = []
+    waiting: list[_Turn] = []
+    for turn in turns.values():
+        if turn.key == trigger_key:
+            continue
+        if turn.outputs:
+            executed.append(turn)
+        elif turn.user is not None:
+            if trigger_seq:
+                if turn.user.seq < trigger_seq:
+                    waiting.append(turn)
+            elif not trigger_created_at or turn.user.created_at < trigger_created_at:
+                waiting.append(turn)
+    executed.sort(key=lambda t: t.first_output)
+    # An executed turn whose message lies beyond where the walk stopped (before the checkpoint, or past the token
+    # budget) is covered by what replaces the older history; the exception is a turn with no message at all (an
+    # event that is not a message) that ran after a turn we keep, or the turn holding the compaction marker.
+    kept: list[_Turn] = []
+    anchored = False
+    for turn in executed:
+        if turn.user is not None or turn.key == anchor:
+            anchored = True
+            kept.append(turn)
+        elif anchored:
+            kept.append(turn)
+    waiting.sort(key=lambda t: t.user.seq)
+    ordered: list[_Turn] = []
+    w = 0
+    for turn in kept:
+        # A message whose run produced nothing (it failed, or was cancelled) sits before the first executed turn
+        # whose message arrived after it.
+        while turn.user is not None and w < len(waiting) and waiting[w].user.seq < turn.user.seq:
+            ordered.append(waiting[w])
+            w += 1
+        ordered.append(turn)
+    ordered.extend(waiting[w:])
+    return ordered
+
+
+async def read_context(
     api: Any,
     conversation_id: str,
     *,
     checkpoint: Checkpoint | None,
-    exclude_event_id: str,
+    trigger_event_id: str,
     token_budget: int,
-) -> list[Message]:
-    """Walks the transcript backwards until the checkpoint, a compaction marker, or the token budget."""
+    trigger_created_at: float = 0.0,
+    after_seq: int | None = None,
+) -> HostContext:
+    """The conversation before the triggering message, from the host transcript: the last checkpoint's summary and
+    every turn after it, each once, in conversation order, without the trigger or anything queued behind it.
+
+    Walks the transcript backwards from its newest item until the checkpoint, a compaction marker, or the token
+    budget. `after_seq` instead asks only for the turns whose message came after that seq (a session catching up
+    with turns it missed), with no summary in front.
+    """
     collected: list[Any] = []
     cursor = ""
     tokens = 0
     boundary: Summary | None = (
         Summary(checkpoint.summary, checkpoint.artifact_id, checkpoint.through_seq) if checkpoint else None
     )
+    stop_seq = after_seq if after_seq is not None else (checkpoint.through_seq if checkpoint else None)
     truncated_at: int | None = None
+    trigger_seq = 0
+    # After a compaction marker (no checkpoint in state): the messages of turns queued behind the marker's turn
+    # arrived before the marker, so keep walking, taking only user messages, until the marker turn's own message.
+    marker: Any = None
+    marker_key = ""
     done = False
     while not done:
         page = await api.history_page(
             conversation_id=conversation_id, cursor=cursor, direction="backward", limit=PAGE_SIZE
         )
         for it in page.items:
-            if checkpoint and it.seq <= checkpoint.through_seq:
+            if stop_seq is not None and it.seq <= stop_seq:
                 done = True
                 break
-            if it.item_type == "compaction" and boundary is None:
+            is_user = _is_user_message(it)
+            if trigger_event_id and it.event_id == trigger_event_id:
+                if is_user:
+                    trigger_seq = it.seq
+                continue  # the message that triggered this run; the loop adds it itself
+            if marker is not None:
+                if not is_user:
+                    continue  # output of the marker's turn or earlier ones: the summary covers it
+                if it.event_id == marker_key or (not marker.event_id and not marker_key):
+                    done = True  # the marker turn's own message: the summary covers it and all before
+                    break
+            elif it.item_type == "compaction" and boundary is None and after_seq is None:
                 # No checkpoint in state (e.g. written by an older runner) but the host recorded our summary.
                 boundary = Summary(it.text, "", it.seq)
-                done = True
-                break
+                marker, marker_key = it, it.event_id
+                continue
             tokens += estimate_text(it.text) + estimate_text(it.data_json) + 4
             if tokens > token_budget and collected:
                 truncated_at = it.seq
@@ -127,7 +253,20 @@ async def rebuild(
             break
         cursor = page.next_cursor
     collected.reverse()
-    messages = items_to_messages(collected, exclude_event_id=exclude_event_id)
+    if marker is not None:
+        # Items before the marker are covered by its summary, except messages of turns that came after its turn.
+        collected = [it for it in collected if it.seq > marker.seq or _is_user_message(it)]
+        if not marker_key:
+            marker_key = _marker_turn_key(collected, marker)
+    ordered = _conversation_order(
+        _turns(collected),
+        trigger_key=trigger_event_id,
+        trigger_seq=trigger_seq,
+        trigger_created_at=trigger_created_at,
+        anchor=marker_key,
+    )
+    items = [it for turn in ordered for it in ([turn.user] if turn.user is not None else []) + turn.outputs]
+    messages = items_to_messages(items)
     # A cut by budget may start on a tool result whose call fell outside; repair() above dropped it.
     prefix: list[Message] = []
     if boundary is not None:
@@ -140,4 +279,59 @@ async def rebuild(
                 through_seq=truncated_at,
             )
         )
-    return prefix + messages
+    return HostContext(prefix + messages, trigger_seq)
+
+
+def _marker_turn_key(collected: list[Any], marker: Any) -> str:
+    """For a marker without an event id: the turn key `_turns` gives the items right after it."""
+    turns = _turns(collected)
+    for key, turn in turns.items():
+        if any(it.seq > marker.seq for it in turn.outputs):
+            return key
+    return ""
+
+
+async def rebuild(
+    api: Any,
+    conversation_id: str,
+    *,
+    checkpoint: Checkpoint | None,
+    exclude_event_id: str,
+    token_budget: int,
+) -> list[Message]:
+    """The working context rebuilt from the host; see `read_context`."""
+    ctx = await read_context(
+        api, conversation_id, checkpoint=checkpoint, trigger_event_id=exclude_event_id, token_budget=token_budget
+    )
+    return ctx.messages
+
+
+def session_watermark(messages: list[Message]) -> int | None:
+    """The transcript seq of the newest user message a session holds, when it can be trusted to mean "every turn
+    up to here is in this session": only a message after the last summary (a summary's through_seq errs low, so
+    catching up from it would repeat a turn the summary already tells), and only a message whose seq is known."""
+    for m in reversed(messages):
+        if isinstance(m, UserMessage):
+            return m.host_seq or None
+        if isinstance(m, Summary):
+            return None
+    return 0 if not messages else None
+
+
+async def find_trigger_seq(api: Any, conversation_id: str, event_id: str, *, max_pages: int = 3) -> int:
+    """The transcript seq of the triggering user message. It is near the newest end (only messages queued behind
+    it are newer), so a few pages suffice; 0 when it is not there (an event that is not a message)."""
+    if not event_id:
+        return 0
+    cursor = ""
+    for _ in range(max_pages):
+        page = await api.history_page(
+            conversation_id=conversation_id, cursor=cursor, direction="backward", limit=PAGE_SIZE
+        )
+        for it in page.items:
+            if it.event_id == event_id and _is_user_message(it):
+                return int(it.seq)
+        if not page.has_more or not page.next_cursor:
+            break
+        cursor = page.next_cursor
+    return 0

@@ -55,11 +55,16 @@ class ToolResult:
 
 @dataclass(slots=True)
 class Summary:
-    """A compaction checkpoint standing in for everything before it."""
+    """A compaction checkpoint standing in for everything before it.
+
+    With `progress` set it is instead a note of the earlier tool steps of the turn it sits in (right after that
+    turn's user message): those steps are done and still in effect, unlike an earlier summary's tasks.
+    """
 
     content: str
     artifact_id: str = ""
     through_seq: int = 0
+    progress: bool = False
     role: str = "summary"
 
 
@@ -95,6 +100,8 @@ def to_dict(msg: Message) -> dict[str, Any]:
         d["artifact_id"] = msg.artifact_id
     if msg.through_seq:
         d["through_seq"] = msg.through_seq
+    if msg.progress:
+        d["progress"] = True
     return d
 
 
@@ -128,6 +135,7 @@ def from_dict(d: dict[str, Any]) -> Message:
             content=str(d.get("content", "")),
             artifact_id=str(d.get("artifact_id", "")),
             through_seq=int(d.get("through_seq", 0)),
+            progress=bool(d.get("progress", False)),
         )
     raise ValueError(f"unknown message role {role!r}")
 
@@ -146,6 +154,8 @@ def render_transcript(messages: list[Message]) -> str:
         elif isinstance(m, ToolResult):
             flag = " (error)" if m.is_error else ""
             lines.append(f"TOOL RESULT{flag} for {m.name} [{m.tool_call_id}]: {m.content}")
+        elif m.progress:
+            lines.append(f"STEPS ALREADY TAKEN IN THIS TURN: {m.content}")
         else:
             lines.append(f"EARLIER SUMMARY: {m.content}")
     return "\n".join(lines)

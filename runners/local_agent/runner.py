@@ -18,7 +18,13 @@ from agenthost.runners.local_agent import memory
 from agenthost.runners.local_agent.compaction import Compactor
 from agenthost.runners.local_agent.config import ConfigError, LocalAgentConfig
 from agenthost.runners.local_agent.errors import ContextWindowUnknown, ProviderError
-from agenthost.runners.local_agent.history import CHECKPOINT_KEY, Checkpoint, rebuild
+from agenthost.runners.local_agent.history import (
+    CHECKPOINT_KEY,
+    Checkpoint,
+    find_trigger_seq,
+    read_context,
+    session_watermark,
+)
 from agenthost.runners.local_agent.loop import FAILED_CODES, AgentLoop, RunFailed
 from agenthost.runners.local_agent.messages import UserMessage
 from agenthost.runners.local_agent.providers import build_provider, resolve_context_window, split_model
@@ -153,22 +159,16 @@ class LocalAgentRunner(Runner):
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    async def _current_user_seq(self, run: RunContext) -> int:
-        """The transcript seq of the message that triggered this run, so checkpoints can name host positions."""
-        try:
-            page = await run.api.history_page(conversation_id=run.conversation_id, limit=1)
-        except host_errors.AgentHostError:
-            return 0
-        for it in page.items:
-            if it.role == "user" and (not run.context.event.event_id or it.event_id == run.context.event.event_id):
-                return int(it.seq)
-        return 0
-
     async def _session(
         self, run: RunContext, config: LocalAgentConfig, window: int
-    ) -> tuple[Session, list[pb.RunEvent]]:
+    ) -> tuple[Session, list[pb.RunEvent], int]:
+        """The session this run continues, holding exactly the conversation before the triggering message, and
+        that message's transcript seq (0 when the host did not say), so checkpoints can name host positions."""
         notes: list[pb.RunEvent] = []
         key = conversation_key(run)
+        event = run.context.event
+        # Reading the host transcript is bounded so the first model call does not have to compact what was pulled.
+        budget = int(window * config.compaction_watermark * 0.8)
         session = self._sessions.get(key)
         if session is None:
             session, report = await asyncio.to_thread(Session.load, self.data_dir, key)
@@ -181,7 +181,8 @@ class LocalAgentRunner(Runner):
                         f"{report.skipped_lines} bad line(s) skipped"
                     )
                 )
-        if session is None:
+        trigger_seq = 0
+        if session is None or not session.messages:
             checkpoint = Checkpoint.from_state(run.state.get("conversation", {}).get(CHECKPOINT_KEY))
             if checkpoint is None:
                 try:
@@ -189,25 +190,51 @@ class LocalAgentRunner(Runner):
                 except host_errors.AgentHostError:
                     checkpoint = None
             try:
-                messages = await rebuild(
+                host = await read_context(
                     run.api,
                     run.conversation_id,
                     checkpoint=checkpoint,
-                    exclude_event_id=run.context.event.event_id,
-                    # Below the watermark, so the first model call does not have to compact what was just pulled.
-                    token_budget=int(window * config.compaction_watermark * 0.8),
+                    trigger_event_id=event.event_id,
+                    trigger_created_at=event.created_at,
+                    token_budget=budget,
                 )
+                messages, trigger_seq = host.messages, host.trigger_seq
             except host_errors.AgentHostError as exc:
                 messages = []
                 notes.append(events.progress(f"could not read conversation history from the host: {exc.message}"))
             session = Session.create(self.data_dir, key, messages)
             if messages:
                 notes.append(events.progress(f"rebuilt working context from host history ({len(messages)} messages)"))
+        else:
+            # The session is this runner's record, but a turn can be missing from it: a run that failed before its
+            # message reached the session, or a runner killed in between. The host transcript has every turn.
+            watermark = session_watermark(session.messages)
+            try:
+                if watermark is None:
+                    trigger_seq = await find_trigger_seq(run.api, run.conversation_id, event.event_id)
+                else:
+                    host = await read_context(
+                        run.api,
+                        run.conversation_id,
+                        checkpoint=None,
+                        trigger_event_id=event.event_id,
+                        trigger_created_at=event.created_at,
+                        token_budget=budget,
+                        after_seq=watermark,
+                    )
+                    trigger_seq = host.trigger_seq
+                    if host.messages:
+                        session.append(*host.messages)
+                        notes.append(
+                            events.progress(f"added {len(host.messages)} message(s) the session missed from host history")
+                        )
+            except host_errors.AgentHostError:
+                pass  # a binding without history access runs on its session alone
         self._sessions[key] = session
         self._sessions.move_to_end(key)
         while len(self._sessions) > MAX_CACHED_SESSIONS:
             self._sessions.popitem(last=False)
-        return session, notes
+        return session, notes, trigger_seq
 
     async def _system_prompt(self, run: RunContext, config: LocalAgentConfig, workspace: Path) -> str:
         parts = [config.system_prompt or DEFAULT_SYSTEM_PROMPT, f"Workspace directory: {workspace}"]
@@ -238,7 +265,7 @@ class LocalAgentRunner(Runner):
             granted_scopes=[_scope_name(s) for s in resources.state_scopes],
         )
         workspace = self._workspace(config, conversation_key(run))
-        session, notes = await self._session(run, config, window)
+        session, notes, trigger_seq = await self._session(run, config, window)
         for ev in notes:
             yield ev
         system = await self._system_prompt(run, config, workspace)
@@ -267,7 +294,7 @@ class LocalAgentRunner(Runner):
             deadline_at=run.deadline_at,
             stream_text=run.context.delivery.supports_streaming,
         )
-        user = UserMessage(content=_input_text(run), host_seq=await self._current_user_seq(run))
+        user = UserMessage(content=_input_text(run), host_seq=trigger_seq)
         async for ev in loop.run(user):
             yield ev
 

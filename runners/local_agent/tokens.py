@@ -1,8 +1,10 @@
-"""Token estimates: CJK-aware character weights, anchored on the provider's reported prompt size.
+"""Token estimates: CJK-aware character weights, checked against the provider's reported prompt size.
 
 A chars/4 rule undercounts Chinese, Japanese and Korean text by 3-4x (one ideograph is roughly one token or more),
-which is exactly how a CJK conversation overflows a window the estimate said was half empty. The estimate is only
-used for what the provider has not measured yet: the messages added since the last reported `input_tokens`.
+which is exactly how a CJK conversation overflows a window the estimate said was half empty. The provider's report
+is not trusted blindly either: local servers have been seen to leave the tool schemas out, to count only the
+uncached part of the prompt, or to send a constant. So the count is the larger of the two: the report (plus an
+estimate of what was added since) and the runner's own estimate of everything, tool schemas included.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agenthost.runners.local_agent.messages import AssistantMessage, Message, ToolResult
+from agenthost.runners.local_agent.messages import AssistantMessage, Message, Summary, ToolResult
 
 PER_MESSAGE_OVERHEAD = 4
+# The framing a provider wraps around a summary or progress note (providers.base.SUMMARY_PREFIX and friends).
+SUMMARY_FRAME_TOKENS = 60
 
 
 def _is_cjk(cp: int) -> bool:
@@ -60,6 +64,8 @@ def estimate_message(msg: Message) -> int:
             n += estimate_text(str(block.get("thinking", "")))
     elif isinstance(msg, ToolResult):
         n += 8
+    elif isinstance(msg, Summary):
+        n += SUMMARY_FRAME_TOKENS
     return n
 
 
@@ -95,7 +101,10 @@ class TokenCounter:
             self._anchor = UsageAnchor(prompt_tokens, message_count, self.generation)
 
     def estimate(self, system: str, tools: list[dict[str, Any]], messages: list[Message]) -> int:
+        own = estimate_text(system) + estimate_tools(tools) + estimate_messages(messages)
         a = self._anchor
         if a is not None and a.generation == self.generation and a.message_count <= len(messages):
-            return a.prompt_tokens + estimate_messages(messages[a.message_count :])
-        return estimate_text(system) + estimate_tools(tools) + estimate_messages(messages)
+            # A report above the estimate is real information (images, a tokenizer heavier than ours); one below
+            # it is as likely a server that left something out, and undercounting is what overflows a window.
+            return max(own, a.prompt_tokens + estimate_messages(messages[a.message_count :]))
+        return own

@@ -7,6 +7,7 @@ credentials, or a runner that handed out its own, fails here too.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import time
@@ -21,6 +22,8 @@ from agenthost.protos import run_api_pb2 as api_pb
 from agenthost.protos import run_api_pb2_grpc as api_grpc
 from agenthost.protos import runner_pb2
 from agenthost.runners.sdk.api import RunAPI
+
+HOLD_QUERY = "HOLD-UNTIL-THE-GATE-OPENS"
 
 
 @dataclass
@@ -38,6 +41,10 @@ class FakeHostData:
     calls: list[str] = field(default_factory=list)
     callers: list[str] = field(default_factory=list)  # "runner" (run token + secret) or "tool" (tool token)
     revoked: bool = False
+    # A history_search for HOLD_QUERY waits on `gate` (set by the test), so a call can be caught in flight.
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    held: asyncio.Event = field(default_factory=asyncio.Event)  # a held call has arrived
+    held_cancelled: list[str] = field(default_factory=list)  # held calls the client cancelled (gRPC cancel)
 
     def add_item(self, role: str, text: str) -> pb.TranscriptItem:
         n = len(self.transcript) + 1
@@ -107,6 +114,13 @@ class FakeRunAPI(api_grpc.AgentRunAPIProxyServicer):
 
     async def HistorySearch(self, request, context):  # noqa: N802
         await self._check(request, context, "HistorySearch")
+        if request.query == HOLD_QUERY:
+            self.data.held.set()
+            try:
+                await self.data.gate.wait()
+            except asyncio.CancelledError:
+                self.data.held_cancelled.append(request.query)
+                raise
         hits = [i for i in self.data.transcript if request.query.lower() in i.text.lower()]
         return api_pb.HistorySearchResponse(items=hits[: request.top_k or 10])
 

@@ -165,8 +165,6 @@ async def test_cut_uploads_leave_nothing(tmp_path):
             await channel.close()
         # the run can still upload afterwards
         ref = await run.api.artifact_create(b"fine", name="ok")
-        assert (
-            await run.api.artifact_read_all(ref.artifact_id) if hasattr(run.api, "artifact_read_all") else b"fine"
-        ) == b"fine"
+        assert await run.api.artifact_read_all(ref.artifact_id) == b"fine"
         Parked.release.set()
         assert (await send).run.status == "completed"

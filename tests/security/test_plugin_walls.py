@@ -324,3 +324,22 @@ async def test_a_key_reaches_only_the_runs_of_bindings_that_name_it(tmp_path):
         failed = await c.send("named", "x")
         assert failed.run.status == "failed" and failed.run.error_code == "missing_key"
         assert "agenthost keys set" in failed.run.error_message
+
+
+async def test_inline_secrets_in_a_binding_config_are_never_shown(host):
+    h, c = host
+    await c.call("CreateBot", hpb.CreateBotRequest(name="b"))
+    config = {"model": "openai/gpt-4o-mini", "base_url": "http://127.0.0.1:9/v1", "api_key": "sk-inline-0123456789"}
+    await c.bind("b", "agenthost/local-agent", config)
+    (shown,) = (await c.call("ListBindings", hpb.BotRequest(bot="b"))).bindings
+    assert json.loads(shown.config_json)["api_key"] == "[redacted]"
+    assert json.loads(shown.config_json)["model"] == "openai/gpt-4o-mini"
+    # The CLI as a user runs it (a separate process: the host serves on this test's event loop).
+    cli = await asyncio.create_subprocess_exec(
+        os.sys.executable,
+        *("-m", "agenthost.host.cli", "--data-dir", str(h.data_dir), "bots", "bindings", "b"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(cli.communicate(), 60)
+    assert cli.returncode == 0 and b"[redacted]" in out and b"sk-inline" not in out, out

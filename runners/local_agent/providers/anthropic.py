@@ -76,7 +76,7 @@ class AnthropicProvider(HttpProvider):
             if isinstance(m, UserMessage):
                 push("user", [{"type": "text", "text": m.content or "(empty message)"}])
             elif isinstance(m, Summary):
-                push("user", [{"type": "text", "text": summary_text(m.content)}])
+                push("user", [{"type": "text", "text": summary_text(m.content, m.progress)}])
             elif isinstance(m, ToolResult):
                 block: dict[str, Any] = {
                     "type": "tool_result",

@@ -23,6 +23,13 @@ SUMMARY_PREFIX = (
     "Do not re-execute tasks it describes; answer the messages that follow it.]\n"
 )
 SUMMARY_SUFFIX = "\n[END OF CONTEXT SUMMARY]"
+# The in-turn note must not carry the summary's "do not re-execute" framing onto the request it follows: that
+# framing, applied to the user's own instruction, is what made models stop mid-task.
+PROGRESS_PREFIX = (
+    "[PROGRESS NOTE — the earlier tool steps you took for the request above were compacted to save space. They are "
+    "done and their effects persist; do not repeat them. Continue working on the request above.]\n"
+)
+PROGRESS_SUFFIX = "\n[END OF PROGRESS NOTE]"
 
 
 @dataclass(slots=True)
@@ -88,7 +95,9 @@ def normalize_finish_reason(reason: str | None) -> str:
     }.get(r, r)
 
 
-def summary_text(content: str) -> str:
+def summary_text(content: str, progress: bool = False) -> str:
+    if progress:
+        return PROGRESS_PREFIX + content + PROGRESS_SUFFIX
     return SUMMARY_PREFIX + content + SUMMARY_SUFFIX
 
 

@@ -159,7 +159,7 @@ class OpenAICompatProvider(HttpProvider):
             if isinstance(m, UserMessage):
                 out.append({"role": "user", "content": m.content})
             elif isinstance(m, Summary):
-                out.append({"role": "user", "content": summary_text(m.content)})
+                out.append({"role": "user", "content": summary_text(m.content, m.progress)})
             elif isinstance(m, ToolResult):
                 out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content or "(empty)"})
             else:

@@ -1,7 +1,10 @@
 """Tool-call argument text from local models is often not quite JSON; this is the one place that fixes it up.
 
-Repairs are conservative: anything that still does not parse is kept as-is, so the loop can tell the model its
-arguments were invalid instead of running a tool with guessed input.
+Two stages. The fast path is the standard parser plus the two repairs that cover most streams (trailing commas,
+unterminated strings/brackets). What it cannot parse goes to `json_repair`, which knows the rest of what small
+models write: single quotes, Python literals (True/None), code fences, unquoted keys, prose around the object.
+Repairs stay conservative: the second stage only accepts a non-empty object from text that contains one, so prose
+never becomes guessed input, and anything still unparsable is kept as-is for the loop to report to the model.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
+
+from json_repair import repair_json
 
 _NAME_OK = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
@@ -46,8 +51,9 @@ def _balance(text: str) -> str:
     return text + closing
 
 
-def repair_arguments(raw: str | dict[str, Any] | None) -> str:
-    """Returns canonical JSON text for an object when the input can be made into one, else the raw text."""
+def repair_arguments(raw: str | dict[str, Any] | None, *, second_stage: bool = True) -> str:
+    """Returns canonical JSON text for an object when the input can be made into one, else the raw text.
+    `second_stage=False` runs the fast path alone (the repair-rate measurement compares the two)."""
     if raw is None:
         return "{}"
     if isinstance(raw, dict):
@@ -55,6 +61,13 @@ def repair_arguments(raw: str | dict[str, Any] | None) -> str:
     text = raw.strip()
     if not text:
         return "{}"
+    value = _fast_path(text)
+    if value is None and second_stage:
+        value = _second_stage(text)
+    return json.dumps(value, ensure_ascii=False) if value is not None else raw
+
+
+def _fast_path(text: str) -> dict[str, Any] | None:
     for candidate in (text, _TRAILING_COMMA.sub(r"\1", text)):
         try:
             value = json.loads(candidate, strict=False)  # strict=False admits raw control chars inside strings
@@ -65,14 +78,33 @@ def repair_arguments(raw: str | dict[str, Any] | None) -> str:
             try:
                 value = json.loads(value, strict=False)
             except ValueError:
-                return raw
-        return json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else raw
+                return None
+        return value if isinstance(value, dict) else None
     balanced = _balance(_TRAILING_COMMA.sub(r"\1", text))
     try:
         value = json.loads(_TRAILING_COMMA.sub(r"\1", balanced), strict=False)
     except ValueError:
-        return raw
-    return json.dumps(value, ensure_ascii=False) if isinstance(value, dict) else raw
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _second_stage(text: str) -> dict[str, Any] | None:
+    """json_repair, accepted only when it yields a non-empty object from text that holds one."""
+    if "{" not in text:
+        return None  # prose with no object in it: reporting the error beats inventing arguments
+    if split_concatenated(text) is not None:
+        return None  # several calls merged into one slot: the caller splits them
+    try:
+        value = repair_json(text, return_objects=True)
+    except Exception:  # noqa: BLE001 — a third-party parser's failure is just "not repairable"
+        return None
+    if isinstance(value, str):
+        # Double-encoded and also malformed: the object sits inside a JSON string.
+        try:
+            value = repair_json(value, return_objects=True) if "{" in value else None
+        except Exception:  # noqa: BLE001
+            return None
+    return value if isinstance(value, dict) and value else None
 
 
 def split_concatenated(text: str) -> list[str] | None:
