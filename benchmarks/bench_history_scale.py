@@ -42,8 +42,8 @@ from agenthost.host.store.conversations import conversation_scope  # noqa: E402
 from agenthost.protos import common_pb2 as pb  # noqa: E402
 from agenthost.protos import run_api_pb2 as api  # noqa: E402
 from agenthost.protos import run_api_pb2_grpc  # noqa: E402
+from agenthost.protos.wire import CHANNEL_OPTIONS  # noqa: E402
 from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events  # noqa: E402
-from agenthost.runners.sdk.server import CHANNEL_OPTIONS  # noqa: E402
 from agenthost.runners.sdk.testing import HostHarness  # noqa: E402
 
 CONVERSATION = "big"

@@ -11,7 +11,9 @@ machine's drift hits every variant alike.
                  metadata the runner process would send. Unary: StateGet (~1 KiB value), HistoryPage (50 items).
                  Streaming: SendMessage → runner streams deltas → host numbers, persists, projects → this client
                  (two hops, like LangBot's real path).
-  raw grpc.aio   benchmarks/raw_server.py: the same protos answered from memory (no auth, no storage), one hop.
+  raw grpc.aio   benchmarks/raw_server.py: the same protos answered from memory (no auth, no storage), one hop;
+                 and for deltas also through raw_server.py --relay (two hops, nothing added): the baseline with
+                 agenthost's own shape.
   LangBot 1 hop  langbot-plugin's own classes: this script spawns the peer with StdioClientController (how its
                  runtime spawns plugin workers); the peer serves with StdioServerController (the plugin worker's
                  path). Actions registered with Handler.action on an ActionType subclass, called with
@@ -22,6 +24,9 @@ machine's drift hits every variant alike.
                  as LangBot's runtime does between LangBot and a plugin.
 
 Prints p50/p99 per call, deltas/s per stream, and ratios (LangBot cost / agenthost cost; agenthost / raw).
+Deltas are compared like with like: agenthost and raw gRPC at the same deltas per message (1, 16, 64); LangBot's
+transport sends one item per message, so it is compared with agenthost at one per message. What batching adds on
+top of that is printed on its own line, labelled as such.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 VALUE = "v" * 1000
 DELTA = "x" * 48 + " \n"
+BATCHES = (1, 16, 64)  # deltas per gRPC message, the same on every gRPC side
 
 
 # ---------------------------------------------------------------- LangBot side (peer and relay processes)
@@ -231,7 +237,7 @@ class AgentHostSide:
         from agenthost.protos import host_pb2 as hpb
         from agenthost.protos import run_api_pb2 as api
         from agenthost.protos import run_api_pb2_grpc
-        from agenthost.runners.sdk.server import CHANNEL_OPTIONS
+        from agenthost.protos.wire import CHANNEL_OPTIONS
 
         self.hpb, self.api = hpb, api
         self.proc = subprocess.Popen(  # noqa: ASYNC220
@@ -267,6 +273,7 @@ class AgentHostSide:
         record = json.loads(found[0].read_text())
         self.run_id = record["run_id"]
         self.md = (("authorization", f"Bearer {record['token']}"), ("x-agenthost-plugin", record["secret"]))
+        info = json.loads(host_json.read_text())
         self.channel = grpc.aio.insecure_channel(info["api"], options=CHANNEL_OPTIONS)
         self.stub = run_api_pb2_grpc.AgentRunAPIProxyStub(self.channel)
         await self.stub.StateSet(
@@ -314,8 +321,11 @@ class AgentHostSide:
 
 
 class RawSide:
-    def __init__(self, work: Path) -> None:
-        self.address = f"unix:{work / 'raw.sock'}"
+    """The one-hop raw server; with `relay_to` (another RawSide's address), a relay in front of it (two hops)."""
+
+    def __init__(self, work: Path, name: str = "raw", relay_to: str = "") -> None:
+        self.address = f"unix:{work / (name + '.sock')}"
+        self.relay_to = relay_to
         self.proc: subprocess.Popen | None = None
 
     async def start(self) -> None:
@@ -323,11 +333,12 @@ class RawSide:
 
         from agenthost.protos import run_api_pb2 as api
         from agenthost.protos import run_api_pb2_grpc, runner_pb2, runner_pb2_grpc
-        from agenthost.runners.sdk.server import CHANNEL_OPTIONS
+        from agenthost.protos.wire import CHANNEL_OPTIONS
 
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        relay = ["--relay", self.relay_to] if self.relay_to else []
         self.proc = subprocess.Popen(  # noqa: ASYNC220
-            [sys.executable, str(ROOT / "benchmarks" / "raw_server.py"), self.address],
+            [sys.executable, str(ROOT / "benchmarks" / "raw_server.py"), self.address, *relay],
             stdout=subprocess.PIPE,
             env=env,
             cwd=ROOT,
@@ -398,9 +409,11 @@ async def main(args: argparse.Namespace) -> int:
     try:
         host = AgentHostSide(work)
         raw = RawSide(work)
+        relay = RawSide(work, "relay", relay_to=raw.address)
         await host.start()
         await raw.start()
-        sides = {"agenthost": host, "raw grpc.aio": raw}
+        await relay.start()
+        sides = {"agenthost": host, "raw grpc.aio": raw, "raw 2 hops": relay}
         history_path = work / "history.json"
         history_path.write_text(json.dumps(host.history_dict))
         try:
@@ -412,13 +425,14 @@ async def main(args: argparse.Namespace) -> int:
             langbot_error = f"{type(exc).__name__}: {exc}"
             print(f"LangBot variants skipped: {langbot_error}")
         names = list(sides)
-        unary = {(n, c): [] for n in names for c in ("state_get", "history_page")}
         streams: dict[tuple[str, str], list[float]] = {}
-        for name in names:  # warm up
+        unary_names = [n for n in names if n != "raw 2 hops"]  # the relay forwards only Run
+        unary = {(n, c): [] for n in unary_names for c in ("state_get", "history_page")}
+        for name in unary_names:  # warm up
             await timed(sides[name].state_get, 50, [])
             await timed(sides[name].history_page, 50, [])
         for r in range(args.rounds):
-            for name in names:
+            for name in unary_names:
                 for c in ("state_get", "history_page"):
                     await timed(getattr(sides[name], c), args.calls, unary[(name, c)])
             for name in names:
@@ -427,10 +441,11 @@ async def main(args: argparse.Namespace) -> int:
                     n = args.langbot_deltas
                     t0 = time.perf_counter()
                     got = await side.deltas(n)
-                    streams.setdefault((name, "one per message"), []).append(got / (time.perf_counter() - t0))
+                    streams.setdefault((name, "1 per message"), []).append(got / (time.perf_counter() - t0))
                     assert got == n, (name, got)
                     continue
-                for label, batch in (("one per message", 1), ("coalesced", 64 if name == "agenthost" else 16)):
+                for batch in BATCHES:
+                    label = f"{batch} per message"
                     n = args.deltas if batch > 1 else max(2000, args.deltas // 10)
                     t0 = time.perf_counter()
                     got = await side.deltas(n, batch)
@@ -442,7 +457,7 @@ async def main(args: argparse.Namespace) -> int:
         print(f"\n== unary calls, client process -> server process over its own transport; {n_calls} each ==")
         print(f"{'variant':16} {'StateGet p50':>13} {'p99':>8} {'HistoryPage50 p50':>18} {'p99':>8}   µs")
         fig: dict[tuple[str, str], tuple[float, float]] = {}
-        for name in names:
+        for name in unary_names:
             a = fig[(name, "state_get")] = pct(unary[(name, "state_get")])
             b = fig[(name, "history_page")] = pct(unary[(name, "history_page")])
             print(f"{name:16} {a[0]:13.0f} {a[1]:8.0f} {b[0]:18.0f} {b[1]:8.0f}")
@@ -461,15 +476,25 @@ async def main(args: argparse.Namespace) -> int:
             for lb in ("LangBot 1 hop", "LangBot 2 hops"):
                 if (lb, c) in fig:
                     print(f"{'':13} {lb} / agenthost p50: {fig[(lb, c)][0] / fig[(ah, c)][0]:.2f}x slower")
-        for label in ("one per message", "coalesced"):
+        for batch in BATCHES:
+            label = f"{batch} per message"
+            ah_rate = rates[(ah, label)]
             print(
-                f"deltas {label}: agenthost (2 hops, persisted) / raw grpc.aio (1 hop): "
-                f"{rates[(ah, label)] / rates[('raw grpc.aio', label)]:.2f}x"
+                f"deltas, {label:>15}: agenthost (2 hops, persisted) / raw 1 hop: "
+                f"{ah_rate / rates[('raw grpc.aio', label)]:.2f}x;"
+                f"  / raw 2 hops: {ah_rate / rates[('raw 2 hops', label)]:.2f}x"
             )
-            for lb in ("LangBot 1 hop", "LangBot 2 hops"):
-                if (lb, "one per message") in rates:
-                    ratio = rates[(ah, label)] / rates[(lb, "one per message")]
-                    print(f"{'':8} agenthost {label} / {lb}: {ratio:.1f}x faster")
+        one = rates[(ah, "1 per message")]
+        for lb in ("LangBot 1 hop", "LangBot 2 hops"):
+            if (lb, "1 per message") in rates:
+                lb_rate = rates[(lb, "1 per message")]
+                print(f"deltas, 1 per message on both sides: agenthost / {lb}: {one / lb_rate:.1f}x")
+                for batch in BATCHES[1:]:
+                    batched = rates[(ah, f"{batch} per message")]
+                    print(
+                        f"        with batching on top (agenthost @{batch}; LangBot's transport has none): "
+                        f"{batched / lb_rate:.1f}x"
+                    )
         if langbot_error:
             print(f"\nLangBot could not be driven: {langbot_error}")
         return 0

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 STATE_SCOPE_NAMES = ("run", "conversation", "actor", "binding", "runner")
 RUN_STATUSES = ("queued", "running", "completed", "failed", "cancelled", "timed_out", "interrupted")
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a process killed by SIGPIPE
+# agenthost.host.logs.LEVELS and LEVEL_ENV, repeated so building the parser imports nothing of the host.
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_LEVEL_ENV = "AGENTHOST_LOG_LEVEL"
 
 
 def version() -> str:
@@ -260,7 +263,7 @@ def _binding_line(b: hpb.Binding) -> str:
 
 async def cmd_bots(args: argparse.Namespace, c: HostClient) -> int:
     from agenthost.protos import host_pb2 as hpb
-    from agenthost.runners.sdk.events import STATE_SCOPES
+    from agenthost.protos.wire import STATE_SCOPES
 
     if args.action == "create":
         bot = await c.call("CreateBot", hpb.CreateBotRequest(name=args.name, description=args.description))
@@ -497,31 +500,102 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, HostClient], Awaitable[int]]] 
 }
 
 
-async def serve(data_dir: Path, *, unsafe_no_sandbox: bool = False) -> int:
+async def serve(
+    data_dir: Path,
+    *,
+    unsafe_no_sandbox: bool = False,
+    log_level: str = "info",
+    metrics: str | None = None,
+    otlp: str | None = None,
+    gateway: str | None = None,
+) -> int:
     import asyncio
     import signal
 
+    from agenthost.host import logs
     from agenthost.host.server import Host, HostAlreadyRunning
+    from agenthost.host.tracing import TracingUnavailable
 
-    host = Host(data_dir, unsafe_no_sandbox=unsafe_no_sandbox)
+    level = logs.parse_level(log_level)
+    # stderr here; <data>/logs/host.log is the host's own (it creates the data dir, privately, first).
+    to_stderr = logs.install(None, level, stderr=True)
+    host = Host(
+        data_dir,
+        unsafe_no_sandbox=unsafe_no_sandbox,
+        log_level=level,
+        metrics_address=metrics,
+        otlp_endpoint=otlp,
+        gateway_address=gateway,
+    )
     try:
         await host.start()
-    except HostAlreadyRunning as exc:
+    except (HostAlreadyRunning, TracingUnavailable, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
+        to_stderr.close()
         return 1
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stopping.set)
+    metrics_line = f"\n  metrics: http://{host.metrics_server.address}/metrics" if host.metrics_server else ""
+    if host.gateway is not None:
+        metrics_line += f"\n  gateway: http://{host.gateway.address}/v1 (OpenAI-compatible)"
     print(
         f"agenthost serving {host.data_dir}\n  admin: {host.admin_address}\n  run API: {host.api_address}\n"
-        f"  sandbox: {host.sandbox_status}",
+        f"  sandbox: {host.sandbox_status}\n  log: {logs.logs_dir(host.data_dir) / logs.HOST_LOG}{metrics_line}",
         flush=True,
     )
     await stopping.wait()
     print("agenthost stopping", flush=True)
     await host.stop()
+    to_stderr.close()
     return 0
+
+
+def cmd_logs(args: argparse.Namespace, data_dir: Path) -> int:
+    """Reads the log files directly (the CLI runs as the host's user): works with the host stopped, needs no grpc."""
+    from agenthost.host import logs
+
+    if args.plugin:
+        try:
+            path = logs.plugin_log_path(data_dir, args.plugin)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+    else:
+        path = logs.logs_dir(data_dir) / logs.HOST_LOG
+    if not path.exists() and not args.follow:
+        print(f"error: no log at {path}", file=sys.stderr)
+        return 1
+    # The host's lines are JSON objects already; with --json a plugin's plain lines become JSON strings, so the
+    # output is JSON lines either way.
+    out: Any = _JsonLines(sys.stdout) if args.json and args.plugin else sys.stdout
+    lines, end = logs.tail_lines(path, args.lines)
+    for line in lines:
+        out.write(line + "\n")
+    out.flush()
+    if args.follow:
+        try:
+            logs.follow(path, out, offset=end)
+        except KeyboardInterrupt:
+            return 0
+    return 0
+
+
+class _JsonLines:
+    """A text sink that writes each complete line it is given as one JSON string."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+        self._partial = ""
+
+    def write(self, text: str) -> None:
+        *complete, self._partial = (self._partial + text).split("\n")
+        for line in complete:
+            self.out.write(json.dumps(line, ensure_ascii=False) + "\n")
+
+    def flush(self) -> None:
+        self.out.flush()
 
 
 # ---- the parser ----
@@ -602,6 +676,41 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run third-party plugins without walls where no sandbox works (dangerous; logged)",
     )
+    srv.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default=None,
+        help="debug, info, warning or error (default: $AGENTHOST_LOG_LEVEL or info)",
+    )
+    srv.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        default=None,
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9464; :PORT binds loopback)",
+    )
+    srv.add_argument(
+        "--gateway",
+        metavar="HOST:PORT",
+        default=None,
+        help="serve the OpenAI-compatible HTTP gateway at http://HOST:PORT/v1 (e.g. 127.0.0.1:8080; :PORT binds "
+        "loopback); its keys are `credentials create NAME --scope send --bot BOT`",
+    )
+    srv.add_argument(
+        "--otlp",
+        metavar="URL",
+        default=None,
+        help="export OpenTelemetry spans over OTLP/HTTP (default: $OTEL_EXPORTER_OTLP_ENDPOINT; needs agenthost[otel])",
+    )
+    lg = sub.add(
+        "logs",
+        "print the host's log (or a plugin's), optionally following it",
+        "agenthost logs -n 100",
+        "agenthost logs --plugin agenthost --follow",
+        "agenthost logs | jq 'select(.msg == \"run.finished\")'",
+    )
+    lg.add_argument("--plugin", metavar="ID", default="", help="a plugin's stderr log instead of the host's")
+    lg.add_argument("--follow", "-f", action="store_true", help="keep printing what is appended")
+    lg.add_argument("-n", "--lines", type=_positive(100_000), default=50, help="lines to print first (default 50)")
     sub.add(
         "status", "the host, its sandbox, plugins and runs in flight", "agenthost status", "agenthost status --json"
     )
@@ -797,6 +906,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "logs":
+        return cmd_logs(args, (args.data_dir or _default_data_dir()).expanduser().resolve())
     import asyncio
     import logging
 
@@ -805,11 +916,25 @@ def _main(argv: list[str] | None) -> int:
 
     # Relative to the user's working directory, whoever resolves it later.
     data_dir = (args.data_dir or _default_data_dir()).expanduser().resolve()
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if args.command != "serve":
+        # `serve` logs JSON lines (agenthost.host.logs); the client commands print plain warnings.
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "serve":
-            logging.getLogger().setLevel(logging.INFO)
-            return asyncio.run(serve(data_dir, unsafe_no_sandbox=args.unsafe_no_sandbox))
+            level = args.log_level or os.environ.get(LOG_LEVEL_ENV) or "info"
+            if level.lower() not in LOG_LEVELS:
+                print(f"error: {LOG_LEVEL_ENV} must be one of {', '.join(LOG_LEVELS)}, got {level!r}", file=sys.stderr)
+                return 2
+            return asyncio.run(
+                serve(
+                    data_dir,
+                    unsafe_no_sandbox=args.unsafe_no_sandbox,
+                    log_level=level,
+                    metrics=args.metrics,
+                    otlp=args.otlp,
+                    gateway=args.gateway,
+                )
+            )
         if args.command == "demo":
             from agenthost.host.demo import run_demo
 

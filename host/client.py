@@ -14,7 +14,7 @@ from agenthost.host.credentials import read_admin_token
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors, host_pb2_grpc
 from agenthost.protos import host_pb2 as hpb
-from agenthost.runners.sdk.server import CHANNEL_OPTIONS
+from agenthost.protos.wire import CHANNEL_OPTIONS
 
 
 class HostNotRunning(RuntimeError):

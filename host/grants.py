@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from agenthost.plugins.manifest import API_METHODS, RunnerManifest
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unauthenticated
-from agenthost.runners.sdk.events import STATE_SCOPES
+from agenthost.protos.wire import STATE_SCOPES
 
 SCOPE_VALUES = STATE_SCOPES
 SCOPE_NAMES = {v: k for k, v in STATE_SCOPES.items()}

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import resource
 
-from agenthost.runners.sdk.server import MAX_BATCH_BYTES, MAX_EVENT_BYTES, MAX_MESSAGE_BYTES
+from agenthost.protos.wire import MAX_BATCH_BYTES, MAX_EVENT_BYTES, MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,6 @@ import logging.handlers
 import os
 import re
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -74,29 +73,26 @@ def event(logger: logging.Logger, level: int, name: str, **fields: Any) -> None:
 
 
 class Redactor:
-    """Masks token shapes and the exact values of secrets the host holds. `secrets` is asked again at most once
-    a second, so a key stored after the host started is masked too."""
+    """Masks token shapes and the exact values of secrets the host holds. `secrets` is asked on every line (so a
+    key stored a moment ago is masked at once); it should be cheap, e.g. cached until its source changes."""
 
     def __init__(self, secrets: Callable[[], Iterable[str]] | None = None) -> None:
         self._source = secrets
+        self._seen: frozenset[str] = frozenset()
         self._values: list[str] = []
-        self._checked = 0.0
-        self._lock = threading.Lock()
 
     def _current(self) -> list[str]:
         if self._source is None:
             return self._values
-        now = time.monotonic()
-        if now - self._checked > 1.0:
-            with self._lock:
-                self._checked = now
-                try:
-                    values = {v for v in self._source() if v and len(v) >= 8}
-                except Exception:  # a broken source must not take the log down with it
-                    values = set(self._values)
-                # Also as JSON would escape them: the formatter redacts the encoded line.
-                values |= {json.dumps(v)[1:-1] for v in values}
-                self._values = sorted(values, key=len, reverse=True)
+        try:
+            raw = frozenset(v for v in self._source() if v and len(v) >= 8)
+        except Exception:  # a broken source must not take the log down with it; keep what was known
+            return self._values
+        if raw != self._seen:
+            # Also as JSON would escape them: the formatter redacts the encoded line.
+            values = set(raw) | {json.dumps(v, ensure_ascii=False)[1:-1] for v in raw}
+            self._seen = raw
+            self._values = sorted(values, key=len, reverse=True)
         return self._values
 
     def scrub(self, text: str) -> str:

@@ -150,9 +150,7 @@ class Metrics:
             ("runner",),
             RUN_DURATION_BUCKETS,
         )
-        self.api_calls = CallCounter(
-            "agenthost_run_api_calls_total", "Run API calls by method and gRPC status code."
-        )
+        self.api_calls = CallCounter("agenthost_run_api_calls_total", "Run API calls by method and gRPC status code.")
         self.plugin_restarts = Counter(
             "agenthost_plugin_restarts_total", "Runner processes restarted after they died, by plugin.", ("plugin",)
         )

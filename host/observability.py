@@ -68,16 +68,6 @@ class Observer:
             status=info.status,
             duration_s=round(duration, 3),
             error_code=info.error_code,
-            events=None,
-        ) if False else event(
-            _runs_log,
-            level,
-            "run.finished",
-            run_id=info.run_id,
-            runner=info.runner_id,
-            status=info.status,
-            duration_s=round(duration, 3),
-            error_code=info.error_code,
         )
         self.metrics.runs.inc(info.runner_id, info.status)
         if began is not None:
@@ -124,7 +114,9 @@ class Observer:
 
     def plugin_restarting(self, plugin_id: str, attempt: int, delay: float) -> None:
         self.metrics.plugin_restarts.inc(plugin_id)
-        event(_plugins_log, logging.INFO, "plugin.restarting", plugin=plugin_id, restarts=attempt, delay_s=round(delay, 2))
+        event(
+            _plugins_log, logging.INFO, "plugin.restarting", plugin=plugin_id, restarts=attempt, delay_s=round(delay, 2)
+        )
 
     def plugin_breaker_open(self, plugin_id: str, failures: int, reason: str) -> None:
         event(
@@ -138,3 +130,40 @@ class Observer:
 
     def plugin_stopped(self, plugin_id: str) -> None:
         event(_plugins_log, logging.INFO, "plugin.stopped", plugin=plugin_id)
+
+
+def observed_auth(credentials: Any, observer: Observer) -> Any:
+    """The admin surface's AuthInterceptor, reporting each refusal to `observer` (rate-limited there). The
+    decision stays AuthInterceptor's; this only watches it: a failed `authenticate` is UNAUTHENTICATED, and a
+    scoped credential outside SEND_METHODS is the interceptor's PERMISSION_DENIED."""
+    import contextvars
+
+    from agenthost.host.credentials import SEND_METHODS, AuthInterceptor
+    from agenthost.protos import errors
+
+    calling: contextvars.ContextVar[str] = contextvars.ContextVar("agenthost_admin_method", default="")
+
+    class _Watched:
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._inner, name)
+
+        def authenticate(self, metadata: Any) -> Any:
+            try:
+                principal = self._inner.authenticate(metadata)
+            except errors.AgentHostError as exc:
+                observer.admin_refused(calling.get(), exc.code.name)
+                raise
+            method = calling.get()
+            if not principal.is_admin and method not in SEND_METHODS:
+                observer.admin_refused(method, "PERMISSION_DENIED")
+            return principal
+
+    class _Interceptor(AuthInterceptor):
+        async def intercept_service(self, continuation: Any, details: Any) -> Any:
+            calling.set(details.method.rpartition("/")[2])
+            return await super().intercept_service(continuation, details)
+
+    return _Interceptor(_Watched(credentials))

@@ -21,6 +21,7 @@ from google.protobuf import message_factory
 
 from agenthost.host import limits
 from agenthost.host.grants import ActiveRun, RunRegistry, hash_secret
+from agenthost.host.observability import Observer
 from agenthost.host.store.artifacts import ArtifactStore
 from agenthost.host.store.conversations import MAX_PAGE, MAX_TOP_K, Conversations
 from agenthost.host.store.runs import AuditLog, RunStore
@@ -174,6 +175,7 @@ def _run_scoped(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
             await self._refuse(context, run_id, method, exc)
             raise  # unreachable: abort raises
         self.audit.record(run_id, run.plugin_id, method, "OK")
+        self.observer.api_call(method, "OK")
         return result
 
     return wrapper
@@ -188,8 +190,10 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         artifacts: ArtifactStore,
         state: StateStore,
         audit: AuditLog,
+        observer: Observer | None = None,
     ) -> None:
         self.registry = registry
+        self.observer = observer or Observer()
         self.runs = runs
         self.conversations = conversations
         self.artifacts = artifacts
@@ -204,6 +208,7 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
     ) -> None:
         """The behaviour `_Gate` hands a call it refuses on its metadata alone: audited, ended, nothing read."""
         self.audit.record("", "", method, error.code.name, error.message)
+        self.observer.api_call(method, error.code.name)
         await errors.abort_with(context, error)
 
     async def _refuse(self, context: grpc.aio.ServicerContext, run_id: str, method: str, exc: Exception) -> None:
@@ -211,9 +216,11 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         logged with the run id and answered INTERNAL rather than gRPC's opaque UNKNOWN. Raises (abort does)."""
         if isinstance(exc, errors.AgentHostError):
             self.audit.record(run_id, self._caller(context), method, exc.code.name, exc.message)
+            self.observer.api_call(method, exc.code.name)
             await errors.abort_with(context, exc)
         log.error("run API %s failed for run %s", method, run_id[:128], exc_info=exc)
         self.audit.record(run_id, self._caller(context), method, "INTERNAL", f"{type(exc).__name__}: {exc}")
+        self.observer.api_call(method, "INTERNAL")
         await errors.abort_with(context, errors.Internal(f"the host failed to serve {method}; see its log"))
 
     def _caller(self, context: grpc.aio.ServicerContext) -> str:
@@ -326,6 +333,7 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             await self._refuse(context, request.run_id, "ArtifactRead", exc)
             return
         self.audit.record(request.run_id, run.plugin_id, "ArtifactRead", "OK")
+        self.observer.api_call("ArtifactRead", "OK")
         offset = request.offset
         while True:
             data = self.artifacts.read(ref.sha256, offset, STREAM_CHUNK)
@@ -430,6 +438,7 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             await self._refuse(context, run_id, "ArtifactCreate", exc)
             raise
         self.audit.record(run_id, run.plugin_id, "ArtifactCreate", "OK", ref.artifact_id)
+        self.observer.api_call("ArtifactCreate", "OK")
         return ref
 
     # ---- state ----

@@ -5,7 +5,8 @@ its turn in the conversation (runs of one conversation execute one at a time, in
 token and freezes the grant; streams the runner's events, numbering, persisting (group-committed, never awaited
 per event), projecting into the transcript and fanning them out to subscribers; and finally writes the outcome
 and revokes the token. The final write is awaited before the terminal status is published, so a client that saw
-a run finish can always read everything it produced.
+a run finish can always read everything it produced. What a runner is handed at start is assembled by
+run_context; what clients receive is buffered per subscriber by run_inbox.
 
 Runs do not belong to the client that asked for them: a client that disconnects only unsubscribes.
 """
@@ -27,8 +28,11 @@ from dataclasses import dataclass, field
 import grpc
 
 from agenthost.host import limits
-from agenthost.host.grants import SCOPE_VALUES, ActiveRun, Grant, RunRegistry, hash_secret, new_token
+from agenthost.host.grants import ActiveRun, Grant, RunRegistry, hash_secret, new_token
 from agenthost.host.keys import KeyStore
+from agenthost.host.observability import Observer
+from agenthost.host.run_context import ContextBuilder
+from agenthost.host.run_inbox import Inbox, split_events
 from agenthost.host.store.conversations import Conversations, NewItem
 from agenthost.host.store.registry import Registry
 from agenthost.host.store.runs import RunStore
@@ -42,14 +46,10 @@ from agenthost.protos.errors import FailedPrecondition, InvalidArgument, NotFoun
 
 log = logging.getLogger(__name__)
 
-PROTOCOL_VERSION = 1
-HOST_VERSION = "0.1.0"
 DEFAULT_TIMEOUT = 300.0
 MAX_TIMEOUT = 24 * 3600.0
 MAX_INPUT_BYTES = 256 * 1024
 MAX_ASSISTANT_TEXT = 4 * 1024 * 1024
-MAX_SNAPSHOT_BYTES = 256 * 1024
-MAX_CLIENT_BATCH = 256
 _CONVERSATION_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,512}$")
 _EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 
@@ -59,81 +59,6 @@ def parse_runner_id(runner_id: str) -> tuple[str, str]:
     if not sep or not plugin_id or not name:
         raise InvalidArgument(f"runner id must look like '<plugin>/<runner>', got {runner_id!r}")
     return plugin_id, name
-
-
-class _Inbox:
-    """One subscriber's replies. `take` hands over everything that piled up, with consecutive event batches
-    merged into one reply (up to MAX_CLIENT_BATCH events and limits.CLIENT_BATCH_BYTES): under load the client
-    hop costs one gRPC message per burst, not per runner batch, and never one message too large to send.
-
-    Bounded: a subscriber that falls limits.INBOX_MAX_BYTES (or INBOX_MAX_REPLIES) behind is dropped, its
-    backlog freed, and its next `take` raises ResourceExhausted. The run never waits for a subscriber."""
-
-    def __init__(self, run_id: str = "") -> None:
-        self._run_id = run_id
-        self._items: list[tuple[hpb.SendMessageReply | None, int]] = []
-        self._bytes = 0
-        self._ready = asyncio.Event()
-        self.dropped: str = ""
-
-    def put(self, reply: hpb.SendMessageReply | None, size: int = 0) -> None:
-        if self.dropped:
-            return
-        self._items.append((reply, size))
-        self._bytes += size
-        if self._bytes > limits.INBOX_MAX_BYTES or len(self._items) > limits.INBOX_MAX_REPLIES:
-            self.dropped = (
-                f"this client fell behind run {self._run_id} by more than INBOX_MAX_BYTES ="
-                f" {limits.INBOX_MAX_BYTES} bytes or INBOX_MAX_REPLIES = {limits.INBOX_MAX_REPLIES} replies and"
-                " was dropped; the run goes on (read its events with `agenthost runs events`)"
-            )
-            self._items.clear()
-            self._bytes = 0
-        self._ready.set()
-
-    async def take(self) -> list[hpb.SendMessageReply | None]:
-        while not self._items and not self.dropped:
-            self._ready.clear()
-            await self._ready.wait()
-        if self.dropped:
-            raise ResourceExhausted(self.dropped)
-        items, self._items, self._bytes = self._items, [], 0
-        out: list[hpb.SendMessageReply | None] = []
-        merged = 0  # bytes in out[-1] when it is an event batch
-        private = False  # whether out[-1] is our own copy (published replies are shared by subscribers)
-        for reply, size in items:
-            last = out[-1] if out else None
-            if (
-                reply is not None
-                and reply.HasField("events")
-                and last is not None
-                and last.HasField("events")
-                and len(last.events.events) < MAX_CLIENT_BATCH
-                and merged + size <= limits.CLIENT_BATCH_BYTES
-            ):
-                if not private:
-                    last = out[-1] = hpb.SendMessageReply(events=pb.RunEventBatch(events=last.events.events))
-                    private = True
-                last.events.events.extend(reply.events.events)
-                merged += size
-            else:
-                out.append(reply)
-                merged = size
-                private = False
-        return out
-
-
-def _split(events: list[pb.RunEvent], sizes: list[int]) -> list[list[pb.RunEvent]]:
-    """Events cut into runs of at most limits.CLIENT_BATCH_BYTES (an event larger than that travels alone)."""
-    out: list[list[pb.RunEvent]] = [[]]
-    size = 0
-    for event, n in zip(events, sizes, strict=True):
-        if out[-1] and size + n > limits.CLIENT_BATCH_BYTES:
-            out.append([])
-            size = 0
-        out[-1].append(event)
-        size += n
-    return out
 
 
 @dataclass
@@ -149,7 +74,7 @@ class _RunState:
     event_count: int = 0  # events the runner sent, and their serialized bytes (limits.RUN_MAX_EVENT*)
     event_bytes: int = 0
     terminal: pb.RunEvent | None = None
-    subscribers: list[_Inbox] = field(default_factory=list)
+    subscribers: list[Inbox] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     cancel_reason: str = ""
 
@@ -165,12 +90,14 @@ class RunManager:
         grants: RunRegistry,
         supervisor: Supervisor,
         keys: KeyStore | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.keys = keys
+        self.observer = observer or Observer()
         self.registry = registry
         self.runs = runs
         self.conversations = conversations
-        self.state = state
+        self.contexts = ContextBuilder(conversations, state)
         self.grants = grants
         self.supervisor = supervisor
         self._live: dict[str, _RunState] = {}
@@ -273,7 +200,7 @@ class RunManager:
 
         event = await self.registry.db.write(record)
         st = _RunState(info=info)
-        inbox = _Inbox(info.run_id)
+        inbox = Inbox(info.run_id)
         st.subscribers.append(inbox)
         self._live[info.run_id] = st
         st.task = asyncio.create_task(
@@ -349,6 +276,7 @@ class RunManager:
                 info.started_at = time.time()
                 info.deadline_at = info.started_at + timeout
                 await self.runs.mark_running(info.run_id, info.started_at, info.deadline_at)
+                self.observer.run_started(info)
                 tool_token = new_token("tt")  # never stored: it lives for this run's life only
                 st.active = ActiveRun(
                     run_id=info.run_id,
@@ -364,7 +292,7 @@ class RunManager:
                     tool_token_hash=hash_secret(tool_token),
                 )
                 self.grants.activate(st.active)
-                context = self._build_context(st.active, bot, binding, manifest, event, actor)
+                context = self.contexts.build(st.active, bot, binding, manifest, event, actor)
                 try:
                     secrets = self.keys.resolve(list(binding.resource_policy.keys)) if self.keys else {}
                 except FailedPrecondition as exc:
@@ -513,6 +441,10 @@ class RunManager:
                 self._flush_text(st, items)
                 if kind == "completed":
                     self._set_outcome(st, "completed")
+                elif ev.failed.code == "deadline_exceeded":
+                    # The runner noticed the deadline before the host did: the same outcome as the host's own
+                    # timeout, so a run's status does not depend on which side won the race.
+                    self._set_outcome(st, "timed_out", "deadline_exceeded", ev.failed.message)
                 else:
                     self._set_outcome(st, "failed", ev.failed.code or "runner_failed", ev.failed.message)
                 if st.active is not None:
@@ -536,7 +468,7 @@ class RunManager:
             self._publish(st, hpb.SendMessageReply(events=pb.RunEventBatch(events=kept)), estimate)
             return
         sizes = [ev.ByteSize() + 6 for ev in kept]
-        for part in _split(kept, sizes):
+        for part in split_events(kept, sizes):
             self._publish(st, hpb.SendMessageReply(events=pb.RunEventBatch(events=part)), sum(sizes[: len(part)]))
             sizes = sizes[len(part) :]
 
@@ -590,105 +522,6 @@ class RunManager:
         except Exception:
             log.exception("could not record the end of run %s", info.run_id)
         self._live.pop(info.run_id, None)
+        self.observer.run_finished(info)
         self._publish(st, hpb.SendMessageReply(run_finished=info), info.ByteSize())
         self._publish(st, None)
-
-    # ---- context ----
-
-    def _build_context(
-        self,
-        run: ActiveRun,
-        bot: hpb.Bot,
-        binding: hpb.Binding,
-        manifest: RunnerManifest,
-        event: pb.EventRecord,
-        actor: pb.Actor,
-    ) -> runner_pb2.AgentRunContext:
-        count, latest = self.conversations.history_stats(bot.bot_id, run.conversation_id)
-        bootstrap, inline = self._bootstrap(manifest, bot.bot_id, run.conversation_id, count)
-        ctx = runner_pb2.AgentRunContext(
-            run_id=run.run_id,
-            trigger=runner_pb2.Trigger(type=event.event_type, source=event.source, timestamp=event.created_at),
-            event=event,
-            conversation=runner_pb2.Conversation(
-                conversation_id=run.conversation_id, bot_id=bot.bot_id, bot_name=bot.name
-            ),
-            actor=actor,
-            input=runner_pb2.RunInput(text=event.text),
-            delivery=runner_pb2.Delivery(
-                surface=event.source,
-                supports_streaming=binding.delivery_policy.streaming,
-                max_message_size=binding.delivery_policy.max_message_size,
-            ),
-            resources=runner_pb2.Resources(
-                apis=sorted(run.grant.apis),
-                state_scopes=[SCOPE_VALUES[s] for s in sorted(run.grant.state_scopes)],
-                cross_conversation_patterns=list(run.grant.cross_conversation_patterns),
-            ),
-            context=runner_pb2.ContextAccess(
-                conversation_id=run.conversation_id,
-                latest_cursor=latest,
-                has_history_before=count > max(1, inline.delivered_count),
-                transcript_count=count,
-                inline_policy=inline,
-                available_apis=sorted(run.grant.apis),
-            ),
-            state_json=json.dumps(self._state_snapshot(run)),
-            runtime=runner_pb2.Runtime(
-                deadline_at=run.deadline_at,
-                host_version=HOST_VERSION,
-                protocol_version=PROTOCOL_VERSION,
-                binding_id=binding.binding_id,
-                runner_id=binding.runner_id,
-                plugin_id=run.plugin_id,
-            ),
-            config_json=binding.config_json or "{}",
-        )
-        ctx.bootstrap.extend(bootstrap)
-        return ctx
-
-    def _bootstrap(
-        self, manifest: RunnerManifest, bot_id: str, conversation_id: str, count: int
-    ) -> tuple[list[pb.TranscriptItem], runner_pb2.InlinePolicy]:
-        needs = manifest.context
-        mode = needs.bootstrap
-        if mode in ("none", "current_event") or needs.max_inline_events == 0:
-            return [], runner_pb2.InlinePolicy(mode=mode, source_total_count=count, complete=count <= 1)
-        tail = self.conversations.recent(bot_id, conversation_id, needs.max_inline_events)
-        if mode == "summary_tail":
-            cut = max((i for i, item in enumerate(tail) if item.item_type == "compaction"), default=-1)
-            if cut > 0:
-                tail = tail[cut:]
-        size = 0
-        kept: list[pb.TranscriptItem] = []
-        for item in reversed(tail):
-            size += item.ByteSize()
-            if size > needs.max_inline_bytes:
-                break
-            kept.append(item)
-        kept.reverse()
-        return kept, runner_pb2.InlinePolicy(
-            mode=mode,
-            delivered_count=len(kept),
-            source_total_count=count,
-            complete=len(kept) >= count,
-            reason="" if len(kept) >= count else "bounded by max_inline_events / max_inline_bytes",
-        )
-
-    def _state_snapshot(self, run: ActiveRun) -> dict[str, object]:
-        snapshot: dict[str, object] = {}
-        budget = MAX_SNAPSHOT_BYTES
-        for scope in ("conversation", "actor", "binding", "runner"):
-            if scope not in run.grant.state_scopes:
-                continue
-            values = self.state.snapshot(run.scope_keys[scope])
-            kept: dict[str, object] = {}
-            for key, value in values.items():
-                size = len(json.dumps(value))
-                if size > budget:
-                    kept["_truncated"] = True  # the rest is one state_get away
-                    break
-                budget -= size
-                kept[key] = value
-            snapshot[scope] = kept
-        return snapshot

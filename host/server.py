@@ -31,12 +31,16 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from agenthost.host import binding_config, limits
 from agenthost.host.admin import AdminServicer
-from agenthost.host.credentials import AuthInterceptor, Credentials
+from agenthost.host.credentials import Credentials
 from agenthost.host.grants import RunRegistry
-from agenthost.host.keys import KeyStore
+from agenthost.host.keys import KEYS_FILE, KeyStore
+from agenthost.host.logs import HostLogging, Redactor
+from agenthost.host.logs import install as install_logging
+from agenthost.host.metrics import MetricsServer, parse_address
+from agenthost.host.observability import Observer, observed_auth
 from agenthost.host.private_files import make_private_dir, tighten
 from agenthost.host.run_api import RunAPIServicer, add_servicer
-from agenthost.host.runs import HOST_VERSION, RunManager, parse_runner_id
+from agenthost.host.runs import RunManager, parse_runner_id
 from agenthost.host.store.artifacts import ArtifactStore
 from agenthost.host.store.conversations import Conversations
 from agenthost.host.store.cursors import CursorCodec
@@ -45,12 +49,13 @@ from agenthost.host.store.registry import PluginRecord, Registry
 from agenthost.host.store.runs import AuditLog, RunStore
 from agenthost.host.store.state import StateStore
 from agenthost.host.supervisor import PluginSpec, PluginStartError, Supervisor, SupervisorPolicy
+from agenthost.host.tracing import Tracing
 from agenthost.plugins import install as installer
 from agenthost.plugins import sandbox
 from agenthost.plugins.manifest import RunnerManifest
 from agenthost.protos import errors, host_pb2_grpc
 from agenthost.protos import host_pb2 as hpb
-from agenthost.runners.sdk.server import MAX_PENDING_CALLS, SERVER_OPTIONS
+from agenthost.protos.wire import MAX_PENDING_CALLS, SERVER_OPTIONS, VERSION
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +89,27 @@ class Host:
         policy: SupervisorPolicy | None = None,
         builtin_plugins: bool = True,
         unsafe_no_sandbox: bool = False,
+        log_level: int | None = None,
+        metrics_address: str | None = None,
+        otlp_endpoint: str | None = None,
+        tracing: Tracing | None = None,
+        gateway_address: str | None = None,
     ) -> None:
+        """`log_level`: also write the host log to <data>/logs/host.log at that level (None: leave logging to the
+        embedding process). `metrics_address`: serve Prometheus metrics there (HOST:PORT). `otlp_endpoint` (or
+        OTEL_EXPORTER_OTLP_ENDPOINT): export spans; `tracing` instead hands in a configured Tracing (tests)."""
         self.data_dir = data_dir.expanduser().resolve()
+        self.log_level = log_level
+        self.metrics_address = metrics_address
+        self.otlp_endpoint = otlp_endpoint
+        self.tracing = tracing
+        # The HTTP gateway (agenthost.host.gateway), off unless given HOST:PORT; aiohttp is imported only then.
+        self.gateway_address = gateway_address
+        self.gateway: Any = None
+        self.metrics_server: MetricsServer | None = None
+        self._logging: HostLogging | None = None
+        self._keys_stamp: tuple[int, ...] | None = None
+        self._key_values: list[str] = []
         self.policy = policy or SupervisorPolicy()
         self.builtin_plugins = builtin_plugins
         self.unsafe_no_sandbox = unsafe_no_sandbox
@@ -106,10 +130,39 @@ class Host:
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._acquire_lock()
         try:
+            if self.log_level is not None:
+                self._logging = install_logging(self.data_dir, self.log_level, redactor=Redactor(self._secrets))
             await self._start()
         except BaseException:
+            await self._stop_observing()
             self._release_lock()
             raise
+
+    def _secrets(self) -> list[str]:
+        """What the log redactor masks besides token shapes: the admin token and every stored provider key. Asked
+        for every log line, so the key file is read again only when it changed (a new stat)."""
+        found = [self.credentials.admin_token] if hasattr(self, "credentials") else []
+        if hasattr(self, "keys"):
+            try:
+                st = os.stat(self.data_dir / KEYS_FILE)
+                stamp: tuple[int, ...] = (st.st_ino, st.st_mtime_ns, st.st_size)
+            except FileNotFoundError:
+                stamp = ()
+            if stamp != self._keys_stamp:
+                self._key_values = list(self.keys.resolve([k.name for k in self.keys.list()]).values())
+                self._keys_stamp = stamp
+            found.extend(self._key_values)
+        return found
+
+    async def _stop_observing(self) -> None:
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
+            self.metrics_server = None
+        if self.tracing is not None:
+            self.tracing.shutdown()
+        if self._logging is not None:
+            self._logging.close()
+            self._logging = None
 
     def _acquire_lock(self) -> None:
         fd = os.open(self.data_dir / "host.lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -130,6 +183,9 @@ class Host:
 
     async def _start(self) -> None:
         self.started_at = time.time()
+        if self.tracing is None:
+            self.tracing = Tracing.configure(self.otlp_endpoint, required=bool(self.otlp_endpoint))
+        self.observer = Observer(tracing=self.tracing)
         loosened = tighten(self.data_dir)
         if loosened:
             log.warning("made %d files and directories under %s private to this user", loosened, self.data_dir)
@@ -165,6 +221,7 @@ class Host:
             policy=self.policy,
             on_ready=self._record_manifests,
             sandboxed=self.sandbox_status == "on",
+            observer=self.observer,
         )
         swept = await self.supervisor.sweep_orphans()
         interrupted = await self.run_store.interrupt_unfinished()
@@ -178,7 +235,9 @@ class Host:
             grants=self.grants,
             supervisor=self.supervisor,
             keys=self.keys,
+            observer=self.observer,
         )
+        self._watch()
         await self._serve()
         if self.builtin_plugins:
             await self._register_builtin()
@@ -205,15 +264,48 @@ class Host:
             "bubblewrap, or restart the host with --unsafe-no-sandbox to run plugins without walls"
         )
 
+    def _watch(self) -> None:
+        """Gauges read at scrape time: nothing runs between scrapes to keep them current."""
+        m = self.observer.metrics
+        m.gauge("agenthost_runs_live", "Runs queued or running.", self.runs.in_flight)
+        m.gauge(
+            "agenthost_db_write_queue_jobs", "Writes waiting for the database writer.", lambda: self.db.pending_jobs
+        )
+        m.gauge(
+            "agenthost_db_write_queue_bytes",
+            "Bytes of writes waiting for the database writer.",
+            lambda: self.db.pending_bytes,
+        )
+        m.gauge(
+            "agenthost_plugins_ready",
+            "Runner plugin processes ready to take runs.",
+            lambda: sum(pp.state == "ready" for pp in self.supervisor.processes.values()),
+        )
+
     async def _serve(self) -> None:
         for address in (self.api_address, self.admin_address):
             Path(address.removeprefix("unix:")).unlink(missing_ok=True)
-        api_server = grpc.aio.server(options=SERVER_OPTIONS, maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
+        api_server = grpc.aio.server(
+            options=SERVER_OPTIONS,
+            maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
+            # Only when tracing is on: off, the run API's calls go through no interceptor at all.
+            interceptors=[self.tracing.interceptor()] if self.tracing is not None and self.tracing.on else None,
+        )
         add_servicer(
-            RunAPIServicer(self.grants, self.run_store, self.conversations, self.artifacts, self.state, self.audit),
+            RunAPIServicer(
+                self.grants,
+                self.run_store,
+                self.conversations,
+                self.artifacts,
+                self.state,
+                self.audit,
+                observer=self.observer,
+            ),
             api_server,
         )
-        admin_server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[AuthInterceptor(self.credentials)])
+        admin_server = grpc.aio.server(
+            options=SERVER_OPTIONS, interceptors=[observed_auth(self.credentials, self.observer)]
+        )
         host_pb2_grpc.add_AgentHostServicer_to_server(AdminServicer(self), admin_server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, admin_server)
@@ -222,9 +314,20 @@ class Host:
             await server.start()
             self._servers.append(server)
         await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
+        if self.metrics_address:
+            bind, port = parse_address(self.metrics_address)
+            self.metrics_server = MetricsServer(self.observer.metrics, bind, port)
+            await self.metrics_server.start()
+            log.info("metrics on http://%s/metrics", self.metrics_server.address)
+        if self.gateway_address:
+            from agenthost.host.gateway.app import Gateway
+
+            self.gateway = Gateway(self, self.gateway_address)
+            await self.gateway.start()
+            log.info("HTTP gateway on http://%s/v1", self.gateway.address)
         (self.data_dir / "host.json").write_text(
             json.dumps(
-                {"pid": os.getpid(), "admin": self.admin_address, "api": self.api_address, "version": HOST_VERSION}
+                {"pid": os.getpid(), "admin": self.admin_address, "api": self.api_address, "version": VERSION}
             )
         )
 
@@ -235,6 +338,8 @@ class Host:
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
         await self.runs.shutdown()
+        if self.gateway is not None:  # after the runs: open streams end with their runs' outcome
+            await self.gateway.stop()
         for task in list(self._background):
             task.cancel()
         await self.supervisor.stop_all()
@@ -243,6 +348,7 @@ class Host:
         self._servers.clear()
         self.audit.flush()
         await self.db.close()
+        await self._stop_observing()
         with contextlib.suppress(OSError):
             (self.data_dir / "host.json").unlink()
         self._release_lock()
@@ -263,7 +369,7 @@ class Host:
             PluginRecord(
                 plugin_id=BUILTIN_PLUGIN,
                 distribution="agenthost",
-                version=HOST_VERSION,
+                version=VERSION,
                 source="built-in",
                 builtin=True,
                 enabled=current.enabled if current else True,
@@ -369,6 +475,7 @@ class Host:
             network=allow_network and any(m.permissions.network for m in installed.manifests),
         )
         await self.registry.put_plugin(record)
+        self.observer.plugin_installed(record.plugin_id, record.version, record.source)
         self.supervisor.add(self._spec(record))
         try:
             await self.supervisor.start(record.plugin_id)
@@ -384,6 +491,7 @@ class Host:
         self.supervisor.processes.pop(plugin_id, None)
         await self.registry.delete_plugin(plugin_id)
         installer.remove(self.data_dir / "plugins", plugin_id)
+        self.observer.plugin_removed(plugin_id)
 
     async def set_plugin_enabled(self, plugin_id: str, enabled: bool) -> hpb.PluginInfo:
         plugin = self.registry.plugin(plugin_id)
@@ -439,7 +547,7 @@ class Host:
 
     def status(self) -> hpb.HostStatus:
         return hpb.HostStatus(
-            version=HOST_VERSION,
+            version=VERSION,
             data_dir=str(self.data_dir),
             pid=os.getpid(),
             started_at=self.started_at,

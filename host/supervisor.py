@@ -37,11 +37,13 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from agenthost.host.grants import RunRegistry, new_token
+from agenthost.host.logs import RotatingFile, pump
+from agenthost.host.observability import Observer
 from agenthost.host.store.db import Database
 from agenthost.plugins import sandbox
 from agenthost.plugins.manifest import ManifestError, RunnerManifest
 from agenthost.protos import runner_pb2, runner_pb2_grpc
-from agenthost.runners.sdk.server import CHANNEL_OPTIONS, HANDSHAKE_PREFIX, PROTOCOL_VERSION
+from agenthost.protos.wire import CHANNEL_OPTIONS, HANDSHAKE_PREFIX, PROTOCOL_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +108,7 @@ class PluginProcess:
     monitor: asyncio.Task[None] | None = None
     stopping: bool = False
     sock_dir: Path | None = None
+    log_pump: asyncio.Task[None] | None = None  # copies the process's stderr into its rotating log
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def set_state(self, state: str) -> None:
@@ -133,8 +136,12 @@ class Supervisor:
         policy: SupervisorPolicy | None = None,
         on_ready: Callable[[str, dict[str, RunnerManifest]], Awaitable[None]] | None = None,
         sandboxed: bool = True,
+        observer: Observer | None = None,
     ) -> None:
         self.db = db
+        self.observer = observer or Observer()
+        # One rotating log per plugin, shared by its successive processes (and by a dying one's last words).
+        self._logs: dict[str, RotatingFile] = {}
         self.registry = registry
         self.runtime_dir = runtime_dir
         self.data_dir = data_dir
@@ -212,18 +219,19 @@ class Supervisor:
                     await self._spawn(pp)
                 except PluginStartError as exc:
                     pp.last_error = str(exc)
-                    log.warning("plugin %s failed to start: %s", pp.spec.plugin_id, exc)
+                    self.observer.plugin_failed(pp.spec.plugin_id, pp.last_error, crashed=False)
                 else:
                     if self.on_ready is not None:
                         await self.on_ready(pp.spec.plugin_id, pp.manifests)
                     pp.set_state("ready")
+                    self.observer.plugin_ready(pp.spec.plugin_id, pp.proc.pid, sorted(pp.manifests))
                     returncode = await pp.proc.wait()
                     alive = time.monotonic() - pp.started_at
                     await self._forget_process(pp)
                     if pp.stopping:
                         break
                     pp.last_error = f"runner process {describe_exit(returncode, sandboxed=self.sandboxed)}"
-                    log.warning("plugin %s: %s", pp.spec.plugin_id, pp.last_error)
+                    self.observer.plugin_failed(pp.spec.plugin_id, pp.last_error, crashed=True)
                     if alive >= self.policy.stable_after:
                         pp.consecutive_failures = 0
                 pp.consecutive_failures += 1
@@ -234,11 +242,13 @@ class Supervisor:
                         f"crash loop: {pp.consecutive_failures} failed starts in a row; last: {pp.last_error}"
                     )
                     pp.set_state("dead")
-                    log.error("plugin %s is dead: %s", pp.spec.plugin_id, pp.last_error)
+                    self.observer.plugin_breaker_open(pp.spec.plugin_id, pp.consecutive_failures, pp.last_error)
                     return
                 pp.set_state("backoff")
                 delay = min(self.policy.backoff_max, self.policy.backoff_base * 2 ** (pp.consecutive_failures - 1))
-                await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+                delay *= random.uniform(0.5, 1.0)
+                self.observer.plugin_restarting(pp.spec.plugin_id, pp.restarts + 1, delay)
+                await asyncio.sleep(delay)
                 pp.restarts += 1
         finally:
             if pp.state != "dead":
@@ -286,18 +296,25 @@ class Supervisor:
             except sandbox.SandboxUnavailable as exc:
                 raise PluginStartError(f"cannot sandbox the runner process: {exc}") from None
         pp.sock_dir = sock_dir
-        with open(log_path, "ab") as log_file:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=log_file,
-                cwd=data_dir,
-                env=env,
-                start_new_session=True,
-                limit=64 * 1024,
-            )
+        # stderr comes through a pipe and the host writes it, so the log rotates by size whatever the child does
+        # (a child holding the file itself could grow it past any rotation).
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=data_dir,
+            env=env,
+            start_new_session=True,
+            limit=64 * 1024,
+        )
+        sink = self._logs.get(spec.plugin_id)
+        if sink is None or sink.path != log_path:
+            sink = self._logs[spec.plugin_id] = RotatingFile(log_path)
+        assert proc.stderr is not None
+        pp.log_pump = asyncio.create_task(pump(proc.stderr, sink), name=f"log:{spec.plugin_id}")
         pp.proc = proc
+        self.observer.plugin_spawned(spec.plugin_id, proc.pid, pp.restarts)
         pp.started_at = time.monotonic()
         start_time = _proc_start_time(proc.pid) or ""
         await self.db.write(
@@ -349,6 +366,10 @@ class Supervisor:
             raise PluginStartError("unrecognized handshake: a line longer than 64 KiB on stdout") from None
         if not line:
             returncode = await proc.wait()
+            if pp.log_pump is not None:
+                # Its last words may still be in the pipe; a grandchild holding the pipe must not hold us here.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(pp.log_pump), 1.0)
             raise PluginStartError(
                 f"runner process {describe_exit(returncode, sandboxed=self.sandboxed)} before the handshake: "
                 f"{_tail(log_path)}"
@@ -447,9 +468,18 @@ class Supervisor:
                 await pp.monitor
         await self._forget_process(pp)
         pp.set_state("stopped")
+        self.observer.plugin_stopped(plugin_id)
 
     async def stop_all(self) -> None:
         await asyncio.gather(*(self.stop(pid) for pid in list(self.processes)), return_exceptions=True)
+        pumps = [pp.log_pump for pp in self.processes.values() if pp.log_pump is not None]
+        if pumps:
+            # The process groups are gone, so the pipes reach EOF; bounded in case something else held one open.
+            await asyncio.wait(pumps, timeout=2.0)
+            for task in pumps:
+                task.cancel()
+        for sink in self._logs.values():
+            sink.close()
 
 
 async def _exited(proc: asyncio.subprocess.Process, timeout: float) -> bool:

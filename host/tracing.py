@@ -183,9 +183,7 @@ class _RunAPISpans(grpc.aio.ServerInterceptor):
                 finally:
                     finish(start, request, context, exc)
 
-            return grpc.unary_unary_rpc_method_handler(
-                unary, handler.request_deserializer, handler.response_serializer
-            )
+            return grpc.unary_unary_rpc_method_handler(unary, handler.request_deserializer, handler.response_serializer)
         if handler.unary_stream is not None:
             inner_stream = handler.unary_stream
 

@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,7 +152,13 @@ def python_paths() -> list[str]:
     import agenthost.runners
 
     paths = {sys.base_prefix, sys.prefix, sys.exec_prefix}
-    paths.update(p for p in sys.path if p and os.path.isdir(p) and not p.startswith(("/tmp", os.getcwd())))
+    # Not the working directory (`python -m` puts it first; it may be a user's home) nor scratch dirs under /tmp.
+    cwd = os.getcwd()
+    paths.update(
+        p
+        for p in sys.path
+        if p and os.path.isdir(p) and os.path.abspath(p) != cwd and not p.startswith(tempfile.gettempdir())
+    )
     for pkg in (agenthost.host, agenthost.plugins, agenthost.protos, agenthost.runners):
         paths.update(pkg.__path__)
     bwrap = find_bwrap()

@@ -96,7 +96,7 @@ def test_bad_filters_are_refused_before_anything_runs() -> None:
 
 
 def test_the_clis_own_lists_match_their_sources() -> None:
-    from agenthost.runners.sdk.events import STATE_SCOPES
+    from agenthost.protos.wire import STATE_SCOPES
 
     assert set(STATE_SCOPE_NAMES) == set(STATE_SCOPES)
     proto = (Path(__file__).resolve().parent.parent / "protos" / "host.proto").read_text()

@@ -133,7 +133,7 @@ async def test_runner_failures_are_typed(h):
 
 async def test_runs_of_one_conversation_queue_in_order(h):
     first = asyncio.create_task(h.send("wait"))
-    while not Scripted.seen:
+    while not Scripted.seen:  # noqa: ASYNC110 - polling the runner's list; pytest-timeout bounds it
         await asyncio.sleep(0.01)
     second = asyncio.create_task(h.send("second"))
     other = await h.send("elsewhere", conversation_id="other")  # another conversation is not blocked

@@ -21,6 +21,7 @@ from agenthost.runners.external_harness.turn import (
     Install,
     TurnPlan,
     TurnState,
+    base_url,
     forwarded_secrets,
     isolation_env,
     secret_values,
@@ -28,11 +29,15 @@ from agenthost.runners.external_harness.turn import (
 from agenthost.runners.sdk import events
 
 SESSION_LOST_MARKERS = ("No conversation found with session ID", "No conversation found")
+# What Claude Code says when it has no credential at all, and when the API refused the one it has.
+MISSING_KEY_MARKERS = ("Not logged in", "Please run /login")
+REJECTED_KEY_MARKERS = ("Invalid API key", "(API status 401)", "authentication_error", "Failed to authenticate")
 APPEND_PROMPT_FILE = "append-system-prompt.md"
 
 
 class ClaudeCodeDriver:
     name = "claude-code"
+    default_key_env = "ANTHROPIC_API_KEY"
     config_model = ClaudeCodeConfig
     binary_env = "AGENTHOST_CLAUDE_BIN"
     binary_name = "claude"
@@ -89,9 +94,15 @@ class ClaudeCodeDriver:
             "DISABLE_TELEMETRY": "1",
             "DISABLE_ERROR_REPORTING": "1",
             "CLAUDE_CODE_ENTRYPOINT": "sdk-agenthost",
+            # Its default (10, with backoff) takes minutes to give up on a key the API rejects.
+            "CLAUDE_CODE_MAX_RETRIES": str(config.max_retries),
         }
+        if plan.bridge is not None:
+            # The managed block already names the bridge's tools; deferred tool search would cost the model a
+            # round trip to find them first.
+            set_env["ENABLE_TOOL_SEARCH"] = "false"
         if config.base_url:
-            set_env["ANTHROPIC_BASE_URL"] = config.base_url
+            set_env["ANTHROPIC_BASE_URL"] = base_url(config.base_url, v1=False)
         set_env.update(config.env)
         set_env.update(secrets)
         set_env.update(plan.bridge_env)
@@ -100,6 +111,13 @@ class ClaudeCodeDriver:
 
     def session_lost(self, stderr: str, turn: TurnState) -> bool:
         return turn.session_lost or any(marker in stderr for marker in SESSION_LOST_MARKERS)
+
+    def auth_problem(self, message: str) -> str | None:
+        if any(m in message for m in MISSING_KEY_MARKERS):
+            return "missing"
+        if any(m in message for m in REJECTED_KEY_MARKERS):
+            return "rejected"
+        return None
 
     def map_event(self, raw: dict[str, Any], turn: TurnState) -> list[pb.RunEvent]:
         kind = raw.get("type")

@@ -8,6 +8,8 @@ Session model: Codex chooses the thread id and announces it in `thread.started`;
 from __future__ import annotations
 
 import json
+import tomllib
+from pathlib import Path
 from typing import Any
 
 from agenthost.protos import common_pb2 as pb
@@ -21,6 +23,7 @@ from agenthost.runners.external_harness.turn import (
     Install,
     TurnPlan,
     TurnState,
+    base_url,
     forwarded_secrets,
     isolation_env,
     secret_values,
@@ -28,6 +31,8 @@ from agenthost.runners.external_harness.turn import (
 from agenthost.runners.sdk import events
 
 SESSION_LOST_MARKERS = ("No saved session found", "no rollout found")
+MISSING_KEY_MARKERS = ("Missing environment variable", "Not logged in", "not logged in")
+REJECTED_KEY_MARKERS = ("401 Unauthorized", "Incorrect API key", "invalid_api_key")
 PROVIDER = "agenthost"
 TOOL_ITEMS = ("command_execution", "mcp_tool_call", "file_change", "web_search")
 
@@ -78,6 +83,7 @@ def toml_value(value: Any) -> str:
 
 class CodexDriver:
     name = "codex"
+    default_key_env = "OPENAI_API_KEY"
     config_model = CodexConfig
     binary_env = "AGENTHOST_CODEX_BIN"
     binary_name = "codex"
@@ -90,7 +96,7 @@ class CodexDriver:
         config = plan.config
         assert isinstance(config, CodexConfig)
         ws = plan.workspace
-        key_env = config.api_key_env or "OPENAI_API_KEY"
+        key_env = config.api_key_env or self.default_key_env
         overrides: dict[str, Any] = dict(BASE_OVERRIDES)
         overrides["sandbox_mode"] = config.sandbox
         if config.sandbox == "workspace-write":
@@ -98,9 +104,11 @@ class CodexDriver:
         if config.base_url:
             overrides["model_provider"] = PROVIDER
             overrides[f"model_providers.{PROVIDER}.name"] = "agenthost-configured provider"
-            overrides[f"model_providers.{PROVIDER}.base_url"] = config.base_url
+            overrides[f"model_providers.{PROVIDER}.base_url"] = base_url(config.base_url, v1=True)
             overrides[f"model_providers.{PROVIDER}.wire_api"] = config.wire_api
             overrides[f"model_providers.{PROVIDER}.env_key"] = key_env
+            overrides[f"model_providers.{PROVIDER}.request_max_retries"] = config.max_retries
+            overrides[f"model_providers.{PROVIDER}.stream_max_retries"] = config.max_retries
         overrides.update(config.config_overrides)
 
         argv = [plan.binary, "exec", "--json", "--skip-git-repo-check", "--color", "never", "-C", str(ws.working_dir)]
@@ -122,6 +130,28 @@ class CodexDriver:
         set_env.update(plan.bridge_env)
         env = build_env(inherited=plan.inherited_env, set_env=set_env)
         return Command(argv=argv, env=env, secrets=secret_values(plan, secrets))
+
+    def auth_problem(self, message: str) -> str | None:
+        if any(m in message for m in MISSING_KEY_MARKERS):
+            return "missing"
+        if any(m in message for m in REJECTED_KEY_MARKERS):
+            return "rejected"
+        return None
+
+    def configured_model(self, config: CodexConfig, codex_home: Path) -> str:
+        """The model this turn uses, for usage events (Codex's JSON events never name it): the binding's, else
+        the per-bot config.toml's (a user may set it there), else ''."""
+        if config.model:
+            return config.model
+        override = config.config_overrides.get("model")
+        if isinstance(override, str):
+            return override
+        try:
+            with open(codex_home / "config.toml", "rb") as fh:
+                model = tomllib.load(fh).get("model")
+        except (OSError, tomllib.TOMLDecodeError):
+            return ""
+        return model if isinstance(model, str) else ""
 
     def session_lost(self, stderr: str, turn: TurnState) -> bool:
         return turn.session_lost or any(m.lower() in stderr.lower() for m in SESSION_LOST_MARKERS)

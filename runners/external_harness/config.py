@@ -79,7 +79,11 @@ class HarnessConfig(_Strict):
         "the repo-local .tools/npm install, then PATH.",
     )
     model: str | None = Field(default=None, description="Model name passed to the harness.")
-    base_url: str | None = Field(default=None, description="API base URL (a gateway, a proxy, a local fake).")
+    base_url: str | None = Field(
+        default=None,
+        description="API base URL (a gateway, a proxy, a local fake), with or without the trailing /v1: each "
+        "harness gets the form it needs (Claude Code without /v1, Codex with it).",
+    )
     api_key_env: str | None = Field(
         default=None,
         description="Name of the API key: a key the host stores and the binding names (`agenthost keys set NAME`, "
@@ -102,6 +106,14 @@ class HarnessConfig(_Strict):
     resume: bool = Field(default=True, description="Continue the conversation's harness session across messages.")
     timeout_seconds: float | None = Field(
         default=None, gt=0, description="Cap on one turn, on top of the run's deadline."
+    )
+    max_retries: int = Field(
+        default=2,
+        ge=0,
+        le=20,
+        description="How often the harness retries a failed model request (Claude Code: CLAUDE_CODE_MAX_RETRIES, "
+        "whose own default of 10 spends minutes retrying a rejected key; Codex: the provider's request and stream "
+        "retries, when base_url configures one). A binding `env` entry of the same variable wins.",
     )
     interrupt_grace_seconds: float = Field(
         default=3.0, ge=0, le=60, description="After an interrupt, how long the harness may wind down before SIGKILL."

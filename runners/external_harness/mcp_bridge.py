@@ -20,14 +20,26 @@ import base64
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 SERVER_NAME = "agenthost"
 SERVER_VERSION = "1"
 SUPPORTED_PROTOCOLS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_PROTOCOL = SUPPORTED_PROTOCOLS[-1]
+# JSON-RPC batching was added in 2025-03-26 and removed again in 2025-06-18.
+BATCH_PROTOCOLS = frozenset({"2025-03-26"})
+STRUCTURED_CONTENT_SINCE = "2025-06-18"  # versions are dates, so they compare as strings
+# A bigger line is refused with an error reply (its id is unknowable). Tool arguments are small; the host caps
+# every value it stores far below this.
 MAX_LINE = 16 * 1024 * 1024
+READ_CHUNK = 256 * 1024
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
 # Harnesses cap tool output (Claude Code: ~25k tokens); a page larger than this is trimmed with a note.
 MAX_RESULT_CHARS = 60_000
 
@@ -269,25 +281,29 @@ class Bridge:
         return {"version": version}
 
 
-def _tool_result(payload: dict[str, Any], *, is_error: bool = False) -> dict[str, Any]:
+def _tool_result(payload: dict[str, Any], *, is_error: bool = False, structured: bool = True) -> dict[str, Any]:
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
     if len(text) > MAX_RESULT_CHARS:
         text = text[:MAX_RESULT_CHARS] + f"... [truncated {len(text) - MAX_RESULT_CHARS} chars; ask for less]"
         return {"content": [{"type": "text", "text": text}], "isError": is_error}
     result: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": is_error}
-    if not is_error:
+    if structured and not is_error:
         result["structuredContent"] = payload
     return result
 
 
 class McpServer:
-    """JSON-RPC 2.0 over newline-delimited stdio (MCP stdio transport).
+    """One MCP session: JSON-RPC 2.0 messages in, replies out, following the MCP version the client negotiated.
 
     `bridge` may be a factory: the gRPC client (grpc, protobuf, the SDK: ~0.3 s of imports) is built at the
     first tool call. Harnesses wait for every MCP server to connect before their first model request, so work
     done at start-up is latency on every turn; warming the client up in the background right after `tools/list`
     was measured too, and on two cores it still doubled the bridge's cost to a turn (the import competes with
     the harness's own start-up), while most turns never call a host tool.
+
+    `handle` answers one message. `receive` is what the transport calls with each parsed line: it adds what
+    only a session can do, namely batches (2025-03-26 only), concurrency, and cancellation (a request the client
+    cancels is stopped and never answered).
     """
 
     def __init__(
@@ -301,6 +317,9 @@ class McpServer:
         self.tools = tools
         self._building: asyncio.Task[Bridge] | None = None
         self.unavailable_reason = unavailable_reason
+        self.protocol: str | None = None  # negotiated by `initialize`
+        self._inflight: dict[tuple[bool, Any], asyncio.Task[Any]] = {}
+        self._init_ids: set[tuple[bool, Any]] = set()
 
     def _start_building(self) -> None:
         if self._building is None and callable(self._bridge) and not isinstance(self._bridge, Bridge):
@@ -315,6 +334,8 @@ class McpServer:
         return self._bridge
 
     async def close(self) -> None:
+        for task in list(self._inflight.values()):
+            task.cancel()
         bridge = self._bridge if isinstance(self._bridge, Bridge) else None
         task = self._building
         if bridge is None and task is not None:
@@ -325,26 +346,137 @@ class McpServer:
         if bridge is not None and bridge.channel is not None:
             await bridge.channel.close()
 
+    @property
+    def pending(self) -> list[asyncio.Task[Any]]:
+        return list(self._inflight.values())
+
+    # ---- session level: batches, concurrency, cancellation ----
+
+    def receive(self, payload: Any, send: Callable[[Any], Awaitable[None]]) -> None:
+        """Takes one parsed line and schedules its reply (if it gets one) through `send`."""
+        if isinstance(payload, list):
+            if self.protocol not in BATCH_PROTOCOLS:
+                # JSON-RPC batches exist only in MCP 2025-03-26 (added there, removed in 2025-06-18); before a
+                # version is negotiated there is nothing that allows them either.
+                version = self.protocol or "none negotiated yet"
+                self.refuse(INVALID_REQUEST, f"JSON-RPC batches are not part of MCP {version}", send)
+                return
+            if not payload:
+                self.refuse(INVALID_REQUEST, "empty batch", send)
+                return
+            self._spawn(None, self._batch(payload, send))
+            return
+        task = self._accept(payload)
+        if task is not None:
+            self._spawn(None, self._reply_when_done(task, send))
+
+    def refuse(self, code: int, message: str, send: Callable[[Any], Awaitable[None]]) -> None:
+        """Answers a line that never became a message (unparsable, too long): an error with id null."""
+        self._spawn(None, send(_error(None, code, message)))
+
+    async def _batch(self, messages: list[Any], send: Callable[[Any], Awaitable[None]]) -> None:
+        tasks = []
+        for message in messages:
+            if isinstance(message, dict) and message.get("method") == "initialize" and "id" in message:
+                # 2025-03-26: "The initialize request MUST NOT be part of a JSON-RPC batch".
+                tasks.append(self._spawn(None, _value(_error(message["id"], INVALID_REQUEST, "initialize in a batch"))))
+                continue
+            task = self._accept(message)
+            if task is not None:
+                tasks.append(task)
+        replies = []
+        for task in tasks:
+            try:
+                reply = await task
+            except asyncio.CancelledError:
+                if not task.cancelled():
+                    raise  # we are being shut down, not this one request
+                continue  # cancelled by the client: left out of the batch's reply
+            if reply is not None:
+                replies.append(reply)
+        if replies:  # a batch of notifications (or of cancelled requests) gets no reply at all
+            await send(replies)
+
+    def _accept(self, message: Any) -> asyncio.Task[Any] | None:
+        """Starts answering one message; None when it gets no reply (notifications, responses)."""
+        if isinstance(message, dict) and message.get("jsonrpc") == "2.0" and "id" not in message:
+            if message.get("method") == "notifications/cancelled":
+                self._cancel(message.get("params"))
+            return None
+        key = _id_key(message.get("id")) if isinstance(message, dict) else None
+        task = self._spawn(key, self.handle(message))
+        if key is not None and isinstance(message, dict) and message.get("method") == "initialize":
+            self._init_ids.add(key)
+        return task
+
+    def _cancel(self, params: Any) -> None:
+        if not isinstance(params, dict):
+            return
+        key = _id_key(params.get("requestId"))
+        # The client MUST NOT cancel initialize; an unknown or finished id is no error (the reply may have crossed).
+        if key is None or key in self._init_ids:
+            return
+        task = self._inflight.get(key)
+        if task is not None:
+            task.cancel()
+
+    def _spawn(self, key: tuple[bool, Any] | None, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
+        if key is None or key in self._inflight:
+            key = (False, object())  # tracked for shutdown only (a reused id is the client's bug)
+        self._inflight[key] = task
+        task.add_done_callback(lambda _t: self._inflight.pop(key, None))
+        return task
+
+    async def _reply_when_done(self, task: asyncio.Task[Any], send: Callable[[Any], Awaitable[None]]) -> None:
+        try:
+            reply = await task
+        except asyncio.CancelledError:
+            if task.cancelled():
+                return  # cancelled by the client: the spec says no response
+            raise
+        if reply is not None:
+            await send(reply)
+
+    # ---- one message ----
+
     async def handle(self, message: Any) -> dict[str, Any] | None:
         """Answers one message; returns None for notifications and responses (nothing to send)."""
+        try:
+            return await self._handle(message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug in one call must not kill the server the harness depends on
+            msg_id = message.get("id") if isinstance(message, dict) else None
+            return _error(msg_id if _id_key(msg_id) else None, INTERNAL_ERROR, f"internal error: {exc}")
+
+    async def _handle(self, message: Any) -> dict[str, Any] | None:
         if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-            return _error(None, -32600, "invalid JSON-RPC 2.0 message")
+            return _error(None, INVALID_REQUEST, "invalid JSON-RPC 2.0 message")
         method = message.get("method")
-        msg_id = message.get("id")
-        if not isinstance(method, str):
-            return None  # a response to something we never sent, or junk without an id
         if "id" not in message:
-            return None  # notifications/initialized, notifications/cancelled, ...
+            return None  # a notification: never answered, whatever it says
+        msg_id = message["id"]
+        if _id_key(msg_id) is None:
+            # MCP: "the ID MUST NOT be null" (and is a string or an integer). Answered as JSON-RPC answers a
+            # request whose id it cannot use: Invalid Request, with id null.
+            return _error(None, INVALID_REQUEST, "request id must be a string or an integer")
+        if not isinstance(method, str):
+            if "result" in message or "error" in message:
+                return None  # a response; this server sends no requests, so nothing is waiting for it
+            return _error(msg_id, INVALID_REQUEST, "request without a method")
         params = message.get("params")
         params = {} if params is None else params
         if not isinstance(params, dict):
-            return _error(msg_id, -32602, "params must be an object")
+            return _error(msg_id, INVALID_PARAMS, "params must be an object")
         if method == "initialize":
             requested = params.get("protocolVersion")
+            self.protocol = requested if requested in SUPPORTED_PROTOCOLS else LATEST_PROTOCOL
             return _ok(
                 msg_id,
                 {
-                    "protocolVersion": requested if requested in SUPPORTED_PROTOCOLS else LATEST_PROTOCOL,
+                    "protocolVersion": self.protocol,
+                    # Only tools: resources/*, prompts/*, logging/*, completion/* are then "method not found".
                     "capabilities": {"tools": {"listChanged": False}},
                     "serverInfo": {"name": SERVER_NAME, "version": SERVER_VERSION},
                     "instructions": "Tools over the agenthost conversation this turn belongs to: the current event, "
@@ -356,38 +488,53 @@ class McpServer:
         if method == "tools/list":
             return _ok(msg_id, {"tools": [t for t in TOOLS if t["name"] in self.tools]})
         if method == "tools/call":
-            return _ok(msg_id, await self._call(params))
-        if method in ("resources/list", "prompts/list"):
-            return _ok(msg_id, {method.split("/")[0]: []})
-        return _error(msg_id, -32601, f"method not found: {method}")
+            name = params.get("name")
+            if not isinstance(name, str) or name not in self.tools:
+                # A protocol error, not a tool result: the spec's "Unknown tool" case (-32602).
+                return _error(msg_id, INVALID_PARAMS, f"Unknown tool: {name!r}; tools: {list(self.tools)}")
+            args = params.get("arguments")
+            args = {} if args is None else args
+            if not isinstance(args, dict):
+                return _error(msg_id, INVALID_PARAMS, "tools/call arguments must be an object")
+            return _ok(msg_id, await self._call(name, args))
+        return _error(msg_id, METHOD_NOT_FOUND, f"method not found: {method}")
 
-    async def _call(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _result(self, payload: dict[str, Any], *, is_error: bool = False) -> dict[str, Any]:
+        # structuredContent exists from 2025-06-18 on; older clients get the same JSON as text only.
+        structured = self.protocol is None or self.protocol >= STRUCTURED_CONTENT_SINCE
+        return _tool_result(payload, is_error=is_error, structured=structured)
+
+    async def _call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
         from agenthost.protos.errors import AgentHostError
 
-        name = params.get("name")
-        args = params.get("arguments") or {}
-        if not isinstance(args, dict):
-            return _tool_result({"error": "arguments must be an object"}, is_error=True)
-        if name not in self.tools:
-            return _tool_result({"error": f"unknown tool {name!r}; tools: {list(self.tools)}"}, is_error=True)
         try:
             bridge = await self.bridge()
         except Exception as exc:  # the client could not be built; say why instead of dying
-            return _tool_result({"error": f"the agenthost bridge is unavailable: {exc}"}, is_error=True)
+            return self._result({"error": f"the agenthost bridge is unavailable: {exc}"}, is_error=True)
         if bridge is None:
             reason = self.unavailable_reason
-            return _tool_result({"error": f"the agenthost bridge is unavailable: {reason}"}, is_error=True)
+            return self._result({"error": f"the agenthost bridge is unavailable: {reason}"}, is_error=True)
         try:
-            return _tool_result(await bridge.call(str(name), args))
-        except KeyError:
-            return _tool_result({"error": f"unknown tool {name!r}; tools: {list(TOOL_NAMES)}"}, is_error=True)
+            return self._result(await bridge.call(name, args))
         except ToolInputError as exc:
-            return _tool_result({"error": str(exc)}, is_error=True)
+            # Input the model can correct is a tool execution error it gets to read (2025-11-25 makes this explicit).
+            return self._result({"error": str(exc)}, is_error=True)
         except AgentHostError as exc:
             # The host's typed refusal (PermissionDenied, NotFound, FailedPrecondition after the run ended...).
-            return _tool_result({"error": f"{type(exc).__name__}: {exc.message}"}, is_error=True)
+            return self._result({"error": f"{type(exc).__name__}: {exc.message}"}, is_error=True)
         except (ValueError, json.JSONDecodeError) as exc:
-            return _tool_result({"error": str(exc)}, is_error=True)
+            return self._result({"error": str(exc)}, is_error=True)
+
+
+def _id_key(msg_id: Any) -> tuple[bool, Any] | None:
+    """A request id as a dict key (1 and "1" are different ids), or None if it is not a valid MCP id."""
+    if isinstance(msg_id, bool) or not isinstance(msg_id, (str, int)):
+        return None
+    return (isinstance(msg_id, str), msg_id)
+
+
+async def _value(value: Any) -> Any:
+    return value
 
 
 def _ok(msg_id: Any, result: dict[str, Any]) -> dict[str, Any]:
@@ -439,48 +586,64 @@ async def bridge_from_env(env: dict[str, str]) -> Bridge:
 
 async def serve_stdio(server: McpServer) -> None:
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=MAX_LINE)
+    reader = asyncio.StreamReader(limit=READ_CHUNK)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     out = sys.stdout.buffer
     write_lock = asyncio.Lock()
-    pending: set[asyncio.Task[None]] = set()
 
-    async def send(reply: dict[str, Any]) -> None:
+    async def send(reply: Any) -> None:
         data = json.dumps(reply, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
         async with write_lock:
             out.write(data)
             out.flush()
 
-    async def answer(message: Any) -> None:
+    def line(raw: bytes) -> None:
+        if not raw.strip():
+            return
         try:
-            reply = await server.handle(message)
-        except Exception as exc:  # a bug in one call must not kill the server the harness depends on
-            reply = _error(message.get("id") if isinstance(message, dict) else None, -32603, f"internal error: {exc}")
-        if reply is not None:
-            await send(reply)
+            payload = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            server.refuse(PARSE_ERROR, "parse error", send)
+            return
+        server.receive(payload, send)
 
-    while True:
-        try:
-            line = await reader.readline()
-        except ValueError:
-            print("agenthost mcp bridge: dropped an oversize line", file=sys.stderr)
-            continue
-        if not line:
-            break  # stdin closed: the harness is done with us
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            message = json.loads(line)
-        except json.JSONDecodeError:
-            await send(_error(None, -32700, "parse error"))
-            continue
-        # Calls run concurrently so a slow history search does not hold up a ping.
-        task = asyncio.create_task(answer(message))
-        pending.add(task)
-        task.add_done_callback(pending.discard)
+    too_long = f"message longer than {MAX_LINE} bytes; it was not read"
+    async for raw in read_lines(reader, MAX_LINE, oversize=lambda: server.refuse(INVALID_REQUEST, too_long, send)):
+        line(raw)
+    pending = server.pending
     if pending:
         await asyncio.wait(pending, timeout=5)
+
+
+async def read_lines(reader: asyncio.StreamReader, limit: int, *, oversize: Callable[[], None]) -> AsyncIterator[bytes]:
+    """Newline-delimited messages. A line past `limit` is reported once, as soon as it crosses the limit (the
+    client is waiting for an answer), and the rest of it is skipped without being buffered."""
+    buf = bytearray()
+    skipping = False
+    while True:
+        chunk = await reader.read(READ_CHUNK)
+        if not chunk:
+            if buf and not skipping:
+                yield bytes(buf)
+            return
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            piece = chunk[start:] if end < 0 else chunk[start:end]
+            if not skipping:
+                if len(buf) + len(piece) > limit:
+                    skipping = True
+                    buf.clear()
+                    oversize()
+                else:
+                    buf += piece
+            if end < 0:
+                break
+            if not skipping:
+                yield bytes(buf)
+            buf.clear()
+            skipping = False
+            start = end + 1
 
 
 async def amain() -> None:

@@ -24,6 +24,7 @@ from agenthost.plugins.manifest import RunnerCapabilities, RunnerManifest
 from agenthost.plugins.sandbox import Sandbox
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors as api_errors
+from agenthost.protos.wire import VERSION
 from agenthost.runners.external_harness.claude_code import APPEND_PROMPT_FILE, ClaudeCodeDriver
 from agenthost.runners.external_harness.codex import CodexDriver, usage_event, usage_since
 from agenthost.runners.external_harness.config import (
@@ -200,8 +201,11 @@ class HarnessRunner(Runner):
             yield events.progress("queued behind the previous message of this conversation")
         async with _LOCKS.hold(key):
             try:
-                async for event in self._turn(run, config, prompt):
-                    yield event
+                # aclosing: when the host ends the run (deadline, cancel), the SDK closes this generator, and the
+                # nested ones must close with it now, stopping the harness, not whenever they are collected.
+                async with contextlib.aclosing(self._turn(run, config, prompt)) as turn_events:
+                    async for event in turn_events:
+                        yield event
             except HarnessError as exc:
                 yield events.failed(exc.code, exc.message, retryable=exc.retryable)
 
@@ -311,11 +315,17 @@ class HarnessRunner(Runner):
                 bridge_env=bridge_env or {},
                 inherited_env=environ,
                 binary_env=install.env,
+                stored_keys=frozenset(run.secrets),
             )
+            if isinstance(self.driver, CodexDriver) and isinstance(config, CodexConfig):
+                turn.model = self.driver.configured_model(config, workspace.codex_home)
             emitted = False
-            async for item in self._run_harness(plan, prompt, turn, deadline, run, stored, sandbox):
-                emitted = emitted or item.WhichOneof("kind") != "state_updated"
-                yield item
+            async with contextlib.aclosing(
+                self._run_harness(plan, prompt, turn, deadline, run, stored, sandbox)
+            ) as harness_events:
+                async for item in harness_events:
+                    emitted = emitted or item.WhichOneof("kind") != "state_updated"
+                    yield item
             if turn.error is None or turn.error.code != "session_lost":
                 return
             if attempt == 1 and not emitted:
@@ -327,10 +337,39 @@ class HarnessRunner(Runner):
             yield events.failed("session_lost", f"{self.driver.name} lost session {resume_id} mid-turn")
             return
 
+    def _auth_failure(self, plan: TurnPlan, said: str) -> pb.RunEvent | None:
+        """A failure that says which key is missing or was refused, and where to set it, in place of the
+        harness's own words ("Not logged in · Please run /login" names neither the variable nor agenthost)."""
+        problem = self.driver.auth_problem(said)
+        if problem is None:
+            return None
+        name = self.driver.name
+        key = plan.config.api_key_env or self.driver.default_key_env
+        how = (
+            f"Store the key with `agenthost keys set {key}` and give it to the binding with `agenthost bots bind "
+            f"<bot> --runner agenthost/{name} --key {key}` (or set the binding's api_key_env to the name of another "
+            "stored key)"
+        )
+        if problem == "missing":
+            if key in plan.inherited_env:
+                return None  # the key was there: the harness means something else (its own login, a provider)
+            message = f"{name} has no API key: {key} is not set for this binding. {how}."
+        else:
+            if key in plan.stored_keys:
+                source = f"the stored key {key} (host key store)"
+            elif key in plan.inherited_env:
+                source = f"{key} from the runner process's environment"
+            else:
+                source = f"the harness's own credentials ({key} is not set for this binding)"
+            message = f"the model API rejected {source} as invalid (HTTP 401). {how}."
+        return events.failed("harness_auth", f"{message}\n{name} said: {said}")
+
     def _deadline(self, run: RunContext, config: HarnessConfig) -> float | None:
         limits = []
         if run.deadline_at:
-            limits.append(run.deadline_at - time.time() - DEADLINE_MARGIN)
+            # The harness gets its interrupt grace inside the run's deadline, so the runner still reports the
+            # timeout (and the usage so far) before the host's own deadline cuts the stream.
+            limits.append(run.deadline_at - time.time() - DEADLINE_MARGIN - config.interrupt_grace_seconds)
         if config.timeout_seconds:
             limits.append(config.timeout_seconds)
         return asyncio.get_running_loop().time() + max(min(limits), 0.1) if limits else None
@@ -487,14 +526,14 @@ class HarnessRunner(Runner):
             message = turn.error.message
             if stderr and stderr not in message:
                 message = f"{message}\nstderr: {stderr}"
-            yield events.failed(turn.error.code, message, retryable=turn.error.retryable)
+            yield self._auth_failure(plan, message) or events.failed(
+                turn.error.code, message, retryable=turn.error.retryable
+            )
             return
         if not turn.finished:
             reason = stderr or turn.last_error_message or "no output"
-            yield events.failed(
-                "harness_crashed",
-                f"{self.driver.name} exited with code {exit_code} before finishing the turn: {reason}",
-            )
+            message = f"{self.driver.name} exited with code {exit_code} before finishing the turn: {reason}"
+            yield self._auth_failure(plan, message) or events.failed("harness_crashed", message)
             return
         for event in await self._turn_usage(run, turn, stored):
             yield event
@@ -507,7 +546,7 @@ def _manifest(name: str, description: str, config_model: type[HarnessConfig]) ->
     return RunnerManifest(
         name=name,
         description=description,
-        version="0.1.0",
+        version=VERSION,
         capabilities=RunnerCapabilities(streaming=True, tool_calls=True, attachments=True, cancellation=True),
         config_schema=config_schema(config_model),
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 from agenthost.protos import common_pb2 as pb
 from agenthost.runners.external_harness.config import HarnessConfig
@@ -31,6 +32,7 @@ class TurnPlan:
     bridge_env: dict[str, str]  # the run's credentials for the bridge (secret; environment only)
     inherited_env: dict[str, str]  # the runner process's environment, filtered by the driver
     binary_env: dict[str, str] = field(default_factory=dict)  # what the harness's own launcher would set
+    stored_keys: frozenset[str] = frozenset()  # names in inherited_env that came from the host's key store
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,12 @@ class Driver(Protocol):
 
     def map_event(self, raw: dict[str, Any], turn: TurnState) -> list[pb.RunEvent]: ...
 
+    @property
+    def default_key_env(self) -> str: ...  # the API key variable a binding uses unless it names another
+
     def session_lost(self, stderr: str, turn: TurnState) -> bool: ...
+
+    def auth_problem(self, message: str) -> str | None: ...  # "missing" / "rejected" key, from the harness's words
 
 
 def forwarded_secrets(plan: TurnPlan, default_key_env: str) -> dict[str, str]:
@@ -157,6 +164,19 @@ def secret_values(plan: TurnPlan, forwarded: dict[str, str]) -> tuple[str, ...]:
     """Values to scrub from stderr before a user sees it: forwarded keys and the run's credentials (not the
     run id or the socket path, which are useful in an error message)."""
     return tuple(v for v in (*forwarded.values(), plan.bridge_env.get("AGENTHOST_RUN_TOKEN", "")) if v)
+
+
+def base_url(url: str, *, v1: bool) -> str:
+    """`url` with or without a trailing /v1 path segment. Claude Code appends /v1/messages itself and Codex
+    appends only /responses, so each gets the form it needs whichever one the binding wrote (the wrong one is a
+    404 the harness reports as a bad model name)."""
+    parts = urlsplit(url.strip())
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    if v1:
+        path += "/v1"
+    return urlunsplit(parts._replace(path=path))
 
 
 def isolation_env(plan: TurnPlan) -> dict[str, str]:

@@ -1,5 +1,11 @@
 """Rebuilding working context from the host when the runner has no session (first contact, lost disk, a new
-machine): the last summary checkpoint from conversation state, plus the transcript after it, pulled page by page.
+machine): the last summary checkpoint from conversation state, plus the turns after it, pulled page by page; and
+catching a session up with turns it missed.
+
+The transcript is not in conversation order when messages queue: a message is recorded when it arrives, its run's
+output when the run executes. Everything here therefore works on turns (an event's message plus its run's output,
+told apart by event id), never on raw seq order; a checkpoint's through_seq covers the turns whose message seq is
+at or below it.
 """
 
 from __future__ import annotations
@@ -203,7 +209,7 @@ async def read_context(
 
     Walks the transcript backwards from its newest item until the checkpoint, a compaction marker, or the token
     budget. `after_seq` instead asks only for the turns whose message came after that seq (a session catching up
-    with turns it missed), with no summary in front.
+    with turns it missed), with no summary in front and no budget.
     """
     collected: list[Any] = []
     cursor = ""
@@ -244,7 +250,9 @@ async def read_context(
                 marker, marker_key = it, it.event_id
                 continue
             tokens += estimate_text(it.text) + estimate_text(it.data_json) + 4
-            if tokens > token_budget and collected:
+            # Catching up is bounded by the session's own last message instead: the walk passes the output of the
+            # turn the session already has, and counting that against the budget would cut turns it lacks.
+            if after_seq is None and tokens > token_budget and collected:
                 truncated_at = it.seq
                 done = True
                 break
@@ -309,11 +317,13 @@ async def rebuild(
 def session_watermark(messages: list[Message]) -> int | None:
     """The transcript seq of the newest user message a session holds, when it can be trusted to mean "every turn
     up to here is in this session": only a message after the last summary (a summary's through_seq errs low, so
-    catching up from it would repeat a turn the summary already tells), and only a message whose seq is known."""
+    catching up from it would repeat a turn the summary already tells), and only a message whose seq is known.
+    A progress note (a turn's own earlier steps, folded in place right after its user message) is not such a
+    summary: it tells nothing of earlier turns."""
     for m in reversed(messages):
         if isinstance(m, UserMessage):
             return m.host_seq or None
-        if isinstance(m, Summary):
+        if isinstance(m, Summary) and not m.progress:
             return None
     return 0 if not messages else None
 

@@ -41,6 +41,20 @@ FINAL_ANSWER_NOTE = (
     "was done, what remains, and how to continue.]"
 )
 
+TRUNCATED_NOTICE = (
+    "\n\n[This answer was cut off: the model reached its output limit ({limit} tokens). Ask it to continue, or "
+    "raise max_output_tokens.]"
+)
+NOT_ANSWERED_NOTE = "Your message was not answered; it stays in the conversation and is seen with your next one."
+OVERSIZED_NOTE = (
+    "Your message was not sent to the model; the conversation keeps a note that it was too large, not its text."
+)
+OVERSIZED_STAND_IN = (
+    "[A message of ~{tokens} tokens was here. It was too large for this model's context window and was never "
+    "answered; its text is in the conversation history (search_history).]"
+)
+EMPTY_ANSWER_ATTEMPTS = 2
+
 FAILED_CODES = {
     ErrorKind.AUTH: "provider_auth",
     ErrorKind.RATE_LIMIT: "provider_rate_limited",
@@ -100,6 +114,8 @@ class AgentLoop:
         self.stream_text = stream_text
         self.sleep = sleep
         self.tool_specs = registry.specs()
+        self._turn_user: UserMessage | None = None
+        self._replied = False  # whether any model reply arrived in this run
         self._tool_schema_tokens = estimate_tools(
             [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in self.tool_specs]
         )
@@ -108,6 +124,33 @@ class AgentLoop:
 
     async def run(self, user: UserMessage) -> AsyncIterator[pb.RunEvent]:
         self.session.append(user)
+        # Compaction keys the current turn on this object: it is never summarized, stubbed or dropped.
+        self._turn_user = user
+        self._replied = False
+        try:
+            async for ev in self._turn(user):
+                yield ev
+        except RunFailed as exc:
+            if not self._replied:
+                # One rule for every run that fails before the model answered (here, and in the runner before the
+                # loop starts, where the session catches up from host history): the message stays in the working
+                # context, so the next run sees it. A message too large for the window stays as a marked stand-in,
+                # or every later run would fail on it again.
+                if exc.code == "context_overflow":
+                    stand_in = UserMessage(
+                        OVERSIZED_STAND_IN.format(tokens=estimate_text(user.content)), host_seq=user.host_seq
+                    )
+                    swapped = [stand_in if m is user else m for m in self.session.messages]
+                    if any(m is stand_in for m in swapped):
+                        self.session.rewrite(swapped)
+                        self.counter.invalidate()
+                    exc.message += f" {OVERSIZED_NOTE}"
+                else:
+                    exc.message += f" {NOT_ANSWERED_NOTE}"
+                exc.args = (exc.message,)
+            raise
+
+    async def _turn(self, user: UserMessage) -> AsyncIterator[pb.RunEvent]:
         iterations = self.config.max_iterations
         for iteration in range(iterations + 1):
             final_turn = iteration == iterations
@@ -124,17 +167,19 @@ class AgentLoop:
                 tool_choice="none" if final_turn else "auto",
             )
             final: Final | None = None
-            for _attempt in range(2):
+            for attempt in range(EMPTY_ANSWER_ATTEMPTS):
                 async for item in self._call_model(request):
                     if isinstance(item, _ModelDone):
                         final = item.final
                     else:
                         yield item
                 assert final is not None
+                self._replied = True
                 if final.message.content or final.message.tool_calls or final.finish_reason == "length":
                     break
                 # An empty answer (seen from small local models) would end the run in silence; ask once more.
-                yield events.retry(1, 0.0, "the model returned an empty response")
+                if attempt + 1 < EMPTY_ANSWER_ATTEMPTS:
+                    yield events.retry(attempt + 1, 0.0, "the model returned an empty response")
             assert final is not None
             if not (final.message.content or final.message.tool_calls):
                 note = "(The model returned an empty response twice; try rephrasing or another model.)"
@@ -155,7 +200,15 @@ class AgentLoop:
                     cache_write_tokens=final.usage.cache_write_tokens,
                     model=self.provider.full_model,
                 )
-            if message.content:
+            cut_off = final.finish_reason == "length" and not message.tool_calls
+            if cut_off:
+                # The session keeps the model's own words; the notice is for the user, who otherwise cannot tell a
+                # truncated answer from a finished one. `completed.finish_reason` carries "length" as the flag.
+                notice = TRUNCATED_NOTICE.format(limit=request.max_tokens)
+                if self.stream_text:
+                    yield events.text(notice)
+                yield events.message(message.content + notice)
+            elif message.content:
                 yield events.message(message.content)
             if not message.tool_calls:
                 yield events.completed("max_iterations" if final_turn else _finish(final.finish_reason))
@@ -196,8 +249,10 @@ class AgentLoop:
         if tokens > self.compactor.hard_limit:
             raise RunFailed(
                 "context_overflow",
-                f"the conversation needs ~{tokens} tokens but {self.provider.full_model} has a {self.compactor.window}"
-                "-token window and compaction cannot shrink it further; start a new conversation",
+                f"the request needs ~{tokens} tokens but {self.provider.full_model} has a {self.compactor.window}"
+                f"-token window ({self.compactor.max_output_tokens} reserved for the answer) and compaction cannot "
+                "shrink it further without dropping your message; start a new conversation or use a model with a "
+                "larger window",
             )
 
     def _tool_dicts(self) -> list[dict[str, Any]]:
@@ -214,18 +269,20 @@ class AgentLoop:
                 api=self.ctx.api,
                 run_id=self.ctx.run_id,
                 force=force,
+                pinned=self._turn_user,
             )
         except CompactionFailed as exc:
             raise RunFailed("context_overflow", str(exc)) from None
         self.session.rewrite(outcome.messages)
         self.counter.invalidate()
         log.info(
-            "run %s: compacted %d -> %d tokens (%d results stubbed, %d messages summarized)",
+            "run %s: compacted %d -> %d tokens (%d stubbed, %d messages summarized, %d steps folded)",
             self.ctx.run_id,
             outcome.tokens_before,
             outcome.tokens_after,
             outcome.stubbed,
             outcome.summarized,
+            outcome.collapsed,
         )
         if outcome.artifact is not None:
             yield events.artifact_created(outcome.artifact)
@@ -336,7 +393,10 @@ class AgentLoop:
                 )
 
     async def _offload_large(self, result: ToolResult) -> AsyncIterator[pb.RunEvent]:
-        limit = self.config.tool_result_max_chars
+        # On a small window the configured cap alone could let one result outgrow the whole context; the excerpt
+        # then shrinks to what the verbatim tail holds (~3 chars a token, so CJK text is not undercounted badly).
+        keep = self.compactor.keep_tokens(estimate_text(self.system) + self._tool_schema_tokens)
+        limit = min(self.config.tool_result_max_chars, max(1_000, keep * 3))
         content = result.content
         if len(content) <= limit:
             return

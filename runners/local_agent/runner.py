@@ -14,6 +14,7 @@ from typing import Any
 from agenthost.plugins.manifest import RunnerCapabilities, RunnerManifest
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors as host_errors
+from agenthost.protos.wire import VERSION
 from agenthost.runners.local_agent import memory
 from agenthost.runners.local_agent.compaction import Compactor
 from agenthost.runners.local_agent.config import ConfigError, LocalAgentConfig
@@ -55,7 +56,7 @@ class LocalAgentRunner(Runner):
         name="local-agent",
         description="Built-in tool-using agent that talks to LLM providers (OpenAI-compatible, Anthropic, local "
         "servers) over HTTP and owns its working context; runs an offline demo model when none is configured.",
-        version="0.1.0",
+        version=VERSION,
         capabilities=RunnerCapabilities(streaming=True, tool_calls=True, attachments=False, cancellation=True),
         # No bootstrap: the runner owns its working context (its session, or history it pulls itself).
         config_schema=LocalAgentConfig.json_schema(),
@@ -226,7 +227,9 @@ class LocalAgentRunner(Runner):
                     if host.messages:
                         session.append(*host.messages)
                         notes.append(
-                            events.progress(f"added {len(host.messages)} message(s) the session missed from host history")
+                            events.progress(
+                                f"added {len(host.messages)} message(s) the session missed from host history"
+                            )
                         )
             except host_errors.AgentHostError:
                 pass  # a binding without history access runs on its session alone

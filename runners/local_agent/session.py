@@ -106,7 +106,13 @@ class Session:
         if not messages:
             return
         data = b"".join(_line({"t": "m", "m": to_dict(m)}) for m in messages)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            # No O_CREAT: a file deleted under us must come back whole, with its header, or the next load would
+            # refuse it and the conversation would be rebuilt from the host for no reason.
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        except FileNotFoundError:
+            self._replace([*self.messages, *messages])
+            return
         try:
             view = memoryview(data)
             while view:
@@ -119,6 +125,10 @@ class Session:
     def rewrite(self, messages: list[Message]) -> None:
         """Replaces the whole session atomically; the new list must already satisfy the pairing invariant."""
         pairing.check(messages)
+        self._replace(messages)
+
+    def _replace(self, messages: list[Message]) -> None:
+        # Also used to restore a deleted file mid-turn, when a call may still be waiting for its result.
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = self._header() + b"".join(_line({"t": "m", "m": to_dict(m)}) for m in messages)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")

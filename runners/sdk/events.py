@@ -11,17 +11,10 @@ import json
 from typing import Any
 
 from agenthost.protos import common_pb2 as pb
+from agenthost.protos.wire import STATE_SCOPES
 
 RunEvent = pb.RunEvent
 
-# State scope names and their wire values; the one table the SDK, the host's grants and the CLI share.
-STATE_SCOPES: dict[str, int] = {
-    "run": pb.RUN,
-    "conversation": pb.CONVERSATION,
-    "actor": pb.ACTOR,
-    "binding": pb.BINDING,
-    "runner": pb.RUNNER,
-}
 _SCOPE_NAMES = {v: k for k, v in STATE_SCOPES.items()}
 
 

@@ -26,43 +26,21 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors, runner_pb2, runner_pb2_grpc
 from agenthost.protos import run_api_pb2_grpc as api_grpc
+from agenthost.protos.wire import (
+    CHANNEL_OPTIONS,
+    HANDSHAKE_PREFIX,
+    MAX_BATCH,
+    MAX_BATCH_BYTES,
+    MAX_EVENT_BYTES,
+    PROTOCOL_VERSION,
+    SERVER_OPTIONS,
+    VERSION,
+)
 from agenthost.runners.sdk import events
 from agenthost.runners.sdk.api import RunAPI
 from agenthost.runners.sdk.runner import RunContext, Runner
 
 log = logging.getLogger("agenthost.runner")
-
-PROTOCOL_VERSION = 1
-SDK_VERSION = "0.1.0"
-HANDSHAKE_PREFIX = "AGENTHOST"
-MAX_MESSAGE_BYTES = 8 * 1024 * 1024
-MAX_BATCH = 64
-# A batch is cut at this many bytes as well as MAX_BATCH events: two 5 MiB tool results must travel as two
-# messages, and the host re-sends batches to its clients with a few bytes more per event (seq, time).
-MAX_BATCH_BYTES = 4 * 1024 * 1024
-# The largest single event a runner may emit: it must fit one message on both hops with room for the envelope.
-# A larger one ends the run with `event_too_large` rather than being cut: silently shortening a tool result or a
-# message would hand the model and the transcript something the runner never said (the local agent bounds its
-# tool results long before this).
-MAX_EVENT_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
-CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-]
-# grpc-core cancels (CANCELLED, no details) calls that arrive while more than `max_pending_requests` (default
-# 1000) are waiting for the asyncio server to pick them up: a burst of ~1000 runs starting at once did that.
-# Servers (host and runner) allow as many pending calls as the host allows concurrent ones.
-MAX_PENDING_CALLS = 4096
-SERVER_OPTIONS = [
-    *CHANNEL_OPTIONS,
-    ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
-    ("grpc.server.max_pending_requests_hard_limit", 2 * MAX_PENDING_CALLS),
-    # A connection that finishes no handshake, or carries no call for five minutes, is closed: idle local
-    # connections must not pile up until the process runs out of descriptors. Clients reconnect on their next
-    # call without noticing (the host's channels to runners and the runners' channels to the host alike).
-    ("grpc.server_handshake_timeout_ms", 10_000),
-    ("grpc.max_connection_idle_ms", 5 * 60 * 1000),
-]
 
 _END = object()
 
@@ -117,7 +95,7 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
     ) -> runner_pb2.DescribeResponse:
         return runner_pb2.DescribeResponse(
             plugin_id=self.plugin_id,
-            sdk_version=SDK_VERSION,
+            sdk_version=VERSION,
             protocol_version=PROTOCOL_VERSION,
             manifests_json=[r.manifest.model_dump_json() for r in self.runners.values()],
         )

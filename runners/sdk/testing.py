@@ -42,12 +42,14 @@ class HostHarness:
         bot: str = "testbot",
         builtin: bool = False,
         policy: SupervisorPolicy | None = None,
+        host_options: dict[str, Any] | None = None,
     ) -> None:
+        """`host_options` go to agenthost.host.server.Host (log_level, metrics_address, tracing, ...)."""
         self.data_dir = Path(data_dir)
         self.runner_classes = {cls.manifest.name: cls for cls in runners}
         self.config = config or {}
         self.bot = bot
-        self.host = Host(self.data_dir / "host", policy=policy, builtin_plugins=builtin)
+        self.host = Host(self.data_dir / "host", policy=policy, builtin_plugins=builtin, **(host_options or {}))
         self._stop = asyncio.Event()
         self._serve_task: asyncio.Task[None] | None = None
         self.client: HostClient

@@ -45,6 +45,7 @@ class FakeHostData:
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     held: asyncio.Event = field(default_factory=asyncio.Event)  # a held call has arrived
     held_cancelled: list[str] = field(default_factory=list)  # held calls the client cancelled (gRPC cancel)
+    held_gone: asyncio.Event = field(default_factory=asyncio.Event)  # set with each entry of held_cancelled
 
     def add_item(self, role: str, text: str) -> pb.TranscriptItem:
         n = len(self.transcript) + 1
@@ -120,6 +121,7 @@ class FakeRunAPI(api_grpc.AgentRunAPIProxyServicer):
                 await self.data.gate.wait()
             except asyncio.CancelledError:
                 self.data.held_cancelled.append(request.query)
+                self.data.held_gone.set()
                 raise
         hits = [i for i in self.data.transcript if request.query.lower() in i.text.lower()]
         return api_pb.HistorySearchResponse(items=hits[: request.top_k or 10])

@@ -89,3 +89,42 @@ def test_codex_first_turn_and_resume(tmp_path: Path) -> None:
     assert not any(secret in " ".join(argv) for secret in ("sk-oai-123456", "tok-secret-123456"))
     resumed = CodexDriver().command(_plan(tmp_path, config, resume="thread-9")).argv
     assert resumed[-3:] == ["resume", "thread-9", "-"]  # exec flags first, then the subcommand
+
+
+def test_base_url_takes_the_form_each_harness_needs(tmp_path: Path) -> None:
+    for written in ("http://gw.local:9/anthropic", "http://gw.local:9/anthropic/", "http://gw.local:9/anthropic/v1/"):
+        cmd = ClaudeCodeDriver().command(_plan(tmp_path, parse_config(ClaudeCodeConfig, {"base_url": written})))
+        assert cmd.env["ANTHROPIC_BASE_URL"] == "http://gw.local:9/anthropic"  # Claude Code appends /v1/messages
+    for written in ("http://gw.local:9", "http://gw.local:9/", "http://gw.local:9/v1", "http://gw.local:9/v1/"):
+        argv = CodexDriver().command(_plan(tmp_path, parse_config(CodexConfig, {"base_url": written}))).argv
+        assert 'model_providers.agenthost.base_url="http://gw.local:9/v1"' in argv  # Codex appends /responses
+
+
+def test_retry_and_tool_search_defaults(tmp_path: Path) -> None:
+    claude = ClaudeCodeDriver().command(_plan(tmp_path, parse_config(ClaudeCodeConfig, {})))
+    assert claude.env["CLAUDE_CODE_MAX_RETRIES"] == "2"  # not Claude Code's 10, which takes minutes on a bad key
+    assert claude.env["ENABLE_TOOL_SEARCH"] == "false"  # the bridge's tools go straight into the request
+    no_bridge = ClaudeCodeDriver().command(_plan(tmp_path, parse_config(ClaudeCodeConfig, {}), bridge=False))
+    assert "ENABLE_TOOL_SEARCH" not in no_bridge.env
+    chosen = parse_config(ClaudeCodeConfig, {"max_retries": 5, "env": {"ENABLE_TOOL_SEARCH": "true"}})
+    env = ClaudeCodeDriver().command(_plan(tmp_path, chosen)).env
+    assert env["CLAUDE_CODE_MAX_RETRIES"] == "5" and env["ENABLE_TOOL_SEARCH"] == "true"  # the binding wins
+    argv = CodexDriver().command(_plan(tmp_path, parse_config(CodexConfig, {"base_url": "http://x", "max_retries": 0})))
+    assert "model_providers.agenthost.request_max_retries=0" in argv.argv
+    assert "model_providers.agenthost.stream_max_retries=0" in argv.argv
+
+
+def test_codex_usage_names_the_model(tmp_path: Path) -> None:
+    driver = CodexDriver()
+    home = tmp_path / "codex"
+    home.mkdir()
+    assert driver.configured_model(parse_config(CodexConfig, {"model": "gpt-x"}), home) == "gpt-x"
+    assert driver.configured_model(parse_config(CodexConfig, {"config_overrides": {"model": "gpt-o"}}), home) == "gpt-o"
+    assert driver.configured_model(parse_config(CodexConfig, {}), home) == ""
+    (home / "config.toml").write_text('model = "gpt-from-toml"\n')
+    assert driver.configured_model(parse_config(CodexConfig, {}), home) == "gpt-from-toml"
+    from agenthost.runners.external_harness.turn import TurnState
+
+    turn = TurnState(model="gpt-x")
+    driver.map_event({"type": "turn.completed", "usage": {"input_tokens": 5, "output_tokens": 2}}, turn)
+    assert turn.usage is not None and turn.usage.usage.model == "gpt-x"

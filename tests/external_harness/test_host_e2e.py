@@ -102,3 +102,43 @@ async def test_host_rejects_a_bad_binding_config_via_the_manifest_schema(tmp_pat
         with pytest.raises(errors.AgentHostError) as err:
             await h.bind("test/claude-code", {"permission_mode": "yolo"})
         assert "permission_mode" in err.value.message
+
+
+class _DeafRunner(ClaudeCodeRunner):
+    """Never notices the deadline itself, so the host's own deadline is what ends the run."""
+
+    def _deadline(self, run, config):  # type: ignore[override]
+        return None
+
+
+@pytest.mark.parametrize("who", ["runner", "host"])
+async def test_a_run_past_its_deadline_is_timed_out(who: str, tmp_path, clean_env) -> None:
+    tag = f"deadline-{who}-{os.getpid()}-{tmp_path.name}"
+    config = {
+        "command": FAKE_HARNESS,
+        "env": {"FAKE_HARNESS_MODE": "stubborn", "FAKE_HARNESS_TAG": tag},
+        "interrupt_grace_seconds": 0.3,
+    }
+    runner = ClaudeCodeRunner if who == "runner" else _DeafRunner
+    async with HostHarness(tmp_path, runners=[runner], config=config) as h:
+        await h.bind("test/claude-code", config, priority=10, timeout_seconds=4)
+        result = await asyncio.wait_for(h.send("never finishes"), 30)
+        assert (result.run.status, result.run.error_code) == ("timed_out", "deadline_exceeded"), result.run
+        # Which side noticed: the runner says the harness was interrupted; the host names its own deadline.
+        noticed = "it was interrupted" if who == "runner" else "passed its deadline"
+        assert noticed in result.run.error_message, result.run.error_message
+        # The end of the run stops the harness then, not when the host harness shuts down.
+        from agenthost.runners.external_harness import runner as runner_mod
+
+        for _ in range(200):
+            if not runner_mod._LIVE:
+                break
+            await asyncio.sleep(0.05)
+        assert not runner_mod._LIVE, runner_mod._LIVE
+    from .helpers import pids_with_env
+
+    for _ in range(100):  # the stubborn harness ignores SIGINT; it must still be gone
+        if not pids_with_env(tag):
+            break
+        await asyncio.sleep(0.05)
+    assert not pids_with_env(tag)

@@ -126,7 +126,7 @@ async def test_bridge_serves_host_data_over_stdio(fake_host) -> None:
         missing = await client.call("event_get", event_id="nope")
         assert missing["isError"] and "NotFound" in missing["content"][0]["text"]
         unknown = await client.request("tools/call", {"name": "rm_rf", "arguments": {}})
-        assert unknown["result"]["isError"]
+        assert unknown["error"]["code"] == -32602  # the spec's "Unknown tool": a protocol error, not a tool result
         assert (await client.request("no/such/method"))["error"]["code"] == -32601
 
         # The host revokes the token when the run ends: the tools stop working.
@@ -173,8 +173,8 @@ async def test_bridge_offers_only_granted_tools(fake_host) -> None:
         await client.request("initialize", {"protocolVersion": "2025-06-18"})
         tools = (await client.request("tools/list"))["result"]["tools"]
         assert [t["name"] for t in tools] == ["history_page", "state_get"]
-        refused = await client.call("state_set", scope="conversation", key="k", value=1)
-        assert refused["isError"] and "unknown tool" in refused["content"][0]["text"]
+        refused = await client.request("tools/call", {"name": "state_set", "arguments": {"scope": "run"}})
+        assert refused["error"]["code"] == -32602 and "Unknown tool" in refused["error"]["message"]
         assert not (await client.call("history_page"))["isError"]
     finally:
         await _close(client)

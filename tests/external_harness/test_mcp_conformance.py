@@ -87,14 +87,9 @@ async def test_sdk_client_session(version: str, fake_host, monkeypatch) -> None:
                 # host call (seen by the fake host as a gRPC cancel) and still serve the session.
                 with pytest.raises(MCPError):
                     await session.call_tool("history_search", {"query": HOLD_QUERY}, read_timeout_seconds=1.0)
-                await asyncio.wait_for(_until(lambda: fake_host.data.held_cancelled), 10)
+                await asyncio.wait_for(fake_host.data.held_gone.wait(), 10)
                 await session.send_ping()
                 assert not (await session.call_tool("history_search", {"query": "conformance"})).is_error
-
-
-async def _until(predicate) -> None:
-    while not predicate():
-        await asyncio.sleep(0.02)
 
 
 # ---- raw JSON lines ----
@@ -126,7 +121,11 @@ class Raw:
                 "jsonrpc": "2.0",
                 "id": "init",
                 "method": "initialize",
-                "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}},
+                "params": {
+                    "protocolVersion": version,
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "1"},
+                },
             }
         )
         assert (await self.read())["result"]["protocolVersion"] == version
@@ -205,7 +204,7 @@ async def test_a_cancelled_call_gets_no_response(version: str, raw: Raw, fake_ho
     await raw.send({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": held})
     await asyncio.wait_for(fake_host.data.held.wait(), 15)
     await raw.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7, "reason": "t"}})
-    await asyncio.wait_for(_until(lambda: fake_host.data.held_cancelled), 15)  # the host call was cancelled too
+    await asyncio.wait_for(fake_host.data.held_gone.wait(), 15)  # the host call was cancelled too
     fake_host.data.gate.set()  # a call that kept running would now finish and answer
     # Cancelling an unknown id, or one of another type ("7" is not 7), is no error and changes nothing.
     await raw.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "7"}})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,10 @@ def claude_script(req: Request) -> list[dict[str, Any]]:
         return [{"type": "text", "text": "FINAL-SKILL done"}]
     if "HANG-PLEASE" in prompt:
         return [{"type": "hang"}]
+    if "BAD-KEY" in prompt:
+        return [
+            {"type": "http_error", "status": 401, "error_type": "authentication_error", "message": "invalid x-api-key"}
+        ]
     if "BAD-REQUEST" in prompt:
         return [
             {
@@ -65,6 +70,8 @@ def codex_script(req: Request) -> list[dict[str, Any]]:
         return [{"type": "text", "text": f"FINAL-HISTORY {req.last_tool_result[:2000]}"}]
     if "HANG-PLEASE" in prompt:
         return [{"type": "hang"}]
+    if "BAD-KEY" in prompt:
+        return [{"type": "http_error", "status": 401, "message": "Incorrect API key provided"}]
     return [{"type": "text", "text": f"ANSWER to {prompt[:40]!r}"}]
 
 
@@ -83,9 +90,9 @@ def _message(events) -> str:
 
 def _claude_config(fake: FakeAnthropic, **extra: Any) -> dict[str, Any]:
     return {
+        # No ENABLE_TOOL_SEARCH here: the runner turns tool search off itself when it projects the bridge, so the
+        # bridge's tools are in the first request for the fake to call.
         "base_url": f"http://127.0.0.1:{fake.port}",
-        # Put MCP tools straight into the request instead of behind ToolSearch, so the fake can call them.
-        "env": {"ENABLE_TOOL_SEARCH": "false"},
         "instructions": INSTRUCTIONS,
         "skills": [SKILL],
         "allowed_tools": ["Skill"],
@@ -218,6 +225,36 @@ async def test_claude_crash_gives_a_clear_error(tmp_path, fake_host, clean_env, 
     assert "root/sudo" in events[-1].failed.message and "exited with code 1" in events[-1].failed.message
 
 
+async def test_claude_base_url_and_key_errors(tmp_path, fake_host, clean_env, claude_bin):
+    runner = ClaudeCodeRunner(tmp_path / "data")
+    with FakeAnthropic(claude_script) as fake:
+        # A base_url written the OpenAI way (with /v1) works too: the runner hands Claude Code the form it needs.
+        config = _claude_config(fake, command=claude_bin, base_url=f"http://127.0.0.1:{fake.port}/v1/")
+        missing = await _collect(runner, fake_host.run_context("hello", config=config))
+        assert missing[-1].failed.code == "harness_auth", missing[-1]
+        message = missing[-1].failed.message
+        assert "ANTHROPIC_API_KEY is not set" in message and "agenthost keys set ANTHROPIC_API_KEY" in message
+        assert "--key ANTHROPIC_API_KEY" in message and "Not logged in" in message  # and the harness's own words
+
+        rc = fake_host.run_context("hello", config=config)
+        rc.secrets = {"ANTHROPIC_API_KEY": "sk-ant-stored-0123456789"}  # from the host's key store
+        ok = await _collect(runner, rc)
+        assert kinds(ok)[-1] == "completed" and _message(ok).startswith("ANSWER to"), ok[-1]
+        assert fake.requests[-1].tools and "mcp__agenthost__history_page" in fake.requests[-1].tools
+
+        rc = fake_host.run_context("BAD-KEY", config=config)
+        rc.secrets = {"ANTHROPIC_API_KEY": "sk-ant-stored-0123456789"}
+        started = time.monotonic()
+        rejected = await _collect(runner, rc)
+        elapsed = time.monotonic() - started
+    assert rejected[-1].failed.code == "harness_auth", rejected[-1]
+    message = rejected[-1].failed.message
+    assert "rejected the stored key ANTHROPIC_API_KEY" in message and "401" in message
+    assert "sk-ant-stored" not in message
+    # Two retries (the binding default), not Claude Code's ten: the run fails in seconds, not minutes.
+    assert kinds(rejected).count("retry") == 2 and elapsed < 30, (kinds(rejected), elapsed)
+
+
 # ---- Codex ----
 
 
@@ -276,3 +313,31 @@ async def test_codex_crash_gives_a_clear_error(tmp_path, fake_host, clean_env, c
     assert "unknown variant `bogus`" in events[-1].failed.message
     garbage = [c for c in events[-1].failed.message if (ord(c) < 32 and c not in "\n\t") or ord(c) == 0x7F]
     assert not garbage, f"control characters (ANSI escapes included) in the error: {garbage!r}"
+
+
+async def test_codex_base_url_model_and_key_errors(tmp_path, fake_host, clean_env, codex_bin):
+    runner = CodexRunner(tmp_path / "data")
+    with FakeOpenAI(codex_script) as fake:
+        # A base_url written the Anthropic way (no /v1) works too.
+        config = _codex_config(fake, command=codex_bin, base_url=f"http://127.0.0.1:{fake.port}")
+        missing = await _collect(runner, fake_host.run_context("hello", config=config))
+        assert missing[-1].failed.code == "harness_auth", missing[-1]
+        assert "OPENAI_API_KEY is not set" in missing[-1].failed.message
+        assert "agenthost keys set OPENAI_API_KEY" in missing[-1].failed.message
+
+        rc = fake_host.run_context("hello", config=config)
+        rc.secrets = {"OPENAI_API_KEY": "sk-openai-stored-0123456789"}
+        ok = await _collect(runner, rc)
+        assert kinds(ok)[-1] == "completed", ok[-1]
+        (usage,) = [e.usage for e in ok if e.WhichOneof("kind") == "usage"]
+        assert usage.model == "gpt-fake" and usage.output_tokens > 0  # Codex's events never name it
+
+        n = len(fake.requests)
+        rc = fake_host.run_context("BAD-KEY", config=config)
+        rc.secrets = {"OPENAI_API_KEY": "sk-openai-stored-0123456789"}
+        rejected = await _collect(runner, rc)
+        assert len(fake.requests) - n <= 3  # at most the binding's two retries
+    assert rejected[-1].failed.code == "harness_auth", rejected[-1]
+    message = rejected[-1].failed.message
+    assert "rejected the stored key OPENAI_API_KEY" in message and "401" in message
+    assert "sk-openai-stored" not in message

@@ -76,7 +76,12 @@ async def test_cheap_pass_alone_when_it_is_enough() -> None:
     api = FakeRunAPI()
     compactor = Compactor(window=8000, watermark=0.7, keep_fraction=0.25, max_output_tokens=1000)
     outcome = await compactor.compact(msgs, overhead_tokens=300, provider=DemoProvider(), api=api, run_id="r1")
-    assert outcome.stubbed == 37 and outcome.summarized == 0 and outcome.checkpoint is None
+    # keep_recent_fraction 0.25 of 8000: the last ~2000 tokens stay verbatim (8 turns here), the rest is stubbed.
+    keep = compactor.keep_tokens(300)
+    assert keep == 2000
+    verbatim = [m for m in outcome.messages if isinstance(m, ToolResult) and not m.content.startswith("[old")]
+    assert outcome.stubbed == 40 - len(verbatim) and 6 <= len(verbatim) <= 9
+    assert outcome.summarized == 0 and outcome.checkpoint is None
     assert len(outcome.messages) == len(msgs) and not api.artifacts
     assert outcome.tokens_after < 8000 * 0.7 * 0.8
 
@@ -147,3 +152,75 @@ def test_checkpoint_position_never_skips_an_unsummarized_turn() -> None:
     assert _through_seq(turn_a + turn_b[:3], turn_b[3:]) == 11  # inside b: b is re-read whole
     assert _through_seq([Summary("s", through_seq=9), *turn_a], [UserMessage("c")]) == 9  # unknown seq: a re-read
     assert _through_seq([Summary("s", through_seq=30)], turn_b) == 30  # never moves backwards
+
+
+def test_counter_takes_the_larger_of_report_and_estimate() -> None:
+    msgs: list[Message] = [UserMessage("a" * 4000)]
+    tools = [{"name": "t", "description": "d" * 2000, "parameters": {"type": "object"}}]
+    c = TokenCounter()
+    own = c.estimate("sys", tools, msgs)
+    assert own > 1000 + 500  # the tool schemas are counted, not only the messages
+    c.record(100, 1)  # a server that leaves out the schemas, counts only uncached tokens, or sends a constant
+    assert c.estimate("sys", tools, msgs) == own
+    c.record(own * 3, 1)  # a heavier tokenizer than ours: the report wins
+    assert c.estimate("sys", tools, msgs) == own * 3
+
+
+def test_cached_tokens_reported_apart_are_added_back() -> None:
+    from agenthost.runners.local_agent.providers.openai import _usage
+
+    inside = _usage({"prompt_tokens": 5000, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 4000}})
+    apart = _usage({"prompt_tokens": 300, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 4700}})
+    assert inside is not None and inside.input_tokens == 5000 and inside.cache_read_tokens == 4000
+    assert apart is not None and apart.input_tokens == 5000 and apart.cache_read_tokens == 4700
+
+
+def test_long_call_arguments_are_stubbed_as_valid_objects_outside_the_tail() -> None:
+    from agenthost.runners.local_agent.compaction import stub_arguments
+
+    big = json.dumps({"path": "a.txt", "content": "x" * 3000, "opts": {"note": "y" * 500, "n": 1}})
+    call = ToolCall("c1", "write_file", big)
+    short = stub_arguments(call)
+    assert short is not None
+    value = json.loads(short.arguments)
+    assert value["path"] == "a.txt" and value["opts"]["n"] == 1
+    assert "3000 chars omitted" in value["content"] and "500 chars omitted" in value["opts"]["note"]
+    assert stub_arguments(short) is None  # idempotent
+    assert json.loads(stub_arguments(ToolCall("c2", "x", "not json " * 50)).arguments)  # type: ignore[union-attr]
+    msgs: list[Message] = [UserMessage("go")]
+    for i in range(6):
+        msgs += [AssistantMessage("", [ToolCall(f"w{i}", "write_file", big)]), ToolResult(f"w{i}", "write_file", "ok")]
+    out, n = stub_old_results(msgs, keep_tokens=2000)
+    calls = [m.tool_calls[0].arguments for m in out if isinstance(m, AssistantMessage)]
+    assert n == 4 and all("omitted" in a for a in calls[:4]) and calls[4:] == [big, big]
+    assert out[0] is msgs[0]
+    pairing.check(out)
+
+
+def test_keep_tokens_has_a_floor_and_honours_the_fraction() -> None:
+    small = Compactor(window=4096, watermark=0.7, keep_fraction=0.25, max_output_tokens=1024)
+    assert small.keep_tokens(overhead_tokens=1500) == 1024  # the fraction, not 0 (main computed 0 here)
+    assert small.keep_tokens(overhead_tokens=3000) == 256  # no room at all: still the floor
+    assert Compactor(window=4096, watermark=0.7, keep_fraction=0.05, max_output_tokens=1024).keep_tokens(1500) == 256
+    assert Compactor(window=4096, watermark=0.7, keep_fraction=0.6, max_output_tokens=1024).keep_tokens(1500) == 1179
+
+
+async def test_compaction_never_summarizes_the_pinned_turn() -> None:
+    older = [m for i in range(20) for m in turn(i, big=800, pad=400)]
+    user = UserMessage("do the big task", host_seq=999)
+    current: list[Message] = [user]
+    for i in range(6):
+        current += [
+            AssistantMessage("", [ToolCall(f"k{i}", "read_file", "{}")]),
+            ToolResult(f"k{i}", "read_file", "z" * 1500),
+        ]
+    compactor = Compactor(window=8000, watermark=0.7, keep_fraction=0.25, max_output_tokens=1000)
+    outcome = await compactor.compact(
+        older + current, overhead_tokens=1500, provider=DemoProvider(), api=FakeRunAPI(), run_id="r", pinned=user
+    )
+    msgs = outcome.messages
+    assert isinstance(msgs[0], Summary) and msgs[1] is user  # summary of older turns, then the instruction itself
+    assert "do the big task" not in outcome.summary
+    assert outcome.checkpoint is not None and outcome.checkpoint.through_seq == 998
+    assert msgs[-1].content == "z" * 1500  # the latest result verbatim
+    pairing.check(msgs)

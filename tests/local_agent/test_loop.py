@@ -379,6 +379,8 @@ async def test_empty_response_is_retried_once_then_reported(tmp_path: Path) -> N
         server.push(openai_text(""), openai_text(""))
         evs = await send(runner, api, "hi again", server_config(server))
         assert terminal(evs).completed.finish_reason == "empty_response"
+        # Two empty answers are one retry, announced once (main printed "retry 1" twice).
+        assert [e.retry.attempt for e in evs if e.WhichOneof("kind") == "retry"] == [1]
         assert "empty response" in [e.message.text for e in evs if e.WhichOneof("kind") == "message"][0]
         # Nothing empty was stored: the next request holds only real turns.
         server.push(openai_text("ok"))
@@ -411,4 +413,55 @@ async def test_anthropic_tool_loop_replays_thinking_to_the_same_model(tmp_path: 
         msgs = server.model_requests[-1].json()["messages"]
         assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "assistant", "user"]
         assert all("thinking" not in json.dumps(m) for m in msgs[2:])
+    await runner.close()
+
+
+async def test_answer_cut_by_the_output_limit_is_marked(tmp_path: Path) -> None:
+    from agenthost.runners.local_agent.testing import openai_stream
+
+    runner = new_runner(tmp_path)
+    api = FakeRunAPI()
+    async with FakeProviderServer() as server:
+        server.push(
+            openai_stream(
+                [
+                    {"choices": [{"index": 0, "delta": {"content": "The first three steps are: one, two, thr"}}]},
+                    {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]},
+                ]
+            )
+        )
+        cfg = server_config(server, max_output_tokens=64)
+        evs = await send(runner, api, "list the steps", cfg)
+        assert terminal(evs).completed.finish_reason == "length"  # the flag
+        text = streamed_text(evs)
+        assert text.startswith("The first three steps are: one, two, thr") and "cut off" in text and "64" in text
+        (message,) = [e.message.text for e in evs if e.WhichOneof("kind") == "message"]
+        assert message == text  # the recorded answer carries the notice too
+        # The model's context keeps its own words only.
+        server.push(openai_text("three."))
+        await send(runner, api, "continue", cfg)
+        msgs = server.model_requests[-1].json()["messages"]
+        assert msgs[2] == {"role": "assistant", "content": "The first three steps are: one, two, thr"}
+    await runner.close()
+
+
+async def test_a_run_that_fails_before_any_reply_leaves_its_message_for_the_next_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(loop_mod, "backoff_delay", lambda attempt, ra=None: 0.0)
+    runner = new_runner(tmp_path)
+    api = FakeRunAPI()
+    async with FakeProviderServer() as server:
+        cfg = server_config(server, max_retries=0)
+        server.push(openai_text("hello there"))
+        await send(runner, api, "hi", cfg)
+        server.push(openai_error(503, "down"))
+        evs = await send(runner, api, "what is 2+2?", cfg)
+        failed = terminal(evs).failed
+        assert failed.code == "provider_unavailable" and "not answered" in failed.message
+        server.push(openai_text("4, and hello again"))
+        await send(runner, api, "are you back?", cfg)
+        msgs = server.model_requests[-1].json()["messages"]
+        # Exactly once, in order: the unanswered message is in the next run's context, not dropped or doubled.
+        assert [m["content"] for m in msgs if m["role"] == "user"] == ["hi", "what is 2+2?", "are you back?"]
     await runner.close()

@@ -25,7 +25,11 @@ SAMPLES: list[tuple[str, str, dict[str, Any]]] = [
     ("double-encoded", json.dumps(json.dumps(P)), P),
     ("single quotes", "{'path': 'src/app.py'}", P),
     ("single quotes, nested", "{'todos': [{'id': 1, 'done': False}]}", {"todos": [{"id": 1, "done": False}]}),
-    ("python True/None", '{"path": "a", "recursive": True, "limit": None}', {"path": "a", "recursive": True, "limit": None}),
+    (
+        "python True/None",
+        '{"path": "a", "recursive": True, "limit": None}',
+        {"path": "a", "recursive": True, "limit": None},
+    ),
     ("python False", '{"network": False, "command": "ls"}', {"network": False, "command": "ls"}),
     ("code fence json", '```json\n{"path": "src/app.py"}\n```', P),
     ("code fence bare", '```\n{"path": "src/app.py"}\n```', P),

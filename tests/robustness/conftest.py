@@ -21,8 +21,8 @@ import pytest
 
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import run_api_pb2_grpc
+from agenthost.protos.wire import CHANNEL_OPTIONS
 from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, RunnerPermissions, events
-from agenthost.runners.sdk.server import CHANNEL_OPTIONS
 from agenthost.runners.sdk.testing import HostHarness
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -44,7 +44,7 @@ def _pgrep(marker: str) -> list[int]:
 
 async def _wait_gone(marker: str, timeout: float = 15.0) -> list[int]:
     deadline = asyncio.get_running_loop().time() + timeout
-    while (left := _pgrep(marker)) and asyncio.get_running_loop().time() < deadline:
+    while (left := _pgrep(marker)) and asyncio.get_running_loop().time() < deadline:  # noqa: ASYNC110 — polls /proc
         await asyncio.sleep(0.1)
     return left
 
@@ -153,7 +153,7 @@ async def test_nothing_a_plugin_started_survives_a_kill_9_of_the_host(tmp_path):
     """A separate host process, killed with SIGKILL while the intruder's survivor runs."""
     env = {**os.environ, "AGENTHOST_HOME": str(tmp_path / "home")}
     marker = f"orphan-{uuid.uuid4().hex}"
-    serve = subprocess.Popen(
+    serve = subprocess.Popen(  # noqa: ASYNC220 — returns at once; the host runs on its own
         [str(Path(os.sys.executable)), "-m", "agenthost.host.cli", "serve"],
         env=env,
         stdout=subprocess.DEVNULL,
@@ -343,3 +343,19 @@ async def test_inline_secrets_in_a_binding_config_are_never_shown(host):
     )
     out, _ = await asyncio.wait_for(cli.communicate(), 60)
     assert cli.returncode == 0 and b"[redacted]" in out and b"sk-inline" not in out, out
+
+
+async def test_install_time_code_reaches_nothing_of_the_host(host, monkeypatch):
+    """setup.py runs during the install's build: inside the install sandbox it cannot write the host's files or
+    read its secrets (it can only fail, or build)."""
+    h, c = host
+    target = h.data_dir / "written-at-build.txt"
+    monkeypatch.setenv("AGENTHOST_TEST_BUILD_TARGET", str(target))
+    await _install(c, str(ROOT / "tests" / "fixtures" / "build-time-plugin"))
+    await c.call("CreateBot", hpb.CreateBotRequest(name="b"))
+    await c.bind("b", "agenthost-buildtime/buildtime")
+    report = json.loads((await c.send("b", "report")).text)
+    assert report["read_admin_token"] != "reached" and report["read_database"] != "reached", report
+    # The write "succeeds" onto the sandbox's own tmpfs (the directories above the staging dir exist only there);
+    # the host's file never appears.
+    assert not target.exists()

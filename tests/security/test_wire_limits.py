@@ -23,8 +23,8 @@ import pytest
 from agenthost.host import limits
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import run_api_pb2 as api
+from agenthost.protos.wire import CHANNEL_OPTIONS
 from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, RunnerPermissions, events
-from agenthost.runners.sdk.server import CHANNEL_OPTIONS
 from agenthost.runners.sdk.testing import HostHarness
 
 pytestmark = pytest.mark.timeout(180)

@@ -360,8 +360,12 @@ def _usage(raw: Any) -> Usage | None:
     if not isinstance(raw, dict):
         return None
     details = raw.get("prompt_tokens_details") or {}
+    prompt = int(raw.get("prompt_tokens") or 0)
+    cached = int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+    # OpenAI counts cached tokens inside prompt_tokens; a server reporting more cached than prompt tokens counts
+    # them apart (the processed part only), and the whole prompt is the sum.
     return Usage(
-        input_tokens=int(raw.get("prompt_tokens") or 0),
+        input_tokens=prompt + cached if cached > prompt else prompt,
         output_tokens=int(raw.get("completion_tokens") or 0),
-        cache_read_tokens=int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0,
+        cache_read_tokens=cached,
     )

@@ -1,0 +1,326 @@
+"""Conversation order through a real host: whatever way messages arrive (bursts queued behind a running turn,
+runner restarts between runs, a lost or deleted session file), the request answering a message holds exactly the
+conversation's messages up to it, each once, in order, with the replies between.
+
+The host is real (HostHarness: stores, queueing, run API); the local agent runs in process behind a wrapper that
+can replace it with a fresh object (a restart: nothing in memory survives) or wipe its sessions just before a
+chosen run; the model is an OpenAI-compatible server on loopback that records every request and holds its answers
+until every message of a burst has been recorded by the host, so a burst really queues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import host_pb2 as hpb
+from agenthost.runners.local_agent.history import Checkpoint, read_context
+from agenthost.runners.local_agent.messages import AssistantMessage, Summary, ToolResult, UserMessage
+from agenthost.runners.local_agent.runner import LocalAgentRunner
+from agenthost.runners.local_agent.testing import (
+    FakeProviderServer,
+    FakeRunAPI,
+    Recorded,
+    Reply,
+    openai_text,
+    openai_tool_calls,
+)
+from agenthost.runners.sdk.runner import RunContext, Runner
+from agenthost.runners.sdk.testing import HostHarness
+
+CONVERSATION = "burst"
+ACTIONS = ("none", "restart", "wipe", "delete_file")
+
+
+class CrashingAgent(Runner):
+    """The local agent behind a handle the test can break between runs. `plan` maps a message text to what
+    happens just before its run reaches the agent: `restart` replaces the agent object (a new process as far as
+    the agent can tell: no cached session, no locks), `wipe` also deletes every session file (a lost disk), and
+    `delete_file` deletes the files under a live object (which keeps appending to a file without its header)."""
+
+    manifest = LocalAgentRunner.manifest
+    plan: ClassVar[dict[str, str]] = {}
+    restarts: ClassVar[int] = 0
+
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__(data_dir)
+        self.inner = LocalAgentRunner(data_dir, env={})
+
+    async def setup(self) -> None:
+        await self.inner.setup()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def validate_config(self, config: dict[str, Any]) -> list[str]:
+        return self.inner.validate_config(config)
+
+    def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
+        return self._run(run)
+
+    async def _run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
+        action = self.plan.get(run.text, "none")
+        if action in ("restart", "wipe"):
+            await self.inner.close()
+            self.inner = LocalAgentRunner(self.data_dir, env={})
+            await self.inner.setup()
+            CrashingAgent.restarts += 1
+        if action in ("wipe", "delete_file"):
+            shutil.rmtree(self.data_dir / "sessions", ignore_errors=True)
+        async for ev in self.inner.run(run):
+            yield ev
+
+
+class EchoModel(FakeProviderServer):
+    """Answers from the request itself: a message whose text ends in "!tool" first gets a list_files call, and
+    every turn ends with the answer "A(<message>)". Answers wait on `gate`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.default = Reply()
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def _respond(self, writer: asyncio.StreamWriter, reply: Reply) -> bool:
+        request = self.requests[-1]  # appended just before this call, with no await in between
+        if request.method == "POST" and request.path.endswith("/chat/completions"):
+            await self.gate.wait()
+            reply = self._answer(request.json()["messages"])
+        return await super()._respond(writer, reply)
+
+    @staticmethod
+    def _answer(messages: list[dict[str, Any]]) -> Reply:
+        last_user = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+        if messages[-1]["role"] == "user" and last_user.endswith("!tool"):
+            return openai_tool_calls([(call_id(last_user), "list_files", {"path": "."})])
+        return openai_text(answer(last_user))
+
+
+def answer(label: str) -> str:
+    return f"A({label})"
+
+
+def call_id(label: str) -> str:
+    return "call_" + label.replace("!", "_")
+
+
+def turn(label: str) -> list[tuple[str, str]]:
+    """One answered message as the model must see it in every later request."""
+    out = [("user", label)]
+    if label.endswith("!tool"):
+        out += [("assistant-call", call_id(label)), ("tool", call_id(label))]
+    return [*out, ("assistant", answer(label))]
+
+
+def shape(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    out = []
+    for m in messages:
+        if m["role"] == "system":
+            continue
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            out += [("assistant-call", c["id"]) for c in m["tool_calls"]]
+            if m.get("content"):
+                out.append(("assistant", m["content"]))
+        elif m["role"] == "tool":
+            out.append(("tool", m["tool_call_id"]))
+        else:
+            out.append((m["role"], m.get("content") or ""))
+    return out
+
+
+@dataclass
+class Message:
+    tool: bool
+    action: str
+
+
+@dataclass
+class Outcome:
+    order: list[str] = field(default_factory=list)  # the conversation's messages, in the order the host has them
+    requests: list[Recorded] = field(default_factory=list)
+    statuses: dict[str, str] = field(default_factory=dict)
+
+
+async def play(root: Path, bursts: list[list[Message]]) -> Outcome:
+    """Sends each burst at once (all its messages recorded by the host before any is answered), one burst after
+    the other finishing, and returns what the host recorded and what the model was asked."""
+    labels = [
+        [f"m{b}.{i}" + ("!tool" if msg.tool else "") for i, msg in enumerate(burst)] for b, burst in enumerate(bursts)
+    ]
+    CrashingAgent.plan = {
+        label: msg.action
+        for burst, names in zip(bursts, labels, strict=True)
+        for msg, label in zip(burst, names, strict=True)
+    }
+    outcome = Outcome()
+    async with EchoModel() as model:
+        config = {"model": "vllm/m", "base_url": model.url + "/v1", "context_window": 32_000, "max_retries": 1}
+        async with HostHarness(root, runners=[CrashingAgent], config=config) as h:
+            for names in labels:
+                model.gate.clear()
+                recorded = [asyncio.Event() for _ in names]
+
+                async def send(text: str, seen: asyncio.Event) -> hpb.RunInfo:
+                    request = hpb.SendMessageRequest(bot=h.bot, text=text, conversation_id=CONVERSATION, source="api")
+                    finished = None
+                    async for reply in h.client.stream(request, timeout=30):
+                        if reply.WhichOneof("kind") == "run_started":
+                            seen.set()  # the host replies run_started after recording the message
+                        elif reply.WhichOneof("kind") == "run_finished":
+                            finished = reply.run_finished
+                    assert finished is not None
+                    return finished
+
+                tasks = [asyncio.create_task(send(n, e)) for n, e in zip(names, recorded, strict=True)]
+                try:
+                    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in recorded)), 15)
+                finally:
+                    model.gate.set()
+                for info in await asyncio.wait_for(asyncio.gather(*tasks), 30):
+                    outcome.statuses[info.run_id] = f"{info.status} {info.error_message}".strip()
+            resp = await h.client.call(
+                "GetHistory",
+                hpb.GetHistoryRequest(bot=h.bot, conversation_id=CONVERSATION, limit=100, direction=pb.FORWARD),
+            )
+            assert not resp.has_more  # at most 4 bursts of 4 turns of at most 4 items
+            outcome.order = [i.text for i in resp.items if i.role == "user" and i.item_type == "message"]
+        outcome.requests = list(model.model_requests)
+    return outcome
+
+
+def check(outcome: Outcome) -> None:
+    assert all(s == "completed" for s in outcome.statuses.values()), outcome.statuses
+    answered: dict[str, int] = {}
+    for request in outcome.requests:
+        got = shape(request.json()["messages"])
+        label = next(content for role, content in reversed(got) if role == "user")
+        i = outcome.order.index(label)
+        expected = [step for earlier in outcome.order[:i] for step in turn(earlier)] + [("user", label)]
+        if got[-1][0] == "tool":  # the second request of a tool turn: its call and result follow the message
+            expected += [("assistant-call", call_id(label)), ("tool", call_id(label))]
+        else:
+            answered[label] = answered.get(label, 0) + 1
+        assert got == expected, f"request answering {label}:\n got {got}\nwant {expected}"
+    assert answered == dict.fromkeys(outcome.order, 1)
+
+
+messages = st.builds(Message, tool=st.booleans(), action=st.sampled_from(ACTIONS))
+scenarios = st.lists(st.lists(messages, min_size=1, max_size=4), min_size=1, max_size=4)
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=20,
+    deadline=None,
+    derandomize=True,  # the same examples on every run: a failure here is a regression, not a new draw
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(bursts=scenarios)
+def test_context_is_the_conversation_up_to_each_message(bursts: list[list[Message]]) -> None:
+    with tempfile.TemporaryDirectory(prefix="ordering-") as tmp:
+        outcome = asyncio.run(asyncio.wait_for(play(Path(tmp), bursts), 90))
+    check(outcome)
+
+
+async def test_burst_into_a_new_conversation(tmp_path: Path) -> None:
+    """The report that started this: three messages at once into a fresh conversation."""
+    outcome = await play(tmp_path, [[Message(False, "none")] * 3])
+    check(outcome)
+    first = shape(outcome.requests[0].json()["messages"])
+    assert first == [("user", outcome.order[0])]
+
+
+async def test_rebuild_after_a_burst_reorders_the_interleaved_transcript(tmp_path: Path) -> None:
+    """A burst leaves the transcript as m1 m2 m3 A1 A2 A3; a runner that lost its disk must still see
+    m1 A1 m2 A2 m3 A3, and must not see the messages queued behind its own."""
+    bursts = [
+        [Message(True, "none"), Message(False, "none"), Message(True, "none")],
+        [Message(False, "wipe"), Message(True, "none"), Message(False, "delete_file")],
+        [Message(False, "restart")],
+    ]
+    outcome = await play(tmp_path, bursts)
+    check(outcome)
+    assert len(outcome.order) == 7
+
+
+# ---- the transcript walk alone, on transcripts a burst leaves behind ----
+
+
+def _burst_transcript() -> FakeRunAPI:
+    """m1 m2 m3 arrive together; run 1 (with a tool call) and run 2 have executed, m4 arrives during run 3."""
+    api = FakeRunAPI()
+    for n in (1, 2, 3):
+        api.add_user(f"m{n}", event_id=f"e{n}")
+    api.add_item(role="assistant", item_type="tool_call", tool_call_id="c1", tool_name="list_files", event_id="e1")
+    api.add_item(role="tool", item_type="tool_result", tool_call_id="c1", tool_name="list_files", event_id="e1")
+    api.add_item(role="assistant", item_type="message", text="A1", event_id="e1")
+    api.add_item(role="assistant", item_type="message", text="A2", event_id="e2")
+    api.add_user("m4", event_id="e4")
+    return api
+
+
+def _texts(messages: list[Any]) -> list[str]:
+    return [f"{m.role}:{m.content}" for m in messages]
+
+
+async def test_read_context_orders_turns_and_leaves_out_the_queue() -> None:
+    api = _burst_transcript()
+    ctx = await read_context(api, "c1", checkpoint=None, trigger_event_id="e3", token_budget=100_000)
+    assert _texts(ctx.messages) == ["user:m1", "assistant:", "tool:", "assistant:A1", "user:m2", "assistant:A2"]
+    assert ctx.trigger_seq == 3
+    assert isinstance(ctx.messages[2], ToolResult) and ctx.messages[2].tool_call_id == "c1"
+    # A checkpoint through m1's turn covers run 1's output even though it lies after m2 in the transcript.
+    cp = Checkpoint("S", through_seq=1)
+    ctx = await read_context(api, "c1", checkpoint=cp, trigger_event_id="e3", token_budget=100_000)
+    assert ctx.messages == [Summary("S", "", 1), UserMessage("m2", host_seq=2), AssistantMessage("A2")]
+    # Catching a session up from m1: only the turns after it, before the trigger.
+    ctx = await read_context(api, "c1", checkpoint=None, trigger_event_id="e3", token_budget=100_000, after_seq=1)
+    assert ctx.messages == [UserMessage("m2", host_seq=2), AssistantMessage("A2")]
+    ctx = await read_context(api, "c1", checkpoint=None, trigger_event_id="e3", token_budget=100_000, after_seq=2)
+    assert ctx.messages == [] and ctx.trigger_seq == 3
+
+
+async def test_read_context_keeps_a_message_whose_run_failed() -> None:
+    """m2's run failed before any output: m2 is still part of the conversation, between A1 and m3."""
+    api = FakeRunAPI()
+    for n in (1, 2, 3):
+        api.add_user(f"m{n}", event_id=f"e{n}")
+    api.add_item(role="assistant", item_type="message", text="A1", event_id="e1")
+    ctx = await read_context(api, "c1", checkpoint=None, trigger_event_id="e3", token_budget=100_000)
+    assert _texts(ctx.messages) == ["user:m1", "assistant:A1", "user:m2"]
+
+
+async def test_read_context_after_a_compaction_marker_without_checkpoint() -> None:
+    """Run 2 compacted while m3 was queued: m3 precedes the marker in the transcript but follows its turn."""
+    api = FakeRunAPI()
+    api.add_user("m1", event_id="e1")
+    api.add_item(role="assistant", item_type="message", text="A1", event_id="e1")
+    api.add_user("m2", event_id="e2")
+    api.add_user("m3", event_id="e3")
+    api.add_item(role="system", item_type="compaction", text="summary", event_id="e2")
+    api.add_item(role="assistant", item_type="message", text="A2", event_id="e2")
+    api.add_user("m4", event_id="e4")
+    ctx = await read_context(api, "c1", checkpoint=None, trigger_event_id="e4", token_budget=100_000)
+    assert ctx.messages == [Summary("summary", "", 5), AssistantMessage("A2"), UserMessage("m3", host_seq=4)]
+
+
+def test_a_progress_note_does_not_hide_the_watermark() -> None:
+    """A turn folded by compaction keeps its user message's position as the session's watermark, so the next run
+    still catches up with what the host has after it."""
+    from agenthost.runners.local_agent.history import session_watermark
+    from agenthost.runners.local_agent.messages import Summary, UserMessage
+
+    folded = [UserMessage("do the ten files", host_seq=7), Summary("steps so far: …", progress=True)]
+    assert session_watermark(folded) == 7
+    summarised = [UserMessage("old", host_seq=3), Summary("earlier turns …")]
+    assert session_watermark(summarised) is None
