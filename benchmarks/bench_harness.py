@@ -7,8 +7,10 @@ loopback, three ways, each in a fresh conversation (a new harness session, like 
 
 * bare       the CLI alone: the same binary, flags and fake API, started by this script with no agenthost around it
 * agenthost  a message sent through the real host (HostHarness): event log, run, grant, gRPC to the runner,
-             projection, the harness, and the host MCP bridge it starts, persistence of events and state
-* no-bridge  the same with `mcp_bridge: false`, to separate the bridge's start-up from the rest
+             projection, the sandboxed harness, the host MCP bridge (the default transport: the runner's own
+             per-turn HTTP endpoint), persistence of events and state
+* stdio      the same with `mcp_transport: stdio` (the bridge as a process the harness starts every turn)
+* no-bridge  the same with `mcp_bridge: false`, to separate the bridge's cost from the rest
 
 It prints medians and the ratio to bare. Needs the pinned CLIs (scripts/install_harness_clis.sh).
 """
@@ -40,7 +42,9 @@ def pong(_: Request) -> list[dict[str, Any]]:
 
 
 def bare_command(harness: str, binary: str, port: int, root: Path) -> tuple[list[str], dict[str, str]]:
-    for sub in ("home", "config", "tmp", "work"):
+    # One home and config dir for every bare run, as agenthost keeps one per bot: a fresh one each time would
+    # charge the bare CLI its first-run set-up (config files, Codex's state databases) and flatter agenthost.
+    for sub in ("home", "config", "tmp"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(root / "home"), "TMPDIR": str(root / "tmp")}
     if harness == "claude-code":
@@ -70,12 +74,13 @@ def bare_command(harness: str, binary: str, port: int, root: Path) -> tuple[list
     return argv + ["-"], env
 
 
-async def time_bare(harness: str, binary: str, port: int, root: Path) -> float:
+async def time_bare(harness: str, binary: str, port: int, root: Path, work: Path) -> float:
     argv, env = bare_command(harness, binary, port, root)
+    work.mkdir(parents=True)  # a fresh working directory: a new session, like a conversation's first message
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
         *argv,
-        cwd=root / "work",
+        cwd=work,
         env=env,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
@@ -96,7 +101,7 @@ async def bench(harness: str, runs: int) -> dict[str, list[float]]:
     runner_cls = ClaudeCodeRunner if harness == "claude-code" else CodexRunner
     key_env = "ANTHROPIC_API_KEY" if harness == "claude-code" else "OPENAI_API_KEY"
     os.environ[key_env] = "sk-bench"
-    times: dict[str, list[float]] = {"bare": [], "agenthost": [], "no-bridge": []}
+    times: dict[str, list[float]] = {"bare": [], "agenthost": [], "stdio": [], "no-bridge": []}
     with fake_cls(pong) as fake, tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         base: dict[str, Any] = {"command": binary, "interrupt_grace_seconds": 1.0}
         if harness == "claude-code":
@@ -106,19 +111,25 @@ async def bench(harness: str, runs: int) -> dict[str, list[float]]:
         hosts = {}
         async with (
             HostHarness(Path(tmp) / "with", runners=[runner_cls], config=base) as with_bridge,
+            HostHarness(Path(tmp) / "stdio", runners=[runner_cls], config=base | {"mcp_transport": "stdio"}) as stdio,
             HostHarness(Path(tmp) / "without", runners=[runner_cls], config=base | {"mcp_bridge": False}) as without,
         ):
-            hosts = {"agenthost": with_bridge, "no-bridge": without}
-            # One warm-up of each (page cache, first-run files), then interleave so drift hits all three alike.
+            hosts = {"agenthost": with_bridge, "stdio": stdio, "no-bridge": without}
+            # One warm-up of each (page cache, first-run files), then interleave so drift hits all paths alike.
             for i in range(runs + 1):
-                bare = await time_bare(harness, binary, fake.port, Path(tmp) / f"bare-{i}")
+                bare = await time_bare(harness, binary, fake.port, Path(tmp) / "bare", Path(tmp) / f"bare-work-{i}")
                 row = {"bare": bare}
                 for name, h in hosts.items():
+                    seen = len(fake.requests)
                     started = time.perf_counter()
                     result = await h.send("ping", conversation_id=f"bench-{i}")
                     row[name] = time.perf_counter() - started
                     if result.run.status != "completed" or "pong" not in result.text:
                         raise RuntimeError(f"{name} {harness}: {result.run.status} {result.run.error_message}")
+                    # A bridge that failed to connect would look fast: its tools must have reached the model.
+                    offered = any("agenthost" in t for r in fake.requests[seen:] for t in r.tools)
+                    if offered != (name != "no-bridge"):
+                        raise RuntimeError(f"{name} {harness}: bridge tools offered={offered}")
                 if i:
                     for name, value in row.items():
                         times[name].append(value)

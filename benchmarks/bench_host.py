@@ -75,7 +75,8 @@ BATCHES = (1, 16, 64)
 
 async def main(calls: int, deltas: int) -> None:
     work = Path(tempfile.mkdtemp(prefix="ahbench-"))
-    env = {**os.environ, "AGENTHOST_HOME": str(work / "home")}
+    # The bench runner calls the raw server's socket from inside its sandbox: expose the work dir to it.
+    env = {**os.environ, "AGENTHOST_HOME": str(work / "home"), "AGENTHOST_SANDBOX_RW": str(work)}
     raw_address = f"unix:{work / 'raw.sock'}"
     relay_address = f"unix:{work / 'relay.sock'}"
     raw = subprocess.Popen(  # noqa: ASYNC220 - started before anything is timed
@@ -110,6 +111,10 @@ async def main(calls: int, deltas: int) -> None:
             for i in range(30):  # 60 transcript items, so a page of 50 is full
                 await c.send("bench", f"seed message {i}")
             result = await c.send("bench", f"api {raw_address} {calls}")
+            if result.run.status != "completed":
+                raise SystemExit(
+                    f"the bench runner's api run failed: {result.run.error_code}: {result.run.error_message}"
+                )
             stats = json.loads(result.text)
             print(f"\n== run-scoped API call, runner process -> host, {calls} calls each, interleaved ==")
             print(f"{'call':22} {'raw p50':>9} {'host p50':>9} {'+p50':>8} {'raw p99':>9} {'host p99':>9}   (µs)")

@@ -1,14 +1,17 @@
 """Load: many concurrent runs across several runner processes, each streaming events, against a real host.
 
     python benchmarks/bench_load.py [--runs 500] [--plugins 4] [--deltas 20] [--pause-ms 20] [--rounds 1]
+                                    [--deadline 300]
 
 Processes, as in production: `agenthost serve` (the host), N runner plugin processes (copies of the faulty test
 plugin under distinct names, installed offline like any plugin; each run makes a HistoryPage and a StateSet call
 and streams deltas), and this script as the client, holding every run's SendMessage stream open at once.
 Everything stays on unix sockets under a temp dir; the number of runs and the time are bounded.
 
-Prints wall time, runs/s, per-run latency, errors, and the host's RSS / peak RSS / open fds / threads before
-and after — `run_load()` is reused by bench_soak.py and tests/robustness/test_load.py.
+Prints, per round: runs ok / refused with a retry hint (the host's admission: RESOURCE_EXHAUSTED with trailing
+metadata `retry-after-ms`) / other errors (bare CANCELLED counted apart), wall time, runs/s, per-run latency, and
+the host's RSS / peak RSS / open fds / threads before and after. A round is cut off after `--deadline` seconds
+(unfinished runs count as errors). `run_load()` is reused by bench_soak.py and tests/robustness/test_load.py.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agenthost.host.client import HostClient  # noqa: E402
+from agenthost.protos import errors  # noqa: E402
 from agenthost.protos import host_pb2 as hpb  # noqa: E402
 
 FAULTY = ROOT / "tests" / "fixtures" / "faulty-plugin"
@@ -113,55 +117,105 @@ class LoadHost:
 
 
 async def one_run(
-    client: HostClient, bot: str, conversation: str, deltas: int, pause_ms: float
+    client: HostClient, bot: str, conversation: str, deltas: int, pause_ms: float, answered: list[float] | None = None
 ) -> tuple[float, str, int]:
+    """(latency, status, text deltas received). status is the run's, or `refused <ms>` when the host refused to
+    admit it with a retry hint (any other failed call raises). `answered` gets the seconds until the host's first
+    answer (run_started or the refusal): how long the call waited to be taken up."""
     t0 = time.perf_counter()
     got = 0
     status = "no_outcome"
-    async for reply in client.stream(
-        hpb.SendMessageRequest(bot=bot, text=f"load {deltas} {pause_ms}", conversation_id=conversation), timeout=600
-    ):
-        kind = reply.WhichOneof("kind")
-        if kind == "events":
-            got += sum(1 for e in reply.events.events if e.WhichOneof("kind") == "text_delta")
-        elif kind == "run_finished":
-            status = reply.run_finished.status
-            if status != "completed":
-                status += f" ({reply.run_finished.error_code}: {reply.run_finished.error_message[:120]})"
+    try:
+        async for reply in client.stream(
+            hpb.SendMessageRequest(bot=bot, text=f"load {deltas} {pause_ms}", conversation_id=conversation),
+            timeout=600,
+        ):
+            kind = reply.WhichOneof("kind")
+            if kind == "run_started" and answered is not None:
+                answered.append(time.perf_counter() - t0)
+            elif kind == "events":
+                got += sum(1 for e in reply.events.events if e.WhichOneof("kind") == "text_delta")
+            elif kind == "run_finished":
+                status = reply.run_finished.status
+                if status != "completed":
+                    status += f" ({reply.run_finished.error_code}: {reply.run_finished.error_message[:120]})"
+    except errors.ResourceExhausted as exc:
+        if exc.retry_after_ms <= 0 or got or status != "no_outcome":
+            raise
+        if answered is not None:
+            answered.append(time.perf_counter() - t0)
+        return time.perf_counter() - t0, f"refused {exc.retry_after_ms}", 0
     return time.perf_counter() - t0, status, got
 
 
-async def run_load(lh: LoadHost, runs: int, deltas: int, pause_ms: float, tag: str = "r") -> dict[str, object]:
-    """`runs` concurrent runs spread over the bots, each in its own conversation; returns the figures."""
+async def run_load(
+    lh: LoadHost,
+    runs: int,
+    deltas: int,
+    pause_ms: float,
+    tag: str = "r",
+    *,
+    allow_refusals: bool = False,
+    deadline: float = 600.0,
+) -> dict[str, object]:
+    """`runs` concurrent runs spread over the bots, each in its own conversation; returns the figures. A refusal
+    with a retry hint counts as `refused`, and as an error too unless `allow_refusals`. Runs still going after
+    `deadline` seconds are cancelled and count as errors."""
     assert lh.client is not None
     t0 = time.perf_counter()
-    results = await asyncio.gather(
-        *(one_run(lh.client, f"load{i % lh.plugins}", f"{tag}-{i}", deltas, pause_ms) for i in range(runs)),
-        return_exceptions=True,
-    )
+    answered: list[float] = []
+    tasks = [
+        asyncio.ensure_future(one_run(lh.client, f"load{i % lh.plugins}", f"{tag}-{i}", deltas, pause_ms, answered))
+        for i in range(runs)
+    ]
+    _, late = await asyncio.wait(tasks, timeout=deadline)
+    for task in late:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
     wall = time.perf_counter() - t0
-    errors: list[str] = []
+    problems: list[str] = []
     latencies: list[float] = []
-    events = 0
-    for r in results:
-        if isinstance(r, BaseException):
-            errors.append(f"{type(r).__name__}: {r}")
+    hints: list[int] = []
+    events = ok = cancelled = 0
+    for task in tasks:
+        if task.cancelled():
+            problems.append(f"unfinished after the {deadline:.0f}s deadline")
             continue
-        latency, status, got = r
+        exc = task.exception()
+        if exc is not None:
+            problems.append(f"{type(exc).__name__}: {exc}")
+            cancelled += isinstance(exc, errors.Cancelled)
+            continue
+        latency, status, got = task.result()
+        if status.startswith("refused "):
+            hints.append(int(status.split()[1]))
+            if not allow_refusals:
+                problems.append(f"refused with a retry hint of {hints[-1]} ms")
+            continue
         latencies.append(latency)
         events += got
         if status != "completed" or got != deltas + 1:
-            errors.append(f"{status}, {got} deltas")
+            problems.append(f"{status}, {got} deltas")
+        else:
+            ok += 1
     latencies.sort()
+    hints.sort()
+    answered.sort()
     return {
         "runs": runs,
+        "ok": ok,
+        "refused": len(hints),
+        "hint_ms": (hints[0], statistics.median(hints), hints[-1]) if hints else (0, 0, 0),
+        "cancelled": cancelled,
         "wall_s": wall,
-        "runs_per_s": runs / wall,
+        "runs_per_s": ok / wall,
         "events_per_s": events / wall,
         "events": events,
         "p50_s": statistics.median(latencies) if latencies else 0.0,
         "p99_s": latencies[max(0, int(len(latencies) * 0.99) - 1)] if latencies else 0.0,
-        "errors": errors,
+        "answer_p50_s": statistics.median(answered) if answered else 0.0,
+        "answer_max_s": answered[-1] if answered else 0.0,
+        "errors": problems,
     }
 
 
@@ -180,13 +234,22 @@ async def main(args: argparse.Namespace) -> int:
         print(show("before", before))
         failures = 0
         for r in range(args.rounds):
-            res = await run_load(lh, args.runs, args.deltas, args.pause_ms, tag=f"round{r}")
+            res = await run_load(
+                lh, args.runs, args.deltas, args.pause_ms, tag=f"round{r}", allow_refusals=True, deadline=args.deadline
+            )
             after = lh.figures()
             failures += len(res["errors"])
+            lo, mid, hi = res["hint_ms"]
             print(
-                f"round {r}: {res['runs']} concurrent runs x {args.deltas + 1} deltas in {res['wall_s']:.2f}s "
-                f"({res['runs_per_s']:.0f} runs/s, {res['events_per_s']:.0f} deltas/s to the client), "
-                f"run latency p50 {res['p50_s']:.2f}s p99 {res['p99_s']:.2f}s, errors {len(res['errors'])}"
+                f"round {r}: {res['runs']} concurrent runs x {args.deltas + 1} deltas: ok {res['ok']}, "
+                f"refused with a retry hint {res['refused']} (hint min/median/max {lo}/{mid:.0f}/{hi} ms), "
+                f"other errors {len(res['errors'])} (bare CANCELLED {res['cancelled']}); "
+                f"host peak RSS {after['peak_mib']:.1f} MiB; duration {res['wall_s']:.2f}s"
+            )
+            print(
+                f"   {res['runs_per_s']:.0f} runs/s, {res['events_per_s']:.0f} deltas/s to the client, "
+                f"run latency p50 {res['p50_s']:.2f}s p99 {res['p99_s']:.2f}s, first answer (run_started or refusal) "
+                f"p50 {res['answer_p50_s']:.2f}s max {res['answer_max_s']:.2f}s"
             )
             for e in res["errors"][:5]:
                 print("   error:", e)
@@ -204,4 +267,5 @@ if __name__ == "__main__":
     parser.add_argument("--deltas", type=int, default=20)
     parser.add_argument("--pause-ms", type=float, default=20)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--deadline", type=float, default=300, help="seconds a round may take (then it is cut off)")
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -6,9 +6,12 @@ Starts a host on a scratch data dir with the built-in plugin (the local agent an
 `agenthost serve` does (sandboxed when bubblewrap works here), waits until the plugin is ready, and reads the
 runner's python process from /proc: VmRSS (the figure the target is set in: 40 MiB), RssAnon (memory the process
 alone holds) and Pss (its fair share of pages shared with other processes, such as the host mapping the same
-grpc library). Then, for scale, the same figures for interpreters that import only `asyncio + grpc` and the
-runner protocol's floor (grpc, health, the stubs), and where the rest comes from: each import the built-in
-runner's start-up adds, measured in one interpreter in the order the runner process meets them.
+grpc library). It does so twice in the same run: before (AGENTHOST_RUNNER_EAGER=1: the runner classes imported in
+the serving process at start, as it used to be) and after (the default: a describe child imports them, the
+serving process loads them at the first call), and for each also once loaded (after one ValidateConfig).
+Then, for scale, the same figures for interpreters that import only `asyncio + grpc` and the runner protocol's
+floor (grpc, health, the stubs) with and without `ssl`, which asyncio imports when it can and an idle runner
+now defers; and where the loaded runner's memory comes from: each import, in one interpreter, in order.
 """
 
 from __future__ import annotations
@@ -22,16 +25,18 @@ from pathlib import Path
 
 TARGET_MIB = 40.0
 
+_FLOOR = (
+    "import asyncio, grpc, grpc.aio\nfrom grpc_health.v1 import health, health_pb2, health_pb2_grpc\n"
+    "from agenthost.protos import common_pb2, runner_pb2, runner_pb2_grpc, run_api_pb2_grpc"
+)
 FLOOR_IMPORTS = {
     "python -c pass": "pass",
     "import asyncio, grpc": "import asyncio, grpc",
-    "runner protocol floor (grpc, health, stubs)": (
-        "import asyncio, grpc, grpc.aio\nfrom grpc_health.v1 import health, health_pb2, health_pb2_grpc\n"
-        "from agenthost.protos import common_pb2, runner_pb2, runner_pb2_grpc, run_api_pb2_grpc"
-    ),
+    "runner protocol floor (grpc, health, stubs)": _FLOOR,
+    "runner protocol floor, ssl deferred": "from agenthost.runners.sdk import lean\nlean.defer_ssl()\n" + _FLOOR,
 }
 
-# The order in which `python -m agenthost.runners.sdk serve` meets them for the built-in plugin.
+# The order in which a runner process that loads the built-in plugin's classes meets them.
 CHAIN = [
     "asyncio",
     "grpc",
@@ -100,19 +105,36 @@ def runner_python(root: int) -> int:
     return best
 
 
-async def measure_runner() -> tuple[dict[str, float], str]:
+async def measure_runner(eager: bool) -> tuple[dict[str, float], dict[str, float], str]:
+    """Idle and loaded figures of the built-in plugin's runner process, and the host's sandbox status."""
     from agenthost.host.server import Host
+    from agenthost.protos import runner_pb2
 
-    with tempfile.TemporaryDirectory(prefix="agenthost-rss-") as scratch:
-        host = Host(Path(scratch) / "data")
-        await host.start()
-        try:
-            pp = await host.supervisor.start("agenthost")
-            await asyncio.sleep(1.0)  # idle: let start-up garbage settle as it would between runs
-            pid = runner_python(pp.proc.pid)
-            return memory(pid), host.sandbox_status
-        finally:
-            await host.stop()
+    # The supervisor builds the plugin's environment from ours, AGENTHOST_* included.
+    os.environ.pop("AGENTHOST_RUNNER_EAGER", None)
+    if eager:
+        os.environ["AGENTHOST_RUNNER_EAGER"] = "1"
+    try:
+        with tempfile.TemporaryDirectory(prefix="agenthost-rss-") as scratch:
+            host = Host(Path(scratch) / "data")
+            await host.start()
+            try:
+                pp = await host.supervisor.start("agenthost")
+                await asyncio.sleep(1.0)  # idle: let start-up garbage settle as it would between runs
+                pid = runner_python(pp.proc.pid)
+                idle = memory(pid)
+                assert pp.stub is not None
+                await pp.stub.ValidateConfig(
+                    runner_pb2.ValidateConfigRequest(runner_name=sorted(pp.manifests)[0], config_json="{}"),
+                    timeout=60,
+                )
+                await asyncio.sleep(1.0)
+                assert runner_python(pp.proc.pid) == pid
+                return idle, memory(pid), host.sandbox_status
+            finally:
+                await host.stop()
+    finally:
+        os.environ.pop("AGENTHOST_RUNNER_EAGER", None)
 
 
 def measure_code(code: str) -> dict[str, float]:
@@ -147,18 +169,28 @@ def chain() -> list[tuple[str, float]]:
 
 def main() -> None:
     env_note = f"{sys.executable} ({sys.version.split()[0]})"
-    runner, sandbox = asyncio.run(measure_runner())
+    before_idle, before_loaded, sandbox = asyncio.run(measure_runner(eager=True))
+    runner, after_loaded, _ = asyncio.run(measure_runner(eager=False))
     rows = [(name, measure_code(code)) for name, code in FLOOR_IMPORTS.items()]
-    rows.append((f"idle runner process (built-in plugin; sandbox {sandbox.split(':')[0]})", runner))
+    where = f"built-in plugin; sandbox {sandbox.split(':')[0]}"
+    rows += [
+        (f"BEFORE idle runner, eager load ({where})", before_idle),
+        ("BEFORE same process after its first call", before_loaded),
+        (f"AFTER idle runner, lazy load ({where})", runner),
+        ("AFTER same process after its first call (loaded)", after_loaded),
+    ]
     print(f"runner idle memory, MiB — {env_note}")
-    print(f"{'':58} {'VmRSS':>7} {'RssAnon':>8} {'Pss':>7}")
+    print(f"{'':62} {'VmRSS':>7} {'RssAnon':>8} {'Pss':>7}")
     for name, m in rows:
-        print(f"{name:58} {m['VmRSS']:7.1f} {m['RssAnon']:8.1f} {m['Pss']:7.1f}")
-    print("\nwhat each import adds to VmRSS, in the order the runner meets them:")
+        print(f"{name:62} {m['VmRSS']:7.1f} {m['RssAnon']:8.1f} {m['Pss']:7.1f}")
+    print("\nwhat each import adds to VmRSS, in the order a runner loading the built-in plugin meets them:")
     for name, delta in chain():
         print(f"  {name:50} +{delta:5.1f}")
     verdict = "meets" if runner["VmRSS"] <= TARGET_MIB else "misses"
-    print(f"\nidle runner VmRSS {runner['VmRSS']:.1f} MiB {verdict} the {TARGET_MIB:.0f} MiB target")
+    print(
+        f"\nidle runner VmRSS {before_idle['VmRSS']:.1f} MiB before, {runner['VmRSS']:.1f} MiB after: "
+        f"{verdict} the {TARGET_MIB:.0f} MiB target"
+    )
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos import host_pb2_grpc as host_grpc
+from agenthost.protos import run_api_pb2 as api
 
 if TYPE_CHECKING:
     from agenthost.host.server import Host
@@ -265,3 +266,57 @@ class AdminServicer(host_grpc.AgentHostServicer):
     ) -> hpb.RemoveKeyResponse:
         self.host.keys.remove(request.name)
         return hpb.RemoveKeyResponse()
+
+    # ---- knowledge base (admin only: AuthInterceptor refuses scoped callers) ----
+
+    @_mapped
+    async def KbAddDocument(
+        self, request: hpb.KbAddDocumentRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.KbDocument:
+        bot = self.host.registry.bot(request.bot)
+        return await self.host.knowledge.add(bot.bot_id, request.name, request.content)
+
+    @_mapped
+    async def KbListDocuments(
+        self, request: hpb.BotRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.KbListDocumentsResponse:
+        bot = self.host.registry.bot(request.bot)
+        documents = self.host.knowledge.documents(bot.bot_id)
+        return hpb.KbListDocumentsResponse(documents=documents, chunks=sum(d.chunks for d in documents))
+
+    @_mapped
+    async def KbRemoveDocument(
+        self, request: hpb.KbRemoveDocumentRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.KbRemoveDocumentResponse:
+        bot = self.host.registry.bot(request.bot)
+        await self.host.knowledge.remove(bot.bot_id, request.doc_id)
+        return hpb.KbRemoveDocumentResponse()
+
+    @_mapped
+    async def KbSearch(
+        self, request: hpb.KbAdminSearchRequest, context: grpc.aio.ServicerContext
+    ) -> api.KbSearchResponse:
+        bot = self.host.registry.bot(request.bot)
+        return await self.host.knowledge.search(bot.bot_id, request.query, request.top_k)
+
+    @_mapped
+    async def KbReindex(self, request: hpb.BotRequest, context: grpc.aio.ServicerContext) -> hpb.KbReindexResponse:
+        bot = self.host.registry.bot(request.bot)
+        documents, chunks = await self.host.knowledge.reindex(bot.bot_id)
+        return hpb.KbReindexResponse(documents=documents, chunks=chunks)
+
+    @_mapped
+    async def KbSetEmbeddings(
+        self, request: hpb.KbSetEmbeddingsRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.KbEmbeddings:
+        bot_id = self.host.registry.bot(request.bot).bot_id if request.bot else ""
+        if not request.clear and not request.HasField("embeddings"):
+            raise errors.InvalidArgument("give the embeddings settings, or clear")
+        return await self.host.knowledge.set_embeddings(bot_id, None if request.clear else request.embeddings)
+
+    @_mapped
+    async def KbGetEmbeddings(
+        self, request: hpb.KbGetEmbeddingsRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.KbEmbeddings:
+        bot_id = self.host.registry.bot(request.bot).bot_id if request.bot else ""
+        return self.host.knowledge.get_embeddings(bot_id)

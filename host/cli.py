@@ -486,6 +486,105 @@ async def cmd_history(args: argparse.Namespace, c: HostClient) -> int:
     return 0
 
 
+def _kb_space(space: str) -> str:
+    return f"vectors: {space}" if space else "keyword search only"
+
+
+async def cmd_kb(args: argparse.Namespace, c: HostClient) -> int:
+    from agenthost.protos import errors
+    from agenthost.protos import host_pb2 as hpb
+
+    if args.action == "add":
+        from agenthost.host.knowledge import MAX_DOCUMENT_BYTES
+
+        failed = 0
+        added = []
+        for name in args.files:
+            path = Path(name).expanduser()
+            try:
+                if not path.is_file():
+                    raise errors.InvalidArgument("not a file")
+                if path.stat().st_size > MAX_DOCUMENT_BYTES:
+                    raise errors.ResourceExhausted(f"larger than MAX_DOCUMENT_BYTES = {MAX_DOCUMENT_BYTES}; split it")
+                request = hpb.KbAddDocumentRequest(bot=args.bot, name=name, content=path.read_bytes())
+                # Embedding a large document through a slow endpoint takes a while: the host bounds each request.
+                doc = await c.call("KbAddDocument", request, timeout=1800)
+            except (errors.AgentHostError, OSError) as exc:
+                failed += 1
+                reason = f"{exc.code.name}: {exc.message}" if isinstance(exc, errors.AgentHostError) else str(exc)
+                print(f"error: {name}: {reason}", file=sys.stderr)
+                continue
+            added.append(doc)
+            if not args.json:
+                print(f"added {doc.doc_id} {doc.name} ({doc.chunks} chunks, {_kb_space(doc.embedding_space)})")
+        if args.json:
+            print_json([to_jsonable(d) for d in added])
+        return 1 if failed else 0
+    if args.action == "list":
+        resp = await c.call("KbListDocuments", hpb.BotRequest(bot=args.bot))
+        if args.json:
+            print_json(to_jsonable(resp))
+            return 0
+        for d in resp.documents:
+            print(
+                f"{d.doc_id}  {d.chunks:5} chunks  {d.size_bytes:9} B  {_when(d.created_at)}  {d.name}"
+                f"  ({_kb_space(d.embedding_space)})"
+            )
+        print(f"{len(resp.documents)} documents, {resp.chunks} chunks")
+    elif args.action == "remove":
+        await c.call("KbRemoveDocument", hpb.KbRemoveDocumentRequest(bot=args.bot, doc_id=args.doc_id))
+        _emit(args, {"removed": args.doc_id}, f"removed {args.doc_id}")
+    elif args.action == "search":
+        resp = await c.call(
+            "KbSearch", hpb.KbAdminSearchRequest(bot=args.bot, query=args.query, top_k=args.top_k), timeout=60
+        )
+        if args.json:
+            print_json(to_jsonable(resp))
+            return 0
+        if resp.keyword_only:
+            print(f"(keyword search only: {resp.keyword_only_reason})")
+        if resp.documents_without_vectors:
+            print(
+                f"({resp.documents_without_vectors} documents have no vectors yet: `agenthost kb reindex {args.bot}`)"
+            )
+        for n, hit in enumerate(resp.hits, start=1):
+            passes = ", ".join(
+                f"{what} #{rank}" for what, rank in (("keyword", hit.keyword_rank), ("vector", hit.vector_rank)) if rank
+            )
+            print(f"[{n}] {hit.document_name}:{hit.start_line}-{hit.end_line}  score {hit.score:.4f} ({passes})")
+            print("    " + hit.text[:400].replace("\n", "\n    "))
+        if not resp.hits:
+            print("no matches")
+    elif args.action == "reindex":
+        resp = await c.call("KbReindex", hpb.BotRequest(bot=args.bot), timeout=3600)
+        _emit(args, to_jsonable(resp), f"embedded {resp.documents} documents ({resp.chunks} chunks)")
+    else:  # embeddings
+        if args.clear or args.provider:
+            request = hpb.KbSetEmbeddingsRequest(bot=args.bot, clear=args.clear)
+            if not args.clear:
+                request.embeddings.CopyFrom(
+                    hpb.KbEmbeddings(
+                        provider=args.provider,
+                        url=args.url,
+                        model=args.model,
+                        key=args.key,
+                        dimensions=args.dimensions,
+                        timeout_seconds=args.timeout,
+                    )
+                )
+            config = await c.call("KbSetEmbeddings", request)
+        else:
+            config = await c.call("KbGetEmbeddings", hpb.KbGetEmbeddingsRequest(bot=args.bot))
+        where = {"": "not configured", "*": "host-wide"}.get(config.scope, f"bot {config.scope}")
+        text = (
+            f"{config.provider} {config.model} at {config.url}" + (f" (key {config.key})" if config.key else "")
+            if config.provider != "none"
+            else "none: keyword search only"
+        )
+        _emit(args, to_jsonable(config), f"{text} [{where}]")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, HostClient], Awaitable[int]]] = {
     "plugins": cmd_plugins,
     "runners": cmd_runners,
@@ -497,6 +596,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, HostClient], Awaitable[int]]] 
     "status": cmd_status,
     "keys": cmd_keys,
     "credentials": cmd_credentials,
+    "kb": cmd_kb,
 }
 
 
@@ -873,6 +973,53 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("run_id")
     show.add_argument("--events", action="store_true")
     runs.add("cancel", "cancel a queued or running run", "agenthost runs cancel run_0123").add_argument("run_id")
+
+    kb = _group(
+        sub,
+        "kb",
+        "each bot's knowledge base: documents its runs search by keywords and meaning (the `kb` API)",
+        "agenthost kb add support docs/*.md",
+        'agenthost kb search support "how do I rotate a key"',
+    )
+    kb_add = kb.add(
+        "add",
+        "add text documents (UTF-8, up to 4 MiB each): stored, chunked by lines, indexed and embedded",
+        "agenthost kb add support docs/*.md README.md",
+    )
+    kb_add.add_argument("bot")
+    kb_add.add_argument("files", nargs="+", metavar="FILE")
+    kb.add("list", "a bot's documents", "agenthost kb list support").add_argument("bot")
+    kb_rm = kb.add("remove", "remove a document and its chunks", "agenthost kb remove support doc_0123")
+    kb_rm.add_argument("bot")
+    kb_rm.add_argument("doc_id")
+    kb_search = kb.add(
+        "search", "search as the bot's runs would", 'agenthost kb search support "refund policy" --top-k 3'
+    )
+    kb_search.add_argument("bot")
+    kb_search.add_argument("query")
+    kb_search.add_argument("--top-k", type=_positive(50), default=5, help="1-50 (default 5)")
+    kb.add(
+        "reindex",
+        "embed the documents that have no vectors for the bot's current embeddings endpoint",
+        "agenthost kb reindex support",
+    ).add_argument("bot")
+    emb = kb.add(
+        "embeddings",
+        "show or set the embeddings endpoint, host-wide or for one bot (no endpoint: keyword search only)",
+        "agenthost kb embeddings --provider ollama --url http://127.0.0.1:11434 --model nomic-embed-text",
+        "agenthost kb embeddings --bot support --provider openai --url https://api.openai.com/v1 "
+        "--model text-embedding-3-small --key OPENAI_API_KEY",
+        "agenthost kb embeddings --bot support --provider none   # keyword search only for this bot",
+        "agenthost kb embeddings --bot support                   # what its searches use",
+    )
+    emb.add_argument("--bot", default="", help="a bot (default: the host-wide setting)")
+    emb.add_argument("--provider", choices=["openai", "ollama", "none"], default="", help="set the endpoint's kind")
+    emb.add_argument("--url", default="", help="openai: the base URL ending in /v1; ollama: http://HOST:11434")
+    emb.add_argument("--model", default="")
+    emb.add_argument("--key", default="", metavar="NAME", help="a key stored with `keys set` (sent as a bearer token)")
+    emb.add_argument("--dimensions", type=int, default=0, help="shorter vectors, for endpoints that offer them")
+    emb.add_argument("--timeout", type=float, default=0, help="seconds per request (default 30)")
+    emb.add_argument("--clear", action="store_true", help="remove the setting (a bot then uses the host-wide one)")
 
     hist = sub.add("history", "a conversation's transcript", "agenthost history support --conversation c1 --limit 20")
     hist.add_argument("bot")

@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 
-from agenthost.host.credentials import read_admin_token
+from agenthost.host.private_files import read_admin_token
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors, host_pb2_grpc
 from agenthost.protos import host_pb2 as hpb

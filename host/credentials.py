@@ -25,11 +25,10 @@ from typing import Any
 import grpc
 
 from agenthost.host.grants import hash_secret, new_token
-from agenthost.host.private_files import read_json, write_json
+from agenthost.host.private_files import ADMIN_TOKEN_FILE, read_json, write_json
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 
-ADMIN_TOKEN_FILE = "admin.token"
 CREDENTIALS_FILE = "credentials.json"
 SCOPES = ("admin", "send")
 # What a "send" credential may call; everything else needs "admin". Each of these names a bot or a run, and the
@@ -67,17 +66,6 @@ def require_bot(bot_id: str) -> None:
     principal = current()
     if not principal.is_admin and bot_id not in principal.bots:
         raise errors.PermissionDenied(f"credential {principal.name!r} may not use bot {bot_id!r}")
-
-
-def read_admin_token(data_dir: Path) -> str:
-    """For clients (the CLI): the full-admin token of the host serving `data_dir`."""
-    path = data_dir / ADMIN_TOKEN_FILE
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        raise errors.Unauthenticated(f"no admin token at {path}: is the host serving this data dir?") from None
-    except PermissionError:
-        raise errors.Unauthenticated(f"{path} is not readable by this user: only the host's user is an admin") from None
 
 
 class Credentials:

@@ -90,6 +90,29 @@ INBOX_MAX_BYTES = 64 * MiB
 # The same bound in replies, for floods of tiny events (each reply costs memory beyond its bytes).
 INBOX_MAX_REPLIES = 100_000
 
+# ---- run admission (agenthost.host.runs) ----
+
+# Runs executing at once, host-wide. Each holds a runner RPC, a task, its grant and stream buffers, and takes
+# event-loop time from every other; one host process gains no throughput past a few hundred (bench_load.py, 5,000
+# runs on 2 cores: ~150 runs/s at 256, ~136 at 128). Beyond this, runs wait in `queued`: their record, the
+# client's open SendMessage call and a small _Start (references to records already loaded); no task, no RPC.
+RUNS_MAX_ACTIVE = 256
+# Runs waiting (for a slot, or for earlier runs of their conversation), host-wide. Each keeps its client's
+# SendMessage stream open; past this, a new run is refused with RESOURCE_EXHAUSTED and a retry hint.
+RUNS_MAX_QUEUED = 8192
+# Of those, one bot may hold this many, so one busy bot cannot take the whole queue from the others (slots are
+# also handed out round-robin across bots).
+RUNS_MAX_QUEUED_PER_BOT = 4096
+# Of those, one conversation may hold this many: its runs execute one at a time, so a deeper queue only makes
+# its last message wait longer.
+RUNS_MAX_QUEUED_PER_CONVERSATION = 256
+# Bytes of input (message text and event data) that queued runs carry: what a burst of large messages may make
+# the host hold before their runs start.
+RUNS_MAX_QUEUED_INPUT_BYTES = 256 * MiB
+# The retry hint of an admission refusal (trailing metadata `retry-after-ms`) stays within these bounds.
+RUNS_RETRY_MIN_MS = 250
+RUNS_RETRY_MAX_MS = 60_000
+
 # ---- the single writer ----
 
 # Jobs waiting for the writer thread; past this, producers that can wait (state writes, a run's stream) wait.

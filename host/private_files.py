@@ -14,6 +14,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from agenthost.protos import errors
+
+# The full-admin credential (agenthost.host.credentials), in the data dir, which no sandbox can see.
+ADMIN_TOKEN_FILE = "admin.token"
+
 
 def read_json(path: Path) -> Any | None:
     """The document, or None if the file does not exist. Refuses a file another user could have written."""
@@ -81,3 +86,14 @@ def make_private_dir(path: Path) -> Path:
     if private_dir(path):
         return path
     return Path(tempfile.mkdtemp(prefix=path.name + "-", dir=path.parent))
+
+
+def read_admin_token(data_dir: Path) -> str:
+    """For clients (the CLI): the full-admin token of the host serving `data_dir`."""
+    path = data_dir / ADMIN_TOKEN_FILE
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        raise errors.Unauthenticated(f"no admin token at {path}: is the host serving this data dir?") from None
+    except PermissionError:
+        raise errors.Unauthenticated(f"{path} is not readable by this user: only the host's user is an admin") from None

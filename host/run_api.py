@@ -21,6 +21,7 @@ from google.protobuf import message_factory
 
 from agenthost.host import limits
 from agenthost.host.grants import ActiveRun, RunRegistry, hash_secret
+from agenthost.host.knowledge import KnowledgeBase
 from agenthost.host.observability import Observer
 from agenthost.host.store.artifacts import ArtifactStore
 from agenthost.host.store.conversations import MAX_PAGE, MAX_TOP_K, Conversations
@@ -191,8 +192,10 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         state: StateStore,
         audit: AuditLog,
         observer: Observer | None = None,
+        knowledge: KnowledgeBase | None = None,
     ) -> None:
         self.registry = registry
+        self.knowledge = knowledge
         self.observer = observer or Observer()
         self.runs = runs
         self.conversations = conversations
@@ -475,3 +478,12 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             raise errors.InvalidArgument("prefix and cursor are at most 256 characters")
         keys, has_more = self.state.list(scope_key, request.prefix, request.cursor, limit)
         return api.StateListResponse(keys=keys, next_cursor=keys[-1] if has_more else "", has_more=has_more)
+
+    # ---- knowledge base ----
+
+    @_run_scoped
+    async def KbSearch(self, run: ActiveRun, request: api.KbSearchRequest) -> api.KbSearchResponse:
+        if self.knowledge is None:
+            raise errors.Unavailable("this host serves no knowledge base")
+        # Always the run's own bot: the request cannot name another.
+        return await self.knowledge.search(run.bot_id, request.query, request.top_k)

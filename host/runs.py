@@ -1,12 +1,14 @@
 """The run orchestrator: one inbound event → one binding → one run, executed through its runner's `Run` RPC.
 
-For every run, the RunManager: records the event, the user's turn and a queued run in one transaction; waits
-its turn in the conversation (runs of one conversation execute one at a time, in arrival order); mints the run
-token and freezes the grant; streams the runner's events, numbering, persisting (group-committed, never awaited
-per event), projecting into the transcript and fanning them out to subscribers; and finally writes the outcome
-and revokes the token. The final write is awaited before the terminal status is published, so a client that saw
-a run finish can always read everything it produced. What a runner is handed at start is assembled by
-run_context; what clients receive is buffered per subscriber by run_inbox.
+For every run, the RunManager: admits it or refuses it (see Admission: past what the host serves at once, runs
+wait in `queued`; past the queue's bounds they are refused with RESOURCE_EXHAUSTED and a retry hint, before
+anything is recorded); records the event, the user's turn and a queued run in one transaction; waits its turn
+in the conversation (runs of one conversation execute one at a time, in arrival order) and for a host slot;
+mints the run token and freezes the grant; streams the runner's events, numbering, persisting (group-committed,
+never awaited per event), projecting into the transcript and fanning them out to subscribers; and finally writes
+the outcome and revokes the token. The final write is awaited before the terminal status is published, so a
+client that saw a run finish can always read everything it produced. What a runner is handed at start is
+assembled by run_context; what clients receive is buffered per subscriber by run_inbox.
 
 Runs do not belong to the client that asked for them: a client that disconnects only unsubscribes.
 """
@@ -16,12 +18,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fnmatch
+import functools
 import json
 import logging
+import random
 import re
 import sqlite3
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -42,7 +47,7 @@ from agenthost.plugins.manifest import RunnerManifest
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos import runner_pb2
-from agenthost.protos.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
+from agenthost.protos.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +67,28 @@ def parse_runner_id(runner_id: str) -> tuple[str, str]:
 
 
 @dataclass
+class _Start:
+    """What a queued run needs to start, dropped when it does: references to records already loaded, no RPC, no
+    task, no buffers (the message text is in `event`, counted against limits.RUNS_MAX_QUEUED_INPUT_BYTES). The
+    grant is frozen again at start from the same manifest and binding (a frozen Grant costs ~2 KiB)."""
+
+    bot: hpb.Bot
+    binding: hpb.Binding
+    manifest: RunnerManifest
+    event: pb.EventRecord
+    actor: pb.Actor
+    token: str
+    timeout: float
+    input_bytes: int
+
+
+@dataclass
 class _RunState:
     """What the orchestrator accumulates while a run streams."""
 
     info: hpb.RunInfo
+    start: _Start | None = None  # set while queued
+    ending: asyncio.Future[None] | None = None  # the write of its end, once begun
     active: ActiveRun | None = None
     seq: int = 0
     text_parts: list[str] = field(default_factory=list)
@@ -77,6 +100,147 @@ class _RunState:
     subscribers: list[Inbox] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     cancel_reason: str = ""
+
+
+class Admission:
+    """Which recorded runs execute now and which wait, and which new runs are refused.
+
+    At most limits.RUNS_MAX_ACTIVE runs execute at once. A run waits in `queued` until it is the oldest run of its
+    conversation (they execute one at a time, in arrival order) and a slot is free; ready runs of different bots
+    get the free slots round-robin, so a bot with a thousand queued runs delays a bot with one by at most one
+    run per other bot. A waiting run is a _RunState with its _Start: no task, no RPC.
+
+    The queue is bounded host-wide, per bot and per conversation (and in the bytes of input it holds). A run
+    past a bound is refused with ResourceExhausted carrying a retry hint (`retry_after_ms`), derived from how
+    fast runs have been finishing. The refusal comes before anything is recorded, so a refused run leaves no
+    trace but the client's error: it never existed.
+    """
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.queued = 0  # admitted, not yet executing (including runs still being recorded)
+        self.queued_input_bytes = 0
+        self._queued_by_bot: dict[str, int] = {}
+        self._queued_by_conversation: dict[tuple[str, str], int] = {}
+        # Per conversation, its recorded runs in arrival order; the head is executing or ready. Lists, not deques:
+        # most lines hold one run, and a deque costs a 600-byte block from its first item (popping the head of a
+        # list is O(n), and n is at most RUNS_MAX_QUEUED_PER_CONVERSATION).
+        self._conversations: dict[tuple[str, str], list[_RunState]] = {}
+        # Per bot, the conversation heads waiting for a slot; the dict's order is the round-robin order.
+        self._ready: dict[str, deque[_RunState]] = {}
+        self._ended: deque[tuple[float, float]] = deque(maxlen=512)  # (monotonic end, seconds it executed)
+
+    def reserve(self, bot_id: str, conversation: tuple[str, str], input_bytes: int) -> None:
+        """Counts a new run as queued, or refuses it. Called before the run is recorded; `release` undoes it."""
+        queued_conv = self._queued_by_conversation.get(conversation, 0)
+        refusal = ""
+        if self.queued >= limits.RUNS_MAX_QUEUED:
+            refusal = f"the host has {self.queued} runs queued (RUNS_MAX_QUEUED = {limits.RUNS_MAX_QUEUED})"
+            ahead = max(1, limits.RUNS_MAX_QUEUED // 10)
+        elif self._queued_by_bot.get(bot_id, 0) >= limits.RUNS_MAX_QUEUED_PER_BOT:
+            refusal = (
+                f"this bot has {self._queued_by_bot[bot_id]} runs queued"
+                f" (RUNS_MAX_QUEUED_PER_BOT = {limits.RUNS_MAX_QUEUED_PER_BOT})"
+            )
+            ahead = max(1, limits.RUNS_MAX_QUEUED_PER_BOT // 10)
+        elif queued_conv >= limits.RUNS_MAX_QUEUED_PER_CONVERSATION:
+            refusal = (
+                f"this conversation has {queued_conv} runs queued"
+                f" (RUNS_MAX_QUEUED_PER_CONVERSATION = {limits.RUNS_MAX_QUEUED_PER_CONVERSATION})"
+            )
+            ahead = 0
+        elif self.queued and self.queued_input_bytes + input_bytes > limits.RUNS_MAX_QUEUED_INPUT_BYTES:
+            refusal = (
+                f"queued runs hold {self.queued_input_bytes} bytes of input"
+                f" (RUNS_MAX_QUEUED_INPUT_BYTES = {limits.RUNS_MAX_QUEUED_INPUT_BYTES})"
+            )
+            ahead = max(1, self.queued // 10)
+        if refusal:
+            hint = self.retry_after_ms(ahead)
+            raise ResourceExhausted(
+                f"run refused, the host is at capacity: {refusal}; retry in {hint} ms", retry_after_ms=hint
+            )
+        self.queued += 1
+        self.queued_input_bytes += input_bytes
+        self._queued_by_bot[bot_id] = self._queued_by_bot.get(bot_id, 0) + 1
+        self._queued_by_conversation[conversation] = queued_conv + 1
+
+    def release(self, bot_id: str, conversation: tuple[str, str], input_bytes: int) -> None:
+        """A run leaves the queue: it starts, ends while queued, or was never recorded."""
+        self.queued -= 1
+        self.queued_input_bytes -= input_bytes
+        for counts, key in ((self._queued_by_bot, bot_id), (self._queued_by_conversation, conversation)):
+            left = counts[key] - 1  # type: ignore[index]
+            if left:
+                counts[key] = left  # type: ignore[index]
+            else:
+                del counts[key]  # type: ignore[arg-type]
+
+    def retry_after_ms(self, ahead: int) -> int:
+        """About how long until `ahead` runs have finished (0: until the oldest running run of a conversation
+        has, taken as the recent mean run time), jittered by ±20% so refused clients do not all come back in
+        the same instant. With nothing finished in the last minute the queue is not moving: the longest hint."""
+        now = time.monotonic()
+        recent = [(end, took) for end, took in self._ended if now - end < 60.0]
+        if len(recent) < 2:
+            ms = float(limits.RUNS_RETRY_MAX_MS)
+        elif ahead == 0:
+            ms = 1000.0 * sum(took for _, took in recent) / len(recent)
+        else:
+            rate = len(recent) / max(now - recent[0][0], 0.001)
+            ms = 1000.0 * ahead / rate
+        ms *= random.uniform(0.8, 1.2)
+        return int(min(max(ms, limits.RUNS_RETRY_MIN_MS), limits.RUNS_RETRY_MAX_MS))
+
+    def enqueue(self, st: _RunState) -> None:
+        """A recorded run joins its conversation's line (and the ready line, if it is the head)."""
+        key = (st.info.bot_id, st.info.conversation_id)
+        line = self._conversations.setdefault(key, [])
+        line.append(st)
+        if len(line) == 1:
+            self._ready.setdefault(st.info.bot_id, deque()).append(st)
+
+    def next_to_start(self) -> _RunState | None:
+        """The next ready run if a slot is free (the slot is taken), round-robin over bots; else None."""
+        if self.running >= limits.RUNS_MAX_ACTIVE or not self._ready:
+            return None
+        bot_id = next(iter(self._ready))
+        line = self._ready.pop(bot_id)
+        st = line.popleft()
+        if line:
+            self._ready[bot_id] = line  # to the back of the round
+        self.running += 1
+        return st
+
+    def ended(self, st: _RunState, started: float | None) -> None:
+        """A run left its conversation's line: it executed (`started`: its monotonic start) or ended queued
+        (`remove` first). The next run of the conversation becomes ready."""
+        if started is not None:
+            self.running -= 1
+            self._ended.append((time.monotonic(), time.monotonic() - started))
+        key = (st.info.bot_id, st.info.conversation_id)
+        line = self._conversations.get(key)
+        if not line:
+            return
+        if line[0] is st:
+            del line[0]
+            if line:
+                self._ready.setdefault(line[0].info.bot_id, deque()).append(line[0])
+        else:
+            with contextlib.suppress(ValueError):
+                line.remove(st)
+        if not line:
+            del self._conversations[key]
+
+    def remove(self, st: _RunState) -> None:
+        """A queued run ends before it started (cancelled, host stopping): out of every line."""
+        ready = self._ready.get(st.info.bot_id)
+        if ready is not None:
+            with contextlib.suppress(ValueError):
+                ready.remove(st)
+            if not ready:
+                del self._ready[st.info.bot_id]
+        self.ended(st, None)
 
 
 class RunManager:
@@ -101,8 +265,9 @@ class RunManager:
         self.grants = grants
         self.supervisor = supervisor
         self._live: dict[str, _RunState] = {}
-        # Per-conversation FIFO of runs; an entry lives only while runs of that conversation are queued or running.
-        self._conversation_locks: dict[tuple[str, str], tuple[asyncio.Lock, list[int]]] = {}
+        self.admission = Admission()
+        self._closing = False
+        self._manifests: dict[tuple[str, str], RunnerManifest] = {}
 
     # ---- routing ----
 
@@ -123,15 +288,28 @@ class RunManager:
     def manifest_for(self, runner_id: str) -> RunnerManifest:
         plugin_id, name = parse_runner_id(runner_id)
         plugin = self.registry.plugin(plugin_id)
+        # Validating a manifest checks its config schema (a JSON Schema meta-validation): a burst of runs would
+        # spend a millisecond each redoing it. Keyed by the stored text, so a reinstall is seen at once.
+        key = (runner_id, plugin.manifests_json)
+        cached = self._manifests.get(key)
+        if cached is not None:
+            return cached
         for raw in json.loads(plugin.manifests_json):
             if raw.get("name") == name:
-                return RunnerManifest.model_validate(raw)
+                manifest = RunnerManifest.model_validate(raw)
+                if len(self._manifests) >= 256:
+                    self._manifests.clear()
+                self._manifests[key] = manifest
+                return manifest
         raise NotFound(f"plugin {plugin_id} offers no runner {name!r}")
 
     # ---- entry point ----
 
     async def send(self, request: hpb.SendMessageRequest) -> AsyncIterator[hpb.SendMessageReply]:
-        """Called by the AgentHost servicer for SendMessage. Yields run_started, event batches, run_finished."""
+        """Called by the AgentHost servicer for SendMessage. Yields run_started, event batches, run_finished.
+        Raises ResourceExhausted (with `retry_after_ms`) before recording anything when the run queue is full."""
+        if self._closing:
+            raise Unavailable("the host is stopping; send again once it is back")
         bot = self.registry.bot(request.bot)
         conversation_id = request.conversation_id or "default"
         event_type = request.event_type or "message.received"
@@ -139,7 +317,8 @@ class RunManager:
             raise InvalidArgument("conversation_id must be 1-512 characters without control characters")
         if not _EVENT_TYPE.match(event_type):
             raise InvalidArgument("event_type must look like 'message.received'")
-        if len(request.text.encode()) > MAX_INPUT_BYTES:
+        text_bytes = len(request.text.encode())
+        if text_bytes > MAX_INPUT_BYTES:
             raise ResourceExhausted(f"message text is larger than {MAX_INPUT_BYTES} bytes")
         data_json = request.data_json or "{}"
         if len(data_json) > MAX_INPUT_BYTES:
@@ -198,14 +377,24 @@ class RunManager:
             )
             return event
 
-        event = await self.registry.db.write(record)
+        conversation = (bot.bot_id, conversation_id)
+        input_bytes = text_bytes + len(data_json.encode())
+        self.admission.reserve(bot.bot_id, conversation, input_bytes)
+        try:
+            event = await self.registry.db.write(record)
+        except BaseException:
+            self.admission.release(bot.bot_id, conversation, input_bytes)
+            raise
         st = _RunState(info=info)
+        st.start = _Start(bot, binding, manifest, event, actor, token, timeout, input_bytes)
         inbox = Inbox(info.run_id)
         st.subscribers.append(inbox)
         self._live[info.run_id] = st
-        st.task = asyncio.create_task(
-            self._execute(st, bot, binding, manifest, event, actor, token, grant, timeout), name=f"run:{info.run_id}"
-        )
+        self.admission.enqueue(st)
+        if self._closing:  # the host began stopping while the run was being recorded
+            self._end_queued(st, "interrupted", "host_shutdown", "the host stopped before this run started")
+        else:
+            self._pump()
         started = hpb.RunInfo()
         started.CopyFrom(info)
         yield hpb.SendMessageReply(run_started=started)
@@ -226,26 +415,73 @@ class RunManager:
             if info is None:
                 raise NotFound(f"no run {run_id!r}")
             raise FailedPrecondition(f"run {run_id} already ended ({info.status})")
+        if st.task is None:  # still queued: it ends without ever reaching a runner
+            await asyncio.shield(self._end_queued(st, "cancelled", "cancelled", "cancelled by request while queued"))
+            return self.runs.get(run_id) or st.info
         st.cancel_reason = "cancelled by request"
-        if st.task is not None:
-            st.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(st.task)
+        st.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(st.task)
+        if st.ending is not None:
+            await asyncio.shield(st.ending)
         return self.runs.get(run_id) or st.info
 
     def in_flight(self) -> int:
         return len(self._live)
 
     async def shutdown(self) -> None:
-        """Host stopping: in-flight runs end as interrupted; their tasks are awaited before the DB closes."""
-        tasks = []
-        for st in list(self._live.values()):
+        """Host stopping: in-flight and queued runs end as interrupted; their ends are awaited before the DB
+        closes. No queued run starts from here on."""
+        self._closing = True
+        states = list(self._live.values())
+        tasks: list[asyncio.Future[None]] = []
+        for st in states:
             st.cancel_reason = "host_shutdown"
             if st.task is not None:
                 st.task.cancel()
                 tasks.append(st.task)
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+            else:
+                self._end_queued(st, "interrupted", "host_shutdown", "the host stopped before this run started")
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(st.ending for st in states if st.ending is not None), return_exceptions=True)
+
+    # ---- admission ----
+
+    def _pump(self) -> None:
+        """Starts queued runs while slots are free. Called whenever a run is queued or leaves a slot."""
+        if self._closing:
+            return
+        while (st := self.admission.next_to_start()) is not None:
+            start, st.start = st.start, None
+            assert start is not None
+            self.admission.release(st.info.bot_id, (st.info.bot_id, st.info.conversation_id), start.input_bytes)
+            st.task = asyncio.create_task(self._execute(st, start), name=f"run:{st.info.run_id}")
+            st.task.add_done_callback(functools.partial(self._check_ended, st))
+
+    def _check_ended(self, st: _RunState, task: asyncio.Task[None]) -> None:
+        """A task cancelled before its first step never runs its body, nor the `finally` that writes the run's
+        end and frees its slot (CancelRun or shutdown can land between _pump and that step): end it here."""
+        if st.ending is not None:
+            return
+        if st.cancel_reason == "host_shutdown":
+            self._set_outcome(st, "interrupted", "host_shutdown", "the host stopped while this run was starting")
+        else:
+            self._set_outcome(st, "cancelled", "cancelled", st.cancel_reason or "cancelled")
+        began = time.monotonic()
+        st.ending = asyncio.ensure_future(self._finish(st))
+        st.ending.add_done_callback(lambda _: self._slot_freed(st, began))
+
+    def _end_queued(self, st: _RunState, status: str, code: str, message: str) -> asyncio.Future[None]:
+        """Ends a run that never started (idempotent): out of the queue, its outcome written and published."""
+        if st.ending is None:
+            start, st.start = st.start, None
+            self.admission.remove(st)
+            if start is not None:
+                self.admission.release(st.info.bot_id, (st.info.bot_id, st.info.conversation_id), start.input_bytes)
+            self._set_outcome(st, status, code, message)
+            st.ending = asyncio.ensure_future(self._finish(st))
+            st.ending.add_done_callback(lambda _: self._pump())
+        return st.ending
 
     # ---- one run ----
 
@@ -253,55 +489,45 @@ class RunManager:
         for inbox in st.subscribers:
             inbox.put(reply, size)
 
-    async def _execute(
-        self,
-        st: _RunState,
-        bot: hpb.Bot,
-        binding: hpb.Binding,
-        manifest: RunnerManifest,
-        event: pb.EventRecord,
-        actor: pb.Actor,
-        token: str,
-        grant: Grant,
-        timeout: float,
-    ) -> None:
+    async def _execute(self, st: _RunState, start: _Start) -> None:
+        """Runs an admitted run: it holds one of limits.RUNS_MAX_ACTIVE slots until its end is written."""
         info = st.info
-        plugin_id, runner_name = parse_runner_id(binding.runner_id)
-        key = (bot.bot_id, info.conversation_id)
-        lock, users = self._conversation_locks.setdefault(key, (asyncio.Lock(), [0]))
-        users[0] += 1
+        began = time.monotonic()
         try:
-            async with lock:
-                info.status = "running"
-                info.started_at = time.time()
-                info.deadline_at = info.started_at + timeout
-                await self.runs.mark_running(info.run_id, info.started_at, info.deadline_at)
-                self.observer.run_started(info)
-                tool_token = new_token("tt")  # never stored: it lives for this run's life only
-                st.active = ActiveRun(
-                    run_id=info.run_id,
-                    bot_id=bot.bot_id,
-                    conversation_id=info.conversation_id,
-                    actor_id=actor.actor_id,
-                    binding_id=binding.binding_id,
-                    runner_id=binding.runner_id,
-                    plugin_id=plugin_id,
-                    grant=grant,
-                    deadline_at=info.deadline_at,
-                    token_hash=hash_secret(token),
-                    tool_token_hash=hash_secret(tool_token),
-                )
-                self.grants.activate(st.active)
-                context = self.contexts.build(st.active, bot, binding, manifest, event, actor)
-                try:
-                    secrets = self.keys.resolve(list(binding.resource_policy.keys)) if self.keys else {}
-                except FailedPrecondition as exc:
-                    self._set_outcome(st, "failed", "missing_key", exc.message)
-                    return
-                request = runner_pb2.RunRequest(
-                    context=context, run_token=token, tool_token=tool_token, runner_name=runner_name, secrets=secrets
-                )
-                await self._stream(st, plugin_id, request)
+            bot, binding, manifest, event, actor = start.bot, start.binding, start.manifest, start.event, start.actor
+            token, timeout = start.token, start.timeout
+            grant = Grant.freeze(manifest, binding.resource_policy)  # as recorded at send, from the same inputs
+            plugin_id, runner_name = parse_runner_id(binding.runner_id)
+            info.status = "running"
+            info.started_at = time.time()
+            info.deadline_at = info.started_at + timeout
+            await self.runs.mark_running(info.run_id, info.started_at, info.deadline_at)
+            self.observer.run_started(info)
+            tool_token = new_token("tt")  # never stored: it lives for this run's life only
+            st.active = ActiveRun(
+                run_id=info.run_id,
+                bot_id=bot.bot_id,
+                conversation_id=info.conversation_id,
+                actor_id=actor.actor_id,
+                binding_id=binding.binding_id,
+                runner_id=binding.runner_id,
+                plugin_id=plugin_id,
+                grant=grant,
+                deadline_at=info.deadline_at,
+                token_hash=hash_secret(token),
+                tool_token_hash=hash_secret(tool_token),
+            )
+            self.grants.activate(st.active)
+            context = self.contexts.build(st.active, bot, binding, manifest, event, actor)
+            try:
+                secrets = self.keys.resolve(list(binding.resource_policy.keys)) if self.keys else {}
+            except FailedPrecondition as exc:
+                self._set_outcome(st, "failed", "missing_key", exc.message)
+                return
+            request = runner_pb2.RunRequest(
+                context=context, run_token=token, tool_token=tool_token, runner_name=runner_name, secrets=secrets
+            )
+            await self._stream(st, plugin_id, request)
         except asyncio.CancelledError:
             if st.cancel_reason == "host_shutdown":
                 self._set_outcome(st, "interrupted", "host_shutdown", "the host stopped while this run was in progress")
@@ -311,10 +537,15 @@ class RunManager:
             log.exception("run %s failed in the host", info.run_id)
             self._set_outcome(st, "failed", "host_error", f"{type(exc).__name__}: {exc}")
         finally:
-            users[0] -= 1
-            if users[0] == 0:
-                self._conversation_locks.pop(key, None)
-            await asyncio.shield(self._finish(st))
+            # The slot and the conversation's turn pass on only once the end is written (even if this task is
+            # cancelled again meanwhile): the next run of the conversation sees this one's whole transcript.
+            finish = st.ending = asyncio.ensure_future(self._finish(st))
+            finish.add_done_callback(lambda _: self._slot_freed(st, began))
+            await asyncio.shield(finish)
+
+    def _slot_freed(self, st: _RunState, began: float) -> None:
+        self.admission.ended(st, began)
+        self._pump()
 
     def _set_outcome(self, st: _RunState, status: str, code: str = "", message: str = "") -> None:
         if st.info.status in ("queued", "running"):

@@ -34,6 +34,7 @@ from agenthost.host.admin import AdminServicer
 from agenthost.host.credentials import Credentials
 from agenthost.host.grants import RunRegistry
 from agenthost.host.keys import KEYS_FILE, KeyStore
+from agenthost.host.knowledge import KnowledgeBase
 from agenthost.host.logs import HostLogging, Redactor
 from agenthost.host.logs import install as install_logging
 from agenthost.host.metrics import MetricsServer, parse_address
@@ -45,6 +46,7 @@ from agenthost.host.store.artifacts import ArtifactStore
 from agenthost.host.store.conversations import Conversations
 from agenthost.host.store.cursors import CursorCodec
 from agenthost.host.store.db import Database
+from agenthost.host.store.knowledge import KnowledgeStore
 from agenthost.host.store.registry import PluginRecord, Registry
 from agenthost.host.store.runs import AuditLog, RunStore
 from agenthost.host.store.state import StateStore
@@ -55,12 +57,12 @@ from agenthost.plugins import sandbox
 from agenthost.plugins.manifest import RunnerManifest
 from agenthost.protos import errors, host_pb2_grpc
 from agenthost.protos import host_pb2 as hpb
-from agenthost.protos.wire import MAX_PENDING_CALLS, SERVER_OPTIONS, VERSION
+from agenthost.protos.wire import MAX_CONCURRENT_CALLS, SERVER_OPTIONS, VERSION
 
 log = logging.getLogger(__name__)
 
 BUILTIN_PLUGIN = "agenthost"
-MAX_CONCURRENT_RPCS = MAX_PENDING_CALLS
+MAX_CONCURRENT_RPCS = MAX_CONCURRENT_CALLS
 
 
 class HostAlreadyRunning(RuntimeError):
@@ -208,6 +210,7 @@ class Host:
         self.state = StateStore(self.db)
         self.audit = AuditLog(self.db)
         self.artifacts = ArtifactStore(self.db, self.data_dir / "artifacts")
+        self.knowledge = KnowledgeBase(KnowledgeStore(self.db), self.artifacts, self.keys)
         self.grants = RunRegistry()
         self.runtime_dir = _runtime_dir(self.data_dir)
         self.api_address = f"unix:{self.runtime_dir / 'api.sock'}"
@@ -300,6 +303,7 @@ class Host:
                 self.state,
                 self.audit,
                 observer=self.observer,
+                knowledge=self.knowledge,
             ),
             api_server,
         )
@@ -326,9 +330,7 @@ class Host:
             await self.gateway.start()
             log.info("HTTP gateway on http://%s/v1", self.gateway.address)
         (self.data_dir / "host.json").write_text(
-            json.dumps(
-                {"pid": os.getpid(), "admin": self.admin_address, "api": self.api_address, "version": VERSION}
-            )
+            json.dumps({"pid": os.getpid(), "admin": self.admin_address, "api": self.api_address, "version": VERSION})
         )
 
     async def stop(self) -> None:

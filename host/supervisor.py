@@ -311,6 +311,10 @@ class Supervisor:
         sink = self._logs.get(spec.plugin_id)
         if sink is None or sink.path != log_path:
             sink = self._logs[spec.plugin_id] = RotatingFile(log_path)
+        # A marker per start: a quiet runner still has a log, and restarts are easy to find in it.
+        sink.write(
+            f"--- agenthost: runner process {proc.pid} started at {time.strftime('%Y-%m-%dT%H:%M:%S')} ---\n".encode()
+        )
         assert proc.stderr is not None
         pp.log_pump = asyncio.create_task(pump(proc.stderr, sink), name=f"log:{spec.plugin_id}")
         pp.proc = proc

@@ -22,6 +22,8 @@ API_METHODS: dict[str, tuple[str, ...]] = {
     "artifacts.create": ("ArtifactCreate",),
     "state.read": ("StateGet", "StateList"),
     "state.write": ("StateSet", "StateDelete"),
+    # The run's bot's knowledge base (agenthost.host.knowledge), searched by keywords and by meaning.
+    "kb": ("KbSearch",),
 }
 ALL_APIS: tuple[str, ...] = tuple(API_METHODS)
 StateScopeName = Literal["run", "conversation", "actor", "binding", "runner"]
@@ -35,6 +37,18 @@ MAX_INLINE_BYTES = 256 * 1024
 
 class ManifestError(ValueError):
     """A manifest that does not validate; the message says which field and why."""
+
+
+# Whether building a manifest checks config_schema against the JSON Schema meta-schema. The host always does: every
+# manifest it accepts arrives as JSON through `parse_json`. A runner process turns it off (`skip_schema_check`):
+# its manifests reach the host only that way, and the check would cost it jsonschema for the process's life.
+_check_schema = True
+
+
+def skip_schema_check() -> None:
+    """For a runner process: manifests built here leave config_schema to the host's check."""
+    global _check_schema
+    _check_schema = False
 
 
 class _Strict(BaseModel):
@@ -95,6 +109,8 @@ class RunnerManifest(_Strict):
     @field_validator("config_schema")
     @classmethod
     def _valid_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        if not _check_schema:
+            return schema
         import jsonschema
 
         try:

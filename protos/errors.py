@@ -7,17 +7,25 @@ so a runner author catches `NotFound`, not `grpc.RpcError` with a code to compar
 
 from __future__ import annotations
 
+import inspect
+
 import grpc
+
+# Trailing metadata of a refusal that a later retry can cure (the host's run admission): how long to wait, in
+# milliseconds, as decimal digits. Clients read it from the typed error's `retry_after_ms`.
+RETRY_AFTER_KEY = "retry-after-ms"
 
 
 class AgentHostError(Exception):
-    """Base of every typed error agenthost reports. `code` is the gRPC status it travels as."""
+    """Base of every typed error agenthost reports. `code` is the gRPC status it travels as; `retry_after_ms`
+    (0: none) travels as the trailing metadata RETRY_AFTER_KEY."""
 
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, retry_after_ms: int = 0) -> None:
         super().__init__(message)
         self.message = message
+        self.retry_after_ms = retry_after_ms
 
 
 class InvalidArgument(AgentHostError):
@@ -99,9 +107,26 @@ def from_rpc_error(err: grpc.RpcError) -> AgentHostError:
     code = err.code() if callable(getattr(err, "code", None)) else grpc.StatusCode.UNKNOWN
     details = err.details() if callable(getattr(err, "details", None)) else str(err)
     cls = ERROR_BY_STATUS.get(code, Internal)
-    return cls(details or code.name)
+    return cls(details or code.name, retry_after_ms=_retry_after(err))
+
+
+def _retry_after(err: grpc.RpcError) -> int:
+    trailing = getattr(err, "trailing_metadata", None)
+    try:
+        metadata = trailing() if callable(trailing) else None
+        if inspect.iscoroutine(metadata):  # a live aio call, not its error: its trailers are not in yet
+            metadata.close()
+            return 0
+        for key, value in metadata or ():
+            if key == RETRY_AFTER_KEY:
+                return max(0, int(value))
+    except (TypeError, ValueError):  # a peer's malformed hint is no hint
+        pass
+    return 0
 
 
 async def abort_with(context: grpc.aio.ServicerContext, error: AgentHostError) -> None:
     """Ends an aio call with the error's status. Awaited, so the handler really stops (grpc/grpc#21582)."""
+    if error.retry_after_ms > 0:
+        context.set_trailing_metadata(((RETRY_AFTER_KEY, str(error.retry_after_ms)),))
     await context.abort(error.code, error.message)

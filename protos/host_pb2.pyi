@@ -1,4 +1,5 @@
 from agenthost.protos import common_pb2 as _common_pb2
+from agenthost.protos import run_api_pb2 as _run_api_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -486,3 +487,107 @@ class GetHistoryResponse(_message.Message):
     next_cursor: str
     has_more: bool
     def __init__(self, items: _Optional[_Iterable[_Union[_common_pb2.TranscriptItem, _Mapping]]] = ..., next_cursor: _Optional[str] = ..., has_more: _Optional[bool] = ...) -> None: ...
+
+class KbDocument(_message.Message):
+    __slots__ = ("doc_id", "bot_id", "name", "artifact_id", "sha256", "size_bytes", "chunks", "embedding_space", "created_at")
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    BOT_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDING_SPACE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    doc_id: str
+    bot_id: str
+    name: str
+    artifact_id: str
+    sha256: str
+    size_bytes: int
+    chunks: int
+    embedding_space: str
+    created_at: float
+    def __init__(self, doc_id: _Optional[str] = ..., bot_id: _Optional[str] = ..., name: _Optional[str] = ..., artifact_id: _Optional[str] = ..., sha256: _Optional[str] = ..., size_bytes: _Optional[int] = ..., chunks: _Optional[int] = ..., embedding_space: _Optional[str] = ..., created_at: _Optional[float] = ...) -> None: ...
+
+class KbAddDocumentRequest(_message.Message):
+    __slots__ = ("bot", "name", "content")
+    BOT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    bot: str
+    name: str
+    content: bytes
+    def __init__(self, bot: _Optional[str] = ..., name: _Optional[str] = ..., content: _Optional[bytes] = ...) -> None: ...
+
+class KbListDocumentsResponse(_message.Message):
+    __slots__ = ("documents", "chunks")
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    documents: _containers.RepeatedCompositeFieldContainer[KbDocument]
+    chunks: int
+    def __init__(self, documents: _Optional[_Iterable[_Union[KbDocument, _Mapping]]] = ..., chunks: _Optional[int] = ...) -> None: ...
+
+class KbRemoveDocumentRequest(_message.Message):
+    __slots__ = ("bot", "doc_id")
+    BOT_FIELD_NUMBER: _ClassVar[int]
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    bot: str
+    doc_id: str
+    def __init__(self, bot: _Optional[str] = ..., doc_id: _Optional[str] = ...) -> None: ...
+
+class KbRemoveDocumentResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class KbAdminSearchRequest(_message.Message):
+    __slots__ = ("bot", "query", "top_k")
+    BOT_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    bot: str
+    query: str
+    top_k: int
+    def __init__(self, bot: _Optional[str] = ..., query: _Optional[str] = ..., top_k: _Optional[int] = ...) -> None: ...
+
+class KbReindexResponse(_message.Message):
+    __slots__ = ("documents", "chunks")
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    documents: int
+    chunks: int
+    def __init__(self, documents: _Optional[int] = ..., chunks: _Optional[int] = ...) -> None: ...
+
+class KbEmbeddings(_message.Message):
+    __slots__ = ("provider", "url", "model", "key", "dimensions", "timeout_seconds", "scope")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    url: str
+    model: str
+    key: str
+    dimensions: int
+    timeout_seconds: float
+    scope: str
+    def __init__(self, provider: _Optional[str] = ..., url: _Optional[str] = ..., model: _Optional[str] = ..., key: _Optional[str] = ..., dimensions: _Optional[int] = ..., timeout_seconds: _Optional[float] = ..., scope: _Optional[str] = ...) -> None: ...
+
+class KbSetEmbeddingsRequest(_message.Message):
+    __slots__ = ("bot", "embeddings", "clear")
+    BOT_FIELD_NUMBER: _ClassVar[int]
+    EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
+    bot: str
+    embeddings: KbEmbeddings
+    clear: bool
+    def __init__(self, bot: _Optional[str] = ..., embeddings: _Optional[_Union[KbEmbeddings, _Mapping]] = ..., clear: _Optional[bool] = ...) -> None: ...
+
+class KbGetEmbeddingsRequest(_message.Message):
+    __slots__ = ("bot",)
+    BOT_FIELD_NUMBER: _ClassVar[int]
+    bot: str
+    def __init__(self, bot: _Optional[str] = ...) -> None: ...

@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from agenthost.protos import host_pb2 as agenthost_dot_protos_dot_host__pb2
+from agenthost.protos import run_api_pb2 as agenthost_dot_protos_dot_run__api__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -163,6 +164,41 @@ class AgentHostStub:
                 '/agenthost.v1.AgentHost/RemoveKey',
                 request_serializer=agenthost_dot_protos_dot_host__pb2.RemoveKeyRequest.SerializeToString,
                 response_deserializer=agenthost_dot_protos_dot_host__pb2.RemoveKeyResponse.FromString,
+                _registered_method=True)
+        self.KbAddDocument = channel.unary_unary(
+                '/agenthost.v1.AgentHost/KbAddDocument',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.KbAddDocumentRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.KbDocument.FromString,
+                _registered_method=True)
+        self.KbListDocuments = channel.unary_unary(
+                '/agenthost.v1.AgentHost/KbListDocuments',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.BotRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.KbListDocumentsResponse.FromString,
+                _registered_method=True)
+        self.KbRemoveDocument = channel.unary_unary(
+                '/agenthost.v1.AgentHost/KbRemoveDocument',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.KbRemoveDocumentRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.KbRemoveDocumentResponse.FromString,
+                _registered_method=True)
+        self.KbSearch = channel.unary_unary(
+                '/agenthost.v1.AgentHost/KbSearch',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.KbAdminSearchRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_run__api__pb2.KbSearchResponse.FromString,
+                _registered_method=True)
+        self.KbReindex = channel.unary_unary(
+                '/agenthost.v1.AgentHost/KbReindex',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.BotRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.KbReindexResponse.FromString,
+                _registered_method=True)
+        self.KbSetEmbeddings = channel.unary_unary(
+                '/agenthost.v1.AgentHost/KbSetEmbeddings',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.KbSetEmbeddingsRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.KbEmbeddings.FromString,
+                _registered_method=True)
+        self.KbGetEmbeddings = channel.unary_unary(
+                '/agenthost.v1.AgentHost/KbGetEmbeddings',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.KbGetEmbeddingsRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.KbEmbeddings.FromString,
                 _registered_method=True)
 
 
@@ -329,6 +365,54 @@ class AgentHostServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def KbAddDocument(self, request, context):
+        """The knowledge base (admin only): each bot's documents, chunked and indexed by the host, which runs search
+        through the run API (AgentRunAPIProxy.KbSearch) under the `kb` grant.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def KbListDocuments(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def KbRemoveDocument(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def KbSearch(self, request, context):
+        """Searches a bot's knowledge base exactly as its runs would.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def KbReindex(self, request, context):
+        """Embeds the chunks of every document of the bot that has no vectors for the configured endpoint.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def KbSetEmbeddings(self, request, context):
+        """The embeddings endpoint of a bot, or the host-wide default (bot empty); `clear` removes it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def KbGetEmbeddings(self, request, context):
+        """What a bot's searches use (its own endpoint, else the host-wide one), or the host-wide one (bot empty).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentHostServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -461,6 +545,41 @@ def add_AgentHostServicer_to_server(servicer, server):
                     servicer.RemoveKey,
                     request_deserializer=agenthost_dot_protos_dot_host__pb2.RemoveKeyRequest.FromString,
                     response_serializer=agenthost_dot_protos_dot_host__pb2.RemoveKeyResponse.SerializeToString,
+            ),
+            'KbAddDocument': grpc.unary_unary_rpc_method_handler(
+                    servicer.KbAddDocument,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.KbAddDocumentRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.KbDocument.SerializeToString,
+            ),
+            'KbListDocuments': grpc.unary_unary_rpc_method_handler(
+                    servicer.KbListDocuments,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.BotRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.KbListDocumentsResponse.SerializeToString,
+            ),
+            'KbRemoveDocument': grpc.unary_unary_rpc_method_handler(
+                    servicer.KbRemoveDocument,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.KbRemoveDocumentRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.KbRemoveDocumentResponse.SerializeToString,
+            ),
+            'KbSearch': grpc.unary_unary_rpc_method_handler(
+                    servicer.KbSearch,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.KbAdminSearchRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_run__api__pb2.KbSearchResponse.SerializeToString,
+            ),
+            'KbReindex': grpc.unary_unary_rpc_method_handler(
+                    servicer.KbReindex,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.BotRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.KbReindexResponse.SerializeToString,
+            ),
+            'KbSetEmbeddings': grpc.unary_unary_rpc_method_handler(
+                    servicer.KbSetEmbeddings,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.KbSetEmbeddingsRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.KbEmbeddings.SerializeToString,
+            ),
+            'KbGetEmbeddings': grpc.unary_unary_rpc_method_handler(
+                    servicer.KbGetEmbeddings,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.KbGetEmbeddingsRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.KbEmbeddings.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1165,6 +1284,195 @@ class AgentHost:
             '/agenthost.v1.AgentHost/RemoveKey',
             agenthost_dot_protos_dot_host__pb2.RemoveKeyRequest.SerializeToString,
             agenthost_dot_protos_dot_host__pb2.RemoveKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KbAddDocument(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/KbAddDocument',
+            agenthost_dot_protos_dot_host__pb2.KbAddDocumentRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.KbDocument.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KbListDocuments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/KbListDocuments',
+            agenthost_dot_protos_dot_host__pb2.BotRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.KbListDocumentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KbRemoveDocument(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/KbRemoveDocument',
+            agenthost_dot_protos_dot_host__pb2.KbRemoveDocumentRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.KbRemoveDocumentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KbSearch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/KbSearch',
+            agenthost_dot_protos_dot_host__pb2.KbAdminSearchRequest.SerializeToString,
+            agenthost_dot_protos_dot_run__api__pb2.KbSearchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KbReindex(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/KbReindex',
+            agenthost_dot_protos_dot_host__pb2.BotRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.KbReindexResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KbSetEmbeddings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/KbSetEmbeddings',
+            agenthost_dot_protos_dot_host__pb2.KbSetEmbeddingsRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.KbEmbeddings.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KbGetEmbeddings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/KbGetEmbeddings',
+            agenthost_dot_protos_dot_host__pb2.KbGetEmbeddingsRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.KbEmbeddings.FromString,
             options,
             channel_credentials,
             insecure,

@@ -226,3 +226,49 @@ class StateListResponse(_message.Message):
     next_cursor: str
     has_more: bool
     def __init__(self, keys: _Optional[_Iterable[str]] = ..., next_cursor: _Optional[str] = ..., has_more: _Optional[bool] = ...) -> None: ...
+
+class KbSearchRequest(_message.Message):
+    __slots__ = ("run_id", "query", "top_k")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    query: str
+    top_k: int
+    def __init__(self, run_id: _Optional[str] = ..., query: _Optional[str] = ..., top_k: _Optional[int] = ...) -> None: ...
+
+class KbHit(_message.Message):
+    __slots__ = ("doc_id", "document_name", "artifact_id", "chunk_index", "start_line", "end_line", "text", "score", "keyword_rank", "vector_rank")
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_INDEX_FIELD_NUMBER: _ClassVar[int]
+    START_LINE_FIELD_NUMBER: _ClassVar[int]
+    END_LINE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    KEYWORD_RANK_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_RANK_FIELD_NUMBER: _ClassVar[int]
+    doc_id: str
+    document_name: str
+    artifact_id: str
+    chunk_index: int
+    start_line: int
+    end_line: int
+    text: str
+    score: float
+    keyword_rank: int
+    vector_rank: int
+    def __init__(self, doc_id: _Optional[str] = ..., document_name: _Optional[str] = ..., artifact_id: _Optional[str] = ..., chunk_index: _Optional[int] = ..., start_line: _Optional[int] = ..., end_line: _Optional[int] = ..., text: _Optional[str] = ..., score: _Optional[float] = ..., keyword_rank: _Optional[int] = ..., vector_rank: _Optional[int] = ...) -> None: ...
+
+class KbSearchResponse(_message.Message):
+    __slots__ = ("hits", "keyword_only", "keyword_only_reason", "documents_without_vectors")
+    HITS_FIELD_NUMBER: _ClassVar[int]
+    KEYWORD_ONLY_FIELD_NUMBER: _ClassVar[int]
+    KEYWORD_ONLY_REASON_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_WITHOUT_VECTORS_FIELD_NUMBER: _ClassVar[int]
+    hits: _containers.RepeatedCompositeFieldContainer[KbHit]
+    keyword_only: bool
+    keyword_only_reason: str
+    documents_without_vectors: int
+    def __init__(self, hits: _Optional[_Iterable[_Union[KbHit, _Mapping]]] = ..., keyword_only: _Optional[bool] = ..., keyword_only_reason: _Optional[str] = ..., documents_without_vectors: _Optional[int] = ...) -> None: ...

@@ -95,6 +95,11 @@ class AgentRunAPIProxyStub:
                 request_serializer=agenthost_dot_protos_dot_run__api__pb2.StateListRequest.SerializeToString,
                 response_deserializer=agenthost_dot_protos_dot_run__api__pb2.StateListResponse.FromString,
                 _registered_method=True)
+        self.KbSearch = channel.unary_unary(
+                '/agenthost.v1.AgentRunAPIProxy/KbSearch',
+                request_serializer=agenthost_dot_protos_dot_run__api__pb2.KbSearchRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_run__api__pb2.KbSearchResponse.FromString,
+                _registered_method=True)
 
 
 class AgentRunAPIProxyServicer:
@@ -173,6 +178,14 @@ class AgentRunAPIProxyServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def KbSearch(self, request, context):
+        """The run's bot's knowledge base (documents added with `agenthost kb add`), searched by keywords and by meaning
+        and merged with Reciprocal Rank Fusion. Never returns another bot's documents.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentRunAPIProxyServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -235,6 +248,11 @@ def add_AgentRunAPIProxyServicer_to_server(servicer, server):
                     servicer.StateList,
                     request_deserializer=agenthost_dot_protos_dot_run__api__pb2.StateListRequest.FromString,
                     response_serializer=agenthost_dot_protos_dot_run__api__pb2.StateListResponse.SerializeToString,
+            ),
+            'KbSearch': grpc.unary_unary_rpc_method_handler(
+                    servicer.KbSearch,
+                    request_deserializer=agenthost_dot_protos_dot_run__api__pb2.KbSearchRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_run__api__pb2.KbSearchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -561,6 +579,33 @@ class AgentRunAPIProxy:
             '/agenthost.v1.AgentRunAPIProxy/StateList',
             agenthost_dot_protos_dot_run__api__pb2.StateListRequest.SerializeToString,
             agenthost_dot_protos_dot_run__api__pb2.StateListResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def KbSearch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentRunAPIProxy/KbSearch',
+            agenthost_dot_protos_dot_run__api__pb2.KbSearchRequest.SerializeToString,
+            agenthost_dot_protos_dot_run__api__pb2.KbSearchResponse.FromString,
             options,
             channel_credentials,
             insecure,

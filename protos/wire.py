@@ -4,15 +4,25 @@ runner SDK and clients import these from here, so neither side reaches into the 
 
 from __future__ import annotations
 
-from importlib import metadata
+from typing import Any
 
 from agenthost.protos import common_pb2 as pb
 
-# The version of agenthost, as installed (pyproject.toml is the one place it is written).
-try:
-    VERSION = metadata.version("agenthost")
-except metadata.PackageNotFoundError:  # running from a tree that was never installed
-    VERSION = "0+unknown"
+
+def __getattr__(name: str) -> Any:
+    # VERSION, the version of agenthost as installed (pyproject.toml is the one place it is written), is read on
+    # first use: importlib.metadata costs an idle runner process ~2 MiB, and it imports this module for the rest.
+    if name != "VERSION":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import metadata
+
+    try:
+        version = metadata.version("agenthost")
+    except metadata.PackageNotFoundError:  # running from a tree that was never installed
+        version = "0+unknown"
+    globals()["VERSION"] = version
+    return version
+
 
 # A runner process announces itself on stdout with `AGENTHOST|<PROTOCOL_VERSION>|<address>`.
 PROTOCOL_VERSION = 1
@@ -34,14 +44,22 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 ]
-# grpc-core cancels (CANCELLED, no details) calls that arrive while more than `max_pending_requests` (default
-# 1000) are waiting for the asyncio server to pick them up: a burst of ~1000 runs starting at once did that.
-# Servers (host and runner) allow as many pending calls as the host allows concurrent ones.
-MAX_PENDING_CALLS = 4096
+# Calls one host server runs at once (its maximum_concurrent_rpcs), a backstop under the run API's own caps.
+MAX_CONCURRENT_CALLS = 4096
+# The asyncio server takes up new calls one at a time per method, a few loop iterations each; a burst arrives
+# faster. The calls not yet taken up wait in grpc-core, which sheds them with a bare CANCELLED (no details, no
+# retry hint) by random early drop once more than `max_pending_requests` wait (certain past the hard limit), and
+# once one has waited `max_unrequested_time` seconds. Both sit well above what the host's own admission
+# (agenthost.host.limits.RUNS_MAX_*) lets in, so a burst is answered by the host, queued or refused with
+# RESOURCE_EXHAUSTED and a retry hint; grpc-core's shedding is left for floods far past that (16k calls at once,
+# or a host unable to take up a call for two minutes).
+MAX_PENDING_CALLS = 16384
+MAX_UNREQUESTED_SECONDS = 120
 SERVER_OPTIONS = [
     *CHANNEL_OPTIONS,
     ("grpc.server.max_pending_requests", MAX_PENDING_CALLS),
     ("grpc.server.max_pending_requests_hard_limit", 2 * MAX_PENDING_CALLS),
+    ("grpc.server_max_unrequested_time_in_server", MAX_UNREQUESTED_SECONDS),
     # A connection that finishes no handshake, or carries no call for five minutes, is closed: idle local
     # connections must not pile up until the process runs out of descriptors. Clients reconnect on their next
     # call without noticing (the host's channels to runners and the runners' channels to the host alike).

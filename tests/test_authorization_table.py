@@ -225,6 +225,7 @@ def calls_for(w: World, run: RunContext, artifact_id: str) -> dict[str, Callable
         "StateDelete": lambda m: w.stub.StateDelete(
             api.StateDeleteRequest(run_id=rid, scope=pb.RUN, key="k"), metadata=m, timeout=10
         ),
+        "KbSearch": lambda m: w.stub.KbSearch(api.KbSearchRequest(run_id=rid, query="hello"), metadata=m, timeout=10),
     }
 
 

@@ -231,7 +231,57 @@ CREATE TRIGGER transcript_fts_delete AFTER DELETE ON transcript BEGIN
 END;
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4]
+# The knowledge base (host/knowledge.py). A document's bytes are an artifact; its chunks are rows here, indexed by
+# FTS5 (porter stemming, so "deploying" finds "deploy") and holding their vector as a float32 BLOB (unit length,
+# little-endian; NULL when the document was added without an embeddings endpoint). `embedding_space` names the
+# endpoint's model, so vectors of two models are never compared. Deleting a bot deletes its documents, chunks and
+# embeddings setting; kb_embeddings.scope is a bot id or '*' (the host-wide default).
+_V5 = """
+CREATE TABLE kb_documents (
+    doc_id TEXT PRIMARY KEY,
+    bot_id TEXT NOT NULL REFERENCES bots(bot_id) ON DELETE CASCADE,
+    name TEXT NOT NULL,
+    artifact_id TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    size_bytes INTEGER NOT NULL,
+    n_chunks INTEGER NOT NULL,
+    embedding_space TEXT NOT NULL DEFAULT '',
+    dims INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL
+);
+CREATE INDEX kb_documents_bot ON kb_documents(bot_id, created_at);
+CREATE TABLE kb_chunks (
+    chunk_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    doc_id TEXT NOT NULL REFERENCES kb_documents(doc_id) ON DELETE CASCADE,
+    bot_id TEXT NOT NULL,
+    ordinal INTEGER NOT NULL,
+    start_line INTEGER NOT NULL,
+    end_line INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    embedding BLOB
+);
+CREATE INDEX kb_chunks_doc ON kb_chunks(doc_id, ordinal);
+CREATE INDEX kb_chunks_bot ON kb_chunks(bot_id, chunk_id);
+CREATE VIRTUAL TABLE kb_fts USING fts5(
+    text, content='kb_chunks', content_rowid='chunk_id', tokenize='porter unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER kb_fts_insert AFTER INSERT ON kb_chunks BEGIN
+    INSERT INTO kb_fts(rowid, text) VALUES (new.chunk_id, new.text);
+END;
+CREATE TRIGGER kb_fts_delete AFTER DELETE ON kb_chunks BEGIN
+    INSERT INTO kb_fts(kb_fts, rowid, text) VALUES ('delete', old.chunk_id, old.text);
+END;
+CREATE TABLE kb_embeddings (
+    scope TEXT PRIMARY KEY,
+    config_json TEXT NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE TRIGGER kb_embeddings_bot_delete AFTER DELETE ON bots BEGIN
+    DELETE FROM kb_embeddings WHERE scope = old.bot_id;
+END;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5]
 
 
 def migrate(conn: sqlite3.Connection) -> int:

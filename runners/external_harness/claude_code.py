@@ -21,9 +21,11 @@ from agenthost.runners.external_harness.turn import (
     Install,
     TurnPlan,
     TurnState,
+    auth_problem,
     base_url,
     forwarded_secrets,
     isolation_env,
+    loopback_bypass,
     secret_values,
 )
 from agenthost.runners.sdk import events
@@ -107,17 +109,14 @@ class ClaudeCodeDriver:
         set_env.update(secrets)
         set_env.update(plan.bridge_env)
         env = build_env(inherited=plan.inherited_env, set_env=set_env)
+        loopback_bypass(plan, env)
         return Command(argv=argv, env=env, secrets=secret_values(plan, secrets))
 
     def session_lost(self, stderr: str, turn: TurnState) -> bool:
         return turn.session_lost or any(marker in stderr for marker in SESSION_LOST_MARKERS)
 
     def auth_problem(self, message: str) -> str | None:
-        if any(m in message for m in MISSING_KEY_MARKERS):
-            return "missing"
-        if any(m in message for m in REJECTED_KEY_MARKERS):
-            return "rejected"
-        return None
+        return auth_problem(message, missing=MISSING_KEY_MARKERS, rejected=REJECTED_KEY_MARKERS)
 
     def map_event(self, raw: dict[str, Any], turn: TurnState) -> list[pb.RunEvent]:
         kind = raw.get("type")

@@ -19,7 +19,19 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Names the runner sets itself; a binding overriding them would break isolation or session resume.
 RESERVED_ENV = frozenset(
     {"HOME", "TMPDIR", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "PWD"}
-    | {f"AGENTHOST_{k}" for k in ("RUN_ID", "HOST_ADDRESS", "RUN_TOKEN", "PLUGIN_SECRET", "DEADLINE_AT", "EVENT_ID")}
+    | {
+        f"AGENTHOST_{k}"
+        for k in (
+            "RUN_ID",
+            "HOST_ADDRESS",
+            "RUN_TOKEN",
+            "PLUGIN_SECRET",
+            "DEADLINE_AT",
+            "EVENT_ID",
+            "MCP_TOKEN",
+            "APIS",
+        )
+    }
 )
 MAX_SKILL_BYTES = 256 * 1024
 
@@ -103,6 +115,12 @@ class HarnessConfig(_Strict):
     skills: list[Skill] = Field(default_factory=list, max_length=64)
     streaming: bool = Field(default=False, description="Stream token deltas where the harness can.")
     mcp_bridge: bool = Field(default=True, description="Offer the run's history/events/artifacts/state as MCP tools.")
+    mcp_transport: Literal["http", "stdio"] = Field(
+        default="http",
+        description="How the harness reaches those tools. 'http': an endpoint the runner serves on loopback for "
+        "this turn only, behind a per-turn bearer token (no process to start, so no start-up cost per message). "
+        "'stdio': a bridge process the harness starts every turn, holding the run's tool token.",
+    )
     resume: bool = Field(default=True, description="Continue the conversation's harness session across messages.")
     timeout_seconds: float | None = Field(
         default=None, gt=0, description="Cap on one turn, on top of the run's deadline."
@@ -121,7 +139,8 @@ class HarnessConfig(_Strict):
     process_sandbox: bool = Field(
         default=True,
         description="Run the harness and everything it starts in a bubblewrap sandbox (own pid namespace; sees only "
-        "this conversation's working directory, the bot's harness home, its own install and the run API socket). "
+        "this conversation's working directory, the bot's harness home, its own install and, for the stdio "
+        "bridge, the run API socket). "
         "false runs it without walls (logged as a warning); only for machines where bubblewrap cannot work.",
     )
 

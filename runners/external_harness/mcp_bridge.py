@@ -143,6 +143,20 @@ TOOLS: list[dict[str, Any]] = [
             "additionalProperties": False,
         },
     },
+    {
+        "name": "kb_search",
+        "description": "Searches this bot's knowledge base (documents its owner added) by keywords and by meaning; "
+        "returns the best passages with their document name, line numbers and artifact id.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "minLength": 1, "maxLength": 2000},
+                "top_k": {"type": "integer", "minimum": 1, "maximum": 50, "default": 5},
+            },
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+    },
 ]
 TOOL_NAMES = tuple(t["name"] for t in TOOLS)
 # The grant each tool needs (agenthost.plugins.manifest.API_METHODS names). A tool the run may not use is not offered:
@@ -155,6 +169,7 @@ TOOL_APIS = {
     "artifact_read": "artifacts.read",
     "state_get": "state.read",
     "state_set": "state.write",
+    "kb_search": "kb",
 }
 
 
@@ -280,6 +295,10 @@ class Bridge:
         )
         return {"version": version}
 
+    async def _tool_kb_search(self, args: dict[str, Any]) -> dict[str, Any]:
+        result = await self.api.kb_search(_require(args, "query", str), top_k=_optional_int(args, "top_k", 5, 1, 50))
+        return self._dict(result)
+
 
 def _tool_result(payload: dict[str, Any], *, is_error: bool = False, structured: bool = True) -> dict[str, Any]:
     text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
@@ -369,6 +388,30 @@ class McpServer:
         task = self._accept(payload)
         if task is not None:
             self._spawn(None, self._reply_when_done(task, send))
+
+    async def respond(self, payload: Any) -> Any:
+        """The reply to one parsed message, for a transport that pairs each reply with its request (HTTP): a
+        dict, a list (a batch), or None when nothing is due (notifications, responses, a batch of those). A
+        request the client cancels meanwhile raises RequestCancelled: the transport decides what its wire needs
+        in place of the response the spec forbids."""
+        if isinstance(payload, list):
+            if self.protocol not in BATCH_PROTOCOLS:
+                version = self.protocol or "none negotiated yet"
+                return _error(None, INVALID_REQUEST, f"JSON-RPC batches are not part of MCP {version}")
+            if not payload:
+                return _error(None, INVALID_REQUEST, "empty batch")
+            replies: list[Any] = []
+            await self._spawn(None, self._batch(payload, _collect(replies)))
+            return replies[0] if replies else None
+        task = self._accept(payload)
+        if task is None:
+            return None
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if task.cancelled():
+                raise RequestCancelled from None
+            raise
 
     def refuse(self, code: int, message: str, send: Callable[[Any], Awaitable[None]]) -> None:
         """Answers a line that never became a message (unparsable, too long): an error with id null."""
@@ -524,6 +567,17 @@ class McpServer:
             return self._result({"error": f"{type(exc).__name__}: {exc.message}"}, is_error=True)
         except (ValueError, json.JSONDecodeError) as exc:
             return self._result({"error": str(exc)}, is_error=True)
+
+
+class RequestCancelled(Exception):
+    """The client cancelled the request (notifications/cancelled) before it was answered."""
+
+
+def _collect(into: list[Any]) -> Callable[[Any], Awaitable[None]]:
+    async def send(reply: Any) -> None:
+        into.append(reply)
+
+    return send
 
 
 def _id_key(msg_id: Any) -> tuple[bool, Any] | None:

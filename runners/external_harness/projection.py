@@ -11,8 +11,9 @@ Contract (versioned; README.md in this package documents it for users):
 * `.claude/skills/<name>/` and `.agents/skills/<name>/` — the skills bound to the bot. The runner remembers
   which skill dirs it wrote (`.agenthost/skills.json`) and only ever rewrites or removes those; a user's own
   skill dir with the same name wins and is reported.
-* the MCP server entry that starts `python -m agenthost.runners.external_harness.mcp_bridge` (a 0600
-  `.agenthost/mcp.json` for Claude Code; `-c mcp_servers.agenthost.*` overrides for Codex).
+* the MCP server entry: the URL of the runner's per-turn HTTP endpoint, or (stdio) the command that starts
+  `python -m agenthost.runners.external_harness.mcp_bridge` (a 0600 `.agenthost/mcp.json` for Claude Code;
+  `-c mcp_servers.agenthost.*` overrides for Codex).
 """
 
 from __future__ import annotations
@@ -242,30 +243,54 @@ class BridgeLaunch:
     credential_env: tuple[str, ...] = mcp_bridge.CREDENTIAL_ENV
 
 
-def write_claude_mcp_config(workspace: Workspace, launch: BridgeLaunch) -> Path:
-    """`.agenthost/mcp.json` (0600) for `--mcp-config`. `${VAR}` references make Claude Code copy the run's
-    credentials from its own environment into the bridge's, so the file never holds a secret."""
-    env = dict(launch.env)
-    env.update({name: "${" + name + "}" for name in launch.credential_env})
-    doc = {
-        "mcpServers": {
-            MCP_SERVER_NAME: {"type": "stdio", "command": launch.command, "args": list(launch.args), "env": env}
-        }
-    }
+@dataclass(frozen=True)
+class HttpBridgeLaunch:
+    """The runner's own per-turn endpoint (mcp_http.py): a URL, and the name of the environment variable that
+    holds its bearer token in the harness's environment (the token itself is never written down)."""
+
+    url: str
+    token_env: str = "AGENTHOST_MCP_TOKEN"
+
+
+Launch = BridgeLaunch | HttpBridgeLaunch
+
+
+def write_claude_mcp_config(workspace: Workspace, launch: Launch) -> Path:
+    """`.agenthost/mcp.json` (0600) for `--mcp-config`. `${VAR}` references make Claude Code fill in the run's
+    credentials from its own environment (into the bridge's environment, or the endpoint's Authorization
+    header), so the file never holds a secret."""
+    server: dict[str, Any]
+    if isinstance(launch, HttpBridgeLaunch):
+        server = {"type": "http", "url": launch.url, "headers": {"Authorization": "Bearer ${" + launch.token_env + "}"}}
+    else:
+        env = dict(launch.env)
+        env.update({name: "${" + name + "}" for name in launch.credential_env})
+        server = {"type": "stdio", "command": launch.command, "args": list(launch.args), "env": env}
+    doc = {"mcpServers": {MCP_SERVER_NAME: server}}
     path = workspace.agenthost_dir / "mcp.json"
     atomic_write(path, json.dumps(doc, indent=1), mode=0o600)
     return path
 
 
-def codex_mcp_overrides(launch: BridgeLaunch) -> list[str]:
-    """`-c` overrides registering the bridge with Codex. `env_vars` forwards the credentials by name from
-    Codex's environment (Codex starts MCP servers with a minimal env otherwise)."""
+def codex_mcp_overrides(launch: Launch) -> list[str]:
+    """`-c` overrides registering the bridge with Codex. For stdio, `env_vars` forwards the credentials by name
+    from Codex's environment (Codex starts MCP servers with a minimal env otherwise); for the HTTP endpoint,
+    `bearer_token_env_var` names the variable Codex reads the bearer token from."""
     prefix = f"mcp_servers.{MCP_SERVER_NAME}"
+    if isinstance(launch, HttpBridgeLaunch):
+        transport = [
+            f"{prefix}.url={json.dumps(launch.url)}",
+            f"{prefix}.bearer_token_env_var={json.dumps(launch.token_env)}",
+        ]
+    else:
+        transport = [
+            f"{prefix}.command={json.dumps(launch.command)}",
+            f"{prefix}.args={json.dumps(list(launch.args))}",
+            f"{prefix}.env={{{', '.join(f'{k} = {json.dumps(v)}' for k, v in launch.env.items())}}}",
+            f"{prefix}.env_vars={json.dumps(list(launch.credential_env))}",
+        ]
     return [
-        f"{prefix}.command={json.dumps(launch.command)}",
-        f"{prefix}.args={json.dumps(list(launch.args))}",
-        f"{prefix}.env={{{', '.join(f'{k} = {json.dumps(v)}' for k, v in launch.env.items())}}}",
-        f"{prefix}.env_vars={json.dumps(list(launch.credential_env))}",
+        *transport,
         f"{prefix}.startup_timeout_sec=30",
         # Outside danger-full-access Codex asks before every MCP call, and exec has nobody to ask (with
         # approval_policy=never the call is refused). The bridge's tools are approved here because the host

@@ -40,6 +40,9 @@ from agenthost.runners.external_harness.errors import (
     HarnessNotFound,
     HarnessReportedError,
 )
+from agenthost.runners.external_harness.mcp_bridge import bridge_from_env, tools_for
+from agenthost.runners.external_harness.mcp_http import TOKEN_ENV as MCP_TOKEN_ENV
+from agenthost.runners.external_harness.mcp_http import McpHttpEndpoint
 from agenthost.runners.external_harness.process import HarnessProcess
 from agenthost.runners.external_harness.projection import (
     HARNESS_KEY,
@@ -47,13 +50,15 @@ from agenthost.runners.external_harness.projection import (
     USAGE_KEY,
     WORKDIR_KEY,
     BridgeLaunch,
+    HttpBridgeLaunch,
+    Launch,
     atomic_write,
     granted_apis,
     project,
     write_claude_mcp_config,
 )
 from agenthost.runners.external_harness.sandboxing import harness_sandbox
-from agenthost.runners.external_harness.turn import Driver, TurnPlan, TurnState
+from agenthost.runners.external_harness.turn import Driver, Install, TurnPlan, TurnState
 from agenthost.runners.external_harness.workspace import Workspace, WorkspaceManager
 from agenthost.runners.sdk import events
 from agenthost.runners.sdk.runner import RunContext, Runner
@@ -257,13 +262,16 @@ class HarnessRunner(Runner):
             if bridge_env is None:
                 log.error("host MCP bridge not started for run %s: %s", run.run_id, why)
                 yield events.progress(f"host MCP bridge not started: {why}")
+        # The HTTP bridge keeps the run's credentials in this process: the harness gets a token for this turn's
+        # endpoint only, and neither the tool token nor the run API socket.
+        use_http = bridge_env is not None and config.mcp_transport == "http"
         sandbox: Sandbox | None = None
         if config.process_sandbox:
             sandbox = harness_sandbox(
                 workspace=workspace,
                 install=install.ro_paths,
-                # The run API socket only for a bridge to use; without one the harness has no token for it.
-                host_address=bridge_env["AGENTHOST_HOST_ADDRESS"] if bridge_env else "",
+                # The run API socket only for a stdio bridge to use; without one the harness has no token for it.
+                host_address=bridge_env["AGENTHOST_HOST_ADDRESS"] if bridge_env and not use_http else "",
                 data_dir=self.data_dir,
             )
         else:
@@ -284,8 +292,55 @@ class HarnessRunner(Runner):
             else:
                 resume_id = str(stored.session_id)
 
-        launch = BridgeLaunch() if bridge_env else None
+        endpoint: McpHttpEndpoint | None = None
+        launch: Launch | None = None
+        harness_bridge_env: dict[str, str] = {}
+        if use_http and bridge_env is not None:
+            creds = bridge_env
+            endpoint = McpHttpEndpoint(lambda: bridge_from_env(creds), tools=tools_for(creds["AGENTHOST_APIS"]))
+            await endpoint.start()
+            launch = HttpBridgeLaunch(url=endpoint.url, token_env=MCP_TOKEN_ENV)
+            harness_bridge_env = {MCP_TOKEN_ENV: endpoint.token}
+        elif bridge_env is not None:
+            launch = BridgeLaunch()
+            harness_bridge_env = bridge_env
+        try:
+            async with contextlib.aclosing(
+                self._project_and_run(
+                    run,
+                    config,
+                    prompt,
+                    workspace,
+                    install,
+                    environ,
+                    sandbox,
+                    stored,
+                    resume_id,
+                    launch,
+                    harness_bridge_env,
+                )
+            ) as turn_events:
+                async for event in turn_events:
+                    yield event
+        finally:
+            if endpoint is not None:
+                # The turn is over, however it ended: the endpoint, its sessions and their host calls go with it.
+                await endpoint.close()
 
+    async def _project_and_run(
+        self,
+        run: RunContext,
+        config: HarnessConfig,
+        prompt: str,
+        workspace: Workspace,
+        install: Install,
+        environ: dict[str, str],
+        sandbox: Sandbox | None,
+        stored: _Stored,
+        resume_id: str | None,
+        launch: Launch | None,
+        bridge_env: dict[str, str],
+    ) -> AsyncIterator[pb.RunEvent]:
         warnings = project(
             run.context,
             config,
@@ -312,7 +367,7 @@ class HarnessRunner(Runner):
                 resume_session_id=resume_id,
                 new_session_id=new_id,
                 bridge=launch,
-                bridge_env=bridge_env or {},
+                bridge_env=bridge_env,
                 inherited_env=environ,
                 binary_env=install.env,
                 stored_keys=frozenset(run.secrets),

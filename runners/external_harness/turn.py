@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 from agenthost.protos import common_pb2 as pb
 from agenthost.runners.external_harness.config import HarnessConfig
 from agenthost.runners.external_harness.errors import HarnessReportedError
-from agenthost.runners.external_harness.projection import BridgeLaunch
+from agenthost.runners.external_harness.projection import HttpBridgeLaunch, Launch
 from agenthost.runners.external_harness.workspace import Workspace
 from agenthost.runners.sdk import events
 
@@ -28,7 +28,7 @@ class TurnPlan:
     workspace: Workspace
     resume_session_id: str | None  # continue this session ...
     new_session_id: str | None  # ... or start one with this id (Claude Code only; Codex picks its own)
-    bridge: BridgeLaunch | None  # None: no host MCP bridge this turn
+    bridge: Launch | None  # None: no host MCP bridge this turn
     bridge_env: dict[str, str]  # the run's credentials for the bridge (secret; environment only)
     inherited_env: dict[str, str]  # the runner process's environment, filtered by the driver
     binary_env: dict[str, str] = field(default_factory=dict)  # what the harness's own launcher would set
@@ -163,7 +163,24 @@ def forwarded_secrets(plan: TurnPlan, default_key_env: str) -> dict[str, str]:
 def secret_values(plan: TurnPlan, forwarded: dict[str, str]) -> tuple[str, ...]:
     """Values to scrub from stderr before a user sees it: forwarded keys and the run's credentials (not the
     run id or the socket path, which are useful in an error message)."""
-    return tuple(v for v in (*forwarded.values(), plan.bridge_env.get("AGENTHOST_RUN_TOKEN", "")) if v)
+    tokens = (plan.bridge_env.get("AGENTHOST_RUN_TOKEN", ""), plan.bridge_env.get("AGENTHOST_MCP_TOKEN", ""))
+    return tuple(v for v in (*forwarded.values(), *tokens) if v)
+
+
+_PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+def loopback_bypass(plan: TurnPlan, env: dict[str, str]) -> None:
+    """With the bridge on loopback HTTP, keeps a configured proxy out of the way: the harness would otherwise
+    send the endpoint's bearer token to the proxy (and the proxy could not reach our loopback anyway)."""
+    if not isinstance(plan.bridge, HttpBridgeLaunch) or not any(env.get(v) for v in _PROXY_VARS):
+        return
+    for name in ("NO_PROXY", "no_proxy"):
+        entries = [e for e in env.get(name, "").split(",") if e.strip()]
+        for host in ("127.0.0.1", "localhost"):
+            if host not in entries:
+                entries.append(host)
+        env[name] = ",".join(entries)
 
 
 def base_url(url: str, *, v1: bool) -> str:
@@ -182,3 +199,13 @@ def base_url(url: str, *, v1: bool) -> str:
 def isolation_env(plan: TurnPlan) -> dict[str, str]:
     ws = plan.workspace
     return {"HOME": str(ws.home), "TMPDIR": str(ws.tmp), "PWD": str(ws.working_dir)}
+
+
+def auth_problem(message: str, *, missing: tuple[str, ...], rejected: tuple[str, ...]) -> str | None:
+    """ "missing" or "rejected" when a harness's own words say its API key was absent or refused (drivers pass
+    the markers their CLI prints), else None."""
+    if any(m in message for m in missing):
+        return "missing"
+    if any(m in message for m in rejected):
+        return "rejected"
+    return None

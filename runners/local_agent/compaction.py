@@ -19,6 +19,7 @@ than send a request without them.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
 from typing import Any
@@ -317,6 +318,11 @@ class Compactor:
         self.ineffective = 0
         self.count = 0
 
+    def resize(self, window: int, max_output_tokens: int) -> None:
+        """The run moved to a model with another window (a fallback): every budget follows from these two."""
+        self.window = window
+        self.max_output_tokens = max_output_tokens
+
     @property
     def trigger_tokens(self) -> int:
         return int(self.window * self.watermark)
@@ -351,14 +357,22 @@ class Compactor:
         messages: list[Message],
         *,
         overhead_tokens: int,
-        provider: Provider,
+        provider: Provider | Sequence[Provider],
         api: Any,
         run_id: str,
         force: bool = False,
         pinned: Message | None = None,
+        explicit: bool = False,
+        focus: str = "",
     ) -> CompactionOutcome:
         """`pinned`: the current turn's user message (by identity). It and everything after it stay out of the
-        summary; without it (tests, tools) the cut may fall anywhere clean."""
+        summary; without it (tests, tools) the cut may fall anywhere clean. `provider`: the summary model, or a
+        chain tried in order. `explicit`: the model asked (the `compact` tool): as forced, and the transcript is
+        saved whenever anything leaves the context, not only when earlier turns are summarized. `focus`: what
+        the model asked the summary to keep."""
+        providers = list(provider) if isinstance(provider, (list, tuple)) else [provider]
+        if explicit:
+            force = True
         tokens_before = overhead_tokens + estimate_messages(messages)
         outcome = CompactionOutcome(messages=messages, tokens_before=tokens_before, tokens_after=tokens_before)
         pinned_at = _index_of(messages, pinned)
@@ -385,11 +399,13 @@ class Compactor:
 
         # Pass 2: summarize what precedes the current turn (or precedes the kept tail when nothing is pinned).
         user_index = _index_of(staged, pinned)
-        cut = choose_cut(staged, keep, limit=user_index)
+        # Asked for explicitly, every turn before the current one goes into the summary (the latest clean cut),
+        # not only what the verbatim budget cannot hold: the model asked to drop them from its working context.
+        cut = choose_cut(staged, 0 if explicit else keep, limit=user_index)
         if cut is not None:
             head, tail = staged[:cut], staged[cut:]
             artifact = await self._save_transcript(api, messages, run_id)
-            summary_text = await self._summarize(provider, head)
+            summary_text = await self._summarize(providers, head, focus=focus, notes=outcome.notes)
             if artifact is not None:
                 summary_text += (
                     f"\n\n(Full transcript before this compaction: artifact {artifact.artifact_id}; "
@@ -422,6 +438,8 @@ class Compactor:
             outcome.collapsed += folded
             current = overhead_tokens + estimate_messages(staged)
 
+        if explicit and outcome.artifact is None and (outcome.stubbed or outcome.collapsed):
+            outcome.artifact = await self._save_transcript(api, messages, run_id)
         outcome = self._finish(outcome, staged)
         if outcome.tokens_after > self.hard_limit:
             what = (
@@ -464,7 +482,9 @@ class Compactor:
         except Exception:  # noqa: BLE001 — an artifact the grant does not allow must not block compaction
             return None
 
-    async def _summarize(self, provider: Provider, head: list[Message]) -> str:
+    async def _summarize(
+        self, providers: list[Provider], head: list[Message], *, focus: str = "", notes: list[str] | None = None
+    ) -> str:
         previous = "\n\n".join(m.content for m in head if isinstance(m, Summary) and not m.progress)
         body = render_transcript([m for m in head if not (isinstance(m, Summary) and not m.progress)])
         # The summarizer's own input must fit the window, or the summary call itself overflows.
@@ -473,18 +493,31 @@ class Compactor:
             keep = budget_chars // 2
             body = body[:keep] + f"\n… [{len(body) - 2 * keep} chars of transcript omitted] …\n" + body[-keep:]
         prompt = (f"Previous summary:\n{previous}\n\n" if previous else "") + f"Transcript to fold in:\n{body}"
+        if focus:
+            prompt += f"\n\nThe assistant asked that the summary keep in particular: {focus}"
         request = ModelRequest(
             system=SUMMARIZER_SYSTEM,
             messages=[UserMessage(prompt)],
             max_tokens=self.summary_tokens,
         )
-        try:
-            final = await provider.complete(request)
+        # Each model of the chain once; the compaction is already a detour, and the mechanical summary keeps
+        # what must not be lost if none answers.
+        for provider in providers:
+            try:
+                final = await provider.complete(request)
+            except ProviderError as err:
+                if notes is not None:
+                    notes.append(f"summary model {provider.full_model} failed: {err}")
+                continue
             text = final.message.content.strip()
             if text:
+                if notes is not None and provider is not providers[0]:
+                    notes.append(f"summary written by fallback model {provider.full_model}")
                 return text
-        except ProviderError:
-            pass
+            if notes is not None:
+                notes.append(f"summary model {provider.full_model} returned an empty summary")
+        if notes is not None:
+            notes.append("used a mechanical summary: no summary model answered")
         return _mechanical_summary(head, previous)
 
 

@@ -45,6 +45,78 @@ class MemoryConfig(BaseModel):
     notes_max_chars: int = Field(default=2_500, ge=100, le=50_000)
 
 
+def _check_route(value: str) -> str:
+    if "/" not in value or value.startswith("/") or value.endswith("/"):
+        raise ValueError("must be 'provider/model', e.g. 'openai/gpt-4o' or 'ollama/qwen3'")
+    return value
+
+
+class ModelRoute(BaseModel):
+    """One model of a fallback chain with its own endpoint and key. Nothing is inherited from the primary model:
+    a fallback is usually another provider, and borrowing the primary's base_url or key would send the
+    fallback's requests (and a key) to the wrong server."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="provider/model, e.g. 'anthropic/claude-sonnet-4-5'.")
+    base_url: str | None = Field(default=None, description="Overrides the provider's default endpoint.")
+    api_key_env: str | None = Field(default=None, description="Environment variable (or binding key) with the key.")
+    api_key: SecretStr | None = Field(default=None, description="Inline key; prefer api_key_env.")
+    context_window: int | None = Field(default=None, ge=1_024, le=10_000_000, description="Tokens; else probed.")
+
+    @field_validator("model")
+    @classmethod
+    def _routed(cls, value: str) -> str:
+        return _check_route(value)
+
+
+# A chain entry: "provider/model" (provider defaults for endpoint and key) or a ModelRoute object.
+ModelRef = str | ModelRoute
+MAX_FALLBACKS = 5
+
+
+def as_route(ref: ModelRef) -> ModelRoute:
+    return ref if isinstance(ref, ModelRoute) else ModelRoute(model=ref)
+
+
+def _check_refs(value: list[ModelRef]) -> list[ModelRef]:
+    for ref in value:
+        if isinstance(ref, str):
+            _check_route(ref)
+    return value
+
+
+class CompactionConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: ModelRef | None = Field(
+        default=None,
+        description="Model that writes compaction summaries (e.g. a cheaper one); default: the model the run is on.",
+    )
+    fallback_models: list[ModelRef] = Field(
+        default_factory=list,
+        max_length=MAX_FALLBACKS,
+        description="Tried in order when the summary model fails; after the last, a mechanical summary is used.",
+    )
+
+    @field_validator("model")
+    @classmethod
+    def _routed(cls, value: ModelRef | None) -> ModelRef | None:
+        if isinstance(value, str):
+            _check_route(value)
+        return value
+
+    @field_validator("fallback_models")
+    @classmethod
+    def _refs(cls, value: list[ModelRef]) -> list[ModelRef]:
+        return _check_refs(value)
+
+    def routes(self) -> list[ModelRoute]:
+        if self.model is None:
+            return []
+        return [as_route(self.model), *(as_route(r) for r in self.fallback_models)]
+
+
 class LocalAgentConfig(BaseModel):
     """What a binding may set. Every field is optional; with no model and no provider key the offline demo runs."""
 
@@ -82,13 +154,29 @@ class LocalAgentConfig(BaseModel):
     tools: list[str] | None = Field(default=None, description="Tool names to enable; default all.")
     shell: ShellConfig = ShellConfig()
     memory: MemoryConfig = MemoryConfig()
+    fallback_models: list[ModelRef] = Field(
+        default_factory=list,
+        max_length=MAX_FALLBACKS,
+        description="Models to move the run to, in order, when the current one keeps failing with a rate limit, "
+        "overload, server error, timeout or dropped connection after its retries. Never on an auth error or a bad "
+        "request. Each: 'provider/model' or {model, base_url, api_key_env, api_key, context_window}.",
+    )
+    compaction: CompactionConfig = CompactionConfig()
 
     @field_validator("model")
     @classmethod
     def _routed(cls, value: str | None) -> str | None:
-        if value is not None and ("/" not in value or value.startswith("/") or value.endswith("/")):
-            raise ValueError("must be 'provider/model', e.g. 'openai/gpt-4o' or 'ollama/qwen3'")
+        if value is not None:
+            _check_route(value)
         return value
+
+    @field_validator("fallback_models")
+    @classmethod
+    def _refs(cls, value: list[ModelRef]) -> list[ModelRef]:
+        return _check_refs(value)
+
+    def fallback_routes(self) -> list[ModelRoute]:
+        return [as_route(r) for r in self.fallback_models]
 
     @classmethod
     def parse(cls, raw: dict[str, Any]) -> LocalAgentConfig:

@@ -12,15 +12,17 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from dataclasses import replace as dc_replace
 from typing import Any
 
 from agenthost.protos import common_pb2 as pb
 from agenthost.runners.local_agent import pairing
 from agenthost.runners.local_agent.compaction import CompactionFailed, Compactor
-from agenthost.runners.local_agent.config import LocalAgentConfig
-from agenthost.runners.local_agent.errors import ErrorKind, ProviderError, backoff_delay
+from agenthost.runners.local_agent.config import ConfigError, LocalAgentConfig
+from agenthost.runners.local_agent.errors import ContextWindowUnknown, ErrorKind, ProviderError, backoff_delay
+from agenthost.runners.local_agent.fallback import ModelFailure, ModelSlot, exhausted_message, falls_back
 from agenthost.runners.local_agent.history import CHECKPOINT_KEY
 from agenthost.runners.local_agent.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
 from agenthost.runners.local_agent.providers.base import Final, ModelRequest, Provider, TextChunk
@@ -99,8 +101,16 @@ class AgentLoop:
         deadline_at: float = 0.0,
         stream_text: bool = True,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        fallbacks: Sequence[ModelSlot] = (),
+        summarizers: Sequence[Provider] = (),
     ) -> None:
         self.provider = provider
+        # Models the run moves to, in order, when the current one keeps failing (fallback.py says when).
+        self.fallbacks = list(fallbacks)
+        self._next_fallback = 0
+        self._failures: list[ModelFailure] = []
+        # Who writes compaction summaries: the configured chain, else the model the run is on at that moment.
+        self.summarizers = list(summarizers)
         self.registry = registry
         self.config = config
         self.session = session
@@ -116,6 +126,8 @@ class AgentLoop:
         self.tool_specs = registry.specs()
         self._turn_user: UserMessage | None = None
         self._replied = False  # whether any model reply arrived in this run
+        self._explicit_after: int | None = None  # context size right after the last `compact` tool call
+        self._last_outcome: Any = None
         self._tool_schema_tokens = estimate_tools(
             [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in self.tool_specs]
         )
@@ -258,21 +270,24 @@ class AgentLoop:
     def _tool_dicts(self) -> list[dict[str, Any]]:
         return [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in self.tool_specs]
 
-    async def _compact(self, *, force: bool) -> AsyncIterator[pb.RunEvent]:
-        yield events.progress("compacting conversation context")
+    async def _compact(self, *, force: bool, explicit: bool = False, focus: str = "") -> AsyncIterator[pb.RunEvent]:
+        yield events.progress("compacting conversation context" + (" (requested by the model)" if explicit else ""))
         overhead = estimate_text(self.system) + self._tool_schema_tokens
         try:
             outcome = await self.compactor.compact(
                 self.session.messages,
                 overhead_tokens=overhead,
-                provider=self.provider,
+                provider=self.summarizers or [self.provider],
                 api=self.ctx.api,
                 run_id=self.ctx.run_id,
                 force=force,
                 pinned=self._turn_user,
+                explicit=explicit,
+                focus=focus,
             )
         except CompactionFailed as exc:
             raise RunFailed("context_overflow", str(exc)) from None
+        self._last_outcome = outcome
         self.session.rewrite(outcome.messages)
         self.counter.invalidate()
         log.info(
@@ -284,6 +299,8 @@ class AgentLoop:
             outcome.summarized,
             outcome.collapsed,
         )
+        for note in outcome.notes:
+            yield events.progress(note)
         if outcome.artifact is not None:
             yield events.artifact_created(outcome.artifact)
         if outcome.checkpoint is not None:
@@ -292,6 +309,8 @@ class AgentLoop:
                 yield events.state_updated("conversation", CHECKPOINT_KEY)
             except Exception:  # noqa: BLE001 — the local session still has the summary; the checkpoint is a backup
                 pass
+        if explicit and not (outcome.summarized or outcome.collapsed or outcome.stubbed):
+            return
         yield events.compaction(
             outcome.tokens_before,
             outcome.tokens_after,
@@ -318,7 +337,7 @@ class AgentLoop:
                 raise ProviderError(ErrorKind.STREAM_BROKEN, "stream ended without a final message")
             except ProviderError as err:
                 if emitted:
-                    # Text already reached the user; a retry would duplicate it.
+                    # Text already reached the user; a retry (or another model's answer) would duplicate it.
                     raise RunFailed(
                         FAILED_CODES[ErrorKind.STREAM_BROKEN],
                         f"the model stream broke mid-answer: {err}",
@@ -330,17 +349,68 @@ class AgentLoop:
                         yield ev
                     request.messages = list(self.session.messages)
                     continue
-                if not err.retryable or attempt >= self.config.max_retries:
-                    raise RunFailed(FAILED_CODES[err.kind], str(err), retryable=err.retryable) from None
+                late = False
+                delay = 0.0
+                give_up = not err.retryable or attempt >= self.config.max_retries
+                if not give_up:
+                    delay = backoff_delay(attempt + 1, err.retry_after)
+                    late = give_up = bool(self.deadline_at and time.time() + delay >= self.deadline_at)
+                if give_up:
+                    tries = attempt + 1
+                    reason = f"{err} (after {tries} attempt{'s' if tries > 1 else ''}" + (
+                        "; no time left before the run deadline to retry)" if late else ")"
+                    )
+                    if falls_back(err) and self._next_fallback < len(self.fallbacks):
+                        self._failures.append(ModelFailure(self.provider.full_model, reason))
+                        async for ev in self._fall_back(err, reason):
+                            yield ev
+                        request.messages = list(self.session.messages)
+                        request.max_tokens = self.compactor.max_output_tokens
+                        attempt = 0
+                        compacted_for_overflow = False
+                        continue
+                    if self._failures:
+                        message = exhausted_message([*self._failures, ModelFailure(self.provider.full_model, reason)])
+                    elif late:
+                        message = f"{err} (no time left before the run deadline to retry)"
+                    else:
+                        message = str(err)
+                    raise RunFailed(FAILED_CODES[err.kind], message, retryable=err.retryable) from None
                 attempt += 1
-                delay = backoff_delay(attempt, err.retry_after)
-                if self.deadline_at and time.time() + delay >= self.deadline_at:
-                    raise RunFailed(
-                        FAILED_CODES[err.kind], f"{err} (no time left before the run deadline to retry)", retryable=True
-                    ) from None
                 log.warning("run %s: %s; retry %d in %.1fs", self.ctx.run_id, err, attempt, delay)
                 yield events.retry(attempt, delay, str(err))
                 await self.sleep(delay)
+
+    async def _fall_back(self, err: ProviderError, reason: str) -> AsyncIterator[pb.RunEvent]:
+        """Moves the run to the next fallback that can be opened. A fallback that cannot (no key, no known
+        window, its probe fails) is skipped and named in the failure; with none left the run fails naming all."""
+        previous = self.provider.full_model
+        first_skipped = len(self._failures)
+        while self._next_fallback < len(self.fallbacks):
+            slot = self.fallbacks[self._next_fallback]
+            self._next_fallback += 1
+            try:
+                provider, window = await slot.open()
+            except (ConfigError, ContextWindowUnknown, ProviderError) as exc:
+                self._failures.append(ModelFailure(slot.label, f"could not be used: {exc}"))
+                continue
+            self.provider = provider
+            # The fallback's own window: a smaller one must shrink the context before the first request to it.
+            self.compactor.resize(window, min(self.config.max_output_tokens, window // 4))
+            self.counter.invalidate()  # the old model's reported prompt sizes say nothing about this one's tokens
+            log.warning(
+                "run %s: %s failed (%s); moving to fallback model %s", self.ctx.run_id, previous, reason, slot.label
+            )
+            skipped = "".join(f"; skipped {f}" for f in self._failures[first_skipped:])
+            yield events.retry(
+                len(self._failures),
+                0.0,
+                f"{previous} failed: {reason}; continuing on fallback model {provider.full_model}{skipped}",
+            )
+            async for ev in self._prepare_context():
+                yield ev
+            return
+        raise RunFailed(FAILED_CODES[err.kind], exhausted_message(self._failures), retryable=True)
 
     def _normalize(self, message: AssistantMessage) -> AssistantMessage:
         """Tool-call ids must be unique across the whole context; some local servers reuse `call_0` every turn."""
@@ -391,6 +461,59 @@ class AgentLoop:
                     is_error=result.is_error,
                     artifact_id=result.artifact_id,
                 )
+        if self.ctx.compact_request is not None:
+            async for ev in self._explicit_compact([c.id for c in calls if c.name == "compact"]):
+                yield ev
+
+    async def _explicit_compact(self, call_ids: list[str]) -> AsyncIterator[pb.RunEvent]:
+        """The `compact` tool's effect, once the step's calls all have results. The call's result in the working
+        context then says what happened (the host transcript keeps the text streamed when the call finished)."""
+        focus = self.ctx.compact_request or ""
+        self.ctx.compact_request = None
+        before = self.counter.estimate(self.system, self._tool_dicts(), self.session.messages)
+        if self._explicit_after is not None and before - self._explicit_after < self.compactor.window * 0.10:
+            # A model that calls compact in a loop would otherwise buy a summary call per step for nothing.
+            text = (
+                f"Not compacted: the context (~{before} tokens) has hardly grown since the compaction earlier in "
+                "this run. Continue with the request."
+            )
+        else:
+            self._last_outcome = None
+            async for ev in self._compact(force=True, explicit=True, focus=focus):
+                yield ev
+            outcome = self._last_outcome
+            assert outcome is not None
+            self._explicit_after = outcome.tokens_after
+            if not (outcome.summarized or outcome.collapsed or outcome.stubbed):
+                text = f"Nothing to compact: the context (~{before} tokens) holds only the current step."
+            else:
+                done = [
+                    f"{outcome.summarized} earlier message(s) summarized" if outcome.summarized else "",
+                    f"{outcome.collapsed} step(s) of this request folded into a progress note"
+                    if outcome.collapsed
+                    else "",
+                    f"{outcome.stubbed} old tool output(s) cleared" if outcome.stubbed else "",
+                ]
+                where = (
+                    f" The full transcript before compaction is artifact {outcome.artifact.artifact_id} "
+                    "(read_artifact)."
+                    if outcome.artifact is not None
+                    else " The earlier turns are still in the conversation history (search_history)."
+                )
+                text = (
+                    f"Compacted: ~{outcome.tokens_before} -> ~{outcome.tokens_after} tokens; "
+                    + ", ".join(d for d in done if d)
+                    + "."
+                    + where
+                    + " The user's current request is above, verbatim: continue working on it."
+                )
+        ids = set(call_ids)
+        rewritten = [
+            dc_replace(m, content=text) if isinstance(m, ToolResult) and m.tool_call_id in ids else m
+            for m in self.session.messages
+        ]
+        self.session.rewrite(rewritten)
+        self.counter.invalidate()
 
     async def _offload_large(self, result: ToolResult) -> AsyncIterator[pb.RunEvent]:
         # On a small window the configured cap alone could let one result outgrow the whole context; the excerpt

@@ -17,8 +17,9 @@ from agenthost.protos import errors as host_errors
 from agenthost.protos.wire import VERSION
 from agenthost.runners.local_agent import memory
 from agenthost.runners.local_agent.compaction import Compactor
-from agenthost.runners.local_agent.config import ConfigError, LocalAgentConfig
+from agenthost.runners.local_agent.config import ConfigError, LocalAgentConfig, ModelRoute
 from agenthost.runners.local_agent.errors import ContextWindowUnknown, ProviderError
+from agenthost.runners.local_agent.fallback import ModelFailure, ModelSlot, exhausted_message, falls_back
 from agenthost.runners.local_agent.history import (
     CHECKPOINT_KEY,
     Checkpoint,
@@ -28,12 +29,19 @@ from agenthost.runners.local_agent.history import (
 )
 from agenthost.runners.local_agent.loop import FAILED_CODES, AgentLoop, RunFailed
 from agenthost.runners.local_agent.messages import UserMessage
-from agenthost.runners.local_agent.providers import build_provider, resolve_context_window, split_model
+from agenthost.runners.local_agent.providers import (
+    build_provider,
+    primary_route,
+    resolve_context_window,
+    split_model,
+)
 from agenthost.runners.local_agent.providers.base import Provider
 from agenthost.runners.local_agent.session import Session, safe_name
 from agenthost.runners.local_agent.tools import all_tools, build_registry
 from agenthost.runners.local_agent.tools.base import ToolContext
 from agenthost.runners.local_agent.tools.shell import ProcessLedger
+from agenthost.runners.local_agent.tools.tasks import STATE_KEY as TASKS_KEY
+from agenthost.runners.local_agent.tools.tasks import summary_line as task_summary
 from agenthost.runners.local_agent.tools.todo import STATE_KEY as TODO_KEY
 from agenthost.runners.local_agent.tools.todo import render as render_todos
 from agenthost.runners.sdk import events
@@ -42,7 +50,8 @@ from agenthost.runners.sdk.runner import RunContext, Runner
 DEFAULT_SYSTEM_PROMPT = (
     "You are the agenthost local agent, a careful and capable assistant. You have tools to read, search and change "
     "files in this conversation's workspace, run shell commands there, search this conversation's full history, "
-    "read stored artifacts, keep a todo list for multi-step work, and save durable memory about the user. Use tools "
+    "read stored artifacts, plan multi-step work (a todo checklist, or a task graph with dependencies for work "
+    "that spans requests), and save durable memory about the user. Use tools "
     "instead of guessing; when a tool fails, read the error and adjust. Keep answers concise."
 )
 
@@ -100,6 +109,13 @@ class LocalAgentRunner(Runner):
                 split_model(parsed.model)
             except ConfigError as exc:
                 problems.append(f"model: {exc}")
+        chains = [("fallback_models", parsed.fallback_routes()), ("compaction", parsed.compaction.routes())]
+        for where, routes in chains:
+            for route in routes:
+                try:
+                    split_model(route.model)
+                except ConfigError as exc:
+                    problems.append(f"{where}: {exc}")
         if parsed.tools is not None:
             known = {t.name for t in all_tools()}
             unknown = sorted(set(parsed.tools) - known)
@@ -129,20 +145,39 @@ class LocalAgentRunner(Runner):
 
     # ---- the pieces of a run ----
 
-    def _provider(self, config: LocalAgentConfig, secrets: dict[str, str]) -> Provider:
+    def _provider(self, config: LocalAgentConfig, secrets: dict[str, str], route: ModelRoute | None = None) -> Provider:
         """`secrets`: the provider keys the run's binding names (RunContext.secrets), looked up under the same
-        names as environment variables (OPENAI_API_KEY, api_key_env), ahead of the process's own environment."""
-        # SecretStr dumps as asterisks, so two bindings differing only in their inline key must be told apart
-        # by a digest of the key itself (never the key: this string is a dict key, not a secret store).
-        secret = config.api_key.get_secret_value() if config.api_key is not None else ""
+        names as environment variables (OPENAI_API_KEY, api_key_env), ahead of the process's own environment.
+        `route`: a fallback or summary model; default the binding's own model."""
+        env = {**(self._env if self._env is not None else os.environ), **secrets}
+        route = route or primary_route(config, env)
+        # SecretStr dumps as asterisks, so two routes differing only in their inline key must be told apart by a
+        # digest of the key itself (never the key: this string is a dict key, not a secret store). The config
+        # part covers what the provider takes from it besides the route (timeout, thinking budget).
+        secret = route.api_key.get_secret_value() if route.api_key is not None else ""
         material = "\0".join([secret, *(f"{k}={v}" for k, v in sorted(secrets.items()))])
-        key = config.model_dump_json() + hashlib.sha256(material.encode()).hexdigest()
+        shared = f"{config.request_timeout_seconds}|{config.thinking_budget}"
+        key = route.model_dump_json() + shared + hashlib.sha256(material.encode()).hexdigest()
         provider = self._providers.get(key)
         if provider is None:
-            env = {**(self._env if self._env is not None else os.environ), **secrets}
-            provider = build_provider(config, env)
+            provider = build_provider(config, env, route=route)
             self._providers[key] = provider
         return provider
+
+    def _fallback_slots(self, config: LocalAgentConfig, secrets: dict[str, str]) -> list[ModelSlot]:
+        def slot(route: ModelRoute) -> ModelSlot:
+            async def open_() -> tuple[Provider, int]:
+                provider = self._provider(config, secrets, route)
+                # The fallback's own window (its context_window, else the environment or a probe), never the
+                # primary's: another model's window is a guess.
+                window = await self._window(
+                    provider, config.model_copy(update={"context_window": route.context_window})
+                )
+                return provider, window
+
+            return ModelSlot(route.model, open_)
+
+        return [slot(r) for r in config.fallback_routes()]
 
     async def _window(self, provider: Provider, config: LocalAgentConfig) -> int:
         key = f"{provider.full_model}|{getattr(provider, 'base_url', '')}|{config.context_window}"
@@ -249,6 +284,9 @@ class LocalAgentRunner(Runner):
                     parts.append(block)
             except host_errors.AgentHostError:
                 pass  # memory needs actor state; a binding that does not grant it simply runs without
+        tasks_line = task_summary(run.state.get("conversation", {}).get(TASKS_KEY))
+        if tasks_line:
+            parts.append(tasks_line)
         todos = run.state.get("conversation", {}).get(TODO_KEY)
         if isinstance(todos, list) and todos:
             try:
@@ -260,12 +298,34 @@ class LocalAgentRunner(Runner):
     async def _run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
         config = LocalAgentConfig.parse(run.config)
         provider = self._provider(config, run.secrets)
-        window = await self._window(provider, config)
+        slots = self._fallback_slots(config, run.secrets)
+        try:
+            window = await self._window(provider, config)
+        except ProviderError as err:
+            # The primary's window probe is its first request: a primary that is down shows here, before the loop.
+            if not falls_back(err) or not slots:
+                raise
+            failures = [ModelFailure(provider.full_model, f"{err} (probing its context window)")]
+            while True:
+                if not slots:
+                    raise RunFailed(FAILED_CODES[err.kind], exhausted_message(failures), retryable=True) from None
+                slot = slots.pop(0)
+                try:
+                    provider, window = await slot.open()
+                    break
+                except (ConfigError, ContextWindowUnknown, ProviderError) as exc:
+                    failures.append(ModelFailure(slot.label, f"could not be used: {exc}"))
+            yield events.retry(
+                len(failures),
+                0.0,
+                "; ".join(str(f) for f in failures) + f"; continuing on fallback model {provider.full_model}",
+            )
         resources = run.context.resources
         registry = build_registry(
             config,
             granted_apis=list(resources.apis),
             granted_scopes=[_scope_name(s) for s in resources.state_scopes],
+            window=window,
         )
         workspace = self._workspace(config, conversation_key(run))
         session, notes, trigger_seq = await self._session(run, config, window)
@@ -296,6 +356,8 @@ class LocalAgentRunner(Runner):
             compactor=compactor,
             deadline_at=run.deadline_at,
             stream_text=run.context.delivery.supports_streaming,
+            fallbacks=slots,
+            summarizers=[self._provider(config, run.secrets, r) for r in config.compaction.routes()],
         )
         user = UserMessage(content=_input_text(run), host_seq=trigger_seq)
         async for ev in loop.run(user):

@@ -3,72 +3,179 @@
 serve:    started by the host's supervisor; reads its configuration as one JSON line on stdin.
 describe: `--distribution NAME` prints the distribution's version, summary and runner manifests as JSON (the
           host's install-time check).
+
+`serve` keeps the plugin's code out of the serving process until a call needs it. At start it forks a describe
+child, which imports the runner classes exactly as the old in-process start did (so a plugin that no longer
+imports, exits or prints at import fails the start the same way, with the same exit code), hands their manifests
+over a pipe and exits, taking pydantic, the plugin and its dependencies with it; meanwhile the parent imports gRPC.
+The parent serves health and Describe from those manifests and imports the classes at the first Run or
+ValidateConfig (agenthost.runners.sdk.server.Deferred). AGENTHOST_RUNNER_EAGER=1 loads them in the serving process
+at start instead (the old way; the RSS benchmark's baseline).
+
+This module imports little at the top on purpose: whatever it imports, every idle runner process holds.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
-import logging
-import signal
+import os
 import sys
-import threading
-from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from agenthost.plugins.sandbox import harden_process
-from agenthost.runners.sdk.discovery import DiscoveryError, runner_classes
-from agenthost.runners.sdk.server import serve
+if TYPE_CHECKING:
+    import asyncio
+
+    from agenthost.runners.sdk.runner import Runner
+
+EAGER_ENV = "AGENTHOST_RUNNER_EAGER"
+# A describe child that fails says so with this exit code (the same as a discovery error always had).
+EXIT_DISCOVERY = 3
+# The serving process could not load (import, check or set up) its runners at first use.
+EXIT_UNAVAILABLE = 4
+
+
+def _runner_classes(distribution: str) -> dict[str, type[Runner]]:
+    from agenthost.plugins.manifest import skip_schema_check
+    from agenthost.runners.sdk.discovery import runner_classes
+
+    # The host checks every manifest's config_schema when it reads it; this process need not hold jsonschema.
+    skip_schema_check()
+    return runner_classes(distribution)
+
+
+def _manifests(distribution: str) -> list[dict[str, Any]]:
+    return [cls.manifest.model_dump(mode="json") for cls in _runner_classes(distribution).values()]
 
 
 def _describe(distribution: str) -> int:
+    from importlib import metadata
+
+    from agenthost.runners.sdk.discovery import DiscoveryError
+
     try:
-        classes = runner_classes(distribution)
+        runners = _manifests(distribution)
     except DiscoveryError as exc:
         print(json.dumps({"error": str(exc)}))
-        return 2
+        return EXIT_DISCOVERY
     dist = metadata.distribution(distribution)
-    described = {
-        "version": dist.version,
-        "summary": dist.metadata.get("Summary") or "",
-        "runners": [cls.manifest.model_dump(mode="json") for cls in classes.values()],
-    }
+    described = {"version": dist.version, "summary": dist.metadata.get("Summary") or "", "runners": runners}
     print(json.dumps(described))
     return 0
 
 
+def _describe_child(distribution: str) -> tuple[int, int]:
+    """Forks the child that imports the plugin and writes {"sdk_version", "runners"} or {"error"} to a pipe.
+    Returns its pid and the pipe's read end. Must run before this process starts a thread (gRPC's above all)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(write_end)
+        return pid, read_end
+    os.close(read_end)
+    code, report = 0, None
+    try:
+        from agenthost.runners.sdk.discovery import DiscoveryError
+
+        try:
+            from agenthost.protos.wire import VERSION
+
+            report = {"sdk_version": VERSION, "runners": _manifests(distribution)}
+        except DiscoveryError as exc:
+            code, report = EXIT_DISCOVERY, {"error": str(exc)}
+    except SystemExit as exc:
+        # A plugin that exits at import: the start fails with its exit code, as when it was imported in place.
+        if exc.code is None or isinstance(exc.code, int):
+            code = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException as exc:  # noqa: BLE001 — whatever the plugin raised, the parent must hear of it
+        import traceback
+
+        traceback.print_exc()
+        code, report = EXIT_DISCOVERY, {"error": f"importing the plugin failed: {type(exc).__name__}: {exc}"}
+    try:
+        if report is not None:
+            data = json.dumps(report).encode()
+            while data:
+                data = data[os.write(write_end, data) :]
+        # What the plugin printed at import goes where it always went: a stray line on stdout before the handshake
+        # is still the start failure it was.
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
+def _await_describe_child(pid: int, read_end: int) -> tuple[int, dict[str, Any]]:
+    """The child's exit code (128 + N if signal N killed it) and its report."""
+    chunks = []
+    while chunk := os.read(read_end, 65536):
+        chunks.append(chunk)
+    os.close(read_end)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        code = 128 - code
+    try:
+        report = json.loads(b"".join(chunks) or b"{}")
+    except ValueError:
+        report = {}
+    return code, report if isinstance(report, dict) else {}
+
+
+def _read_config_line() -> dict[str, Any]:
+    """The configuration line, read from the raw descriptor: nothing may sit in a buffer, because what follows on
+    stdin is only the lifeline's EOF, watched by the event loop."""
+    data = b""
+    while b"\n" not in data:
+        chunk = os.read(0, 65536)
+        if not chunk:
+            break
+        data += chunk
+    config = json.loads(data.split(b"\n", 1)[0])
+    if not isinstance(config, dict):
+        raise ValueError("not a JSON object")
+    for key in ("plugin_id", "distribution", "listen", "host", "secret", "data_dir"):
+        if not isinstance(config.get(key), str):
+            raise KeyError(key)
+    return config
+
+
 def _watch_lifeline(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
-    """Blocks on stdin in a thread. Only the host holds the pipe's write end, so EOF means the host died or
-    let go of us, whichever way it ended (kill -9 included): stop serving."""
-    try:
-        while sys.stdin.buffer.read(4096):
-            pass
-    except OSError:
-        pass
-    loop.call_soon_threadsafe(stop.set)
+    """Only the host holds the stdin pipe's write end, so EOF means the host died or let go of us, whichever way
+    it ended (kill -9 included): stop serving. Watched by the loop, not a thread: a thread costs an idle process
+    its stack and a malloc arena."""
+
+    def readable() -> None:
+        try:
+            more = os.read(0, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            more = b""
+        if not more:
+            loop.remove_reader(0)
+            stop.set()
+
+    os.set_blocking(0, False)
+    loop.add_reader(0, readable)
 
 
-async def _serve_main() -> int:
-    # Before the secret arrives: the process holds it (and every run's token) in memory, and what the process
-    # starts (a model's commands) runs as the same uid; non-dumpable closes /proc/<pid>/mem and ptrace to them.
-    harden_process()
-    line = sys.stdin.readline()
-    try:
-        config = json.loads(line)
-        distribution = config["distribution"]
-    except (ValueError, KeyError) as exc:
-        print(f"agenthost runner: bad configuration line on stdin: {exc}", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    classes = runner_classes(distribution)
+async def _serve(config: dict[str, Any], runners: dict[str, type[Runner]] | Any) -> None:
+    import asyncio
+    import signal
+
+    from agenthost.runners.sdk.server import serve
+
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    threading.Thread(target=_watch_lifeline, args=(loop, stop), daemon=True).start()
+    _watch_lifeline(loop, stop)
     await serve(
-        classes,
+        runners,
         plugin_id=config["plugin_id"],
         listen=config["listen"],
         host_address=config["host"],
@@ -77,23 +184,75 @@ async def _serve_main() -> int:
         stop=stop,
         handshake=True,
     )
+
+
+def _serve_main() -> int:
+    from agenthost.plugins.sandbox import harden_process
+
+    # Before the secret arrives: the process holds it (and every run's token) in memory, and what the process
+    # starts (a model's commands) runs as the same uid; non-dumpable closes /proc/<pid>/mem and ptrace to them.
+    # A forked describe child inherits it.
+    harden_process()
+    try:
+        config = _read_config_line()
+    except (ValueError, KeyError) as exc:
+        print(f"agenthost runner: bad configuration line on stdin: {exc!r}", file=sys.stderr)
+        return 2
+    distribution = config["distribution"]
+    eager = os.environ.get(EAGER_ENV) == "1"
+    if not eager:
+        child = _describe_child(distribution)
+        from agenthost.runners.sdk import lean
+
+        lean.defer_ssl()
+    import asyncio
+    import logging
+
+    from agenthost.runners.sdk.server import Deferred, RunnersUnavailable
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    runners: dict[str, type[Runner]] | Deferred
+    if eager:
+        from agenthost.runners.sdk.discovery import DiscoveryError
+
+        try:
+            runners = _runner_classes(distribution)
+        except DiscoveryError as exc:
+            print(f"agenthost runner: {exc}", file=sys.stderr)
+            return EXIT_DISCOVERY
+    else:
+        code, report = _await_describe_child(*child)
+        if code != 0 or "runners" not in report:
+            reason = report.get("error") or f"the plugin's describe child exited with code {code} and no manifests"
+            print(f"agenthost runner: {reason}", file=sys.stderr)
+            return code or EXIT_DISCOVERY
+
+        def load() -> dict[str, type[Runner]]:
+            lean.restore_ssl()
+            return _runner_classes(distribution)
+
+        runners = Deferred([json.dumps(m) for m in report["runners"]], str(report.get("sdk_version", "")), load)
+    try:
+        asyncio.run(_serve(config, runners))
+    except RunnersUnavailable as exc:
+        print(f"agenthost runner: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["serve"]:
+        return _serve_main()  # without argparse, which an idle runner process would hold for nothing
+    import argparse
+
     parser = argparse.ArgumentParser(prog="python -m agenthost.runners.sdk")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("serve")
     d = sub.add_parser("describe")
     d.add_argument("--distribution", required=True)
-    args = parser.parse_args(argv)
-    if args.command == "describe":
-        return _describe(args.distribution)
-    try:
-        return asyncio.run(_serve_main())
-    except DiscoveryError as exc:
-        print(f"agenthost runner: {exc}", file=sys.stderr)
-        return 3
+    parsed = parser.parse_args(args)
+    return _describe(parsed.distribution)
 
 
 if __name__ == "__main__":

@@ -247,3 +247,12 @@ class RunAPI:
                 run_id=self.run_id, scope=scope_value(scope), prefix=prefix, cursor=cursor, limit=limit
             ),
         )
+
+    # ---- knowledge base ----
+
+    async def kb_search(self, query: str, *, top_k: int = 5) -> api_pb.KbSearchResponse:
+        """The bot's knowledge-base chunks that best match the query (needs the `kb` grant). `keyword_only` in the
+        reply says the host searched by keywords alone (no embeddings endpoint, or it failed)."""
+        return await self._unary(
+            self._stub.KbSearch, api_pb.KbSearchRequest(run_id=self.run_id, query=query, top_k=top_k)
+        )

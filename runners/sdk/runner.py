@@ -18,12 +18,16 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from agenthost.plugins.manifest import RunnerManifest
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import runner_pb2
 from agenthost.runners.sdk.api import RunAPI
+
+if TYPE_CHECKING:
+    # Only for the annotation: the serving process imports this module long before (and often without ever)
+    # loading a runner class, and the manifest model costs it pydantic.
+    from agenthost.plugins.manifest import RunnerManifest
 
 
 @dataclass

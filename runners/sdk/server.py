@@ -5,6 +5,11 @@ host writes one JSON line of configuration (addresses, the plugin's secret) to t
 open for the life of the host: EOF on stdin means the host is gone, and the process exits (the lifeline). The
 process answers with one handshake line on stdout once it serves, then stdout is pointed at stderr so stray
 prints cannot be mistaken for protocol.
+
+The runners themselves can wait (`Deferred`): health and Describe need only the manifests, so a process that has
+them as JSON imports the runner classes (and with them pydantic, a model client, ...) at the first Run or
+ValidateConfig. Most plugin processes sit idle most of the time, and an idle one then costs little more than
+Python and gRPC.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +39,6 @@ from agenthost.protos.wire import (
     MAX_EVENT_BYTES,
     PROTOCOL_VERSION,
     SERVER_OPTIONS,
-    VERSION,
 )
 from agenthost.runners.sdk import events
 from agenthost.runners.sdk.api import RunAPI
@@ -43,6 +47,81 @@ from agenthost.runners.sdk.runner import RunContext, Runner
 log = logging.getLogger("agenthost.runner")
 
 _END = object()
+
+
+class RunnersUnavailable(RuntimeError):
+    """The plugin's runner classes could not be imported or set up in this process; the message says why."""
+
+
+class Deferred:
+    """A plugin's runners before their classes are imported: their manifests as JSON (what Describe answers), the
+    SDK version to report, and `load`, which imports the classes. Called at the first call that needs a runner."""
+
+    def __init__(
+        self, manifests_json: list[str], sdk_version: str, load: Callable[[], dict[str, type[Runner]]]
+    ) -> None:
+        self.manifests_json = manifests_json
+        self.sdk_version = sdk_version
+        self.load = load
+
+
+class _Runners:
+    """The plugin's runner instances by name, made (and set up) once, on first use or at start."""
+
+    def __init__(self, deferred: Deferred, data_dir: Path) -> None:
+        self._deferred = deferred
+        self._data_dir = data_dir
+        self.described = {json.loads(raw)["name"]: raw for raw in deferred.manifests_json}
+        self.sdk_version = deferred.sdk_version
+        self.ready: dict[str, Runner] = {}
+        self._loading: asyncio.Future[None] | None = None
+        self.failure = ""
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.described
+
+    async def get(self, name: str) -> Runner:
+        """The runner `name` (which must be described), loading every runner of the plugin the first time."""
+        if self._loading is None:
+            self._loading = asyncio.ensure_future(self._load())
+        # Shielded: the first caller's cancellation (a cancelled run) must not abort the load other calls wait on.
+        await asyncio.shield(self._loading)
+        return self.ready[name]
+
+    async def _load(self) -> None:
+        made: list[Runner] = []
+        try:
+            classes = self._deferred.load()
+            loaded = {name: cls.manifest.model_dump(mode="json") for name, cls in classes.items()}
+            described = {name: json.loads(raw) for name, raw in self.described.items()}
+            if loaded != described:
+                # The plugin changed on disk since the process described it (an upgrade in place): the host
+                # authorised runs against the described manifests, so these classes are not the ones it knows.
+                raise RunnersUnavailable(
+                    f"the runner classes now declare {sorted(loaded)} with manifests that differ from those this "
+                    f"process described at start ({sorted(described)})"
+                )
+            runners: dict[str, Runner] = {}
+            for name, cls in classes.items():
+                rdir = self._data_dir / name
+                rdir.mkdir(parents=True, exist_ok=True)
+                runner = cls(rdir)
+                await runner.setup()
+                made.append(runner)
+                runners[name] = runner
+        except Exception as exc:
+            log.exception("loading the plugin's runners failed")
+            for runner in made:
+                with contextlib.suppress(Exception):
+                    await runner.close()
+            self.failure = str(exc) if isinstance(exc, RunnersUnavailable) else f"{type(exc).__name__}: {exc}"
+            raise RunnersUnavailable(f"the plugin's runners could not be loaded: {self.failure}") from exc
+        self.ready = runners
+
+    async def close(self) -> None:
+        for runner in self.ready.values():
+            with contextlib.suppress(Exception):
+                await runner.close()
 
 
 class _EventChannel:
@@ -76,7 +155,7 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
         self,
         *,
         plugin_id: str,
-        runners: dict[str, Runner],
+        runners: _Runners,
         host_address: str,
         plugin_secret: str,
         on_shutdown: asyncio.Event,
@@ -95,18 +174,27 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
     ) -> runner_pb2.DescribeResponse:
         return runner_pb2.DescribeResponse(
             plugin_id=self.plugin_id,
-            sdk_version=VERSION,
+            sdk_version=self.runners.sdk_version,
             protocol_version=PROTOCOL_VERSION,
-            manifests_json=[r.manifest.model_dump_json() for r in self.runners.values()],
+            manifests_json=list(self.runners.described.values()),
         )
+
+    def _unavailable(self) -> None:
+        """After a failed load: this process cannot serve its runners, so it ends (having answered) and the
+        supervisor starts a fresh one, whose start reports a lasting failure (a plugin that no longer imports)."""
+        self.on_shutdown.set()
 
     async def ValidateConfig(
         self, request: runner_pb2.ValidateConfigRequest, context: grpc.aio.ServicerContext
     ) -> runner_pb2.ValidateConfigResponse:
-        runner = self.runners.get(request.runner_name)
-        if runner is None:
+        if request.runner_name not in self.runners:
             await errors.abort_with(context, errors.NotFound(f"this plugin has no runner {request.runner_name!r}"))
             return runner_pb2.ValidateConfigResponse()  # not reached: abort raises
+        try:
+            runner = await self.runners.get(request.runner_name)
+        except RunnersUnavailable as exc:
+            self._unavailable()
+            return runner_pb2.ValidateConfigResponse(problems=[f"the runner could not check this config: {exc}"])
         try:
             config = json.loads(request.config_json or "{}")
             result = runner.validate_config(config)
@@ -128,12 +216,17 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
     async def Run(
         self, request: runner_pb2.RunRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.RunEventBatch]:
-        runner = self.runners.get(request.runner_name)
-        if runner is None:
+        if request.runner_name not in self.runners:
             await errors.abort_with(context, errors.NotFound(f"this plugin has no runner {request.runner_name!r}"))
             return
         if self._stub is None:
             await errors.abort_with(context, errors.FailedPrecondition("runner process has no host address"))
+            return
+        try:
+            runner = await self.runners.get(request.runner_name)
+        except RunnersUnavailable as exc:
+            self._unavailable()
+            yield pb.RunEventBatch(events=[events.failed("runner_unavailable", str(exc))])
             return
         ctx = request.context
         api = RunAPI(
@@ -237,7 +330,7 @@ async def _drive(runner: Runner, run: RunContext, channel: _EventChannel) -> Non
 
 
 async def serve(
-    runner_classes: dict[str, type[Runner]],
+    runner_classes: dict[str, type[Runner]] | Deferred,
     *,
     plugin_id: str,
     listen: str,
@@ -249,15 +342,26 @@ async def serve(
     handshake: bool = False,
 ) -> None:
     """Serves until `stop` is set or Shutdown is called. Used by `main` and, in-process, by the test harness
-    (agenthost.runners.sdk.testing)."""
+    (agenthost.runners.sdk.testing).
+
+    Runner classes in hand are made and set up before the process serves (a failing `setup` fails the start);
+    `Deferred` ones at the first Run or ValidateConfig. If that load fails, the call is answered with the reason,
+    the process stops serving and `serve` raises RunnersUnavailable."""
     stop = stop or asyncio.Event()
-    runners: dict[str, Runner] = {}
-    for name, cls in runner_classes.items():
-        rdir = data_dir / name
-        rdir.mkdir(parents=True, exist_ok=True)
-        runner = cls(rdir)
-        await runner.setup()
-        runners[name] = runner
+    if isinstance(runner_classes, Deferred):
+        runners = _Runners(runner_classes, data_dir)
+    else:
+        from agenthost.protos.wire import VERSION
+
+        classes = dict(runner_classes)
+        manifests = [cls.manifest.model_dump_json() for cls in classes.values()]
+        runners = _Runners(Deferred(manifests, VERSION, lambda: classes), data_dir)
+        # Before serving, as a runner author expects of classes in hand: a failing setup is a failed start.
+        if classes:
+            with contextlib.suppress(RunnersUnavailable):
+                await runners.get(next(iter(classes)))
+        if runners.failure:
+            raise RunnersUnavailable(runners.failure)
     server = grpc.aio.server(options=SERVER_OPTIONS)
     service = RunnerService(
         plugin_id=plugin_id, runners=runners, host_address=host_address, plugin_secret=plugin_secret, on_shutdown=stop
@@ -282,6 +386,6 @@ async def serve(
         await health_servicer.enter_graceful_shutdown()
         await service.close()
         await server.stop(grace=1.0)
-        for runner in runners.values():
-            with contextlib.suppress(Exception):
-                await runner.close()
+        await runners.close()
+    if runners.failure:
+        raise RunnersUnavailable(runners.failure)

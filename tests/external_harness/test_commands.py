@@ -128,3 +128,32 @@ def test_codex_usage_names_the_model(tmp_path: Path) -> None:
     turn = TurnState(model="gpt-x")
     driver.map_event({"type": "turn.completed", "usage": {"input_tokens": 5, "output_tokens": 2}}, turn)
     assert turn.usage is not None and turn.usage.usage.model == "gpt-x"
+
+
+def test_http_bridge_env_and_proxy_bypass(tmp_path: Path) -> None:
+    """With the HTTP bridge the harness gets only the endpoint's token; a configured proxy is told to leave the
+    loopback endpoint alone, or the harness would hand the proxy that token."""
+    from dataclasses import replace
+
+    from agenthost.runners.external_harness.projection import HttpBridgeLaunch
+
+    token = {"AGENTHOST_MCP_TOKEN": "mcp-turn-token-123456"}
+    proxied = HOST_ENV | {"HTTPS_PROXY": "http://proxy:3128", "NO_PROXY": "internal.example"}
+    for driver, model in ((ClaudeCodeDriver(), ClaudeCodeConfig), (CodexDriver(), CodexConfig)):
+        plan = replace(
+            _plan(tmp_path, parse_config(model, {})),
+            bridge=HttpBridgeLaunch(url="http://127.0.0.1:4242/mcp"),
+            bridge_env=token,
+            inherited_env=proxied,
+        )
+        cmd = driver.command(plan)
+        assert cmd.env["AGENTHOST_MCP_TOKEN"] == "mcp-turn-token-123456"
+        assert "AGENTHOST_RUN_TOKEN" not in cmd.env and "AGENTHOST_HOST_ADDRESS" not in cmd.env
+        assert "mcp-turn-token-123456" in cmd.secrets and "mcp-turn-token-123456" not in " ".join(cmd.argv)
+        for name in ("NO_PROXY", "no_proxy"):
+            entries = cmd.env[name].split(",")
+            assert "127.0.0.1" in entries and "localhost" in entries
+        assert cmd.env["NO_PROXY"].startswith("internal.example")
+        # Without a proxy nothing is added.
+        plain = driver.command(replace(plan, inherited_env=HOST_ENV))
+        assert "NO_PROXY" not in plain.env and "no_proxy" not in plain.env

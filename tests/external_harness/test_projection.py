@@ -15,6 +15,7 @@ from agenthost.runners.external_harness.projection import (
     END_MARKER,
     SCHEMA,
     BridgeLaunch,
+    HttpBridgeLaunch,
     codex_mcp_overrides,
     project,
     project_skills,
@@ -137,3 +138,20 @@ def test_mcp_config_holds_no_secrets(workspace, monkeypatch) -> None:
     assert any(o.startswith("mcp_servers.agenthost.env_vars=") and "AGENTHOST_RUN_TOKEN" in o for o in overrides)
     assert 'mcp_servers.agenthost.default_tools_approval_mode="approve"' in overrides
     assert not any(fake_secret in o for o in overrides for fake_secret in ("Bearer", "TOKEN="))
+
+
+def test_http_bridge_config_names_the_token_never_holds_it(workspace) -> None:
+    launch = HttpBridgeLaunch(url="http://127.0.0.1:4242/mcp")
+    path = write_claude_mcp_config(workspace, launch)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    server = json.loads(path.read_text())["mcpServers"]["agenthost"]
+    assert server == {
+        "type": "http",
+        "url": "http://127.0.0.1:4242/mcp",
+        "headers": {"Authorization": "Bearer ${AGENTHOST_MCP_TOKEN}"},
+    }
+    overrides = codex_mcp_overrides(launch)
+    assert 'mcp_servers.agenthost.url="http://127.0.0.1:4242/mcp"' in overrides
+    assert 'mcp_servers.agenthost.bearer_token_env_var="AGENTHOST_MCP_TOKEN"' in overrides
+    assert 'mcp_servers.agenthost.default_tools_approval_mode="approve"' in overrides
+    assert not any(".command=" in o or ".env_vars=" in o for o in overrides)  # nothing to start

@@ -145,13 +145,16 @@ async def _cancel_mid_request(runner, rc, fake, token: str) -> None:
 # ---- Claude Code ----
 
 
-async def test_claude_projection_bridge_resume_and_skill(tmp_path, fake_host, clean_env, claude_bin, monkeypatch):
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+async def test_claude_projection_bridge_resume_and_skill(
+    transport, tmp_path, fake_host, clean_env, claude_bin, monkeypatch
+):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake-0123456789")
     fake_host.data.add_item("user", "an earlier question with MARKER-HOST-HISTORY-77")
     fake_host.data.add_item("assistant", "an earlier answer")
     runner = ClaudeCodeRunner(tmp_path / "data")
     with FakeAnthropic(claude_script) as fake:
-        config = _claude_config(fake, command=claude_bin)
+        config = _claude_config(fake, command=claude_bin, mcp_transport=transport)
 
         first = await _collect(runner, fake_host.run_context("HISTORY-PLEASE what did I ask?", config=config))
         assert kinds(first)[-1] == "completed", first[-1]
@@ -258,12 +261,13 @@ async def test_claude_base_url_and_key_errors(tmp_path, fake_host, clean_env, cl
 # ---- Codex ----
 
 
-async def test_codex_projection_bridge_and_resume(tmp_path, fake_host, clean_env, codex_bin, monkeypatch):
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+async def test_codex_projection_bridge_and_resume(transport, tmp_path, fake_host, clean_env, codex_bin, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-fake-0123456789")
     fake_host.data.add_item("user", "an earlier question with MARKER-HOST-HISTORY-88")
     runner = CodexRunner(tmp_path / "data")
     with FakeOpenAI(codex_script) as fake:
-        config = _codex_config(fake, command=codex_bin)
+        config = _codex_config(fake, command=codex_bin, mcp_transport=transport)
 
         first = await _collect(runner, fake_host.run_context("HISTORY-PLEASE what did I ask?", config=config))
         assert kinds(first)[-1] == "completed", first[-1]

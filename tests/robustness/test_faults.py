@@ -200,6 +200,10 @@ async def test_start_failures_kill_the_child(host, monkeypatch, fault, reason):
     h, client, _ = host
     await h.supervisor.stop(PLUGIN)
     monkeypatch.setenv("AGENTHOST_TEST_FAULT", fault)
+    if fault == "unhealthy":
+        # The fault patches the health servicer when the plugin is imported, which happens in the serving process
+        # at start only when it loads its runners eagerly (by default a describe child imports it).
+        monkeypatch.setenv("AGENTHOST_RUNNER_EAGER", "1")
     pids: list[int] = []
     spawn = h.supervisor._spawn
 

@@ -141,11 +141,15 @@ def sandbox_for(fake: FakeHost, layout: dict[str, Any]) -> walls.Sandbox:
     return harness_sandbox(workspace=layout["ws"], install=[PROBE], host_address=fake.address, data_dir=layout["data"])
 
 
-def assert_walled(report: dict[str, Any], host_dir: HostDir, layout: dict[str, Any]) -> None:
+def assert_walled(report: dict[str, Any], host_dir: HostDir, layout: dict[str, Any], *, api_sock: bool = True) -> None:
     assert report["uid"] == walls.SANDBOX_UID
     assert report["admin_sock"].startswith("refused"), report["admin_sock"]
-    assert report["api_sock"] == "connected"
-    assert report["host_dir"] == ["api.sock"]  # no admin.sock, no database
+    if api_sock:
+        assert report["api_sock"] == "connected"
+        assert report["host_dir"] == ["api.sock"]  # no admin.sock, no database
+    else:  # the HTTP bridge: the run API is not in the sandbox at all
+        assert report["api_sock"].startswith("refused"), report["api_sock"]
+        assert str(report["host_dir"]).startswith("error"), report["host_dir"]
     assert str(report["data_dir"]).startswith("error") or "runner-secret.txt" not in report["data_dir"]
     assert str(report["other_ws"]).startswith("error"), report["other_ws"]
     assert report["cwd_writable"] is True
@@ -302,7 +306,7 @@ async def test_runner_hands_the_harness_only_the_tool_token(host, layout, monkey
     monkeypatch.setenv("AGENTHOST_PLUGIN_SECRET", fake.data.plugin_secret)  # as a runner process would hold it
     mark = new_mark()
     runner = ClaudeCodeRunner(layout["data"])
-    rc = fake.run_context("probe", config=_probe_config(host_dir, layout, mark))
+    rc = fake.run_context("probe", config=_probe_config(host_dir, layout, mark, mcp_transport="stdio"))
     try:
         events = [e async for e in runner.run(rc)]
         assert kinds(events)[-1] == "completed", events[-1]
@@ -316,6 +320,40 @@ async def test_runner_hands_the_harness_only_the_tool_token(host, layout, monkey
         assert await gone(mark)
     finally:
         kill_marked(mark)
+
+
+@needs_bwrap
+async def test_http_bridge_hands_the_harness_only_a_turn_token(host, layout, monkeypatch) -> None:
+    """The default transport: the harness holds a token for this turn's endpoint and nothing of the run's."""
+    fake, host_dir = host
+    monkeypatch.setenv("AGENTHOST_PLUGIN_SECRET", fake.data.plugin_secret)
+    runner = ClaudeCodeRunner(layout["data"])
+    tokens: list[str] = []
+    for _ in range(2):
+        mark = new_mark()
+        rc = fake.run_context("probe", config=_probe_config(host_dir, layout, mark))
+        try:
+            events = [e async for e in runner.run(rc)]
+            assert kinds(events)[-1] == "completed", events[-1]
+            report = json.loads(events[-2].message.text)
+            env = report["env"]
+            values = "\n".join(env.values())
+            for secret in (fake.data.plugin_secret, fake.data.token, fake.data.tool_token):
+                assert secret not in values
+            assert not {"AGENTHOST_RUN_TOKEN", "AGENTHOST_HOST_ADDRESS", "AGENTHOST_PLUGIN_SECRET"} & set(env)
+            tokens.append(env["AGENTHOST_MCP_TOKEN"])
+            assert_walled(report, host_dir, layout, api_sock=False)
+            # The endpoint the harness was given died with the turn: its port no longer answers.
+            workdir = Path(fake.data.get_state("conversation", "external.working_directory"))
+            url = json.loads((workdir / ".agenthost" / "mcp.json").read_text())["mcpServers"]["agenthost"]["url"]
+            assert fake.data.tool_token not in (workdir / ".agenthost" / "mcp.json").read_text()
+            port = int(url.split(":")[2].split("/")[0])
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", port), timeout=5).close()
+            assert await gone(mark)
+        finally:
+            kill_marked(mark)
+    assert tokens[0] != tokens[1]  # a fresh credential every turn
 
 
 async def test_no_bwrap_refuses_the_run_unless_opted_out(host, layout, monkeypatch, caplog) -> None:
@@ -417,7 +455,8 @@ async def test_claude_bash_tool_is_walled_in(host, layout, monkeypatch) -> None:
             assert "LAUNCHED" in report, report  # the tool did run
             for line in ("SECRET=absent", "UID=65534", "ADMIN=absent", "HOSTDB=absent", "DATADIR=absent"):
                 assert line in report, report
-            assert f"TOKEN={fake_host.data.tool_token}" in report
+            # The HTTP bridge keeps the run's tool token in the runner; the model's commands never see it.
+            assert "TOKEN=absent" in report and fake_host.data.tool_token not in report
             assert fake_host.data.token not in report and fake_host.data.plugin_secret not in report
             assert await gone(mark), "a setsid process from the Bash tool outlived the run"
         finally:

@@ -47,7 +47,7 @@ class Bench(Runner):
                 "history_page50/raw": lambda: raw_stub.HistoryPage(page, timeout=10),
             }
             samples: dict[str, list[float]] = {name: [] for name in cases}
-            for name, call in cases.items():  # warm up
+            for call in cases.values():  # warm up
                 for _ in range(50):
                     await call()
             for _ in range(n // 100):  # interleave in rounds so drift hits both sides alike

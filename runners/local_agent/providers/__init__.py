@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from agenthost.runners.local_agent.config import ConfigError, LocalAgentConfig
+from agenthost.runners.local_agent.config import ConfigError, LocalAgentConfig, ModelRoute
 from agenthost.runners.local_agent.errors import ContextWindowUnknown, ErrorKind, ProviderError
 from agenthost.runners.local_agent.providers.anthropic import AnthropicProvider
 from agenthost.runners.local_agent.providers.base import Provider
@@ -69,35 +69,49 @@ def split_model(model: str) -> tuple[str, str]:
     return provider, name
 
 
+def primary_route(config: LocalAgentConfig, env: Mapping[str, str]) -> ModelRoute:
+    """The binding's own model as a route, so the primary and its fallbacks are built by one function."""
+    return ModelRoute(
+        model=choose_model(config, env),
+        base_url=config.base_url,
+        api_key_env=config.api_key_env,
+        api_key=config.api_key,
+        context_window=config.context_window,
+    )
+
+
 def build_provider(
     config: LocalAgentConfig,
     env: Mapping[str, str] | None = None,
     *,
     transport: httpx.AsyncBaseTransport | None = None,
+    route: ModelRoute | None = None,
 ) -> Provider:
+    """The provider for `route` (default: the binding's own model); timeouts and thinking come from `config`."""
     env = os.environ if env is None else env
-    provider_id, name = split_model(choose_model(config, env))
-    route = ROUTES[provider_id]
-    if route.protocol == "demo":
+    route = route or primary_route(config, env)
+    provider_id, name = split_model(route.model)
+    spec = ROUTES[provider_id]
+    if spec.protocol == "demo":
         return DemoProvider(name)
-    base_url = config.base_url or env.get(f"{provider_id.upper().replace('-', '_')}_BASE_URL") or route.base_url
+    base_url = route.base_url or env.get(f"{provider_id.upper().replace('-', '_')}_BASE_URL") or spec.base_url
     if not base_url:
-        raise ConfigError(f"provider {provider_id!r} needs base_url in the binding config")
+        raise ConfigError(f"provider {provider_id!r} ({route.model}) needs base_url in the binding config")
     if not base_url.startswith(("http://", "https://")):
         raise ConfigError(f"base_url {base_url!r} must start with http:// or https://")
     key: str | None = None
-    if config.api_key is not None:
-        key = config.api_key.get_secret_value()
+    if route.api_key is not None:
+        key = route.api_key.get_secret_value()
     else:
-        key_env = config.api_key_env or route.key_env
+        key_env = route.api_key_env or spec.key_env
         if key_env:
             key = env.get(key_env)
-            if not key and config.api_key_env:
-                raise ConfigError(f"environment variable {config.api_key_env} (api_key_env) is not set")
-            if not key and route.base_url and route.base_url.startswith("https://"):
+            if not key and route.api_key_env:
+                raise ConfigError(f"environment variable {route.api_key_env} (api_key_env of {route.model}) is not set")
+            if not key and spec.base_url and spec.base_url.startswith("https://"):
                 raise ConfigError(f"provider {provider_id!r} needs a key: set {key_env} or api_key_env")
     timeout = config.request_timeout_seconds
-    if route.protocol == "anthropic":
+    if spec.protocol == "anthropic":
         return AnthropicProvider(
             provider_id,
             name,
@@ -108,7 +122,7 @@ def build_provider(
             transport=transport,
         )
     return OpenAICompatProvider(
-        provider_id, name, base_url=base_url, api_key=key, timeout=timeout, flavor=route.flavor, transport=transport
+        provider_id, name, base_url=base_url, api_key=key, timeout=timeout, flavor=spec.flavor, transport=transport
     )
 
 
@@ -145,4 +159,12 @@ async def resolve_context_window(
     )
 
 
-__all__ = ["ROUTES", "build_provider", "choose_model", "resolve_context_window", "split_model", "DEMO_MODEL"]
+__all__ = [
+    "ROUTES",
+    "build_provider",
+    "primary_route",
+    "choose_model",
+    "resolve_context_window",
+    "split_model",
+    "DEMO_MODEL",
+]

@@ -6,15 +6,28 @@ from collections.abc import Collection
 
 from agenthost.runners.local_agent.config import LocalAgentConfig
 from agenthost.runners.local_agent.tools.base import Tool, ToolContext, ToolError, ToolRegistry
+from agenthost.runners.local_agent.tools.compact import Compact
 from agenthost.runners.local_agent.tools.files import file_tools
 from agenthost.runners.local_agent.tools.host import ReadArtifact, SearchHistory
+from agenthost.runners.local_agent.tools.knowledge import SearchKnowledge
 from agenthost.runners.local_agent.tools.memory import Memory
 from agenthost.runners.local_agent.tools.shell import Shell
+from agenthost.runners.local_agent.tools.tasks import task_tools
 from agenthost.runners.local_agent.tools.todo import TodoWrite
 
 
 def all_tools() -> list[Tool]:
-    return [*file_tools(), Shell(), SearchHistory(), ReadArtifact(), TodoWrite(), Memory()]
+    return [
+        *file_tools(),
+        Shell(),
+        SearchHistory(),
+        ReadArtifact(),
+        SearchKnowledge(),
+        TodoWrite(),
+        *task_tools(),
+        Memory(),
+        Compact(),
+    ]
 
 
 # The run-API grants a host-backed tool needs; a tool whose grant is missing is not offered at all, because a model
@@ -22,10 +35,29 @@ def all_tools() -> list[Tool]:
 TOOL_APIS: dict[str, tuple[str, ...]] = {
     "search_history": ("history.search",),
     "read_artifact": ("artifacts.read",),
+    "search_knowledge": ("kb",),
     "todo_write": ("state.write",),
+    "task_create": ("state.read", "state.write"),
+    "task_update": ("state.read", "state.write"),
+    "task_list": ("state.read",),
+    "task_get": ("state.read",),
     "memory": ("state.read", "state.write"),
 }
-TOOL_SCOPES: dict[str, str] = {"todo_write": "conversation", "memory": "actor"}
+TOOL_SCOPES: dict[str, str] = {
+    "todo_write": "conversation",
+    "task_create": "conversation",
+    "task_update": "conversation",
+    "task_list": "conversation",
+    "task_get": "conversation",
+    "memory": "actor",
+}
+
+
+# Planning and context tools a small window cannot afford by default: their schemas (~600 tokens) would take a
+# sixth of a 4K window (Ollama's default), which is better spent on the work itself. Listed in `tools`, they are
+# offered whatever the window.
+WINDOW_HUNGRY = frozenset({"task_create", "task_update", "task_list", "task_get", "compact"})
+SMALL_WINDOW = 16_384
 
 
 def build_registry(
@@ -33,6 +65,7 @@ def build_registry(
     *,
     granted_apis: Collection[str] = (),
     granted_scopes: Collection[str] = (),
+    window: int | None = None,
 ) -> ToolRegistry:
     """The tools the config enables, minus those the run's grant cannot serve (empty grant lists = unknown, keep)."""
     tools = all_tools()
@@ -44,6 +77,8 @@ def build_registry(
 
             raise ConfigError(f"unknown tools {unknown}; available: {sorted(known)}")
         tools = [t for t in tools if t.name in config.tools]
+    elif window is not None and window < SMALL_WINDOW:
+        tools = [t for t in tools if t.name not in WINDOW_HUNGRY]
     if not config.shell.enabled:
         tools = [t for t in tools if t.name != "shell"]
     if not config.memory.enabled:

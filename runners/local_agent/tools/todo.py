@@ -22,8 +22,8 @@ def render(items: list[dict[str, Any]]) -> str:
 class TodoWrite(Tool):
     name = "todo_write"
     description = (
-        "Replace the todo list for this conversation. Use it for tasks with 3+ steps. Exactly one item may be "
-        "in_progress at a time; mark items completed as soon as they are done."
+        "Replace the short checklist for the request at hand. Exactly one item may be in_progress at a time; mark "
+        "items completed as soon as they are done. For work spanning requests or with dependencies, use task_create."
     )
     parameters = {
         "type": "object",

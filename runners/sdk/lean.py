@@ -1,0 +1,69 @@
+"""Keeping `ssl` out of an idle runner process.
+
+grpc imports asyncio, and asyncio imports `ssl` if it can — Python's `_ssl` and the system's libssl and libcrypto,
+~4 MiB of a process that serves gRPC over a unix socket and needs no TLS until it loads a runner (a model client
+does). `defer_ssl` makes `import ssl` fail until `restore_ssl`; asyncio takes that as "no ssl here" and carries on.
+`restore_ssl` imports it for real and gives asyncio back what it gave up: the module global each of its modules
+checks (`ssl is None` means "not available") and `sslproto`, whose TLS machinery is defined only when ssl was there.
+
+Only modules imported while ssl was deferred can have cached its absence; `modules_without_ssl` lists those
+whose source mentions ssl, so a test can tell when a new import joins asyncio there.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+_deferred_at: set[str] | None = None
+
+
+def defer_ssl() -> bool:
+    """Makes `import ssl` fail from now on; False (and nothing changed) if ssl is already imported."""
+    global _deferred_at
+    if "ssl" in sys.modules:
+        return False
+    _deferred_at = set(sys.modules)
+    sys.modules["ssl"] = None  # type: ignore[assignment]  # the import system's "not importable" marker
+    return True
+
+
+def deferred() -> bool:
+    return "ssl" in sys.modules and sys.modules["ssl"] is None and _deferred_at is not None
+
+
+def restore_ssl() -> None:
+    """Imports ssl and repairs asyncio; a no-op unless `defer_ssl` took effect."""
+    global _deferred_at
+    if not deferred():
+        return
+    del sys.modules["ssl"]
+    import ssl
+
+    for name, module in list(sys.modules.items()):
+        if (name == "asyncio" or name.startswith("asyncio.")) and getattr(module, "ssl", ...) is None:
+            module.ssl = ssl  # type: ignore[attr-defined]
+    if "asyncio.sslproto" in sys.modules:
+        # Re-run in place: its module object is what base_events and selector_events hold.
+        importlib.reload(sys.modules["asyncio.sslproto"])
+    _deferred_at = None
+
+
+def modules_without_ssl() -> list[str]:
+    """Modules imported since `defer_ssl` whose source mentions `ssl` (they may have cached its absence)."""
+    if _deferred_at is None:
+        return []
+    found = []
+    for name in sorted(set(sys.modules) - _deferred_at):
+        spec = getattr(sys.modules[name], "__spec__", None)
+        origin = getattr(spec, "origin", None) or ""
+        if not origin.endswith(".py"):
+            continue
+        try:
+            with open(origin, encoding="utf-8", errors="replace") as f:
+                source = f.read()
+        except OSError:
+            continue
+        if "import ssl" in source or "from ssl" in source:
+            found.append(name)
+    return found

@@ -1,0 +1,294 @@
+"""The runner-served MCP endpoint (streamable HTTP on loopback, one per turn) against the MCP spec and as a wall.
+
+Three halves: the official `mcp` client SDK drives it over streamable HTTP for every protocol version, as
+test_mcp_conformance.py does for the stdio bridge; raw HTTP then covers what that client never sends (batches,
+cancellation races, oversize bodies, bad headers); and the attacks: no token, a wrong token, another turn's
+token, a rebinding Host or Origin, and an endpoint used after its turn ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from agenthost.runners.external_harness import mcp_bridge, mcp_http
+from agenthost.runners.external_harness.mcp_http import McpHttpEndpoint
+
+from .fake_run_api import HOLD_QUERY
+
+pytestmark = [pytest.mark.timeout(120)]
+
+VERSIONS = mcp_bridge.SUPPORTED_PROTOCOLS
+APIS = "history.page,history.search,state.read,state.write"
+
+
+def _creds(fake_host) -> dict[str, str]:
+    return {
+        "AGENTHOST_HOST_ADDRESS": fake_host.address,
+        "AGENTHOST_RUN_ID": fake_host.data.run_id,
+        "AGENTHOST_RUN_TOKEN": fake_host.data.tool_token,
+        "AGENTHOST_DEADLINE_AT": "0",
+        "AGENTHOST_EVENT_ID": "evt-1",
+        "AGENTHOST_APIS": APIS,
+    }
+
+
+def _endpoint(fake_host) -> McpHttpEndpoint:
+    creds = _creds(fake_host)
+    return McpHttpEndpoint(lambda: mcp_bridge.bridge_from_env(creds), tools=mcp_bridge.tools_for(APIS))
+
+
+@pytest.fixture
+async def endpoint(fake_host) -> AsyncIterator[McpHttpEndpoint]:
+    async with _endpoint(fake_host) as ep:
+        yield ep
+
+
+# ---- the official client SDK ----
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_sdk_client_session(version: str, fake_host, endpoint, monkeypatch) -> None:
+    mcp = pytest.importorskip("mcp", reason="the conformance test needs the dev extra (pip install mcp)")
+    import mcp.client.session as client_session
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    from mcp.shared.exceptions import MCPError
+
+    monkeypatch.setattr(client_session, "LATEST_HANDSHAKE_VERSION", version)
+    fake_host.data.add_item("user", "MARKER-CONFORMANCE-HTTP")
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {endpoint.token}"})
+    async with http, streamable_http_client(endpoint.url, http_client=http) as (read, write):
+        async with mcp.ClientSession(read, write) as session:
+            init = await session.initialize()
+            assert init.protocol_version == version
+            caps = init.capabilities
+            assert caps.tools is not None and caps.resources is None and caps.prompts is None
+            assert init.server_info.name == "agenthost"
+            await session.send_ping()
+
+            tools = (await session.list_tools()).tools
+            assert [t.name for t in tools] == ["history_page", "history_search", "state_get", "state_set"]
+            page = await session.call_tool("history_page", {"limit": 5})
+            assert not page.is_error and "MARKER-CONFORMANCE-HTTP" in page.content[0].text
+            assert (page.structured_content is not None) == (version >= "2025-06-18")
+
+            bad_args = await session.call_tool("state_get", {"scope": "galaxy", "key": "k"})
+            assert bad_args.is_error and "scope" in bad_args.content[0].text
+
+            with pytest.raises(MCPError) as unknown:
+                await session.call_tool("rm_rf", {})
+            assert unknown.value.error.code == -32602
+            with pytest.raises(MCPError) as ungranted:
+                await session.call_tool("event_get", {"event_id": "evt-1"})
+            assert ungranted.value.error.code == -32602
+            for undeclared in (session.list_resources, session.list_prompts):
+                with pytest.raises(MCPError) as err:
+                    await undeclared()
+                assert err.value.error.code == -32601
+
+            # The SDK gives up on a slow call and sends notifications/cancelled over a second POST; the host
+            # call must be stopped and the session keep working.
+            with pytest.raises(MCPError):
+                await session.call_tool("history_search", {"query": HOLD_QUERY}, read_timeout_seconds=1.0)
+            await asyncio.wait_for(fake_host.data.held_gone.wait(), 10)
+            await session.send_ping()
+            assert not (await session.call_tool("history_search", {"query": "conformance"})).is_error
+    # Every host call carried the tool token alone: never the runner's run token or plugin secret.
+    assert fake_host.data.callers and set(fake_host.data.callers) == {"tool"}
+
+
+# ---- raw HTTP ----
+
+
+class Raw:
+    """One client of the endpoint, speaking plain HTTP."""
+
+    def __init__(self, endpoint: McpHttpEndpoint, client: httpx.AsyncClient) -> None:
+        self.endpoint = endpoint
+        self.client = client
+        self.session_id = ""
+        self.version = ""
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        out = {
+            "Authorization": f"Bearer {self.endpoint.token}",
+            "Accept": "application/json, text/event-stream",
+            "Content-Type": "application/json",
+        }
+        if self.session_id:
+            out["Mcp-Session-Id"] = self.session_id
+        if self.version:
+            out["MCP-Protocol-Version"] = self.version
+        out.update(extra)
+        return out
+
+    async def post(self, message: Any, **headers: str) -> httpx.Response:
+        body = message if isinstance(message, bytes) else json.dumps(message).encode()
+        return await self.client.post(self.endpoint.url, content=body, headers=self.headers(**headers))
+
+    async def initialize(self, version: str) -> None:
+        params = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
+        reply = await self.post({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": params})
+        assert reply.status_code == 200 and reply.json()["result"]["protocolVersion"] == version
+        self.session_id = reply.headers["mcp-session-id"]
+        self.version = version
+        note = await self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        assert note.status_code == 202 and note.content == b""
+
+
+@pytest.fixture
+async def raw(endpoint) -> AsyncIterator[Raw]:
+    async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+        yield Raw(endpoint, client)
+
+
+def _ping(msg_id: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": msg_id, "method": "ping"}
+
+
+async def test_sessions_and_transport_rules(raw: Raw) -> None:
+    # Before initialize there is no session to use.
+    assert (await raw.post(_ping(1))).status_code == 400
+    await raw.initialize("2025-11-25")
+    first = raw.session_id
+    assert (await raw.post(_ping(2))).json() == {"jsonrpc": "2.0", "id": 2, "result": {}}
+    assert (await raw.post(_ping(3), **{"Mcp-Session-Id": "not-a-session"})).status_code == 404
+    assert (await raw.post(_ping(4), **{"MCP-Protocol-Version": "1999-01-01"})).status_code == 400
+    assert (await raw.post(_ping(5), **{"Content-Type": "text/plain"})).status_code == 415
+    assert (await raw.post(_ping(6), Accept="text/html")).status_code == 406
+    parse = await raw.post(b'{"jsonrpc": "2.0", "id": 7, "method": ')
+    assert parse.status_code == 400 and parse.json()["error"]["code"] == -32700
+    # This server sends nothing unprompted, so there is no GET stream; other paths do not exist.
+    get = await raw.client.get(raw.endpoint.url, headers=raw.headers())
+    assert get.status_code == 405 and "POST" in get.headers["allow"]
+    other = await raw.client.post(raw.endpoint.url.replace("/mcp", "/other"), content=b"{}", headers=raw.headers())
+    assert other.status_code == 404
+    # A second initialize opens a second, independent session; DELETE ends one and only one.
+    await raw.initialize("2025-06-18")
+    assert raw.session_id != first
+    assert (await raw.client.delete(raw.endpoint.url, headers=raw.headers())).status_code == 200
+    assert (await raw.post(_ping(8))).status_code == 404
+    raw.session_id, raw.version = first, "2025-11-25"
+    assert (await raw.post(_ping(9))).json()["id"] == 9
+
+
+async def test_batches_only_in_2025_03_26(raw: Raw) -> None:
+    await raw.initialize("2025-03-26")
+    reply = await raw.post(
+        [_ping(1), {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, {"jsonrpc": "2.0", "method": "x"}]
+    )
+    replies = reply.json()
+    assert reply.status_code == 200 and sorted(r["id"] for r in replies) == [1, 2]
+    only_notes = await raw.post([{"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}])
+    assert only_notes.status_code == 202 and only_notes.content == b""
+    await raw.initialize("2025-11-25")
+    refused = (await raw.post([_ping(3), _ping(4)])).json()
+    assert isinstance(refused, dict) and refused["id"] is None and refused["error"]["code"] == -32600
+
+
+@pytest.mark.parametrize("version", ["2025-03-26", "2025-11-25"])
+async def test_a_cancelled_call_is_stopped_at_the_host(version: str, raw: Raw, fake_host) -> None:
+    await raw.initialize(version)
+    held = {"name": "history_search", "arguments": {"query": HOLD_QUERY}}
+    call = asyncio.ensure_future(raw.post({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": held}))
+    await asyncio.wait_for(fake_host.data.held.wait(), 15)
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7, "reason": "t"}}
+    assert (await raw.post(cancel)).status_code == 202
+    await asyncio.wait_for(fake_host.data.held_gone.wait(), 15)
+    # HTTP owes the first POST an answer: an error, never the call's result.
+    answered = (await asyncio.wait_for(call, 15)).json()
+    assert answered["id"] == 7 and answered["error"]["code"] == mcp_http.REQUEST_CANCELLED and "result" not in answered
+    fake_host.data.gate.set()
+    assert (await raw.post(_ping(8))).json()["id"] == 8
+
+
+async def test_oversize_body_is_refused_unread(raw: Raw) -> None:
+    await raw.initialize("2025-06-18")
+    big = b'{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":"' + b"x" * mcp_http.MAX_BODY + b'"}}'
+    reply = await raw.post(big)
+    assert reply.status_code == 413
+    assert (await raw.post(_ping(2))).json()["id"] == 2  # the endpoint still serves
+
+
+# ---- the wall ----
+
+
+async def _status(url: str, headers: dict[str, str], body: bytes = b'{"jsonrpc":"2.0","id":1,"method":"ping"}') -> int:
+    async with httpx.AsyncClient(timeout=10, trust_env=False) as client:
+        return (await client.post(url, content=body, headers=headers)).status_code
+
+
+async def test_only_this_turns_token_opens_this_endpoint(fake_host) -> None:
+    base = {"Accept": "application/json", "Content-Type": "application/json"}
+    init = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}}
+    ).encode()
+    async with _endpoint(fake_host) as mine, _endpoint(fake_host) as theirs:
+        assert mine.token != theirs.token and mine.port != theirs.port
+        attacks = {
+            "no token": base,
+            "bare scheme": base | {"Authorization": "Bearer"},
+            "another turn's token": base | {"Authorization": f"Bearer {theirs.token}"},
+            "token prefix": base | {"Authorization": f"Bearer {mine.token[:-1]}"},
+            "token without Bearer": base | {"Authorization": mine.token},
+            "the run's tool token": base | {"Authorization": f"Bearer {fake_host.data.tool_token}"},
+        }
+        for name, headers in attacks.items():
+            assert await _status(mine.url, headers, init) == 401, name
+        good = base | {"Authorization": f"Bearer {mine.token}"}
+        # DNS rebinding: a browser page that resolves its own name to 127.0.0.1 sends its Host and Origin.
+        assert await _status(mine.url, good | {"Host": "evil.example"}, init) == 403
+        assert await _status(mine.url, good | {"Origin": "http://evil.example"}, init) == 403
+        assert await _status(mine.url, good | {"Origin": f"http://127.0.0.1:{mine.port}"}, init) == 200
+        assert await _status(mine.url, good, init) == 200
+        assert mine.refused[401] == len(attacks) and mine.refused[403] == 2
+    assert fake_host.data.calls == []  # nothing refused ever reached the host
+
+
+async def test_the_endpoint_dies_with_its_turn(fake_host) -> None:
+    ep = _endpoint(fake_host)
+    await ep.start()
+    raw = Raw(ep, httpx.AsyncClient(timeout=30, trust_env=False))
+    try:
+        await raw.initialize("2025-11-25")
+        held = {"name": "history_search", "arguments": {"query": HOLD_QUERY}}
+        call = asyncio.ensure_future(raw.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": held}))
+        await asyncio.wait_for(fake_host.data.held.wait(), 15)
+        await ep.close()
+        # The in-flight host call is cancelled, its connection dropped, and the port no longer answers.
+        await asyncio.wait_for(fake_host.data.held_gone.wait(), 15)
+        with pytest.raises(httpx.HTTPError):
+            await asyncio.wait_for(call, 15)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", ep.port), timeout=5).close()
+        await ep.close()  # idempotent
+    finally:
+        await raw.client.aclose()
+        await ep.close()
+
+
+async def test_connection_flood_is_capped(endpoint) -> None:
+    loop = asyncio.get_running_loop()
+    socks = []
+    try:
+        for _ in range(mcp_http.MAX_CONNECTIONS + 8):
+            sock = socket.socket()
+            sock.setblocking(False)
+            await loop.sock_connect(sock, ("127.0.0.1", endpoint.port))
+            socks.append(sock)
+        # The surplus connections are dropped at once, and the endpoint never holds more than its cap.
+        for _ in range(100):
+            if len(endpoint._connections) >= mcp_http.MAX_CONNECTIONS:
+                break
+            await asyncio.sleep(0.01)
+        assert len(endpoint._connections) == mcp_http.MAX_CONNECTIONS
+    finally:
+        for sock in socks:
+            sock.close()

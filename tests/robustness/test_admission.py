@@ -1,0 +1,310 @@
+"""Overload is admission, not failure: past limits.RUNS_MAX_ACTIVE runs wait in `queued` (no task, no runner RPC),
+past the queue's bounds they are refused with RESOURCE_EXHAUSTED and a retry hint before anything is recorded, and
+no client ever sees gRPC's bare CANCELLED. The caps are lowered with monkeypatch (runs.py reads them at check time)
+so a handful of runs exercises what thousands do in benchmarks/bench_load.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+
+from agenthost.host import limits
+from agenthost.host.client import HostClient
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import errors
+from agenthost.protos import host_pb2 as hpb
+from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
+from agenthost.runners.sdk.testing import HostHarness
+
+pytestmark = [pytest.mark.timeout(120)]
+
+
+class Gate(Runner):
+    """Records the order runs reach the runner and how many run at once. `hold*` runs wait for `release`;
+    `tick*` runs stream a delta every few milliseconds until then; the rest end at once."""
+
+    manifest = RunnerManifest(name="gate")
+    started: asyncio.Queue[str]
+    release: asyncio.Event
+    order: list[str]
+    running = 0
+    peak = 0
+
+    async def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
+        Gate.running += 1
+        Gate.peak = max(Gate.peak, Gate.running)
+        Gate.order.append(run.text)
+        await Gate.started.put(run.text)
+        try:
+            if run.text.startswith("tick"):
+                while not Gate.release.is_set():
+                    yield events.text(".")
+                    await asyncio.sleep(0.005)  # the runner's own pace, not a wait in the test
+            elif run.text.startswith("hold"):
+                await Gate.release.wait()
+            yield events.text(f"done {run.text}")
+        finally:
+            Gate.running -= 1
+
+
+@pytest.fixture
+async def host(tmp_path, monkeypatch) -> AsyncIterator[HostHarness]:
+    Gate.started = asyncio.Queue()
+    Gate.release = asyncio.Event()
+    Gate.order = []
+    Gate.running = Gate.peak = 0
+    async with HostHarness(tmp_path, runners=[Gate]) as h:
+        try:
+            yield h
+        finally:
+            Gate.release.set()
+
+
+def _request(h: HostHarness, text: str, conversation: str, bot: str | None = None) -> hpb.SendMessageRequest:
+    return hpb.SendMessageRequest(bot=bot or h.bot, text=text, conversation_id=conversation)
+
+
+async def _open(client: HostClient, request: hpb.SendMessageRequest) -> tuple[hpb.RunInfo, AsyncIterator]:
+    """Starts a run and waits for the host's first answer, so the order of arrival is the order of these calls."""
+    stream = client.stream(request, timeout=60)
+    first = await asyncio.wait_for(anext(stream), 30)
+    return first.run_started, stream
+
+
+async def _finish(stream: AsyncIterator) -> hpb.RunInfo:
+    async for reply in stream:
+        if reply.WhichOneof("kind") == "run_finished":
+            return reply.run_finished
+    raise AssertionError("the stream ended without run_finished")
+
+
+def _counts(h: HostHarness) -> tuple[int, int, int]:
+    db = h.host.db
+    return tuple(db.query(f"SELECT COUNT(*) FROM {t}")[0][0] for t in ("runs", "events", "transcript"))  # type: ignore[return-value]
+
+
+async def test_burst_beyond_admitted_runs_queues_and_runs_in_order(host: HostHarness, monkeypatch) -> None:
+    monkeypatch.setattr(limits, "RUNS_MAX_ACTIVE", 2)
+    Gate.release.clear()
+    streams = {}
+    for i in range(4):
+        for conv in ("a", "b", "c"):
+            info, streams[f"hold {conv}{i}"] = await _open(host.client, _request(host, f"hold {conv}{i}", conv))
+            assert info.status == "queued"
+    # Two slots: the heads of a and b run; c's head waits for a slot although its conversation is idle.
+    assert {await asyncio.wait_for(Gate.started.get(), 10) for _ in range(2)} == {"hold a0", "hold b0"}
+    admission = host.host.runs.admission
+    assert (admission.running, admission.queued) == (2, 10)
+    waiting = [st for st in host.host.runs._live.values() if st.info.status == "queued"]
+    assert len(waiting) == 10
+    assert all(st.task is None and st.active is None for st in waiting)  # no task, no grant, no runner RPC
+    assert Gate.started.empty() and Gate.running == 2
+    queued_run = waiting[0].info.run_id
+    assert (await host.client.call("GetRun", hpb.RunRequestById(run_id=queued_run))).status == "queued"
+
+    Gate.release.set()
+    finished = await asyncio.wait_for(asyncio.gather(*(_finish(s) for s in streams.values())), 60)
+    assert [f.status for f in finished] == ["completed"] * 12, [f.error_message for f in finished]
+    assert Gate.peak == 2
+    for conv in ("a", "b", "c"):
+        assert [t for t in Gate.order if t.startswith(f"hold {conv}")] == [f"hold {conv}{i}" for i in range(4)]
+    # Ready conversations of one bot are served first come, first served: c0 was waiting before a1 and b1 were.
+    assert Gate.order[2] == "hold c0", Gate.order
+    assert (admission.running, admission.queued) == (0, 0)
+    assert not admission._conversations and not admission._ready
+
+
+async def test_slots_go_round_robin_across_bots(host: HostHarness, monkeypatch) -> None:
+    monkeypatch.setattr(limits, "RUNS_MAX_ACTIVE", 1)
+    await host.client.call("CreateBot", hpb.CreateBotRequest(name="other"))
+    await host.client.bind("other", "test/gate")
+    Gate.release.clear()
+    _, hold = await _open(host.client, _request(host, "hold", "h"))
+    assert await asyncio.wait_for(Gate.started.get(), 10) == "hold"
+    streams = [hold]
+    for i in range(5):  # a busy bot queues five runs first
+        streams.append((await _open(host.client, _request(host, f"busy {i}", f"busy{i}")))[1])
+    streams.append((await _open(host.client, _request(host, "quiet", "q", bot="other")))[1])
+    Gate.release.set()
+    finished = await asyncio.wait_for(asyncio.gather(*(_finish(s) for s in streams)), 60)
+    assert all(f.status == "completed" for f in finished)
+    # The other bot's single run gets the second free slot, not the sixth.
+    assert Gate.order == ["hold", "busy 0", "quiet", "busy 1", "busy 2", "busy 3", "busy 4"]
+
+
+@pytest.mark.parametrize("bound", ["host", "bot", "conversation", "input_bytes"])
+async def test_beyond_the_queue_bound_is_refused_with_a_retry_hint_and_nothing_recorded(
+    host: HostHarness, monkeypatch, bound: str
+) -> None:
+    monkeypatch.setattr(limits, "RUNS_MAX_ACTIVE", 1)
+    if bound == "host":
+        monkeypatch.setattr(limits, "RUNS_MAX_QUEUED", 3)
+    elif bound == "bot":
+        monkeypatch.setattr(limits, "RUNS_MAX_QUEUED_PER_BOT", 3)
+        await host.client.call("CreateBot", hpb.CreateBotRequest(name="other"))
+        await host.client.bind("other", "test/gate")
+    elif bound == "conversation":
+        monkeypatch.setattr(limits, "RUNS_MAX_QUEUED_PER_CONVERSATION", 3)
+    else:
+        monkeypatch.setattr(limits, "RUNS_MAX_QUEUED_INPUT_BYTES", 3 * 102)  # three queued runs: 100 + len("{}")
+    Gate.release.clear()
+    ticker, ticks = await _open(host.client, _request(host, "tick", "t"))
+    assert await asyncio.wait_for(Gate.started.get(), 10) == "tick"
+    same = bound == "conversation"
+    queued = [
+        (await _open(host.client, _request(host, f"q{i}" + "." * 98, "q" if same else f"q{i}")))[1] for i in range(3)
+    ]
+    before = _counts(host)
+
+    seen: list[float] = []
+    streaming = asyncio.Event()
+
+    async def watch() -> None:
+        async for reply in ticks:
+            if reply.WhichOneof("kind") == "events":
+                seen.append(asyncio.get_running_loop().time())
+                if len(seen) >= 3:
+                    streaming.set()
+            elif reply.WhichOneof("kind") == "run_finished":
+                seen.append(-1.0)
+                return
+
+    watcher = asyncio.ensure_future(watch())
+    await asyncio.wait_for(streaming.wait(), 10)
+
+    async def refused(i: int) -> tuple[grpc.StatusCode, str, str]:
+        call = host.client.stub.SendMessage(_request(host, "x" * 100, "q" if same else f"x{i}"), timeout=30)
+        try:
+            async for _ in call:
+                pass
+        except grpc.aio.AioRpcError as exc:
+            trailing = dict(exc.trailing_metadata() or ())
+            return exc.code(), exc.details() or "", trailing.get(errors.RETRY_AFTER_KEY, "")
+        return grpc.StatusCode.OK, "", ""
+
+    burst_start = asyncio.get_running_loop().time()
+    ticks_before = len(seen)
+    answers = await asyncio.wait_for(asyncio.gather(*(refused(i) for i in range(300))), 60)
+    burst_end = asyncio.get_running_loop().time()
+    codes = {code for code, _, _ in answers}
+    assert codes == {grpc.StatusCode.RESOURCE_EXHAUSTED}, codes
+    cap = {
+        "host": "RUNS_MAX_QUEUED = 3",
+        "bot": "RUNS_MAX_QUEUED_PER_BOT = 3",
+        "conversation": "RUNS_MAX_QUEUED_PER_CONVERSATION = 3",
+        "input_bytes": "RUNS_MAX_QUEUED_INPUT_BYTES = 306",
+    }[bound]
+    for _, details, hint in answers:
+        assert cap in details and "retry in" in details, details
+        assert limits.RUNS_RETRY_MIN_MS <= int(hint) <= limits.RUNS_RETRY_MAX_MS
+        assert f"retry in {hint} ms" in details
+    # The typed client error carries the hint too.
+    with pytest.raises(errors.ResourceExhausted) as caught:
+        await host.client.send(host.bot, "x" * 100, conversation_id="q" if same else "typed")
+    assert caught.value.retry_after_ms >= limits.RUNS_RETRY_MIN_MS
+    # Refused runs never existed: no run, no event, no transcript item.
+    assert _counts(host) == before
+    # The admitted run streamed on through the burst.
+    during = len([t for t in seen[ticks_before:] if burst_start <= t <= burst_end])
+    print(f"\n{bound}: 300 refusals in {burst_end - burst_start:.2f}s, {during} stream messages meanwhile")
+    assert during >= 3, (len(seen), ticks_before)
+    if bound == "bot":  # the cap is per bot: another bot still gets in
+        info, other = await _open(host.client, _request(host, "other", "o", bot="other"))
+        assert info.status == "queued"
+        queued.append(other)
+    Gate.release.set()
+    finished = await asyncio.wait_for(asyncio.gather(*(_finish(s) for s in queued)), 30)
+    assert all(f.status == "completed" for f in finished)
+    await asyncio.wait_for(watcher, 10)
+    assert seen[-1] == -1.0
+    assert (host.host.runs.admission.queued, host.host.runs.admission.queued_input_bytes) == (0, 0)
+
+
+async def test_a_queued_run_can_be_cancelled_and_the_conversation_goes_on(host: HostHarness, monkeypatch) -> None:
+    monkeypatch.setattr(limits, "RUNS_MAX_ACTIVE", 1)
+    Gate.release.clear()
+    _, hold = await _open(host.client, _request(host, "hold", "a"))
+    assert await asyncio.wait_for(Gate.started.get(), 10) == "hold"
+    victim, victim_stream = await _open(host.client, _request(host, "victim", "a"))
+    _, after_stream = await _open(host.client, _request(host, "after", "a"))
+    cancelled = await host.client.call("CancelRun", hpb.RunRequestById(run_id=victim.run_id))
+    assert cancelled.status == "cancelled" and "queued" in cancelled.error_message
+    assert (await asyncio.wait_for(_finish(victim_stream), 10)).status == "cancelled"
+    with pytest.raises(errors.FailedPrecondition):
+        await host.client.call("CancelRun", hpb.RunRequestById(run_id=victim.run_id))
+    Gate.release.set()
+    assert (await asyncio.wait_for(_finish(hold), 10)).status == "completed"
+    assert (await asyncio.wait_for(_finish(after_stream), 10)).status == "completed"
+    assert Gate.order == ["hold", "after"]  # the cancelled run never reached the runner
+    assert host.host.runs.admission.queued == 0 and host.host.runs.admission.running == 0
+
+
+async def test_queued_runs_end_interrupted_when_the_host_stops(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(limits, "RUNS_MAX_ACTIVE", 1)
+    Gate.started = asyncio.Queue()
+    Gate.release = asyncio.Event()
+    Gate.order = []
+    h = HostHarness(tmp_path, runners=[Gate])
+    await h.__aenter__()
+    try:
+        _, hold = await _open(h.client, _request(h, "hold", "a"))
+        assert await asyncio.wait_for(Gate.started.get(), 10) == "hold"
+        waiting = [await _open(h.client, _request(h, f"w{i}", f"w{i}")) for i in range(3)]
+        outcomes = asyncio.ensure_future(asyncio.gather(*(_finish(s) for _, s in waiting), _finish(hold)))
+        await h.host.runs.shutdown()  # what Host.stop does first
+        ended = await asyncio.wait_for(outcomes, 10)
+    finally:
+        Gate.release.set()
+        await h.__aexit__(None, None, None)
+    assert [e.status for e in ended] == ["interrupted"] * 4
+    assert all(e.error_code == "host_shutdown" for e in ended)
+    assert Gate.order == ["hold"]
+
+
+async def test_a_burst_far_past_the_queue_gets_only_typed_answers(host: HostHarness, monkeypatch) -> None:
+    """1500 sends at once with room for 4 running and 200 queued: each either completes or is refused with a
+    retry hint. Nothing ends with gRPC's bare CANCELLED, nothing with any other error."""
+    monkeypatch.setattr(limits, "RUNS_MAX_ACTIVE", 4)
+    monkeypatch.setattr(limits, "RUNS_MAX_QUEUED", 200)
+
+    async def one(i: int) -> str:
+        try:
+            result = await host.client.send(host.bot, f"quick {i}", conversation_id=f"c{i % 700}", timeout=90)
+        except errors.ResourceExhausted as exc:
+            return "refused" if exc.retry_after_ms > 0 else f"refused without a hint: {exc}"
+        except errors.AgentHostError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return result.run.status
+
+    outcomes = await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(1500))), 110)
+    tally: dict[str, int] = {}
+    for outcome in outcomes:
+        tally[outcome] = tally.get(outcome, 0) + 1
+    assert set(tally) == {"completed", "refused"}, tally
+    assert tally["completed"] >= 204 and tally["refused"] > 0, tally
+    completed = host.host.db.query("SELECT COUNT(*) FROM runs WHERE status = 'completed'")[0][0]
+    assert completed == tally["completed"] == host.host.db.query("SELECT COUNT(*) FROM runs")[0][0]
+
+
+async def test_a_run_cancelled_between_admission_and_its_first_step_still_ends(host: HostHarness, monkeypatch) -> None:
+    """CancelRun can land after a queued run was given its slot (its task created) but before that task first ran:
+    a task cancelled then never runs its body. The run must still end, be written, and give its slot back."""
+    monkeypatch.setattr(limits, "RUNS_MAX_ACTIVE", 0)  # admit nothing until the test says so
+    victim, victim_stream = await _open(host.client, _request(host, "victim", "a"))
+    _, next_stream = await _open(host.client, _request(host, "next", "a"))
+    runs = host.host.runs
+    monkeypatch.setattr(limits, "RUNS_MAX_ACTIVE", 1)
+    runs._pump()  # the victim gets the slot: its task exists and has not run a step
+    st = runs._live[victim.run_id]
+    assert st.task is not None and runs.admission.running == 1
+    # What CancelRun does before its first await, with no await between: the task is cancelled before it starts.
+    st.cancel_reason = "cancelled by request"
+    st.task.cancel()
+    assert (await asyncio.wait_for(_finish(victim_stream), 10)).status == "cancelled"
+    assert (await host.client.call("GetRun", hpb.RunRequestById(run_id=victim.run_id))).status == "cancelled"
+    assert (await asyncio.wait_for(_finish(next_stream), 10)).status == "completed"
+    assert Gate.order == ["next"]
+    assert (runs.admission.running, runs.admission.queued) == (0, 0)
