@@ -320,3 +320,12 @@ class AdminServicer(host_grpc.AgentHostServicer):
     ) -> hpb.KbEmbeddings:
         bot_id = self.host.registry.bot(request.bot).bot_id if request.bot else ""
         return self.host.knowledge.get_embeddings(bot_id)
+
+    # Admin only (AuthInterceptor refuses scoped callers): the runners receive the bindings' provider keys.
+    @_mapped
+    async def ListModels(
+        self, request: hpb.ListModelsAdminRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.ListModelsAdminResponse:
+        from agenthost.host.models import list_models
+
+        return await list_models(self.host.registry, self.host.supervisor, self.host.keys, request.bot)

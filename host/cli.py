@@ -364,6 +364,30 @@ async def cmd_keys(args: argparse.Namespace, c: HostClient) -> int:
     return 0
 
 
+async def cmd_models(args: argparse.Namespace, c: HostClient) -> int:
+    from agenthost.protos import host_pb2 as hpb
+
+    resp = await c.call("ListModels", hpb.ListModelsAdminRequest(bot=args.bot or ""))
+    if args.json:
+        print_json([to_jsonable(b) for b in resp.bindings])
+        return 0
+    if not resp.bindings:
+        print("no bindings" + (f" on bot {args.bot}" if args.bot else ""))
+        return 0
+    print(f"{'RUNNER':28} {'PROVIDER':20} MODEL")
+    for b in resp.bindings:
+        if b.error:
+            print(f"{b.runner_id:28} {'-':20} error: {b.error} (binding {b.binding_id})")
+        for m in b.models:
+            if m.error:
+                print(f"{b.runner_id:28} {m.provider:20} error: {m.error}")
+            else:
+                print(f"{b.runner_id:28} {m.provider:20} {m.model}")
+        if not b.error and not b.models:
+            print(f"{b.runner_id:28} {'-':20} (this runner lists no models)")
+    return 0
+
+
 async def cmd_credentials(args: argparse.Namespace, c: HostClient) -> int:
     from agenthost.protos import host_pb2 as hpb
 
@@ -595,6 +619,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, HostClient], Awaitable[int]]] 
     "history": cmd_history,
     "status": cmd_status,
     "keys": cmd_keys,
+    "models": cmd_models,
     "credentials": cmd_credentials,
     "kb": cmd_kb,
 }
@@ -814,6 +839,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add(
         "status", "the host, its sandbox, plugins and runs in flight", "agenthost status", "agenthost status --json"
     )
+    sub.add(
+        "models",
+        "the models each binding's providers offer (asked of the binding's runner)",
+        "agenthost models",
+        "agenthost models --bot support --json",
+    ).add_argument("--bot", metavar="BOT", default="", help="only this bot's bindings (id or name)")
     demo = sub.add("demo", "a self-contained demo in a scratch data dir", "agenthost demo", json_output=False)
     demo.add_argument("--keep", action="store_true", help="keep the scratch data dir")
 

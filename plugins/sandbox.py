@@ -193,7 +193,7 @@ class Sandbox:
     home: str | None = None  # becomes $HOME; must be listed in rw to be writable
     cwd: str | None = None
     tmp_size_mib: int = 512
-    # Extra flags before the command, e.g. ("--new-session",) to cut the controlling terminal.
+    # Extra bwrap flags before the command, e.g. ("--info-fd", "5") to learn the sandboxed pid.
     extra: tuple[str, ...] = ()
 
     def argv(self, command: list[str], *, bwrap: str | None = None) -> list[str]:

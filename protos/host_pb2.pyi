@@ -1,5 +1,6 @@
 from agenthost.protos import common_pb2 as _common_pb2
 from agenthost.protos import run_api_pb2 as _run_api_pb2
+from agenthost.protos import runner_pb2 as _runner_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -591,3 +592,29 @@ class KbGetEmbeddingsRequest(_message.Message):
     BOT_FIELD_NUMBER: _ClassVar[int]
     bot: str
     def __init__(self, bot: _Optional[str] = ...) -> None: ...
+
+class ListModelsAdminRequest(_message.Message):
+    __slots__ = ("bot",)
+    BOT_FIELD_NUMBER: _ClassVar[int]
+    bot: str
+    def __init__(self, bot: _Optional[str] = ...) -> None: ...
+
+class BindingModels(_message.Message):
+    __slots__ = ("bot_id", "binding_id", "runner_id", "models", "error")
+    BOT_ID_FIELD_NUMBER: _ClassVar[int]
+    BINDING_ID_FIELD_NUMBER: _ClassVar[int]
+    RUNNER_ID_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    bot_id: str
+    binding_id: str
+    runner_id: str
+    models: _containers.RepeatedCompositeFieldContainer[_runner_pb2.ModelEntry]
+    error: str
+    def __init__(self, bot_id: _Optional[str] = ..., binding_id: _Optional[str] = ..., runner_id: _Optional[str] = ..., models: _Optional[_Iterable[_Union[_runner_pb2.ModelEntry, _Mapping]]] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ListModelsAdminResponse(_message.Message):
+    __slots__ = ("bindings",)
+    BINDINGS_FIELD_NUMBER: _ClassVar[int]
+    bindings: _containers.RepeatedCompositeFieldContainer[BindingModels]
+    def __init__(self, bindings: _Optional[_Iterable[_Union[BindingModels, _Mapping]]] = ...) -> None: ...

@@ -200,6 +200,11 @@ class AgentHostStub:
                 request_serializer=agenthost_dot_protos_dot_host__pb2.KbGetEmbeddingsRequest.SerializeToString,
                 response_deserializer=agenthost_dot_protos_dot_host__pb2.KbEmbeddings.FromString,
                 _registered_method=True)
+        self.ListModels = channel.unary_unary(
+                '/agenthost.v1.AgentHost/ListModels',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.ListModelsAdminRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.ListModelsAdminResponse.FromString,
+                _registered_method=True)
 
 
 class AgentHostServicer:
@@ -413,6 +418,14 @@ class AgentHostServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListModels(self, request, context):
+        """What the providers of each binding offer, asked of the binding's runner (admin only). A binding whose
+        runner or provider could not answer carries an error; the call itself succeeds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentHostServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -580,6 +593,11 @@ def add_AgentHostServicer_to_server(servicer, server):
                     servicer.KbGetEmbeddings,
                     request_deserializer=agenthost_dot_protos_dot_host__pb2.KbGetEmbeddingsRequest.FromString,
                     response_serializer=agenthost_dot_protos_dot_host__pb2.KbEmbeddings.SerializeToString,
+            ),
+            'ListModels': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListModels,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.ListModelsAdminRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.ListModelsAdminResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1473,6 +1491,33 @@ class AgentHost:
             '/agenthost.v1.AgentHost/KbGetEmbeddings',
             agenthost_dot_protos_dot_host__pb2.KbGetEmbeddingsRequest.SerializeToString,
             agenthost_dot_protos_dot_host__pb2.KbEmbeddings.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListModels(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/ListModels',
+            agenthost_dot_protos_dot_host__pb2.ListModelsAdminRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.ListModelsAdminResponse.FromString,
             options,
             channel_credentials,
             insecure,

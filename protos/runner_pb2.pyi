@@ -7,6 +7,43 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ListModelsRequest(_message.Message):
+    __slots__ = ("runner_name", "config_json", "secrets")
+    class SecretsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    RUNNER_NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    SECRETS_FIELD_NUMBER: _ClassVar[int]
+    runner_name: str
+    config_json: str
+    secrets: _containers.ScalarMap[str, str]
+    def __init__(self, runner_name: _Optional[str] = ..., config_json: _Optional[str] = ..., secrets: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ModelEntry(_message.Message):
+    __slots__ = ("provider", "model", "base_url", "error")
+    PROVIDER_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    BASE_URL_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    provider: str
+    model: str
+    base_url: str
+    error: str
+    def __init__(self, provider: _Optional[str] = ..., model: _Optional[str] = ..., base_url: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ListModelsResponse(_message.Message):
+    __slots__ = ("models", "error")
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    models: _containers.RepeatedCompositeFieldContainer[ModelEntry]
+    error: str
+    def __init__(self, models: _Optional[_Iterable[_Union[ModelEntry, _Mapping]]] = ..., error: _Optional[str] = ...) -> None: ...
+
 class ValidateConfigRequest(_message.Message):
     __slots__ = ("runner_name", "config_json")
     RUNNER_NAME_FIELD_NUMBER: _ClassVar[int]

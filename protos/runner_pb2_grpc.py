@@ -55,6 +55,11 @@ class RunnerStub:
                 request_serializer=agenthost_dot_protos_dot_runner__pb2.ValidateConfigRequest.SerializeToString,
                 response_deserializer=agenthost_dot_protos_dot_runner__pb2.ValidateConfigResponse.FromString,
                 _registered_method=True)
+        self.ListModels = channel.unary_unary(
+                '/agenthost.v1.Runner/ListModels',
+                request_serializer=agenthost_dot_protos_dot_runner__pb2.ListModelsRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_runner__pb2.ListModelsResponse.FromString,
+                _registered_method=True)
 
 
 class RunnerServicer:
@@ -90,6 +95,14 @@ class RunnerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListModels(self, request, context):
+        """The models the providers of a binding config offer (`agenthost models`). A runner with nothing to list
+        answers an empty list; a provider it could not ask is an entry with `error` set, not a failed call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RunnerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -112,6 +125,11 @@ def add_RunnerServicer_to_server(servicer, server):
                     servicer.ValidateConfig,
                     request_deserializer=agenthost_dot_protos_dot_runner__pb2.ValidateConfigRequest.FromString,
                     response_serializer=agenthost_dot_protos_dot_runner__pb2.ValidateConfigResponse.SerializeToString,
+            ),
+            'ListModels': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListModels,
+                    request_deserializer=agenthost_dot_protos_dot_runner__pb2.ListModelsRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_runner__pb2.ListModelsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -222,6 +240,33 @@ class Runner:
             '/agenthost.v1.Runner/ValidateConfig',
             agenthost_dot_protos_dot_runner__pb2.ValidateConfigRequest.SerializeToString,
             agenthost_dot_protos_dot_runner__pb2.ValidateConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListModels(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.Runner/ListModels',
+            agenthost_dot_protos_dot_runner__pb2.ListModelsRequest.SerializeToString,
+            agenthost_dot_protos_dot_runner__pb2.ListModelsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -125,6 +125,15 @@ class LocalAgentRunner(Runner):
             problems.append(f"workspace: {parsed.workspace!r} must be an absolute path")
         return problems
 
+    async def list_models(self, config: dict[str, Any], secrets: dict[str, str]) -> list[dict[str, str]]:
+        """The binding's model route and its fallbacks, each provider asked for its list (keys as a run gets
+        them: the binding's secrets over the environment)."""
+        from agenthost.runners.local_agent import catalog
+
+        parsed = LocalAgentConfig.parse(config)
+        env = {**(self._env if self._env is not None else os.environ), **secrets}
+        return await catalog.list_models(parsed, env)
+
     def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
         return self._guarded(run)
 

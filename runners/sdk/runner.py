@@ -101,6 +101,13 @@ class Runner:
         should name the setting. The default has no extra rules."""
         return []
 
+    async def list_models(self, config: dict[str, Any], secrets: dict[str, str]) -> list[dict[str, str]]:
+        """The models a binding with this config could use, for `agenthost models`: one dict per model with
+        `provider`, `model` and `base_url`; a provider that could not be asked is a dict with `error` (and no
+        `model`) rather than an exception, so the other providers still show. `secrets` are the provider keys the
+        binding names, as a run would receive them. The default lists nothing."""
+        return []
+
     def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
         """Yields the run's events. Must be an async generator."""
         raise NotImplementedError

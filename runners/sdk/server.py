@@ -47,6 +47,8 @@ from agenthost.runners.sdk.runner import RunContext, Runner
 log = logging.getLogger("agenthost.runner")
 
 _END = object()
+# Below the host's own deadline for the call (agenthost.host.models), so the runner's answer says what happened.
+LIST_MODELS_TIMEOUT = 20.0
 
 
 class RunnersUnavailable(RuntimeError):
@@ -206,6 +208,40 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
             log.exception("validate_config of runner %s failed", request.runner_name)
             problems = [f"the runner could not check this config: {type(exc).__name__}: {exc}"]
         return runner_pb2.ValidateConfigResponse(problems=problems)
+
+    async def ListModels(
+        self, request: runner_pb2.ListModelsRequest, context: grpc.aio.ServicerContext
+    ) -> runner_pb2.ListModelsResponse:
+        if request.runner_name not in self.runners:
+            await errors.abort_with(context, errors.NotFound(f"this plugin has no runner {request.runner_name!r}"))
+            return runner_pb2.ListModelsResponse()  # not reached: abort raises
+        try:
+            runner = await self.runners.get(request.runner_name)
+        except RunnersUnavailable as exc:
+            self._unavailable()
+            return runner_pb2.ListModelsResponse(error=f"the runner could not list models: {exc}")
+        try:
+            config = json.loads(request.config_json or "{}")
+            # Bounded here as well as by the host's deadline: a hook stuck on a provider must not hold a task
+            # in this process after the host has given up on the answer.
+            found = await asyncio.wait_for(runner.list_models(config, dict(request.secrets)), LIST_MODELS_TIMEOUT)
+            models = [
+                runner_pb2.ModelEntry(
+                    provider=str(m.get("provider", "")),
+                    model=str(m.get("model", "")),
+                    base_url=str(m.get("base_url", "")),
+                    error=str(m.get("error", "")),
+                )
+                for m in found or ()
+            ]
+        except TimeoutError:
+            return runner_pb2.ListModelsResponse(
+                error=f"the runner did not list its models within {LIST_MODELS_TIMEOUT:g}s"
+            )
+        except Exception as exc:
+            log.exception("list_models of runner %s failed", request.runner_name)
+            return runner_pb2.ListModelsResponse(error=f"the runner could not list models: {type(exc).__name__}: {exc}")
+        return runner_pb2.ListModelsResponse(models=models)
 
     async def Shutdown(
         self, request: runner_pb2.ShutdownRequest, context: grpc.aio.ServicerContext

@@ -55,6 +55,12 @@ class AnthropicProvider(HttpProvider):
             h["x-api-key"] = self._api_key
         return h
 
+    def models_request(self) -> tuple[str, dict[str, str]]:
+        headers = {"anthropic-version": API_VERSION}
+        if self._api_key:
+            headers["x-api-key"] = self._api_key
+        return self._url("models"), headers
+
     def _url(self, path: str) -> str:
         base = self.base_url if self.base_url.endswith("/v1") else f"{self.base_url}/v1"
         return f"{base}/{path}"

@@ -7,6 +7,7 @@ retry-, budget- and tool-related lives in the loop, so a new provider is a trans
 
 from __future__ import annotations
 
+import hashlib
 import json
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
@@ -222,6 +223,24 @@ class HttpProvider(Provider):
 
     async def _get_json(self, url: str, headers: dict[str, str]) -> Any:
         return await self._request_json("GET", url, headers)
+
+    @property
+    def key_digest(self) -> str:
+        """Tells apart two providers on one endpoint under different keys without holding the key itself."""
+        return hashlib.sha256((self._api_key or "").encode()).hexdigest()
+
+    def models_request(self) -> tuple[str, dict[str, str]]:
+        """The URL and headers that list the models this endpoint serves (`agenthost models`)."""
+        raise NotImplementedError
+
+    async def list_model_ids(self) -> tuple[str, list[str]]:
+        """(url asked, model ids) from the endpoint's model list; ProviderError (key redacted) when it fails."""
+        url, headers = self.models_request()
+        data = await self._get_json(url, headers)
+        items = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise ProviderError(ErrorKind.STREAM_BROKEN, f"{url} did not answer a model list")
+        return url, [str(m["id"]) for m in items if isinstance(m, dict) and m.get("id")]
 
     async def _post_json(self, url: str, payload: dict[str, Any], headers: dict[str, str]) -> Any:
         return await self._request_json("POST", url, headers, payload)

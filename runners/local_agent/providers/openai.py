@@ -310,6 +310,9 @@ class OpenAICompatProvider(HttpProvider):
         )
         yield Final(message=message, finish_reason=reason, usage=usage)
 
+    def models_request(self) -> tuple[str, dict[str, str]]:
+        return f"{self.base_url}/models", {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
     async def probe(self) -> ProbeResult:
         headers = self._headers()
         data = await self._get_json(f"{self.base_url}/models", headers)
