@@ -69,5 +69,6 @@ def from_host_error(exc: errors.AgentHostError) -> GatewayError:
         # the service is unavailable and not to retry by itself.
         return GatewayError(503, exc.message, type="server_error", code="bot_unavailable", headers=dict(NO_RETRY))
     status, kind = _STATUS.get(type(exc), (500, "server_error"))
-    headers = {"retry-after": "1"} if status == 429 else {}
+    # The host's admission queue says when to come back (whole seconds up, as HTTP's Retry-After takes them).
+    headers = {"retry-after": str(max(1, -(-exc.retry_after_ms // 1000)))} if status == 429 else {}
     return GatewayError(status, exc.message, type=kind, code=exc.code.name.lower(), headers=headers)

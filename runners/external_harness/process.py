@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -109,6 +110,16 @@ async def _drain_status(reader: asyncio.StreamReader, transport: asyncio.BaseTra
             pass
     finally:
         transport.close()
+
+
+# Terminal escape sequences (colours, cursor moves, OSC titles and links) and other control characters. An untrusted
+# harness's stderr must not be able to repaint or retitle the terminal of whoever reads the error.
+_ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def plain_text(text: str) -> str:
+    """`text` without escape sequences or control characters (newlines and tabs kept)."""
+    return _ESCAPES.sub("", text)
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
@@ -254,13 +265,14 @@ class HarnessProcess:
                 del self._stderr[:-STDERR_TAIL_BYTES]
 
     def stderr_tail(self, limit: int = 4000) -> str:
-        """What the user sees of stderr: all of it when short, else its beginning and its end."""
+        """What the user sees of stderr: all of it when short, else its beginning and its end; as plain text,
+        since it ends up in a run's error message and on people's terminals."""
         if self._stderr_total <= limit:
             raw = bytes(self._stderr[-limit:])
         else:
             half = limit // 2
             raw = bytes(self._stderr_head[:half]) + b"\n[...]\n" + bytes(self._stderr[-half:])
-        return redact(raw.decode("utf-8", errors="replace").strip(), self.secrets)
+        return redact(plain_text(raw.decode("utf-8", errors="replace")).strip(), self.secrets)
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         """The JSON objects the harness prints, one per line, of any size up to MAX_LINE_BYTES.

@@ -51,6 +51,21 @@ async def test_stderr_is_captured_and_redacted(tmp_path: Path) -> None:
     assert proc.stderr_tail() == "boom with [redacted]"
 
 
+async def test_stderr_reaches_the_user_as_plain_text(tmp_path: Path) -> None:
+    """A harness's stderr ends up in a run's error and on a person's terminal: colours, a window-title OSC, a
+    hyperlink OSC, carriage returns and NULs must not survive; newlines and tabs do."""
+    code = (
+        "import sys; sys.stderr.write('\\x1b[31mError\\x1b[0m: bad\\x1b]0;owned\\x07\\r\\x00 key\\t'"
+        " '\\x1b]8;;http://evil\\x1b\\\\here\\x1b]8;;\\x1b\\\\\\nnext line\\n'); sys.exit(2)"
+    )
+    async with HarnessProcess([sys.executable, "-c", code], cwd=tmp_path, env=build_env(inherited=os.environ)) as proc:
+        assert [e async for e in proc.events()] == []
+        assert await proc.wait() == 2
+    tail = proc.stderr_tail()
+    assert tail == "Error: bad key\there\nnext line", repr(tail)
+    assert not any(ord(c) < 32 and c not in "\n\t" for c in tail)
+
+
 async def test_stdin_prompt_is_delivered(tmp_path: Path) -> None:
     code = "import sys,json; print(json.dumps({'prompt': sys.stdin.read()}))"
     big = "p" * (1024 * 1024)  # larger than a pipe buffer: must not deadlock

@@ -303,7 +303,10 @@ async def test_resource_exhausted_refusal_is_429_and_retried_by_the_client(
         nonlocal refusals
         if refusals == 0:
             refusals += 1
-            raise errors.ResourceExhausted("too many runs in flight (a host cap)")
+            # As the host's admission queue refuses past its bound: with a hint of when to come back.
+            raise errors.ResourceExhausted(
+                "RUNS_MAX_QUEUED = 8192 runs are queued; retry in 2500 ms", retry_after_ms=2500
+            )
         async for reply in real_send(request):
             yield reply
 
@@ -311,7 +314,7 @@ async def test_resource_exhausted_refusal_is_429_and_retried_by_the_client(
     async with client(world) as c:
         with pytest.raises(openai.RateLimitError) as caught:
             await c.chat.completions.create(model="testbot", messages=history("hi"))
-        assert caught.value.response.headers["retry-after"] == "1"
+        assert caught.value.response.headers["retry-after"] == "3"  # 2500 ms, in whole seconds up
     assert world.runs() == []
     # Nothing was started, so the client's own retry is safe: it gets the one run.
     async with client(world, max_retries=2) as c:
