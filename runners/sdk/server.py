@@ -186,17 +186,23 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
         supervisor starts a fresh one, whose start reports a lasting failure (a plugin that no longer imports)."""
         self.on_shutdown.set()
 
+    async def _runner(self, name: str, context: grpc.aio.ServicerContext) -> Runner | RunnersUnavailable:
+        """The named runner, loaded on first use (an unknown name ends the call with NOT_FOUND); the load's
+        failure is returned for the caller to answer with, and ends this process once answered."""
+        if name not in self.runners:
+            await errors.abort_with(context, errors.NotFound(f"this plugin has no runner {name!r}"))
+        try:
+            return await self.runners.get(name)
+        except RunnersUnavailable as exc:
+            self._unavailable()
+            return exc
+
     async def ValidateConfig(
         self, request: runner_pb2.ValidateConfigRequest, context: grpc.aio.ServicerContext
     ) -> runner_pb2.ValidateConfigResponse:
-        if request.runner_name not in self.runners:
-            await errors.abort_with(context, errors.NotFound(f"this plugin has no runner {request.runner_name!r}"))
-            return runner_pb2.ValidateConfigResponse()  # not reached: abort raises
-        try:
-            runner = await self.runners.get(request.runner_name)
-        except RunnersUnavailable as exc:
-            self._unavailable()
-            return runner_pb2.ValidateConfigResponse(problems=[f"the runner could not check this config: {exc}"])
+        runner = await self._runner(request.runner_name, context)
+        if isinstance(runner, RunnersUnavailable):
+            return runner_pb2.ValidateConfigResponse(problems=[f"the runner could not check this config: {runner}"])
         try:
             config = json.loads(request.config_json or "{}")
             result = runner.validate_config(config)
@@ -212,14 +218,9 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
     async def ListModels(
         self, request: runner_pb2.ListModelsRequest, context: grpc.aio.ServicerContext
     ) -> runner_pb2.ListModelsResponse:
-        if request.runner_name not in self.runners:
-            await errors.abort_with(context, errors.NotFound(f"this plugin has no runner {request.runner_name!r}"))
-            return runner_pb2.ListModelsResponse()  # not reached: abort raises
-        try:
-            runner = await self.runners.get(request.runner_name)
-        except RunnersUnavailable as exc:
-            self._unavailable()
-            return runner_pb2.ListModelsResponse(error=f"the runner could not list models: {exc}")
+        runner = await self._runner(request.runner_name, context)
+        if isinstance(runner, RunnersUnavailable):
+            return runner_pb2.ListModelsResponse(error=f"the runner could not list models: {runner}")
         try:
             config = json.loads(request.config_json or "{}")
             # Bounded here as well as by the host's deadline: a hook stuck on a provider must not hold a task
@@ -252,17 +253,12 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
     async def Run(
         self, request: runner_pb2.RunRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.RunEventBatch]:
-        if request.runner_name not in self.runners:
-            await errors.abort_with(context, errors.NotFound(f"this plugin has no runner {request.runner_name!r}"))
-            return
+        runner = await self._runner(request.runner_name, context)
         if self._stub is None:
             await errors.abort_with(context, errors.FailedPrecondition("runner process has no host address"))
             return
-        try:
-            runner = await self.runners.get(request.runner_name)
-        except RunnersUnavailable as exc:
-            self._unavailable()
-            yield pb.RunEventBatch(events=[events.failed("runner_unavailable", str(exc))])
+        if isinstance(runner, RunnersUnavailable):
+            yield pb.RunEventBatch(events=[events.failed("runner_unavailable", str(runner))])
             return
         ctx = request.context
         api = RunAPI(
