@@ -89,14 +89,27 @@ def _counts(h: HostHarness) -> tuple[int, int, int]:
 async def test_burst_beyond_admitted_runs_queues_and_runs_in_order(host: HostHarness, monkeypatch) -> None:
     monkeypatch.setattr(limits, "RUNS_MAX_ACTIVE", 2)
     Gate.release.clear()
-    streams = {}
+    admission = host.host.runs.admission
+    # The order the host hands out slots. Gate.order is when each runner call arrives, which two runs started in
+    # the same loop turn may reach in either order.
+    admitted: list[str] = []
+    next_to_start = admission.next_to_start
+
+    def recording_next_to_start():
+        st = next_to_start()
+        if st is not None:
+            admitted.append(st.info.run_id)
+        return st
+
+    monkeypatch.setattr(admission, "next_to_start", recording_next_to_start)
+    streams, infos = {}, {}
     for i in range(4):
         for conv in ("a", "b", "c"):
-            info, streams[f"hold {conv}{i}"] = await _open(host.client, _request(host, f"hold {conv}{i}", conv))
-            assert info.status == "queued"
+            text = f"hold {conv}{i}"
+            infos[text], streams[text] = await _open(host.client, _request(host, text, conv))
+            assert infos[text].status == "queued"
     # Two slots: the heads of a and b run; c's head waits for a slot although its conversation is idle.
     assert {await asyncio.wait_for(Gate.started.get(), 10) for _ in range(2)} == {"hold a0", "hold b0"}
-    admission = host.host.runs.admission
     assert (admission.running, admission.queued) == (2, 10)
     waiting = [st for st in host.host.runs._live.values() if st.info.status == "queued"]
     assert len(waiting) == 10
@@ -112,7 +125,8 @@ async def test_burst_beyond_admitted_runs_queues_and_runs_in_order(host: HostHar
     for conv in ("a", "b", "c"):
         assert [t for t in Gate.order if t.startswith(f"hold {conv}")] == [f"hold {conv}{i}" for i in range(4)]
     # Ready conversations of one bot are served first come, first served: c0 was waiting before a1 and b1 were.
-    assert Gate.order[2] == "hold c0", Gate.order
+    texts = {info.run_id: text for text, info in infos.items()}
+    assert [texts[r] for r in admitted[:3]] == ["hold a0", "hold b0", "hold c0"], [texts[r] for r in admitted]
     assert (admission.running, admission.queued) == (0, 0)
     assert not admission._conversations and not admission._ready
 
