@@ -12,12 +12,13 @@ available to the servicer, which checks the bot a scoped call touches (`require_
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import hmac
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,17 @@ def current() -> Principal:
         return _current.get()
     except LookupError:
         raise errors.Internal("an admin call reached the servicer without an authenticated caller") from None
+
+
+@contextlib.contextmanager
+def acting_as(principal: Principal) -> Iterator[None]:
+    """Serves admin calls made in-process (the gateway's console) as `principal`, as AuthInterceptor does for calls
+    that arrive over gRPC."""
+    token = _current.set(principal)
+    try:
+        yield
+    finally:
+        _current.reset(token)
 
 
 def require_bot(bot_id: str) -> None:

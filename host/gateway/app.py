@@ -35,6 +35,7 @@ from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 
 if TYPE_CHECKING:
+    from agenthost.host.gateway.console_api import Console
     from agenthost.host.server import Host
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class Gateway:
         self.host = host
         self.bind, self.port = parse_address(address)
         self._runner: web.AppRunner | None = None
+        self.console: Console | None = None
 
     @property
     def address(self) -> str:
@@ -70,6 +72,7 @@ class Gateway:
         app.router.add_post("/v1/responses", self.responses)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/v1/models/{model}", self.model)
+        self._mount_console(app)
         runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=SHUTDOWN_SECONDS)
         await runner.setup()
         try:
@@ -86,6 +89,17 @@ class Gateway:
                 "put a TLS-terminating proxy in front of it",
                 self.address,
             )
+
+    def _mount_console(self, app: web.Application) -> None:
+        """The web console under /console/ (console_api): the admin surface for a browser."""
+        from agenthost.host.gateway.console_api import PREFIX, Console
+
+        async def to_console(request: web.Request) -> web.StreamResponse:
+            raise web.HTTPFound(f"{PREFIX}/")
+
+        self.console = Console(self.host)
+        app.router.add_get(PREFIX, to_console)
+        app.add_subapp(PREFIX, self.console.app())
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -72,3 +72,12 @@ def from_host_error(exc: errors.AgentHostError) -> GatewayError:
     # The host's admission queue says when to come back (whole seconds up, as HTTP's Retry-After takes them).
     headers = {"retry-after": str(max(1, -(-exc.retry_after_ms // 1000)))} if status == 429 else {}
     return GatewayError(status, exc.message, type=kind, code=exc.code.name.lower(), headers=headers)
+
+
+def from_admin_error(exc: errors.AgentHostError) -> GatewayError:
+    """A refusal of an admin operation made from the web console. Unlike a chat client, the console's user is the
+    operator: a failed precondition ("built-in plugins cannot be removed", "the plugin is disabled") is theirs to
+    fix, so it is a 409 with the host's own message rather than the chat surface's 503."""
+    if isinstance(exc, errors.FailedPrecondition):
+        return GatewayError(409, exc.message, code="failed_precondition")
+    return from_host_error(exc)

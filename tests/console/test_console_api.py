@@ -1,0 +1,285 @@
+"""The console's JSON API against a real host: sign-in, sessions and CSRF under attack, static files, and every
+page's data (bots, bindings with schema and runner validation, streamed chat, runs, plugins and logs)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from agenthost.host import logs
+from agenthost.host.gateway import console_auth
+from agenthost.protos import host_pb2 as hpb
+from agenthost.runners.sdk.testing import TEST_PLUGIN
+
+from .conftest import CSRF, Console
+from .helpers import Helper
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def sse_events(response) -> list[tuple[str, dict]]:  # type: ignore[no-untyped-def]
+    out = []
+    kind = "message"
+    async for raw in response.content:
+        line = raw.decode().rstrip("\n")
+        if line.startswith("event: "):
+            kind = line[7:]
+        elif line.startswith("data: "):
+            out.append((kind, json.loads(line[6:])))
+    return out
+
+
+async def test_sign_in_sets_a_locked_down_cookie_and_headers(console: Console) -> None:
+    async with console.session() as c:
+        async with c.post(
+            f"{console.url}/api/session", json={"token": console.host.admin_token}, headers={CSRF: "sign-in"}
+        ) as r:
+            assert r.status == 200
+            cookie = r.headers["Set-Cookie"]
+            body = await r.json()
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/console" in cookie
+        assert "Secure" not in cookie  # plain loopback HTTP: a Secure cookie would never come back
+        assert console.host.admin_token not in cookie and console.host.admin_token not in json.dumps(body)
+        async with c.get(f"{console.url}/api/bots") as r:
+            assert r.status == 200
+            assert [b["name"] for b in (await r.json())["bots"]] == ["testbot"]
+            assert r.headers["Cache-Control"] == "no-store"
+            assert "default-src 'self'" in r.headers["Content-Security-Policy"]
+            assert r.headers["X-Frame-Options"] == "DENY"
+            assert "Access-Control-Allow-Origin" not in r.headers
+        async with c.get(f"{console.url}/") as r:
+            assert r.status == 200 and r.content_type == "text/html"
+            page = await r.text()
+            assert '<script type="module" src="/console/static/app.js">' in page
+            assert "script-src 'self'" in r.headers["Content-Security-Policy"]
+        async with c.delete(f"{console.url}/api/session", headers={CSRF: body["csrf"]}) as r:
+            assert r.status == 200
+        async with c.get(f"{console.url}/api/bots") as r:
+            assert r.status == 401
+
+
+async def test_requests_without_a_live_session_are_refused(console: Console) -> None:
+    async with console.session() as c:
+        async with c.get(f"{console.url}/api/bots") as r:
+            assert r.status == 401 and (await r.json())["error"]["code"] == "signed_out"
+        # A forged cookie, and the admin token itself presented as a cookie, are not sessions.
+        for forged in ("x" * 43, console.host.admin_token):
+            async with c.get(f"{console.url}/api/bots", cookies={console_auth.COOKIE: forged}) as r:
+                assert r.status == 401
+        # Bearer keys open the OpenAI endpoints, not the console.
+        async with c.get(
+            f"{console.url}/api/bots", headers={"Authorization": f"Bearer {console.host.admin_token}"}
+        ) as r:
+            assert r.status == 401
+        await console.sign_in(c)
+        async with c.get(f"{console.url}/api/bots") as r:
+            assert r.status == 200
+        sessions = console.host.gateway.console.sessions
+        start = time.monotonic()
+        sessions.clock = lambda: start + console_auth.IDLE_SECONDS + 1
+        async with c.get(f"{console.url}/api/bots") as r:
+            assert r.status == 401
+        sessions.clock = time.monotonic
+        async with c.get(f"{console.url}/api/bots") as r:  # gone for good, not just while the clock was ahead
+            assert r.status == 401
+
+
+async def test_state_changes_need_the_csrf_token_and_the_same_origin(console: Console) -> None:
+    async with console.session() as c:
+        csrf = await console.sign_in(c)
+        create = {"name": "newbot"}
+        async with c.post(f"{console.url}/api/bots", json=create) as r:
+            assert r.status == 403 and (await r.json())["error"]["code"] == "csrf"
+        async with c.post(f"{console.url}/api/bots", json=create, headers={CSRF: "sign-in"}) as r:
+            assert r.status == 403
+        async with c.post(
+            f"{console.url}/api/bots", json=create, headers={CSRF: csrf, "Origin": "https://evil.example"}
+        ) as r:
+            assert r.status == 403 and (await r.json())["error"]["code"] == "cross_origin"
+        # What a cross-site HTML form can send: no custom header, a form content type.
+        async with c.post(f"{console.url}/api/bots", data="name=newbot") as r:
+            assert r.status == 403
+        async with c.post(f"{console.url}/api/bots", data="name=newbot", headers={CSRF: csrf}) as r:
+            assert r.status == 415
+        assert [b.name for b in console.host.registry.bots()] == ["testbot"]
+        async with c.post(f"{console.url}/api/bots", json=create, headers={CSRF: csrf}) as r:
+            assert r.status == 201, await r.text()
+        assert "newbot" in [b.name for b in console.host.registry.bots()]
+        async with c.post(f"{console.url}/api/bots", json=create, headers={CSRF: csrf}) as r:
+            assert r.status == 409  # the admin servicer's own refusal, mapped once
+        async with c.post(
+            f"{console.url}/api/bots",
+            data=b"{" + b" " * (300 * 1024) + b"}",
+            headers={CSRF: csrf, "Content-Type": "application/json"},
+        ) as r:
+            assert r.status == 413
+
+
+async def test_only_admin_credentials_sign_in(console: Console) -> None:
+    client = console.harness.client
+    send = await client.call(
+        "CreateCredential", hpb.CreateCredentialRequest(name="app", scope="send", bots=["testbot"])
+    )
+    admin = await client.call("CreateCredential", hpb.CreateCredentialRequest(name="ops", scope="admin"))
+    async with console.session() as c:
+        url = f"{console.url}/api/session"
+        async with c.post(url, json={"token": send.token}, headers={CSRF: "sign-in"}) as r:
+            assert r.status == 403 and (await r.json())["error"]["code"] == "not_admin"
+            assert "Set-Cookie" not in r.headers
+        async with c.post(url, json={"token": "adm_" + "x" * 43}, headers={CSRF: "sign-in"}) as r:
+            assert r.status == 401
+        async with c.post(url, json={"token": console.host.admin_token}) as r:  # no CSRF header: login CSRF
+            assert r.status == 403
+        async with c.get(f"{console.url}/api/bots") as r:
+            assert r.status == 401
+        await console.sign_in(c, admin.token)
+        async with c.get(f"{console.url}/api/session") as r:
+            assert (await r.json())["name"] == "ops"
+        await client.call("RevokeCredential", hpb.RevokeCredentialRequest(name="ops"))
+        async with c.get(f"{console.url}/api/bots") as r:
+            assert r.status == 401  # the session died with its credential
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/static/../../admin.token",
+        "/static/..%2f..%2fadmin.token",
+        "/static/%2e%2e%2f%2e%2e%2fadmin.token",
+        "/static/..%5c..%5cadmin.token",
+        "/static/console_api.py",
+        "/static/__init__.py",
+        "/static/",
+        "/static/app.js%00.png",
+        "/../host.json",
+    ],
+)
+async def test_static_files_are_a_fixed_table(console: Console, path: str) -> None:
+    async with console.session() as c:
+        async with c.get(console.url + path, allow_redirects=False) as r:
+            body = await r.read()
+            assert r.status in (404, 400), (path, r.status)
+            assert console.host.admin_token.encode() not in body and b"import" not in body
+
+
+async def test_static_files_are_served_with_their_types(console: Console) -> None:
+    async with console.session() as c:
+        for name, kind in [("app.js", "text/javascript"), ("style.css", "text/css"), ("index.html", "text/html")]:
+            async with c.get(f"{console.url}/static/{name}") as r:
+                assert r.status == 200 and r.content_type == kind
+                assert r.headers["X-Content-Type-Options"] == "nosniff"
+        async with c.get(console.url, allow_redirects=False) as r:
+            assert r.status == 302 and r.headers["Location"] == "/console/"
+
+
+async def test_bindings_are_checked_by_schema_and_runner_and_shown_redacted(console: Console) -> None:
+    async with console.session() as c:
+        csrf = await console.sign_in(c)
+        h = {CSRF: csrf}
+        async with c.get(f"{console.url}/api/runners") as r:
+            (runner,) = (await r.json())["runners"]
+        assert runner["runner_id"] == f"{TEST_PLUGIN}/helper" and runner["config_schema"]["properties"]["max_tools"]
+        validate = f"{console.url}/api/validate-config"
+        async with c.post(
+            validate, json={"runner_id": runner["runner_id"], "config": {"max_tools": 9}}, headers=h
+        ) as r:
+            assert (await r.json())["problems"] == ["max_tools: 9 is greater than the maximum of 3"]
+        bad = {"runner_id": runner["runner_id"], "config": {"greeting": "forbidden words"}}
+        async with c.post(validate, json=bad, headers=h) as r:
+            assert (await r.json())["problems"] == ["greeting: may not say 'forbidden'"]
+        async with c.post(f"{console.url}/api/bots/testbot/bindings", json=bad, headers=h) as r:
+            assert r.status == 400 and "forbidden" in (await r.json())["error"]["message"]
+        good = {
+            "runner_id": runner["runner_id"],
+            "config": {"greeting": "Hi!", "api_key": "s3cret-value"},
+            "priority": 5,
+        }
+        async with c.post(f"{console.url}/api/bots/testbot/bindings", json=good, headers=h) as r:
+            assert r.status == 201, await r.text()
+            created = await r.json()
+        assert created["config"] == {"greeting": "Hi!", "api_key": "[redacted]"}
+        async with c.get(f"{console.url}/api/bots/testbot") as r:
+            page = await r.json()
+        assert "s3cret-value" not in json.dumps(page)
+        assert {b["binding_id"] for b in page["bindings"]} >= {created["binding_id"]}
+        patch = {"binding_id": created["binding_id"], "config_patch": {"max_tools": 7}}
+        async with c.post(validate, json=patch, headers=h) as r:
+            assert (await r.json())["problems"] == ["max_tools: 7 is greater than the maximum of 3"]
+        url = f"{console.url}/api/bindings/{created['binding_id']}"
+        async with c.patch(url, json={"config_patch": {"max_tools": 2}}, headers=h) as r:
+            assert r.status == 200, await r.text()
+            assert (await r.json())["config"] == {"greeting": "Hi!", "api_key": "[redacted]", "max_tools": 2}
+        stored = json.loads(console.host.registry.binding(created["binding_id"]).config_json)
+        assert stored["api_key"] == "s3cret-value"  # the secret the browser never saw is kept
+        async with c.patch(url, json={"priority": 2**40}, headers=h) as r:
+            assert r.status == 400
+        async with c.delete(url, headers=h) as r:
+            assert r.status == 200
+
+
+async def test_chat_streams_the_run_as_it_happens_and_the_run_page_has_it_all(console: Console) -> None:
+    async with console.session() as c:
+        csrf = await console.sign_in(c)
+        async with c.post(
+            f"{console.url}/api/bots/testbot/chat", json={"text": "hold", "conversation_id": "c1"}, headers={CSRF: csrf}
+        ) as r:
+            assert r.status == 200 and r.content_type == "text/event-stream"
+            seen: list[tuple[str, dict]] = []
+            kind = ""
+            # Before the runner is released, the page already has the run, the first text and the tool call.
+            while not any(k == "run_event" and "tool_started" in e for k, e in seen):
+                line = (await r.content.readline()).decode().rstrip("\n")
+                if line.startswith("event: "):
+                    kind = line[7:]
+                elif line.startswith("data: "):
+                    seen.append((kind, json.loads(line[6:])))
+            assert Helper.holding.is_set() and not Helper.release.is_set()
+            assert seen[0][0] == "run_started"
+            Helper.release.set()
+            seen += await sse_events(r)
+        run_id = seen[0][1]["run_id"]
+        finished = [e for k, e in seen if k == "run_finished"]
+        assert finished and finished[0]["status"] == "completed" and finished[0]["usage"]["input_tokens"] == "12"
+        text = "".join(e["text_delta"]["text"] for k, e in seen if k == "run_event" and "text_delta" in e)
+        assert text == "Let me look. The answer is 42."
+        async with c.get(f"{console.url}/api/runs?bot=testbot") as r:
+            assert [x["run_id"] for x in (await r.json())["runs"]] == [run_id]
+        async with c.get(f"{console.url}/api/runs/{run_id}") as r:
+            detail = await r.json()
+        assert detail["run"]["conversation_id"] == "c1" and detail["run"]["usage"]["model"] == "fake-model"
+        kinds = [next(k for k in e if k not in ("seq", "created_at")) for e in detail["events"]]
+        assert "tool_started" in kinds and "tool_finished" in kinds and kinds[-1] == "completed"
+        async with c.post(f"{console.url}/api/bots/nobot/chat", json={"text": "hi"}, headers={CSRF: csrf}) as r:
+            assert r.status == 404 and "nobot" in (await r.json())["error"]["message"]
+        async with c.get(f"{console.url}/api/runs/run_nope") as r:
+            assert r.status == 404
+
+
+async def test_plugins_list_toggle_and_logs_with_secrets_masked(console: Console) -> None:
+    path = logs.plugin_log_path(console.host.data_dir, TEST_PLUGIN)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    leaked = "adm_" + "A" * 43
+    path.write_text("".join(f"line {i}\n" for i in range(30)) + f"oops {leaked}\n")
+    async with console.session() as c:
+        csrf = await console.sign_in(c)
+        async with c.get(f"{console.url}/api/plugins") as r:
+            (plugin,) = (await r.json())["plugins"]
+        assert plugin["plugin_id"] == TEST_PLUGIN and plugin["state"] == "ready" and plugin["restarts"] == 0
+        async with c.get(f"{console.url}/api/plugins/{TEST_PLUGIN}/logs?lines=3") as r:
+            lines = (await r.json())["lines"]
+        assert lines == ["line 28", "line 29", "oops [redacted]"]
+        for bad in ("lines=0", "lines=5000", "lines=x"):
+            async with c.get(f"{console.url}/api/plugins/{TEST_PLUGIN}/logs?{bad}") as r:
+                assert r.status == 400
+        async with c.get(f"{console.url}/api/plugins/no-such/logs") as r:
+            assert r.status == 404
+        async with c.post(
+            f"{console.url}/api/plugins/no-such/enabled", json={"enabled": False}, headers={CSRF: csrf}
+        ) as r:
+            assert r.status == 404
+        async with c.post(
+            f"{console.url}/api/plugins/{TEST_PLUGIN}/enabled", json={"enabled": "no"}, headers={CSRF: csrf}
+        ) as r:
+            assert r.status == 400
