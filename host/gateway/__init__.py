@@ -9,6 +9,9 @@ token every bot.
     openai_api.py  the OpenAI wire shapes: request parsing, response objects and stream chunks, text assembly
     sse.py         server-sent events with bounded, stall-limited writes
     errors.py      OpenAI's error JSON and the mapping from agenthost's typed errors to HTTP statuses
+    console_api.py the web console under /console/: its JSON API and static pages (console_static/)
+    console_auth.py the console's sessions, CSRF checks and security headers (admin credentials only)
+    admin_calls.py admin operations called in-process, through the same AdminServicer as the CLI's
 
 This module imports nothing heavy: the host imports `app` (and with it aiohttp) only when the gateway is enabled.
 """

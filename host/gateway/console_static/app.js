@@ -9,7 +9,7 @@ const nav = document.getElementById("nav");
 let signedIn = false;
 
 function show(...children) {
-  main.replaceChildren(...children);
+  main.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined));
 }
 
 function errorLine(err) {
@@ -237,7 +237,7 @@ async function runPage(runId) {
   const { run, events, has_more } = await api.get(`runs/${encodeURIComponent(runId)}`);
   const u = run.usage || {};
   const facts = [
-    ["Status", run.status], ["Bot", run.bot_id], ["Runner", run.runner_id], ["Conversation", run.conversation_id],
+    ["Status", run.status], ["Bot", h("a", { href: `#/bots/${encodeURIComponent(run.bot_id)}` }, run.bot_id)], ["Runner", run.runner_id], ["Conversation", run.conversation_id],
     ["Created", when(run.created_at)], ["Finished", when(run.finished_at)],
     ["Input tokens", u.input_tokens], ["Output tokens", u.output_tokens], ["Cache read", u.cache_read_tokens],
     ["Cache write", u.cache_write_tokens], ["Model", u.model || "—"], ["Cost", cost(u)],

@@ -1,0 +1,183 @@
+"""The console in a real headless Chromium (Debian's `chromium`), driven as a person would: sign in, create a bot,
+bind a runner through the form its schema generates, chat and watch the reply and the tool call stream in, open the
+run, look at the plugins. Screenshots go to docs/console/ (overwritten each run)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from agenthost.host import logs
+from agenthost.runners.sdk.testing import TEST_PLUGIN
+
+from .conftest import Console
+from .helpers import Helper
+
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(180),
+    pytest.mark.skipif(
+        not os.access(CHROMIUM, os.X_OK), reason=f"no {CHROMIUM}: install Debian's chromium (apt-get install chromium)"
+    ),
+]
+
+
+@pytest.fixture
+async def page(tmp_path: Path) -> AsyncIterator:  # type: ignore[type-arg]
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as p:
+        context = await p.chromium.launch_persistent_context(
+            str(tmp_path / "chromium-profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=ARGS,
+            viewport={"width": 1280, "height": 860},
+        )
+        try:
+            page = context.pages[0] if context.pages else await context.new_page()
+            page.set_default_timeout(20_000)
+            problems: list[str] = []
+            # A CSP violation or a script error on our own pages is a failure, not noise.
+            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: problems.append(str(e)))
+            page.problems = problems  # type: ignore[attr-defined]
+            yield page
+        finally:
+            await context.close()
+
+
+async def shot(page, name: str) -> None:  # type: ignore[no-untyped-def]
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+async def test_a_person_signs_in_binds_a_runner_chats_and_reads_the_run(console: Console, page) -> None:  # type: ignore[no-untyped-def]
+    from playwright.async_api import expect
+
+    await page.goto(console.url)
+    await expect(page.locator("#sign-in h1")).to_have_text("Sign in")
+    await page.fill("#token", "cred_not-a-real-key-at-all-000000000000000")
+    await page.click("#sign-in button[type=submit]")
+    await expect(page.locator("#sign-in .error")).to_contain_text("not valid")
+    await shot(page, "sign-in")
+    page.problems.clear()  # the browser logs the refused sign-in's 401 itself
+    await page.fill("#token", console.host.admin_token)
+    await page.click("#sign-in button[type=submit]")
+    await expect(page.locator("#bots")).to_contain_text("testbot")
+
+    # The key is not anywhere a script could read it.
+    stored = await page.evaluate("() => JSON.stringify([document.cookie, {...localStorage}, {...sessionStorage}])")
+    assert console.host.admin_token not in stored and "agenthost_console" not in stored
+
+    await page.fill("#bot-name", "helpdesk")
+    await page.fill("#bot-description", "answers questions about orders")
+    await page.click("#create-bot button[type=submit]")
+    await page.click("#bots >> text=helpdesk")
+    await expect(page.locator("#bindings")).to_contain_text("Not bound to a runner yet.")
+
+    # The form comes from the runner's JSON Schema; a value it refuses is shown under its field.
+    await page.select_option("#runner", f"{TEST_PLUGIN}/helper")
+    await expect(page.locator("#cfg-max_tools")).to_be_visible()
+    assert await page.locator("#cfg-api_key").get_attribute("type") == "password"
+    await page.fill("#cfg-greeting", "Hello from helpdesk.")
+    await page.fill("#cfg-max_tools", "9")
+    await page.select_option("#cfg-style", label="fancy")
+    await page.click("#bind button[type=submit]")
+    error = page.locator('[data-error-for="max_tools"]')
+    await expect(error).to_have_text("max_tools: 9 is greater than the maximum of 3")
+    await shot(page, "binding-invalid")
+    # The runner's own rule (ValidateConfig), also inline.
+    await page.fill("#cfg-max_tools", "2")
+    await page.fill("#cfg-greeting", "forbidden greeting")
+    await page.click("#bind button[type=submit]")
+    await expect(page.locator('[data-error-for="greeting"]')).to_have_text("greeting: may not say 'forbidden'")
+    await expect(error).to_be_hidden()
+    await page.fill("#cfg-greeting", "Hello from helpdesk.")
+    await page.click("#bind button[type=submit]")
+    await expect(page.locator(".binding")).to_contain_text(f"{TEST_PLUGIN}/helper")
+    await expect(page.locator(".binding .config")).to_contain_text('"max_tools": 2')
+    (binding,) = console.host.registry.bindings(console.host.registry.bot("helpdesk").bot_id)
+    assert '"style": "fancy"' in binding.config_json
+
+    # Editing starts from the stored config; only what changed is sent.
+    await page.click(".binding >> text=Edit config")
+    await expect(page.locator(".edit-binding #cfg-greeting")).to_have_value("Hello from helpdesk.")
+    await page.fill(".edit-binding #cfg-max_tools", "4")
+    await page.click(".edit-binding button[type=submit]")
+    await expect(page.locator('.edit-binding [data-error-for="max_tools"]')).to_contain_text("maximum of 3")
+    await page.fill(".edit-binding #cfg-max_tools", "3")
+    await page.click(".edit-binding button[type=submit]")
+    await expect(page.locator(".binding .config")).to_contain_text('"max_tools": 3')
+    (binding,) = console.host.registry.bindings(binding.bot_id)
+    assert json.loads(binding.config_json) == {"greeting": "Hello from helpdesk.", "max_tools": 3, "style": "fancy"}
+
+    # The reply streams in: the greeting and the running tool call show before the runner is let go.
+    await page.fill("#chat-input", "hold")
+    await page.click("#chat-send")
+    await expect(page.locator(".bubble.bot .assistant-text").first).to_have_text("Hello from helpdesk. ")
+    tool = page.locator('details.tool[data-tool="lookup"]')
+    await expect(tool.locator(".tool-status")).to_have_text("running…")
+    assert Helper.holding.is_set() and not Helper.release.is_set()
+    Helper.release.set()
+    await expect(tool.locator(".tool-status")).to_have_text("✓ done")
+    await expect(page.locator(".bubble.bot")).to_contain_text("The answer is 42.")
+    await expect(page.locator(".run-meta")).to_contain_text("completed · 12 in / 5 out tokens")
+    await tool.locator("summary").click()
+    await expect(tool.locator(".tool-result")).to_contain_text('"hits": 42')
+    await shot(page, "chat")
+
+    # The run page: its events, usage, and no invented cost.
+    await page.click(".run-meta a")
+    await expect(page.locator("#run-facts [data-fact=Status]")).to_have_text("completed")
+    await expect(page.locator("#run-facts [data-fact='Input tokens']")).to_have_text("12")
+    await expect(page.locator("#run-facts [data-fact=Model]")).to_have_text("fake-model")
+    await expect(page.locator("#run-facts [data-fact=Cost]")).to_have_text("—")
+    await expect(page.locator("#events details.tool")).to_have_count(1)
+    await expect(page.locator("#events")).to_contain_text("completed (stop)")
+    await shot(page, "run")
+
+    await page.click("nav >> text=Runs")
+    await expect(page.locator("#runs tbody tr")).to_have_count(1)
+
+    await page.click("nav >> text=Plugins")
+    row = page.locator(f'tr[data-plugin="{TEST_PLUGIN}"]')
+    await expect(row.locator(".state")).to_have_text("ready")
+    await row.locator("text=Logs").click()
+    await expect(page.locator("#logs pre")).to_have_text("(no log lines)")
+    # Lines as the host's pump writes a plugin's stderr to <data>/logs/<plugin>.log; Refresh shows new ones.
+    log_file = logs.plugin_log_path(console.host.data_dir, TEST_PLUGIN)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    log_file.write_text("INFO helper: serving on a unix socket\nINFO helper: run started\n")
+    await page.click("#refresh-logs")
+    await expect(page.locator("#logs pre")).to_contain_text("run started")
+    with log_file.open("a") as f:
+        f.write(f"WARNING helper: token {console.host.admin_token} leaked\n")
+    await page.click("#refresh-logs")
+    await expect(page.locator("#logs pre")).to_contain_text("token [redacted] leaked")
+    await shot(page, "plugins")
+
+    assert page.problems == [], page.problems  # no CSP violation, no script error on any page
+
+    # Signing out ends the session on the server too.
+    await page.click("#sign-out")
+    await expect(page.locator("#sign-in")).to_be_visible()
+    await page.goto(f"{console.url}/#/bots")
+    await expect(page.locator("#sign-in")).to_be_visible()
