@@ -159,13 +159,19 @@ class Console:
             raise GatewayError(415, "send JSON (Content-Type: application/json)", code="unsupported_media_type")
         if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
             raise _too_large()
+        chunks: list[bytes] = []
+        size = 0
         try:
             async with asyncio.timeout(BODY_SECONDS):
-                raw = await request.content.read(MAX_BODY_BYTES + 1)
+                # Chunk by chunk, so a body without Content-Length is cut off at the cap, not read whole first.
+                async for chunk in request.content.iter_any():
+                    size += len(chunk)
+                    if size > MAX_BODY_BYTES:
+                        raise _too_large()
+                    chunks.append(chunk)
         except TimeoutError:
             raise GatewayError(408, f"the request body did not arrive within {BODY_SECONDS:.0f}s") from None
-        if len(raw) > MAX_BODY_BYTES:
-            raise _too_large()
+        raw = b"".join(chunks)
         try:
             body = json.loads(raw)
         except (ValueError, RecursionError):
@@ -238,7 +244,9 @@ class Console:
         ref = request.match_info["bot"]
         bindings = await self._call(request, "ListBindings", hpb.BotRequest(bot=ref))
         bots = (await self._call(request, "ListBots", hpb.ListBotsRequest())).bots
-        bot = next(b for b in bots if ref in (b.bot_id, b.name))  # ListBindings found it
+        bot = next((b for b in bots if ref in (b.bot_id, b.name)), None)
+        if bot is None:  # deleted in between
+            raise errors.NotFound(f"no bot {ref!r}")
         return web.json_response({"bot": to_json(bot), "bindings": [_binding_json(b) for b in bindings.bindings]})
 
     async def delete_bot(self, request: web.Request) -> web.StreamResponse:

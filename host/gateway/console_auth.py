@@ -21,6 +21,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -130,7 +131,8 @@ class Sessions:
 
 def check_csrf(request: web.Request, expected: str) -> None:
     origin = request.headers.get("Origin")
-    if origin is not None and origin != f"{request.scheme}://{request.host}":
+    # The host part only: behind a TLS-terminating proxy the page's origin is https while this server sees http.
+    if origin is not None and urlsplit(origin).netloc != request.host:
         raise GatewayError(403, "cross-origin requests are refused", code="cross_origin")
     sent = request.headers.get(CSRF_HEADER, "")
     if not hmac.compare_digest(sent.encode(), expected.encode()):

@@ -46,6 +46,8 @@ class Helper(Runner):
             Helper.holding.set()
             await Helper.release.wait()
         yield events.tool_finished("call_1", "lookup", '{"hits": 42}')
+        # A kind the console has no renderer for: it must still show (as a generic row).
+        yield events.state_updated("conversation", "last_lookup")
         for delta in ("The answer", " is", " 42."):
             yield events.text(delta)
         yield events.usage(12, 5, model="fake-model")

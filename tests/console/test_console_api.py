@@ -116,6 +116,22 @@ async def test_state_changes_need_the_csrf_token_and_the_same_origin(console: Co
         ) as r:
             assert r.status == 413
 
+        async def trickle():  # type: ignore[no-untyped-def]  # chunked: no Content-Length to refuse up front
+            yield b'{"name": "'
+            for _ in range(40):
+                yield b"x" * 8192
+            yield b'"}'
+
+        async with c.post(
+            f"{console.url}/api/bots", data=trickle(), headers={CSRF: csrf, "Content-Type": "application/json"}
+        ) as r:
+            assert r.status == 413
+        async with c.options(
+            f"{console.url}/api/bots",
+            headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"},
+        ) as r:
+            assert r.status >= 400 and "Access-Control-Allow-Origin" not in r.headers
+
 
 async def test_only_admin_credentials_sign_in(console: Console) -> None:
     client = console.harness.client
@@ -255,6 +271,10 @@ async def test_chat_streams_the_run_as_it_happens_and_the_run_page_has_it_all(co
             assert r.status == 404 and "nobot" in (await r.json())["error"]["message"]
         async with c.get(f"{console.url}/api/runs/run_nope") as r:
             assert r.status == 404
+        validate = f"{console.url}/api/validate-config"
+        for body in ({"runner_id": "nope/none"}, {"runner_id": ""}, {"binding_id": "bind_nope"}):
+            async with c.post(validate, json=body, headers={CSRF: csrf}) as r:
+                assert r.status in (400, 404), (body, r.status, await r.text())
 
 
 async def test_plugins_list_toggle_and_logs_with_secrets_masked(console: Console) -> None:

@@ -151,6 +151,9 @@ async def test_a_person_signs_in_binds_a_runner_chats_and_reads_the_run(console:
     await expect(page.locator("#run-facts [data-fact=Model]")).to_have_text("fake-model")
     await expect(page.locator("#run-facts [data-fact=Cost]")).to_have_text("—")
     await expect(page.locator("#events details.tool")).to_have_count(1)
+    generic = page.locator('#events details.generic[data-kind="state_updated"]')
+    await generic.locator("summary").click()
+    await expect(generic).to_contain_text("last_lookup")
     await expect(page.locator("#events")).to_contain_text("completed (stop)")
     await shot(page, "run")
 
