@@ -359,6 +359,8 @@ class RunManager:
         grant = Grant.freeze(manifest, binding.resource_policy)
         file_bytes = sum(len(f.data) for f in files)
         if files:
+            # Checked against rows already written: messages recorded concurrently may each pass, so the quota can
+            # be overshot by at most RUNS_MAX_QUEUED_PER_CONVERSATION messages' attachments.
             assert self.artifacts is not None
             self.artifacts.check_conversation_room(bot.bot_id, conversation_id, file_bytes)
         refs: list[pb.ArtifactRef] = []

@@ -293,3 +293,25 @@ async def test_e2e_cli_attach_reaches_the_model(tmp_path: Path) -> None:
                     {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{b64(PNG)}"}},
                 ],
             }
+
+
+def test_clearing_old_tool_output_drops_its_images_and_names_them() -> None:
+    from agenthost.runners.local_agent import pairing
+    from agenthost.runners.local_agent.compaction import stub_old_results
+    from agenthost.runners.local_agent.messages import AssistantMessage, ToolCall
+
+    part = ImagePart("image/png", "a.png", 10, artifact_id="art_old")
+    messages = [
+        UserMessage("look"),
+        AssistantMessage(tool_calls=[ToolCall("c1", "read_file", '{"path": "a.png"}')]),
+        ToolResult("c1", "read_file", "a.png: image/png image, 10 bytes", images=[part]),
+        AssistantMessage("seen"),
+        UserMessage("again"),
+        AssistantMessage(tool_calls=[ToolCall("c2", "read_file", '{"path": "b.txt"}')]),
+        ToolResult("c2", "read_file", "text"),
+    ]
+    out, stubbed = stub_old_results(messages, keep_recent=1)
+    assert stubbed == 1
+    old = out[2]
+    assert isinstance(old, ToolResult) and old.images == [] and "a.png (artifact art_old)" in old.content
+    pairing.check(out)
