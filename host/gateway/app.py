@@ -24,6 +24,7 @@ from urllib.parse import quote, unquote
 
 from aiohttp import web
 
+from agenthost.host import attachments as attachment_checks
 from agenthost.host.credentials import Principal
 from agenthost.host.gateway import openai_api as oa
 from agenthost.host.gateway import parse_address
@@ -41,8 +42,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # A chat client resends the whole history with every request; the host uses only the last message (at most
-# runs.MAX_INPUT_BYTES), so this bounds what one request may make the gateway read and parse.
-MAX_BODY_BYTES = 4 * 1024 * 1024
+# runs.MAX_INPUT_BYTES of text and limits.ATTACHMENTS_MAX_BYTES_PER_MESSAGE of images, which travel base64-encoded:
+# 4/3 of their size), so this bounds what one request may make the gateway read and parse.
+MAX_BODY_BYTES = 12 * 1024 * 1024
 BODY_SECONDS = 30.0  # to read a request body: a trickling client holds a socket briefly
 SHUTDOWN_SECONDS = 5.0
 CONVERSATION_HEADER = "X-Agenthost-Conversation"
@@ -195,12 +197,24 @@ class Gateway:
         return body
 
     def _send_request(
-        self, principal: Principal, bot: hpb.Bot, conversation: str, text: str, user: str, endpoint: str
+        self,
+        principal: Principal,
+        bot: hpb.Bot,
+        conversation: str,
+        text: str,
+        user: str,
+        endpoint: str,
+        attachments: tuple[hpb.Attachment, ...] = (),
     ) -> hpb.SendMessageRequest:
         if len(text.encode()) > MAX_INPUT_BYTES:
             # Not the host's RESOURCE_EXHAUSTED (429): a retry cannot help a message that is too large.
             raise GatewayError(413, f"the message is larger than {MAX_INPUT_BYTES} bytes", code="message_too_large")
+        try:
+            attachment_checks.check(list(attachments))  # the host checks again; here a size is a 413, not a 429
+        except errors.ResourceExhausted as exc:
+            raise GatewayError(413, exc.message, code="message_too_large") from None
         return hpb.SendMessageRequest(
+            attachments=attachments,
             bot=bot.bot_id,
             conversation_id=conversation,
             text=text,
@@ -240,7 +254,7 @@ class Gateway:
         bot = self._bot(principal, chat.model)
         conversation = self._conversation(request, principal, chat.user)
         run, stream = await self._start(
-            self._send_request(principal, bot, conversation, chat.text, chat.user, "chat.completions")
+            self._send_request(principal, bot, conversation, chat.text, chat.user, "chat.completions", chat.attachments)
         )
         headers = _run_headers(run)
         async with contextlib.aclosing(stream):
@@ -329,7 +343,7 @@ class Gateway:
             conversation = self._conversation(request, principal, req.user)
         model = req.model or bot.name
         run, stream = await self._start(
-            self._send_request(principal, bot, conversation, req.text, req.user, "responses")
+            self._send_request(principal, bot, conversation, req.text, req.user, "responses", req.attachments)
         )
         headers = _run_headers(run)
         async with contextlib.aclosing(stream):

@@ -9,6 +9,8 @@ decides its model and prompt). Ids are the run's own: `chatcmpl-<hex>` and `resp
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +23,8 @@ MAX_USER_CHARS = 256  # the `user` field: it names an actor and, as a fallback, 
 FINISH_REASONS = frozenset({"stop", "length", "content_filter"})
 _RUN_HEX = re.compile(r"run_([0-9a-f]{32})")
 _RESPONSE_ID = re.compile(r"resp_([0-9a-f]{32})")
+# `data:<media type>[;params];base64,<data>`: the only image URL the gateway takes (the host fetches nothing).
+_DATA_URL = re.compile(r"data:([^;,]*)((?:;[^;,]*)*),(.*)", re.DOTALL)
 
 
 # ---- ids ----
@@ -63,6 +67,7 @@ class ChatRequest:
     stream: bool
     include_usage: bool
     user: str
+    attachments: tuple[hpb.Attachment, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,7 @@ class ResponsesRequest:
     stream: bool
     user: str
     previous_response_id: str
+    attachments: tuple[hpb.Attachment, ...] = ()
 
 
 def _flag(body: dict[str, Any], name: str) -> bool:
@@ -101,23 +107,57 @@ def _model(body: dict[str, Any], *, required: bool = True) -> str:
     return model
 
 
-def _content_text(content: Any, param: str, part_types: tuple[str, ...]) -> str:
-    """A message's text: a string, or a list of text parts (joined). Other parts (images, files) are refused
-    rather than dropped: the bot would answer a question it never saw."""
+def _content(
+    content: Any, param: str, part_types: tuple[str, ...], image_type: str
+) -> tuple[str, tuple[hpb.Attachment, ...]]:
+    """A message's text (a string, or its text parts joined) and its images (`image_type` parts holding `data:`
+    URLs, which become message attachments). Other parts (files, audio) are refused rather than dropped: the bot
+    would answer a question it never saw."""
     if isinstance(content, str):
-        return content
+        return content, ()
     if not isinstance(content, list):
-        raise bad_request("message content must be a string or a list of text parts", param)
+        raise bad_request("message content must be a string or a list of content parts", param)
     texts = []
+    images: list[hpb.Attachment] = []
     for i, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") not in part_types or not isinstance(part.get("text"), str):
-            raise bad_request(f"only text content parts ({', '.join(part_types)}) are supported", f"{param}.{i}")
-        texts.append(part["text"])
-    return "".join(texts)
+        where = f"{param}.{i}"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == image_type:
+            assert isinstance(part, dict)
+            url = part.get("image_url")
+            if isinstance(url, dict):  # chat completions: {"image_url": {"url": ..., "detail": ...}}
+                url = url.get("url")
+            images.append(_image(url, where, len(images)))
+            continue
+        if kind not in part_types or not isinstance(part.get("text"), str):  # type: ignore[union-attr]
+            allowed = ", ".join((*part_types, image_type))
+            raise bad_request(f"only text and image content parts ({allowed}) are supported", where)
+        texts.append(part["text"])  # type: ignore[index]
+    return "".join(texts), tuple(images)
 
 
-def _nonempty(text: str, param: str) -> str:
-    if not text.strip():
+def _image(url: Any, param: str, index: int) -> hpb.Attachment:
+    """An image part's `data:` URL as an attachment; the host checks its type against its bytes."""
+    if not isinstance(url, str):
+        raise bad_request("an image part needs an image URL", param)
+    if url.startswith(("http://", "https://")):
+        raise bad_request(
+            "image URLs are not fetched: send the image inline as a data: URL (data:image/png;base64,...)", param
+        )
+    m = _DATA_URL.fullmatch(url)
+    if m is None or "base64" not in [p.strip().lower() for p in m.group(2).split(";")]:
+        raise bad_request("an image must be a base64 data: URL (data:image/png;base64,...)", param)
+    try:
+        data = base64.b64decode(m.group(3), validate=True)
+    except (binascii.Error, ValueError):
+        raise bad_request("the image's data: URL is not valid base64", param) from None
+    mime = m.group(1).strip()
+    ext = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif", "image/webp": ".webp"}.get(mime, "")
+    return hpb.Attachment(name=f"image-{index + 1}{ext}", mime_type=mime, data=data)
+
+
+def _nonempty(text: str, param: str, attachments: tuple[hpb.Attachment, ...] = ()) -> str:
+    if not text.strip() and not attachments:
         raise bad_request("the last user message is empty", param)
     return text
 
@@ -134,7 +174,8 @@ def parse_chat(body: dict[str, Any]) -> ChatRequest:
             "the last message must have role 'user': it is what is sent to the bot (the host keeps the history)",
             param,
         )
-    text = _nonempty(_content_text(last.get("content"), f"{param}.content", ("text",)), f"{param}.content")
+    text, attachments = _content(last.get("content"), f"{param}.content", ("text",), "image_url")
+    text = _nonempty(text, f"{param}.content", attachments)
     n = body.get("n")
     if n is not None and n != 1:
         raise bad_request("n must be 1: a bot gives one reply per message", "n")
@@ -145,13 +186,21 @@ def parse_chat(body: dict[str, Any]) -> ChatRequest:
     include_usage = _flag(options or {}, "include_usage")
     if include_usage and not stream:
         raise bad_request("stream_options is only allowed when stream is true", "stream_options")
-    return ChatRequest(model=model, text=text, stream=stream, include_usage=include_usage, user=_user(body))
+    return ChatRequest(
+        model=model,
+        text=text,
+        stream=stream,
+        include_usage=include_usage,
+        user=_user(body),
+        attachments=attachments,
+    )
 
 
 def parse_responses(body: dict[str, Any]) -> ResponsesRequest:
     previous = body.get("previous_response_id")
     model = _model(body, required=previous is None)
     raw = body.get("input")
+    attachments: tuple[hpb.Attachment, ...] = ()
     if isinstance(raw, str):
         text = raw
     elif isinstance(raw, list) and raw:
@@ -163,15 +212,16 @@ def parse_responses(body: dict[str, Any]) -> ResponsesRequest:
                 "history)",
                 param,
             )
-        text = _content_text(last.get("content"), f"{param}.content", ("input_text", "text"))
+        text, attachments = _content(last.get("content"), f"{param}.content", ("input_text", "text"), "input_image")
     else:
         raise bad_request("input must be a string or a non-empty list of input items", "input")
     return ResponsesRequest(
         model=model,
-        text=_nonempty(text, "input"),
+        text=_nonempty(text, "input", attachments),
         stream=_flag(body, "stream"),
         user=_user(body),
         previous_response_id=run_id_of_response(previous) if previous is not None else "",
+        attachments=attachments,
     )
 
 

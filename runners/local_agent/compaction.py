@@ -110,6 +110,9 @@ def _stub_result(m: ToolResult) -> ToolResult:
         if m.artifact_id
         else " It is still in the conversation history (search_history)."
     )
+    if m.images:
+        where += " Its images: " + ", ".join(f"{p.name} (artifact {p.artifact_id or 'not stored'})" for p in m.images)
+        where += "."
     return ToolResult(
         tool_call_id=m.tool_call_id,
         name=m.name,
@@ -173,7 +176,7 @@ def stub_old_results(
     stubbed = 0
     for i, m in enumerate(messages):
         if i < boundary and isinstance(m, ToolResult):
-            if len(m.content) > STUB_MIN_CHARS and not m.content.startswith(CLEARED_PREFIX):
+            if (len(m.content) > STUB_MIN_CHARS or m.images) and not m.content.startswith(CLEARED_PREFIX):
                 out.append(_stub_result(m))
                 stubbed += 1
                 continue

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
@@ -136,6 +136,12 @@ class LocalAgentConfig(BaseModel):
     max_output_tokens: int = Field(default=4_096, ge=16, le=200_000)
     temperature: float | None = Field(default=None, ge=0, le=2)
     thinking_budget: int | None = Field(default=None, ge=1_024, description="Anthropic extended thinking budget.")
+    vision: Literal["auto"] | bool = Field(
+        default="auto",
+        description="Show the model images (message attachments, images tools return): true, false, or auto (yes, "
+        "except for the demo model and model families known to take text only). A model not shown an image reads "
+        "a note naming it instead.",
+    )
     system_prompt: str | None = Field(default=None, max_length=50_000)
     compaction_watermark: float = Field(
         default=0.7, ge=0.3, le=0.95, description="Fraction of the window that triggers compaction."

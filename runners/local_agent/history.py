@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from agenthost.runners.local_agent import pairing
+from agenthost.runners.local_agent import images, pairing
 from agenthost.runners.local_agent.messages import AssistantMessage, Message, Summary, ToolCall, ToolResult, UserMessage
 from agenthost.runners.local_agent.providers.tool_args import coerce_tool_name, repair_arguments
 from agenthost.runners.local_agent.tokens import estimate_text
@@ -64,7 +64,8 @@ def items_to_messages(items: list[Any], *, exclude_event_id: str = "") -> list[M
             if it.role == "user":
                 if exclude_event_id and it.event_id == exclude_event_id:
                     continue  # the message that triggered this run; the loop adds it itself
-                out.append(UserMessage(content=it.text, host_seq=it.seq))
+                text, parts = images.from_attachments(it.text, it.attachments)
+                out.append(UserMessage(content=text, host_seq=it.seq, images=parts))
             elif it.role == "assistant":
                 out.append(AssistantMessage(content=it.text))
         elif kind == "tool_call":

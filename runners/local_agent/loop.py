@@ -18,13 +18,13 @@ from dataclasses import replace as dc_replace
 from typing import Any
 
 from agenthost.protos import common_pb2 as pb
-from agenthost.runners.local_agent import pairing
+from agenthost.runners.local_agent import images, pairing
 from agenthost.runners.local_agent.compaction import CompactionFailed, Compactor
 from agenthost.runners.local_agent.config import ConfigError, LocalAgentConfig
 from agenthost.runners.local_agent.errors import ContextWindowUnknown, ErrorKind, ProviderError, backoff_delay
 from agenthost.runners.local_agent.fallback import ModelFailure, ModelSlot, exhausted_message, falls_back
 from agenthost.runners.local_agent.history import CHECKPOINT_KEY
-from agenthost.runners.local_agent.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
+from agenthost.runners.local_agent.messages import AssistantMessage, ToolCall, ToolResult, UserMessage, image_label
 from agenthost.runners.local_agent.providers.base import Final, ModelRequest, Provider, TextChunk
 from agenthost.runners.local_agent.session import Session
 from agenthost.runners.local_agent.tokens import TokenCounter, estimate_text, estimate_tools
@@ -128,6 +128,7 @@ class AgentLoop:
         self._replied = False  # whether any model reply arrived in this run
         self._explicit_after: int | None = None  # context size right after the last `compact` tool call
         self._last_outcome: Any = None
+        self._unloadable: set[str] = set()  # images whose bytes could not be loaded: noted, not asked for again
         self._tool_schema_tokens = estimate_tools(
             [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in self.tool_specs]
         )
@@ -325,6 +326,7 @@ class AgentLoop:
         compacted_for_overflow = False
         while True:
             emitted = False
+            await self._show_images(request)
             try:
                 async for ev in self.provider.stream(request):
                     if isinstance(ev, TextChunk):
@@ -450,14 +452,22 @@ class AgentLoop:
             for result in results:
                 async for ev in self._offload_large(result):
                     yield ev
+                async for ev in self._store_images(result):
+                    yield ev
                 self.session.append(result)
                 for ev in self.ctx.pending_events:
                     yield ev
                 self.ctx.pending_events.clear()
+                # The host transcript keeps text: it names the images, so a context rebuilt from it knows of them.
+                shown = "".join(
+                    f"\n[image {image_label(p)} returned"
+                    + (f"; artifact {p.artifact_id} (read_artifact)]" if p.artifact_id else "]")
+                    for p in result.images
+                )
                 yield events.tool_finished(
                     result.tool_call_id,
                     result.name,
-                    result.content,
+                    result.content + shown,
                     is_error=result.is_error,
                     artifact_id=result.artifact_id,
                 )
@@ -514,6 +524,59 @@ class AgentLoop:
         ]
         self.session.rewrite(rewritten)
         self.counter.invalidate()
+
+    # ---- images ----
+
+    async def _show_images(self, request: ModelRequest) -> None:
+        """Decides, for the model the run is on now, whether the request shows images and loads the bytes of the
+        newest MAX_IMAGES_PER_REQUEST. Bytes of older images that the host holds are let go (they reload if
+        needed); an image that cannot be loaded is shown as a note."""
+        request.vision = images.resolve_vision(self.config.vision, self.provider.provider_id, self.provider.model)
+        request.images = {}
+        if not request.vision:
+            return
+        wanted = images.newest_keys(request.messages)
+        by_key = {p.key: p for p in images.parts_of(request.messages)}
+        for key in wanted:
+            data = self.ctx.images.get(key)
+            if data is None and key not in self._unloadable:
+                try:
+                    data = await images.load(self.ctx.api, by_key[key])
+                except Exception as exc:  # noqa: BLE001 — the model reads a note instead; the run goes on
+                    log.warning("run %s: image %s not loaded: %s", self.ctx.run_id, key, exc)
+                    self._unloadable.add(key)
+                    continue
+                self.ctx.images[key] = data
+            if data is not None:
+                request.images[key] = data
+        for key in [k for k in self.ctx.images if k not in request.images and not k.startswith("sha256:")]:
+            del self.ctx.images[key]
+
+    async def _store_images(self, result: ToolResult) -> AsyncIterator[pb.RunEvent]:
+        """Stores the images a tool returned as host artifacts, so the session can name them and a later run can
+        load them; an image that cannot be stored is shown for this run only."""
+        for part in result.images:
+            data = self.ctx.images.get(part.key)
+            if part.artifact_id or data is None:
+                continue
+            try:
+                ref = await self.ctx.api.artifact_create(
+                    data,
+                    name=part.name or "image",
+                    mime_type=part.mime_type,
+                    metadata={
+                        "kind": "local_agent.tool_image",
+                        "tool": result.name,
+                        "tool_call_id": result.tool_call_id,
+                    },
+                )
+            except Exception as exc:  # noqa: BLE001 — the image is still shown in this run, from memory
+                log.warning("run %s: image from %s not stored: %s", self.ctx.run_id, result.name, exc)
+                continue
+            self.ctx.images.pop(part.key, None)
+            part.artifact_id = ref.artifact_id
+            self.ctx.images[part.key] = data
+            yield events.artifact_created(ref)
 
     async def _offload_large(self, result: ToolResult) -> AsyncIterator[pb.RunEvent]:
         # On a small window the configured cap alone could let one result outgrow the whole context; the excerpt

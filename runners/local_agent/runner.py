@@ -15,7 +15,7 @@ from agenthost.plugins.manifest import RunnerCapabilities, RunnerManifest
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors as host_errors
 from agenthost.protos.wire import VERSION
-from agenthost.runners.local_agent import memory
+from agenthost.runners.local_agent import images, memory
 from agenthost.runners.local_agent.compaction import Compactor
 from agenthost.runners.local_agent.config import ConfigError, LocalAgentConfig, ModelRoute
 from agenthost.runners.local_agent.errors import ContextWindowUnknown, ProviderError
@@ -66,7 +66,7 @@ class LocalAgentRunner(Runner):
         description="Built-in tool-using agent that talks to LLM providers (OpenAI-compatible, Anthropic, local "
         "servers) over HTTP and owns its working context; runs an offline demo model when none is configured.",
         version=VERSION,
-        capabilities=RunnerCapabilities(streaming=True, tool_calls=True, attachments=False, cancellation=True),
+        capabilities=RunnerCapabilities(streaming=True, tool_calls=True, attachments=True, cancellation=True),
         # No bootstrap: the runner owns its working context (its session, or history it pulls itself).
         config_schema=LocalAgentConfig.json_schema(),
     )
@@ -368,7 +368,8 @@ class LocalAgentRunner(Runner):
             fallbacks=slots,
             summarizers=[self._provider(config, run.secrets, r) for r in config.compaction.routes()],
         )
-        user = UserMessage(content=_input_text(run), host_seq=trigger_seq)
+        text, parts = images.from_attachments(run.text, run.context.input.attachments or run.context.event.attachments)
+        user = UserMessage(content=text, host_seq=trigger_seq, images=parts)
         async for ev in loop.run(user):
             yield ev
 
@@ -384,12 +385,3 @@ def _scope_name(value: int) -> str:
         return events.scope_name(value)
     except ValueError:
         return f"unknown-{value}"
-
-
-def _input_text(run: RunContext) -> str:
-    text = run.text
-    attachments = list(run.context.input.attachments)
-    if attachments:
-        listed = ", ".join(f"{a.name or 'attachment'} (artifact {a.artifact_id}, {a.mime_type})" for a in attachments)
-        text += f"\n\n[Attachments: {listed}. Use read_artifact to open them.]"
-    return text

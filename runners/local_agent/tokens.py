@@ -13,7 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agenthost.runners.local_agent.messages import AssistantMessage, Message, Summary, ToolResult
+from agenthost.runners.local_agent.images import IMAGE_TOKENS
+from agenthost.runners.local_agent.messages import AssistantMessage, Message, Summary, ToolResult, UserMessage
 
 PER_MESSAGE_OVERHEAD = 4
 # The framing a provider wraps around a summary or progress note (providers.base.SUMMARY_PREFIX and friends).
@@ -63,7 +64,10 @@ def estimate_message(msg: Message) -> int:
         for block in msg.thinking:
             n += estimate_text(str(block.get("thinking", "")))
     elif isinstance(msg, ToolResult):
-        n += 8
+        n += 8 + IMAGE_TOKENS * len(msg.images)
+    elif isinstance(msg, UserMessage):
+        # Every image counts, shown or not: a note is cheaper, but the count must not depend on the model.
+        n += IMAGE_TOKENS * len(msg.images)
     elif isinstance(msg, Summary):
         n += SUMMARY_FRAME_TOKENS
     return n

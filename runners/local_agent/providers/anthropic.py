@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from agenthost.runners.local_agent import images
 from agenthost.runners.local_agent.errors import ErrorKind, ProviderError, classify_stream_error
 from agenthost.runners.local_agent.messages import AssistantMessage, Summary, ToolCall, ToolResult, UserMessage
 from agenthost.runners.local_agent.providers.base import (
@@ -80,14 +81,24 @@ class AnthropicProvider(HttpProvider):
 
         for m in request.messages:
             if isinstance(m, UserMessage):
-                push("user", [{"type": "text", "text": m.content or "(empty message)"}])
+                shown, notes = images.split(m.images, request.vision, request.images, "image attachment")
+                text = images.with_notes(m.content, notes)
+                # Images before the text they come with: the order Anthropic recommends.
+                user_blocks = [_image_block(part, data) for part, data in shown]
+                if text or not shown:
+                    user_blocks.append({"type": "text", "text": text or "(empty message)"})
+                push("user", user_blocks)
             elif isinstance(m, Summary):
                 push("user", [{"type": "text", "text": summary_text(m.content, m.progress)}])
             elif isinstance(m, ToolResult):
+                shown, notes = images.split(m.images, request.vision, request.images)
+                text = images.with_notes(m.content, notes) or "(empty)"
                 block: dict[str, Any] = {
                     "type": "tool_result",
                     "tool_use_id": m.tool_call_id,
-                    "content": m.content or "(empty)",
+                    "content": [{"type": "text", "text": text}, *(_image_block(p, d) for p, d in shown)]
+                    if shown
+                    else text,
                 }
                 if m.is_error:
                     block["is_error"] = True
@@ -236,3 +247,7 @@ class AnthropicProvider(HttpProvider):
                 if isinstance(data.get(key), int):
                     window = data[key]
         return ProbeResult(ok=True, context_window=window or self.context_window_hint)
+
+
+def _image_block(part: Any, data: bytes) -> dict[str, Any]:
+    return {"type": "image", "source": {"type": "base64", "media_type": part.mime_type, "data": images.b64(data)}}

@@ -48,6 +48,10 @@ class ModelRequest:
     max_tokens: int = 4096
     temperature: float | None = None
     tool_choice: Literal["auto", "none"] = "auto"
+    # Whether the model is shown images, and the bytes of those it is shown, by ImagePart.key; an image of the
+    # messages without bytes here becomes a note (agenthost.runners.local_agent.images).
+    vision: bool = False
+    images: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -12,8 +12,16 @@ from typing import Any
 
 import httpx
 
+from agenthost.runners.local_agent import images
 from agenthost.runners.local_agent.errors import ErrorKind, ProviderError, classify_stream_error
-from agenthost.runners.local_agent.messages import AssistantMessage, Summary, ToolCall, ToolResult, UserMessage
+from agenthost.runners.local_agent.messages import (
+    AssistantMessage,
+    Summary,
+    ToolCall,
+    ToolResult,
+    UserMessage,
+    image_label,
+)
 from agenthost.runners.local_agent.providers.base import (
     Final,
     HttpProvider,
@@ -155,13 +163,37 @@ class OpenAICompatProvider(HttpProvider):
         out: list[dict[str, Any]] = []
         if request.system:
             out.append({"role": "system", "content": request.system})
+        # Tool messages hold text only: the images of a run of tool results follow it in one user message (a user
+        # message between two tool messages of one call group would break the pairing the API checks).
+        follow_up: list[dict[str, Any]] = []
+
+        def flush() -> None:
+            if follow_up:
+                out.append({"role": "user", "content": [{"type": "text", "text": images.FOLLOW_UP_TEXT}, *follow_up]})
+                follow_up.clear()
+
         for m in request.messages:
+            if not isinstance(m, ToolResult):
+                flush()
             if isinstance(m, UserMessage):
-                out.append({"role": "user", "content": m.content})
+                shown, notes = images.split(m.images, request.vision, request.images, "image attachment")
+                text = images.with_notes(m.content, notes)
+                if not shown:
+                    out.append({"role": "user", "content": text})
+                    continue
+                content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+                content.extend(_image_url(part, data) for part, data in shown)
+                out.append({"role": "user", "content": content})
             elif isinstance(m, Summary):
                 out.append({"role": "user", "content": summary_text(m.content, m.progress)})
             elif isinstance(m, ToolResult):
-                out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content or "(empty)"})
+                shown, notes = images.split(m.images, request.vision, request.images)
+                text = images.with_notes(m.content or ("" if m.images else "(empty)"), notes)
+                for part, data in shown:
+                    text = images.with_notes(text, images.TOOL_IMAGE_NOTE.format(label=image_label(part)))
+                    follow_up.append({"type": "text", "text": f"{image_label(part)} from {m.name} ({m.tool_call_id}):"})
+                    follow_up.append(_image_url(part, data))
+                out.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": text})
             else:
                 msg: dict[str, Any] = {"role": "assistant", "content": m.content or None}
                 if m.tool_calls:
@@ -179,6 +211,7 @@ class OpenAICompatProvider(HttpProvider):
                 if msg["content"] is None and not m.tool_calls:
                     msg["content"] = ""
                 out.append(msg)
+        flush()
         return out
 
     def build_payload(self, request: ModelRequest) -> dict[str, Any]:
@@ -357,6 +390,10 @@ class OpenAICompatProvider(HttpProvider):
             "Ollama's OpenAI endpoint runs at the server's num_ctx (often 4096), not the model's trained length; "
             "set context_window to the value you configured (OLLAMA_CONTEXT_LENGTH or a Modelfile num_ctx)"
         )
+
+
+def _image_url(part: Any, data: bytes) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": images.data_url(part.mime_type, data)}}
 
 
 def _usage(raw: Any) -> Usage | None:

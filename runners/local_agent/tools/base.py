@@ -15,7 +15,8 @@ from typing import Any, ClassVar, Protocol
 import jsonschema
 
 from agenthost.runners.local_agent.config import LocalAgentConfig
-from agenthost.runners.local_agent.messages import ToolCall, ToolResult
+from agenthost.runners.local_agent.images import ToolOutput
+from agenthost.runners.local_agent.messages import ImagePart, ToolCall, ToolResult
 from agenthost.runners.local_agent.providers.base import ToolSpec
 
 
@@ -58,6 +59,9 @@ class ToolContext:
     # Set by the `compact` tool (to its focus text, possibly empty): the loop compacts once the step's calls all
     # have results, because compacting mid-step would cut the exchange the model is in the middle of.
     compact_request: str | None = None
+    # Bytes of the images this run has loaded or tools returned, by ImagePart.key: what requests show. Only for
+    # the run's length: the session keeps references (messages.ImagePart), never bytes.
+    images: dict[str, bytes] = field(default_factory=dict)
 
 
 class Tool(ABC):
@@ -71,8 +75,9 @@ class Tool(ABC):
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
 
     @abstractmethod
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        """Returns the result text; raises ToolError for failures the model should see."""
+    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> str | ToolOutput:
+        """Returns the result text (with images, a ToolOutput); raises ToolError for failures the model should
+        see."""
 
 
 # Validators per tool class: checking a schema costs milliseconds, and tool schemas never change at runtime.
@@ -133,6 +138,13 @@ class ToolRegistry:
             return _err(call, f"error: {exc}")
         except Exception as exc:  # noqa: BLE001 — a crashing tool must not end the run; the model gets the reason
             return _err(call, f"error: tool {call.name} crashed: {type(exc).__name__}: {exc}")
+        if isinstance(content, ToolOutput):
+            parts = []
+            for image in content.images:
+                part = ImagePart(mime_type=image.mime_type, name=image.name, size=len(image.data), sha256=image.sha256)
+                ctx.images[part.key] = image.data  # the loop stores it on the host and re-keys it
+                parts.append(part)
+            return ToolResult(tool_call_id=call.id, name=call.name, content=content.text, images=parts)
         return ToolResult(tool_call_id=call.id, name=call.name, content=content)
 
 

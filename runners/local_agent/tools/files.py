@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agenthost.runners.local_agent.images import MAX_IMAGE_BYTES, ToolImage, ToolOutput
+from agenthost.runners.local_agent.images import sniff as sniff_image
 from agenthost.runners.local_agent.tools.base import Tool, ToolContext, ToolError
 
 MAX_READ_LINES = 2_000
@@ -431,7 +433,8 @@ def _is_binary(sample: bytes) -> bool:
 class ReadFile(Tool):
     name = "read_file"
     description = (
-        "Read a text file from the workspace. Lines are numbered from 1. Use offset/limit for a range of lines."
+        "Read a text file from the workspace. Lines are numbered from 1. Use offset/limit for a range of lines. "
+        "An image file (png, jpeg, gif, webp) is returned as the image itself."
     )
     parameters = {
         "type": "object",
@@ -445,16 +448,24 @@ class ReadFile(Tool):
     }
     read_only = True
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> str:
+    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> str | ToolOutput:
         offset = int(args.get("offset", 1))
         limit = int(args.get("limit", MAX_READ_LINES))
         return await asyncio.to_thread(self._read, ctx.workspace, args["path"], offset, limit)
 
     @staticmethod
-    def _read(workspace: Path, user_path: str, offset: int, limit: int) -> str:
+    def _read(workspace: Path, user_path: str, offset: int, limit: int) -> str | ToolOutput:
         with Workspace(workspace) as ws:
             shown = display(relative_path(workspace, user_path))
             data = ws.read_bytes(user_path)
+        mime = sniff_image(data)
+        if mime:
+            if len(data) > MAX_IMAGE_BYTES:
+                raise ToolError(
+                    f"{shown} is a {len(data)}-byte image; images over {MAX_IMAGE_BYTES} bytes are not shown"
+                )
+            name = Path(shown).name
+            return ToolOutput(f"{shown}: {mime} image, {len(data)} bytes", (ToolImage(name, mime, data),))
         if _is_binary(data[:8192]):
             raise ToolError(f"{shown} looks binary; not shown")
         lines = data.decode("utf-8", errors="replace").splitlines()
