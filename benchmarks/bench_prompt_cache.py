@@ -39,7 +39,7 @@ class PerRunPrompt(LocalAgentRunner):
     async def _frozen_system(
         self, run: RunContext, config: Any, session: Session, workspace: Path, registry: ToolRegistry
     ) -> str:
-        fixed, _ = self._system_basis(config, workspace, registry)
+        fixed, _ = self._system_basis(run, config, workspace, registry)
         return await self._system_prompt(run, config, fixed)
 
 

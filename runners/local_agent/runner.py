@@ -284,14 +284,20 @@ class LocalAgentRunner(Runner):
             self._sessions.popitem(last=False)
         return session, notes, trigger_seq
 
-    def _system_basis(self, config: LocalAgentConfig, workspace: Path, registry: ToolRegistry) -> tuple[str, str]:
+    def _system_basis(
+        self, run: RunContext, config: LocalAgentConfig, workspace: Path, registry: ToolRegistry
+    ) -> tuple[str, str]:
         """The configured part of the system prompt and a digest of everything the prompt is rendered from but
-        state: a binding edit (prompt, skills, memory on/off, tool set) re-renders; state changes do not."""
+        state: a binding edit (prompt, skills, memory on/off, tool set) re-renders; state changes do not. Memory
+        is the actor's: in a conversation with several people, a run by someone else re-renders, or one person's
+        profile would be shown to the model answering another."""
         parts = [config.system_prompt or DEFAULT_SYSTEM_PROMPT, f"Workspace directory: {workspace}"]
         if "load_skill" in registry:
             parts.append(skills_prompt(config.skills))
         fixed = "\n\n".join(parts)
-        material = "\0".join([fixed, str(config.memory.model_dump_json()), ",".join(registry.names)])
+        actor = run.context.actor
+        who = f"{actor.actor_type}\x1f{actor.actor_id}" if config.memory.enabled else ""
+        material = "\0".join([fixed, config.memory.model_dump_json(), ",".join(registry.names), who])
         return fixed, hashlib.sha256(material.encode()).hexdigest()
 
     async def _system_prompt(self, run: RunContext, config: LocalAgentConfig, fixed: str, *, live: bool = False) -> str:
@@ -331,7 +337,7 @@ class LocalAgentRunner(Runner):
         same bytes on every request until a compaction re-renders it. Memory, tasks and todos changed meanwhile
         reach the model through the tool results that changed them, not through a rewritten prompt: a prompt that
         moves every turn would void the provider's prompt cache for the whole conversation each time."""
-        fixed, basis = self._system_basis(config, workspace, registry)
+        fixed, basis = self._system_basis(run, config, workspace, registry)
         if session.system and session.system_basis == basis:
             return session.system
         system = await self._system_prompt(run, config, fixed)
@@ -377,7 +383,7 @@ class LocalAgentRunner(Runner):
         system = await self._frozen_system(run, config, session, workspace, registry)
 
         async def refresh_system() -> str:
-            fixed, basis = self._system_basis(config, workspace, registry)
+            fixed, basis = self._system_basis(run, config, workspace, registry)
             text = await self._system_prompt(run, config, fixed, live=True)
             session.freeze_system(text, basis)
             return text

@@ -254,3 +254,28 @@ async def test_frozen_prompt_survives_a_restart_and_follows_config_edits(tmp_pat
         edited = server.model_requests[-1].json()["messages"][0]["content"]
         assert edited.startswith("You are terse.") and "second" in edited
         await runner.close()
+
+
+async def test_a_shared_conversation_never_shows_one_actors_memory_to_another(tmp_path: Path) -> None:
+    """Freezing must not outlive the actor: memory is per person, and in a group conversation the prompt frozen
+    for one member would otherwise carry their profile into runs answering the others."""
+    from agenthost.protos import common_pb2 as pb
+
+    ada = pb.Actor(actor_type="user", actor_id="ada")
+    bob = pb.Actor(actor_type="user", actor_id="bob")
+    async with FakeProviderServer() as server:
+        async with HostHarness(tmp_path, runners=[LocalAgentRunner], config=config_for("openai", server)) as h:
+            server.push(
+                openai_tool_calls([("m1", "memory", {"action": "add", "target": "profile", "content": "Ada, nurse"})]),
+                openai_text("Saved."),
+            )
+            r = await h.send("I am Ada, a nurse", conversation_id="ada-private", actor=ada)
+            assert r.run.status == "completed", r.run.error_message
+            server.push(openai_text("Hello Ada."), openai_text("Hello Bob."), openai_text("Hello again Ada."))
+            for text, actor in [("hi all", ada), ("hi, I'm Bob", bob), ("back", ada)]:
+                r = await h.send(text, conversation_id="group", actor=actor)
+                assert r.run.status == "completed", r.run.error_message
+        systems = [q.json()["messages"][0]["content"] for q in server.model_requests[2:]]
+    assert "Ada, nurse" in systems[0]  # the group session started with Ada's prompt…
+    assert "Ada, nurse" not in systems[1], "Bob's run was shown Ada's profile"  # …which Bob's run must not reuse
+    assert "Ada, nurse" in systems[2]

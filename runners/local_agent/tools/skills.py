@@ -8,8 +8,9 @@ from typing import Any
 from agenthost.runners.local_agent.tools.base import Tool, ToolContext, ToolError
 from agenthost.runners.sdk.skills import Skill, index_lines
 
-# One supporting file per call, excerpted past this; larger results are also offloaded by the loop.
-MAX_FILE_CHARS = 20_000
+# One supporting file per call, excerpted past this (under the default tool_result_max_chars, so a small window
+# is what sends an excerpt to an artifact, not every large file).
+MAX_FILE_CHARS = 16_000
 SKILLS_PROMPT_HEADER = (
     "Skills bound to this bot. Each is a set of instructions for one kind of task: when a request matches a "
     "skill's description, call load_skill with its name and follow what it says."
