@@ -13,7 +13,7 @@ import pytest
 
 from agenthost.runners.local_agent.messages import AssistantMessage, ToolCall, ToolResult, UserMessage
 from agenthost.runners.local_agent.providers.anthropic import AnthropicProvider
-from agenthost.runners.local_agent.providers.base import ModelRequest, ToolSpec
+from agenthost.runners.local_agent.providers.base import ModelRequest, ToolSpec, canonical_json
 from agenthost.runners.local_agent.providers.openai import OpenAICompatProvider
 from agenthost.runners.local_agent.runner import LocalAgentRunner
 from agenthost.runners.local_agent.testing import (
@@ -59,6 +59,10 @@ async def test_twenty_turns_keep_a_byte_stable_prefix(tmp_path: Path, provider: 
                 assert not [f.result for f in finished if f.is_error]  # the tool turns really changed state
                 assert not [e for e in r.events if e.WhichOneof("kind") == "compaction"]
         bodies = [q.json() for q in server.model_requests]
+        # Canonical on the wire (sorted keys, fixed separators) and the tools in name order.
+        assert all(q.body == canonical_json(q.json()) for q in server.model_requests)
+    names = [t["name"] if provider == "anthropic" else t["function"]["name"] for t in bodies[0]["tools"]]
+    assert names == sorted(names) and len(names) > 10
     assert len(bodies) == 20 + 8  # 20 answers + 8 tool steps
     shares = prefix_shares(bodies)
     assert min(shares) >= TARGET, [round(s, 4) for s in shares]
@@ -67,8 +71,11 @@ async def test_twenty_turns_keep_a_byte_stable_prefix(tmp_path: Path, provider: 
     if provider == "anthropic":
         for body in bodies:
             marked = json.dumps(body).count('"cache_control"')
-            assert marked == 3 and "cache_control" in body["tools"][-1] and "cache_control" in body["system"][-1]
+            assert marked == (4 if len(body["messages"]) >= 3 else 3)
+            assert "cache_control" in body["tools"][-1] and "cache_control" in body["system"][-1]
             assert "cache_control" in body["messages"][-1]["content"][-1]
+            if len(body["messages"]) >= 3:
+                assert body["messages"][-3]["role"] == "user" and "cache_control" in body["messages"][-3]["content"][-1]
     else:
         keys = {body["prompt_cache_key"] for body in bodies}
         assert len(keys) == 1 and "cache" not in next(iter(keys)) and len(next(iter(keys))) == 32
@@ -98,7 +105,9 @@ async def test_anthropic_breakpoints_and_opt_out() -> None:
     assert "cache_control" not in payload["tools"][0]
     assert payload["system"] == [{"type": "text", "text": "sys", "cache_control": {"type": "ephemeral"}}]
     assert payload["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
-    assert json.dumps(payload).count("cache_control") <= 4
+    assert payload["messages"][-3]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert "cache_control" not in json.dumps(payload["messages"][1])  # never on the assistant turn
+    assert json.dumps(payload).count("cache_control") == 4
     # The tool specs the provider was given are not marked (the marker is per request, not per session).
     assert all("cache_control" not in t.parameters for t in tools)
     off = provider.build_payload(ModelRequest(system="sys", messages=messages, tools=tools, prompt_cache=False))

@@ -276,21 +276,22 @@ EPHEMERAL = {"type": "ephemeral"}
 
 
 def _add_breakpoints(payload: dict[str, Any]) -> None:
-    """Three of the four breakpoints Anthropic allows: the last tool schema (caches all tools), the system prompt
-    (tools + system), and the last block of the latest message (the whole conversation so far, which the next
-    request finds as its prefix). The marker is not part of the cached content, so moving the last one forward
-    each turn still hits what the previous request wrote."""
+    """The four breakpoints Anthropic allows: the last tool schema (caches all tools), the system prompt (tools +
+    system), the last block of the latest message (the whole conversation so far, which the next request finds as
+    its prefix), and the last block of the user turn before it — where the previous request put its last one, so
+    the read hits even when a step added more blocks than the API looks back over (20) from a breakpoint. Markers
+    are not part of the cached content: moving them forward each turn still hits what earlier requests wrote."""
     tools = payload.get("tools")
     if tools:
         tools[-1]["cache_control"] = dict(EPHEMERAL)
     system = payload.get("system")
     if system:
         system[-1]["cache_control"] = dict(EPHEMERAL)
-    messages = payload.get("messages")
-    if messages:
-        content = messages[-1]["content"]
-        # Thinking blocks cannot carry a breakpoint; the latest message is a user turn, so this is only a guard.
-        for block in reversed(content):
+    messages = payload.get("messages") or []
+    # Turns alternate (same-role turns are merged), so [-3] is the previous request's latest user turn.
+    for message in (messages[-1], messages[-3]) if len(messages) >= 3 else messages[-1:]:
+        # Thinking blocks cannot carry a breakpoint; these are user turns, so this is only a guard.
+        for block in reversed(message["content"]):
             if block.get("type") not in ("thinking", "redacted_thinking"):
                 block["cache_control"] = dict(EPHEMERAL)
                 break
