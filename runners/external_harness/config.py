@@ -7,14 +7,13 @@ process's environment variables that hold them (`api_key_env`, `pass_env`), and 
 from __future__ import annotations
 
 import re
-from pathlib import PurePosixPath
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agenthost.runners.external_harness.errors import HarnessConfigError
+from agenthost.runners.sdk.skills import MAX_SKILLS, Skill, unique_names
 
-SKILL_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Names the runner sets itself; a binding overriding them would break isolation or session resume.
 RESERVED_ENV = frozenset(
@@ -33,53 +32,10 @@ RESERVED_ENV = frozenset(
         )
     }
 )
-MAX_SKILL_BYTES = 256 * 1024
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Skill(_Strict):
-    """A skill bound to the bot, projected as `<skills dir>/<name>/SKILL.md` (+ supporting files)."""
-
-    name: str = Field(description="Directory name and skill name: a-z, 0-9 and '-', at most 64 chars.")
-    description: str = Field(min_length=1, max_length=1536, description="When the model should use the skill.")
-    body: str = Field(default="", description="Markdown instructions (SKILL.md after the frontmatter).")
-    files: dict[str, str] = Field(
-        default_factory=dict, description="Supporting files: relative path inside the skill dir -> text content."
-    )
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, name: str) -> str:
-        if not SKILL_NAME.match(name):
-            raise ValueError("skill name must be 1-64 chars of a-z 0-9 '-' starting with a letter or digit")
-        return name
-
-    @field_validator("description")
-    @classmethod
-    def _one_line(cls, description: str) -> str:
-        # The description goes into YAML frontmatter; a newline or '---' would end it early.
-        if "\n" in description or "\r" in description:
-            raise ValueError("description must be a single line")
-        return description
-
-    @field_validator("files")
-    @classmethod
-    def _relative_paths(cls, files: dict[str, str]) -> dict[str, str]:
-        for rel in files:
-            p = PurePosixPath(rel)
-            if not rel or p.is_absolute() or ".." in p.parts or "\\" in rel or "\0" in rel or p.name == "SKILL.md":
-                raise ValueError(f"skill file path {rel!r} must be relative, inside the skill dir and not SKILL.md")
-        return files
-
-    @model_validator(mode="after")
-    def _size(self) -> Skill:
-        total = len(self.body.encode()) + sum(len(v.encode()) for v in self.files.values())
-        if total > MAX_SKILL_BYTES:
-            raise ValueError(f"skill {self.name!r} is {total} bytes; the cap is {MAX_SKILL_BYTES}")
-        return self
 
 
 class HarnessConfig(_Strict):
@@ -112,7 +68,7 @@ class HarnessConfig(_Strict):
         default=None, description="Root of the per-conversation working directories. Default: <data dir>/workspaces."
     )
     instructions: str = Field(default="", max_length=32 * 1024, description="Bot instructions for CLAUDE.md/AGENTS.md.")
-    skills: list[Skill] = Field(default_factory=list, max_length=64)
+    skills: list[Skill] = Field(default_factory=list, max_length=MAX_SKILLS)
     streaming: bool = Field(default=False, description="Stream token deltas where the harness can.")
     mcp_bridge: bool = Field(default=True, description="Offer the run's history/events/artifacts/state as MCP tools.")
     mcp_transport: Literal["http", "stdio"] = Field(
@@ -172,11 +128,7 @@ class HarnessConfig(_Strict):
     @field_validator("skills")
     @classmethod
     def _unique_skills(cls, skills: list[Skill]) -> list[Skill]:
-        names = [s.name for s in skills]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"duplicate skill names {dupes}")
-        return skills
+        return unique_names(skills)
 
 
 ClaudePermissionMode = Literal["default", "acceptEdits", "plan", "dontAsk", "auto", "bypassPermissions"]

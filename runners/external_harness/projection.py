@@ -33,9 +33,10 @@ from google.protobuf.json_format import MessageToDict
 
 from agenthost.protos import runner_pb2
 from agenthost.runners.external_harness import mcp_bridge
-from agenthost.runners.external_harness.config import HarnessConfig, Skill
+from agenthost.runners.external_harness.config import HarnessConfig
 from agenthost.runners.external_harness.errors import ProjectionError
 from agenthost.runners.external_harness.workspace import Workspace
+from agenthost.runners.sdk.skills import Skill, skill_files
 
 SCHEMA = "agenthost.external_harness_context.v1"
 BEGIN_MARKER = "<!-- BEGIN AGENTHOST MANAGED BLOCK: replaced before every message; edit outside it -->"
@@ -175,14 +176,6 @@ def upsert_managed_block(path: Path, block: str) -> None:
         atomic_write(path, updated)
 
 
-def _skill_files(skill: Skill) -> dict[str, str]:
-    # JSON strings are valid YAML scalars, so any description survives the frontmatter intact.
-    frontmatter = f"---\nname: {skill.name}\ndescription: {json.dumps(skill.description, ensure_ascii=False)}\n---\n"
-    files = {"SKILL.md": frontmatter + "\n" + skill.body.rstrip() + "\n"}
-    files.update(skill.files)
-    return files
-
-
 def _digest(files: dict[str, str]) -> str:
     h = hashlib.sha256()
     for rel in sorted(files):
@@ -200,7 +193,7 @@ def project_skills(workspace: Workspace, skills: list[Skill]) -> list[str]:
     except (FileNotFoundError, json.JSONDecodeError):
         managed = {}
     warnings: list[str] = []
-    wanted = {s.name: _skill_files(s) for s in skills}
+    wanted = {s.name: skill_files(s) for s in skills}
     new_manifest: dict[str, dict[str, str]] = {}
     for skills_dir in SKILL_DIRS:
         base = workspace.working_dir / skills_dir

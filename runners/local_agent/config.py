@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from agenthost.runners.sdk.skills import MAX_SKILLS, Skill, unique_names
+
 
 class ConfigError(ValueError):
     """The binding config (or the environment it points at) cannot drive a run; the message says what to fix."""
@@ -168,6 +170,23 @@ class LocalAgentConfig(BaseModel):
         "request. Each: 'provider/model' or {model, base_url, api_key_env, api_key, context_window}.",
     )
     compaction: CompactionConfig = CompactionConfig()
+    prompt_cache: bool = Field(
+        default=True,
+        description="Ask the provider to cache the request prefix: Anthropic cache_control breakpoints, an "
+        "OpenAI-compatible prompt_cache_key per conversation. A server that rejects the field with a 400 naming it "
+        "is retried without it automatically; false never sends them.",
+    )
+    skills: list[Skill] = Field(
+        default_factory=list,
+        max_length=MAX_SKILLS,
+        description="Skills bound to the bot (the same entries the harness runners project as SKILL.md): listed "
+        "in the system prompt by name and description, loaded on demand with the load_skill tool.",
+    )
+
+    @field_validator("skills")
+    @classmethod
+    def _unique_skills(cls, skills: list[Skill]) -> list[Skill]:
+        return unique_names(skills)
 
     @field_validator("model")
     @classmethod

@@ -39,7 +39,7 @@ BUDGET_EXHAUSTED_RESULT = (
     "you have."
 )
 FINAL_ANSWER_NOTE = (
-    "\n\n[The tool-call budget for this turn is exhausted: tools are disabled. Answer the user now: summarise what "
+    "[The tool-call budget for this turn is exhausted: tools are disabled. Answer the user now: summarise what "
     "was done, what remains, and how to continue.]"
 )
 
@@ -103,6 +103,8 @@ class AgentLoop:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         fallbacks: Sequence[ModelSlot] = (),
         summarizers: Sequence[Provider] = (),
+        refresh_system: Callable[[], Awaitable[str]] | None = None,
+        cache_key: str = "",
     ) -> None:
         self.provider = provider
         # Models the run moves to, in order, when the current one keeps failing (fallback.py says when).
@@ -116,6 +118,10 @@ class AgentLoop:
         self.session = session
         self.ctx = tool_ctx
         self.system = system_prompt
+        # Re-renders (and re-freezes) the system prompt after a compaction, the one moment the cached prefix is
+        # rewritten anyway; between compactions the prompt stays the same bytes.
+        self.refresh_system = refresh_system
+        self.cache_key = cache_key
         self.compactor = compactor
         self.counter = counter or TokenCounter()
         self.deadline_at = deadline_at
@@ -170,7 +176,10 @@ class AgentLoop:
             async for ev in self._prepare_context():
                 yield ev
             request = ModelRequest(
-                system=self.system + (FINAL_ANSWER_NOTE if final_turn else ""),
+                system=self.system,
+                note=FINAL_ANSWER_NOTE if final_turn else "",
+                prompt_cache=self.config.prompt_cache,
+                cache_key=self.cache_key,
                 messages=list(self.session.messages),  # a snapshot: the session grows while tools run
                 tools=self.tool_specs,
                 # The reserved output budget, not the configured maximum: servers such as vLLM reject a request
@@ -291,6 +300,11 @@ class AgentLoop:
         self._last_outcome = outcome
         self.session.rewrite(outcome.messages)
         self.counter.invalidate()
+        if self.refresh_system is not None and (outcome.summarized or outcome.collapsed or outcome.stubbed):
+            try:
+                self.system = await self.refresh_system()
+            except Exception as exc:  # noqa: BLE001 — the frozen prompt is still valid, only older
+                log.warning("run %s: system prompt not refreshed after compaction: %s", self.ctx.run_id, exc)
         log.info(
             "run %s: compacted %d -> %d tokens (%d stubbed, %d messages summarized, %d steps folded)",
             self.ctx.run_id,
@@ -350,6 +364,7 @@ class AgentLoop:
                     async for ev in self._compact(force=True):
                         yield ev
                     request.messages = list(self.session.messages)
+                    request.system = self.system
                     continue
                 late = False
                 delay = 0.0
@@ -367,6 +382,7 @@ class AgentLoop:
                         async for ev in self._fall_back(err, reason):
                             yield ev
                         request.messages = list(self.session.messages)
+                        request.system = self.system
                         request.max_tokens = self.compactor.max_output_tokens
                         attempt = 0
                         compacted_for_overflow = False

@@ -1,8 +1,9 @@
 """Cross-session memory: a user profile and fact notes per actor, in host state, capped, scanned, and frozen
-into the system prompt at the start of each run.
+into the system prompt when a conversation's session starts.
 
-Frozen means edits made during a run are saved at once but show up in the prompt from the next run on: the
-system prompt stays byte-identical within a run, which keeps provider prompt caches warm.
+Frozen means edits are saved at once but show up in the prompt of the next session (a new conversation, or this
+one after a compaction); meanwhile the model knows of them from the memory tool's results. The system prompt stays
+byte-identical across the session's requests, which keeps provider prompt caches warm (runner.py `_frozen_system`).
 """
 
 from __future__ import annotations

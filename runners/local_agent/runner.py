@@ -38,8 +38,9 @@ from agenthost.runners.local_agent.providers import (
 from agenthost.runners.local_agent.providers.base import Provider
 from agenthost.runners.local_agent.session import Session, safe_name
 from agenthost.runners.local_agent.tools import all_tools, build_registry
-from agenthost.runners.local_agent.tools.base import ToolContext
+from agenthost.runners.local_agent.tools.base import ToolContext, ToolRegistry
 from agenthost.runners.local_agent.tools.shell import ProcessLedger
+from agenthost.runners.local_agent.tools.skills import skills_prompt
 from agenthost.runners.local_agent.tools.tasks import STATE_KEY as TASKS_KEY
 from agenthost.runners.local_agent.tools.tasks import summary_line as task_summary
 from agenthost.runners.local_agent.tools.todo import STATE_KEY as TODO_KEY
@@ -283,8 +284,26 @@ class LocalAgentRunner(Runner):
             self._sessions.popitem(last=False)
         return session, notes, trigger_seq
 
-    async def _system_prompt(self, run: RunContext, config: LocalAgentConfig, workspace: Path) -> str:
+    def _system_basis(
+        self, run: RunContext, config: LocalAgentConfig, workspace: Path, registry: ToolRegistry
+    ) -> tuple[str, str]:
+        """The configured part of the system prompt and a digest of everything the prompt is rendered from but
+        state: a binding edit (prompt, skills, memory on/off, tool set) re-renders; state changes do not. Memory
+        is the actor's: in a conversation with several people, a run by someone else re-renders, or one person's
+        profile would be shown to the model answering another."""
         parts = [config.system_prompt or DEFAULT_SYSTEM_PROMPT, f"Workspace directory: {workspace}"]
+        if "load_skill" in registry:
+            parts.append(skills_prompt(config.skills))
+        fixed = "\n\n".join(parts)
+        actor = run.context.actor
+        who = f"{actor.actor_type}\x1f{actor.actor_id}" if config.memory.enabled else ""
+        material = "\0".join([fixed, config.memory.model_dump_json(), ",".join(registry.names), who])
+        return fixed, hashlib.sha256(material.encode()).hexdigest()
+
+    async def _system_prompt(self, run: RunContext, config: LocalAgentConfig, fixed: str, *, live: bool = False) -> str:
+        """The configured part plus a snapshot of memory, the task graph and the todo list. `live` reads the
+        conversation state from the host (a refresh mid-run) instead of the run's start snapshot."""
+        parts = [fixed]
         if config.memory.enabled:
             try:
                 state = await memory.load(run.api)
@@ -293,16 +312,37 @@ class LocalAgentRunner(Runner):
                     parts.append(block)
             except host_errors.AgentHostError:
                 pass  # memory needs actor state; a binding that does not grant it simply runs without
-        tasks_line = task_summary(run.state.get("conversation", {}).get(TASKS_KEY))
+        conversation = dict(run.state.get("conversation", {}))
+        if live:
+            for key in (TASKS_KEY, TODO_KEY):
+                try:
+                    conversation[key] = await run.api.state_get("conversation", key)
+                except host_errors.AgentHostError:
+                    pass  # no read grant: the start snapshot is the best known
+        tasks_line = task_summary(conversation.get(TASKS_KEY))
         if tasks_line:
             parts.append(tasks_line)
-        todos = run.state.get("conversation", {}).get(TODO_KEY)
+        todos = conversation.get(TODO_KEY)
         if isinstance(todos, list) and todos:
             try:
                 parts.append("Current todo list:\n" + render_todos(todos))
             except (KeyError, TypeError):
                 pass
         return "\n\n".join(parts)
+
+    async def _frozen_system(
+        self, run: RunContext, config: LocalAgentConfig, session: Session, workspace: Path, registry: ToolRegistry
+    ) -> str:
+        """The session's system prompt: rendered when the session starts (or its configuration changed), then the
+        same bytes on every request until a compaction re-renders it. Memory, tasks and todos changed meanwhile
+        reach the model through the tool results that changed them, not through a rewritten prompt: a prompt that
+        moves every turn would void the provider's prompt cache for the whole conversation each time."""
+        fixed, basis = self._system_basis(run, config, workspace, registry)
+        if session.system and session.system_basis == basis:
+            return session.system
+        system = await self._system_prompt(run, config, fixed)
+        session.freeze_system(system, basis)
+        return system
 
     async def _run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
         config = LocalAgentConfig.parse(run.config)
@@ -340,7 +380,14 @@ class LocalAgentRunner(Runner):
         session, notes, trigger_seq = await self._session(run, config, window)
         for ev in notes:
             yield ev
-        system = await self._system_prompt(run, config, workspace)
+        system = await self._frozen_system(run, config, session, workspace, registry)
+
+        async def refresh_system() -> str:
+            fixed, basis = self._system_basis(run, config, workspace, registry)
+            text = await self._system_prompt(run, config, fixed, live=True)
+            session.freeze_system(text, basis)
+            return text
+
         ctx = ToolContext(
             workspace=workspace,
             api=run.api,
@@ -367,6 +414,8 @@ class LocalAgentRunner(Runner):
             stream_text=run.context.delivery.supports_streaming,
             fallbacks=slots,
             summarizers=[self._provider(config, run.secrets, r) for r in config.compaction.routes()],
+            refresh_system=refresh_system,
+            cache_key=prompt_cache_key(run) if config.prompt_cache else "",
         )
         text, parts = images.from_attachments(run.text, run.context.input.attachments or run.context.event.attachments)
         user = UserMessage(content=text, host_seq=trigger_seq, images=parts)
@@ -378,6 +427,12 @@ def conversation_key(run: RunContext) -> str:
     """A conversation is (bot, conversation id) to the host; one runner process serves many bots, and two bots'
     "default" conversations must not share a session or a workspace. \x1f cannot occur in either id."""
     return f"{run.bot_id}\x1f{run.conversation_id}"
+
+
+def prompt_cache_key(run: RunContext) -> str:
+    """A stable, opaque per-conversation key for OpenAI-compatible prompt caching: a digest, so neither the bot
+    nor the conversation id reaches the provider."""
+    return hashlib.sha256(b"agenthost.local_agent.prompt_cache\0" + conversation_key(run).encode()).hexdigest()[:32]
 
 
 def _scope_name(value: int) -> str:

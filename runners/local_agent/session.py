@@ -46,6 +46,10 @@ class Session:
         self.path = path
         self.conversation_id = conversation_id
         self.messages: list[Message] = list(messages or [])
+        # The system prompt frozen for this session (see `freeze_system`), and a digest of the configuration it was
+        # rendered from; "" when none is frozen yet.
+        self.system = ""
+        self.system_basis = ""
 
     @classmethod
     def path_for(cls, root: Path, conversation_id: str) -> Path:
@@ -66,6 +70,7 @@ class Session:
             report.torn_tail = True  # the last write did not finish its newline
         lines = lines[:-1]
         header_ok = False
+        system = basis = ""
         for line in lines:
             if not line.strip():
                 continue
@@ -79,6 +84,8 @@ class Session:
                 continue
             if rec.get("t") == "header":
                 header_ok = rec.get("conversation_id") == conversation_id
+                if isinstance(rec.get("system"), str) and isinstance(rec.get("system_basis"), str):
+                    system, basis = rec["system"], rec["system_basis"]
                 continue
             try:
                 messages.append(from_dict(rec["m"]))
@@ -89,6 +96,7 @@ class Session:
             return None, report
         healed, report.repair = pairing.repair(messages)
         session = cls(path, conversation_id, healed)
+        session.system, session.system_basis = system, basis
         if report.healed:
             session.rewrite(healed)
         return session, report
@@ -100,7 +108,19 @@ class Session:
         return session
 
     def _header(self) -> bytes:
-        return _line({"t": "header", "v": FORMAT_VERSION, "conversation_id": self.conversation_id})
+        header: dict[str, Any] = {"t": "header", "v": FORMAT_VERSION, "conversation_id": self.conversation_id}
+        if self.system:
+            header["system"] = self.system
+            header["system_basis"] = self.system_basis
+        return _line(header)
+
+    def freeze_system(self, system: str, basis: str) -> None:
+        """Keeps `system` as this session's system prompt until the next freeze (session start, compaction, a
+        changed configuration). Stored in the header, so a restarted runner sends the same bytes."""
+        if (system, basis) == (self.system, self.system_basis):
+            return
+        self.system, self.system_basis = system, basis
+        self._replace(self.messages)
 
     def append(self, *messages: Message) -> None:
         if not messages:

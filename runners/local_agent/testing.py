@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors as host_errors
@@ -438,6 +438,11 @@ def openai_error(status: int, message: str, *, code: str = "", headers: dict[str
     return Reply(status=status, chunks=[body.encode()], content_type="application/json", headers=headers or {})
 
 
+def anthropic_error(status: int, message: str, *, kind: str = "invalid_request_error") -> Reply:
+    body = json.dumps({"type": "error", "error": {"type": kind, "message": message}})
+    return Reply(status=status, chunks=[body.encode()], content_type="application/json")
+
+
 def anthropic_stream(events: list[tuple[str, dict[str, Any]]]) -> Reply:
     return Reply(chunks=[sse({"type": name, **data}, event=name) for name, data in events])
 
@@ -566,3 +571,76 @@ class ScriptedProvider:
 
     async def aclose(self) -> None:
         return None
+
+
+# ---------------------------------------------------------------- prompt-cache prefix measurement
+
+
+def _strip_cache_control(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_cache_control(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_strip_cache_control(v) for v in value]
+    return value
+
+
+def cacheable_prefix(body: dict[str, Any]) -> bytes:
+    """The part of a chat request a provider's prompt cache keys on — tool schemas, system prompt, messages, in the
+    order providers render them — as canonical JSON. Anthropic `cache_control` markers are left out: they mark
+    where to cache, are not part of the cached content, and the last one moves forward every request by design.
+    One line per tool, system block and message, so a request that only appends is an exact extension (a JSON
+    array's closing bracket would otherwise count as a difference)."""
+    system = body.get("system", [])
+    items = [*body.get("tools", []), *(system if isinstance(system, list) else [system]), *body.get("messages", [])]
+    lines = [
+        json.dumps(_strip_cache_control(item), ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+        for item in items
+    ]
+    return "".join(line + "\n" for line in lines).encode("utf-8")
+
+
+def common_prefix_len(a: bytes, b: bytes) -> int:
+    n = min(len(a), len(b))
+    lo, hi = 0, n
+    while lo < hi:  # binary search on slice equality: C-speed comparisons instead of a Python loop per byte
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def prefix_shares(bodies: list[dict[str, Any]]) -> list[float]:
+    """For each request after the first: the share of the previous request's cacheable bytes that the request
+    repeats byte for byte at its start (1.0 = the previous request is entirely a prefix of this one)."""
+    serialized = [cacheable_prefix(b) for b in bodies]
+    return [common_prefix_len(prev, cur) / len(prev) for prev, cur in zip(serialized, serialized[1:], strict=False)]
+
+
+def cache_script(provider: Literal["openai", "anthropic"], turns: int = 20) -> list[tuple[str, list[Reply]]]:
+    """A scripted conversation of `turns` user messages and the model replies each one gets: plain answers, and
+    every few turns tool calls that change the workspace, the todo list and the user's memory — the state a
+    per-turn system prompt would have re-rendered. Tool-call ids are unique across the conversation."""
+    tool_turns: dict[int, list[tuple[str, dict[str, Any]]]] = {
+        1: [("write_file", {"path": "notes.txt", "content": "alpha\nbeta\n"})],
+        3: [("todo_write", {"items": [{"content": "draft the plan", "status": "in_progress"}]})],
+        5: [("read_file", {"path": "notes.txt"}), ("list_files", {})],
+        8: [("memory", {"action": "add", "target": "notes", "content": "Prefers short answers"})],
+        11: [("edit_file", {"path": "notes.txt", "old_string": "beta", "new_string": "gamma"})],
+        14: [("todo_write", {"items": [{"content": "draft the plan", "status": "completed"}]})],
+        17: [("grep", {"pattern": "gamma"})],
+    }
+    script: list[tuple[str, list[Reply]]] = []
+    for turn in range(turns):
+        replies: list[Reply] = []
+        for step, (name, args) in enumerate(tool_turns.get(turn, [])):
+            cid = f"call_{turn}_{step}"
+            if provider == "openai":
+                replies.append(openai_tool_calls([(cid, name, args)], text=f"Step {step} of turn {turn}."))
+            else:
+                replies.append(anthropic_tool_use(cid, name, args, text=f"Step {step} of turn {turn}."))
+        answer = f"Answer {turn}: " + "done. " * (5 + turn % 4)
+        replies.append(openai_text(answer) if provider == "openai" else anthropic_text(answer))
+        script.append((f"Message {turn}: please continue with part {turn} of the task.", replies))
+    return script

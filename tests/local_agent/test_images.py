@@ -118,7 +118,8 @@ async def test_anthropic_user_message_carries_image_blocks(tmp_path: Path) -> No
         "role": "user",
         "content": [
             {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": b64(JPEG)}},
-            {"type": "text", "text": "read it"},
+            # The prompt-cache breakpoint sits on the turn's last block; the image before it is cached with it.
+            {"type": "text", "text": "read it", "cache_control": {"type": "ephemeral"}},
         ],
     }
 
@@ -220,6 +221,7 @@ async def test_anthropic_tool_image_goes_inside_the_tool_result(tmp_path: Path) 
             {
                 "type": "tool_result",
                 "tool_use_id": "toolu_1",
+                "cache_control": {"type": "ephemeral"},
                 "content": [
                     {"type": "text", "text": f"a.png: image/png image, {len(PNG)} bytes"},
                     {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64(PNG)}},

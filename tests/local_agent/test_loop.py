@@ -96,7 +96,12 @@ async def test_iteration_budget_ends_with_an_answer(tmp_path: Path) -> None:
         reqs = [r.json() for r in server.model_requests]
         assert len(reqs) == 3
         assert [r["tool_choice"] for r in reqs] == ["auto", "auto", "none"]
-        assert "budget" in reqs[2]["messages"][0]["content"]
+        # The note follows the history; the system prompt (the head of the cached prefix) is unchanged.
+        assert reqs[2]["messages"][0] == reqs[1]["messages"][0] and "tools are disabled" not in str(
+            reqs[2]["messages"][0]
+        )
+        assert reqs[2]["messages"][-1]["role"] == "user" and "tools are disabled" in reqs[2]["messages"][-1]["content"]
+        assert reqs[2]["messages"][:-1] == reqs[1]["messages"] + reqs[2]["messages"][len(reqs[1]["messages"]) : -1]
         assert terminal(evs).completed.finish_reason == "max_iterations"
         assert "stopped after 2" in [e.message.text for e in evs if e.WhichOneof("kind") == "message"][-1]
         # Even the ignored final call was closed with a result: history stays paired.

@@ -201,8 +201,17 @@ async def test_memory_is_frozen_into_the_system_prompt(tmp_path: Path) -> None:
         systems = [r.json()["messages"][0]["content"] for r in server.model_requests]
         assert all("Name: Ada" in s for s in systems)
         assert systems[0] == systems[1] and "Likes tea" not in systems[1]  # frozen within the run
+        # Frozen for the conversation (its session), so the cached prefix holds: the next turn still sends the
+        # start-of-session snapshot, and the model knows of the edit from the memory tool's result in its history.
         server.push(openai_text("Hi Ada"))
         await send(runner, api, "hi", cfg)
+        later = server.model_requests[-1].json()["messages"]
+        assert later[0]["content"] == systems[0] and any("added to notes" in (m.get("content") or "") for m in later)
+        # A new conversation of the same user starts from the saved memory.
+        other = FakeRunAPI("c2")
+        other.state = api.state
+        server.push(openai_text("Hi Ada, tea?"))
+        await send(runner, other, "hi again", cfg)
         assert "Likes tea" in server.model_requests[-1].json()["messages"][0]["content"]
         server.push(
             openai_tool_calls(

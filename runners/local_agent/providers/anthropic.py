@@ -48,6 +48,7 @@ class AnthropicProvider(HttpProvider):
     ) -> None:
         super().__init__(provider_id, model, base_url=base_url, api_key=api_key, timeout=timeout, transport=transport)
         self.thinking_budget = thinking_budget
+        self._send_cache_control = True
         self.context_window_hint = known_window(model, KNOWN_WINDOWS)
 
     def _headers(self) -> dict[str, str]:
@@ -117,6 +118,8 @@ class AnthropicProvider(HttpProvider):
                         {"type": "tool_use", "id": c.id, "name": c.name, "input": safe_arguments(c.arguments)}
                     )
                 push("assistant", blocks)
+        if request.note:
+            push("user", [{"type": "text", "text": request.note}])
         if out and out[0]["role"] != "user":
             out.insert(0, {"role": "user", "content": [{"type": "text", "text": "(conversation continues)"}]})
         return out
@@ -128,8 +131,9 @@ class AnthropicProvider(HttpProvider):
             "stream": True,
             "messages": self.build_messages(request),
         }
+        cache = request.prompt_cache and self._send_cache_control
         if request.system:
-            payload["system"] = [{"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}]
+            payload["system"] = [{"type": "text", "text": request.system}]
         if self.thinking_budget:
             payload["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
             payload["max_tokens"] = max(request.max_tokens, self.thinking_budget + 1024)
@@ -140,15 +144,41 @@ class AnthropicProvider(HttpProvider):
                 {"name": t.name, "description": t.description, "input_schema": t.parameters} for t in request.tools
             ]
             payload["tool_choice"] = {"type": request.tool_choice}
+        if cache:
+            _add_breakpoints(payload)
         return payload
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        url = self._url("messages")
+        try:
+            events = self._sse(url, self.build_payload(request), self._headers())
+            first = await anext(events, None)
+        except ProviderError as err:
+            if not (err.kind == ErrorKind.BAD_REQUEST and "cache_control" in err.message and self._send_cache_control):
+                raise
+            # A /v1/messages server that rejects the field: requests go without breakpoints from now on.
+            self._send_cache_control = False
+            events = self._sse(url, self.build_payload(request), self._headers())
+            first = await anext(events, None)
+        async for ev in self._parse(first, events):
+            yield ev
+
+    async def _parse(
+        self, first: tuple[str, str] | None, rest: AsyncIterator[tuple[str, str]]
+    ) -> AsyncIterator[StreamEvent]:
         blocks: dict[int, dict[str, Any]] = {}
         partial_json: dict[int, list[str]] = {}
         usage = Usage()
         stop_reason: str | None = None
         finished = False
-        async for event, data in self._sse(self._url("messages"), self.build_payload(request), self._headers()):
+
+        async def frames() -> AsyncIterator[tuple[str, str]]:
+            if first is not None:
+                yield first
+            async for f in rest:
+                yield f
+
+        async for event, data in frames():
             try:
                 obj = json.loads(data)
             except ValueError:
@@ -160,13 +190,7 @@ class AnthropicProvider(HttpProvider):
                 # An error inside an HTTP 200 stream (overloaded_error is the usual one).
                 raise self._error(classify_stream_error(obj))
             if etype == "message_start":
-                u = (obj.get("message") or {}).get("usage") or {}
-                usage.cache_read_tokens = int(u.get("cache_read_input_tokens") or 0)
-                usage.cache_write_tokens = int(u.get("cache_creation_input_tokens") or 0)
-                usage.input_tokens = (
-                    int(u.get("input_tokens") or 0) + usage.cache_read_tokens + usage.cache_write_tokens
-                )
-                usage.output_tokens = int(u.get("output_tokens") or 0)
+                usage = _usage((obj.get("message") or {}).get("usage") or {})
             elif etype == "content_block_start":
                 idx = int(obj.get("index", len(blocks)))
                 blocks[idx] = dict(obj.get("content_block") or {})
@@ -207,10 +231,7 @@ class AnthropicProvider(HttpProvider):
                     if b.get("type") == "text" and b.get("text"):
                         yield TextChunk(b["text"])
                 stop_reason = obj.get("stop_reason")
-                u = obj.get("usage") or {}
-                usage = Usage(
-                    input_tokens=int(u.get("input_tokens") or 0), output_tokens=int(u.get("output_tokens") or 0)
-                )
+                usage = _usage(obj.get("usage") or {})
                 finished = True
         if not finished:
             raise ProviderError(ErrorKind.STREAM_BROKEN, "stream ended before message_stop")
@@ -251,3 +272,41 @@ class AnthropicProvider(HttpProvider):
 
 def _image_block(part: Any, data: bytes) -> dict[str, Any]:
     return {"type": "image", "source": {"type": "base64", "media_type": part.mime_type, "data": images.b64(data)}}
+
+
+def _usage(u: dict[str, Any]) -> Usage:
+    """Anthropic reports the uncached part as input_tokens; the whole prompt (what anchors the token estimate) is
+    that plus the tokens read from and written to the cache."""
+    read = int(u.get("cache_read_input_tokens") or 0)
+    write = int(u.get("cache_creation_input_tokens") or 0)
+    return Usage(
+        input_tokens=int(u.get("input_tokens") or 0) + read + write,
+        output_tokens=int(u.get("output_tokens") or 0),
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+    )
+
+
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def _add_breakpoints(payload: dict[str, Any]) -> None:
+    """The four breakpoints Anthropic allows: the last tool schema (caches all tools), the system prompt (tools +
+    system), the last block of the latest message (the whole conversation so far, which the next request finds as
+    its prefix), and the last block of the user turn before it — where the previous request put its last one, so
+    the read hits even when a step added more blocks than the API looks back over (20) from a breakpoint. Markers
+    are not part of the cached content: moving them forward each turn still hits what earlier requests wrote."""
+    tools = payload.get("tools")
+    if tools:
+        tools[-1]["cache_control"] = dict(EPHEMERAL)
+    system = payload.get("system")
+    if system:
+        system[-1]["cache_control"] = dict(EPHEMERAL)
+    messages = payload.get("messages") or []
+    # Turns alternate (same-role turns are merged), so [-3] is the previous request's latest user turn.
+    for message in (messages[-1], messages[-3]) if len(messages) >= 3 else messages[-1:]:
+        # Thinking blocks cannot carry a breakpoint; these are user turns, so this is only a guard.
+        for block in reversed(message["content"]):
+            if block.get("type") not in ("thinking", "redacted_thinking"):
+                block["cache_control"] = dict(EPHEMERAL)
+                break

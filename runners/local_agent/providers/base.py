@@ -52,6 +52,13 @@ class ModelRequest:
     # messages without bytes here becomes a note (agenthost.runners.local_agent.images).
     vision: bool = False
     images: dict[str, bytes] = field(default_factory=dict)
+    # A per-turn instruction sent after the history (the forced-final-answer note): putting it anywhere earlier,
+    # in the system prompt say, would change the prefix every cached request shares.
+    note: str = ""
+    # Provider prompt caching: Anthropic cache_control breakpoints; an OpenAI-compatible prompt_cache_key (an
+    # opaque per-conversation digest, never the raw ids), sent only when non-empty.
+    prompt_cache: bool = True
+    cache_key: str = ""
 
 
 @dataclass(slots=True)
@@ -104,6 +111,13 @@ def summary_text(content: str, progress: bool = False) -> str:
     if progress:
         return PROGRESS_PREFIX + content + PROGRESS_SUFFIX
     return SUMMARY_PREFIX + content + SUMMARY_SUFFIX
+
+
+def canonical_json(value: Any) -> bytes:
+    """The one serialization of a request body: sorted keys and fixed separators, so the same request is the same
+    bytes every time (prompt caches and the prefix benchmark compare bytes). Lone surrogates are replaced."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True, allow_nan=False)
+    return text.encode("utf-8", "replace")
 
 
 def safe_arguments(arguments: str) -> dict[str, Any]:
@@ -191,7 +205,9 @@ class HttpProvider(Provider):
     async def _sse(self, url: str, payload: dict[str, Any], headers: dict[str, str]) -> AsyncIterator[tuple[str, str]]:
         """POSTs and yields (event, data) pairs of a server-sent-event stream; HTTP errors are classified."""
         try:
-            async with self._client.stream("POST", url, json=payload, headers=headers) as resp:
+            body = canonical_json(payload)
+            headers = {**headers, "content-type": "application/json"}
+            async with self._client.stream("POST", url, content=body, headers=headers) as resp:
                 if resp.status_code >= 400:
                     body = (await resp.aread()).decode("utf-8", "replace")
                     raise self._error(classify_status(resp.status_code, body, resp.headers))

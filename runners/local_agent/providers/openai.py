@@ -49,6 +49,10 @@ KNOWN_WINDOWS: dict[str, int] = {
 }
 
 
+# Request parameters the provider can learn to drop (stream_options, prompt_cache_key, the max-tokens name).
+MAX_ADAPTATIONS = 3
+
+
 def known_window(model: str, table: dict[str, int]) -> int | None:
     best: tuple[int, int] | None = None
     for prefix, window in table.items():
@@ -149,6 +153,7 @@ class OpenAICompatProvider(HttpProvider):
         super().__init__(provider_id, model, base_url=base_url, api_key=api_key, timeout=timeout, transport=transport)
         self.flavor = flavor
         self._send_stream_options = True
+        self._send_cache_key = True
         # OpenAI's own API has deprecated max_tokens (reasoning models reject it); local servers only know it.
         self._max_tokens_key = "max_completion_tokens" if provider_id == "openai" else "max_tokens"
         self.context_window_hint = known_window(model, KNOWN_WINDOWS) if flavor == "openai" else None
@@ -212,6 +217,8 @@ class OpenAICompatProvider(HttpProvider):
                     msg["content"] = ""
                 out.append(msg)
         flush()
+        if request.note:
+            out.append({"role": "user", "content": request.note})
         return out
 
     def build_payload(self, request: ModelRequest) -> dict[str, Any]:
@@ -234,16 +241,23 @@ class OpenAICompatProvider(HttpProvider):
                 for t in request.tools
             ]
             payload["tool_choice"] = request.tool_choice
+        if request.prompt_cache and request.cache_key and self._send_cache_key:
+            # Routes a conversation's requests to the same cache shard (OpenAI); harmless where ignored.
+            payload["prompt_cache_key"] = request.cache_key
         return payload
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         url = f"{self.base_url}/chat/completions"
-        try:
-            stream = self._sse(url, self.build_payload(request), self._headers())
-            first = await anext(stream, None)
-        except ProviderError as err:
-            if not self._adapt(err):
-                raise
+        # A strict gateway names one rejected field per answer; each adaptation drops one, so a few rounds suffice.
+        for _ in range(MAX_ADAPTATIONS):
+            try:
+                stream = self._sse(url, self.build_payload(request), self._headers())
+                first = await anext(stream, None)
+                break
+            except ProviderError as err:
+                if not self._adapt(err):
+                    raise
+        else:
             stream = self._sse(url, self.build_payload(request), self._headers())
             first = await anext(stream, None)
         async for ev in self._parse(first, stream):
@@ -253,6 +267,10 @@ class OpenAICompatProvider(HttpProvider):
         """Learns from a rejected request parameter; True when a retry with the adjusted payload makes sense."""
         if err.kind != ErrorKind.BAD_REQUEST:
             return False
+        if "prompt_cache_key" in err.message and self._send_cache_key:
+            # A server that rejects unknown fields: caching stays on whatever the server does by itself.
+            self._send_cache_key = False
+            return True
         if "stream_options" in err.message and self._send_stream_options:
             # Strict gateways reject unknown keys; usage then only comes when the server volunteers it.
             self._send_stream_options = False

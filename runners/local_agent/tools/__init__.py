@@ -12,6 +12,7 @@ from agenthost.runners.local_agent.tools.host import ReadArtifact, SearchHistory
 from agenthost.runners.local_agent.tools.knowledge import SearchKnowledge
 from agenthost.runners.local_agent.tools.memory import Memory
 from agenthost.runners.local_agent.tools.shell import Shell
+from agenthost.runners.local_agent.tools.skills import LoadSkill
 from agenthost.runners.local_agent.tools.tasks import task_tools
 from agenthost.runners.local_agent.tools.todo import TodoWrite
 
@@ -27,6 +28,7 @@ def all_tools() -> list[Tool]:
         *task_tools(),
         Memory(),
         Compact(),
+        LoadSkill(),
     ]
 
 
@@ -83,6 +85,8 @@ def build_registry(
         tools = [t for t in tools if t.name != "shell"]
     if not config.memory.enabled:
         tools = [t for t in tools if t.name != "memory"]
+    if not config.skills:
+        tools = [t for t in tools if t.name != "load_skill"]
     if granted_apis:
         tools = [t for t in tools if all(api in granted_apis for api in TOOL_APIS.get(t.name, ()))]
     if granted_scopes:

@@ -113,7 +113,9 @@ class ToolRegistry:
         return list(self._tools)
 
     def specs(self) -> list[ToolSpec]:
-        return [t.spec() for t in self._tools.values()]
+        # Sorted by name: the schemas open every request's cached prefix, so their order must not depend on how
+        # the tool set was assembled (config order, grants).
+        return [self._tools[n].spec() for n in sorted(self._tools)]
 
     def is_read_only(self, name: str) -> bool:
         tool = self._tools.get(name)
