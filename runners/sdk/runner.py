@@ -79,6 +79,27 @@ class RunContext:
         """History inlined by the host; empty unless the manifest asked for a bootstrap."""
         return list(self.context.bootstrap)
 
+    async def request_approval(
+        self,
+        tool_name: str,
+        *,
+        summary: str = "",
+        arguments: Any = None,
+        reason: str = "",
+        timeout_seconds: float = 0.0,
+        tool_call_id: str = "",
+    ) -> Any:
+        """Asks whoever is talking to the bot whether a tool call may run; returns the host's ApprovalDecision
+        (`approved`, `outcome`, `decided_by`, `note`). See RunAPI.request_approval."""
+        return await self.api.request_approval(
+            tool_name,
+            summary=summary,
+            arguments=arguments,
+            reason=reason,
+            timeout_seconds=timeout_seconds,
+            tool_call_id=tool_call_id,
+        )
+
 
 class Runner:
     """Base class of every runner. Subclasses set `manifest` and implement `run`."""
