@@ -139,7 +139,7 @@ class Approvals:
             async with asyncio.timeout(timeout):
                 resolved = await asyncio.shield(pending.done)
         except TimeoutError:
-            self._resolve(requested.approval_id, "timeout", note=f"no decision within {timeout:.0f}s")
+            self._resolve(requested.approval_id, "timeout", note=f"no decision within {round(timeout, 1):g}s")
             resolved = pending.done.result()
         except asyncio.CancelledError:
             # The runner hung up (its run was cancelled, its process died): nobody is left to act on a decision.
