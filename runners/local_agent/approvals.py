@@ -9,42 +9,16 @@ unexecuted and tells the model why in the call's result: the run itself goes on.
 
 from __future__ import annotations
 
-import fnmatch
 import json
-import re
 from typing import Any
 
-from agenthost.runners.local_agent.config import ApprovalsConfig
 from agenthost.runners.local_agent.messages import ToolCall, ToolResult
+from agenthost.runners.sdk.approvals import ApprovalsConfig, approval_reason
+
+__all__ = ["approval_reason", "check", "summary"]
 
 SHELL_TOOL = "shell"
 SUMMARY_CHARS = 300
-# Shell control operators: a pattern is matched against each simple command they separate, so "ls; rm -rf x"
-# still asks under "rm *".
-_SEGMENTS = re.compile(r"\|\||&&|[;&|()`\n]|\$\(")
-
-
-def _matches(pattern: str, text: str) -> bool:
-    if pattern.startswith("re:"):
-        return re.search(pattern[3:], text) is not None
-    return fnmatch.fnmatchcase(text, pattern)
-
-
-def approval_reason(config: ApprovalsConfig, tool_name: str, args: dict[str, Any]) -> str:
-    """Why this call needs approval, or "" when it may run as is."""
-    for pattern in config.tools:
-        if _matches(pattern, tool_name):
-            return f"tool {tool_name!r} matches approvals.tools {pattern!r}"
-    command = args.get("command") if tool_name == SHELL_TOOL else None
-    if isinstance(command, str) and config.commands:
-        parts = [command.strip(), *(p.strip() for p in _SEGMENTS.split(command))]
-        for pattern in config.commands:
-            if pattern.startswith("re:"):
-                if _matches(pattern, command):
-                    return f"command matches approvals.commands {pattern!r}"
-            elif any(p and _matches(pattern, p) for p in parts):
-                return f"command matches approvals.commands {pattern!r}"
-    return ""
 
 
 def summary(tool_name: str, args: dict[str, Any]) -> str:
@@ -58,7 +32,7 @@ def summary(tool_name: str, args: dict[str, Any]) -> str:
 
 async def check(api: Any, config: ApprovalsConfig, call: ToolCall, args: dict[str, Any]) -> ToolResult | None:
     """None when the call may run (not gated, or approved); else the error result the model reads instead."""
-    reason = approval_reason(config, call.name, args) if config.enabled else ""
+    reason = approval_reason(config, call.name, args, shell_tools=(SHELL_TOOL,)) if config.enabled else ""
     if not reason:
         return None
     try:
