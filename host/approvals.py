@@ -203,7 +203,10 @@ class Approvals:
         info.status = outcome
         info.resolved.CopyFrom(resolved)
         self._forget(approval_id)
-        self._resolved[approval_id] = info
+        # Remembered without the request's text (up to ~6 KiB each): a late decision needs only who and what.
+        self._resolved[approval_id] = hpb.ApprovalInfo(
+            approval_id=approval_id, run_id=info.run_id, bot_id=info.bot_id, status=outcome, resolved=resolved
+        )
         while len(self._resolved) > _RESOLVED_KEPT:
             self._resolved.popitem(last=False)
         self._emit(info.run_id, pb.RunEvent(approval_resolved=resolved))

@@ -618,3 +618,28 @@ async def test_row_request_approval_bad_arguments(world: World) -> None:
     assert await code_of(approval(w, r1.run_id, m, arguments_json=big)) == SC.RESOURCE_EXHAUSTED
     assert w.h.host.runs.approvals.pending_count == 0
     assert await audited(w, "RequestApproval", "INVALID_ARGUMENT", r1.run_id)
+
+
+async def test_row_request_approval_hung_up_by_the_runner_is_withdrawn(world: World) -> None:
+    """A runner that stops waiting (its call cut by a deadline, its process gone) leaves nothing pending: the
+    approval resolves as cancelled and a late decision is refused."""
+    w = world
+    r1 = await w.start("c1")
+    call = approval(w, r1.run_id, own(r1), timeout_seconds=60)
+    approvals = w.h.host.runs.approvals
+    for _ in range(500):
+        if approvals.pending_count:
+            break
+        await asyncio.sleep(0.01)
+    (pending,) = approvals.list(bot_ids=None)
+    call.cancel()  # grpc.aio: awaiting a cancelled call raises CancelledError, not an RpcError
+    with contextlib.suppress(asyncio.CancelledError):
+        await call
+    for _ in range(500):
+        if not approvals.pending_count:
+            break
+        await asyncio.sleep(0.01)
+    assert approvals.pending_count == 0
+    found = approvals.find(pending.approval_id)
+    assert found is not None and found.status == "cancelled"
+    assert found.resolved.note == "the runner stopped waiting"
