@@ -70,8 +70,8 @@ class Approvals:
     def _validate(self, run: ActiveRun, request: api.ApprovalRequest) -> tuple[pb.ApprovalRequested, float]:
         if not request.tool_name or len(request.tool_name) > 128 or _CONTROL.search(request.tool_name):
             raise errors.InvalidArgument("tool_name must be 1-128 characters without control characters")
-        if len(request.tool_call_id) > 256:
-            raise errors.InvalidArgument("tool_call_id is longer than 256 characters")
+        if len(request.tool_call_id) > 256 or _CONTROL.search(request.tool_call_id):
+            raise errors.InvalidArgument("tool_call_id must be at most 256 characters without control characters")
         if len(request.arguments_json) > limits.APPROVAL_MAX_ARGUMENTS_BYTES:
             raise errors.ResourceExhausted(
                 f"arguments_json is larger than APPROVAL_MAX_ARGUMENTS_BYTES = {limits.APPROVAL_MAX_ARGUMENTS_BYTES}"
@@ -186,7 +186,9 @@ class Approvals:
             if done is None:
                 raise errors.NotFound(f"no approval {approval_id[:64]!r}")
             raise errors.FailedPrecondition(f"approval {approval_id} is already {done.status}")
-        return self._resolve(approval_id, outcome, decided_by=decided_by, note=clean(note, len(note) or 1))
+        return self._resolve(
+            approval_id, outcome, decided_by=decided_by, note=clean(note, limits.APPROVAL_MAX_TEXT_CHARS)
+        )
 
     # ---- internals ----
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     # Only for the annotation: the serving process imports this module long before (and often without ever)
     # loading a runner class, and the manifest model costs it pydantic.
     from agenthost.plugins.manifest import RunnerManifest
+    from agenthost.protos.run_api_pb2 import ApprovalDecision
 
 
 @dataclass
@@ -88,7 +89,7 @@ class RunContext:
         reason: str = "",
         timeout_seconds: float = 0.0,
         tool_call_id: str = "",
-    ) -> Any:
+    ) -> ApprovalDecision:
         """Asks whoever is talking to the bot whether a tool call may run; returns the host's ApprovalDecision
         (`approved`, `outcome`, `decided_by`, `note`). See RunAPI.request_approval."""
         return await self.api.request_approval(
