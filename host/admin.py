@@ -329,3 +329,32 @@ class AdminServicer(host_grpc.AgentHostServicer):
         from agenthost.host.models import list_models
 
         return await list_models(self.host.registry, self.host.supervisor, self.host.keys, request.bot)
+
+    # ---- approvals (a send credential: its own bots' only; others' do not exist to it) ----
+
+    @_mapped
+    async def ListApprovals(
+        self, request: hpb.ListApprovalsRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.ListApprovalsResponse:
+        principal = current()
+        bot_ids: set[str] | None = None if principal.is_admin else set(principal.bots)
+        if request.bot:
+            bot_id = self.host.registry.bot(request.bot).bot_id
+            require_bot(bot_id)
+            bot_ids = {bot_id}
+        approvals = self.host.runs.approvals.list(bot_ids=bot_ids, run_id=request.run_id)
+        return hpb.ListApprovalsResponse(approvals=approvals)
+
+    @_mapped
+    async def DecideApproval(
+        self, request: hpb.DecideApprovalRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.ApprovalInfo:
+        approvals = self.host.runs.approvals
+        found = approvals.find(request.approval_id)
+        if found is None:
+            raise errors.NotFound(f"no approval {request.approval_id[:64]!r}")
+        try:
+            require_bot(found.bot_id)
+        except errors.PermissionDenied:
+            raise errors.NotFound(f"no approval {request.approval_id[:64]!r}") from None
+        return approvals.decide(request.approval_id, request.decision, request.note, current().name)

@@ -442,11 +442,33 @@ async def cmd_send(args: argparse.Namespace, c: HostClient) -> int:
 
     files = _attachments(args.attach)
     if args.json:
-        result = await c.send(args.bot, args.text, conversation_id=args.conversation, source="cli", attachments=files)
-        out = to_jsonable(result.run)
-        out["event_count"] = len(result.events)
+        request = hpb.SendMessageRequest(
+            bot=args.bot, text=args.text, conversation_id=args.conversation, source="cli", attachments=files
+        )
+        run: hpb.RunInfo | None = None
+        count = 0
+        approvals: list[Any] = []
+        async for reply in c.stream(request):
+            kind = reply.WhichOneof("kind")
+            if kind == "events":
+                count += len(reply.events.events)
+                for ev in reply.events.events:
+                    if ev.WhichOneof("kind") in ("approval_requested", "approval_resolved"):
+                        approvals.append(to_jsonable(ev))
+                        if ev.WhichOneof("kind") == "approval_requested":
+                            # Live, one JSON line on stderr: a wrapper can decide it while this call still waits.
+                            print(json.dumps(approvals[-1], ensure_ascii=False), file=sys.stderr, flush=True)
+            elif kind == "run_finished":
+                run = reply.run_finished
+        if run is None:
+            from agenthost.protos import errors
+
+            raise errors.Unavailable("the host ended the stream before the run finished")
+        out = to_jsonable(run)
+        out["event_count"] = count
+        out["approvals"] = approvals
         print_json(out)
-        return 0 if result.run.status == "completed" else 1
+        return 0 if run.status == "completed" else 1
     from agenthost.host.console import stream_reply
 
     request = hpb.SendMessageRequest(
@@ -469,6 +491,19 @@ async def cmd_chat(args: argparse.Namespace, c: HostClient) -> int:
     )
     loop = asyncio.get_running_loop()
     pending: list[Any] = []
+
+    async def ask(req: Any) -> None:
+        """An approval request, answered inline: y approves, anything else (or end of input) denies."""
+        try:
+            answer = await loop.run_in_executor(None, lambda: input("    approve? [y/N] "))
+        except EOFError:
+            answer = ""
+        decision = "approve" if answer.strip().lower() in ("y", "yes") else "deny"
+        try:
+            await c.call("DecideApproval", hpb.DecideApprovalRequest(approval_id=req.approval_id, decision=decision))
+        except errors.AgentHostError as exc:  # e.g. it timed out while the question was on screen
+            print(f"    could not {decision}: {exc.message}")
+
     while True:
         try:
             line = await loop.run_in_executor(None, lambda: input("you> "))
@@ -493,9 +528,34 @@ async def cmd_chat(args: argparse.Namespace, c: HostClient) -> int:
                 hpb.SendMessageRequest(
                     bot=args.bot, text=line, conversation_id=args.conversation, source="cli", attachments=files
                 ),
+                ask=ask,
             )
         except errors.AgentHostError as exc:
             print(f"\nerror: {exc.code.name}: {exc.message}")
+
+
+async def cmd_approvals(args: argparse.Namespace, c: HostClient) -> int:
+    from agenthost.host.console import approval_line
+    from agenthost.protos import host_pb2 as hpb
+
+    if args.action == "list":
+        request = hpb.ListApprovalsRequest(bot=args.bot, run_id=args.run)
+        approvals = (await c.call("ListApprovals", request)).approvals
+        if args.json:
+            print_json([to_jsonable(a) for a in approvals])
+        elif not approvals:
+            print("no approvals pending")
+        else:
+            for a in approvals:
+                print(f"{a.approval_id} run {a.run_id} bot {a.bot_id} conversation {a.conversation_id}")
+                print(approval_line(a.request))
+        return 0
+    decision = "approve" if args.action == "approve" else "deny"
+    info = await c.call(
+        "DecideApproval", hpb.DecideApprovalRequest(approval_id=args.approval_id, decision=decision, note=args.note)
+    )
+    _emit(args, to_jsonable(info), f"{info.approval_id}: {info.status}")
+    return 0
 
 
 async def cmd_runs(args: argparse.Namespace, c: HostClient) -> int:
@@ -667,6 +727,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, HostClient], Awaitable[int]]] 
     "models": cmd_models,
     "credentials": cmd_credentials,
     "kb": cmd_kb,
+    "approvals": cmd_approvals,
 }
 
 
@@ -1040,6 +1101,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="send a file with the message (repeatable); images (png, jpeg, gif, webp) reach models that take them",
     )
+
+    appr = _group(
+        sub,
+        "approvals",
+        "tool calls waiting for a person's decision (a binding's `approvals`)",
+        "agenthost approvals list --bot support",
+        "agenthost approvals approve apr_0123 --note 'once'",
+    )
+    al = appr.add("list", "pending approvals, oldest first", "agenthost approvals list --bot support --json")
+    al.add_argument("--bot", default="")
+    al.add_argument("--run", default="", help="only this run's")
+    for action, what in (("approve", "let the tool call run"), ("deny", "refuse it (the model is told)")):
+        decide = appr.add(action, what, f"agenthost approvals {action} apr_0123 --note 'why'")
+        decide.add_argument("approval_id")
+        decide.add_argument("--note", default="", help="shown to the model with a denial (at most 1000 characters)")
 
     runs = _group(sub, "runs", "inspect and cancel runs", "agenthost runs list --status failed")
     ls = runs.add(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agenthost.host.client import HostClient
@@ -40,6 +42,13 @@ class Printer:
             self._line(f"  … compacted context {ev.compaction.tokens_before} → {ev.compaction.tokens_after} tokens")
         elif kind == "progress":
             self._line(f"  … {ev.progress.message}")
+        elif kind == "approval_requested":
+            self._line(approval_line(ev.approval_requested))
+        elif kind == "approval_resolved":
+            r = ev.approval_resolved
+            who = f" by {r.decided_by}" if r.decided_by else ""
+            note = f": {r.note}" if r.note else ""
+            self._line(f"  {'✓' if r.outcome == 'approved' else '✗'} approval {r.outcome}{who}{note}")
         self.out.flush()
 
     def finished(self, run: hpb.RunInfo, streamed_text: bool) -> None:
@@ -52,7 +61,24 @@ class Printer:
             self._line(f"[run {run.run_id} {run.status}: {run.error_code} {run.error_message}]")
 
 
-async def stream_reply(client: HostClient, request: hpb.SendMessageRequest) -> hpb.RunInfo:
+def approval_line(req: pb.ApprovalRequested) -> str:
+    """An approval request for a terminal. Summary and reason were written by the runner; the host has already
+    stripped their control characters and capped them."""
+    left = max(0, int(req.expires_at - time.time()))
+    return (
+        f"  ? approval needed for {req.tool_name}: {req.summary}\n"
+        f"    why: {req.reason or '-'}; expires in {left}s\n"
+        f"    agenthost approvals approve {req.approval_id}   (or: deny)"
+    )
+
+
+# Called for each approval request while the stream is read (e.g. `chat` asks y/n); None only prints it.
+AskApproval = Callable[[pb.ApprovalRequested], Awaitable[None]]
+
+
+async def stream_reply(
+    client: HostClient, request: hpb.SendMessageRequest, *, ask: AskApproval | None = None
+) -> hpb.RunInfo:
     """Streams one message's run to the terminal and returns how it finished. Used by `send`, `chat` and the demo."""
     printer = Printer()
     streamed = False
@@ -63,6 +89,8 @@ async def stream_reply(client: HostClient, request: hpb.SendMessageRequest) -> h
             for ev in reply.events.events:
                 streamed |= ev.WhichOneof("kind") == "text_delta"
                 printer.event(ev)
+                if ask is not None and ev.WhichOneof("kind") == "approval_requested":
+                    await ask(ev.approval_requested)
         elif kind == "run_finished":
             finished = reply.run_finished
     if finished is None:

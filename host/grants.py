@@ -13,7 +13,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
-from agenthost.plugins.manifest import API_METHODS, RunnerManifest
+from agenthost.plugins.manifest import ALWAYS_GRANTED_METHODS, API_METHODS, RunnerManifest
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, Unauthenticated
 from agenthost.protos.wire import STATE_SCOPES
@@ -48,7 +48,7 @@ class Grant:
         if policy.state_scopes:
             scopes &= {SCOPE_NAMES[s] for s in policy.state_scopes if s in SCOPE_NAMES}
         cross = tuple(policy.cross_conversation_patterns) if manifest.permissions.cross_conversation else ()
-        methods = frozenset(m for api in apis for m in API_METHODS[api])
+        methods = frozenset(m for api in apis for m in API_METHODS[api]) | ALWAYS_GRANTED_METHODS
         return cls(frozenset(apis), methods, frozenset(scopes), cross)
 
     def to_json(self) -> dict[str, object]:

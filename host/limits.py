@@ -124,6 +124,24 @@ RUNS_MAX_QUEUED_INPUT_BYTES = 256 * MiB
 RUNS_RETRY_MIN_MS = 250
 RUNS_RETRY_MAX_MS = 60_000
 
+# ---- human approval of tool calls (agenthost.host.approvals) ----
+
+# Approvals one run may hold open at once. Each is a held-open RequestApproval call (a gRPC slot, a task) and a
+# prompt in front of a person; a model asking for a dozen tools in one step still fits, a plugin flooding does not.
+APPROVALS_MAX_PENDING_PER_RUN = 4
+# Approvals pending host-wide: far under the run API's concurrent-call cap, so waiting calls cannot crowd out
+# the calls runs make to do their work.
+APPROVALS_MAX_PENDING = 256
+# How long a request waits when the runner names no timeout, and the longest it may name (the run's deadline
+# caps both). No decision in time = not approved.
+APPROVAL_DEFAULT_SECONDS = 300.0
+APPROVAL_MAX_SECONDS = 3600.0
+# Summary, reason and note: what a person reads in one glance (longer is cut, or refused for a note).
+APPROVAL_MAX_TEXT_CHARS = 1000
+# A request's arguments as received, and the part of them shown in the event (the rest is marked truncated).
+APPROVAL_MAX_ARGUMENTS_BYTES = 256 * KiB
+APPROVAL_SHOWN_ARGUMENTS_CHARS = 4 * KiB
+
 # ---- the single writer ----
 
 # Jobs waiting for the writer thread; past this, producers that can wait (state writes, a run's stream) wait.

@@ -20,6 +20,7 @@ from google.protobuf import message as pb_message
 from google.protobuf import message_factory
 
 from agenthost.host import limits
+from agenthost.host.approvals import Approvals
 from agenthost.host.grants import ActiveRun, RunRegistry, hash_secret
 from agenthost.host.knowledge import KnowledgeBase
 from agenthost.host.observability import Observer
@@ -193,8 +194,10 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         audit: AuditLog,
         observer: Observer | None = None,
         knowledge: KnowledgeBase | None = None,
+        approvals: Approvals | None = None,
     ) -> None:
         self.registry = registry
+        self.approvals = approvals
         self.knowledge = knowledge
         self.observer = observer or Observer()
         self.runs = runs
@@ -487,3 +490,12 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             raise errors.Unavailable("this host serves no knowledge base")
         # Always the run's own bot: the request cannot name another.
         return await self.knowledge.search(run.bot_id, request.query, request.top_k)
+
+    # ---- approvals ----
+
+    @_run_scoped
+    async def RequestApproval(self, run: ActiveRun, request: api.ApprovalRequest) -> api.ApprovalDecision:
+        if self.approvals is None:
+            raise errors.Unavailable("this host serves no approvals")
+        # Always the caller's own run: authorize() refused any other run id before this line.
+        return await self.approvals.request(run, request)

@@ -34,6 +34,7 @@ import grpc
 
 from agenthost.host import attachments as attachment_checks
 from agenthost.host import limits
+from agenthost.host.approvals import Approvals
 from agenthost.host.grants import ActiveRun, Grant, RunRegistry, hash_secret, new_token
 from agenthost.host.keys import KeyStore
 from agenthost.host.observability import Observer
@@ -59,6 +60,9 @@ MAX_INPUT_BYTES = 256 * 1024
 MAX_ASSISTANT_TEXT = 4 * 1024 * 1024
 _CONVERSATION_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,512}$")
 _EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+# Events only the host writes into a run (agenthost.host.approvals); a runner sending one is ignored, so a plugin
+# cannot put a forged approval prompt in front of a person.
+HOST_ONLY_EVENTS = frozenset({"approval_requested", "approval_resolved"})
 
 
 def parse_runner_id(runner_id: str) -> tuple[str, str]:
@@ -272,6 +276,7 @@ class RunManager:
         self.admission = Admission()
         self._closing = False
         self._manifests: dict[tuple[str, str], RunnerManifest] = {}
+        self.approvals = Approvals(self.host_event)
 
     # ---- routing ----
 
@@ -473,6 +478,15 @@ class RunManager:
     def in_flight(self) -> int:
         return len(self._live)
 
+    def host_event(self, run_id: str, event: pb.RunEvent) -> bool:
+        """Writes an event of the host's own (an approval) into a running run's stream: numbered, persisted and
+        published like the runner's. False when the run is not running or has already ended."""
+        st = self._live.get(run_id)
+        if st is None or st.task is None or st.terminal is not None:
+            return False
+        self._ingest(st, pb.RunEventBatch(events=[event]), from_host=True)
+        return True
+
     async def shutdown(self) -> None:
         """Host stopping: in-flight and queued runs end as interrupted; their ends are awaited before the DB
         closes. No queued run starts from here on."""
@@ -656,7 +670,7 @@ class RunManager:
                 return
         self._set_outcome(st, "failed", "runner_unavailable", detail)
 
-    def _ingest(self, st: _RunState, batch: pb.RunEventBatch) -> None:
+    def _ingest(self, st: _RunState, batch: pb.RunEventBatch, *, from_host: bool = False) -> None:
         """Numbers, projects, persists (queued) and publishes one batch. Runs per batch, not per event, where it
         can: the hot path of streaming."""
         info = st.info
@@ -675,10 +689,13 @@ class RunManager:
         for ev in batch.events:
             if st.terminal is not None:
                 break  # nothing after the terminal event counts
+            kind = ev.WhichOneof("kind")
+            if kind in HOST_ONLY_EVENTS and not from_host:
+                log.warning("run %s: ignored a %s event sent by the runner (host-only)", info.run_id, kind)
+                continue
             st.seq += 1
             ev.seq = st.seq
             ev.created_at = now
-            kind = ev.WhichOneof("kind")
             kept.append(ev)
             if kind == "text_delta":
                 if st.text_len < MAX_ASSISTANT_TEXT:
@@ -772,6 +789,8 @@ class RunManager:
 
     async def _finish(self, st: _RunState) -> None:
         info = st.info
+        # Open approvals end as cancelled, recorded in the stream before the run's end is written.
+        self.approvals.run_ended(info.run_id)
         self.grants.revoke(info.run_id)
         leftover: list[NewItem] = []
         self._flush_text(st, leftover)

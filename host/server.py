@@ -305,6 +305,7 @@ class Host:
                 self.audit,
                 observer=self.observer,
                 knowledge=self.knowledge,
+                approvals=self.runs.approvals,
             ),
             api_server,
         )

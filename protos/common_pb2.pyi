@@ -253,8 +253,52 @@ class Failed(_message.Message):
     retryable: bool
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
 
+class ApprovalOption(_message.Message):
+    __slots__ = ("id", "label")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    label: str
+    def __init__(self, id: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...
+
+class ApprovalRequested(_message.Message):
+    __slots__ = ("approval_id", "tool_name", "summary", "arguments_json", "reason", "expires_at", "options", "arguments_truncated", "tool_call_id")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    tool_name: str
+    summary: str
+    arguments_json: str
+    reason: str
+    expires_at: float
+    options: _containers.RepeatedCompositeFieldContainer[ApprovalOption]
+    arguments_truncated: bool
+    tool_call_id: str
+    def __init__(self, approval_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., summary: _Optional[str] = ..., arguments_json: _Optional[str] = ..., reason: _Optional[str] = ..., expires_at: _Optional[float] = ..., options: _Optional[_Iterable[_Union[ApprovalOption, _Mapping]]] = ..., arguments_truncated: _Optional[bool] = ..., tool_call_id: _Optional[str] = ...) -> None: ...
+
+class ApprovalResolved(_message.Message):
+    __slots__ = ("approval_id", "outcome", "decided_by", "note", "decided_at")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_BY_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_AT_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    outcome: str
+    decided_by: str
+    note: str
+    decided_at: float
+    def __init__(self, approval_id: _Optional[str] = ..., outcome: _Optional[str] = ..., decided_by: _Optional[str] = ..., note: _Optional[str] = ..., decided_at: _Optional[float] = ...) -> None: ...
+
 class RunEvent(_message.Message):
-    __slots__ = ("text_delta", "message", "tool_started", "tool_finished", "compaction", "retry", "state_updated", "artifact_created", "usage", "progress", "completed", "failed", "seq", "created_at")
+    __slots__ = ("text_delta", "message", "tool_started", "tool_finished", "compaction", "retry", "state_updated", "artifact_created", "usage", "progress", "completed", "failed", "approval_requested", "approval_resolved", "seq", "created_at")
     TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TOOL_STARTED_FIELD_NUMBER: _ClassVar[int]
@@ -267,6 +311,8 @@ class RunEvent(_message.Message):
     PROGRESS_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    APPROVAL_RESOLVED_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     text_delta: TextDelta
@@ -281,9 +327,11 @@ class RunEvent(_message.Message):
     progress: Progress
     completed: Completed
     failed: Failed
+    approval_requested: ApprovalRequested
+    approval_resolved: ApprovalResolved
     seq: int
     created_at: float
-    def __init__(self, text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_finished: _Optional[_Union[ToolFinished, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., retry: _Optional[_Union[Retry, _Mapping]] = ..., state_updated: _Optional[_Union[StateUpdated, _Mapping]] = ..., artifact_created: _Optional[_Union[ArtifactCreated, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., completed: _Optional[_Union[Completed, _Mapping]] = ..., failed: _Optional[_Union[Failed, _Mapping]] = ..., seq: _Optional[int] = ..., created_at: _Optional[float] = ...) -> None: ...
+    def __init__(self, text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_finished: _Optional[_Union[ToolFinished, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., retry: _Optional[_Union[Retry, _Mapping]] = ..., state_updated: _Optional[_Union[StateUpdated, _Mapping]] = ..., artifact_created: _Optional[_Union[ArtifactCreated, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., completed: _Optional[_Union[Completed, _Mapping]] = ..., failed: _Optional[_Union[Failed, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_resolved: _Optional[_Union[ApprovalResolved, _Mapping]] = ..., seq: _Optional[int] = ..., created_at: _Optional[float] = ...) -> None: ...
 
 class RunEventBatch(_message.Message):
     __slots__ = ("events",)

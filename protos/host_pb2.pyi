@@ -630,3 +630,47 @@ class ListModelsAdminResponse(_message.Message):
     BINDINGS_FIELD_NUMBER: _ClassVar[int]
     bindings: _containers.RepeatedCompositeFieldContainer[BindingModels]
     def __init__(self, bindings: _Optional[_Iterable[_Union[BindingModels, _Mapping]]] = ...) -> None: ...
+
+class ApprovalInfo(_message.Message):
+    __slots__ = ("approval_id", "run_id", "bot_id", "conversation_id", "created_at", "status", "request", "resolved")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    BOT_ID_FIELD_NUMBER: _ClassVar[int]
+    CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    RESOLVED_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    run_id: str
+    bot_id: str
+    conversation_id: str
+    created_at: float
+    status: str
+    request: _common_pb2.ApprovalRequested
+    resolved: _common_pb2.ApprovalResolved
+    def __init__(self, approval_id: _Optional[str] = ..., run_id: _Optional[str] = ..., bot_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., created_at: _Optional[float] = ..., status: _Optional[str] = ..., request: _Optional[_Union[_common_pb2.ApprovalRequested, _Mapping]] = ..., resolved: _Optional[_Union[_common_pb2.ApprovalResolved, _Mapping]] = ...) -> None: ...
+
+class ListApprovalsRequest(_message.Message):
+    __slots__ = ("bot", "run_id")
+    BOT_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    bot: str
+    run_id: str
+    def __init__(self, bot: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+
+class ListApprovalsResponse(_message.Message):
+    __slots__ = ("approvals",)
+    APPROVALS_FIELD_NUMBER: _ClassVar[int]
+    approvals: _containers.RepeatedCompositeFieldContainer[ApprovalInfo]
+    def __init__(self, approvals: _Optional[_Iterable[_Union[ApprovalInfo, _Mapping]]] = ...) -> None: ...
+
+class DecideApprovalRequest(_message.Message):
+    __slots__ = ("approval_id", "decision", "note")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    decision: str
+    note: str
+    def __init__(self, approval_id: _Optional[str] = ..., decision: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...

@@ -205,6 +205,16 @@ class AgentHostStub:
                 request_serializer=agenthost_dot_protos_dot_host__pb2.ListModelsAdminRequest.SerializeToString,
                 response_deserializer=agenthost_dot_protos_dot_host__pb2.ListModelsAdminResponse.FromString,
                 _registered_method=True)
+        self.ListApprovals = channel.unary_unary(
+                '/agenthost.v1.AgentHost/ListApprovals',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.ListApprovalsRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.ListApprovalsResponse.FromString,
+                _registered_method=True)
+        self.DecideApproval = channel.unary_unary(
+                '/agenthost.v1.AgentHost/DecideApproval',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.DecideApprovalRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.ApprovalInfo.FromString,
+                _registered_method=True)
 
 
 class AgentHostServicer:
@@ -426,6 +436,21 @@ class AgentHostServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListApprovals(self, request, context):
+        """Tool calls waiting for a person (AgentRunAPIProxy.RequestApproval). A send credential sees and decides only
+        its own bots' approvals. Deciding an unknown (or unseen) id NOT_FOUND; an approval already decided, timed
+        out or cancelled FAILED_PRECONDITION.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DecideApproval(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentHostServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -598,6 +623,16 @@ def add_AgentHostServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=agenthost_dot_protos_dot_host__pb2.ListModelsAdminRequest.FromString,
                     response_serializer=agenthost_dot_protos_dot_host__pb2.ListModelsAdminResponse.SerializeToString,
+            ),
+            'ListApprovals': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListApprovals,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.ListApprovalsRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.ListApprovalsResponse.SerializeToString,
+            ),
+            'DecideApproval': grpc.unary_unary_rpc_method_handler(
+                    servicer.DecideApproval,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.DecideApprovalRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.ApprovalInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1518,6 +1553,60 @@ class AgentHost:
             '/agenthost.v1.AgentHost/ListModels',
             agenthost_dot_protos_dot_host__pb2.ListModelsAdminRequest.SerializeToString,
             agenthost_dot_protos_dot_host__pb2.ListModelsAdminResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListApprovals(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/ListApprovals',
+            agenthost_dot_protos_dot_host__pb2.ListApprovalsRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.ListApprovalsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DecideApproval(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/DecideApproval',
+            agenthost_dot_protos_dot_host__pb2.DecideApprovalRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.ApprovalInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -272,3 +272,37 @@ class KbSearchResponse(_message.Message):
     keyword_only_reason: str
     documents_without_vectors: int
     def __init__(self, hits: _Optional[_Iterable[_Union[KbHit, _Mapping]]] = ..., keyword_only: _Optional[bool] = ..., keyword_only_reason: _Optional[str] = ..., documents_without_vectors: _Optional[int] = ...) -> None: ...
+
+class ApprovalRequest(_message.Message):
+    __slots__ = ("run_id", "tool_name", "summary", "arguments_json", "reason", "timeout_seconds", "tool_call_id")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    tool_name: str
+    summary: str
+    arguments_json: str
+    reason: str
+    timeout_seconds: float
+    tool_call_id: str
+    def __init__(self, run_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., summary: _Optional[str] = ..., arguments_json: _Optional[str] = ..., reason: _Optional[str] = ..., timeout_seconds: _Optional[float] = ..., tool_call_id: _Optional[str] = ...) -> None: ...
+
+class ApprovalDecision(_message.Message):
+    __slots__ = ("approval_id", "approved", "outcome", "decided_by", "note", "timeout_seconds")
+    APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
+    APPROVED_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_BY_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    approval_id: str
+    approved: bool
+    outcome: str
+    decided_by: str
+    note: str
+    timeout_seconds: float
+    def __init__(self, approval_id: _Optional[str] = ..., approved: _Optional[bool] = ..., outcome: _Optional[str] = ..., decided_by: _Optional[str] = ..., note: _Optional[str] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...

@@ -100,6 +100,11 @@ class AgentRunAPIProxyStub:
                 request_serializer=agenthost_dot_protos_dot_run__api__pb2.KbSearchRequest.SerializeToString,
                 response_deserializer=agenthost_dot_protos_dot_run__api__pb2.KbSearchResponse.FromString,
                 _registered_method=True)
+        self.RequestApproval = channel.unary_unary(
+                '/agenthost.v1.AgentRunAPIProxy/RequestApproval',
+                request_serializer=agenthost_dot_protos_dot_run__api__pb2.ApprovalRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_run__api__pb2.ApprovalDecision.FromString,
+                _registered_method=True)
 
 
 class AgentRunAPIProxyServicer:
@@ -186,6 +191,16 @@ class AgentRunAPIProxyServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RequestApproval(self, request, context):
+        """Asks a person whether a tool call may run, and waits for the answer. The host records and streams an
+        `approval_requested` event into the run, holds the call until someone decides (AgentHost.DecideApproval),
+        the timeout passes, or the run ends, records `approval_resolved`, and answers. Always granted: asking
+        grants the runner nothing. Too many open requests (per run, host-wide) RESOURCE_EXHAUSTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentRunAPIProxyServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -253,6 +268,11 @@ def add_AgentRunAPIProxyServicer_to_server(servicer, server):
                     servicer.KbSearch,
                     request_deserializer=agenthost_dot_protos_dot_run__api__pb2.KbSearchRequest.FromString,
                     response_serializer=agenthost_dot_protos_dot_run__api__pb2.KbSearchResponse.SerializeToString,
+            ),
+            'RequestApproval': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequestApproval,
+                    request_deserializer=agenthost_dot_protos_dot_run__api__pb2.ApprovalRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_run__api__pb2.ApprovalDecision.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -606,6 +626,33 @@ class AgentRunAPIProxy:
             '/agenthost.v1.AgentRunAPIProxy/KbSearch',
             agenthost_dot_protos_dot_run__api__pb2.KbSearchRequest.SerializeToString,
             agenthost_dot_protos_dot_run__api__pb2.KbSearchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequestApproval(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentRunAPIProxy/RequestApproval',
+            agenthost_dot_protos_dot_run__api__pb2.ApprovalRequest.SerializeToString,
+            agenthost_dot_protos_dot_run__api__pb2.ApprovalDecision.FromString,
             options,
             channel_credentials,
             insecure,

@@ -226,6 +226,10 @@ def calls_for(w: World, run: RunContext, artifact_id: str) -> dict[str, Callable
             api.StateDeleteRequest(run_id=rid, scope=pb.RUN, key="k"), metadata=m, timeout=10
         ),
         "KbSearch": lambda m: w.stub.KbSearch(api.KbSearchRequest(run_id=rid, query="hello"), metadata=m, timeout=10),
+        # Nobody answers: it resolves as a timeout almost at once (and OK: the call itself was allowed).
+        "RequestApproval": lambda m: w.stub.RequestApproval(
+            api.ApprovalRequest(run_id=rid, tool_name="shell", timeout_seconds=0.05), metadata=m, timeout=10
+        ),
     }
 
 
@@ -422,7 +426,8 @@ async def test_row_methods_outside_the_grant_are_denied(world: World) -> None:
     await w.h.bind("test/probe", conversation_pattern="n1", priority=5, apis=["history.page", "state.read"])
     run = await w.start("n1")
     assert set(run.context.resources.apis) == {"history.page", "state.read"}
-    granted = {"HistoryPage", "StateGet", "StateList"}
+    # RequestApproval is granted to every run (plugins.manifest.ALWAYS_GRANTED_METHODS): asking grants nothing.
+    granted = {"HistoryPage", "StateGet", "StateList", "RequestApproval"}
     calls = calls_for(w, run, art.artifact_id)
     assert len(calls) == len(api.DESCRIPTOR.services_by_name["AgentRunAPIProxy"].methods)
     before = w.digest()
@@ -567,3 +572,74 @@ async def test_row_host_bug_is_internal(world: World, monkeypatch: pytest.Monkey
     monkeypatch.setattr(w.h.host.state, "get", broken)
     assert await code_of(state_get(w, r1.run_id, own(r1))) == SC.INTERNAL
     assert await audited(w, "StateGet", "INTERNAL", r1.run_id)
+
+
+# ---- RequestApproval: always granted, but only for the caller's own run, bounded, and validated ----
+
+
+def approval(w: World, run_id: str, metadata: Any, **kw: Any) -> Any:
+    kw.setdefault("tool_name", "shell")
+    kw.setdefault("timeout_seconds", 0.05)
+    return w.stub.RequestApproval(api.ApprovalRequest(run_id=run_id, **kw), metadata=metadata, timeout=10)
+
+
+async def test_row_request_approval_for_another_run_is_denied(world: World) -> None:
+    """A runner cannot put a prompt into another run's stream: its token and its tool token are refused for any
+    run but their own, and nothing is left pending."""
+    w = world
+    r1 = await w.start("c1")
+    r2 = await w.start("c2")
+    for metadata in (own(r1), md(r1.tool_token, None), md(r1.api.run_token, w.other_secret)):
+        assert await code_of(approval(w, r2.run_id, metadata, timeout_seconds=30)) == SC.PERMISSION_DENIED
+    assert await code_of(approval(w, "run_doesnotexist", own(r1))) == SC.NOT_FOUND
+    assert w.h.host.runs.approvals.pending_count == 0
+    assert await audited(w, "RequestApproval", "PERMISSION_DENIED", r2.run_id)
+    # the tool token may ask for its own run (a harness's permission prompt goes through it)
+    assert await code_of(approval(w, r1.run_id, md(r1.tool_token, None))) == SC.OK
+    ended = await w.start("ended")
+    await w.finish(ended)
+    assert await code_of(approval(w, ended.run_id, own(ended))) == SC.UNAUTHENTICATED
+
+
+async def test_row_request_approval_bad_arguments(world: World) -> None:
+    w = world
+    r1 = await w.start("c1")
+    m = own(r1)
+    for kw in (
+        {"tool_name": ""},
+        {"tool_name": "x" * 129},
+        {"tool_name": "a\nb"},
+        {"arguments_json": "{nope"},
+        {"timeout_seconds": -1},
+        {"timeout_seconds": float("nan")},
+    ):
+        assert await code_of(approval(w, r1.run_id, m, **kw)) == SC.INVALID_ARGUMENT, kw
+    big = '"' + "x" * (257 * 1024) + '"'
+    assert await code_of(approval(w, r1.run_id, m, arguments_json=big)) == SC.RESOURCE_EXHAUSTED
+    assert w.h.host.runs.approvals.pending_count == 0
+    assert await audited(w, "RequestApproval", "INVALID_ARGUMENT", r1.run_id)
+
+
+async def test_row_request_approval_hung_up_by_the_runner_is_withdrawn(world: World) -> None:
+    """A runner that stops waiting (its call cut by a deadline, its process gone) leaves nothing pending: the
+    approval resolves as cancelled and a late decision is refused."""
+    w = world
+    r1 = await w.start("c1")
+    call = approval(w, r1.run_id, own(r1), timeout_seconds=60)
+    approvals = w.h.host.runs.approvals
+    for _ in range(500):
+        if approvals.pending_count:
+            break
+        await asyncio.sleep(0.01)
+    (pending,) = approvals.list(bot_ids=None)
+    call.cancel()  # grpc.aio: awaiting a cancelled call raises CancelledError, not an RpcError
+    with contextlib.suppress(asyncio.CancelledError):
+        await call
+    for _ in range(500):
+        if not approvals.pending_count:
+            break
+        await asyncio.sleep(0.01)
+    assert approvals.pending_count == 0
+    found = approvals.find(pending.approval_id)
+    assert found is not None and found.status == "cancelled"
+    assert found.resolved.note == "the runner stopped waiting"

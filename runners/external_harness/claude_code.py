@@ -13,6 +13,7 @@ from typing import Any
 from agenthost.protos import common_pb2 as pb
 from agenthost.runners.external_harness.config import ClaudeCodeConfig
 from agenthost.runners.external_harness.errors import HarnessReportedError
+from agenthost.runners.external_harness.mcp_bridge import APPROVE_TOOL
 from agenthost.runners.external_harness.process import build_env
 from agenthost.runners.external_harness.projection import MCP_SERVER_NAME
 from agenthost.runners.external_harness.sandboxing import install_paths, resolve_executable
@@ -70,6 +71,10 @@ class ClaudeCodeDriver:
         else:
             argv += ["--strict-mcp-config"]  # never pick up MCP servers from elsewhere on the machine
         argv += ["--permission-mode", config.permission_mode]
+        if plan.bridge is not None and config.approvals.enabled:
+            # Calls Claude Code would refuse go to the bridge's `approve` tool, which asks a person for the ones the
+            # binding's approvals name (mcp_bridge.Bridge._tool_approve).
+            argv += ["--permission-prompt-tool", f"mcp__{MCP_SERVER_NAME}__{APPROVE_TOOL}"]
         if allowed:
             argv += ["--allowedTools", ",".join(allowed)]
         if config.disallowed_tools:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agenthost.runners.external_harness.errors import HarnessConfigError
+from agenthost.runners.sdk.approvals import ApprovalsConfig
 from agenthost.runners.sdk.skills import MAX_SKILLS, Skill, unique_names
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -149,6 +150,24 @@ class ClaudeCodeConfig(HarnessConfig):
     setting_sources: list[Literal["user", "project", "local"]] | None = Field(
         default=None, description="--setting-sources; must include 'project' for CLAUDE.md and skills."
     )
+    approvals: ApprovalsConfig = Field(
+        default_factory=ApprovalsConfig,
+        description="Tool calls Claude Code would refuse (not allowed by allowed_tools or the permission mode) that "
+        "match these rules are put to a person instead (--permission-prompt-tool through the host bridge); the "
+        "rest stay refused. `commands` apply to Bash. Tools in allowed_tools never ask.",
+    )
+
+    @model_validator(mode="after")
+    def _approvals_need_prompts(self) -> ClaudeCodeConfig:
+        if self.approvals.enabled:
+            if self.permission_mode in ("bypassPermissions", "dontAsk"):
+                raise ValueError(
+                    f"approvals: permission_mode {self.permission_mode!r} never asks, so nothing would reach a person;"
+                    " use 'default' or 'acceptEdits'"
+                )
+            if not self.mcp_bridge:
+                raise ValueError("approvals: the approval prompt goes through the host MCP bridge; set mcp_bridge")
+        return self
 
     @field_validator("allowed_tools", "disallowed_tools")
     @classmethod

@@ -21,6 +21,7 @@ import json
 import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 SERVER_NAME = "agenthost"
@@ -50,6 +51,8 @@ CREDENTIAL_ENV = (
     "AGENTHOST_DEADLINE_AT",
     "AGENTHOST_EVENT_ID",
     "AGENTHOST_APIS",  # the run's granted APIs, comma-separated; unset = offer every tool
+    # The binding's `approvals` as JSON ({"tools", "commands", "timeout_seconds"}); empty = no `approve` tool.
+    "AGENTHOST_APPROVALS",
 )
 
 _SCOPES = ["run", "conversation", "actor", "binding", "runner"]
@@ -158,7 +161,23 @@ TOOLS: list[dict[str, Any]] = [
         },
     },
 ]
+# Claude Code's --permission-prompt-tool: called by the harness (not meant for the model) with a tool call its own
+# rules would refuse; answers {"behavior": "allow", "updatedInput": ...} or {"behavior": "deny", "message": ...}.
 TOOL_NAMES = tuple(t["name"] for t in TOOLS)
+APPROVE_TOOL = "approve"
+APPROVE_SPEC: dict[str, Any] = {
+    "name": APPROVE_TOOL,
+    "description": "Permission prompt of the harness (asks the bot's user through the host). Not for direct use.",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "tool_name": {"type": "string", "minLength": 1},
+            "input": {"type": "object"},
+            "tool_use_id": {"type": "string"},
+        },
+        "required": ["tool_name", "input"],
+    },
+}
 # The grant each tool needs (agenthost.plugins.manifest.API_METHODS names). A tool the run may not use is not offered:
 # a model shown a tool that always fails keeps trying it.
 TOOL_APIS = {
@@ -173,12 +192,30 @@ TOOL_APIS = {
 }
 
 
-def tools_for(apis: str | None) -> tuple[str, ...]:
-    """The tools a run with these granted APIs can use (comma-separated; None or "*": not known, offer all)."""
-    if apis is None or apis.strip() == "*":
-        return TOOL_NAMES
-    granted = {a.strip() for a in apis.split(",") if a.strip()}
-    return tuple(name for name in TOOL_NAMES if TOOL_APIS[name] in granted)
+def tools_for(apis: str | None, approvals: str | None = None) -> tuple[str, ...]:
+    """The tools a run with these granted APIs can use (comma-separated; None or "*": not known, offer all), plus
+    `approve` when the binding has approvals (AGENTHOST_APPROVALS)."""
+    data_tools = TOOL_NAMES
+    if apis is not None and apis.strip() != "*":
+        granted = {a.strip() for a in apis.split(",") if a.strip()}
+        data_tools = tuple(name for name in data_tools if TOOL_APIS[name] in granted)
+    return (*data_tools, APPROVE_TOOL) if approvals else data_tools
+
+
+@dataclass(frozen=True)
+class ApprovalPolicy:
+    """The binding's `approvals` as the bridge receives them (validated by the runner before the turn)."""
+
+    tools: list[str]
+    commands: list[str]
+    timeout_seconds: float
+
+    @classmethod
+    def from_env(cls, raw: str | None) -> ApprovalPolicy | None:
+        if not raw:
+            return None
+        data = json.loads(raw)
+        return cls(list(data.get("tools", [])), list(data.get("commands", [])), float(data.get("timeout_seconds", 0)))
 
 
 class ToolInputError(ValueError):
@@ -209,10 +246,13 @@ def _choice(args: dict[str, Any], name: str, choices: list[str], default: str | 
 class Bridge:
     """The tool implementations, over an SDK RunAPI. Separate from the stdio loop so tests can call it directly."""
 
-    def __init__(self, api: Any, *, event_id: str = "", channel: Any = None) -> None:
+    def __init__(
+        self, api: Any, *, event_id: str = "", channel: Any = None, approvals: ApprovalPolicy | None = None
+    ) -> None:
         self.api = api
         self.event_id = event_id
         self.channel = channel  # closed by whoever built the bridge
+        self.approvals = approvals
 
     @staticmethod
     def _dict(message: Any) -> dict[str, Any]:
@@ -222,7 +262,7 @@ class Bridge:
 
     async def call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
         handler: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = getattr(self, f"_tool_{name}", None)
-        if name not in TOOL_NAMES or handler is None:
+        if (name not in TOOL_NAMES and name != APPROVE_TOOL) or handler is None:
             raise KeyError(name)
         return await handler(args)
 
@@ -294,6 +334,49 @@ class Bridge:
             _choice(args, "scope", _SCOPES), _require(args, "key", str), args["value"], if_version=if_version
         )
         return {"version": version}
+
+    async def _tool_approve(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Claude Code asks here only for calls its own rules (allowed_tools, permission mode) would refuse. Those
+        matching the binding's approvals go to a person through the host; the rest stay refused, as they were
+        without a prompt tool. Anything but an explicit approval is a denial."""
+        from agenthost.protos.errors import AgentHostError
+        from agenthost.runners.sdk.approval_rules import approval_reason
+
+        tool_name = _require(args, "tool_name", str)
+        tool_input = args.get("input")
+        if not isinstance(tool_input, dict):
+            raise ToolInputError("argument 'input' must be an object")
+        policy = self.approvals
+        reason = approval_reason(policy, tool_name, tool_input, shell_tools=("Bash",)) if policy else ""
+        if not reason:
+            return {
+                "behavior": "deny",
+                "message": f"{tool_name} is not allowed for this bot (neither in allowed_tools nor in approvals)",
+            }
+        command = tool_input.get("command") if tool_name == "Bash" else None
+        summary = command if isinstance(command, str) else f"{tool_name} {json.dumps(tool_input)[:300]}"
+        tool_use_id = args.get("tool_use_id")
+        try:
+            decision = await self.api.request_approval(
+                tool_name,
+                summary=summary,
+                arguments=tool_input,
+                reason=reason,
+                timeout_seconds=policy.timeout_seconds if policy else 0.0,
+                tool_call_id=tool_use_id if isinstance(tool_use_id, str) else "",
+            )
+        except AgentHostError as exc:
+            return {"behavior": "deny", "message": f"approval could not be requested: {exc.message}"}
+        if decision.approved:
+            return {"behavior": "allow", "updatedInput": tool_input}
+        if decision.outcome == "denied":
+            note = f": {decision.note}" if decision.note else ""
+            message = f"the user denied this {tool_name} call{note}. Do not retry it unchanged."
+        elif decision.outcome == "timeout":
+            message = f"nobody answered the approval request within {round(decision.timeout_seconds, 1):g}s; denied"
+        else:
+            message = f"the approval request ended without a decision ({decision.outcome})"
+        return {"behavior": "deny", "message": message}
 
     async def _tool_kb_search(self, args: dict[str, Any]) -> dict[str, Any]:
         result = await self.api.kb_search(_require(args, "query", str), top_k=_optional_int(args, "top_k", 5, 1, 50))
@@ -529,7 +612,7 @@ class McpServer:
         if method == "ping":
             return _ok(msg_id, {})
         if method == "tools/list":
-            return _ok(msg_id, {"tools": [t for t in TOOLS if t["name"] in self.tools]})
+            return _ok(msg_id, {"tools": [t for t in (*TOOLS, APPROVE_SPEC) if t["name"] in self.tools]})
         if method == "tools/call":
             name = params.get("name")
             if not isinstance(name, str) or name not in self.tools:
@@ -558,7 +641,11 @@ class McpServer:
             reason = self.unavailable_reason
             return self._result({"error": f"the agenthost bridge is unavailable: {reason}"}, is_error=True)
         try:
-            return self._result(await bridge.call(name, args))
+            payload = await bridge.call(name, args)
+            if name == APPROVE_TOOL:
+                # Claude Code reads a permission answer only from a single text block: no structuredContent.
+                return _tool_result(payload, structured=False)
+            return self._result(payload)
         except ToolInputError as exc:
             # Input the model can correct is a tool execution error it gets to read (2025-11-25 makes this explicit).
             return self._result({"error": str(exc)}, is_error=True)
@@ -635,7 +722,12 @@ async def bridge_from_env(env: dict[str, str]) -> Bridge:
         run_token=env["AGENTHOST_RUN_TOKEN"],  # the tool token: presented alone, no plugin secret
         deadline_at=deadline_at,
     )
-    return Bridge(api, event_id=env.get("AGENTHOST_EVENT_ID", ""), channel=channel)
+    return Bridge(
+        api,
+        event_id=env.get("AGENTHOST_EVENT_ID", ""),
+        channel=channel,
+        approvals=ApprovalPolicy.from_env(env.get("AGENTHOST_APPROVALS")),
+    )
 
 
 async def serve_stdio(server: McpServer) -> None:
@@ -707,7 +799,9 @@ async def amain() -> None:
         print(f"agenthost mcp bridge: {reason}", file=sys.stderr)
         await serve_stdio(McpServer(None, unavailable_reason=reason))
         return
-    server = McpServer(lambda: bridge_from_env(env), tools=tools_for(env.get("AGENTHOST_APIS")))
+    server = McpServer(
+        lambda: bridge_from_env(env), tools=tools_for(env.get("AGENTHOST_APIS"), env.get("AGENTHOST_APPROVALS"))
+    )
     try:
         await serve_stdio(server)
     finally:

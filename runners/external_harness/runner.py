@@ -262,6 +262,12 @@ class HarnessRunner(Runner):
             if bridge_env is None:
                 log.error("host MCP bridge not started for run %s: %s", run.run_id, why)
                 yield events.progress(f"host MCP bridge not started: {why}")
+            else:
+                # Always set (Claude Code's ${VAR} expansion fails on an unset one); empty = no approvals.
+                approvals = getattr(config, "approvals", None)
+                bridge_env["AGENTHOST_APPROVALS"] = (
+                    approvals.model_dump_json() if approvals is not None and approvals.enabled else ""
+                )
         # The HTTP bridge keeps the run's credentials in this process: the harness gets a token for this turn's
         # endpoint only, and neither the tool token nor the run API socket.
         use_http = bridge_env is not None and config.mcp_transport == "http"
@@ -297,7 +303,10 @@ class HarnessRunner(Runner):
         harness_bridge_env: dict[str, str] = {}
         if use_http and bridge_env is not None:
             creds = bridge_env
-            endpoint = McpHttpEndpoint(lambda: bridge_from_env(creds), tools=tools_for(creds["AGENTHOST_APIS"]))
+            endpoint = McpHttpEndpoint(
+                lambda: bridge_from_env(creds),
+                tools=tools_for(creds["AGENTHOST_APIS"], creds["AGENTHOST_APPROVALS"]),
+            )
             await endpoint.start()
             launch = HttpBridgeLaunch(url=endpoint.url, token_env=MCP_TOKEN_ENV)
             harness_bridge_env = {MCP_TOKEN_ENV: endpoint.token}

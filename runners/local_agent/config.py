@@ -6,7 +6,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from agenthost.runners.sdk.approvals import ApprovalsConfig
 from agenthost.runners.sdk.skills import MAX_SKILLS, Skill, unique_names
+
+__all__ = ["ApprovalsConfig", "ConfigError", "LocalAgentConfig"]
 
 
 class ConfigError(ValueError):
@@ -162,6 +165,7 @@ class LocalAgentConfig(BaseModel):
     tools: list[str] | None = Field(default=None, description="Tool names to enable; default all.")
     shell: ShellConfig = ShellConfig()
     memory: MemoryConfig = MemoryConfig()
+    approvals: ApprovalsConfig = ApprovalsConfig()
     fallback_models: list[ModelRef] = Field(
         default_factory=list,
         max_length=MAX_FALLBACKS,

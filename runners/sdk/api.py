@@ -24,6 +24,7 @@ Scope = Literal["run", "conversation", "actor", "binding", "runner"]
 
 UPLOAD_CHUNK = 256 * 1024
 DEFAULT_CALL_TIMEOUT = 30.0
+APPROVAL_DEFAULT_SECONDS = 300.0  # the host's default when a request names no timeout (host limits)
 
 
 def _direction(direction: Direction) -> int:
@@ -256,3 +257,37 @@ class RunAPI:
         return await self._unary(
             self._stub.KbSearch, api_pb.KbSearchRequest(run_id=self.run_id, query=query, top_k=top_k)
         )
+
+    # ---- approvals ----
+
+    async def request_approval(
+        self,
+        tool_name: str,
+        *,
+        summary: str = "",
+        arguments: Any = None,
+        reason: str = "",
+        timeout_seconds: float = 0.0,
+        tool_call_id: str = "",
+    ) -> api_pb.ApprovalDecision:
+        """Asks a person whether this tool call may run and waits for the answer (or the timeout: 0 = the host's
+        default, capped by the run's deadline). Only `decision.approved` means yes; a timeout, a denial, a cancelled
+        run all come back as not approved, with `outcome` saying which. Always granted."""
+        request = api_pb.ApprovalRequest(
+            run_id=self.run_id,
+            tool_name=tool_name,
+            summary=summary,
+            arguments_json="" if arguments is None else json.dumps(arguments, ensure_ascii=False),
+            reason=reason,
+            timeout_seconds=timeout_seconds,
+            tool_call_id=tool_call_id,
+        )
+        # The host answers at the timeout itself; the margin only covers the trip back.
+        wait = (timeout_seconds or APPROVAL_DEFAULT_SECONDS) + 30.0
+        remaining = self._deadline_at - time.time() if self._deadline_at else wait
+        if remaining <= 0:
+            raise errors.DeadlineExceeded(f"run {self.run_id} is past its deadline")
+        try:
+            return await self._stub.RequestApproval(request, metadata=self._metadata, timeout=min(wait, remaining))
+        except grpc.RpcError as exc:
+            raise errors.from_rpc_error(exc) from None

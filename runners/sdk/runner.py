@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     # Only for the annotation: the serving process imports this module long before (and often without ever)
     # loading a runner class, and the manifest model costs it pydantic.
     from agenthost.plugins.manifest import RunnerManifest
+    from agenthost.protos.run_api_pb2 import ApprovalDecision
 
 
 @dataclass
@@ -85,6 +86,27 @@ class RunContext:
     def bootstrap(self) -> list[pb.TranscriptItem]:
         """History inlined by the host; empty unless the manifest asked for a bootstrap."""
         return list(self.context.bootstrap)
+
+    async def request_approval(
+        self,
+        tool_name: str,
+        *,
+        summary: str = "",
+        arguments: Any = None,
+        reason: str = "",
+        timeout_seconds: float = 0.0,
+        tool_call_id: str = "",
+    ) -> ApprovalDecision:
+        """Asks whoever is talking to the bot whether a tool call may run; returns the host's ApprovalDecision
+        (`approved`, `outcome`, `decided_by`, `note`). See RunAPI.request_approval."""
+        return await self.api.request_approval(
+            tool_name,
+            summary=summary,
+            arguments=arguments,
+            reason=reason,
+            timeout_seconds=timeout_seconds,
+            tool_call_id=tool_call_id,
+        )
 
 
 class Runner:

@@ -25,7 +25,8 @@ from google.protobuf.descriptor import FieldDescriptor as FD
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agenthost.plugins.manifest import API_METHODS
+from agenthost.host import limits
+from agenthost.plugins.manifest import ALWAYS_GRANTED_METHODS, API_METHODS
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import run_api_pb2 as api
 from agenthost.protos.wire import STATE_SCOPES
@@ -171,9 +172,9 @@ NARROW_APIS = ["history.page", "events.get", "artifacts.read", "state.read"]
 
 
 def _grants(w: World) -> dict[str, RunGrant]:
-    every = frozenset(m for methods in API_METHODS.values() for m in methods)
+    every = frozenset(m for methods in API_METHODS.values() for m in methods) | ALWAYS_GRANTED_METHODS
     scopes = frozenset(STATE_SCOPES.values())
-    narrow = frozenset(m for a in NARROW_APIS for m in API_METHODS[a])
+    narrow = frozenset(m for a in NARROW_APIS for m in API_METHODS[a]) | ALWAYS_GRANTED_METHODS
     return {
         w.r1.run_id: RunGrant("c1", every, scopes, ()),
         w.r2.run_id: RunGrant("c2", every, scopes, ()),
@@ -262,6 +263,10 @@ def expected(w: World, method: str, request: Any, cred: Cred) -> SC | str:
 
 @pytest.fixture(scope="module")
 def fuzz_world(tmp_path_factory: pytest.TempPathFactory) -> World:
+    # Nobody answers approval requests here: each allowed RequestApproval times out at once instead of holding a
+    # call (and a slot) for the default five minutes.
+    saved = limits.APPROVAL_MAX_SECONDS
+    limits.APPROVAL_MAX_SECONDS = 0.01
     w = World(tmp_path_factory.mktemp("fuzz"))
     w.start()
     w.neighbour_secret = secrets.token_urlsafe(32)
@@ -289,8 +294,11 @@ def fuzz_world(tmp_path_factory: pytest.TempPathFactory) -> World:
         r.context.event.event_id: c for r, c in ((w.r0, "c0"), (w.r1, "c1"), (w.r2, "c2"), (w.r3, "c3"))
     }
     w.artifact_conversations = {w.art1.artifact_id: "c1", w.art2.artifact_id: "c2"}
-    yield w
-    w.stop()
+    try:
+        yield w
+    finally:
+        w.stop()
+        limits.APPROVAL_MAX_SECONDS = saved
 
 
 def _call(w: World, method: Any, request: Any, md: tuple) -> SC:

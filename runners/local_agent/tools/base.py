@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Protocol
 
 import jsonschema
 
+from agenthost.runners.local_agent import approvals
 from agenthost.runners.local_agent.config import LocalAgentConfig
 from agenthost.runners.local_agent.images import ToolOutput
 from agenthost.runners.local_agent.messages import ImagePart, ToolCall, ToolResult
@@ -42,6 +43,16 @@ class HostAPI(Protocol):
     async def state_get_versioned(self, scope: Any, key: str) -> Any: ...
     async def state_set(self, scope: Any, key: str, value: Any, *, if_version: int | None = ...) -> int: ...
     async def state_delete(self, scope: Any, key: str) -> bool: ...
+    async def request_approval(
+        self,
+        tool_name: str,
+        *,
+        summary: str = ...,
+        arguments: Any = ...,
+        reason: str = ...,
+        timeout_seconds: float = ...,
+        tool_call_id: str = ...,
+    ) -> Any: ...
 
 
 @dataclass
@@ -134,6 +145,10 @@ class ToolRegistry:
         if problems:
             where = "/".join(str(p) for p in problems[0].absolute_path) or "<arguments>"
             return _err(call, f"error: invalid arguments at {where}: {problems[0].message}")
+        # Every tool call passes here, so this is where a person's approval is asked for (the binding's approvals).
+        refused = await approvals.check(ctx.api, ctx.config.approvals, call, args)
+        if refused is not None:
+            return refused
         try:
             content = await tool.execute(args, ctx)
         except ToolError as exc:
