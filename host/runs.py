@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from agenthost.host import limits
+from agenthost.host.child_runs import HOST_ONLY_EVENTS, ChildRuns
 from agenthost.host.grants import ActiveRun, Grant, RunRegistry, hash_secret, new_token
 from agenthost.host.keys import KeyStore
 from agenthost.host.observability import Observer
@@ -100,6 +101,8 @@ class _RunState:
     subscribers: list[Inbox] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     cancel_reason: str = ""
+    # False for a child run (a subagent): its events are its own record, not turns of the conversation.
+    project: bool = True
 
 
 class Admission:
@@ -268,6 +271,7 @@ class RunManager:
         self.admission = Admission()
         self._closing = False
         self._manifests: dict[tuple[str, str], RunnerManifest] = {}
+        self.children = ChildRuns(self)
 
     # ---- routing ----
 
@@ -409,6 +413,8 @@ class RunManager:
                 st.subscribers.remove(inbox)
 
     async def cancel(self, run_id: str) -> hpb.RunInfo:
+        if self.children.get(run_id) is not None:
+            return await self.children.cancel(run_id)
         st = self._live.get(run_id)
         if st is None:
             info = self.runs.get(run_id)
@@ -428,6 +434,13 @@ class RunManager:
 
     def in_flight(self) -> int:
         return len(self._live)
+
+    def running_state(self, run_id: str) -> _RunState | None:
+        """A run that is executing and has not begun to end: the only kind that may open a child run."""
+        st = self._live.get(run_id)
+        if st is None or st.task is None or st.ending is not None or st.info.status != "running":
+            return None
+        return st
 
     async def shutdown(self) -> None:
         """Host stopping: in-flight and queued runs end as interrupted; their ends are awaited before the DB
@@ -612,9 +625,10 @@ class RunManager:
                 return
         self._set_outcome(st, "failed", "runner_unavailable", detail)
 
-    def _ingest(self, st: _RunState, batch: pb.RunEventBatch) -> None:
+    def _ingest(self, st: _RunState, batch: pb.RunEventBatch, *, from_host: bool = False) -> None:
         """Numbers, projects, persists (queued) and publishes one batch. Runs per batch, not per event, where it
-        can: the hot path of streaming."""
+        can: the hot path of streaming. `from_host`: events the host writes itself (the subagent links), which a
+        runner's batch may not carry: those are dropped from it."""
         info = st.info
         now = time.time()
         items: list[NewItem] = []
@@ -631,10 +645,12 @@ class RunManager:
         for ev in batch.events:
             if st.terminal is not None:
                 break  # nothing after the terminal event counts
+            kind = ev.WhichOneof("kind")
+            if kind in HOST_ONLY_EVENTS and not from_host:
+                continue  # a runner cannot forge a link to a run the host did not record as this one's child
             st.seq += 1
             ev.seq = st.seq
             ev.created_at = now
-            kind = ev.WhichOneof("kind")
             kept.append(ev)
             if kind == "text_delta":
                 if st.text_len < MAX_ASSISTANT_TEXT:
@@ -685,6 +701,9 @@ class RunManager:
         run_id = info.run_id
         conv = (info.bot_id, info.conversation_id, info.event_id)
 
+        if not st.project:
+            items.clear()
+
         def persist(conn: sqlite3.Connection) -> None:
             RunStore.insert_events(conn, run_id, kept)
             if items:
@@ -728,9 +747,14 @@ class RunManager:
 
     async def _finish(self, st: _RunState) -> None:
         info = st.info
+        if self.children.open_for(info.run_id):
+            # A child cannot outlive its parent: its end is written (and its usage added here) before the parent's.
+            await self.children.end_for_parent(st)
         self.grants.revoke(info.run_id)
         leftover: list[NewItem] = []
         self._flush_text(st, leftover)
+        if not st.project:
+            leftover.clear()
         if info.status in ("queued", "running"):
             self._set_outcome(st, "failed", "host_error", "run ended without an outcome")
         info.finished_at = time.time()

@@ -304,6 +304,7 @@ class Host:
                 self.audit,
                 observer=self.observer,
                 knowledge=self.knowledge,
+                children=self.runs.children,
             ),
             api_server,
         )

@@ -226,7 +226,17 @@ def calls_for(w: World, run: RunContext, artifact_id: str) -> dict[str, Callable
             api.StateDeleteRequest(run_id=rid, scope=pb.RUN, key="k"), metadata=m, timeout=10
         ),
         "KbSearch": lambda m: w.stub.KbSearch(api.KbSearchRequest(run_id=rid, query="hello"), metadata=m, timeout=10),
+        "ChildRun": lambda m: child_run(w, rid, m),
     }
+
+
+def child_run(w: World, run_id: str, metadata: Any, description: str = "sub") -> Any:
+    """A whole child run: the header, then its one terminal event."""
+    parts = [
+        api.ChildRunRequest(header=api.ChildRunHeader(run_id=run_id, description=description)),
+        api.ChildRunRequest(events=pb.RunEventBatch(events=[pb.RunEvent(completed=pb.Completed())])),
+    ]
+    return w.stub.ChildRun(iter(parts), metadata=metadata, timeout=10)
 
 
 async def audited(w: World, method: str, outcome: str, run_id: str | None = None) -> bool:
@@ -567,3 +577,34 @@ async def test_row_host_bug_is_internal(world: World, monkeypatch: pytest.Monkey
     monkeypatch.setattr(w.h.host.state, "get", broken)
     assert await code_of(state_get(w, r1.run_id, own(r1))) == SC.INTERNAL
     assert await audited(w, "StateGet", "INTERNAL", r1.run_id)
+
+
+# ---- row: ChildRun opens a child only under the caller's own, running run ----
+
+
+async def test_row_child_run_only_under_the_callers_own_running_run(world: World) -> None:
+    """A child run is recorded under the run whose token opens it, and nowhere else: another run's valid token, a
+    neighbouring plugin's secret, a forged or a child's id as the parent, a finished run's token are all refused
+    before anything is recorded."""
+    w = world
+    r1 = await w.start("c1")
+    r2 = await w.start("c2")
+    before = w.digest()
+    assert await code_of(child_run(w, r2.run_id, own(r1))) == SC.PERMISSION_DENIED
+    assert await code_of(child_run(w, r1.run_id, md(r1.api.run_token, w.other_secret))) == SC.PERMISSION_DENIED
+    assert await code_of(child_run(w, "run_forged", own(r1))) == SC.NOT_FOUND
+    assert await code_of(child_run(w, r1.run_id, md("rt_forged", r1.api.plugin_secret))) == SC.UNAUTHENTICATED
+    assert await code_of(child_run(w, r1.run_id, own(r1), description="")) == SC.INVALID_ARGUMENT
+    assert w.digest() == before
+    # the run's own token (and its tool token: same grant) records a child of it
+    assert await code_of(child_run(w, r1.run_id, own(r1))) == SC.OK
+    assert await code_of(child_run(w, r1.run_id, md(r1.tool_token, None))) == SC.OK
+    children = w.h.host.run_store.children(r1.run_id)
+    assert len(children) == 2 and w.h.host.run_store.children(r2.run_id) == []
+    # a child holds no token: naming it as a parent with the parent's token is naming another run
+    assert await code_of(child_run(w, children[0], own(r1))) == SC.PERMISSION_DENIED
+    ended = await w.start("ended")
+    await w.finish(ended)
+    assert await code_of(child_run(w, ended.run_id, own(ended))) == SC.UNAUTHENTICATED
+    assert w.h.host.run_store.children(ended.run_id) == []
+    assert await audited(w, "ChildRun", "PERMISSION_DENIED", r2.run_id)

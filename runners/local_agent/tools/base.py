@@ -58,6 +58,8 @@ class ToolContext:
     # Set by the `compact` tool (to its focus text, possibly empty): the loop compacts once the step's calls all
     # have results, because compacting mid-step would cut the exchange the model is in the middle of.
     compact_request: str | None = None
+    # The run's subagents (local_agent.subagents.Subagents), for the `task` tool; None = no subagents this run.
+    subagents: Any = None
 
 
 class Tool(ABC):
@@ -66,6 +68,8 @@ class Tool(ABC):
     parameters: ClassVar[dict[str, Any]]
     # Read-only tools may run concurrently with each other; anything else runs alone, in declared order.
     read_only: ClassVar[bool] = False
+    # Tools that need their call's id (to link what they record to it) implement `execute_call` instead.
+    needs_call_id: ClassVar[bool] = False
 
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
@@ -73,6 +77,9 @@ class Tool(ABC):
     @abstractmethod
     async def execute(self, args: dict[str, Any], ctx: ToolContext) -> str:
         """Returns the result text; raises ToolError for failures the model should see."""
+
+    async def execute_call(self, args: dict[str, Any], ctx: ToolContext, call_id: str) -> str:
+        return await self.execute(args, ctx)
 
 
 # Validators per tool class: checking a schema costs milliseconds, and tool schemas never change at runtime.
@@ -128,7 +135,10 @@ class ToolRegistry:
             where = "/".join(str(p) for p in problems[0].absolute_path) or "<arguments>"
             return _err(call, f"error: invalid arguments at {where}: {problems[0].message}")
         try:
-            content = await tool.execute(args, ctx)
+            if tool.needs_call_id:
+                content = await tool.execute_call(args, ctx, call.id)
+            else:
+                content = await tool.execute(args, ctx)
         except ToolError as exc:
             return _err(call, f"error: {exc}")
         except Exception as exc:  # noqa: BLE001 — a crashing tool must not end the run; the model gets the reason
