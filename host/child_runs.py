@@ -256,6 +256,11 @@ class ChildRuns:
             if not siblings:
                 del self._open[info.parent_run_id]
 
+    def runner_cancelled(self, child: Child) -> None:
+        """The runner cancelled the call (its subagent was cancelled, or the runner went away)."""
+        self.manager._set_outcome(child.st, "cancelled", "cancelled", "the runner cancelled the child run")
+        self.end(child)
+
     async def end_for_parent(self, parent: _RunState) -> None:
         """The parent is ending: every child still open ends with it, written before the parent's end."""
         status, code, message, error = _parent_outcome(parent.info)

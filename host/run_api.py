@@ -526,9 +526,7 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             yield api.ChildRunReply(started=api.ChildRunStarted(child_run_id=info.run_id, deadline_at=info.deadline_at))
             error = await self.children.stream(child, messages)
         except (asyncio.CancelledError, GeneratorExit):
-            # The runner cancelled the call (its subagent was cancelled, or the runner went away).
-            self.children.manager._set_outcome(child.st, "cancelled", "cancelled", "the runner cancelled the child run")
-            self.children.end(child)
+            self.children.runner_cancelled(child)
             raise
         finally:
             ending = self.children.end(child)

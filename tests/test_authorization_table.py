@@ -230,13 +230,21 @@ def calls_for(w: World, run: RunContext, artifact_id: str) -> dict[str, Callable
     }
 
 
-def child_run(w: World, run_id: str, metadata: Any, description: str = "sub") -> Any:
-    """A whole child run: the header, then its one terminal event."""
-    parts = [
-        api.ChildRunRequest(header=api.ChildRunHeader(run_id=run_id, description=description)),
-        api.ChildRunRequest(events=pb.RunEventBatch(events=[pb.RunEvent(completed=pb.Completed())])),
-    ]
-    return w.stub.ChildRun(iter(parts), metadata=metadata, timeout=10)
+async def child_run(w: World, run_id: str, metadata: Any, description: str = "sub") -> None:
+    """A whole child run as a runner makes one: the header, the host's `started`, its one terminal event, the
+    host's `finished`. Raises the call's error."""
+    call = w.stub.ChildRun(metadata=metadata, timeout=10)
+    try:
+        await call.write(api.ChildRunRequest(header=api.ChildRunHeader(run_id=run_id, description=description)))
+        if (await call.read()) is grpc.aio.EOF:  # ended without a reply: its status, as the error it is
+            raise grpc.aio.AioRpcError(
+                await call.code(), grpc.aio.Metadata(), grpc.aio.Metadata(), await call.details()
+            )
+        await call.write(api.ChildRunRequest(events=pb.RunEventBatch(events=[pb.RunEvent(completed=pb.Completed())])))
+        await call.done_writing()
+        assert (await call.read()).finished.status == "completed"
+    finally:
+        call.cancel()
 
 
 async def audited(w: World, method: str, outcome: str, run_id: str | None = None) -> bool:

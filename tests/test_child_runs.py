@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -133,6 +136,41 @@ async def test_child_run_recorded_with_parent_link_events_and_usage(h: HostHarne
     assert all(i.run_id == r.run.run_id for i in history.items[1:])
     listed = await h.client.call("ListRuns", hpb.ListRunsRequest(bot=h.bot))
     assert {x.run_id: x.parent_run_id for x in listed.runs}[child_id] == r.run.run_id
+
+    # The CLI: `runs show PARENT` lists the children, `runs show CHILD --events` its steps, `runs list` the link.
+    shown = json.loads(await cli(h, "runs", "show", r.run.run_id, "--json"))
+    assert shown["children"] == [
+        {"run_id": child_id, "status": "completed", "error_code": "", "usage": shown["children"][0]["usage"]}
+    ]
+    assert shown["children"][0]["usage"]["input_tokens"] == 30
+    shown = json.loads(await cli(h, "runs", "show", child_id, "--events", "--json"))
+    assert shown["parent_run_id"] == r.run.run_id and len(shown["events"]) == 5
+    assert f"{child_id} completed" in await cli(h, "runs", "list")
+    assert f"(child of {r.run.run_id})" in await cli(h, "runs", "list")
+
+
+async def cli(h: HostHarness, *args: str) -> str:
+    """The real CLI against the harness's host, without blocking the loop it serves on."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC", "OPENAI", "AGENTHOST"))}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "agenthost.host.cli",
+        "--data-dir",
+        str(h.host.data_dir),
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
 
 
 async def test_runner_cannot_forge_subagent_links(h: HostHarness) -> None:

@@ -206,3 +206,15 @@ async def test_parent_deadline_bounds_the_subagent(tmp_path: Path) -> None:
             assert time.time() - began < 10
             _, child = await run_and_child(h, r)
             assert child.status == "timed_out" and child.deadline_at <= r.run.deadline_at
+
+
+def test_bind_time_checks_of_subagent_types(tmp_path: Path) -> None:
+    runner = LocalAgentRunner(tmp_path, env={})
+    assert runner.validate_config({"subagents": [READER]}) == []
+    problems = runner.validate_config({"subagents": [{**READER, "tools": ["read_file", "task", "memory"]}]})
+    assert len(problems) == 1 and "['memory', 'task'] cannot be given to a subagent" in problems[0]
+    assert runner.validate_config({"subagents": [READER, READER]})[0].startswith("subagents: subagent names must")
+    assert (
+        "subagents.reader.model: unknown provider"
+        in runner.validate_config({"subagents": [{**READER, "model": "nope/m"}]})[0]
+    )
