@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -321,3 +322,21 @@ async def test_children_per_run_are_bounded(h: HostHarness, monkeypatch: pytest.
         await channel.close()
         Parent.release.set()
         await asyncio.wait_for(task, 10)
+
+
+async def test_host_stop_interrupts_open_children(tmp_path: Path) -> None:
+    Parent.reset()
+    async with HostHarness(tmp_path, runners=[Parent]) as h:
+        task = asyncio.create_task(h.send("hang in child", conversation_id="s"))
+        await asyncio.wait_for(Parent.child_open.wait(), 10)
+        child_id = Parent.outcome["child_id"]
+        db_path = h.host.data_dir / "agenthost.db"
+    # The harness stopped the host with the child open: it ended with its parent, written before the host closed.
+    await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 10)
+    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+    try:
+        rows = dict(conn.execute("SELECT run_id, status || ':' || error_code FROM runs").fetchall())
+        parent_id = conn.execute("SELECT parent_run_id FROM runs WHERE run_id = ?", (child_id,)).fetchone()[0]
+    finally:
+        conn.close()
+    assert rows[child_id] == "interrupted:host_shutdown" and rows[parent_id] == "interrupted:host_shutdown"
