@@ -747,10 +747,10 @@ class RunManager:
 
     async def _finish(self, st: _RunState) -> None:
         info = st.info
+        self.grants.revoke(info.run_id)
         if self.children.open_for(info.run_id):
             # A child cannot outlive its parent: its end is written (and its usage added here) before the parent's.
             await self.children.end_for_parent(st)
-        self.grants.revoke(info.run_id)
         leftover: list[NewItem] = []
         self._flush_text(st, leftover)
         if not st.project:
