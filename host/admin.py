@@ -155,7 +155,9 @@ class AdminServicer(host_grpc.AgentHostServicer):
 
     @_mapped
     async def GetRun(self, request: hpb.RunRequestById, context: grpc.aio.ServicerContext) -> hpb.RunInfo:
-        return self._run(request.run_id)
+        info = self._run(request.run_id)
+        info.child_run_ids.extend(self.host.run_store.children(info.run_id))
+        return info
 
     def _run(self, run_id: str) -> hpb.RunInfo:
         """A run the caller may see; to a scoped caller, runs of other bots do not exist."""

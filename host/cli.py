@@ -571,10 +571,23 @@ async def cmd_runs(args: argparse.Namespace, c: HostClient) -> int:
         else:
             for r in runs:
                 took = f"{r.finished_at - r.started_at:.1f}s" if r.finished_at and r.started_at else "-"
-                print(f"{r.run_id} {r.status:11} {took:>7} {r.runner_id:28} {r.conversation_id} {r.error_code}")
+                child = f" (child of {r.parent_run_id})" if r.parent_run_id else ""
+                print(f"{r.run_id} {r.status:11} {took:>7} {r.runner_id:28} {r.conversation_id} {r.error_code}{child}")
     elif args.action == "show":
         run = await c.call("GetRun", hpb.RunRequestById(run_id=args.run_id))
         shown: dict[str, Any] = to_jsonable(run)
+        if run.child_run_ids:
+            # Each child (a subagent) with its outcome and usage; `runs show CHILD --events` has its steps.
+            children = [await c.call("GetRun", hpb.RunRequestById(run_id=cid)) for cid in run.child_run_ids]
+            shown["children"] = [
+                {
+                    "run_id": ch.run_id,
+                    "status": ch.status,
+                    "error_code": ch.error_code,
+                    "usage": to_jsonable(ch.usage),
+                }
+                for ch in children
+            ]
         if args.events:
             resp = await c.call("ListRunEvents", hpb.ListRunEventsRequest(run_id=args.run_id, limit=5000))
             if args.json:

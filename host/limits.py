@@ -142,6 +142,18 @@ APPROVAL_MAX_TEXT_CHARS = 1000
 APPROVAL_MAX_ARGUMENTS_BYTES = 256 * KiB
 APPROVAL_SHOWN_ARGUMENTS_CHARS = 4 * KiB
 
+# ---- child runs (subagents, AgentRunAPIProxy.ChildRun) ----
+
+# Children one run may open over its life, and hold open at once. Each child is a runs row, its events (each child
+# has the per-run event quotas above) and an open call; the parent's deadline bounds them all.
+CHILD_RUNS_MAX_PER_RUN = 32
+CHILD_RUNS_MAX_CONCURRENT = 4
+# Children open at once, host-wide.
+CHILD_RUNS_MAX_ACTIVE = 512
+# Sizes of a child's header fields.
+CHILD_RUN_MAX_DESCRIPTION = 200
+CHILD_RUN_MAX_TYPE = 64
+
 # ---- the single writer ----
 
 # Jobs waiting for the writer thread; past this, producers that can wait (state writes, a run's stream) wait.

@@ -21,6 +21,7 @@ from google.protobuf import message_factory
 
 from agenthost.host import limits
 from agenthost.host.approvals import Approvals
+from agenthost.host.child_runs import ChildRuns
 from agenthost.host.grants import ActiveRun, RunRegistry, hash_secret
 from agenthost.host.knowledge import KnowledgeBase
 from agenthost.host.observability import Observer
@@ -195,9 +196,11 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         observer: Observer | None = None,
         knowledge: KnowledgeBase | None = None,
         approvals: Approvals | None = None,
+        children: ChildRuns | None = None,
     ) -> None:
         self.registry = registry
         self.approvals = approvals
+        self.children = children
         self.knowledge = knowledge
         self.observer = observer or Observer()
         self.runs = runs
@@ -499,3 +502,56 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             raise errors.Unavailable("this host serves no approvals")
         # Always the caller's own run: authorize() refused any other run id before this line.
         return await self.approvals.request(run, request)
+
+    # ---- child runs (subagents) ----
+
+    async def ChildRun(
+        self, request_iterator: AsyncIterator[api.ChildRunRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[api.ChildRunReply]:
+        run_id = ""
+        messages = aiter(request_iterator)
+        try:
+            try:
+                async with asyncio.timeout(limits.UPLOAD_HEADER_SECONDS):
+                    first = await anext(messages, None)
+            except TimeoutError:
+                raise errors.DeadlineExceeded(
+                    f"the child run's header did not arrive within {limits.UPLOAD_HEADER_SECONDS}s"
+                ) from None
+            if isinstance(first, Malformed):
+                raise errors.InvalidArgument(first.message)
+            if first is None or first.WhichOneof("part") != "header":
+                raise errors.InvalidArgument("the first ChildRun message must be the header")
+            run_id = first.header.run_id
+            run = self._authorize(context, run_id, "ChildRun")
+            if self.children is None:
+                raise errors.Unavailable("this host records no child runs")
+            child = await self.children.open(run, first.header)
+        except Exception as exc:
+            await self._refuse(context, run_id, "ChildRun", exc)
+            return
+        info = child.st.info
+        self.audit.record(run_id, run.plugin_id, "ChildRun", "OK", info.run_id)
+        self.observer.api_call("ChildRun", "OK")
+        error: errors.AgentHostError | None = None
+        try:
+            yield api.ChildRunReply(started=api.ChildRunStarted(child_run_id=info.run_id, deadline_at=info.deadline_at))
+            error = await self.children.stream(child, messages)
+        except (asyncio.CancelledError, GeneratorExit):
+            self.children.runner_cancelled(child)
+            raise
+        finally:
+            ending = self.children.end(child)
+        await asyncio.shield(ending)
+        if error is not None:
+            await errors.abort_with(context, error)
+            return
+        yield api.ChildRunReply(
+            finished=api.ChildRunFinished(
+                child_run_id=info.run_id,
+                status=info.status,
+                error_code=info.error_code,
+                error_message=info.error_message,
+                usage=info.usage,
+            )
+        )

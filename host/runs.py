@@ -35,6 +35,7 @@ import grpc
 from agenthost.host import attachments as attachment_checks
 from agenthost.host import limits
 from agenthost.host.approvals import Approvals
+from agenthost.host.child_runs import ChildRuns
 from agenthost.host.grants import ActiveRun, Grant, RunRegistry, hash_secret, new_token
 from agenthost.host.keys import KeyStore
 from agenthost.host.observability import Observer
@@ -60,9 +61,9 @@ MAX_INPUT_BYTES = 256 * 1024
 MAX_ASSISTANT_TEXT = 4 * 1024 * 1024
 _CONVERSATION_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,512}$")
 _EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
-# Events only the host writes into a run (agenthost.host.approvals); a runner sending one is ignored, so a plugin
-# cannot put a forged approval prompt in front of a person.
-HOST_ONLY_EVENTS = frozenset({"approval_requested", "approval_resolved"})
+# Events only the host writes into a run (approvals, subagent links); a runner sending one is ignored, so a plugin
+# cannot put a forged approval prompt in front of a person or link a run that is not its child.
+HOST_ONLY_EVENTS = frozenset({"approval_requested", "approval_resolved", "subagent_started", "subagent_finished"})
 
 
 def parse_runner_id(runner_id: str) -> tuple[str, str]:
@@ -106,6 +107,8 @@ class _RunState:
     subscribers: list[Inbox] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
     cancel_reason: str = ""
+    # False for a child run (a subagent): its events are its own record, not turns of the conversation.
+    project: bool = True
 
 
 class Admission:
@@ -277,6 +280,7 @@ class RunManager:
         self._closing = False
         self._manifests: dict[tuple[str, str], RunnerManifest] = {}
         self.approvals = Approvals(self.host_event)
+        self.children = ChildRuns(self)
 
     # ---- routing ----
 
@@ -458,6 +462,8 @@ class RunManager:
         return refs
 
     async def cancel(self, run_id: str) -> hpb.RunInfo:
+        if self.children.get(run_id) is not None:
+            return await self.children.cancel(run_id)
         st = self._live.get(run_id)
         if st is None:
             info = self.runs.get(run_id)
@@ -486,6 +492,13 @@ class RunManager:
             return False
         self._ingest(st, pb.RunEventBatch(events=[event]), from_host=True)
         return True
+
+    def running_state(self, run_id: str) -> _RunState | None:
+        """A run that is executing and has not begun to end: the only kind that may open a child run."""
+        st = self._live.get(run_id)
+        if st is None or st.task is None or st.ending is not None or st.info.status != "running":
+            return None
+        return st
 
     async def shutdown(self) -> None:
         """Host stopping: in-flight and queued runs end as interrupted; their ends are awaited before the DB
@@ -672,7 +685,8 @@ class RunManager:
 
     def _ingest(self, st: _RunState, batch: pb.RunEventBatch, *, from_host: bool = False) -> None:
         """Numbers, projects, persists (queued) and publishes one batch. Runs per batch, not per event, where it
-        can: the hot path of streaming."""
+        can: the hot path of streaming. `from_host`: events the host writes itself (the subagent links), which a
+        runner's batch may not carry: those are dropped from it."""
         info = st.info
         now = time.time()
         items: list[NewItem] = []
@@ -746,6 +760,9 @@ class RunManager:
         run_id = info.run_id
         conv = (info.bot_id, info.conversation_id, info.event_id)
 
+        if not st.project:
+            items.clear()
+
         def persist(conn: sqlite3.Connection) -> None:
             RunStore.insert_events(conn, run_id, kept)
             if items:
@@ -792,8 +809,13 @@ class RunManager:
         # Open approvals end as cancelled, recorded in the stream before the run's end is written.
         self.approvals.run_ended(info.run_id)
         self.grants.revoke(info.run_id)
+        if self.children.open_for(info.run_id):
+            # A child cannot outlive its parent: its end is written (and its usage added here) before the parent's.
+            await self.children.end_for_parent(st)
         leftover: list[NewItem] = []
         self._flush_text(st, leftover)
+        if not st.project:
+            leftover.clear()
         if info.status in ("queued", "running"):
             self._set_outcome(st, "failed", "host_error", "run ended without an outcome")
         info.finished_at = time.time()

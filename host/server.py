@@ -306,6 +306,7 @@ class Host:
                 observer=self.observer,
                 knowledge=self.knowledge,
                 approvals=self.runs.approvals,
+                children=self.runs.children,
             ),
             api_server,
         )

@@ -24,6 +24,8 @@ API_METHODS: dict[str, tuple[str, ...]] = {
     "state.write": ("StateSet", "StateDelete"),
     # The run's bot's knowledge base (agenthost.host.knowledge), searched by keywords and by meaning.
     "kb": ("KbSearch",),
+    # Recording the run's subagents as child runs of it (AgentRunAPIProxy.ChildRun).
+    "subagents": ("ChildRun",),
 }
 ALL_APIS: tuple[str, ...] = tuple(API_METHODS)
 # Run API methods every run may call whatever its grant: asking a person to approve a tool call reads nothing and

@@ -297,8 +297,34 @@ class ApprovalResolved(_message.Message):
     decided_at: float
     def __init__(self, approval_id: _Optional[str] = ..., outcome: _Optional[str] = ..., decided_by: _Optional[str] = ..., note: _Optional[str] = ..., decided_at: _Optional[float] = ...) -> None: ...
 
+class SubagentStarted(_message.Message):
+    __slots__ = ("child_run_id", "tool_call_id", "subagent_type", "description")
+    CHILD_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    SUBAGENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    child_run_id: str
+    tool_call_id: str
+    subagent_type: str
+    description: str
+    def __init__(self, child_run_id: _Optional[str] = ..., tool_call_id: _Optional[str] = ..., subagent_type: _Optional[str] = ..., description: _Optional[str] = ...) -> None: ...
+
+class SubagentFinished(_message.Message):
+    __slots__ = ("child_run_id", "tool_call_id", "status", "error_code", "usage")
+    CHILD_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    child_run_id: str
+    tool_call_id: str
+    status: str
+    error_code: str
+    usage: Usage
+    def __init__(self, child_run_id: _Optional[str] = ..., tool_call_id: _Optional[str] = ..., status: _Optional[str] = ..., error_code: _Optional[str] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+
 class RunEvent(_message.Message):
-    __slots__ = ("text_delta", "message", "tool_started", "tool_finished", "compaction", "retry", "state_updated", "artifact_created", "usage", "progress", "completed", "failed", "approval_requested", "approval_resolved", "seq", "created_at")
+    __slots__ = ("text_delta", "message", "tool_started", "tool_finished", "compaction", "retry", "state_updated", "artifact_created", "usage", "progress", "completed", "failed", "approval_requested", "approval_resolved", "subagent_started", "subagent_finished", "seq", "created_at")
     TEXT_DELTA_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     TOOL_STARTED_FIELD_NUMBER: _ClassVar[int]
@@ -313,6 +339,8 @@ class RunEvent(_message.Message):
     FAILED_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     APPROVAL_RESOLVED_FIELD_NUMBER: _ClassVar[int]
+    SUBAGENT_STARTED_FIELD_NUMBER: _ClassVar[int]
+    SUBAGENT_FINISHED_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     text_delta: TextDelta
@@ -329,9 +357,11 @@ class RunEvent(_message.Message):
     failed: Failed
     approval_requested: ApprovalRequested
     approval_resolved: ApprovalResolved
+    subagent_started: SubagentStarted
+    subagent_finished: SubagentFinished
     seq: int
     created_at: float
-    def __init__(self, text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_finished: _Optional[_Union[ToolFinished, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., retry: _Optional[_Union[Retry, _Mapping]] = ..., state_updated: _Optional[_Union[StateUpdated, _Mapping]] = ..., artifact_created: _Optional[_Union[ArtifactCreated, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., completed: _Optional[_Union[Completed, _Mapping]] = ..., failed: _Optional[_Union[Failed, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_resolved: _Optional[_Union[ApprovalResolved, _Mapping]] = ..., seq: _Optional[int] = ..., created_at: _Optional[float] = ...) -> None: ...
+    def __init__(self, text_delta: _Optional[_Union[TextDelta, _Mapping]] = ..., message: _Optional[_Union[Message, _Mapping]] = ..., tool_started: _Optional[_Union[ToolStarted, _Mapping]] = ..., tool_finished: _Optional[_Union[ToolFinished, _Mapping]] = ..., compaction: _Optional[_Union[Compaction, _Mapping]] = ..., retry: _Optional[_Union[Retry, _Mapping]] = ..., state_updated: _Optional[_Union[StateUpdated, _Mapping]] = ..., artifact_created: _Optional[_Union[ArtifactCreated, _Mapping]] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., completed: _Optional[_Union[Completed, _Mapping]] = ..., failed: _Optional[_Union[Failed, _Mapping]] = ..., approval_requested: _Optional[_Union[ApprovalRequested, _Mapping]] = ..., approval_resolved: _Optional[_Union[ApprovalResolved, _Mapping]] = ..., subagent_started: _Optional[_Union[SubagentStarted, _Mapping]] = ..., subagent_finished: _Optional[_Union[SubagentFinished, _Mapping]] = ..., seq: _Optional[int] = ..., created_at: _Optional[float] = ...) -> None: ...
 
 class RunEventBatch(_message.Message):
     __slots__ = ("events",)

@@ -306,3 +306,55 @@ class ApprovalDecision(_message.Message):
     note: str
     timeout_seconds: float
     def __init__(self, approval_id: _Optional[str] = ..., approved: _Optional[bool] = ..., outcome: _Optional[str] = ..., decided_by: _Optional[str] = ..., note: _Optional[str] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+
+class ChildRunHeader(_message.Message):
+    __slots__ = ("run_id", "description", "subagent_type", "tool_call_id", "timeout_seconds")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    SUBAGENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    description: str
+    subagent_type: str
+    tool_call_id: str
+    timeout_seconds: float
+    def __init__(self, run_id: _Optional[str] = ..., description: _Optional[str] = ..., subagent_type: _Optional[str] = ..., tool_call_id: _Optional[str] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+
+class ChildRunRequest(_message.Message):
+    __slots__ = ("header", "events")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    header: ChildRunHeader
+    events: _common_pb2.RunEventBatch
+    def __init__(self, header: _Optional[_Union[ChildRunHeader, _Mapping]] = ..., events: _Optional[_Union[_common_pb2.RunEventBatch, _Mapping]] = ...) -> None: ...
+
+class ChildRunStarted(_message.Message):
+    __slots__ = ("child_run_id", "deadline_at")
+    CHILD_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_AT_FIELD_NUMBER: _ClassVar[int]
+    child_run_id: str
+    deadline_at: float
+    def __init__(self, child_run_id: _Optional[str] = ..., deadline_at: _Optional[float] = ...) -> None: ...
+
+class ChildRunFinished(_message.Message):
+    __slots__ = ("child_run_id", "status", "error_code", "error_message", "usage")
+    CHILD_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    child_run_id: str
+    status: str
+    error_code: str
+    error_message: str
+    usage: _common_pb2.Usage
+    def __init__(self, child_run_id: _Optional[str] = ..., status: _Optional[str] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ...) -> None: ...
+
+class ChildRunReply(_message.Message):
+    __slots__ = ("started", "finished")
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_FIELD_NUMBER: _ClassVar[int]
+    started: ChildRunStarted
+    finished: ChildRunFinished
+    def __init__(self, started: _Optional[_Union[ChildRunStarted, _Mapping]] = ..., finished: _Optional[_Union[ChildRunFinished, _Mapping]] = ...) -> None: ...

@@ -105,6 +105,11 @@ class AgentRunAPIProxyStub:
                 request_serializer=agenthost_dot_protos_dot_run__api__pb2.ApprovalRequest.SerializeToString,
                 response_deserializer=agenthost_dot_protos_dot_run__api__pb2.ApprovalDecision.FromString,
                 _registered_method=True)
+        self.ChildRun = channel.stream_stream(
+                '/agenthost.v1.AgentRunAPIProxy/ChildRun',
+                request_serializer=agenthost_dot_protos_dot_run__api__pb2.ChildRunRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_run__api__pb2.ChildRunReply.FromString,
+                _registered_method=True)
 
 
 class AgentRunAPIProxyServicer:
@@ -201,6 +206,19 @@ class AgentRunAPIProxyServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ChildRun(self, request_iterator, context):
+        """Records a subagent of the calling run as a child run (granted as the `subagents` API). First request: the
+        header, naming the calling run; the host answers `started` with the child's id and deadline (never later than
+        the parent's). Then batches of the child's events, the last one holding its terminal event; the host answers
+        `finished` and ends the call. The child has no token of its own: whatever it reads or writes goes through the
+        parent's token and grant. When the parent run ends first, the host records the child as cancelled (timed_out,
+        interrupted) with the parent and ends this call with CANCELLED (DEADLINE_EXCEEDED). Caps per run:
+        limits.CHILD_RUNS_MAX_PER_RUN in all, CHILD_RUNS_MAX_CONCURRENT open at once (RESOURCE_EXHAUSTED).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentRunAPIProxyServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -273,6 +291,11 @@ def add_AgentRunAPIProxyServicer_to_server(servicer, server):
                     servicer.RequestApproval,
                     request_deserializer=agenthost_dot_protos_dot_run__api__pb2.ApprovalRequest.FromString,
                     response_serializer=agenthost_dot_protos_dot_run__api__pb2.ApprovalDecision.SerializeToString,
+            ),
+            'ChildRun': grpc.stream_stream_rpc_method_handler(
+                    servicer.ChildRun,
+                    request_deserializer=agenthost_dot_protos_dot_run__api__pb2.ChildRunRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_run__api__pb2.ChildRunReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -653,6 +676,33 @@ class AgentRunAPIProxy:
             '/agenthost.v1.AgentRunAPIProxy/RequestApproval',
             agenthost_dot_protos_dot_run__api__pb2.ApprovalRequest.SerializeToString,
             agenthost_dot_protos_dot_run__api__pb2.ApprovalDecision.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ChildRun(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/agenthost.v1.AgentRunAPIProxy/ChildRun',
+            agenthost_dot_protos_dot_run__api__pb2.ChildRunRequest.SerializeToString,
+            agenthost_dot_protos_dot_run__api__pb2.ChildRunReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -230,7 +230,25 @@ def calls_for(w: World, run: RunContext, artifact_id: str) -> dict[str, Callable
         "RequestApproval": lambda m: w.stub.RequestApproval(
             api.ApprovalRequest(run_id=rid, tool_name="shell", timeout_seconds=0.05), metadata=m, timeout=10
         ),
+        "ChildRun": lambda m: child_run(w, rid, m),
     }
+
+
+async def child_run(w: World, run_id: str, metadata: Any, description: str = "sub") -> None:
+    """A whole child run as a runner makes one: the header, the host's `started`, its one terminal event, the
+    host's `finished`. Raises the call's error."""
+    call = w.stub.ChildRun(metadata=metadata, timeout=10)
+    try:
+        await call.write(api.ChildRunRequest(header=api.ChildRunHeader(run_id=run_id, description=description)))
+        if (await call.read()) is grpc.aio.EOF:  # ended without a reply: its status, as the error it is
+            raise grpc.aio.AioRpcError(
+                await call.code(), grpc.aio.Metadata(), grpc.aio.Metadata(), await call.details()
+            )
+        await call.write(api.ChildRunRequest(events=pb.RunEventBatch(events=[pb.RunEvent(completed=pb.Completed())])))
+        await call.done_writing()
+        assert (await call.read()).finished.status == "completed"
+    finally:
+        call.cancel()
 
 
 async def audited(w: World, method: str, outcome: str, run_id: str | None = None) -> bool:
@@ -643,3 +661,34 @@ async def test_row_request_approval_hung_up_by_the_runner_is_withdrawn(world: Wo
     found = approvals.find(pending.approval_id)
     assert found is not None and found.status == "cancelled"
     assert found.resolved.note == "the runner stopped waiting"
+
+
+# ---- row: ChildRun opens a child only under the caller's own, running run ----
+
+
+async def test_row_child_run_only_under_the_callers_own_running_run(world: World) -> None:
+    """A child run is recorded under the run whose token opens it, and nowhere else: another run's valid token, a
+    neighbouring plugin's secret, a forged or a child's id as the parent, a finished run's token are all refused
+    before anything is recorded."""
+    w = world
+    r1 = await w.start("c1")
+    r2 = await w.start("c2")
+    before = w.digest()
+    assert await code_of(child_run(w, r2.run_id, own(r1))) == SC.PERMISSION_DENIED
+    assert await code_of(child_run(w, r1.run_id, md(r1.api.run_token, w.other_secret))) == SC.PERMISSION_DENIED
+    assert await code_of(child_run(w, "run_forged", own(r1))) == SC.NOT_FOUND
+    assert await code_of(child_run(w, r1.run_id, md("rt_forged", r1.api.plugin_secret))) == SC.UNAUTHENTICATED
+    assert await code_of(child_run(w, r1.run_id, own(r1), description="")) == SC.INVALID_ARGUMENT
+    assert w.digest() == before
+    # the run's own token (and its tool token: same grant) records a child of it
+    assert await code_of(child_run(w, r1.run_id, own(r1))) == SC.OK
+    assert await code_of(child_run(w, r1.run_id, md(r1.tool_token, None))) == SC.OK
+    children = w.h.host.run_store.children(r1.run_id)
+    assert len(children) == 2 and w.h.host.run_store.children(r2.run_id) == []
+    # a child holds no token: naming it as a parent with the parent's token is naming another run
+    assert await code_of(child_run(w, children[0], own(r1))) == SC.PERMISSION_DENIED
+    ended = await w.start("ended")
+    await w.finish(ended)
+    assert await code_of(child_run(w, ended.run_id, own(ended))) == SC.UNAUTHENTICATED
+    assert w.h.host.run_store.children(ended.run_id) == []
+    assert await audited(w, "ChildRun", "PERMISSION_DENIED", r2.run_id)

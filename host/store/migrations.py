@@ -287,7 +287,14 @@ _V6 = """
 ALTER TABLE events ADD COLUMN attachments_json TEXT NOT NULL DEFAULT '[]';
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6]
+# Child runs (subagents recorded through the run API's ChildRun): the run that opened one. The partial index serves
+# "the children of this run" without growing with the (far more numerous) top-level runs.
+_V7 = """
+ALTER TABLE runs ADD COLUMN parent_run_id TEXT NOT NULL DEFAULT '';
+CREATE INDEX runs_parent ON runs(parent_run_id, created_at) WHERE parent_run_id != '';
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
 
 
 def migrate(conn: sqlite3.Connection) -> int:

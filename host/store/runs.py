@@ -30,7 +30,7 @@ def _select(chars: int) -> str:
     it was cut, so the marker can be added."""
     parts = [
         "run_id, bot_id, conversation_id, binding_id, runner_id, event_id, status, created_at, started_at,"
-        " finished_at, deadline_at"
+        " finished_at, deadline_at, parent_run_id"
     ]
     for column in _CUT_COLUMNS:
         parts.append(f"substr({column}, 1, {int(chars)}) AS {column}, length({column}) > {int(chars)} AS {column}_cut")
@@ -49,7 +49,8 @@ class RunStore:
     def insert(conn: sqlite3.Connection, run: hpb.RunInfo, *, plugin_id: str, token_hash: str, grant_json: str) -> None:
         conn.execute(
             "INSERT INTO runs(run_id, bot_id, conversation_id, binding_id, runner_id, plugin_id, event_id, status,"
-            " token_hash, grant_json, created_at, deadline_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            " token_hash, grant_json, created_at, deadline_at, started_at, parent_run_id)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 run.run_id,
                 run.bot_id,
@@ -63,6 +64,8 @@ class RunStore:
                 grant_json,
                 run.created_at,
                 run.deadline_at,
+                run.started_at,
+                run.parent_run_id,
             ),
         )
 
@@ -128,6 +131,7 @@ class RunStore:
             finished_at=row["finished_at"],
             deadline_at=row["deadline_at"],
             text=text("text", _chars(row)),
+            parent_run_id=row["parent_run_id"],
         )
         if not ("usage_json_cut" in keys and row["usage_json_cut"]):
             usage = json.loads(row["usage_json"] or "{}")
@@ -143,6 +147,14 @@ class RunStore:
             f"SELECT {_select(chars)}, {int(chars)} AS _chars FROM runs WHERE run_id = ?", (run_id,)
         )
         return self._info(row) if row else None
+
+    def children(self, run_id: str) -> list[str]:
+        """The ids of a run's child runs, oldest first."""
+        rows = self.db.query(
+            "SELECT run_id FROM runs WHERE parent_run_id = ? AND parent_run_id != '' ORDER BY created_at LIMIT ?",
+            (run_id, limits.CHILD_RUNS_MAX_PER_RUN),
+        )
+        return [r["run_id"] for r in rows]
 
     def list(
         self,

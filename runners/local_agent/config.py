@@ -122,6 +122,34 @@ class CompactionConfig(BaseModel):
         return [as_route(self.model), *(as_route(r) for r in self.fallback_models)]
 
 
+MAX_SUBAGENT_TYPES = 16
+
+
+class SubagentConfig(BaseModel):
+    """A kind of subagent the `task` tool may start: its own instructions, a subset of the run's tools, optionally
+    another model. It starts with a fresh context (its instructions and the prompt it is given) and only its final
+    answer returns to the agent that started it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$", description="What the model names in `subagent_type`.")
+    description: str = Field(min_length=1, max_length=1_000, description="When to use it (shown to the model).")
+    instructions: str = Field(min_length=1, max_length=50_000, description="The subagent's system prompt.")
+    tools: list[str] | None = Field(
+        default=None,
+        description="Tool names it may use, a subset of the run's (never `task`); default: the general set.",
+    )
+    model: ModelRef | None = Field(default=None, description="Another model for it; default the run's model.")
+    max_turns: int = Field(default=10, ge=1, le=100, description="Its model calls before a forced final answer.")
+
+    @field_validator("model")
+    @classmethod
+    def _routed(cls, value: ModelRef | None) -> ModelRef | None:
+        if isinstance(value, str):
+            _check_route(value)
+        return value
+
+
 class LocalAgentConfig(BaseModel):
     """What a binding may set. Every field is optional; with no model and no provider key the offline demo runs."""
 
@@ -191,6 +219,21 @@ class LocalAgentConfig(BaseModel):
     @classmethod
     def _unique_skills(cls, skills: list[Skill]) -> list[Skill]:
         return unique_names(skills)
+
+    subagents: list[SubagentConfig] = Field(
+        default_factory=list,
+        max_length=MAX_SUBAGENT_TYPES,
+        description="Subagent types for the `task` tool, besides the built-in `general` (a type named `general` "
+        "replaces it).",
+    )
+
+    @field_validator("subagents")
+    @classmethod
+    def _unique(cls, value: list[SubagentConfig]) -> list[SubagentConfig]:
+        names = [s.name for s in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"subagent names must be unique, got {names}")
+        return value
 
     @field_validator("model")
     @classmethod

@@ -105,6 +105,7 @@ class AgentLoop:
         summarizers: Sequence[Provider] = (),
         refresh_system: Callable[[], Awaitable[str]] | None = None,
         cache_key: str = "",
+        persist_checkpoints: bool = True,
     ) -> None:
         self.provider = provider
         # Models the run moves to, in order, when the current one keeps failing (fallback.py says when).
@@ -113,6 +114,8 @@ class AgentLoop:
         self._failures: list[ModelFailure] = []
         # Who writes compaction summaries: the configured chain, else the model the run is on at that moment.
         self.summarizers = list(summarizers)
+        # A subagent's loop compacts its own context only: the conversation's checkpoint belongs to the parent.
+        self.persist_checkpoints = persist_checkpoints
         self.registry = registry
         self.config = config
         self.session = session
@@ -318,7 +321,7 @@ class AgentLoop:
             yield events.progress(note)
         if outcome.artifact is not None:
             yield events.artifact_created(outcome.artifact)
-        if outcome.checkpoint is not None:
+        if outcome.checkpoint is not None and self.persist_checkpoints:
             try:
                 await self.ctx.api.state_set("conversation", CHECKPOINT_KEY, outcome.checkpoint.to_state())
                 yield events.state_updated("conversation", CHECKPOINT_KEY)

@@ -37,6 +37,7 @@ from agenthost.runners.local_agent.providers import (
 )
 from agenthost.runners.local_agent.providers.base import Provider
 from agenthost.runners.local_agent.session import Session, safe_name
+from agenthost.runners.local_agent.subagents import NOT_FOR_SUBAGENTS, Subagents, prompt_block, subagent_types
 from agenthost.runners.local_agent.tools import all_tools, build_registry
 from agenthost.runners.local_agent.tools.base import ToolContext, ToolRegistry
 from agenthost.runners.local_agent.tools.shell import ProcessLedger
@@ -122,6 +123,20 @@ class LocalAgentRunner(Runner):
             unknown = sorted(set(parsed.tools) - known)
             if unknown:
                 problems.append(f"tools: unknown tools {unknown}; available: {sorted(known)}")
+        for sub in parsed.subagents:
+            if sub.tools is not None:
+                known = {t.name for t in all_tools()} - NOT_FOR_SUBAGENTS
+                refused = sorted(set(sub.tools) - known)
+                if refused:
+                    problems.append(
+                        f"subagents.{sub.name}.tools: {refused} cannot be given to a subagent; "
+                        f"available: {sorted(known)}"
+                    )
+            if isinstance(sub.model, str):
+                try:
+                    split_model(sub.model)
+                except ConfigError as exc:
+                    problems.append(f"subagents.{sub.name}.model: {exc}")
         if parsed.workspace is not None and not Path(parsed.workspace).is_absolute():
             problems.append(f"workspace: {parsed.workspace!r} must be an absolute path")
         return problems
@@ -396,6 +411,18 @@ class LocalAgentRunner(Runner):
             config=config,
             ledger=self.ledger,
         )
+        if "task" in registry:
+            types = subagent_types(config, registry.names)
+            primary = (provider, window)
+
+            async def open_model(route: ModelRoute | None) -> tuple[Provider, int]:
+                if route is None:
+                    return primary
+                sub = self._provider(config, run.secrets, route)
+                return sub, await self._window(sub, config.model_copy(update={"context_window": route.context_window}))
+
+            ctx.subagents = Subagents(types, registry, config, open_model, workspace)
+            system += "\n\n" + prompt_block(types)
         compactor = Compactor(
             window=window,
             watermark=config.compaction_watermark,

@@ -183,3 +183,17 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+class EphemeralSession(Session):
+    """A working context that lives in memory only: a subagent's, which ends with its task and must never be
+    mistaken for (or written over) its conversation's session."""
+
+    def __init__(self, conversation_id: str) -> None:
+        super().__init__(Path("/nonexistent/ephemeral-session"), conversation_id)
+
+    def append(self, *messages: Message) -> None:
+        self.messages.extend(messages)
+
+    def _replace(self, messages: list[Message]) -> None:
+        self.messages = list(messages)

@@ -17,9 +17,11 @@ if TYPE_CHECKING:
     from agenthost.plugins.manifest import ContextNeeds, RunnerCapabilities, RunnerManifest, RunnerPermissions
     from agenthost.runners.sdk import events
     from agenthost.runners.sdk.api import RunAPI
+    from agenthost.runners.sdk.child import ChildRun
     from agenthost.runners.sdk.runner import RunContext, Runner
 
 _EXPORTS: dict[str, str] = {
+    "ChildRun": "agenthost.runners.sdk.child",
     "ContextNeeds": "agenthost.plugins.manifest",
     "RunAPI": "agenthost.runners.sdk.api",
     "RunContext": "agenthost.runners.sdk.runner",
@@ -31,6 +33,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "ChildRun",
     "ContextNeeds",
     "RunAPI",
     "RunContext",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal
 
 import grpc
@@ -17,6 +18,7 @@ from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import run_api_pb2 as api_pb
 from agenthost.protos import run_api_pb2_grpc as api_grpc
+from agenthost.runners.sdk.child import ChildRun, open_child_run
 from agenthost.runners.sdk.events import scope_value
 
 Direction = Literal["backward", "forward"]
@@ -291,3 +293,23 @@ class RunAPI:
             return await self._stub.RequestApproval(request, metadata=self._metadata, timeout=min(wait, remaining))
         except grpc.RpcError as exc:
             raise errors.from_rpc_error(exc) from None
+
+    # ---- child runs (subagents) ----
+
+    def child_run(
+        self, description: str, *, subagent_type: str = "", tool_call_id: str = "", timeout: float = 0.0
+    ) -> AbstractAsyncContextManager[ChildRun]:
+        """Records a subagent as a child run of this run (needs the `subagents` grant); see `sdk.child`.
+        `timeout` (seconds, optional) ends it before the run's own deadline, never after."""
+        remaining = self._deadline_at - time.time() if self._deadline_at else 24 * 3600.0
+        if remaining <= 0:
+            raise errors.DeadlineExceeded(f"run {self.run_id} is past its deadline")
+        header = api_pb.ChildRunHeader(
+            run_id=self.run_id,
+            description=description,
+            subagent_type=subagent_type,
+            tool_call_id=tool_call_id,
+            timeout_seconds=timeout,
+        )
+        # The call lives as long as the child, which the host ends at the run's deadline at the latest.
+        return open_child_run(self._stub, self._metadata, header, remaining + 5.0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import runner_pb2
 from agenthost.runners.sdk.api import RunAPI
+from agenthost.runners.sdk.child import ChildRun
 
 if TYPE_CHECKING:
     # Only for the annotation: the serving process imports this module long before (and often without ever)
@@ -81,6 +83,13 @@ class RunContext:
     def state(self) -> dict[str, dict[str, Any]]:
         """The state snapshot taken when the run started, per granted scope."""
         return json.loads(self.context.state_json or "{}")
+
+    def child_run(
+        self, description: str, *, subagent_type: str = "", tool_call_id: str = "", timeout: float = 0.0
+    ) -> AbstractAsyncContextManager[ChildRun]:
+        """Records a subagent as a child run of this run: `async with run.child_run("...") as child:
+        await child.emit(ev)`. See `agenthost.runners.sdk.child`."""
+        return self.api.child_run(description, subagent_type=subagent_type, tool_call_id=tool_call_id, timeout=timeout)
 
     @property
     def bootstrap(self) -> list[pb.TranscriptItem]:

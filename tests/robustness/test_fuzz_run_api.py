@@ -216,7 +216,7 @@ def expected(w: World, method: str, request: Any, cred: Cred) -> SC | str:
     mean "not yours" (PERMISSION_DENIED, UNAUTHENTICATED) — the call's arguments may still be refused."""
     if cred.run is None:
         return SC.UNAUTHENTICATED
-    if method == "ArtifactCreate":
+    if method in ("ArtifactCreate", "ChildRun"):
         # The run id travels in the first message, which must be the header; anything else is refused before it.
         if not request or request[0].WhichOneof("part") != "header":
             return SC.INVALID_ARGUMENT
@@ -304,6 +304,11 @@ def fuzz_world(tmp_path_factory: pytest.TempPathFactory) -> World:
 def _call(w: World, method: Any, request: Any, md: tuple) -> SC:
     path = f"/{SERVICE.full_name}/{method.name}"
     resp_cls = message_factory.GetMessageClass(method.output_type)
+    if method.client_streaming and method.server_streaming:
+        call = w.channel.stream_stream(
+            path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=resp_cls.FromString
+        )
+        return status_of(lambda: call(iter(request), metadata=md, timeout=10))
     if method.client_streaming:
         call = w.channel.stream_unary(
             path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=resp_cls.FromString

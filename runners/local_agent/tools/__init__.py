@@ -13,6 +13,7 @@ from agenthost.runners.local_agent.tools.knowledge import SearchKnowledge
 from agenthost.runners.local_agent.tools.memory import Memory
 from agenthost.runners.local_agent.tools.shell import Shell
 from agenthost.runners.local_agent.tools.skills import LoadSkill
+from agenthost.runners.local_agent.tools.subagent import Task
 from agenthost.runners.local_agent.tools.tasks import task_tools
 from agenthost.runners.local_agent.tools.todo import TodoWrite
 
@@ -29,6 +30,7 @@ def all_tools() -> list[Tool]:
         Memory(),
         Compact(),
         LoadSkill(),
+        Task(),
     ]
 
 
@@ -44,6 +46,7 @@ TOOL_APIS: dict[str, tuple[str, ...]] = {
     "task_list": ("state.read",),
     "task_get": ("state.read",),
     "memory": ("state.read", "state.write"),
+    "task": ("subagents",),
 }
 TOOL_SCOPES: dict[str, str] = {
     "todo_write": "conversation",
@@ -58,7 +61,7 @@ TOOL_SCOPES: dict[str, str] = {
 # Planning and context tools a small window cannot afford by default: their schemas (~600 tokens) would take a
 # sixth of a 4K window (Ollama's default), which is better spent on the work itself. Listed in `tools`, they are
 # offered whatever the window.
-WINDOW_HUNGRY = frozenset({"task_create", "task_update", "task_list", "task_get", "compact"})
+WINDOW_HUNGRY = frozenset({"task_create", "task_update", "task_list", "task_get", "compact", "task"})
 SMALL_WINDOW = 16_384
 
 

@@ -73,6 +73,8 @@ class ToolContext:
     # Bytes of the images this run has loaded or tools returned, by ImagePart.key: what requests show. Only for
     # the run's length: the session keeps references (messages.ImagePart), never bytes.
     images: dict[str, bytes] = field(default_factory=dict)
+    # The run's subagents (local_agent.subagents.Subagents), for the `task` tool; None = no subagents this run.
+    subagents: Any = None
 
 
 class Tool(ABC):
@@ -81,6 +83,8 @@ class Tool(ABC):
     parameters: ClassVar[dict[str, Any]]
     # Read-only tools may run concurrently with each other; anything else runs alone, in declared order.
     read_only: ClassVar[bool] = False
+    # Tools that need their call's id (to link what they record to it) implement `execute_call` instead.
+    needs_call_id: ClassVar[bool] = False
 
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
@@ -89,6 +93,9 @@ class Tool(ABC):
     async def execute(self, args: dict[str, Any], ctx: ToolContext) -> str | ToolOutput:
         """Returns the result text (with images, a ToolOutput); raises ToolError for failures the model should
         see."""
+
+    async def execute_call(self, args: dict[str, Any], ctx: ToolContext, call_id: str) -> str:
+        return await self.execute(args, ctx)
 
 
 # Validators per tool class: checking a schema costs milliseconds, and tool schemas never change at runtime.
@@ -150,7 +157,10 @@ class ToolRegistry:
         if refused is not None:
             return refused
         try:
-            content = await tool.execute(args, ctx)
+            if tool.needs_call_id:
+                content = await tool.execute_call(args, ctx, call.id)
+            else:
+                content = await tool.execute(args, ctx)
         except ToolError as exc:
             return _err(call, f"error: {exc}")
         except Exception as exc:  # noqa: BLE001 — a crashing tool must not end the run; the model gets the reason
