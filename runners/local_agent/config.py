@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from agenthost.runners.sdk.mcp_servers import McpServer, check_unique
+
 
 class ConfigError(ValueError):
     """The binding config (or the environment it points at) cannot drive a run; the message says what to fix."""
@@ -162,6 +164,17 @@ class LocalAgentConfig(BaseModel):
         "request. Each: 'provider/model' or {model, base_url, api_key_env, api_key, context_window}.",
     )
     compaction: CompactionConfig = CompactionConfig()
+    mcp_servers: list[McpServer] = Field(
+        default_factory=list,
+        description="The binding's own MCP servers; their tools join the agent's as mcp__<server>__<tool>. stdio "
+        "servers run in the shell tool's sandbox with the conversation's workspace; ${KEY} in env and headers "
+        "refers to the binding's keys.",
+    )
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _servers(cls, value: list[McpServer]) -> list[McpServer]:
+        return check_unique(value)
 
     @field_validator("model")
     @classmethod

@@ -80,6 +80,9 @@ class LocalAgentRunner(Runner):
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
         self.ledger = ProcessLedger(data_dir / "running")
+        # The binding's own MCP servers' sessions (mcp_client.McpPool); created, with the SDK imported, only when
+        # a run's binding configures servers.
+        self._mcp: Any = None
 
     async def setup(self) -> None:
         # Commands a killed predecessor left running would otherwise live on as orphans.
@@ -91,6 +94,9 @@ class LocalAgentRunner(Runner):
         providers, self._providers = list(self._providers.values()), {}
         for p in providers:
             await p.aclose()
+        pool, self._mcp = self._mcp, None
+        if pool is not None:
+            await pool.close()
 
     def validate_config(self, config: dict[str, Any]) -> list[str]:
         """Bind-time check of what a run would refuse later: the model's route, tool names, the workspace."""
@@ -123,6 +129,15 @@ class LocalAgentRunner(Runner):
                 problems.append(f"tools: unknown tools {unknown}; available: {sorted(known)}")
         if parsed.workspace is not None and not Path(parsed.workspace).is_absolute():
             problems.append(f"workspace: {parsed.workspace!r} must be an absolute path")
+        data = self.data_dir.resolve()
+        for server in parsed.mcp_servers:
+            for raw in server.ro_paths:
+                path = Path(raw).resolve()
+                if path == data or data in path.parents or path in data.parents:
+                    problems.append(
+                        f"mcp_servers[{server.name}].ro_paths: {raw} overlaps the runner's data dir, which holds "
+                        "every conversation's workspace and session"
+                    )
         return problems
 
     async def list_models(self, config: dict[str, Any], secrets: dict[str, str]) -> list[dict[str, str]]:
@@ -337,6 +352,15 @@ class LocalAgentRunner(Runner):
             window=window,
         )
         workspace = self._workspace(config, conversation_key(run))
+        if config.mcp_servers:
+            if self._mcp is None:
+                from agenthost.runners.local_agent.mcp_client import McpPool
+
+                self._mcp = McpPool(self.data_dir)
+            mcp_tools, unavailable = await self._mcp.tools(config, run.secrets, workspace)
+            for note in unavailable:
+                yield events.progress(note)
+            registry = registry.with_tools(mcp_tools)
         session, notes, trigger_seq = await self._session(run, config, window)
         for ev in notes:
             yield ev

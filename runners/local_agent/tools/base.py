@@ -66,6 +66,8 @@ class Tool(ABC):
     parameters: ClassVar[dict[str, Any]]
     # Read-only tools may run concurrently with each other; anything else runs alone, in declared order.
     read_only: ClassVar[bool] = False
+    # True for tools whose schema is set per instance (an MCP server's tool): validators are then per schema.
+    dynamic_schema: ClassVar[bool] = False
 
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
@@ -77,9 +79,27 @@ class Tool(ABC):
 
 # Validators per tool class: checking a schema costs milliseconds, and tool schemas never change at runtime.
 _VALIDATORS: dict[type[Tool], jsonschema.Draft202012Validator] = {}
+# Per-instance schemas (MCP servers' tools), by their JSON text; bounded, since servers can change them.
+_SCHEMA_VALIDATORS: dict[str, jsonschema.Draft202012Validator] = {}
+_MAX_SCHEMA_VALIDATORS = 1_024
+_ANY_OBJECT = {"type": "object"}
 
 
 def _validator(tool: Tool) -> jsonschema.Draft202012Validator:
+    if tool.dynamic_schema:
+        key = json.dumps(tool.parameters, sort_keys=True, default=str)
+        v = _SCHEMA_VALIDATORS.get(key)
+        if v is None:
+            try:
+                jsonschema.Draft202012Validator.check_schema(tool.parameters)
+                v = jsonschema.Draft202012Validator(tool.parameters)
+            except jsonschema.SchemaError:
+                # A server's schema this validator cannot read: the server checks its own arguments.
+                v = jsonschema.Draft202012Validator(_ANY_OBJECT)
+            if len(_SCHEMA_VALIDATORS) >= _MAX_SCHEMA_VALIDATORS:
+                _SCHEMA_VALIDATORS.clear()
+            _SCHEMA_VALIDATORS[key] = v
+        return v
     cls = type(tool)
     v = _VALIDATORS.get(cls)
     if v is None:
@@ -109,6 +129,10 @@ class ToolRegistry:
 
     def specs(self) -> list[ToolSpec]:
         return [t.spec() for t in self._tools.values()]
+
+    def with_tools(self, extra: list[Tool]) -> ToolRegistry:
+        """This registry's tools followed by `extra` (a run's MCP tools), as a new registry."""
+        return ToolRegistry([*self._tools.values(), *extra])
 
     def is_read_only(self, name: str) -> bool:
         tool = self._tools.get(name)
