@@ -10,6 +10,7 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,16 @@ def finished(r: Any) -> list[Any]:
 
 def tool_names(request: Any) -> list[str]:
     return [t["function"]["name"] for t in request.json().get("tools", [])]
+
+
+async def wait_for_file(root: Path, name: str, timeout: float = 20.0) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = list(root.rglob(name))
+        if found:
+            return found[0]
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{name} did not appear under {root}")
 
 
 # ---- stdio, through a real host ----
@@ -143,6 +154,8 @@ async def test_error_result_image_note_and_timeout(tmp_path: Path) -> None:
             assert (echo.is_error, echo.result) == (False, "echo:still alive")
             # Arguments are checked against the server's schema on the one dispatch path, before the server.
             assert bad.is_error and "invalid arguments" in bad.result
+            # The timeout cancelled the call on the server too (MCP cancellation), not just on our side.
+            await wait_for_file(tmp_path / "runner-data", "cancelled-slow.txt")
             # The allowlist: only the listed tools are offered.
             names = [n for n in tool_names(model.model_requests[0]) if n.startswith("mcp__")]
             assert names == ["mcp__fx__echo", "mcp__fx__fail", "mcp__fx__picture", "mcp__fx__slow"]
@@ -173,6 +186,32 @@ async def test_server_crash_mid_run_and_recovery_on_next_run(tmp_path: Path) -> 
             assert r.run.status == "completed", r.run.error_message
             [who] = finished(r)
             assert not who.is_error and who.result.split()[0] != pid_before
+
+
+@needs_sandbox
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+async def test_run_cancellation_cancels_the_server_call(tmp_path: Path) -> None:
+    async with FakeProviderServer() as model:
+        async with HostHarness(tmp_path, runners=[LocalAgentRunner], config=cfg(model, stdio_server())) as h:
+            model.push(openai_tool_calls([("c1", "mcp__fx__slow", {"seconds": 60, "tag": "run"})]))
+            request = hpb.SendMessageRequest(bot=h.bot, text="wait", conversation_id="k", source="api")
+            run_id, status = "", ""
+            async for reply in h.client.stream(request, timeout=60):
+                kind = reply.WhichOneof("kind")
+                if kind == "run_started":
+                    run_id = reply.run_started.run_id
+                elif kind == "events" and any(e.WhichOneof("kind") == "tool_started" for e in reply.events.events):
+                    await h.client.call("CancelRun", hpb.RunRequestById(run_id=run_id))
+                elif kind == "run_finished":
+                    status = reply.run_finished.status
+                    break
+            assert status == "cancelled"
+            await wait_for_file(tmp_path / "runner-data", "cancelled-run.txt")
+            # The session survives the cancelled call: the next run uses it.
+            model.push(openai_tool_calls([("c2", "mcp__fx__echo", {"text": "after"})]), openai_text("ok"))
+            r = await h.send("again", conversation_id="k")
+            assert [f.result for f in finished(r)] == ["echo:after"]
 
 
 @needs_sandbox
