@@ -172,3 +172,13 @@ def test_bad_configs_are_refused(servers: list[dict[str, Any]], expected: str) -
 
 def test_bridge_name_constant_matches_the_bridge() -> None:
     assert BRIDGE_SERVER_NAME == mcp_bridge.SERVER_NAME
+
+
+def test_runner_refuses_bad_servers_at_bind_time(tmp_path: Path) -> None:
+    from agenthost.runners.external_harness.runner import ClaudeCodeRunner, CodexRunner
+
+    for runner_class in (ClaudeCodeRunner, CodexRunner):
+        runner = runner_class(tmp_path)
+        assert runner.validate_config({"mcp_servers": SERVERS}) == []
+        [problem] = runner.validate_config({"mcp_servers": [{**SERVERS[1], "name": "agenthost"}]})
+        assert "reserved for the runner's own server" in problem

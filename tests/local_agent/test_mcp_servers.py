@@ -126,7 +126,7 @@ async def test_model_sees_namespaced_tools_and_calls_one(tmp_path: Path) -> None
 @pytest.mark.timeout(90)
 async def test_error_result_image_note_and_timeout(tmp_path: Path) -> None:
     async with FakeProviderServer() as model:
-        server = stdio_server(timeout_s=1.5, tools=["fail", "picture", "slow", "echo"])
+        server = stdio_server(timeout_s=3, tools=["fail", "picture", "slow", "echo"])
         async with HostHarness(tmp_path, runners=[LocalAgentRunner], config=cfg(model, server)) as h:
             model.push(
                 openai_tool_calls(
@@ -149,7 +149,7 @@ async def test_error_result_image_note_and_timeout(tmp_path: Path) -> None:
                 and "no such widget" in fail.result
             )
             assert not picture.is_error and "[image (image/png" in picture.result and "text only" in picture.result
-            assert slow.is_error and "did not answer within 1.5s" in slow.result
+            assert slow.is_error and "did not answer within 3s" in slow.result
             # The timed-out call was cancelled, not the session: the next call on it works.
             assert (echo.is_error, echo.result) == (False, "echo:still alive")
             # Arguments are checked against the server's schema on the one dispatch path, before the server.
@@ -265,7 +265,7 @@ async def test_stdio_server_is_sandboxed(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 @contextlib.asynccontextmanager
-async def http_fixture(token: str) -> AsyncIterator[tuple[str, list[str]]]:
+async def http_fixture(token: str) -> AsyncIterator[tuple[str, list[str], set[str]]]:
     """The fixture server over streamable HTTP on a loopback port; refuses requests without the bearer token."""
     import uvicorn
     from starlette.responses import PlainTextResponse
@@ -277,11 +277,15 @@ async def http_fixture(token: str) -> AsyncIterator[tuple[str, list[str]]]:
         sys.path.remove(str(FIXTURE))
     inner = build_server().streamable_http_app()
     seen: list[str] = []
+    sessions: set[str] = set()
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            auth = dict(scope["headers"]).get(b"authorization", b"").decode()
+            headers = dict(scope["headers"])
+            auth = headers.get(b"authorization", b"").decode()
             seen.append(auth)
+            if b"mcp-session-id" in headers:
+                sessions.add(headers[b"mcp-session-id"].decode())
             if auth != f"Bearer {token}":
                 await PlainTextResponse("no", status_code=401)(scope, receive, send)
                 return
@@ -295,7 +299,7 @@ async def http_fixture(token: str) -> AsyncIterator[tuple[str, list[str]]]:
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        yield f"http://127.0.0.1:{port}/mcp", seen
+        yield f"http://127.0.0.1:{port}/mcp", seen, sessions
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 15)
@@ -305,7 +309,7 @@ async def http_fixture(token: str) -> AsyncIterator[tuple[str, list[str]]]:
 @pytest.mark.slow
 @pytest.mark.timeout(90)
 async def test_http_server_with_header_from_binding_key(tmp_path: Path) -> None:
-    async with FakeProviderServer() as model, http_fixture("s3cret") as (url, seen):
+    async with FakeProviderServer() as model, http_fixture("s3cret") as (url, seen, _):
         server = {"name": "remote", "transport": "http", "url": url, "headers": {"Authorization": "Bearer ${RT}"}}
         async with HostHarness(tmp_path, runners=[LocalAgentRunner]) as h:
             await h.client.call("SetKey", hpb.SetKeyRequest(name="RT", value="s3cret"))
@@ -324,6 +328,27 @@ async def test_http_server_with_header_from_binding_key(tmp_path: Path) -> None:
             notes = [e.progress.message for e in r.events if e.WhichOneof("kind") == "progress"]
             assert any("refers to key 'RT'" in n and "not offered" in n for n in notes), notes
             assert not [n for n in tool_names(model.model_requests[-1]) if n.startswith("mcp__")]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+async def test_concurrent_runs_share_one_warm_session(tmp_path: Path) -> None:
+    async with FakeProviderServer() as model, http_fixture("t") as (url, _, sessions):
+        server = {"name": "remote", "transport": "http", "url": url, "headers": {"Authorization": "Bearer ${RT}"}}
+        async with HostHarness(tmp_path, runners=[LocalAgentRunner]) as h:
+            await h.client.call("SetKey", hpb.SetKeyRequest(name="RT", value="t"))
+            await h.bind("test/local-agent", cfg(model, server), priority=5, keys=["RT"])
+            # Warm it up, then two conversations call it at once (each holds its call open for a moment).
+            model.push(openai_tool_calls([("w", "mcp__remote__echo", {"text": "warm"})]), openai_text("ok"))
+            assert (await h.send("warm", conversation_id="p0")).run.status == "completed"
+            model.push(openai_tool_calls([("c1", "mcp__remote__slow", {"seconds": 0.5})]))
+            model.push(openai_tool_calls([("c2", "mcp__remote__slow", {"seconds": 0.5})]))
+            model.push(openai_text("one"), openai_text("two"))
+            results = await asyncio.gather(h.send("a", conversation_id="p1"), h.send("b", conversation_id="p2"))
+            assert all(r.run.status == "completed" for r in results), [r.run.error_message for r in results]
+            # Which run got which scripted reply depends on timing; the two calls together do not.
+            assert [f.result for r in results for f in finished(r)] == ["done sleeping"] * 2
+            assert len(sessions) == 1, sessions
 
 
 @pytest.mark.slow
