@@ -91,7 +91,13 @@ def plan(servers: list[McpServer], secrets: dict[str, str]) -> UserMcp:
             if from_env:
                 codex.append(f"{prefix}.env_http_headers={_inline_table(from_env)}")
                 codex_env.update({var: headers[k] for k, var in from_env.items()})
-        codex += [f"{prefix}.startup_timeout_sec=30", f"{prefix}.tool_timeout_sec={s.timeout_s:g}"]
+        # required: exec waits for the server before its first model request (else a server slower to start than
+        # the harness, such as one importing the Python SDK, is silently missing) and fails the turn naming it.
+        codex += [
+            f"{prefix}.startup_timeout_sec=30",
+            f"{prefix}.tool_timeout_sec={s.timeout_s:g}",
+            f"{prefix}.required=true",
+        ]
         if s.tools is not None:
             codex.append(f"{prefix}.enabled_tools={json.dumps(list(s.tools))}")
         # exec has nobody to answer an approval prompt; the binding's author chose these servers.

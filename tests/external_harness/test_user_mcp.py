@@ -118,6 +118,7 @@ def test_codex_gets_user_servers_as_overrides(tmp_path: Path) -> None:
     [(header, var)] = remote["env_http_headers"].items()
     assert header == "Authorization" and command.env[var] == "Bearer remote-secret-value-2"
     assert remote["enabled_tools"] == ["search", "fetch"] and remote["tool_timeout_sec"] == 45
+    assert gh["required"] is remote["required"] is True
     assert gh["default_tools_approval_mode"] == remote["default_tools_approval_mode"] == "approve"
     assert not any(secret in " ".join(command.argv) for secret in SECRETS.values())
     assert {"ghp-secret-value-1", "Bearer remote-secret-value-2"} <= set(command.secrets)
