@@ -145,8 +145,18 @@ class ClaudeCodeDriver:
             turn.model = raw.get("model") or turn.model
             out = []
             for server in raw.get("mcp_servers") or []:
-                if server.get("name") == MCP_SERVER_NAME and server.get("status") != "connected":
+                if server.get("status") == "connected":
+                    continue
+                if server.get("name") == MCP_SERVER_NAME:
                     out.append(events.progress(f"host MCP bridge is {server.get('status')}; host tools unavailable"))
+                elif isinstance(server.get("name"), str):
+                    # A binding's own server (the config is --strict, so every other name is one of those).
+                    out.append(
+                        events.progress(
+                            f"MCP server {server['name'][:64]} is {str(server.get('status'))[:32]}; its tools are "
+                            "unavailable this turn"
+                        )
+                    )
             return out
         if subtype == "api_retry":
             return [

@@ -183,3 +183,20 @@ def test_runner_refuses_bad_servers_at_bind_time(tmp_path: Path) -> None:
         assert runner.validate_config({"mcp_servers": SERVERS}) == []
         [problem] = runner.validate_config({"mcp_servers": [{**SERVERS[1], "name": "agenthost"}]})
         assert "reserved for the runner's own server" in problem
+
+
+def test_claude_reports_a_user_server_that_did_not_connect() -> None:
+    from agenthost.runners.external_harness.turn import TurnState
+
+    init = {
+        "type": "system",
+        "subtype": "init",
+        "session_id": "s",
+        "mcp_servers": [
+            {"name": "agenthost", "status": "connected"},
+            {"name": "gh", "status": "failed"},
+            {"name": "remote", "status": "connected"},
+        ],
+    }
+    out = ClaudeCodeDriver().map_event(init, TurnState())
+    assert [e.progress.message for e in out] == ["MCP server gh is failed; its tools are unavailable this turn"]
