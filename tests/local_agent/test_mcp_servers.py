@@ -60,6 +60,22 @@ def tool_names(request: Any) -> list[str]:
     return [t["function"]["name"] for t in request.json().get("tools", [])]
 
 
+def server_processes() -> list[int]:
+    """Live processes running the fixture server from this checkout (inside or outside a sandbox)."""
+    marker = str(FIXTURE / "server.py").encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if marker in cmdline and state != "Z":
+                found.append(int(entry.name))
+    return found
+
+
 async def wait_for_file(root: Path, name: str, timeout: float = 20.0) -> Path:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -119,6 +135,12 @@ async def test_model_sees_namespaced_tools_and_calls_one(tmp_path: Path) -> None
             assert instances[0] == instances[1]
             tools_json = [json.dumps(req.json()["tools"]) for req in model.model_requests]
             assert len(set(tools_json)) == 1
+            assert server_processes(), "the warm session's server runs between runs"
+        # The runner closed its sessions when it shut down: no server process is left.
+        deadline = time.monotonic() + 20
+        while server_processes() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        assert not server_processes()
 
 
 @needs_sandbox
