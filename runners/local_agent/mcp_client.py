@@ -37,7 +37,7 @@ from agenthost.plugins import sandbox as sandboxing
 from agenthost.runners.local_agent.config import LocalAgentConfig
 from agenthost.runners.local_agent.tools.base import ToolError
 from agenthost.runners.local_agent.tools.mcp import McpTool, namespaced
-from agenthost.runners.sdk.mcp_servers import McpServer, McpServerError
+from agenthost.runners.sdk.mcp_servers import McpServer, McpServerError, ro_path_problems
 
 log = logging.getLogger("agenthost.local_agent")
 
@@ -56,10 +56,6 @@ class McpUnavailable(Exception):
 
 def _backoff(failures: int) -> float:
     return min(BACKOFF_MAX, 2.0 ** (failures - 1)) if failures > 0 else 0.0
-
-
-def inside(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
 
 
 class ServerSession:
@@ -347,15 +343,9 @@ def stdio_sandbox(server: McpServer, workspace: Path, data_dir: Path) -> sandbox
 
 
 def check_ro_paths(server: McpServer, data_dir: Path) -> None:
-    """ro_paths may not reach the runner's data dir (sessions, every conversation's workspace) or contain it."""
-    data = data_dir.resolve()
-    for raw in server.ro_paths:
-        path = Path(raw).resolve()
-        if inside(path, data) or inside(data, path):
-            raise McpServerError(
-                f"mcp_servers[{server.name}].ro_paths: {raw} overlaps the runner's data dir, which holds every "
-                "conversation's workspace and session"
-            )
+    problems = ro_path_problems(server, data_dir)
+    if problems:
+        raise McpServerError(problems[0])
 
 
 def _stdio_opener(

@@ -45,6 +45,7 @@ from agenthost.runners.local_agent.tools.tasks import summary_line as task_summa
 from agenthost.runners.local_agent.tools.todo import STATE_KEY as TODO_KEY
 from agenthost.runners.local_agent.tools.todo import render as render_todos
 from agenthost.runners.sdk import events
+from agenthost.runners.sdk.mcp_servers import ro_path_problems
 from agenthost.runners.sdk.runner import RunContext, Runner
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -129,15 +130,8 @@ class LocalAgentRunner(Runner):
                 problems.append(f"tools: unknown tools {unknown}; available: {sorted(known)}")
         if parsed.workspace is not None and not Path(parsed.workspace).is_absolute():
             problems.append(f"workspace: {parsed.workspace!r} must be an absolute path")
-        data = self.data_dir.resolve()
         for server in parsed.mcp_servers:
-            for raw in server.ro_paths:
-                path = Path(raw).resolve()
-                if path == data or data in path.parents or path in data.parents:
-                    problems.append(
-                        f"mcp_servers[{server.name}].ro_paths: {raw} overlaps the runner's data dir, which holds "
-                        "every conversation's workspace and session"
-                    )
+            problems += ro_path_problems(server, self.data_dir)
         return problems
 
     async def list_models(self, config: dict[str, Any], secrets: dict[str, str]) -> list[dict[str, str]]:

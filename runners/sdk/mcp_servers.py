@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -180,3 +180,17 @@ def check_unique(servers: list[McpServer], *, reserved: tuple[str, ...] = ()) ->
     if taken:
         raise ValueError(f"MCP server name(s) {taken} are reserved for the runner's own server")
     return servers
+
+
+def ro_path_problems(server: McpServer, data_dir: Path) -> list[str]:
+    """ro_paths may not reach the runner's data dir (sessions, every conversation's workspace) nor contain it."""
+    data = data_dir.resolve()
+    problems = []
+    for raw in server.ro_paths:
+        path = Path(raw).resolve()
+        if path == data or data in path.parents or path in data.parents:
+            problems.append(
+                f"mcp_servers[{server.name}].ro_paths: {raw} overlaps the runner's data dir, which holds every "
+                "conversation's workspace and session"
+            )
+    return problems

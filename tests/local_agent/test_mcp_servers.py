@@ -478,3 +478,31 @@ def test_bindings_without_servers_do_not_load_the_sdk() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+async def test_a_server_schema_the_validator_cannot_apply_leaves_checks_to_the_server() -> None:
+    from agenthost.runners.local_agent.messages import ToolCall
+    from agenthost.runners.local_agent.tools.base import ToolRegistry
+    from agenthost.runners.local_agent.tools.mcp import McpTool
+
+    calls: list[dict[str, Any]] = []
+
+    async def call(tool: str, args: dict[str, Any]) -> Any:
+        calls.append(args)
+        return type("R", (), {"content": [], "structured_content": {"ok": True}, "is_error": False})()
+
+    schemas = {
+        "remote_ref": {"type": "object", "properties": {"x": {"$ref": "https://schemas.example.test/x.json"}}},
+        "broken": {"type": "object", "properties": {"x": {"type": 7}}},
+        "strict": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]},
+    }
+    tools = [
+        McpTool(exposed=f"mcp__s__{n}", server="s", tool=n, description="", schema=sc, call=call)
+        for n, sc in schemas.items()
+    ]
+    registry = ToolRegistry(tools)
+    for name in ("remote_ref", "broken"):
+        result = await registry.run(ToolCall(id=name, name=f"mcp__s__{name}", arguments='{"x": "a"}'), None)  # type: ignore[arg-type]
+        assert not result.is_error and result.content == '{"ok": true}'
+    bad = await registry.run(ToolCall(id="s", name="mcp__s__strict", arguments='{"x": "a"}'), None)  # type: ignore[arg-type]
+    assert bad.is_error and "invalid arguments" in bad.content and len(calls) == 2

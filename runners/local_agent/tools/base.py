@@ -92,10 +92,12 @@ def _validator(tool: Tool) -> jsonschema.Draft202012Validator:
         if v is None:
             try:
                 jsonschema.Draft202012Validator.check_schema(tool.parameters)
-                v = jsonschema.Draft202012Validator(tool.parameters)
+                # A $ref outside the schema would make validation fail (nothing is fetched), not the call.
+                usable = not _external_ref(tool.parameters)
             except jsonschema.SchemaError:
-                # A server's schema this validator cannot read: the server checks its own arguments.
-                v = jsonschema.Draft202012Validator(_ANY_OBJECT)
+                usable = False
+            # A server's schema this validator cannot apply: the server checks its own arguments.
+            v = jsonschema.Draft202012Validator(tool.parameters if usable else _ANY_OBJECT)
             if len(_SCHEMA_VALIDATORS) >= _MAX_SCHEMA_VALIDATORS:
                 _SCHEMA_VALIDATORS.clear()
             _SCHEMA_VALIDATORS[key] = v
@@ -106,6 +108,17 @@ def _validator(tool: Tool) -> jsonschema.Draft202012Validator:
         jsonschema.Draft202012Validator.check_schema(tool.parameters)
         v = _VALIDATORS[cls] = jsonschema.Draft202012Validator(tool.parameters)
     return v
+
+
+def _external_ref(schema: Any) -> bool:
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and not ref.startswith("#"):
+            return True
+        return any(_external_ref(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_external_ref(v) for v in schema)
+    return False
 
 
 class ToolRegistry:
