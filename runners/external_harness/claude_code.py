@@ -22,6 +22,7 @@ from agenthost.runners.external_harness.turn import (
     Install,
     TurnPlan,
     TurnState,
+    add_user_mcp_env,
     auth_problem,
     base_url,
     forwarded_secrets,
@@ -64,11 +65,14 @@ class ClaudeCodeDriver:
         elif plan.new_session_id:
             argv += ["--session-id", plan.new_session_id]
         allowed = list(config.allowed_tools)
-        if plan.bridge is not None:
+        if plan.bridge is not None or plan.user_mcp is not None:
             argv += ["--mcp-config", str(ws.agenthost_dir / "mcp.json"), "--strict-mcp-config"]
+        if plan.bridge is not None:
             # A server-level rule allows every tool of the bridge; the host enforces the real limits.
             allowed.append(f"mcp__{MCP_SERVER_NAME}")
-        else:
+        if plan.user_mcp is not None:
+            allowed += plan.user_mcp.claude_allowed()
+        if plan.bridge is None and plan.user_mcp is None:
             argv += ["--strict-mcp-config"]  # never pick up MCP servers from elsewhere on the machine
         argv += ["--permission-mode", config.permission_mode]
         if plan.bridge is not None and config.approvals.enabled:
@@ -114,6 +118,8 @@ class ClaudeCodeDriver:
         set_env.update(secrets)
         set_env.update(plan.bridge_env)
         env = build_env(inherited=plan.inherited_env, set_env=set_env)
+        if plan.user_mcp is not None:
+            add_user_mcp_env(env, plan.user_mcp.claude_env)
         loopback_bypass(plan, env)
         return Command(argv=argv, env=env, secrets=secret_values(plan, secrets))
 
@@ -144,8 +150,18 @@ class ClaudeCodeDriver:
             turn.model = raw.get("model") or turn.model
             out = []
             for server in raw.get("mcp_servers") or []:
-                if server.get("name") == MCP_SERVER_NAME and server.get("status") != "connected":
+                if server.get("status") == "connected":
+                    continue
+                if server.get("name") == MCP_SERVER_NAME:
                     out.append(events.progress(f"host MCP bridge is {server.get('status')}; host tools unavailable"))
+                elif isinstance(server.get("name"), str):
+                    # A binding's own server (the config is --strict, so every other name is one of those).
+                    out.append(
+                        events.progress(
+                            f"MCP server {server['name'][:64]} is {str(server.get('status'))[:32]}; its tools are "
+                            "unavailable this turn"
+                        )
+                    )
             return out
         if subtype == "api_retry":
             return [

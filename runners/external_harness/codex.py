@@ -23,6 +23,7 @@ from agenthost.runners.external_harness.turn import (
     Install,
     TurnPlan,
     TurnState,
+    add_user_mcp_env,
     auth_problem,
     base_url,
     forwarded_secrets,
@@ -121,6 +122,9 @@ class CodexDriver:
         if plan.bridge is not None:
             for override in codex_mcp_overrides(plan.bridge):
                 argv += ["-c", override]
+        if plan.user_mcp is not None:
+            for override in plan.user_mcp.codex:
+                argv += ["-c", override]
         if plan.resume_session_id:
             argv += ["resume", plan.resume_session_id]
         argv.append("-")  # the prompt comes on stdin: no argv size limit, no prompt parsed as a flag
@@ -131,6 +135,8 @@ class CodexDriver:
         set_env.update(secrets)
         set_env.update(plan.bridge_env)
         env = build_env(inherited=plan.inherited_env, set_env=set_env)
+        if plan.user_mcp is not None:
+            add_user_mcp_env(env, plan.user_mcp.codex_env)
         loopback_bypass(plan, env)
         return Command(argv=argv, env=env, secrets=secret_values(plan, secrets))
 

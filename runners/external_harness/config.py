@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agenthost.runners.external_harness.errors import HarnessConfigError
 from agenthost.runners.sdk.approvals import ApprovalsConfig
+from agenthost.runners.sdk.mcp_servers import REFERENCE, McpServer, check_unique
 from agenthost.runners.sdk.skills import MAX_SKILLS, Skill, unique_names
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -33,6 +34,8 @@ RESERVED_ENV = frozenset(
         )
     }
 )
+# The host bridge's MCP server name (mcp_bridge.SERVER_NAME; a test keeps them equal): no user server may take it.
+BRIDGE_SERVER_NAME = "agenthost"
 
 
 class _Strict(BaseModel):
@@ -77,6 +80,11 @@ class HarnessConfig(_Strict):
         description="How the harness reaches those tools. 'http': an endpoint the runner serves on loopback for "
         "this turn only, behind a per-turn bearer token (no process to start, so no start-up cost per message). "
         "'stdio': a bridge process the harness starts every turn, holding the run's tool token.",
+    )
+    mcp_servers: list[McpServer] = Field(
+        default_factory=list,
+        description="The binding's own MCP servers, registered with the harness beside the host bridge (the "
+        "harness starts stdio ones inside its sandbox). ${KEY} in env and headers refers to the binding's keys.",
     )
     resume: bool = Field(default=True, description="Continue the conversation's harness session across messages.")
     timeout_seconds: float | None = Field(
@@ -125,6 +133,32 @@ class HarnessConfig(_Strict):
             if "\0" in value:
                 raise ValueError(f"env {name} contains a NUL byte")
         return env
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _servers(cls, servers: list[McpServer]) -> list[McpServer]:
+        check_unique(servers, reserved=(BRIDGE_SERVER_NAME,))
+        referenced: dict[str, tuple[str, str]] = {}
+        for s in servers:
+            if s.network or s.ro_paths or s.cwd is not None:
+                raise ValueError(
+                    f"MCP server {s.name!r}: network, ro_paths and cwd are local-agent settings; a harness starts its "
+                    "servers itself, inside its own sandbox and working directory"
+                )
+            for name, value in s.env.items():
+                if not REFERENCE.search(value):
+                    continue
+                # Codex forwards referenced variables by name from its own environment: they must be settable
+                # there and mean one thing.
+                if name in RESERVED_ENV or name.startswith("AGENTHOST_"):
+                    raise ValueError(f"MCP server {s.name!r}: env {name} with a ${{KEY}} reference is reserved")
+                other = referenced.setdefault(name, (s.name, value))
+                if other[1] != value:
+                    raise ValueError(
+                        f"MCP servers {other[0]!r} and {s.name!r} set env {name} to different ${{KEY}} values; "
+                        "the harness passes it by name, so it must be the same"
+                    )
+        return servers
 
     @field_validator("skills")
     @classmethod

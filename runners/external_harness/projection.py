@@ -248,18 +248,25 @@ class HttpBridgeLaunch:
 Launch = BridgeLaunch | HttpBridgeLaunch
 
 
-def write_claude_mcp_config(workspace: Workspace, launch: Launch) -> Path:
+def write_claude_mcp_config(
+    workspace: Workspace, launch: Launch | None, user_servers: dict[str, dict[str, Any]] | None = None
+) -> Path:
     """`.agenthost/mcp.json` (0600) for `--mcp-config`. `${VAR}` references make Claude Code fill in the run's
     credentials from its own environment (into the bridge's environment, or the endpoint's Authorization
-    header), so the file never holds a secret."""
-    server: dict[str, Any]
+    header), so the file never holds a secret. `user_servers`: the binding's own servers (user_mcp.py), beside
+    the bridge, their secrets likewise referenced."""
+    servers: dict[str, Any] = dict(user_servers or {})
     if isinstance(launch, HttpBridgeLaunch):
-        server = {"type": "http", "url": launch.url, "headers": {"Authorization": "Bearer ${" + launch.token_env + "}"}}
-    else:
+        servers[MCP_SERVER_NAME] = {
+            "type": "http",
+            "url": launch.url,
+            "headers": {"Authorization": "Bearer ${" + launch.token_env + "}"},
+        }
+    elif launch is not None:
         env = dict(launch.env)
         env.update({name: "${" + name + "}" for name in launch.credential_env})
-        server = {"type": "stdio", "command": launch.command, "args": list(launch.args), "env": env}
-    doc = {"mcpServers": {MCP_SERVER_NAME: server}}
+        servers[MCP_SERVER_NAME] = {"type": "stdio", "command": launch.command, "args": list(launch.args), "env": env}
+    doc = {"mcpServers": servers}
     path = workspace.agenthost_dir / "mcp.json"
     atomic_write(path, json.dumps(doc, indent=1), mode=0o600)
     return path

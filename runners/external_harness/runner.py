@@ -59,8 +59,11 @@ from agenthost.runners.external_harness.projection import (
 )
 from agenthost.runners.external_harness.sandboxing import harness_sandbox
 from agenthost.runners.external_harness.turn import Driver, Install, TurnPlan, TurnState
+from agenthost.runners.external_harness.user_mcp import UserMcp
+from agenthost.runners.external_harness.user_mcp import plan as plan_user_mcp
 from agenthost.runners.external_harness.workspace import Workspace, WorkspaceManager
 from agenthost.runners.sdk import events
+from agenthost.runners.sdk.mcp_servers import McpServerError
 from agenthost.runners.sdk.runner import RunContext, Runner
 
 # Leave this much of the run's deadline to report the failure after stopping a harness that ran out of time.
@@ -360,8 +363,18 @@ class HarnessRunner(Runner):
         )
         for warning in warnings:
             yield events.progress(warning)
-        if launch is not None and self.driver.name == "claude-code":
-            write_claude_mcp_config(workspace, launch)
+        user_mcp: UserMcp | None = None
+        if config.mcp_servers:
+            usable = []
+            for server in config.mcp_servers:
+                try:
+                    plan_user_mcp([server], run.secrets)
+                    usable.append(server)
+                except McpServerError as exc:
+                    yield events.progress(f"MCP server {server.name} left out: {exc}")
+            user_mcp = plan_user_mcp(usable, run.secrets) if usable else None
+        if (launch is not None or user_mcp is not None) and self.driver.name == "claude-code":
+            write_claude_mcp_config(workspace, launch, user_mcp.claude if user_mcp is not None else None)
         if isinstance(config, ClaudeCodeConfig) and config.append_system_prompt:
             atomic_write(workspace.agenthost_dir / APPEND_PROMPT_FILE, config.append_system_prompt, mode=0o600)
 
@@ -380,6 +393,7 @@ class HarnessRunner(Runner):
                 inherited_env=environ,
                 binary_env=install.env,
                 stored_keys=frozenset(run.secrets),
+                user_mcp=user_mcp,
             )
             if isinstance(self.driver, CodexDriver) and isinstance(config, CodexConfig):
                 turn.model = self.driver.configured_model(config, workspace.codex_home)

@@ -15,6 +15,7 @@ from agenthost.protos import common_pb2 as pb
 from agenthost.runners.external_harness.config import HarnessConfig
 from agenthost.runners.external_harness.errors import HarnessReportedError
 from agenthost.runners.external_harness.projection import HttpBridgeLaunch, Launch
+from agenthost.runners.external_harness.user_mcp import UserMcp
 from agenthost.runners.external_harness.workspace import Workspace
 from agenthost.runners.sdk import events
 
@@ -33,6 +34,7 @@ class TurnPlan:
     inherited_env: dict[str, str]  # the runner process's environment, filtered by the driver
     binary_env: dict[str, str] = field(default_factory=dict)  # what the harness's own launcher would set
     stored_keys: frozenset[str] = frozenset()  # names in inherited_env that came from the host's key store
+    user_mcp: UserMcp | None = None  # the binding's own MCP servers, beside the bridge (None: none)
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,22 @@ def secret_values(plan: TurnPlan, forwarded: dict[str, str]) -> tuple[str, ...]:
     """Values to scrub from stderr before a user sees it: forwarded keys and the run's credentials (not the
     run id or the socket path, which are useful in an error message)."""
     tokens = (plan.bridge_env.get("AGENTHOST_RUN_TOKEN", ""), plan.bridge_env.get("AGENTHOST_MCP_TOKEN", ""))
-    return tuple(v for v in (*forwarded.values(), *tokens) if v)
+    user = plan.user_mcp.secrets if plan.user_mcp is not None else ()
+    return tuple(v for v in (*forwarded.values(), *tokens, *user) if v)
+
+
+def add_user_mcp_env(env: dict[str, str], user_env: dict[str, str]) -> None:
+    """Adds the user servers' resolved secrets to the harness's environment; a name the harness already sets to
+    something else (its API key variable) is a config error, not a silent override either way."""
+    from agenthost.runners.external_harness.errors import HarnessConfigError
+
+    for name, value in user_env.items():
+        if name in env and env[name] != value:
+            raise HarnessConfigError(
+                f"mcp_servers: env {name} would replace the harness's own {name}; give the server's variable "
+                "another name"
+            )
+        env[name] = value
 
 
 _PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy")

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from agenthost.runners.sdk.approvals import ApprovalsConfig
+from agenthost.runners.sdk.mcp_servers import McpServer, check_unique
 from agenthost.runners.sdk.skills import MAX_SKILLS, Skill, unique_names
 
 __all__ = ["ApprovalsConfig", "ConfigError", "LocalAgentConfig"]
@@ -234,6 +235,18 @@ class LocalAgentConfig(BaseModel):
         if len(set(names)) != len(names):
             raise ValueError(f"subagent names must be unique, got {names}")
         return value
+
+    mcp_servers: list[McpServer] = Field(
+        default_factory=list,
+        description="The binding's own MCP servers; their tools join the agent's as mcp__<server>__<tool>. stdio "
+        "servers run in the shell tool's sandbox with the conversation's workspace; ${KEY} in env and headers "
+        "refers to the binding's keys.",
+    )
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _servers(cls, value: list[McpServer]) -> list[McpServer]:
+        return check_unique(value)
 
     @field_validator("model")
     @classmethod

@@ -47,6 +47,7 @@ from agenthost.runners.local_agent.tools.tasks import summary_line as task_summa
 from agenthost.runners.local_agent.tools.todo import STATE_KEY as TODO_KEY
 from agenthost.runners.local_agent.tools.todo import render as render_todos
 from agenthost.runners.sdk import events
+from agenthost.runners.sdk.mcp_servers import ro_path_problems
 from agenthost.runners.sdk.runner import RunContext, Runner
 
 DEFAULT_SYSTEM_PROMPT = (
@@ -82,6 +83,9 @@ class LocalAgentRunner(Runner):
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self._locks: dict[str, asyncio.Lock] = {}
         self.ledger = ProcessLedger(data_dir / "running")
+        # The binding's own MCP servers' sessions (mcp_client.McpPool); created, with the SDK imported, only when
+        # a run's binding configures servers.
+        self._mcp: Any = None
 
     async def setup(self) -> None:
         # Commands a killed predecessor left running would otherwise live on as orphans.
@@ -93,6 +97,9 @@ class LocalAgentRunner(Runner):
         providers, self._providers = list(self._providers.values()), {}
         for p in providers:
             await p.aclose()
+        pool, self._mcp = self._mcp, None
+        if pool is not None:
+            await pool.close()
 
     def validate_config(self, config: dict[str, Any]) -> list[str]:
         """Bind-time check of what a run would refuse later: the model's route, tool names, the workspace."""
@@ -139,6 +146,8 @@ class LocalAgentRunner(Runner):
                     problems.append(f"subagents.{sub.name}.model: {exc}")
         if parsed.workspace is not None and not Path(parsed.workspace).is_absolute():
             problems.append(f"workspace: {parsed.workspace!r} must be an absolute path")
+        for server in parsed.mcp_servers:
+            problems += ro_path_problems(server, self.data_dir)
         return problems
 
     async def list_models(self, config: dict[str, Any], secrets: dict[str, str]) -> list[dict[str, str]]:
@@ -392,6 +401,15 @@ class LocalAgentRunner(Runner):
             window=window,
         )
         workspace = self._workspace(config, conversation_key(run))
+        if config.mcp_servers:
+            if self._mcp is None:
+                from agenthost.runners.local_agent.mcp_client import McpPool
+
+                self._mcp = McpPool(self.data_dir)
+            mcp_tools, unavailable = await self._mcp.tools(config, run.secrets, workspace)
+            for note in unavailable:
+                yield events.progress(note)
+            registry = registry.with_tools(mcp_tools)
         session, notes, trigger_seq = await self._session(run, config, window)
         for ev in notes:
             yield ev

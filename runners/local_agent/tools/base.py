@@ -85,6 +85,8 @@ class Tool(ABC):
     read_only: ClassVar[bool] = False
     # Tools that need their call's id (to link what they record to it) implement `execute_call` instead.
     needs_call_id: ClassVar[bool] = False
+    # True for tools whose schema is set per instance (an MCP server's tool): validators are then per schema.
+    dynamic_schema: ClassVar[bool] = False
 
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, description=self.description, parameters=self.parameters)
@@ -100,15 +102,46 @@ class Tool(ABC):
 
 # Validators per tool class: checking a schema costs milliseconds, and tool schemas never change at runtime.
 _VALIDATORS: dict[type[Tool], jsonschema.Draft202012Validator] = {}
+# Per-instance schemas (MCP servers' tools), by their JSON text; bounded, since servers can change them.
+_SCHEMA_VALIDATORS: dict[str, jsonschema.Draft202012Validator] = {}
+_MAX_SCHEMA_VALIDATORS = 1_024
+_ANY_OBJECT = {"type": "object"}
 
 
 def _validator(tool: Tool) -> jsonschema.Draft202012Validator:
+    if tool.dynamic_schema:
+        key = json.dumps(tool.parameters, sort_keys=True, default=str)
+        v = _SCHEMA_VALIDATORS.get(key)
+        if v is None:
+            try:
+                jsonschema.Draft202012Validator.check_schema(tool.parameters)
+                # A $ref outside the schema would make validation fail (nothing is fetched), not the call.
+                usable = not _external_ref(tool.parameters)
+            except jsonschema.SchemaError:
+                usable = False
+            # A server's schema this validator cannot apply: the server checks its own arguments.
+            v = jsonschema.Draft202012Validator(tool.parameters if usable else _ANY_OBJECT)
+            if len(_SCHEMA_VALIDATORS) >= _MAX_SCHEMA_VALIDATORS:
+                _SCHEMA_VALIDATORS.clear()
+            _SCHEMA_VALIDATORS[key] = v
+        return v
     cls = type(tool)
     v = _VALIDATORS.get(cls)
     if v is None:
         jsonschema.Draft202012Validator.check_schema(tool.parameters)
         v = _VALIDATORS[cls] = jsonschema.Draft202012Validator(tool.parameters)
     return v
+
+
+def _external_ref(schema: Any) -> bool:
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and not ref.startswith("#"):
+            return True
+        return any(_external_ref(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_external_ref(v) for v in schema)
+    return False
 
 
 class ToolRegistry:
@@ -134,6 +167,10 @@ class ToolRegistry:
         # Sorted by name: the schemas open every request's cached prefix, so their order must not depend on how
         # the tool set was assembled (config order, grants).
         return [self._tools[n].spec() for n in sorted(self._tools)]
+
+    def with_tools(self, extra: list[Tool]) -> ToolRegistry:
+        """This registry's tools followed by `extra` (a run's MCP tools), as a new registry."""
+        return ToolRegistry([*self._tools.values(), *extra])
 
     def is_read_only(self, name: str) -> bool:
         tool = self._tools.get(name)
