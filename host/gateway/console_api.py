@@ -120,6 +120,8 @@ class Console:
         r.add_get("/api/runs", self.runs)
         r.add_get("/api/runs/{run}", self.run)
         r.add_post("/api/runs/{run}/cancel", self.cancel_run)
+        r.add_get("/api/approvals", self.approvals)
+        r.add_post("/api/approvals/{approval}", self.decide_approval)
         r.add_get("/api/plugins", self.plugins)
         r.add_post("/api/plugins/{plugin}/enabled", self.set_plugin_enabled)
         r.add_get("/api/plugins/{plugin}/logs", self.plugin_logs)
@@ -409,6 +411,38 @@ class Console:
 
     async def cancel_run(self, request: web.Request) -> web.StreamResponse:
         info = await self._call(request, "CancelRun", hpb.RunRequestById(run_id=request.match_info["run"]))
+        return web.json_response(to_json(info))
+
+    # ---- approvals ----
+
+    async def approvals(self, request: web.Request) -> web.StreamResponse:
+        """Pending approvals, oldest first (every bot's, or one bot's / one run's), each with its bot's name."""
+        query = request.query
+        reply = await self._call(
+            request, "ListApprovals", hpb.ListApprovalsRequest(bot=query.get("bot", ""), run_id=query.get("run", ""))
+        )
+        names = {b.bot_id: b.name for b in (await self._call(request, "ListBots", hpb.ListBotsRequest())).bots}
+        out = []
+        for approval in reply.approvals:
+            shown = to_json(approval)
+            shown["bot_name"] = names.get(approval.bot_id, "")
+            out.append(shown)
+        return web.json_response({"approvals": out})
+
+    async def decide_approval(self, request: web.Request) -> web.StreamResponse:
+        """One decision: `decision` is one of the request's option ids. Deciding twice is the servicer's
+        FAILED_PRECONDITION (409 here), an unknown id its NOT_FOUND (404)."""
+        body = await self._body(request)
+        decision = _string(body, "decision")
+        if not decision:
+            raise bad_request("decision is required (one of the approval's options, e.g. approve or deny)", "decision")
+        info = await self._call(
+            request,
+            "DecideApproval",
+            hpb.DecideApprovalRequest(
+                approval_id=request.match_info["approval"], decision=decision, note=_string(body, "note")
+            ),
+        )
         return web.json_response(to_json(info))
 
     # ---- plugins ----

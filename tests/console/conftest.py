@@ -42,6 +42,7 @@ class Console:
 async def console(tmp_path: Path) -> AsyncIterator[Console]:
     Helper.release = asyncio.Event()
     Helper.holding = asyncio.Event()
+    Helper.decisions = []
     async with HostHarness(tmp_path, runners=[Helper], host_options={"gateway_address": "127.0.0.1:0"}) as h:
         yield Console(h, f"http://{h.host.gateway.address}/console")
         Helper.release.set()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -187,3 +188,78 @@ async def test_a_person_signs_in_binds_a_runner_chats_and_reads_the_run(console:
     await expect(page.locator("#sign-in")).to_be_visible()
     await page.goto(f"{console.url}/#/bots")
     await expect(page.locator("#sign-in")).to_be_visible()
+
+
+async def test_a_person_approves_a_tool_call_in_the_chat_and_denies_one_from_the_list(console: Console, page) -> None:  # type: ignore[no-untyped-def]
+    from playwright.async_api import expect
+
+    await page.goto(console.url)
+    await page.fill("#token", console.host.admin_token)
+    await page.click("#sign-in button[type=submit]")
+    await page.click("#bots >> text=testbot")
+    page.problems.clear()  # the signed-out first load: its session check's 401 and the browser's favicon 404
+
+    # The runner asks before its lookup: the card shows what and why, with the host's options as buttons.
+    await page.fill("#chat-input", "ask about order 7")
+    await page.click("#chat-send")
+    card = page.locator("#chat-log .approval")
+    await expect(card.locator("code")).to_have_text("lookup")
+    await expect(card.locator(".approval-summary")).to_have_text("look up 'ask about order 7'")
+    await expect(card.locator(".approval-reason")).to_have_text("lookups need a person's OK")
+    await expect(card.locator(".approval-expiry")).to_have_text(re.compile(r"expires in (1:00|0:[0-5]\d)"))
+    await expect(card.locator("button")).to_have_text(["Approve", "Deny"])
+    await expect(card.locator(".approval-args pre")).to_be_hidden()  # collapsed until asked for
+    await card.locator(".approval-args summary").click()
+    await expect(card.locator(".approval-args pre")).to_contain_text('"depth": 2')
+    await expect(page.locator("#approvals-count")).to_have_text("1")
+    await expect(page.locator('details.tool[data-tool="lookup"]')).to_have_count(0)  # nothing runs before a yes
+    await card.locator(".approval-note").fill("fine, read-only")
+    await shot(page, "approval")
+
+    await card.locator("button[data-option=approve]").click()
+    await expect(card.locator(".approval-outcome")).to_have_text("✓ approved by admin — fine, read-only")
+    await expect(card.locator("button")).to_have_count(0)
+    await expect(page.locator('details.tool[data-tool="lookup"] .tool-status')).to_have_text("✓ done")
+    await expect(page.locator(".bubble.bot")).to_contain_text("The answer is 42.")
+    await expect(page.locator(".run-meta")).to_contain_text("completed")
+    await expect(page.locator("#approvals-count")).to_be_hidden()
+    (decision,) = Helper.decisions
+    assert decision.approved and decision.decided_by == "admin" and decision.note == "fine, read-only"
+    await shot(page, "approval-approved")
+
+    # A second request, decided from the pending approvals page in another tab, while the chat stays open.
+    await page.fill("#chat-input", "ask about everyone's orders")
+    await page.click("#chat-send")
+    await expect(page.locator("#chat-log .approval.pending")).to_have_count(1)
+    await expect(page.locator("#approvals-count")).to_have_text("1")
+    other = await page.context.new_page()
+    other.on("pageerror", lambda e: page.problems.append(str(e)))
+    await other.goto(f"{console.url}/#/bots")  # the same session: the cookie is the browser's, not the tab's
+    await other.click("nav >> text=Pending approvals")
+    listed = other.locator("#approvals .approval")
+    await expect(listed).to_have_count(1)
+    await expect(listed).to_contain_text("bot testbot")
+    await expect(listed.locator(".approval-summary")).to_have_text('look up "ask about everyone\'s orders"')
+    await shot(other, "approvals")
+    await listed.locator(".approval-note").fill("too broad")
+    await listed.locator("button[data-option=deny]").click()
+    await expect(listed.locator(".approval-outcome")).to_have_text("✗ denied by admin — too broad")
+    await expect(other.locator("#approvals-count")).to_be_hidden()
+    await other.close()
+
+    # The chat's card follows the decision made elsewhere, the runner says why it stopped, the count is polled away.
+    chat_card = page.locator("#chat-log .approval").nth(1)
+    await expect(chat_card).to_have_attribute("data-outcome", "denied")
+    await expect(page.locator(".bubble.bot").nth(1)).to_contain_text("Not looked up: denied by admin (too broad).")
+    await expect(page.locator(".run-meta").nth(1)).to_contain_text("completed")
+    await expect(page.locator("#approvals-count")).to_be_hidden()
+    assert [d.outcome for d in Helper.decisions] == ["approved", "denied"]
+
+    # The run page draws the same card from the stored events, already decided.
+    await page.locator(".run-meta a").nth(1).click()
+    await expect(page.locator("#events .approval")).to_have_attribute("data-outcome", "denied")
+    await expect(page.locator("#events .approval .approval-outcome")).to_have_text("✗ denied by admin — too broad")
+    await expect(page.locator("#events")).to_contain_text("Not looked up: denied by admin (too broad).")
+    await expect(page.locator("#events details.tool")).to_have_count(0)
+
+    assert page.problems == [], page.problems

@@ -1,12 +1,17 @@
-// The console's pages, routed by the URL fragment: #/bots, #/bots/NAME, #/runs, #/runs/ID, #/plugins.
+// The console's pages, routed by the URL fragment: #/bots, #/bots/NAME, #/runs, #/runs/ID, #/plugins, #/approvals.
 import * as api from "./api.js";
+import { approvalCard, approvalEvents } from "./approvals.js";
 import { h, when } from "./dom.js";
 import { eventView } from "./events.js";
 import { schemaForm } from "./form.js";
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
+const pendingCount = document.getElementById("approvals-count");
+const POLL_MS = 5000;
 let signedIn = false;
+let pollTimer = null;
+let approvalsList = null; // the pending approvals page while it is shown: merges each refresh into its cards
 
 function show(...children) {
   main.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined));
@@ -286,11 +291,64 @@ async function pluginsPage() {
     logs);
 }
 
+// ---- approvals ----
+
+// The nav's pending count (and the approvals page, when shown) follow the host: polled while signed in, and at once
+// when this page decides or a chat shows a new request.
+async function refreshApprovals() {
+  if (!signedIn) return;
+  try {
+    const { approvals } = await api.get("approvals");
+    pendingCount.textContent = String(approvals.length);
+    pendingCount.hidden = approvals.length === 0;
+    if (approvalsList && approvalsList.element.isConnected) approvalsList.merge(approvals);
+  } catch (err) {
+    if (err instanceof api.ApiError && err.status === 401) failed(err);
+  }
+}
+
+function startPolling() {
+  if (pollTimer === null) pollTimer = setInterval(refreshApprovals, POLL_MS);
+}
+
+function stopPolling() {
+  clearInterval(pollTimer);
+  pollTimer = null;
+  pendingCount.hidden = true;
+}
+
+approvalEvents.addEventListener("decided", refreshApprovals);
+approvalEvents.addEventListener("requested", refreshApprovals);
+
+async function approvalsPage() {
+  const { approvals } = await api.get("approvals");
+  const element = h("div", { id: "approvals" });
+  const empty = h("p", { class: "muted", id: "no-approvals" }, "No tool call is waiting for a decision.");
+  const cards = new Map();
+  function merge(current) {
+    const ids = new Set(current.map((a) => a.approval_id));
+    for (const [id, card] of cards) if (!ids.has(id)) card.gone();
+    for (const a of current) {
+      if (cards.has(a.approval_id)) continue;
+      const card = approvalCard(a.request, { bot: a.bot_name || a.bot_id, run_id: a.run_id });
+      cards.set(a.approval_id, card);
+      element.append(card.element);
+    }
+    empty.hidden = current.length > 0;
+  }
+  merge(approvals);
+  approvalsList = { element, merge };
+  show(h("h1", {}, "Pending approvals"),
+    h("p", { class: "hint" }, "Tool calls waiting for a person, every bot's, oldest first; new ones appear as they come."),
+    empty, element);
+}
+
 // ---- routing ----
 
 function failed(err) {
   if (err instanceof api.ApiError && err.status === 401) {
     signedIn = false;
+    stopPolling();
     return signInPage("Your session ended; sign in again.");
   }
   show(errorLine(err));
@@ -301,6 +359,8 @@ async function route() {
     try { await api.resume(); signedIn = true; } catch { return signInPage(); }
   }
   nav.hidden = false;
+  startPolling();
+  refreshApprovals();
   const [path, search] = (location.hash.slice(1) || "/bots").split("?");
   const query = new URLSearchParams(search || "");
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
@@ -310,6 +370,7 @@ async function route() {
     else if (parts[0] === "runs" && parts[1]) await runPage(parts[1]);
     else if (parts[0] === "runs") await runsPage(query);
     else if (parts[0] === "plugins") await pluginsPage();
+    else if (parts[0] === "approvals") await approvalsPage();
     else await botsPage();
   } catch (err) {
     failed(err);
@@ -317,6 +378,7 @@ async function route() {
 }
 
 document.getElementById("sign-out").addEventListener("click", async () => {
+  stopPolling();
   await api.signOut();
   signedIn = false;
   signInPage();

@@ -1,8 +1,9 @@
 // Run events as rows, for the live chat and the run page alike. A RunEvent arrives as protobuf JSON: one key names
 // its kind (text_delta, tool_started, ...), beside seq and created_at.
 //
-// Hook for new kinds: add a renderer to EVENT_RENDERERS. Kinds without one (e.g. `approval_requested`, being added
-// to the host) still show, as a generic row with the event's fields, so nothing the host sends is hidden.
+// Hook for new kinds: add a renderer to EVENT_RENDERERS. Kinds without one still show, as a generic row with the
+// event's fields, so nothing the host sends is hidden.
+import { approvalCard, resolvedText } from "./approvals.js";
 import { h } from "./dom.js";
 
 export function eventKind(event) {
@@ -18,7 +19,7 @@ function pretty(text) {
 }
 
 // Each renderer gets (data, view) and either returns a row element or updates one it made before
-// (view.tools maps tool_call_id to the row of that call).
+// (view.tools maps tool_call_id to the row of that call, view.approvals approval_id to its card).
 export const EVENT_RENDERERS = {
   tool_started(data, view) {
     const status = h("span", { class: "tool-status" }, "running…");
@@ -49,11 +50,22 @@ export const EVENT_RENDERERS = {
   completed: (d) => h("div", { class: "event muted" }, `completed (${d.finish_reason || "stop"})`),
   failed: (d) => h("div", { class: "event error" }, `failed: ${d.code} ${d.message}`),
   message: (d) => h("div", { class: "event" }, `${d.role || "assistant"}: ${d.text}`),
+  approval_requested(data, view) {
+    const card = approvalCard(data);
+    view.approvals.set(data.approval_id, card);
+    return card.element;
+  },
+  approval_resolved(data, view) {
+    const card = view.approvals.get(data.approval_id);
+    if (!card) return h("div", { class: "event muted" }, `approval ${data.approval_id}: ${resolvedText(data)}`);
+    card.resolve(data);
+    return null;
+  },
 };
 
 // A view renders one run's events into `container`; text deltas extend the current text block.
 export function eventView(container) {
-  const view = { tools: new Map(), text: null };
+  const view = { tools: new Map(), approvals: new Map(), text: null };
   view.add = (event) => {
     const kind = eventKind(event);
     const data = event[kind];
