@@ -58,15 +58,20 @@ async def host_deltas(client: HostClient, n: int, batch: int) -> float:
     t0 = time.perf_counter()
     got = 0
     status = ""
+    last: hpb.SendMessageReply | None = None
     async for reply in client.stream(
         hpb.SendMessageRequest(bot="bench", text=f"deltas {n} {batch}", conversation_id="deltas")
     ):
-        if reply.WhichOneof("kind") == "events":
-            got += sum(1 for e in reply.events.events if e.WhichOneof("kind") == "text_delta")
-        elif reply.WhichOneof("kind") == "run_finished":
+        kind = reply.WhichOneof("kind")
+        if kind == "events":
+            got += len(reply.events.events)  # per message, like raw_deltas: the client's work is equal too
+            last = reply
+        elif kind == "run_finished":
             status = reply.run_finished.status
     elapsed = time.perf_counter() - t0
-    assert got == n and status == "completed", (got, status)
+    # The events are the n deltas and the run's terminal `completed`.
+    assert last is not None and last.events.events[-1].WhichOneof("kind") == "completed"
+    assert got == n + 1 and status == "completed", (got, status)
     return n / elapsed
 
 
