@@ -137,13 +137,22 @@ class _EventChannel:
         self._drained = asyncio.Event()
         self._high_water = high_water
 
-    async def put(self, item: Any, size: int = 0) -> None:
+    def push(self, item: Any, size: int = 0) -> bool:
+        """Adds without waiting (the per-event hot path); True once the buffer is full: then `await full()`."""
         self._buf.append(item)
         self._sizes.append(size)
         self._ready.set()
+        return len(self._buf) >= self._high_water
+
+    async def full(self) -> None:
+        """Returns once the consumer took what piled up."""
         if len(self._buf) >= self._high_water:
             self._drained.clear()
             await self._drained.wait()
+
+    async def put(self, item: Any, size: int = 0) -> None:
+        if self.push(item, size):
+            await self.full()
 
     async def take(self) -> tuple[list[Any], list[int]]:
         while not self._buf:
@@ -353,7 +362,8 @@ async def _drive(runner: Runner, run: RunContext, channel: _EventChannel) -> Non
         try:
             async for event in agen:
                 event, size = _sized(event)
-                await channel.put(event, size)
+                if channel.push(event, size):
+                    await channel.full()
                 if events.is_terminal(event):
                     terminal = True
                     break
