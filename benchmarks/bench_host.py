@@ -1,6 +1,6 @@
 """Host benchmark: run-scoped API calls and delta streaming through agenthost, next to raw grpc.aio, in one run.
 
-    python benchmarks/bench_host.py [--calls 2000] [--deltas 50000]
+    python benchmarks/bench_host.py [--calls 2000] [--deltas 50000] [--repeats 5]
 
 Processes, as in production: `agenthost serve` (host), the bench runner plugin (installed like any plugin), this
 script as the client, and raw grpc.aio servers serving the same protos from memory (the baselines): one that streams
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import grpc
 
-REPEATS = 3
+REPEATS = 5
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -78,7 +78,7 @@ async def host_deltas(client: HostClient, n: int, batch: int) -> float:
 BATCHES = (1, 16, 64)
 
 
-async def main(calls: int, deltas: int) -> None:
+async def main(calls: int, deltas: int, repeats: int = REPEATS) -> None:
     work = Path(tempfile.mkdtemp(prefix="ahbench-"))
     # The bench runner calls the raw server's socket from inside its sandbox: expose the work dir to it.
     env = {**os.environ, "AGENTHOST_HOME": str(work / "home"), "AGENTHOST_SANDBOX_RW": str(work)}
@@ -133,13 +133,13 @@ async def main(calls: int, deltas: int) -> None:
             print("target: host p50 within raw + 150 µs")
 
             print(
-                f"\n== text deltas (~50 B): runner -> host (number, persist, project) -> client; median of {REPEATS} =="
+                f"\n== text deltas (~50 B): runner -> host (number, persist, project) -> client; median of {repeats} =="
             )
             rates: dict[tuple[str, int], float] = {}
             for batch in BATCHES:
                 n = deltas if batch > 1 else max(2000, deltas // 10)
                 samples: dict[str, list[float]] = {"raw1": [], "raw2": [], "host": []}
-                for _ in range(REPEATS):  # this machine is shared and noisy: interleave, take medians
+                for _ in range(repeats):  # this machine is shared and noisy: interleave, take medians
                     samples["raw1"].append(await raw_deltas(raw_address, n, batch))
                     samples["raw2"].append(await raw_deltas(relay_address, n, batch))
                     samples["host"].append(await host_deltas(c, n, batch))
@@ -153,6 +153,12 @@ async def main(calls: int, deltas: int) -> None:
                 r1, r2, h = rates[("raw1", batch)], rates[("raw2", batch)], rates[("host", batch)]
                 print(f"{batch:>18} {r1:13.0f} {r2:14.0f} {h:13.0f} {h / r1:15.2f} {h / r2:16.2f}")
             print("equal batch sizes on every side: the ratios are agenthost's own cost (2 hops + persistence)")
+            print(
+                "targets: >= 0.6x raw 2 hops at 16 per message"
+                f" ({'met' if rates[('host', 16)] >= 0.6 * rates[('raw2', 16)] else 'missed'}),"
+                f" >= 0.5x at 64 ({'met' if rates[('host', 64)] >= 0.5 * rates[('raw2', 64)] else 'missed'}),"
+                f" >= 250k/s persisted ({'met' if rates[('host', 64)] >= 250_000 else 'missed'})"
+            )
             print("\n== what batching buys (not a comparison with raw gRPC: batching is available to both) ==")
             for batch in BATCHES[1:]:
                 h = rates[("host", batch)]
@@ -180,5 +186,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--deltas", type=int, default=50000)
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="interleaved rounds per batch size (median)")
     args = parser.parse_args()
-    asyncio.run(main(args.calls, args.deltas))
+    asyncio.run(main(args.calls, args.deltas, args.repeats))
