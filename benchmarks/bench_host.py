@@ -78,6 +78,31 @@ async def host_deltas(client: HostClient, n: int, batch: int) -> float:
 BATCHES = (1, 16, 64)
 
 
+def tree_cpu(root: int) -> float:
+    """CPU seconds used so far by a process and its descendants, every thread (Linux /proc)."""
+    total, todo, tick = 0.0, [root], os.sysconf("SC_CLK_TCK")
+    while todo:
+        pid = todo.pop()
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / tick
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    todo += [int(child) for child in f.read().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+async def measured(run, pids: list[int], n: int) -> tuple[float, float]:
+    """(deltas/s, CPU µs per delta over `pids`' trees and this client process) of one timed round."""
+    before = sum(tree_cpu(pid) for pid in pids) + time.process_time()
+    rate = await run
+    used = sum(tree_cpu(pid) for pid in pids) + time.process_time() - before
+    return rate, used * 1e6 / n
+
+
 async def main(calls: int, deltas: int, repeats: int = REPEATS) -> None:
     work = Path(tempfile.mkdtemp(prefix="ahbench-"))
     # The bench runner calls the raw server's socket from inside its sandbox: expose the work dir to it.
@@ -136,15 +161,23 @@ async def main(calls: int, deltas: int, repeats: int = REPEATS) -> None:
                 f"\n== text deltas (~50 B): runner -> host (number, persist, project) -> client; median of {repeats} =="
             )
             rates: dict[tuple[str, int], float] = {}
+            cpu: dict[tuple[str, int], float] = {}
             for batch in BATCHES:
                 n = deltas if batch > 1 else max(2000, deltas // 10)
                 samples: dict[str, list[float]] = {"raw1": [], "raw2": [], "host": []}
+                cpu_samples: dict[str, list[float]] = {"raw2": [], "host": []}
                 for _ in range(repeats):  # this machine is shared and noisy: interleave, take medians
                     samples["raw1"].append(await raw_deltas(raw_address, n, batch))
-                    samples["raw2"].append(await raw_deltas(relay_address, n, batch))
-                    samples["host"].append(await host_deltas(c, n, batch))
+                    rate, used = await measured(raw_deltas(relay_address, n, batch), [raw.pid, relay.pid], n)
+                    samples["raw2"].append(rate)
+                    cpu_samples["raw2"].append(used)
+                    rate, used = await measured(host_deltas(c, n, batch), [host.pid], n)
+                    samples["host"].append(rate)
+                    cpu_samples["host"].append(used)
                 for side, values in samples.items():
                     rates[(side, batch)] = statistics.median(values)
+                for side, values in cpu_samples.items():
+                    cpu[(side, batch)] = statistics.median(values)
             print(
                 f"{'deltas per message':>18} {'raw 1 hop /s':>13} {'raw 2 hops /s':>14} {'agenthost /s':>13}"
                 f" {'ah / raw 1 hop':>15} {'ah / raw 2 hops':>16}"
@@ -159,6 +192,13 @@ async def main(calls: int, deltas: int, repeats: int = REPEATS) -> None:
                 f" >= 0.5x at 64 ({'met' if rates[('host', 64)] >= 0.5 * rates[('raw2', 64)] else 'missed'}),"
                 f" >= 250k/s persisted ({'met' if rates[('host', 64)] >= 250_000 else 'missed'})"
             )
+            print(
+                "\nCPU per delta, µs, every process and thread on the path, client included"
+                " (inflated too when the machine is overloaded)"
+            )
+            for batch in BATCHES:
+                r2, h = cpu[("raw2", batch)], cpu[("host", batch)]
+                print(f"{batch:>18} raw 2 hops {r2:7.1f}   agenthost (runner + host) {h:7.1f}   {h / r2:5.2f}x")
             print("\n== what batching buys (not a comparison with raw gRPC: batching is available to both) ==")
             for batch in BATCHES[1:]:
                 h = rates[("host", batch)]
