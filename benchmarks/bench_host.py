@@ -1,6 +1,6 @@
 """Host benchmark: run-scoped API calls and delta streaming through agenthost, next to raw grpc.aio, in one run.
 
-    python benchmarks/bench_host.py [--calls 2000] [--deltas 50000]
+    python benchmarks/bench_host.py [--calls 2000] [--deltas 50000] [--repeats 5]
 
 Processes, as in production: `agenthost serve` (host), the bench runner plugin (installed like any plugin), this
 script as the client, and raw grpc.aio servers serving the same protos from memory (the baselines): one that streams
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import grpc
 
-REPEATS = 3
+REPEATS = 5
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -58,22 +58,52 @@ async def host_deltas(client: HostClient, n: int, batch: int) -> float:
     t0 = time.perf_counter()
     got = 0
     status = ""
+    last: hpb.SendMessageReply | None = None
     async for reply in client.stream(
         hpb.SendMessageRequest(bot="bench", text=f"deltas {n} {batch}", conversation_id="deltas")
     ):
-        if reply.WhichOneof("kind") == "events":
-            got += sum(1 for e in reply.events.events if e.WhichOneof("kind") == "text_delta")
-        elif reply.WhichOneof("kind") == "run_finished":
+        kind = reply.WhichOneof("kind")
+        if kind == "events":
+            got += len(reply.events.events)  # per message, like raw_deltas: the client's work is equal too
+            last = reply
+        elif kind == "run_finished":
             status = reply.run_finished.status
     elapsed = time.perf_counter() - t0
-    assert got == n and status == "completed", (got, status)
+    # The events are the n deltas and the run's terminal `completed`.
+    assert last is not None and last.events.events[-1].WhichOneof("kind") == "completed"
+    assert got == n + 1 and status == "completed", (got, status)
     return n / elapsed
 
 
 BATCHES = (1, 16, 64)
 
 
-async def main(calls: int, deltas: int) -> None:
+def tree_cpu(root: int) -> float:
+    """CPU seconds used so far by a process and its descendants, every thread (Linux /proc)."""
+    total, todo, tick = 0.0, [root], os.sysconf("SC_CLK_TCK")
+    while todo:
+        pid = todo.pop()
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / tick
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    todo += [int(child) for child in f.read().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+async def measured(run, pids: list[int], n: int) -> tuple[float, float]:
+    """(deltas/s, CPU µs per delta over `pids`' trees and this client process) of one timed round."""
+    before = sum(tree_cpu(pid) for pid in pids) + time.process_time()
+    rate = await run
+    used = sum(tree_cpu(pid) for pid in pids) + time.process_time() - before
+    return rate, used * 1e6 / n
+
+
+async def main(calls: int, deltas: int, repeats: int = REPEATS) -> None:
     work = Path(tempfile.mkdtemp(prefix="ahbench-"))
     # The bench runner calls the raw server's socket from inside its sandbox: expose the work dir to it.
     env = {**os.environ, "AGENTHOST_HOME": str(work / "home"), "AGENTHOST_SANDBOX_RW": str(work)}
@@ -128,18 +158,26 @@ async def main(calls: int, deltas: int) -> None:
             print("target: host p50 within raw + 150 µs")
 
             print(
-                f"\n== text deltas (~50 B): runner -> host (number, persist, project) -> client; median of {REPEATS} =="
+                f"\n== text deltas (~50 B): runner -> host (number, persist, project) -> client; median of {repeats} =="
             )
             rates: dict[tuple[str, int], float] = {}
+            cpu: dict[tuple[str, int], float] = {}
             for batch in BATCHES:
                 n = deltas if batch > 1 else max(2000, deltas // 10)
                 samples: dict[str, list[float]] = {"raw1": [], "raw2": [], "host": []}
-                for _ in range(REPEATS):  # this machine is shared and noisy: interleave, take medians
+                cpu_samples: dict[str, list[float]] = {"raw2": [], "host": []}
+                for _ in range(repeats):  # this machine is shared and noisy: interleave, take medians
                     samples["raw1"].append(await raw_deltas(raw_address, n, batch))
-                    samples["raw2"].append(await raw_deltas(relay_address, n, batch))
-                    samples["host"].append(await host_deltas(c, n, batch))
+                    rate, used = await measured(raw_deltas(relay_address, n, batch), [raw.pid, relay.pid], n)
+                    samples["raw2"].append(rate)
+                    cpu_samples["raw2"].append(used)
+                    rate, used = await measured(host_deltas(c, n, batch), [host.pid], n)
+                    samples["host"].append(rate)
+                    cpu_samples["host"].append(used)
                 for side, values in samples.items():
                     rates[(side, batch)] = statistics.median(values)
+                for side, values in cpu_samples.items():
+                    cpu[(side, batch)] = statistics.median(values)
             print(
                 f"{'deltas per message':>18} {'raw 1 hop /s':>13} {'raw 2 hops /s':>14} {'agenthost /s':>13}"
                 f" {'ah / raw 1 hop':>15} {'ah / raw 2 hops':>16}"
@@ -148,6 +186,19 @@ async def main(calls: int, deltas: int) -> None:
                 r1, r2, h = rates[("raw1", batch)], rates[("raw2", batch)], rates[("host", batch)]
                 print(f"{batch:>18} {r1:13.0f} {r2:14.0f} {h:13.0f} {h / r1:15.2f} {h / r2:16.2f}")
             print("equal batch sizes on every side: the ratios are agenthost's own cost (2 hops + persistence)")
+            print(
+                "targets: >= 0.6x raw 2 hops at 16 per message"
+                f" ({'met' if rates[('host', 16)] >= 0.6 * rates[('raw2', 16)] else 'missed'}),"
+                f" >= 0.5x at 64 ({'met' if rates[('host', 64)] >= 0.5 * rates[('raw2', 64)] else 'missed'}),"
+                f" >= 250k/s persisted ({'met' if rates[('host', 64)] >= 250_000 else 'missed'})"
+            )
+            print(
+                "\nCPU per delta, µs, every process and thread on the path, client included"
+                " (inflated too when the machine is overloaded)"
+            )
+            for batch in BATCHES:
+                r2, h = cpu[("raw2", batch)], cpu[("host", batch)]
+                print(f"{batch:>18} raw 2 hops {r2:7.1f}   agenthost (runner + host) {h:7.1f}   {h / r2:5.2f}x")
             print("\n== what batching buys (not a comparison with raw gRPC: batching is available to both) ==")
             for batch in BATCHES[1:]:
                 h = rates[("host", batch)]
@@ -175,5 +226,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--deltas", type=int, default=50000)
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="interleaved rounds per batch size (median)")
     args = parser.parse_args()
-    asyncio.run(main(args.calls, args.deltas))
+    asyncio.run(main(args.calls, args.deltas, args.repeats))

@@ -169,7 +169,7 @@ class ChildRuns:
                 description=header.description,
             )
         )
-        manager._ingest(parent_st, pb.RunEventBatch(events=[started]), from_host=True)
+        manager._ingest_batch(parent_st, pb.RunEventBatch(events=[started]), from_host=True)
         return child
 
     # ---- the child's events ----
@@ -203,7 +203,7 @@ class ChildRuns:
                 message = "only event batches may follow the header"
                 manager._set_outcome(st, "failed", "runner_protocol", message)
                 return errors.InvalidArgument(message)
-            manager._ingest(st, request.events)
+            manager._ingest_batch(st, request.events)
             if manager.registry.db.congested:
                 await manager.registry.db.backpressure()
         return None
@@ -243,7 +243,7 @@ class ChildRuns:
                 usage=cu,
             )
         )
-        manager._ingest(parent, pb.RunEventBatch(events=[finished]), from_host=True)
+        manager._ingest_batch(parent, pb.RunEventBatch(events=[finished]), from_host=True)
 
     def _forget(self, child: Child) -> None:
         info = child.st.info

@@ -41,6 +41,7 @@ from agenthost.host.keys import KeyStore
 from agenthost.host.observability import Observer
 from agenthost.host.run_context import ContextBuilder
 from agenthost.host.run_inbox import Inbox, split_events
+from agenthost.host.run_writer import RunWriter
 from agenthost.host.store.artifacts import ArtifactStore
 from agenthost.host.store.conversations import Conversations, NewItem
 from agenthost.host.store.registry import Registry
@@ -71,6 +72,23 @@ def parse_runner_id(runner_id: str) -> tuple[str, str]:
     if not sep or not plugin_id or not name:
         raise InvalidArgument(f"runner id must look like '<plugin>/<runner>', got {runner_id!r}")
     return plugin_id, name
+
+
+_RUN_METHOD = "/agenthost.v1.Runner/Run"
+
+
+def _reply_of_batch(data: bytes) -> tuple[hpb.SendMessageReply, int]:
+    """Deserializer of the runner's Run stream: parses a RunEventBatch straight into the SendMessageReply that
+    carries it to clients (one parse, no per-event copy), and keeps its wire size for the event quotas."""
+    reply = hpb.SendMessageReply()
+    reply.events.MergeFromString(data)
+    return reply, len(data)
+
+
+def _run_call(channel: grpc.aio.Channel) -> grpc.aio.UnaryStreamMultiCallable:
+    return channel.unary_stream(
+        _RUN_METHOD, request_serializer=runner_pb2.RunRequest.SerializeToString, response_deserializer=_reply_of_batch
+    )
 
 
 @dataclass
@@ -105,6 +123,7 @@ class _RunState:
     event_bytes: int = 0
     terminal: pb.RunEvent | None = None
     subscribers: list[Inbox] = field(default_factory=list)
+    writer: RunWriter | None = None  # its events on their way to the database, from its first batch
     task: asyncio.Task[None] | None = None
     cancel_reason: str = ""
     # False for a child run (a subagent): its events are its own record, not turns of the conversation.
@@ -490,7 +509,7 @@ class RunManager:
         st = self._live.get(run_id)
         if st is None or st.task is None or st.terminal is not None:
             return False
-        self._ingest(st, pb.RunEventBatch(events=[event]), from_host=True)
+        self._ingest_batch(st, pb.RunEventBatch(events=[event]), from_host=True)
         return True
 
     def running_state(self, run_id: str) -> _RunState | None:
@@ -633,10 +652,10 @@ class RunManager:
             return
         proc = pp.proc  # the process this run is on; a restart may replace pp.proc while we look
         remaining = info.deadline_at - time.time()
-        call = pp.stub.Run(request, timeout=remaining)
+        call = _run_call(pp.channel)(request, timeout=remaining)
         try:
-            async for batch in call:
-                self._ingest(st, batch)
+            async for reply, size in call:
+                self._ingest(st, reply, size)
                 if st.terminal is not None:
                     break
                 if self.registry.db.congested:
@@ -683,38 +702,47 @@ class RunManager:
                 return
         self._set_outcome(st, "failed", "runner_unavailable", detail)
 
-    def _ingest(self, st: _RunState, batch: pb.RunEventBatch, *, from_host: bool = False) -> None:
-        """Numbers, projects, persists (queued) and publishes one batch. Runs per batch, not per event, where it
-        can: the hot path of streaming. `from_host`: events the host writes itself (the subagent links), which a
-        runner's batch may not carry: those are dropped from it."""
+    def _ingest_batch(self, st: _RunState, batch: pb.RunEventBatch, *, from_host: bool = False) -> None:
+        """_ingest for a batch that did not come off a runner's Run stream: a child run's events, the host's own."""
+        reply = hpb.SendMessageReply(events=batch)
+        self._ingest(st, reply, reply.events.ByteSize(), from_host=from_host)
+
+    def _ingest(self, st: _RunState, reply: hpb.SendMessageReply, size: int, *, from_host: bool = False) -> None:
+        """Numbers, projects, persists (queued) and publishes one batch: the hot path of streaming. `reply` holds
+        the runner's batch as parsed off the wire (see _reply_of_batch) and `size` its wire bytes; its events are
+        numbered in place and the same object goes to the subscribers and to the writer, no per-event copy.
+        `from_host`: events the host writes itself (approvals, subagent links), which a runner's batch may not
+        carry: those are dropped from it."""
         info = st.info
         now = time.time()
         items: list[NewItem] = []
-        kept: list[pb.RunEvent] = []
-        size = batch.ByteSize()
         if st.terminal is None:
-            over = self._over_quota(st, len(batch.events), size)
+            over = self._over_quota(st, len(reply.events.events), size)
             if over:
                 log.warning("run %s: %s", info.run_id, over)
-                batch = pb.RunEventBatch(events=[pb.RunEvent(failed=pb.Failed(code="quota_exceeded", message=over))])
-                size = batch.ByteSize()
-        st.event_count += len(batch.events)
+                reply = hpb.SendMessageReply(
+                    events=pb.RunEventBatch(events=[pb.RunEvent(failed=pb.Failed(code="quota_exceeded", message=over))])
+                )
+                size = reply.events.ByteSize()
+        events = reply.events.events
+        st.event_count += len(events)
         st.event_bytes += size
-        for ev in batch.events:
-            if st.terminal is not None:
-                break  # nothing after the terminal event counts
-            kind = ev.WhichOneof("kind")
-            if kind in HOST_ONLY_EVENTS and not from_host:
-                log.warning("run %s: ignored a %s event sent by the runner (host-only)", info.run_id, kind)
-                continue
-            st.seq += 1
-            ev.seq = st.seq
+        if st.terminal is not None:
+            return  # nothing after the terminal event counts
+        first_seq = seq = st.seq
+        taken = 0
+        forged = False
+        for ev in events:
+            seq += 1
+            ev.seq = seq
             ev.created_at = now
-            kept.append(ev)
-            if kind == "text_delta":
+            taken += 1
+            kind = ev.WhichOneof("kind")
+            if kind == "text_delta":  # the common case, kept first and short
                 if st.text_len < MAX_ASSISTANT_TEXT:
-                    st.text_parts.append(ev.text_delta.text)
-                    st.text_len += len(ev.text_delta.text)
+                    text = ev.text_delta.text
+                    st.text_parts.append(text)
+                    st.text_len += len(text)
             elif kind == "message":
                 self._flush_text(st, items, ev.message.text)
             elif kind == "tool_started":
@@ -755,27 +783,42 @@ class RunManager:
                     self._set_outcome(st, "failed", ev.failed.code or "runner_failed", ev.failed.message)
                 if st.active is not None:
                     st.active.finished = True
-        if not kept:
+                break  # nothing after the terminal event counts
+            elif kind in HOST_ONLY_EVENTS and not from_host:
+                forged = True  # rare: dropped below, off the hot path
+        st.seq = seq
+        if taken < len(events):
+            del events[taken:]
+        if forged:
+            for i in reversed(range(taken)):
+                dropped = events[i].WhichOneof("kind")
+                if dropped in HOST_ONLY_EVENTS:
+                    log.warning("run %s: ignored a %s event sent by the runner (host-only)", info.run_id, dropped)
+                    del events[i]
+            taken = len(events)
+            for i, ev in enumerate(events, start=first_seq + 1):
+                ev.seq = i
+            st.seq = first_seq + taken
+        if not taken:
             return
-        run_id = info.run_id
-        conv = (info.bot_id, info.conversation_id, info.event_id)
-
         if not st.project:
-            items.clear()
-
-        def persist(conn: sqlite3.Connection) -> None:
-            RunStore.insert_events(conn, run_id, kept)
-            if items:
-                Conversations.insert_items(
-                    conn, bot_id=conv[0], conversation_id=conv[1], run_id=run_id, event_id=conv[2], items=items
-                )
-
-        self.registry.db.enqueue(persist, weight=size)
+            items.clear()  # a child run's events never enter the conversation's transcript
+        if st.writer is None:
+            st.writer = RunWriter(
+                self.registry.db,
+                run_id=info.run_id,
+                bot_id=info.bot_id,
+                conversation_id=info.conversation_id,
+                event_id=info.event_id,
+            )
+        # The writer reads the same event objects the subscribers get: nothing mutates them once published.
+        st.writer.add(events, items, size)
         # Numbering adds a few bytes per event; a batch that may no longer fit one client message is cut.
-        estimate = size + 16 * len(kept)
+        estimate = size + 16 * taken
         if estimate <= limits.CLIENT_BATCH_BYTES:
-            self._publish(st, hpb.SendMessageReply(events=pb.RunEventBatch(events=kept)), estimate)
+            self._publish(st, reply, estimate)
             return
+        kept = list(events)
         sizes = [ev.ByteSize() + 6 for ev in kept]
         for part in split_events(kept, sizes):
             self._publish(st, hpb.SendMessageReply(events=pb.RunEventBatch(events=part)), sum(sizes[: len(part)]))

@@ -160,6 +160,12 @@ class Database:
         a producer that can should `await backpressure()` between calls."""
         self._put(_Job(fn, None, weight))
 
+    def charge(self, weight: int) -> None:
+        """Counts bytes toward WRITE_QUEUE_MAX_BYTES that ride on a job already queued (a producer that appends to
+        its own pending job); the job calls charge(-weight) once it has taken them."""
+        with self._count_lock:
+            self.pending_bytes += weight
+
     async def flush(self) -> None:
         """Returns once everything queued before this call is committed."""
         await self.write(lambda conn: None)

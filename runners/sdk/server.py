@@ -132,24 +132,36 @@ class _EventChannel:
 
     def __init__(self, high_water: int = 1024) -> None:
         self._buf: list[Any] = []
+        self._sizes: list[int] = []  # each item's serialized size, measured once by the producer
         self._ready = asyncio.Event()
         self._drained = asyncio.Event()
         self._high_water = high_water
 
-    async def put(self, item: Any) -> None:
+    def push(self, item: Any, size: int = 0) -> bool:
+        """Adds without waiting (the per-event hot path); True once the buffer is full: then `await full()`."""
         self._buf.append(item)
+        self._sizes.append(size)
         self._ready.set()
+        return len(self._buf) >= self._high_water
+
+    async def full(self) -> None:
+        """Returns once the consumer took what piled up."""
         if len(self._buf) >= self._high_water:
             self._drained.clear()
             await self._drained.wait()
 
-    async def take(self) -> list[Any]:
+    async def put(self, item: Any, size: int = 0) -> None:
+        if self.push(item, size):
+            await self.full()
+
+    async def take(self) -> tuple[list[Any], list[int]]:
         while not self._buf:
             self._ready.clear()
             await self._ready.wait()
         items, self._buf = self._buf, []
+        sizes, self._sizes = self._sizes, []
         self._drained.set()
-        return items
+        return items, sizes
 
 
 class RunnerService(runner_pb2_grpc.RunnerServicer):
@@ -281,11 +293,12 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
         self.tasks.add(task)
         try:
             while True:
-                items = await channel.take()
+                items, sizes = await channel.take()
                 done = items[-1] is _END
                 if done:
                     items.pop()
-                for batch in _batches(items):
+                    sizes.pop()
+                for batch in _batches(items, sizes):
                     yield pb.RunEventBatch(events=batch)
                 if done:
                     return
@@ -305,13 +318,19 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
             await self._channel.close()
 
 
-def _batches(items: list[pb.RunEvent]) -> Iterator[list[pb.RunEvent]]:
-    """Consecutive events cut into batches of at most MAX_BATCH events and MAX_BATCH_BYTES bytes; an event
-    larger than MAX_BATCH_BYTES (at most MAX_EVENT_BYTES, checked in `_drive`) travels alone."""
+def _batches(items: list[pb.RunEvent], sizes: list[int]) -> Iterator[list[pb.RunEvent]]:
+    """Consecutive events (`sizes`: their ByteSize) cut into batches of at most MAX_BATCH events and
+    MAX_BATCH_BYTES bytes; an event larger than MAX_BATCH_BYTES (at most MAX_EVENT_BYTES, checked in `_drive`)
+    travels alone."""
+    if not items:
+        return
+    if len(items) <= MAX_BATCH and sum(sizes) + 6 * len(items) <= MAX_BATCH_BYTES:
+        yield items  # the common case: what piled up fits one message
+        return
     batch: list[pb.RunEvent] = []
     size = 0
-    for event in items:
-        n = event.ByteSize() + 6  # the field tag and length prefix of a repeated message, at most
+    for event, n in zip(items, sizes, strict=True):
+        n += 6  # the field tag and length prefix of a repeated message, at most
         if batch and (len(batch) >= MAX_BATCH or size + n > MAX_BATCH_BYTES):
             yield batch
             batch, size = [], 0
@@ -321,17 +340,18 @@ def _batches(items: list[pb.RunEvent]) -> Iterator[list[pb.RunEvent]]:
         yield batch
 
 
-def _oversize(event: pb.RunEvent) -> pb.RunEvent | None:
-    """The `failed` event that replaces an event too large for one message, or None if it fits."""
+def _sized(event: pb.RunEvent) -> tuple[pb.RunEvent, int]:
+    """The event and its size, or the `failed` event that replaces an event too large for one message."""
     size = event.ByteSize()
     if size <= MAX_EVENT_BYTES:
-        return None
-    return events.failed(
+        return event, size
+    failed = events.failed(
         "event_too_large",
         f"RESOURCE_EXHAUSTED: the runner emitted a {event.WhichOneof('kind')} event of {size} bytes; the limit"
         f" is MAX_EVENT_BYTES ="
         f" {MAX_EVENT_BYTES} bytes (put large outputs in an artifact)",
     )
+    return failed, failed.ByteSize()
 
 
 async def _drive(runner: Runner, run: RunContext, channel: _EventChannel) -> None:
@@ -341,22 +361,23 @@ async def _drive(runner: Runner, run: RunContext, channel: _EventChannel) -> Non
         agen = runner.run(run)
         try:
             async for event in agen:
-                event = _oversize(event) or event
-                await channel.put(event)
+                event, size = _sized(event)
+                if channel.push(event, size):
+                    await channel.full()
                 if events.is_terminal(event):
                     terminal = True
                     break
         finally:
             await agen.aclose()
         if not terminal:
-            await channel.put(events.completed())
+            await channel.put(*_sized(events.completed()))
     except asyncio.CancelledError:
         raise
     except errors.AgentHostError as exc:
-        await channel.put(events.failed(f"host_{exc.code.name.lower()}", exc.message))
+        await channel.put(*_sized(events.failed(f"host_{exc.code.name.lower()}", exc.message)))
     except Exception as exc:
         log.exception("runner %s failed in run %s", runner.manifest.name, run.run_id)
-        await channel.put(events.failed("runner_error", f"{type(exc).__name__}: {exc}"))
+        await channel.put(*_sized(events.failed("runner_error", f"{type(exc).__name__}: {exc}")))
     finally:
         await channel.put(_END)
 
