@@ -5,7 +5,10 @@
 For each harness it times a trivial turn ("ping" -> one model request -> "pong") against a fake model API on
 loopback, three ways, each in a fresh conversation (a new harness session, like a first message):
 
-* bare       the CLI alone: the same binary, flags and fake API, started by this script with no agenthost around it
+* bare       the CLI alone: the same binary, flags and fake API, started by this script with no agenthost around it,
+             with the variables the runner passes through from its environment (PATH, locale, CA bundles, proxies)
+* bare-noenv the same with PATH alone (the baseline of figures before 2026-11-26: it skips work the CA variables
+             cost the CLI, so it made every other path look slower)
 * agenthost  a message sent through the real host (HostHarness): event log, run, grant, gRPC to the runner,
              projection, the sandboxed harness, the host MCP bridge (the default transport: the runner's own
              per-turn HTTP endpoint), persistence of events and state
@@ -30,6 +33,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from agenthost.runners.external_harness.process import build_env  # noqa: E402
 from agenthost.runners.external_harness.runner import ClaudeCodeRunner, CodexRunner  # noqa: E402
 from agenthost.runners.sdk.testing import HostHarness  # noqa: E402
 from tests.external_harness.fake_apis import FakeAnthropic, FakeOpenAI, Request  # noqa: E402
@@ -41,12 +45,18 @@ def pong(_: Request) -> list[dict[str, Any]]:
     return [{"type": "text", "text": "pong"}]
 
 
-def bare_command(harness: str, binary: str, port: int, root: Path) -> tuple[list[str], dict[str, str]]:
+def bare_command(
+    harness: str, binary: str, port: int, root: Path, *, inherit: bool = True
+) -> tuple[list[str], dict[str, str]]:
     # One home and config dir for every bare run, as agenthost keeps one per bot: a fresh one each time would
     # charge the bare CLI its first-run set-up (config files, Codex's state databases) and flatter agenthost.
     for sub in ("home", "config", "tmp"):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(root / "home"), "TMPDIR": str(root / "tmp")}
+    # The same variables the runner lets through from its own environment (PATH, locale, CA bundles, proxies), as a
+    # user's shell would pass them: some cost the CLI start-up time (NODE_EXTRA_CA_CERTS makes Claude Code parse a
+    # second CA bundle, ~5 % of a trivial turn), so a bare run without them would be measuring another machine.
+    env = build_env(inherited=os.environ if inherit else {"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    env |= {"HOME": str(root / "home"), "TMPDIR": str(root / "tmp")}
     if harness == "claude-code":
         env |= {
             "CLAUDE_CONFIG_DIR": str(root / "config"),
@@ -74,8 +84,8 @@ def bare_command(harness: str, binary: str, port: int, root: Path) -> tuple[list
     return argv + ["-"], env
 
 
-async def time_bare(harness: str, binary: str, port: int, root: Path, work: Path) -> float:
-    argv, env = bare_command(harness, binary, port, root)
+async def time_bare(harness: str, binary: str, port: int, root: Path, work: Path, *, inherit: bool = True) -> float:
+    argv, env = bare_command(harness, binary, port, root, inherit=inherit)
     work.mkdir(parents=True)  # a fresh working directory: a new session, like a conversation's first message
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
@@ -101,7 +111,7 @@ async def bench(harness: str, runs: int) -> dict[str, list[float]]:
     runner_cls = ClaudeCodeRunner if harness == "claude-code" else CodexRunner
     key_env = "ANTHROPIC_API_KEY" if harness == "claude-code" else "OPENAI_API_KEY"
     os.environ[key_env] = "sk-bench"
-    times: dict[str, list[float]] = {"bare": [], "agenthost": [], "stdio": [], "no-bridge": []}
+    times: dict[str, list[float]] = {"bare": [], "bare-noenv": [], "agenthost": [], "stdio": [], "no-bridge": []}
     with fake_cls(pong) as fake, tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         base: dict[str, Any] = {"command": binary, "interrupt_grace_seconds": 1.0}
         if harness == "claude-code":
@@ -115,21 +125,31 @@ async def bench(harness: str, runs: int) -> dict[str, list[float]]:
             HostHarness(Path(tmp) / "without", runners=[runner_cls], config=base | {"mcp_bridge": False}) as without,
         ):
             hosts = {"agenthost": with_bridge, "stdio": stdio, "no-bridge": without}
-            # One warm-up of each (page cache, first-run files), then interleave so drift hits all paths alike.
+
+            async def timed(name: str, i: int) -> float:
+                if name.startswith("bare"):
+                    inherit = name == "bare"
+                    return await time_bare(
+                        harness, binary, fake.port, Path(tmp) / name, Path(tmp) / f"{name}-work-{i}", inherit=inherit
+                    )
+                seen = len(fake.requests)
+                started = time.perf_counter()
+                result = await hosts[name].send("ping", conversation_id=f"bench-{i}")
+                elapsed = time.perf_counter() - started
+                if result.run.status != "completed" or "pong" not in result.text:
+                    raise RuntimeError(f"{name} {harness}: {result.run.status} {result.run.error_message}")
+                # A bridge that failed to connect would look fast: its tools must have reached the model.
+                offered = any("agenthost" in t for r in fake.requests[seen:] for t in r.tools)
+                if offered != (name != "no-bridge"):
+                    raise RuntimeError(f"{name} {harness}: bridge tools offered={offered}")
+                return elapsed
+
+            # One warm-up of each (page cache, first-run files), then rounds of one turn per path, the order rotating
+            # from round to round, so drift and a neighbour's load spike hit all paths alike.
+            paths = list(times)
             for i in range(runs + 1):
-                bare = await time_bare(harness, binary, fake.port, Path(tmp) / "bare", Path(tmp) / f"bare-work-{i}")
-                row = {"bare": bare}
-                for name, h in hosts.items():
-                    seen = len(fake.requests)
-                    started = time.perf_counter()
-                    result = await h.send("ping", conversation_id=f"bench-{i}")
-                    row[name] = time.perf_counter() - started
-                    if result.run.status != "completed" or "pong" not in result.text:
-                        raise RuntimeError(f"{name} {harness}: {result.run.status} {result.run.error_message}")
-                    # A bridge that failed to connect would look fast: its tools must have reached the model.
-                    offered = any("agenthost" in t for r in fake.requests[seen:] for t in r.tools)
-                    if offered != (name != "no-bridge"):
-                        raise RuntimeError(f"{name} {harness}: bridge tools offered={offered}")
+                order = paths[i % len(paths) :] + paths[: i % len(paths)]
+                row = {name: await timed(name, i) for name in order}
                 if i:
                     for name, value in row.items():
                         times[name].append(value)
@@ -142,15 +162,20 @@ async def main() -> None:
     parser.add_argument("--harness", nargs="+", default=["claude-code", "codex"], choices=["claude-code", "codex"])
     args = parser.parse_args()
     print(f"trivial turn, median of {args.runs} (fresh session each), fake API on loopback")
-    print(f"{'harness':<12} {'path':<10} {'median s':>9} {'min s':>7} {'max s':>7} {'vs bare':>8} {'overhead s':>11}")
+    print("'paired' is the median of each round's own ratio (a path against the bare run of the same round)")
+    print(
+        f"{'harness':<12} {'path':<10} {'median s':>9} {'min s':>7} {'max s':>7} {'vs bare':>8} {'paired':>7} "
+        f"{'overhead s':>11}"
+    )
     for harness in args.harness:
         times = await bench(harness, args.runs)
         bare = statistics.median(times["bare"])
         for name, values in times.items():
             med = statistics.median(values)
+            paired = statistics.median(v / b for v, b in zip(values, times["bare"], strict=True))
             print(
                 f"{harness:<12} {name:<10} {med:>9.3f} {min(values):>7.3f} {max(values):>7.3f} "
-                f"{med / bare:>7.2f}x {med - bare:>+11.3f}"
+                f"{med / bare:>7.2f}x {paired:>6.2f}x {med - bare:>+11.3f}"
             )
 
 

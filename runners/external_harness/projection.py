@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -65,6 +66,24 @@ def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_if_changed(path: Path, data: str, *, mode: int = 0o644) -> None:
+    """`atomic_write`, skipped when `path` is already a regular file holding exactly `data` with `mode`: most turns
+    change nothing here, and a write is a temp file, a chmod and a rename on the way to starting the harness."""
+    raw = data.encode()
+    try:
+        st = path.lstat()
+        if (
+            stat.S_ISREG(st.st_mode)
+            and stat.S_IMODE(st.st_mode) == mode
+            and st.st_size == len(raw)
+            and path.read_bytes() == raw
+        ):
+            return
+    except OSError:
+        pass
+    atomic_write(path, raw, mode=mode)
 
 
 def granted_apis(ctx: runner_pb2.AgentRunContext) -> str | None:
@@ -221,7 +240,7 @@ def project_skills(workspace: Workspace, skills: list[Skill]) -> list[str]:
             staging.rename(target)
             ours[name] = digest
         new_manifest[skills_dir] = ours
-    atomic_write(manifest_path, json.dumps(new_manifest, indent=1, sort_keys=True))
+    write_if_changed(manifest_path, json.dumps(new_manifest, indent=1, sort_keys=True))
     return warnings
 
 

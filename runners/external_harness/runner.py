@@ -52,10 +52,10 @@ from agenthost.runners.external_harness.projection import (
     BridgeLaunch,
     HttpBridgeLaunch,
     Launch,
-    atomic_write,
     granted_apis,
     project,
     write_claude_mcp_config,
+    write_if_changed,
 )
 from agenthost.runners.external_harness.sandboxing import harness_sandbox
 from agenthost.runners.external_harness.turn import Driver, Install, TurnPlan, TurnState
@@ -220,11 +220,15 @@ class HarnessRunner(Runner):
     async def _load_session(self, run: RunContext) -> _Stored:
         # Read live, not from the run's snapshot: the snapshot predates the turn this run queued behind.
         try:
+            # Concurrently: this is on the path to starting the harness, and each read is a host round trip.
+            session_id, working_directory, harness, usage_totals = await asyncio.gather(
+                *(run.api.state_get("conversation", key) for key in (SESSION_KEY, WORKDIR_KEY, HARNESS_KEY, USAGE_KEY))
+            )
             return _Stored(
-                session_id=await run.api.state_get("conversation", SESSION_KEY),
-                working_directory=await run.api.state_get("conversation", WORKDIR_KEY),
-                harness=await run.api.state_get("conversation", HARNESS_KEY),
-                usage_totals=await run.api.state_get("conversation", USAGE_KEY),
+                session_id=session_id,
+                working_directory=working_directory,
+                harness=harness,
+                usage_totals=usage_totals,
             )
         except api_errors.AgentHostError:
             snap = run.state.get("conversation", {})
@@ -376,7 +380,7 @@ class HarnessRunner(Runner):
         if (launch is not None or user_mcp is not None) and self.driver.name == "claude-code":
             write_claude_mcp_config(workspace, launch, user_mcp.claude if user_mcp is not None else None)
         if isinstance(config, ClaudeCodeConfig) and config.append_system_prompt:
-            atomic_write(workspace.agenthost_dir / APPEND_PROMPT_FILE, config.append_system_prompt, mode=0o600)
+            write_if_changed(workspace.agenthost_dir / APPEND_PROMPT_FILE, config.append_system_prompt, mode=0o600)
 
         deadline = self._deadline(run, config)
         for attempt in (1, 2):

@@ -155,3 +155,39 @@ def test_http_bridge_config_names_the_token_never_holds_it(workspace) -> None:
     assert 'mcp_servers.agenthost.bearer_token_env_var="AGENTHOST_MCP_TOKEN"' in overrides
     assert 'mcp_servers.agenthost.default_tools_approval_mode="approve"' in overrides
     assert not any(".command=" in o or ".env_vars=" in o for o in overrides)  # nothing to start
+
+
+def test_unchanged_files_are_not_rewritten_changed_and_tampered_ones_are(tmp_path: Path) -> None:
+    from agenthost.runners.external_harness.projection import write_if_changed
+
+    path = tmp_path / "f.json"
+    write_if_changed(path, "one", mode=0o600)
+    before = path.stat()
+    write_if_changed(path, "one", mode=0o600)
+    assert path.stat().st_ino == before.st_ino  # nothing changed: no new file
+    write_if_changed(path, "two", mode=0o600)
+    assert path.read_text() == "two" and path.stat().st_ino != before.st_ino
+    os.chmod(path, 0o644)  # same bytes, wrong mode: rewritten with the right one
+    write_if_changed(path, "two", mode=0o600)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    # A symlink a harness planted in place of the file is replaced, never followed, even when its target matches.
+    target = tmp_path / "elsewhere"
+    target.write_text("two")
+    os.chmod(target, 0o600)
+    path.unlink()
+    path.symlink_to(target)
+    write_if_changed(path, "two", mode=0o600)
+    assert not path.is_symlink() and path.read_text() == "two"
+    write_if_changed(path, "three", mode=0o600)
+    assert target.read_text() == "two"
+
+
+def test_a_turn_that_changes_no_skill_leaves_the_skill_manifest_alone(workspace) -> None:
+    config = parse_config(ClaudeCodeConfig, {"skills": [{"name": "runbook", "description": "d", "body": "# R"}]})
+    project_skills(workspace, config.skills)
+    manifest = workspace.agenthost_dir / "skills.json"
+    inode = manifest.stat().st_ino
+    project_skills(workspace, config.skills)
+    assert manifest.stat().st_ino == inode
+    project_skills(workspace, [])
+    assert json.loads(manifest.read_text()) == {".agents/skills": {}, ".claude/skills": {}}
