@@ -329,3 +329,21 @@ class AdminServicer(host_grpc.AgentHostServicer):
         from agenthost.host.models import list_models
 
         return await list_models(self.host.registry, self.host.supervisor, self.host.keys, request.bot)
+
+    # Channel instances (admin only): agenthost.host.channels.
+    @_mapped
+    async def AddChannel(self, request: hpb.AddChannelRequest, context: grpc.aio.ServicerContext) -> hpb.ChannelInfo:
+        return await self.host.channels.add(request)
+
+    @_mapped
+    async def ListChannels(
+        self, request: hpb.ListChannelsRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.ListChannelsResponse:
+        return hpb.ListChannelsResponse(channels=self.host.channels.list())
+
+    @_mapped
+    async def RemoveChannel(
+        self, request: hpb.RemoveChannelRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.RemoveChannelResponse:
+        await self.host.channels.remove(request.name)
+        return hpb.RemoveChannelResponse()

@@ -31,6 +31,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from agenthost.host import binding_config, limits
 from agenthost.host.admin import AdminServicer
+from agenthost.host.channels import Channels
 from agenthost.host.credentials import Credentials
 from agenthost.host.grants import RunRegistry
 from agenthost.host.keys import KEYS_FILE, KeyStore
@@ -245,8 +246,12 @@ class Host:
         if self.builtin_plugins:
             await self._register_builtin()
         for plugin in self.registry.plugins():
-            if plugin.enabled:
+            # A plugin that offers only channel adapters has no runner process; its channels start below.
+            if plugin.enabled and (plugin.builtin or plugin.manifests_json != "[]"):
                 self._supervise(plugin)
+        # After the plugins: a channel's messages need its bot's runner.
+        self.channels = Channels(self)
+        self.channels.start_all()
 
     def _sandbox_mode(self) -> str:
         reason = sandbox.probe()
@@ -398,6 +403,12 @@ class Host:
             log.error("%s", pp.last_error)
             return
         task = asyncio.create_task(self._start_quietly(plugin.plugin_id))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def start_in_background(self, plugin_id: str) -> None:
+        """Starts a supervised process without waiting; a failure is kept as its last_error."""
+        task = asyncio.create_task(self._start_quietly(plugin_id))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

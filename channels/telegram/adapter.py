@@ -1,0 +1,299 @@
+"""The Telegram adapter: long-polls the Bot API for updates and turns each message into an inbound event for the
+channel's bot; streams the run's reply back by editing a message.
+
+Exactly once, per update: `offset` in the adapter's state is the first update_id not yet handed to the host, so an
+update Telegram delivers again (it does, until an offset confirms it) never starts a second run. A message is
+recorded as in flight (durably) before it is sent to the host and the offset moves past it once the host has
+created its run. If the process dies in between, the next start asks the host whether a run for that
+conversation was created after the in-flight record: if so the update is done (and its reply is delivered from
+the run), if not Telegram still has it and delivers it again. Updates that are malformed, not for the bot, from a
+blocked user, commands or too long are settled at once (offset advanced) so none blocks the ones behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import warnings
+from typing import Any
+
+from telegram import Bot, User
+from telegram.error import NetworkError, RetryAfter, TelegramError, TimedOut
+from telegram.request import HTTPXRequest
+
+from agenthost.channels.sdk import ChannelAdapter, ChannelContext, ChannelManifest, Limits, Pacer, deliver
+from agenthost.channels.telegram.sink import TelegramSink, _seconds
+from agenthost.channels.telegram.updates import Command, Ignore, Inbound, Where, classify
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import errors
+from agenthost.protos import host_pb2 as hpb
+
+log = logging.getLogger(__name__)
+# getUpdates goes through do_api_request on purpose: the raw list lets one malformed update be skipped instead of
+# failing the whole batch in the library's parser.
+warnings.filterwarnings("ignore", message=".*instead of 'Bot.do_api_request", module="telegram")
+
+CONFIG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "token_key": {
+            "type": "string",
+            "default": "TELEGRAM_BOT_TOKEN",
+            "description": "name of the bot token in the host's key store (agenthost keys set NAME)",
+        },
+        "api_url": {"type": "string", "default": "https://api.telegram.org", "pattern": "^https?://"},
+        "allowed_users": {"type": "array", "items": {"type": "integer"}, "description": "only these user ids"},
+        "blocked_users": {"type": "array", "items": {"type": "integer"}},
+        "max_input_chars": {"type": "integer", "minimum": 1, "maximum": 200000, "default": 16000},
+        "poll_timeout": {"type": "integer", "minimum": 0, "maximum": 50, "default": 25},
+        "edit_interval": {"type": "number", "minimum": 0.05, "maximum": 10, "default": 1.0},
+        "streaming": {"type": "boolean", "default": True},
+    },
+}
+
+GREETING = "Hi! Send me a message and I will answer. /new starts a fresh conversation."
+
+
+class TelegramAdapter(ChannelAdapter):
+    manifest = ChannelManifest(
+        name="telegram",
+        description="Telegram bots over the Bot API (long polling): private chats, groups, topics",
+        config_schema=CONFIG_SCHEMA,
+        secret_settings=("token_key",),
+    )
+
+    async def run(self, ctx: ChannelContext) -> None:
+        cfg = {k: v.get("default") for k, v in CONFIG_SCHEMA["properties"].items()} | ctx.config
+        ctx.config.setdefault("token_key", cfg["token_key"])
+        self.ctx = ctx
+        self.cfg = cfg
+        self.allowed = set(cfg.get("allowed_users") or ())
+        self.blocked = set(cfg.get("blocked_users") or ())
+        api = str(cfg["api_url"]).rstrip("/")
+        poll = int(cfg["poll_timeout"])
+        self.bot = Bot(
+            ctx.secret("token_key"),
+            base_url=f"{api}/bot",
+            base_file_url=f"{api}/file/bot",
+            request=HTTPXRequest(connection_pool_size=32, read_timeout=20.0),
+            get_updates_request=HTTPXRequest(connection_pool_size=1, read_timeout=poll + 15.0),
+        )
+        self.pacer = Pacer(Limits(per_chat_interval=float(cfg["edit_interval"])))
+        self.deliveries: set[asyncio.Task[None]] = set()
+        async with self.bot:
+            self.me: User = self.bot.bot
+            await self.bot.delete_webhook()  # getUpdates is refused while a webhook is set
+            log.info("telegram adapter for @%s (bot %s) polling", self.me.username, ctx.bot)
+            await self._recover()
+            try:
+                await self._poll(poll)
+            finally:
+                if self.deliveries:
+                    await asyncio.wait(self.deliveries, timeout=2.0)
+                    for task in self.deliveries:
+                        task.cancel()
+
+    # ---- the loop ----
+
+    async def _poll(self, poll: int) -> None:
+        stop = asyncio.ensure_future(self.ctx.stop.wait())
+        try:
+            while not self.ctx.stop.is_set():
+                fetch = asyncio.ensure_future(
+                    self.bot.do_api_request(
+                        "getUpdates",
+                        api_kwargs={"offset": self.offset, "timeout": poll, "allowed_updates": ["message"]},
+                    )
+                )
+                await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
+                if not fetch.done():
+                    fetch.cancel()
+                    break
+                try:
+                    updates = fetch.result()
+                except RetryAfter as exc:
+                    await self._pause(_seconds(exc.retry_after))
+                    continue
+                except (TimedOut, NetworkError) as exc:
+                    log.warning("getUpdates failed, retrying: %r", exc)
+                    await self._pause(1.0)
+                    continue
+                if not isinstance(updates, list):
+                    log.warning("getUpdates answered a %s, not a list; skipped", type(updates).__name__)
+                    await self._pause(1.0)
+                    continue
+                for raw in updates:
+                    await self._handle(raw)
+        finally:
+            stop.cancel()
+
+    async def _pause(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self.ctx.stop.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    @property
+    def offset(self) -> int:
+        return int(self.ctx.state.get("offset", 0))
+
+    def _settle(self, update_id: int) -> None:
+        """Update `update_id` is done with: never handle it again."""
+        if update_id >= self.offset:
+            self.ctx.state.save(offset=update_id + 1, inflight=None)
+
+    async def _handle(self, raw: Any) -> None:
+        update_id = raw.get("update_id") if isinstance(raw, dict) else None
+        if not isinstance(update_id, int) or isinstance(update_id, bool):
+            log.warning("skipped an update without an update_id")
+            return
+        if update_id < self.offset:
+            log.info("update %d was already handled (redelivered); skipped", update_id)
+            return
+        try:
+            what = classify(raw, self.bot, self.me)
+        except Exception as exc:  # noqa: BLE001 — whatever the parser raises, the update is malformed
+            log.warning("update %d is malformed (%s: %s); skipped", update_id, type(exc).__name__, exc)
+            self._settle(update_id)
+            return
+        if isinstance(what, Ignore):
+            log.info("update %d ignored: %s", update_id, what.reason)
+            self._settle(update_id)
+            return
+        user_id = what.user.id
+        if user_id in self.blocked or (self.allowed and user_id not in self.allowed):
+            log.info("update %d ignored: user %d is not allowed to use this bot", update_id, user_id)
+            self._settle(update_id)
+            return
+        if isinstance(what, Command):
+            self._settle(update_id)
+            await self._command(what)
+            return
+        await self._message(update_id, what)
+
+    async def _command(self, command: Command) -> None:
+        sink = TelegramSink(self.bot, self.pacer, command.where, reply_to=command.message_id)
+        try:
+            if command.name == "new":
+                generations = dict(self.ctx.state.get("generations", {}))
+                base = command.where.base_conversation
+                generations[base] = int(generations.get(base, 0)) + 1
+                self.ctx.state.save(generations=generations)
+                await sink.notice("🆕 Started a new conversation.")
+            else:
+                await sink.notice(GREETING)
+        except TelegramError as exc:
+            log.warning("could not answer /%s: %r", command.name, exc)
+
+    def _conversation(self, where: Where) -> str:
+        base = where.base_conversation
+        generation = int(self.ctx.state.get("generations", {}).get(base, 0))
+        return f"{base}#{generation}" if generation else base
+
+    async def _message(self, update_id: int, inbound: Inbound) -> None:
+        sink = TelegramSink(
+            self.bot, self.pacer, inbound.where, reply_to=inbound.message_id, fetch_artifact=self._fetch_artifact
+        )
+        limit = int(self.cfg["max_input_chars"])
+        if len(inbound.text) > limit:
+            self._settle(update_id)
+            await self._notice(
+                sink, f"⚠️ That message is too long ({len(inbound.text)} characters; the limit is {limit})."
+            )
+            return
+        conversation = self._conversation(inbound.where)
+        user = inbound.user
+        request = self.ctx.request(
+            conversation,
+            inbound.text,
+            actor=pb.Actor(actor_type="user", actor_id=f"tg:{user.id}", display_name=user.full_name),
+            data={
+                "telegram": {
+                    "update_id": update_id,
+                    "chat_id": inbound.where.chat_id,
+                    "message_id": inbound.message_id,
+                    "thread_id": inbound.where.thread_id,
+                    "username": user.username,
+                }
+            },
+            **await self._attachments(inbound, sink),
+        )
+        # Durable before the host sees it: a crash from here on is resolved by _recover.
+        self.ctx.state.save(
+            offset=update_id,
+            inflight={"update_id": update_id, "conversation": conversation, "at": time.time()},
+        )
+        accepted = asyncio.get_running_loop().create_future()
+
+        async def started(run: hpb.RunInfo) -> None:
+            self._settle(update_id)
+            if not accepted.done():
+                accepted.set_result(run.run_id)
+
+        async def reply() -> None:
+            try:
+                await sink.typing()
+                await deliver(self.ctx.send(request), sink, streaming=bool(self.cfg["streaming"]), on_started=started)
+            except Exception:
+                log.exception("delivering the reply to update %d failed", update_id)
+            finally:
+                if not accepted.done():
+                    # Refused by the host (the user was told) or failed before a run existed: nothing to redo.
+                    self._settle(update_id)
+                    accepted.set_result(None)
+
+        task = asyncio.create_task(reply(), name=f"reply:{update_id}")
+        self.deliveries.add(task)
+        task.add_done_callback(self.deliveries.discard)
+        # One update at a time until the host has it (cheap): the offset only ever moves forward in order, and runs
+        # of one chat reach the host in the order they were written. Replies stream concurrently.
+        await accepted
+
+    async def _notice(self, sink: TelegramSink, line: str) -> None:
+        try:
+            await sink.notice(line)
+        except TelegramError as exc:
+            log.warning("could not send a notice: %r", exc)
+
+    async def _attachments(self, inbound: Inbound, sink: TelegramSink) -> dict[str, Any]:
+        """Photos and documents become the message's attachments (stored by the host as artifacts)."""
+        if not (inbound.photos or inbound.documents):
+            return {}
+        if "attachments" not in hpb.SendMessageRequest.DESCRIPTOR.fields_by_name:
+            await self._notice(sink, "⚠️ This host cannot receive files yet; only the text was sent.")
+            return {}
+        files = [(fid, "photo.jpg", "image/jpeg") for fid in inbound.photos] + list(inbound.documents)
+        out = []
+        for file_id, name, mime in files:
+            tg_file = await self.bot.get_file(file_id)
+            data = bytes(await tg_file.download_as_bytearray())
+            out.append(hpb.Attachment(name=name, mime_type=mime, data=data))  # type: ignore[attr-defined]
+        return {"attachments": out}
+
+    async def _fetch_artifact(self, ref: pb.ArtifactRef) -> bytes | None:
+        return None
+
+    # ---- recovery ----
+
+    async def _recover(self) -> None:
+        """Settles a message that was in flight when the previous process died (see the module docstring)."""
+        inflight = self.ctx.state.get("inflight")
+        if not isinstance(inflight, dict):
+            return
+        update_id = int(inflight["update_id"])
+        try:
+            runs = await self.ctx.runs(str(inflight["conversation"]), limit=20)
+        except errors.AgentHostError as exc:
+            raise RuntimeError(f"cannot tell whether update {update_id} reached the host: {exc}") from None
+        # The host and this process share a clock; a second of slack covers the record being written first.
+        taken = [r for r in runs if r.created_at >= float(inflight["at"]) - 1.0]
+        if taken:
+            log.info(
+                "update %d had reached the host before a restart (run %s); not sent again", update_id, taken[-1].run_id
+            )
+            self._settle(update_id)
+        else:
+            log.info("update %d had not reached the host before a restart; Telegram will deliver it again", update_id)
+            self.ctx.state.save(inflight=None)
