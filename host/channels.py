@@ -184,6 +184,9 @@ class Channels:
         except errors.NotFound:
             pass
 
+    def using(self, plugin_id: str) -> list[str]:
+        return sorted(name for name, record in self._doc.items() if record["plugin_id"] == plugin_id)
+
     def list(self) -> list[hpb.ChannelInfo]:
         return [self.info(name) for name in sorted(self._doc)]
 

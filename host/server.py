@@ -485,10 +485,16 @@ class Host:
             python=installed.python,
             manifests_json=json.dumps([m.model_dump(mode="json") for m in installed.manifests]),
             description=installed.description,
-            network=allow_network and any(m.permissions.network for m in installed.manifests),
+            network=allow_network
+            and (
+                any(m.permissions.network for m in installed.manifests)
+                or any(c.permissions.network for c in installed.channels)
+            ),
         )
         await self.registry.put_plugin(record)
         self.observer.plugin_installed(record.plugin_id, record.version, record.source)
+        if not installed.manifests:
+            return self._info(record.plugin_id)  # channel adapters only: they run per channel (agenthost.host.channels)
         self.supervisor.add(self._spec(record))
         try:
             await self.supervisor.start(record.plugin_id)
@@ -500,6 +506,9 @@ class Host:
         plugin = self.registry.plugin(plugin_id)
         if plugin.builtin:
             raise errors.FailedPrecondition("built-in plugins cannot be removed; disable them instead")
+        users = self.channels.using(plugin_id)
+        if users:
+            raise errors.FailedPrecondition(f"channels {users} use {plugin_id}; remove them first")
         await self.supervisor.stop(plugin_id)
         self.supervisor.processes.pop(plugin_id, None)
         await self.registry.delete_plugin(plugin_id)
@@ -509,7 +518,7 @@ class Host:
     async def set_plugin_enabled(self, plugin_id: str, enabled: bool) -> hpb.PluginInfo:
         plugin = self.registry.plugin(plugin_id)
         await self.registry.set_plugin_enabled(plugin_id, enabled)
-        if enabled:
+        if enabled and (plugin.builtin or plugin.manifests_json != "[]"):
             self._check_walls(plugin)
             self.supervisor.add(self._spec(plugin))
             try:

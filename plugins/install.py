@@ -30,7 +30,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from agenthost.plugins import sandbox
-from agenthost.plugins.manifest import ManifestError, RunnerManifest
+from agenthost.plugins.manifest import ChannelManifest, ManifestError, RunnerManifest
 
 INSTALL_TIMEOUT = 600.0
 
@@ -48,6 +48,8 @@ class InstalledPlugin:
     manifests: list[RunnerManifest]
     source: str
     description: str
+    # Channel adapters (agenthost.channels) the plugin offers; a plugin may offer runners, adapters, or both.
+    channels: tuple[ChannelManifest, ...] = ()
 
 
 def _pinned_distribution(path: Path) -> str:
@@ -213,10 +215,22 @@ async def install(
             described = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
         except ValueError:
             described = {}
-        if code or "runners" not in described:
+        describe_channels = [str(python), "-m", "agenthost.channels.sdk", "describe", "--distribution", dist_name]
+        ccode, cout, cerr = await _run(*walls.argv(describe_channels, network=False), timeout=60, env=env)
+        try:
+            channels_described = json.loads(cout.strip().splitlines()[-1]) if cout.strip() else {}
+        except ValueError:
+            channels_described = {}
+        has_channels = ccode == 0 and "channels" in channels_described
+        if (code or "runners" not in described) and not has_channels:
             reason = described.get("error") or _tail(err or out) or f"exit code {code}"
             raise InstallError(f"{dist_name} installed, but its runners could not be loaded: {reason}")
+        if code or "runners" not in described:
+            described = {**channels_described, "runners": []}  # a plugin of channel adapters only
         manifests = [RunnerManifest.parse_json(json.dumps(raw)) for raw in described["runners"]]
+        channels = tuple(
+            ChannelManifest.parse_json(json.dumps(raw)) for raw in channels_described.get("channels", [])
+        )
         for scratch in ("src", "home", "tmp"):
             shutil.rmtree(staging / scratch, ignore_errors=True)
         final = plugins_dir / plugin_id / "env"
@@ -234,6 +248,7 @@ async def install(
             manifests=manifests,
             source=source,
             description=described.get("summary", ""),
+            channels=channels,
         )
     except ManifestError as exc:
         raise InstallError(f"{dist_name}: {exc}") from None
