@@ -439,18 +439,45 @@ async def cmd_channels(args: argparse.Namespace, c: HostClient) -> int:
     return 0
 
 
+def _attachments(paths: list[Path]) -> list[Any]:
+    """Files to send with a message. Image types are left for the host to read from the bytes (a misnamed file is
+    then sent as what it is); other types are guessed from the file name."""
+    import mimetypes
+
+    from agenthost.host import limits
+    from agenthost.protos import host_pb2 as hpb
+
+    out = []
+    for path in paths:
+        try:
+            size = path.stat().st_size
+            if size > limits.ATTACHMENT_MAX_BYTES:
+                raise SystemExit(
+                    f"error: {path} is {size} bytes; an attachment may be {limits.ATTACHMENT_MAX_BYTES} at most"
+                )
+            data = path.read_bytes()
+        except OSError as exc:
+            raise SystemExit(f"error: cannot read {path}: {exc.strerror}") from None
+        guessed = mimetypes.guess_type(path.name)[0] or ""
+        out.append(hpb.Attachment(name=path.name, mime_type="" if guessed.startswith("image/") else guessed, data=data))
+    return out
+
+
 async def cmd_send(args: argparse.Namespace, c: HostClient) -> int:
     from agenthost.protos import host_pb2 as hpb
 
+    files = _attachments(args.attach)
     if args.json:
-        result = await c.send(args.bot, args.text, conversation_id=args.conversation, source="cli")
+        result = await c.send(args.bot, args.text, conversation_id=args.conversation, source="cli", attachments=files)
         out = to_jsonable(result.run)
         out["event_count"] = len(result.events)
         print_json(out)
         return 0 if result.run.status == "completed" else 1
     from agenthost.host.console import stream_reply
 
-    request = hpb.SendMessageRequest(bot=args.bot, text=args.text, conversation_id=args.conversation, source="cli")
+    request = hpb.SendMessageRequest(
+        bot=args.bot, text=args.text, conversation_id=args.conversation, source="cli", attachments=files
+    )
     run = await stream_reply(c, request)
     return 0 if run.status == "completed" else 1
 
@@ -462,20 +489,36 @@ async def cmd_chat(args: argparse.Namespace, c: HostClient) -> int:
     from agenthost.protos import errors
     from agenthost.protos import host_pb2 as hpb
 
-    print(f"chatting with {args.bot} in conversation {args.conversation!r}; Ctrl-D to leave")
+    print(
+        f"chatting with {args.bot} in conversation {args.conversation!r}; /attach FILE adds a file to your next"
+        " message; Ctrl-D to leave"
+    )
     loop = asyncio.get_running_loop()
+    pending: list[Any] = []
     while True:
         try:
             line = await loop.run_in_executor(None, lambda: input("you> "))
         except EOFError:
             print()
             return 0
+        if line.startswith("/attach "):
+            try:
+                pending.extend(_attachments([Path(line[len("/attach ") :].strip()).expanduser()]))
+            except SystemExit as exc:
+                print(exc)
+            else:
+                print(f"(attached {pending[-1].name}; it goes with your next message)")
+            continue
         if not line.strip():
             continue
         sys.stdout.write(f"{args.bot}> ")
+        files, pending = pending, []
         try:
             await stream_reply(
-                c, hpb.SendMessageRequest(bot=args.bot, text=line, conversation_id=args.conversation, source="cli")
+                c,
+                hpb.SendMessageRequest(
+                    bot=args.bot, text=line, conversation_id=args.conversation, source="cli", attachments=files
+                ),
             )
         except errors.AgentHostError as exc:
             print(f"\nerror: {exc.code.name}: {exc.message}")
@@ -531,6 +574,8 @@ async def cmd_history(args: argparse.Namespace, c: HostClient) -> int:
             print(f"[tool] {'✗' if item.is_error else '✓'} {item.text[:300]}")
         else:
             print(f"[{item.role}] {item.text}")
+        for ref in item.attachments:
+            print(f"    📎 {ref.name} ({ref.mime_type}, {ref.size_bytes} bytes) {ref.artifact_id}")
     if resp.has_more:
         print(f"(older items exist; showing the newest {len(resp.items)})")
     return 0
@@ -1030,10 +1075,19 @@ def build_parser() -> argparse.ArgumentParser:
         "send one message and print the reply as it streams",
         'agenthost send support "note buy milk"',
         'agenthost send support "hi" --json --conversation c1',
+        'agenthost send support "what is in this picture?" --attach photo.jpg',
     )
     send.add_argument("bot")
     send.add_argument("text")
     send.add_argument("--conversation", default="default")
+    send.add_argument(
+        "--attach",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="send a file with the message (repeatable); images (png, jpeg, gif, webp) reach models that take them",
+    )
 
     runs = _group(sub, "runs", "inspect and cancel runs", "agenthost runs list --status failed")
     ls = runs.add(

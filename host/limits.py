@@ -51,6 +51,17 @@ UPLOAD_HEADER_SECONDS = 10.0
 # Longest pause between two chunks of an upload: a trickling client must not hold a slot forever.
 UPLOAD_IDLE_SECONDS = 30.0
 
+# ---- message attachments (SendMessageRequest.attachments, agenthost.host.attachments) ----
+
+# One attached file. 5 MiB is the largest image the Anthropic API takes (OpenAI's 20 MB is looser), and the whole
+# request must fit one gRPC message (MAX_MESSAGE_BYTES = 8 MiB).
+ATTACHMENT_MAX_BYTES = 5 * MiB
+# Files on one message: more is a batch upload, not a message.
+ATTACHMENTS_MAX_PER_MESSAGE = 8
+# All files of one message together: one request with its text and event data stays under MAX_MESSAGE_BYTES.
+# They also count, while the run is queued, against RUNS_MAX_QUEUED_INPUT_BYTES.
+ATTACHMENTS_MAX_BYTES_PER_MESSAGE = 7 * MiB
+
 # ---- a run's event stream ----
 
 # Events one run may emit; a million one-character deltas is a flood, not a reply.

@@ -32,12 +32,14 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from agenthost.host import attachments as attachment_checks
 from agenthost.host import limits
 from agenthost.host.grants import ActiveRun, Grant, RunRegistry, hash_secret, new_token
 from agenthost.host.keys import KeyStore
 from agenthost.host.observability import Observer
 from agenthost.host.run_context import ContextBuilder
 from agenthost.host.run_inbox import Inbox, split_events
+from agenthost.host.store.artifacts import ArtifactStore
 from agenthost.host.store.conversations import Conversations, NewItem
 from agenthost.host.store.registry import Registry
 from agenthost.host.store.runs import RunStore
@@ -255,8 +257,10 @@ class RunManager:
         supervisor: Supervisor,
         keys: KeyStore | None = None,
         observer: Observer | None = None,
+        artifacts: ArtifactStore | None = None,
     ) -> None:
         self.keys = keys
+        self.artifacts = artifacts  # where message attachments are stored; None refuses them
         self.observer = observer or Observer()
         self.registry = registry
         self.runs = runs
@@ -327,6 +331,9 @@ class RunManager:
             json.loads(data_json)
         except (ValueError, RecursionError):
             raise InvalidArgument("data_json is not valid JSON") from None
+        files = attachment_checks.check(list(request.attachments))
+        if files and self.artifacts is None:
+            raise FailedPrecondition("this host stores no attachments")
         binding = self.route(bot.bot_id, event_type, conversation_id)
         manifest = self.manifest_for(binding.runner_id)
         plugin_id, _ = parse_runner_id(binding.runner_id)
@@ -350,8 +357,15 @@ class RunManager:
         )
         token = new_token("rt")
         grant = Grant.freeze(manifest, binding.resource_policy)
+        file_bytes = sum(len(f.data) for f in files)
+        if files:
+            assert self.artifacts is not None
+            self.artifacts.check_conversation_room(bot.bot_id, conversation_id, file_bytes)
+        refs: list[pb.ArtifactRef] = []
 
         def record(conn: sqlite3.Connection) -> pb.EventRecord:
+            for ref in refs:
+                ArtifactStore.insert_row(conn, ref, bot.bot_id)
             event = Conversations.insert_event(
                 conn,
                 bot_id=bot.bot_id,
@@ -361,16 +375,17 @@ class RunManager:
                 actor=actor,
                 text=request.text,
                 data_json=data_json,
+                attachments=refs,
             )
             info.event_id = event.event_id
-            if event_type.startswith("message.") and request.text:
+            if event_type.startswith("message.") and (request.text or refs):
                 Conversations.insert_items(
                     conn,
                     bot_id=bot.bot_id,
                     conversation_id=conversation_id,
                     run_id=info.run_id,
                     event_id=event.event_id,
-                    items=[NewItem(role="user", item_type="message", text=request.text)],
+                    items=[NewItem(role="user", item_type="message", text=request.text, attachments=refs)],
                 )
             RunStore.insert(
                 conn, info, plugin_id=plugin_id, token_hash=hash_secret(token), grant_json=json.dumps(grant.to_json())
@@ -378,9 +393,11 @@ class RunManager:
             return event
 
         conversation = (bot.bot_id, conversation_id)
-        input_bytes = text_bytes + len(data_json.encode())
+        input_bytes = text_bytes + len(data_json.encode()) + file_bytes
         self.admission.reserve(bot.bot_id, conversation, input_bytes)
         try:
+            if files:
+                refs.extend(await self._store_attachments(files, conversation_id, info.run_id))
             event = await self.registry.db.write(record)
         except BaseException:
             self.admission.release(bot.bot_id, conversation, input_bytes)
@@ -407,6 +424,31 @@ class RunManager:
         finally:
             with contextlib.suppress(ValueError):
                 st.subscribers.remove(inbox)
+
+    async def _store_attachments(
+        self, files: list[attachment_checks.CheckedAttachment], conversation_id: str, run_id: str
+    ) -> list[pb.ArtifactRef]:
+        """Stores the bytes of checked attachments; their rows are written with the event, in its transaction, so
+        a message that is not recorded leaves no artifact anyone can name. They belong to the conversation and
+        carry the id of the run the message starts."""
+        assert self.artifacts is not None
+        refs = []
+        for f in files:
+            sha = await asyncio.to_thread(self.artifacts.store_object, f.data)
+            refs.append(
+                pb.ArtifactRef(
+                    artifact_id=f"art_{uuid.uuid4().hex}",
+                    name=f.name,
+                    mime_type=f.mime_type,
+                    size_bytes=len(f.data),
+                    sha256=sha,
+                    conversation_id=conversation_id,
+                    run_id=run_id,
+                    created_at=time.time(),
+                    metadata_json='{"attachment": true}',
+                )
+            )
+        return refs
 
     async def cancel(self, run_id: str) -> hpb.RunInfo:
         st = self._live.get(run_id)

@@ -240,6 +240,7 @@ class Host:
             supervisor=self.supervisor,
             keys=self.keys,
             observer=self.observer,
+            artifacts=self.artifacts,
         )
         self._watch()
         await self._serve()

@@ -344,7 +344,7 @@ class StringList(_message.Message):
     def __init__(self, values: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SendMessageRequest(_message.Message):
-    __slots__ = ("bot", "conversation_id", "text", "actor", "event_type", "data_json", "source")
+    __slots__ = ("bot", "conversation_id", "text", "actor", "event_type", "data_json", "source", "attachments")
     BOT_FIELD_NUMBER: _ClassVar[int]
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -352,6 +352,7 @@ class SendMessageRequest(_message.Message):
     EVENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     DATA_JSON_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ATTACHMENTS_FIELD_NUMBER: _ClassVar[int]
     bot: str
     conversation_id: str
     text: str
@@ -359,7 +360,18 @@ class SendMessageRequest(_message.Message):
     event_type: str
     data_json: str
     source: str
-    def __init__(self, bot: _Optional[str] = ..., conversation_id: _Optional[str] = ..., text: _Optional[str] = ..., actor: _Optional[_Union[_common_pb2.Actor, _Mapping]] = ..., event_type: _Optional[str] = ..., data_json: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+    attachments: _containers.RepeatedCompositeFieldContainer[Attachment]
+    def __init__(self, bot: _Optional[str] = ..., conversation_id: _Optional[str] = ..., text: _Optional[str] = ..., actor: _Optional[_Union[_common_pb2.Actor, _Mapping]] = ..., event_type: _Optional[str] = ..., data_json: _Optional[str] = ..., source: _Optional[str] = ..., attachments: _Optional[_Iterable[_Union[Attachment, _Mapping]]] = ...) -> None: ...
+
+class Attachment(_message.Message):
+    __slots__ = ("name", "mime_type", "data")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    mime_type: str
+    data: bytes
+    def __init__(self, name: _Optional[str] = ..., mime_type: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class RunInfo(_message.Message):
     __slots__ = ("run_id", "bot_id", "conversation_id", "binding_id", "runner_id", "event_id", "status", "error_code", "error_message", "created_at", "started_at", "finished_at", "deadline_at", "usage", "text")

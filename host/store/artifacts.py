@@ -171,28 +171,70 @@ class ArtifactStore:
                 metadata_json=metadata_json or "{}",
             )
 
-            def insert(conn: sqlite3.Connection) -> None:
-                conn.execute(
-                    "INSERT INTO artifacts(artifact_id, sha256, size_bytes, name, mime_type, bot_id, conversation_id,"
-                    " run_id, metadata_json, created_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        ref.artifact_id,
-                        sha,
-                        size,
-                        ref.name,
-                        ref.mime_type,
-                        bot_id,
-                        conversation_id,
-                        run_id,
-                        ref.metadata_json,
-                        ref.created_at,
-                    ),
-                )
-
-            await self.db.write(insert)
+            await self.db.write(lambda conn: self.insert_row(conn, ref, bot_id))
             return ref
         finally:
             self._count(run_id, conversation, -counted)
+
+    @staticmethod
+    def insert_row(conn: sqlite3.Connection, ref: pb.ArtifactRef, bot_id: str) -> None:
+        """Writer-thread half: the metadata row of an artifact whose object is already stored."""
+        conn.execute(
+            "INSERT INTO artifacts(artifact_id, sha256, size_bytes, name, mime_type, bot_id, conversation_id,"
+            " run_id, metadata_json, created_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (
+                ref.artifact_id,
+                ref.sha256,
+                ref.size_bytes,
+                ref.name,
+                ref.mime_type,
+                bot_id,
+                ref.conversation_id,
+                ref.run_id,
+                ref.metadata_json,
+                ref.created_at,
+            ),
+        )
+
+    def check_conversation_room(self, bot_id: str, conversation_id: str, adding: int) -> None:
+        """Raises ResourceExhausted if `adding` bytes would take the conversation past its artifact quota."""
+        conversation = (bot_id, conversation_id)
+        cap = limits.ARTIFACT_MAX_BYTES_PER_CONVERSATION
+        if self.used_by_conversation(*conversation) + self._inflight_conversation.get(conversation, 0) + adding > cap:
+            raise ResourceExhausted(
+                f"the conversation's artifacts would pass ARTIFACT_MAX_BYTES_PER_CONVERSATION = {cap} bytes"
+            )
+
+    def store_object(self, data: bytes) -> str:
+        """Stores bytes already in memory as an object (blocking: call it in a thread); returns its sha256. The
+        caller records the row (insert_row). If that never happens the object is unreferenced: no id names it."""
+        sha = hashlib.sha256(data).hexdigest()
+        target = self._object_path(sha)
+        if target.exists():
+            return sha
+        target.parent.mkdir(exist_ok=True)
+        try:
+            fd, tmp_name = tempfile.mkstemp(dir=self.root / "tmp")
+            tmp = Path(tmp_name)
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, target)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            dir_fd = os.open(target.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as exc:
+            if exc.errno in _NO_SPACE:
+                raise ResourceExhausted(f"the host could not store the attachment: {os.strerror(exc.errno)}") from None
+            raise
+        return sha
 
     def get(self, artifact_id: str) -> tuple[pb.ArtifactRef, str] | None:
         """(metadata, owning bot id) or None."""

@@ -28,7 +28,7 @@ MAX_PAGE_BYTES = 4 * 1024 * 1024
 # Transcript reads select these columns in this order and build items by position (the page hot path).
 _ITEM_COLUMNS = (
     "seq, item_id, conversation_id, run_id, event_id, role, item_type, text, data_json, tool_call_id, tool_name,"
-    " is_error, created_at"
+    " is_error, created_at, attachments_json"
 )
 _ITEM_COLUMNS_OF_T = ", ".join(f"t.{c.strip()}" for c in _ITEM_COLUMNS.split(","))
 # Where text and data_json sit, in _ITEM_COLUMNS and in `SELECT * FROM events` alike.
@@ -43,6 +43,20 @@ def _within_budget(rows: list[R], limit: int) -> tuple[list[R], bool]:
         if size > MAX_PAGE_BYTES and i > 0:
             return rows[:i], True
     return rows[:limit], False
+
+
+# The ArtifactRef fields an attachment list keeps in attachments_json (events and transcript alike).
+_REF_FIELDS = ("artifact_id", "name", "mime_type", "size_bytes", "sha256", "conversation_id", "run_id", "created_at")
+
+
+def refs_to_json(refs: Sequence[pb.ArtifactRef]) -> str:
+    return json.dumps([{f: getattr(r, f) for f in _REF_FIELDS} for r in refs]) if refs else "[]"
+
+
+def refs_from_json(text: str) -> list[pb.ArtifactRef]:
+    if not text or text == "[]":
+        return []
+    return [pb.ArtifactRef(**{f: v for f, v in raw.items() if f in _REF_FIELDS}) for raw in json.loads(text)]
 
 
 def conversation_scope(bot_id: str, conversation_id: str) -> str:
@@ -67,6 +81,7 @@ class NewItem:
     tool_call_id: str = ""
     tool_name: str = ""
     is_error: bool = False
+    attachments: Sequence[pb.ArtifactRef] = ()
 
 
 class Conversations:
@@ -87,8 +102,10 @@ class Conversations:
         actor: pb.Actor,
         text: str,
         data_json: str,
+        attachments: Sequence[pb.ArtifactRef] = (),
     ) -> pb.EventRecord:
-        """Writer-thread half of an append; called inside a Database.write job."""
+        """Writer-thread half of an append; called inside a Database.write job. `attachments`: refs of artifacts
+        recorded in the same transaction."""
         event_id = f"ev_{uuid.uuid4().hex}"
         now = time.time()
         actor_json = json.dumps(
@@ -96,8 +113,19 @@ class Conversations:
         )
         cur = conn.execute(
             "INSERT INTO events(event_id, bot_id, conversation_id, event_type, source, actor_json, text, data_json,"
-            " created_at) VALUES (?,?,?,?,?,?,?,?,?)",
-            (event_id, bot_id, conversation_id, event_type, source, actor_json, text, data_json, now),
+            " created_at, attachments_json) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (
+                event_id,
+                bot_id,
+                conversation_id,
+                event_type,
+                source,
+                actor_json,
+                text,
+                data_json,
+                now,
+                refs_to_json(attachments),
+            ),
         )
         return pb.EventRecord(
             event_id=event_id,
@@ -107,6 +135,7 @@ class Conversations:
             actor=actor,
             text=text,
             data_json=data_json,
+            attachments=attachments,
             seq=cur.lastrowid or 0,
             created_at=now,
             source=source,
@@ -126,6 +155,7 @@ class Conversations:
             actor=pb.Actor(**actor),
             text=row["text"],
             data_json=row["data_json"],
+            attachments=refs_from_json(row["attachments_json"]),
             seq=row["seq"],
             cursor=cursor_of(row["seq"]),
             created_at=row["created_at"],
@@ -181,7 +211,7 @@ class Conversations:
         conn.executemany(
             "INSERT INTO transcript(item_id, bot_id, conversation_id, run_id, event_id, role, item_type, text,"
             " data_json, tool_call_id, tool_name, is_error, attachments_json, created_at)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,'[]',?)",
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [
                 (
                     f"it_{uuid.uuid4().hex}",
@@ -196,6 +226,7 @@ class Conversations:
                     it.tool_call_id,
                     it.tool_name,
                     int(it.is_error),
+                    refs_to_json(it.attachments),
                     now,
                 )
                 for it in items
@@ -219,6 +250,7 @@ class Conversations:
             tool_name=row[10],
             is_error=bool(row[11]),
             created_at=row[12],
+            attachments=refs_from_json(row[13]),
             cursor=cursor_of(row[0]),
         )
 

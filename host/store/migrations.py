@@ -281,7 +281,13 @@ CREATE TRIGGER kb_embeddings_bot_delete AFTER DELETE ON bots BEGIN
 END;
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5]
+# Message attachments (host/attachments.py): the refs of the artifacts a message event carries, a JSON list of
+# ArtifactRef fields (the transcript has had the same column, unused, since v1).
+_V6 = """
+ALTER TABLE events ADD COLUMN attachments_json TEXT NOT NULL DEFAULT '[]';
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6]
 
 
 def migrate(conn: sqlite3.Connection) -> int:

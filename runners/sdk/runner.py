@@ -53,6 +53,13 @@ class RunContext:
         return self.context.input.text
 
     @property
+    def attachments(self) -> list[pb.ArtifactRef]:
+        """Files sent with the inbound message, stored by the host as artifacts of the conversation: read their
+        bytes with `api.artifact_read_all(ref.artifact_id)` (the binding must grant `artifacts.read`). An image's
+        mime_type (png, jpeg, gif, webp) was checked against its bytes by the host."""
+        return list(self.context.event.attachments)
+
+    @property
     def conversation_id(self) -> str:
         return self.context.conversation.conversation_id
 
