@@ -42,7 +42,7 @@ class ContextBuilder:
                 conversation_id=run.conversation_id, bot_id=bot.bot_id, bot_name=bot.name
             ),
             actor=actor,
-            input=runner_pb2.RunInput(text=event.text),
+            input=runner_pb2.RunInput(text=event.text, attachments=event.attachments),
             delivery=runner_pb2.Delivery(
                 surface=event.source,
                 supports_streaming=binding.delivery_policy.streaming,

@@ -35,6 +35,7 @@ class Reader(Runner):
 
     async def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
         seen = []
+        assert list(run.context.input.attachments) == run.attachments  # the same refs in both places
         for ref in run.attachments:
             data = await run.api.artifact_read_all(ref.artifact_id)
             seen.append(
