@@ -33,7 +33,7 @@ CREDENTIALS_FILE = "credentials.json"
 SCOPES = ("admin", "send")
 # What a "send" credential may call; everything else needs "admin". Each of these names a bot or a run, and the
 # servicer checks that bot against the credential (require_bot).
-SEND_METHODS = frozenset({"SendMessage", "GetRun", "ListRuns", "ListRunEvents", "CancelRun"})
+SEND_METHODS = frozenset({"SendMessage", "GetRun", "ListRuns", "ListRunEvents", "CancelRun", "ReadRunArtifact"})
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # Credentials the host makes for its channel adapters (agenthost.host.channels) are named `channel.<name>`; a user
 # cannot create one of that name, so no adapter's credential can be pre-empted or shadowed.

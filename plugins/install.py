@@ -228,9 +228,7 @@ async def install(
         if code or "runners" not in described:
             described = {**channels_described, "runners": []}  # a plugin of channel adapters only
         manifests = [RunnerManifest.parse_json(json.dumps(raw)) for raw in described["runners"]]
-        channels = tuple(
-            ChannelManifest.parse_json(json.dumps(raw)) for raw in channels_described.get("channels", [])
-        )
+        channels = tuple(ChannelManifest.parse_json(json.dumps(raw)) for raw in channels_described.get("channels", []))
         for scratch in ("src", "home", "tmp"):
             shutil.rmtree(staging / scratch, ignore_errors=True)
         final = plugins_dir / plugin_id / "env"

@@ -683,6 +683,28 @@ class RemoveChannelRequest(_message.Message):
     name: str
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
+class ReadRunArtifactRequest(_message.Message):
+    __slots__ = ("run_id", "artifact_id", "offset", "length")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    artifact_id: str
+    offset: int
+    length: int
+    def __init__(self, run_id: _Optional[str] = ..., artifact_id: _Optional[str] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...
+
+class ReadRunArtifactResponse(_message.Message):
+    __slots__ = ("artifact", "data", "eof")
+    ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    EOF_FIELD_NUMBER: _ClassVar[int]
+    artifact: _common_pb2.ArtifactRef
+    data: bytes
+    eof: bool
+    def __init__(self, artifact: _Optional[_Union[_common_pb2.ArtifactRef, _Mapping]] = ..., data: _Optional[bytes] = ..., eof: _Optional[bool] = ...) -> None: ...
+
 class RemoveChannelResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -220,6 +220,11 @@ class AgentHostStub:
                 request_serializer=agenthost_dot_protos_dot_host__pb2.RemoveChannelRequest.SerializeToString,
                 response_deserializer=agenthost_dot_protos_dot_host__pb2.RemoveChannelResponse.FromString,
                 _registered_method=True)
+        self.ReadRunArtifact = channel.unary_unary(
+                '/agenthost.v1.AgentHost/ReadRunArtifact',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.ReadRunArtifactRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.ReadRunArtifactResponse.FromString,
+                _registered_method=True)
 
 
 class AgentHostServicer:
@@ -461,6 +466,14 @@ class AgentHostServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadRunArtifact(self, request, context):
+        """A piece of an artifact that a run made (ArtifactCreated), so a channel can deliver the file to its chat.
+        Allowed to `send` credentials for their bots' runs; only artifacts whose run_id is that run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentHostServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -648,6 +661,11 @@ def add_AgentHostServicer_to_server(servicer, server):
                     servicer.RemoveChannel,
                     request_deserializer=agenthost_dot_protos_dot_host__pb2.RemoveChannelRequest.FromString,
                     response_serializer=agenthost_dot_protos_dot_host__pb2.RemoveChannelResponse.SerializeToString,
+            ),
+            'ReadRunArtifact': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadRunArtifact,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.ReadRunArtifactRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.ReadRunArtifactResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1649,6 +1667,33 @@ class AgentHost:
             '/agenthost.v1.AgentHost/RemoveChannel',
             agenthost_dot_protos_dot_host__pb2.RemoveChannelRequest.SerializeToString,
             agenthost_dot_protos_dot_host__pb2.RemoveChannelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadRunArtifact(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/ReadRunArtifact',
+            agenthost_dot_protos_dot_host__pb2.ReadRunArtifactRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.ReadRunArtifactResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -73,6 +73,22 @@ class ChannelContext:
         """Sends one inbound message and streams its run (no deadline: a run ends by its own deadline)."""
         return self.host.stream(request)
 
+    async def read_artifact(self, run_id: str, artifact_id: str, max_bytes: int) -> bytes | None:
+        """The bytes of a file a run of this bot made (its ArtifactCreated event), or None when it is larger than
+        `max_bytes` (the platform's limit)."""
+        chunks: list[bytes] = []
+        offset = 0
+        while True:
+            piece = await self.host.call(
+                "ReadRunArtifact", hpb.ReadRunArtifactRequest(run_id=run_id, artifact_id=artifact_id, offset=offset)
+            )
+            if piece.artifact.size_bytes > max_bytes:
+                return None
+            chunks.append(piece.data)
+            offset += len(piece.data)
+            if piece.eof or not piece.data:
+                return b"".join(chunks)
+
     async def runs(self, conversation_id: str, limit: int = 20) -> list[hpb.RunInfo]:
         """This bot's latest runs in a conversation, newest first."""
         reply = await self.host.call(

@@ -25,6 +25,7 @@ from telegram.request import HTTPXRequest
 from agenthost.channels.sdk import ChannelAdapter, ChannelContext, ChannelManifest, Limits, Pacer, deliver
 from agenthost.channels.telegram.sink import TelegramSink, _seconds
 from agenthost.channels.telegram.updates import Command, Ignore, Inbound, Where, classify
+from agenthost.host import limits
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
@@ -53,6 +54,7 @@ CONFIG_SCHEMA: dict[str, Any] = {
     },
 }
 
+MAX_UPLOAD_BYTES = 50 * 1024 * 1024  # the Bot API's limit for a file a bot sends
 GREETING = "Hi! Send me a message and I will answer. /new starts a fresh conversation."
 
 
@@ -258,22 +260,39 @@ class TelegramAdapter(ChannelAdapter):
             log.warning("could not send a notice: %r", exc)
 
     async def _attachments(self, inbound: Inbound, sink: TelegramSink) -> dict[str, Any]:
-        """Photos and documents become the message's attachments (stored by the host as artifacts)."""
+        """Photos and documents become the message's attachments (the host stores them as artifacts). A file over
+        the host's limit, or one Telegram cannot hand over, is left out and the user told in one line."""
         if not (inbound.photos or inbound.documents):
             return {}
-        if "attachments" not in hpb.SendMessageRequest.DESCRIPTOR.fields_by_name:
-            await self._notice(sink, "⚠️ This host cannot receive files yet; only the text was sent.")
-            return {}
-        files = [(fid, "photo.jpg", "image/jpeg") for fid in inbound.photos] + list(inbound.documents)
-        out = []
-        for file_id, name, mime in files:
-            tg_file = await self.bot.get_file(file_id)
-            data = bytes(await tg_file.download_as_bytearray())
-            out.append(hpb.Attachment(name=name, mime_type=mime, data=data))  # type: ignore[attr-defined]
-        return {"attachments": out}
+        # Images are typed by the host from their bytes (Telegram's label could disagree with them).
+        files = [(fid, size, "photo.jpg", "") for fid, size in inbound.photos]
+        files += [
+            (fid, size, name, "" if mime.startswith("image/") else mime) for fid, size, name, mime in inbound.documents
+        ]
+        out: list[hpb.Attachment] = []
+        total = 0
+        for file_id, size, name, mime in files[: limits.ATTACHMENTS_MAX_PER_MESSAGE]:
+            if size > limits.ATTACHMENT_MAX_BYTES or total + size > limits.ATTACHMENTS_MAX_BYTES_PER_MESSAGE:
+                await self._notice(sink, f"⚠️ {name} is too large ({size} bytes); it was not sent to the bot.")
+                continue
+            try:
+                tg_file = await self.bot.get_file(file_id)
+                data = bytes(await tg_file.download_as_bytearray())
+            except TelegramError as exc:
+                log.warning("could not fetch file %s: %r", file_id, exc)
+                await self._notice(sink, f"⚠️ Could not fetch {name} from Telegram; it was not sent to the bot.")
+                continue
+            if len(data) > limits.ATTACHMENT_MAX_BYTES:
+                await self._notice(sink, f"⚠️ {name} is too large ({len(data)} bytes); it was not sent to the bot.")
+                continue
+            total += len(data)
+            out.append(hpb.Attachment(name=name, mime_type=mime, data=data))
+        if len(files) > limits.ATTACHMENTS_MAX_PER_MESSAGE:
+            await self._notice(sink, f"⚠️ Only the first {limits.ATTACHMENTS_MAX_PER_MESSAGE} files were sent.")
+        return {"attachments": out} if out else {}
 
     async def _fetch_artifact(self, ref: pb.ArtifactRef) -> bytes | None:
-        return None
+        return await self.ctx.read_artifact(ref.run_id, ref.artifact_id, MAX_UPLOAD_BYTES)
 
     # ---- recovery ----
 

@@ -34,8 +34,8 @@ class Inbound:
     message_id: int
     text: str
     user: User
-    photos: tuple[str, ...] = ()  # file ids (the largest size of each photo)
-    documents: tuple[tuple[str, str, str], ...] = ()  # (file id, file name, mime type)
+    photos: tuple[tuple[str, int], ...] = ()  # (file id, size) of the largest size of the photo
+    documents: tuple[tuple[str, int, str, str], ...] = ()  # (file id, size, file name, mime type)
 
 
 @dataclass(frozen=True)
@@ -104,11 +104,14 @@ def classify(raw: dict[str, Any], bot: Any, me: User) -> Inbound | Command | Ign
         addressed, text = _addressed(message, text, me)
         if not addressed:
             return Ignore("a group message not addressed to the bot", user.id)
-    photos = (message.photo[-1].file_id,) if message.photo else ()
-    documents = ()
+    photos: tuple[tuple[str, int], ...] = ()
+    if message.photo:
+        largest = max(message.photo, key=lambda p: p.width * p.height)
+        photos = ((largest.file_id, largest.file_size or 0),)
+    documents: tuple[tuple[str, int, str, str], ...] = ()
     if message.document is not None:
         d = message.document
-        documents = ((d.file_id, d.file_name or "document", d.mime_type or "application/octet-stream"),)
+        documents = ((d.file_id, d.file_size or 0, d.file_name or "document", d.mime_type or ""),)
     if not text.strip() and not photos and not documents:
         return Ignore("nothing the bot can read (no text, photo or document)", user.id)
     return Inbound(where, message.message_id, text, user, photos, documents)

@@ -74,6 +74,17 @@ class Scripted(Runner):
             await Scripted.gate.wait()
             yield events.text("done waiting")
             return
+        if run.context.input.attachments:
+            # Files in: say what arrived; files out: send each back, flipped, as a file this run made.
+            refs = list(run.context.input.attachments)
+            yield events.text(f"got {len(refs)} file(s): " + ", ".join(f"{r.name} ({r.mime_type})" for r in refs))
+            for ref in refs:
+                data = await run.api.artifact_read_all(ref.artifact_id)
+                made = await run.api.artifact_create(data, name=f"back-{ref.name}", mime_type=ref.mime_type)
+                yield events.artifact_created(made)
+            report = await run.api.artifact_create(b"a report\n", name="report.txt", mime_type="text/plain")
+            yield events.artifact_created(report)
+            return
         if text == "fail":
             yield events.text("Let me think")
             raise RuntimeError("the model exploded\nwith a traceback nobody should see")
