@@ -467,7 +467,8 @@ class AgentHostServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ReadRunArtifact(self, request, context):
-        """A piece of an artifact that a run made (ArtifactCreated), so a channel can deliver the file to its chat.
+        """A piece of an artifact of a run (one it made, ArtifactCreated, or its message's attachments), so a channel can
+        deliver the file to its chat.
         Allowed to `send` credentials for their bots' runs; only artifacts whose run_id is that run.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
