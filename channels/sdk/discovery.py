@@ -44,7 +44,12 @@ def channel_classes(distribution: str) -> dict[str, type[ChannelAdapter]]:
             raise DiscoveryError(f"two channel adapters are named {manifest.name!r}")
         found[manifest.name] = cls
 
-    pm.hook.agenthost_register_channels(register=register)
+    try:
+        pm.hook.agenthost_register_channels(register=register)
+    except DiscoveryError:
+        raise
+    except Exception as exc:
+        raise DiscoveryError(f"registering the channel adapters failed: {exc}") from exc
     if not found:
         raise DiscoveryError("the plugin registered no channel adapters")
     return found
