@@ -6,8 +6,10 @@ update Telegram delivers again (it does, until an offset confirms it) never star
 recorded as in flight (durably) before it is sent to the host and the offset moves past it once the host has
 created its run. If the process dies in between, the next start asks the host whether a run for that
 conversation was created after the in-flight record: if so the update is done (and its reply is delivered from
-the run), if not Telegram still has it and delivers it again. Updates that are malformed, not for the bot, from a
-blocked user, commands or too long are settled at once (offset advanced) so none blocks the ones behind it.
+the run), if not Telegram still has it and delivers it again. Each reply being delivered is recorded as owed
+(`pending`) until it is; a restart finishes the owed ones from the runs' records. Updates that are malformed,
+not for the bot, from a blocked user, commands or too long are settled at once (offset advanced) so none blocks
+the ones behind it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import asyncio
 import logging
 import time
 import warnings
+from collections.abc import AsyncIterator
 from typing import Any
 
 from telegram import Bot, User
@@ -222,15 +225,21 @@ class TelegramAdapter(ChannelAdapter):
             },
             **await self._attachments(inbound, sink),
         )
+        where = _where_json(inbound.where, inbound.message_id)
         # Durable before the host sees it: a crash from here on is resolved by _recover.
         self.ctx.state.save(
             offset=update_id,
-            inflight={"update_id": update_id, "conversation": conversation, "at": time.time()},
+            inflight={"update_id": update_id, "conversation": conversation, "at": time.time(), "where": where},
         )
         accepted = asyncio.get_running_loop().create_future()
+        run_id = ""
 
         async def started(run: hpb.RunInfo) -> None:
-            self._settle(update_id)
+            nonlocal run_id
+            run_id = run.run_id
+            # One write: the update is settled and its reply owed, so a crash mid-reply is finished after restart.
+            pending = {**self.ctx.state.get("pending", {}), run.run_id: where}
+            self.ctx.state.save(offset=max(self.offset, update_id + 1), inflight=None, pending=pending)
             if not accepted.done():
                 accepted.set_result(run.run_id)
 
@@ -240,6 +249,8 @@ class TelegramAdapter(ChannelAdapter):
                 await deliver(self.ctx.send(request), sink, streaming=bool(self.cfg["streaming"]), on_started=started)
             except Exception:
                 log.exception("delivering the reply to update %d failed", update_id)
+            else:
+                self._delivered(run_id)
             finally:
                 if not accepted.done():
                     # Refused by the host (the user was told) or failed before a run existed: nothing to redo.
@@ -296,11 +307,53 @@ class TelegramAdapter(ChannelAdapter):
 
     # ---- recovery ----
 
+    def _delivered(self, run_id: str) -> None:
+        pending = dict(self.ctx.state.get("pending", {}))
+        if pending.pop(run_id, None) is not None:
+            self.ctx.state.save(pending=pending)
+
+    async def _finish(self, run_id: str, where: dict[str, Any]) -> None:
+        """Delivers the reply of a run whose delivery a previous process did not finish: its final text, whole."""
+        sink = TelegramSink(
+            self.bot,
+            self.pacer,
+            Where(int(where["chat_id"]), where.get("thread_id"), bool(where.get("group"))),
+            reply_to=where.get("reply_to"),
+            fetch_artifact=self._fetch_artifact,
+        )
+        try:
+            while True:
+                run = await self.ctx.host.call("GetRun", hpb.RunRequestById(run_id=run_id))
+                if run.status not in ("queued", "running"):
+                    break
+                await self._pause(1.0)  # no stream to rejoin for a run already under way: its status is polled
+                if self.ctx.stop.is_set():
+                    return
+            replayed = _replies_of(run)
+            await deliver(replayed, sink, streaming=False)
+            log.info("delivered the reply of run %s after a restart", run_id)
+        except errors.NotFound:
+            log.warning("run %s is gone; its reply cannot be delivered", run_id)
+        except (errors.AgentHostError, TelegramError) as exc:
+            log.warning("could not deliver the reply of run %s after a restart: %r", run_id, exc)
+            return
+        self._delivered(run_id)
+
     async def _recover(self) -> None:
         """Settles a message that was in flight when the previous process died (see the module docstring)."""
         inflight = self.ctx.state.get("inflight")
-        if not isinstance(inflight, dict):
-            return
+        if isinstance(inflight, dict):
+            await self._recover_inflight(inflight)
+        for run_id, where in dict(self.ctx.state.get("pending", {})).items():
+            if not isinstance(where, dict) or not isinstance(where.get("chat_id"), int):
+                log.warning("run %s is owed a reply to an unknown chat; dropped", run_id)
+                self._delivered(run_id)
+                continue
+            task = asyncio.create_task(self._finish(run_id, where), name=f"finish:{run_id}")
+            self.deliveries.add(task)
+            task.add_done_callback(self.deliveries.discard)
+
+    async def _recover_inflight(self, inflight: dict[str, Any]) -> None:
         update_id = int(inflight["update_id"])
         try:
             runs = await self.ctx.runs(str(inflight["conversation"]), limit=20)
@@ -309,10 +362,20 @@ class TelegramAdapter(ChannelAdapter):
         # The host and this process share a clock; a second of slack covers the record being written first.
         taken = [r for r in runs if r.created_at >= float(inflight["at"]) - 1.0]
         if taken:
-            log.info(
-                "update %d had reached the host before a restart (run %s); not sent again", update_id, taken[-1].run_id
-            )
-            self._settle(update_id)
+            run = taken[-1]  # newest first: the earliest run since the record
+            log.info("update %d had reached the host before a restart (run %s); not sent again", update_id, run.run_id)
+            pending = {**self.ctx.state.get("pending", {}), run.run_id: inflight.get("where")}
+            self.ctx.state.save(offset=max(self.offset, update_id + 1), inflight=None, pending=pending)
         else:
             log.info("update %d had not reached the host before a restart; Telegram will deliver it again", update_id)
             self.ctx.state.save(inflight=None)
+
+
+def _where_json(where: Where, reply_to: int) -> dict[str, Any]:
+    return {"chat_id": where.chat_id, "thread_id": where.thread_id, "group": where.group, "reply_to": reply_to}
+
+
+async def _replies_of(run: hpb.RunInfo) -> AsyncIterator[hpb.SendMessageReply]:
+    """A finished run as the stream `deliver` reads (its final text and outcome; no deltas)."""
+    yield hpb.SendMessageReply(run_started=run)
+    yield hpb.SendMessageReply(run_finished=run)

@@ -123,6 +123,14 @@ class World:
     def process(self) -> Any:
         return self.host.supervisor.processes[PROCESS_PREFIX + self.channel]
 
+    def state(self) -> dict[str, Any]:
+        path = self.host.data_dir / "channels" / self.channel / "state.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    async def settled(self) -> None:
+        """Every reply the adapter owes is delivered (none pending in its state)."""
+        await self.fake.wait_for(lambda f: not self.state().get("pending"))
+
     def log(self) -> str:
         path = self.host.data_dir / "logs" / f"{PROCESS_PREFIX}{self.channel}.log"
         return path.read_text() if path.exists() else ""

@@ -87,6 +87,7 @@ async def test_a_killed_adapter_restarts_and_resumes_without_duplicates(world: W
     first = fake.message("before the crash", chat_id=42)
     first_id = await fake.push(first)
     await fake.wait_for(lambda f: len(f.chat_text(42)) == 1)
+    await world.settled()  # a crash between replies (one during a reply is the test below)
     pid = world.process.proc.pid
     os.killpg(pid, signal.SIGKILL)
     await world.process.wait_for_state("backoff", "starting")
@@ -106,6 +107,7 @@ async def test_a_message_in_flight_at_a_crash_is_neither_lost_nor_run_twice(worl
     sent = fake.message("accepted before the crash", chat_id=42)
     sent_id = await fake.push(sent)
     await fake.wait_for(lambda f: len(f.chat_text(42)) == 1)
+    await world.settled()
     state_path = world.host.data_dir / "channels" / "tg" / "state.json"
 
     async def restart_with(inflight: dict, offset: int) -> None:
@@ -114,21 +116,43 @@ async def test_a_message_in_flight_at_a_crash_is_neither_lost_nor_run_twice(worl
         state_path.write_text(json.dumps({**state, "offset": offset, "inflight": inflight}))
         await world.host.supervisor.start("channel.tg")
 
-    # 1. The host had created the run when the process died: the update is settled, its redelivery ignored.
+    # 1. The host had created the run when the process died: the update is settled, its redelivery ignored, and
+    #    the reply the dead process owed is delivered from the run's record.
+    where = {"chat_id": 42, "thread_id": None, "group": False, "reply_to": sent["message_id"]}
     started = time.time() - 30
-    await restart_with({"update_id": sent_id, "conversation": "tg:42", "at": started}, sent_id)
+    await restart_with({"update_id": sent_id, "conversation": "tg:42", "at": started, "where": where}, sent_id)
     await fake.redeliver(sent_id, sent)
     await fake.push(fake.message("next", chat_id=42))
-    await fake.wait_for(lambda f: len(f.chat_text(42)) == 2)
+    await fake.wait_for(lambda f: len(f.chat_text(42)) == 3)
     assert [s.text for s in Scripted.seen] == ["accepted before the crash", "next"]
+    assert sorted(fake.chat_text(42)) == sorted(["You said: accepted before the crash"] * 2 + ["You said: next"])
 
     # 2. The host never saw it: Telegram's redelivery is honoured, once.
     lost = fake.message("lost in the crash", chat_id=42)
     lost_id = await fake.push(lost)
-    await fake.wait_for(lambda f: len(f.chat_text(42)) == 3)
-    await restart_with({"update_id": lost_id + 1, "conversation": "tg:42", "at": time.time() + 5}, lost_id + 1)
+    await fake.wait_for(lambda f: len(f.chat_text(42)) == 4)
+    inflight = {"update_id": lost_id + 1, "conversation": "tg:42", "at": time.time() + 5, "where": where}
+    await restart_with(inflight, lost_id + 1)
     unsent = fake.message("never reached the host", chat_id=42)
     await fake.redeliver(lost_id + 1, unsent)
-    await fake.wait_for(lambda f: len(f.chat_text(42)) == 4)
+    await fake.wait_for(lambda f: len(f.chat_text(42)) == 5)
     assert [s.text for s in Scripted.seen][-1] == "never reached the host"
     assert len(Scripted.seen) == 4
+
+
+async def test_a_reply_cut_off_by_a_crash_is_delivered_after_the_restart(world: World) -> None:
+    await world.add_channel()
+    fake = world.fake
+    await fake.push(fake.message("wait", chat_id=42))
+    await fake.wait_for(lambda f: bool(f.of("sendChatAction")) and len(Scripted.seen) == 1)
+    os.killpg(world.process.proc.pid, signal.SIGKILL)
+    await world.process.wait_for_state("backoff", "starting")
+    await world.host.supervisor.wait_ready("channel.tg", 30)
+    Scripted.gate.set()  # the run, which outlived the adapter, finishes now
+    await fake.wait_for(lambda f: f.chat_text(42) == ["done waiting"])
+    assert len(Scripted.seen) == 1
+    state = json.loads((world.host.data_dir / "channels" / "tg" / "state.json").read_text())
+    await fake.wait_for(
+        lambda f: not json.loads((world.host.data_dir / "channels" / "tg" / "state.json").read_text()).get("pending")
+    )
+    assert state["offset"] > 0
