@@ -43,6 +43,21 @@ def _describe(distribution: str) -> int:
     return 0
 
 
+class MaskingFormatter(logging.Formatter):
+    """Writes `[redacted]` for the process's secrets in every line (a platform token can be part of a URL that an
+    exception or a library's message carries), tracebacks included."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__("%(asctime)s %(name)s %(levelname)s %(message)s")
+        self._secrets = sorted({s for s in secrets if len(s) >= 8}, key=len, reverse=True)
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        for secret in self._secrets:
+            text = text.replace(secret, "[redacted]")
+        return text
+
+
 def _read_config_line() -> dict[str, Any]:
     data = b""
     while b"\n" not in data:
@@ -150,7 +165,10 @@ def _serve_main() -> int:
     except (ValueError, KeyError) as exc:
         print(f"agenthost channel: bad configuration line on stdin: {exc!r}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    masked = [str(v) for v in config["secrets"].values()] + [config["credential"]]
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(MaskingFormatter(masked))
     # Libraries that log each request would write the bot token (it is in Telegram's URLs) into the log.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     from agenthost.channels.sdk.discovery import DiscoveryError, channel_classes

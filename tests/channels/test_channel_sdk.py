@@ -138,3 +138,19 @@ async def test_deliver_renders_unknown_events_and_reports_refusals() -> None:
     busy = errors.ResourceExhausted("queue full", retry_after_ms=3000)
     assert await deliver(_replies(busy), sink) is None
     assert sink.messages == ["⚠️ The bot is busy right now; please try again in 3 s."]
+
+
+def test_the_adapter_log_masks_its_secrets() -> None:
+    import logging
+
+    from agenthost.channels.sdk.__main__ import MaskingFormatter
+
+    token = "123456:SECRET-token-value"
+    try:
+        raise RuntimeError(f"GET https://api.telegram.org/bot{token}/getUpdates failed")
+    except RuntimeError:
+        import sys
+
+        record = logging.LogRecord("x", logging.ERROR, __file__, 1, "boom %s", (token,), sys.exc_info())
+    line = MaskingFormatter([token, "short"]).format(record)
+    assert token not in line and line.count("[redacted]") == 2
