@@ -104,6 +104,9 @@ class AdminServicer(host_grpc.AgentHostServicer):
     @_mapped
     async def DeleteBot(self, request: hpb.BotRequest, context: grpc.aio.ServicerContext) -> hpb.DeleteBotResponse:
         bot = self.host.registry.bot(request.bot)
+        channels = self.host.channels.of_bot(bot.bot_id)
+        if channels:
+            raise errors.FailedPrecondition(f"channels {channels} connect bot {bot.name}; remove them first")
         await self.host.registry.delete_bot(bot.bot_id)
         return hpb.DeleteBotResponse()
 

@@ -130,6 +130,8 @@ class Channels:
         if not isinstance(config, dict):
             raise errors.InvalidArgument("config must be a JSON object")
         self._check_config(manifest, config)
+        if name in self._doc:  # added by a concurrent call while this one described the adapter
+            raise errors.AlreadyExists(f"channel {name!r} exists; remove it first")
         record = {
             "bot_id": bot.bot_id,
             "plugin_id": plugin_id,
@@ -183,6 +185,9 @@ class Channels:
             self.host.credentials.revoke(CHANNEL_PREFIX + name)
         except errors.NotFound:
             pass
+
+    def of_bot(self, bot_id: str) -> list[str]:
+        return sorted(name for name, record in self._doc.items() if record["bot_id"] == bot_id)
 
     def using(self, plugin_id: str) -> list[str]:
         return sorted(name for name, record in self._doc.items() if record["plugin_id"] == plugin_id)

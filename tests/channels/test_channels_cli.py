@@ -40,6 +40,10 @@ async def test_add_list_remove(world: World) -> None:
         ["TELEGRAM_BOT_TOKEN"],
     )
     assert "123456:" not in listed.stdout  # the token is a key's value: never shown
+    busy = await cli(world, "bots", "delete", "support")
+    assert busy.returncode == 1 and "channels ['tg'] connect bot support; remove them first" in busy.stderr
+    again = await cli(world, "channels", "add", "support", "telegram", "--name", "tg")
+    assert again.returncode == 1 and "ALREADY_EXISTS" in again.stderr
     removed = await cli(world, "channels", "remove", "tg")
     assert removed.returncode == 0 and removed.stdout.strip() == "removed channel tg"
     assert PROCESS_PREFIX + "tg" not in world.host.supervisor.processes
