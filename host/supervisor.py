@@ -485,7 +485,8 @@ class Supervisor:
                         runner_pb2.ShutdownRequest(grace_seconds=self.policy.shutdown_grace),
                         timeout=self.policy.shutdown_grace,
                     )
-            if not await _exited(proc, self.policy.shutdown_grace):
+            # Without a Shutdown RPC (a channel adapter, a runner not yet ready) SIGTERM is the first rung.
+            if pp.stub is None or not await _exited(proc, self.policy.shutdown_grace):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGTERM)
                 if not await _exited(proc, self.policy.term_grace):

@@ -36,7 +36,7 @@ from agenthost.protos import host_pb2 as hpb
 log = logging.getLogger(__name__)
 # getUpdates goes through do_api_request on purpose: the raw list lets one malformed update be skipped instead of
 # failing the whole batch in the library's parser.
-warnings.filterwarnings("ignore", message=".*instead of 'Bot.do_api_request", module="telegram")
+warnings.filterwarnings("ignore", message=r".*instead of 'Bot\.do_api_request\(\"getUpdates\"")
 
 CONFIG_SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -111,6 +111,7 @@ async def test_a_message_in_flight_at_a_crash_is_neither_lost_nor_run_twice(worl
     state_path = world.host.data_dir / "channels" / "tg" / "state.json"
 
     async def restart_with(inflight: dict, offset: int) -> None:
+        await world.settled()
         await world.host.supervisor.stop("channel.tg")
         state = json.loads(state_path.read_text())
         state_path.write_text(json.dumps({**state, "offset": offset, "inflight": inflight}))
