@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from telegram import Bot, User
-from telegram.error import NetworkError, RetryAfter, TelegramError, TimedOut
+from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError, TimedOut
 from telegram.request import HTTPXRequest
 
 from agenthost.channels.sdk import ChannelAdapter, ChannelContext, ChannelManifest, Limits, Pacer, deliver
@@ -247,8 +247,14 @@ class TelegramAdapter(ChannelAdapter):
             try:
                 await sink.typing()
                 await deliver(self.ctx.send(request), sink, streaming=bool(self.cfg["streaming"]), on_started=started)
-            except Exception:
-                log.exception("delivering the reply to update %d failed", update_id)
+            except Exception as exc:
+                if _transient(exc):
+                    # Telegram unreachable: the reply stays owed, and a restart delivers it from the run's record.
+                    log.warning("delivering the reply to update %d failed: %r", update_id, exc)
+                else:
+                    # Telegram refused (the user blocked the bot, the chat is gone, …): trying again cannot help.
+                    log.exception("delivering the reply to update %d failed", update_id)
+                    self._delivered(run_id)
             else:
                 self._delivered(run_id)
             finally:
@@ -335,8 +341,10 @@ class TelegramAdapter(ChannelAdapter):
         except errors.NotFound:
             log.warning("run %s is gone; its reply cannot be delivered", run_id)
         except (errors.AgentHostError, TelegramError) as exc:
+            if _transient(exc):
+                log.warning("could not deliver the reply of run %s after a restart (kept): %r", run_id, exc)
+                return
             log.warning("could not deliver the reply of run %s after a restart: %r", run_id, exc)
-            return
         self._delivered(run_id)
 
     async def _recover(self) -> None:
@@ -379,3 +387,10 @@ async def _replies_of(run: hpb.RunInfo) -> AsyncIterator[hpb.SendMessageReply]:
     """A finished run as the stream `deliver` reads (its final text and outcome; no deltas)."""
     yield hpb.SendMessageReply(run_started=run)
     yield hpb.SendMessageReply(run_finished=run)
+
+
+def _transient(exc: BaseException) -> bool:
+    """Telegram or the host unreachable for now (worth trying again later), as against a refusal."""
+    if isinstance(exc, BadRequest | Forbidden):  # python-telegram-bot files BadRequest under NetworkError
+        return False
+    return isinstance(exc, TimedOut | NetworkError | errors.Unavailable)

@@ -83,3 +83,37 @@ async def test_run_failure_is_one_line(world: World) -> None:
     await fake.wait_for(lambda f: any(t.startswith("⚠️") for t in f.chat_text(42)))
     notice = next(t for t in fake.chat_text(42) if t.startswith("⚠️"))
     assert "\n" not in notice and "the model exploded" in notice and "traceback" not in notice
+
+
+async def test_forum_topics_are_conversations_of_their_own(world: World) -> None:
+    await world.add_channel()
+    fake = world.fake
+    group = -1002
+    for thread in (7, 9):
+        await fake.push(fake.message("@agenthost_test_bot hi", chat_id=group, chat_type="supergroup", thread_id=thread))
+    await fake.wait_for(lambda f: len(f.chat_text(group)) == 2)
+    assert sorted(s.conversation_id for s in Scripted.seen) == [f"tg:{group}:7", f"tg:{group}:9"]
+    assert sorted(c.params["message_thread_id"] for c in fake.of("sendMessage")) == [7, 9]
+
+
+async def test_a_long_streamed_reply_continues_in_new_messages(world: World) -> None:
+    await world.add_channel()
+    fake = world.fake
+    await fake.push(fake.message("long 9000", chat_id=42))
+    await fake.wait_for(lambda f: sum(len(t) for t in f.chat_text(42)) >= 8900)
+    await world.settled()
+    texts = fake.chat_text(42)
+    assert len(texts) == 3 and all(len(t) <= 4096 for t in texts)
+    assert all(len(c.params["text"]) <= 4096 for c in fake.of("sendMessage", "editMessageText"))
+
+
+async def test_a_user_who_blocked_the_bot_costs_nothing_but_a_log_line(world: World) -> None:
+    await world.add_channel()
+    fake = world.fake
+    fake.blocked_by.add(555)
+    await fake.push(fake.message("hello?", chat_id=555))
+    await fake.wait_for(lambda f: any(c.status == 403 for c in f.calls))
+    await fake.push(fake.message("still working?", chat_id=42))
+    await fake.wait_for(lambda f: f.chat_text(42) == ["You said: still working?"])
+    await world.settled()  # the refused reply is not owed forever
+    assert world.process.restarts == 0 and "Forbidden" in world.log()
