@@ -28,6 +28,7 @@ from telegram.request import HTTPXRequest
 from agenthost.channels.sdk import ChannelAdapter, ChannelContext, ChannelManifest, Limits, Pacer, deliver
 from agenthost.channels.telegram.sink import TelegramSink, _seconds
 from agenthost.channels.telegram.updates import Command, Ignore, Inbound, Where, classify
+from agenthost.channels.telegram.webhook import Webhook
 from agenthost.host import limits
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
@@ -54,7 +55,12 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "poll_timeout": {"type": "integer", "minimum": 0, "maximum": 50, "default": 25},
         "edit_interval": {"type": "number", "minimum": 0.05, "maximum": 10, "default": 1.0},
         "streaming": {"type": "boolean", "default": True},
+        "mode": {"enum": ["polling", "webhook"], "default": "polling"},
+        "webhook_url": {"type": "string", "pattern": "^https?://", "description": "the public URL Telegram posts to"},
+        "webhook_listen": {"type": "string", "default": "127.0.0.1:8443", "pattern": "^[^:]*:[0-9]{1,5}$"},
     },
+    "if": {"properties": {"mode": {"const": "webhook"}}, "required": ["mode"]},
+    "then": {"required": ["webhook_url"]},
 }
 
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024  # the Bot API's limit for a file a bot sends
@@ -64,7 +70,7 @@ GREETING = "Hi! Send me a message and I will answer. /new starts a fresh convers
 class TelegramAdapter(ChannelAdapter):
     manifest = ChannelManifest(
         name="telegram",
-        description="Telegram bots over the Bot API (long polling): private chats, groups, topics",
+        description="Telegram bots over the Bot API (long polling or a webhook): private chats, groups, topics",
         config_schema=CONFIG_SCHEMA,
         secret_settings=("token_key",),
     )
@@ -89,12 +95,28 @@ class TelegramAdapter(ChannelAdapter):
         self.deliveries: set[asyncio.Task[None]] = set()
         async with self.bot:
             self.me: User = self.bot.bot
-            await self.bot.delete_webhook()  # getUpdates is refused while a webhook is set
-            log.info("telegram adapter for @%s (bot %s) polling", self.me.username, ctx.bot)
+            webhook = None
+            if cfg["mode"] == "webhook":
+                webhook = Webhook(self._handle, str(cfg["webhook_listen"]))
+                await webhook.start()
+                await self.bot.set_webhook(
+                    str(cfg["webhook_url"]),
+                    secret_token=webhook.secret,
+                    max_connections=1,
+                    allowed_updates=["message"],
+                )
+            else:
+                await self.bot.delete_webhook()  # getUpdates is refused while a webhook is set
+            log.info("telegram adapter for @%s (bot %s): %s", self.me.username, ctx.bot, cfg["mode"])
             await self._recover()
             try:
-                await self._poll(poll)
+                if webhook is None:
+                    await self._poll(poll)
+                else:
+                    await ctx.stop.wait()
             finally:
+                if webhook is not None:
+                    await webhook.stop()
                 if self.deliveries:
                     await asyncio.wait(self.deliveries, timeout=2.0)
                     for task in self.deliveries:
@@ -149,34 +171,35 @@ class TelegramAdapter(ChannelAdapter):
         if update_id >= self.offset:
             self.ctx.state.save(offset=update_id + 1, inflight=None)
 
-    async def _handle(self, raw: Any) -> None:
+    async def _handle(self, raw: Any) -> str:
+        """Handles one update; returns what became of it (the webhook answers Telegram by it)."""
         update_id = raw.get("update_id") if isinstance(raw, dict) else None
         if not isinstance(update_id, int) or isinstance(update_id, bool):
             log.warning("skipped an update without an update_id")
-            return
+            return "malformed"
         if update_id < self.offset:
             log.info("update %d was already handled (redelivered); skipped", update_id)
-            return
+            return "duplicate"
         try:
             what = classify(raw, self.bot, self.me)
         except Exception as exc:  # noqa: BLE001 — whatever the parser raises, the update is malformed
             log.warning("update %d is malformed (%s: %s); skipped", update_id, type(exc).__name__, exc)
             self._settle(update_id)
-            return
+            return "malformed"
         if isinstance(what, Ignore):
             log.info("update %d ignored: %s", update_id, what.reason)
             self._settle(update_id)
-            return
+            return "ignored"
         user_id = what.user.id
         if user_id in self.blocked or (self.allowed and user_id not in self.allowed):
             log.info("update %d ignored: user %d is not allowed to use this bot", update_id, user_id)
             self._settle(update_id)
-            return
+            return "ignored"
         if isinstance(what, Command):
             self._settle(update_id)
             await self._command(what)
-            return
-        await self._message(update_id, what)
+            return "command"
+        return await self._message(update_id, what)
 
     async def _command(self, command: Command) -> None:
         sink = TelegramSink(self.bot, self.pacer, command.where, reply_to=command.message_id)
@@ -197,7 +220,7 @@ class TelegramAdapter(ChannelAdapter):
         generation = int(self.ctx.state.get("generations", {}).get(base, 0))
         return f"{base}#{generation}" if generation else base
 
-    async def _message(self, update_id: int, inbound: Inbound) -> None:
+    async def _message(self, update_id: int, inbound: Inbound) -> str:
         sink = TelegramSink(
             self.bot, self.pacer, inbound.where, reply_to=inbound.message_id, fetch_artifact=self._fetch_artifact
         )
@@ -207,7 +230,7 @@ class TelegramAdapter(ChannelAdapter):
             await self._notice(
                 sink, f"⚠️ That message is too long ({len(inbound.text)} characters; the limit is {limit})."
             )
-            return
+            return "refused"
         conversation = self._conversation(inbound.where)
         user = inbound.user
         request = self.ctx.request(
@@ -268,7 +291,7 @@ class TelegramAdapter(ChannelAdapter):
         task.add_done_callback(self.deliveries.discard)
         # One update at a time until the host has it (cheap): the offset only ever moves forward in order, and runs
         # of one chat reach the host in the order they were written. Replies stream concurrently.
-        await accepted
+        return "sent" if await accepted else "refused"
 
     async def _notice(self, sink: TelegramSink, line: str) -> None:
         try:

@@ -117,7 +117,7 @@ class World:
         """The adapter's process is up and polling."""
         await self.host.supervisor.wait_ready(PROCESS_PREFIX + self.channel, 30)
         polls = len(self.fake.of("getUpdates"))
-        await self.fake.wait_for(lambda f: len(f.of("getUpdates")) > polls, 30)
+        await self.fake.wait_for(lambda f: len(f.of("getUpdates")) > polls or bool(f.webhook), 30)
 
     @property
     def process(self) -> Any:
