@@ -38,7 +38,6 @@ log = logging.getLogger(__name__)
 CHANNELS_FILE = "channels.json"
 PROCESS_PREFIX = "channel."  # supervisor key; plugin ids never contain a dot (they are canonical names)
 MODULE = "agenthost.channels.sdk"
-DESCRIBE_TIMEOUT = 60.0
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 # A setting whose name says it holds a secret: secrets go through the key store, never into channels.json.
 _SECRETISH = re.compile(r"(token|secret|password|passwd|api_?key|credential)$", re.I)
@@ -82,22 +81,18 @@ class Channels:
 
     async def describe(self, source: _Source) -> dict[str, ChannelManifest]:
         """The channel adapters a plugin offers, asked of its own environment in a sandbox without network."""
-        plugin_id, distribution, python = source.plugin_id, source.distribution, source.python
+        plugin_id, python = source.plugin_id, source.python
         from agenthost.plugins import install
 
-        argv = [python, "-m", MODULE, "describe", "--distribution", distribution]
-        if self.host.sandbox_status == "on":
-            argv = sandbox.Sandbox(
-                ro=[*sandbox.python_paths(), str(Path(python).parent.parent)], rw=[], network=False
-            ).argv(argv)
+        def wrap(argv: list[str]) -> list[str]:
+            if self.host.sandbox_status != "on":
+                return argv
+            walls = sandbox.Sandbox(ro=[*sandbox.python_paths(), str(Path(python).parent.parent)], network=False)
+            return walls.argv(argv)
+
         env = sandbox.plugin_environment({}, home=Path("/tmp"))
-        code, out, err = await install._run(*argv, timeout=DESCRIBE_TIMEOUT, env=env)
-        try:
-            described = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
-        except ValueError:
-            described = {}
-        if code or "channels" not in described:
-            reason = described.get("error") or install._tail(err or out) or f"exit code {code}"
+        described, reason = await install.describe(python, source.distribution, "channels", wrap, env)
+        if reason:
             raise errors.FailedPrecondition(f"plugin {plugin_id} offers no channel adapters: {reason}")
         try:
             manifests = [ChannelManifest.parse_json(json.dumps(raw)) for raw in described["channels"]]

@@ -23,8 +23,10 @@ import shutil
 import site
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -209,23 +211,18 @@ async def install(
         code, out, err = await _run(*walls.argv([*pip, *target], network=not offline, read_only=read_only), env=env)
         if code:
             raise InstallError(f"pip could not install {source}:\n{_tail(err or out)}")
-        describe = [str(python), "-m", "agenthost.runners.sdk", "describe", "--distribution", dist_name]
-        code, out, err = await _run(*walls.argv(describe, network=False), timeout=60, env=env)
-        try:
-            described = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
-        except ValueError:
-            described = {}
-        describe_channels = [str(python), "-m", "agenthost.channels.sdk", "describe", "--distribution", dist_name]
-        ccode, cout, cerr = await _run(*walls.argv(describe_channels, network=False), timeout=60, env=env)
-        try:
-            channels_described = json.loads(cout.strip().splitlines()[-1]) if cout.strip() else {}
-        except ValueError:
-            channels_described = {}
-        has_channels = ccode == 0 and "channels" in channels_described
-        if (code or "runners" not in described) and not has_channels:
-            reason = described.get("error") or _tail(err or out) or f"exit code {code}"
+
+        def sandboxed_argv(argv: list[str]) -> list[str]:
+            return walls.argv(argv, network=False)  # describe runs the plugin's code: never with network
+
+        # A plugin may offer runners, channel adapters, or both; each SDK describes its own kind.
+        (described, reason), (channels_described, _) = await asyncio.gather(
+            describe(str(python), dist_name, "runners", sandboxed_argv, env),
+            describe(str(python), dist_name, "channels", sandboxed_argv, env),
+        )
+        if reason and not channels_described:
             raise InstallError(f"{dist_name} installed, but its runners could not be loaded: {reason}")
-        if code or "runners" not in described:
+        if reason:
             described = {**channels_described, "runners": []}  # a plugin of channel adapters only
         manifests = [RunnerManifest.parse_json(json.dumps(raw)) for raw in described["runners"]]
         channels = tuple(ChannelManifest.parse_json(json.dumps(raw)) for raw in channels_described.get("channels", []))
@@ -252,6 +249,27 @@ async def install(
         raise InstallError(f"{dist_name}: {exc}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+DESCRIBE_MODULES = {"runners": "agenthost.runners.sdk", "channels": "agenthost.channels.sdk"}
+
+
+async def describe(
+    python: str, distribution: str, kind: str, wrap: Callable[[list[str]], list[str]], env: dict[str, str]
+) -> tuple[dict[str, Any], str]:
+    """What a distribution offers of one kind ("runners" or "channels"), asked of `python -m <sdk> describe` in
+    the environment the plugin runs in (`wrap` puts it in a sandbox): ({"version", "summary", kind: [manifest…]},
+    "") or ({}, the reason it could not say)."""
+    argv = wrap([python, "-m", DESCRIBE_MODULES[kind], "describe", "--distribution", distribution])
+    code, out, err = await _run(*argv, timeout=60, env=env)
+    try:
+        described = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    except ValueError:
+        described = {}
+    if code or not isinstance(described, dict) or kind not in described:
+        error = described.get("error") if isinstance(described, dict) else None
+        return {}, error or _tail(err or out) or f"exit code {code}"
+    return described, ""
 
 
 async def create_env(path: Path) -> Path:
