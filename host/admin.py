@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from agenthost.host.server import Host
 
 R = TypeVar("R")
+READ_ARTIFACT_MAX = 4 * 1024 * 1024  # per ReadRunArtifact call, well under the 8 MiB message cap
 
 
 def _mapped(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
@@ -103,6 +104,9 @@ class AdminServicer(host_grpc.AgentHostServicer):
     @_mapped
     async def DeleteBot(self, request: hpb.BotRequest, context: grpc.aio.ServicerContext) -> hpb.DeleteBotResponse:
         bot = self.host.registry.bot(request.bot)
+        channels = self.host.channels.of_bot(bot.bot_id)
+        if channels:
+            raise errors.FailedPrecondition(f"channels {channels} connect bot {bot.name}; remove them first")
         await self.host.registry.delete_bot(bot.bot_id)
         return hpb.DeleteBotResponse()
 
@@ -360,3 +364,39 @@ class AdminServicer(host_grpc.AgentHostServicer):
         except errors.PermissionDenied:
             raise errors.NotFound(f"no approval {request.approval_id[:64]!r}") from None
         return approvals.decide(request.approval_id, request.decision, request.note, current().name)
+
+    # Channel instances (admin only): agenthost.host.channels.
+    @_mapped
+    async def AddChannel(self, request: hpb.AddChannelRequest, context: grpc.aio.ServicerContext) -> hpb.ChannelInfo:
+        return await self.host.channels.add(request)
+
+    @_mapped
+    async def ListChannels(
+        self, request: hpb.ListChannelsRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.ListChannelsResponse:
+        return hpb.ListChannelsResponse(channels=self.host.channels.list())
+
+    @_mapped
+    async def RemoveChannel(
+        self, request: hpb.RemoveChannelRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.RemoveChannelResponse:
+        await self.host.channels.remove(request.name)
+        return hpb.RemoveChannelResponse()
+
+    @_mapped
+    async def ReadRunArtifact(
+        self, request: hpb.ReadRunArtifactRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.ReadRunArtifactResponse:
+        run = self._run(request.run_id)
+        found = self.host.artifacts.get(request.artifact_id) if request.artifact_id else None
+        # Only what this run made: an artifact of another run (of the same bot or not) does not exist here.
+        if found is None or found[0].run_id != run.run_id or found[1] != run.bot_id:
+            raise errors.NotFound(f"run {run.run_id} made no artifact {request.artifact_id!r}")
+        ref = found[0]
+        length = request.length or READ_ARTIFACT_MAX
+        if request.offset < 0 or not 0 < length <= READ_ARTIFACT_MAX:
+            raise errors.OutOfRange(f"offset must be >= 0 and length between 1 and {READ_ARTIFACT_MAX}")
+        if request.offset > ref.size_bytes:
+            raise errors.OutOfRange(f"offset {request.offset} is past the end ({ref.size_bytes} bytes)")
+        data = self.host.artifacts.read(ref.sha256, request.offset, length)
+        return hpb.ReadRunArtifactResponse(artifact=ref, data=data, eof=request.offset + len(data) >= ref.size_bytes)

@@ -413,6 +413,32 @@ async def cmd_credentials(args: argparse.Namespace, c: HostClient) -> int:
     return 0
 
 
+async def cmd_channels(args: argparse.Namespace, c: HostClient) -> int:
+    from agenthost.protos import host_pb2 as hpb
+
+    if args.action == "add":
+        request = hpb.AddChannelRequest(
+            name=args.name or args.adapter.rpartition("/")[2],
+            bot=args.bot,
+            adapter=args.adapter,
+            config_json=args.config,
+        )
+        info = await c.call("AddChannel", request, timeout=120)
+        _emit(args, to_jsonable(info), f"channel {info.name}: {info.adapter} for bot {info.bot_id} ({info.state})")
+    elif args.action == "list":
+        channels = (await c.call("ListChannels", hpb.ListChannelsRequest())).channels
+        if args.json:
+            print_json([to_jsonable(ch) for ch in channels])
+        else:
+            for ch in channels:
+                error = f"  {ch.last_error}" if ch.last_error else ""
+                print(f"{ch.name:16} {ch.adapter:24} {ch.bot_id:20} {ch.state:8} restarts={ch.restarts}{error}")
+    else:
+        await c.call("RemoveChannel", hpb.RemoveChannelRequest(name=args.name))
+        _emit(args, {"removed": args.name}, f"removed channel {args.name}")
+    return 0
+
+
 def _attachments(paths: list[Path]) -> list[Any]:
     """Files to send with a message. Image types are left for the host to read from the bytes (a misnamed file is
     then sent as what it is); other types are guessed from the file name."""
@@ -739,6 +765,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, HostClient], Awaitable[int]]] 
     "keys": cmd_keys,
     "models": cmd_models,
     "credentials": cmd_credentials,
+    "channels": cmd_channels,
     "kb": cmd_kb,
     "approvals": cmd_approvals,
 }
@@ -992,6 +1019,27 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--bot", action="append", default=[], help="a bot the credential may use (repeatable)")
     creds.add("list", "credentials by name, scope and bots", "agenthost credentials list")
     creds.add("revoke", "revoke a credential", "agenthost credentials revoke gateway").add_argument("name")
+
+    chans = _group(
+        sub,
+        "channels",
+        "chat platforms connected to bots (channel adapter plugins)",
+        'agenthost channels add support telegram --config \'{"token_key": "TELEGRAM_BOT_TOKEN"}\'',
+    )
+    ca = chans.add(
+        "add",
+        "connect a bot to a platform; secrets go in the key store (`keys set`), the config names them",
+        'printf %s "$TOKEN" | agenthost keys set TELEGRAM_BOT_TOKEN && agenthost channels add support telegram',
+        "agenthost channels add support telegram --name tg-support --config '{\"allowed_users\": [12345]}'",
+    )
+    ca.add_argument("bot", help="bot id or name")
+    ca.add_argument("adapter", help="PLUGIN/ADAPTER, or just ADAPTER for a built-in one (telegram)")
+    ca.add_argument("--name", default="", help="the channel's name (default: the adapter's)")
+    ca.add_argument("--config", default="{}", help="the adapter's settings as a JSON object")
+    chans.add("list", "channels with their process state", "agenthost channels list --json")
+    chans.add("remove", "stop a channel and revoke its credential", "agenthost channels remove telegram").add_argument(
+        "name"
+    )
 
     plugins = _group(
         sub, "plugins", "install and manage runner plugins", "agenthost plugins install ./my-plugin --offline"

@@ -35,9 +35,21 @@ SCOPES = ("admin", "send")
 # What a "send" credential may call; everything else needs "admin". Each of these names a bot or a run, and the
 # servicer checks that bot against the credential (require_bot).
 SEND_METHODS = frozenset(
-    {"SendMessage", "GetRun", "ListRuns", "ListRunEvents", "CancelRun", "ListApprovals", "DecideApproval"}
+    {
+        "SendMessage",
+        "GetRun",
+        "ListRuns",
+        "ListRunEvents",
+        "CancelRun",
+        "ListApprovals",
+        "DecideApproval",
+        "ReadRunArtifact",
+    }
 )
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+# Credentials the host makes for its channel adapters (agenthost.host.channels) are named `channel.<name>`; a user
+# cannot create one of that name, so no adapter's credential can be pre-empted or shadowed.
+CHANNEL_PREFIX = "channel."
 
 
 @dataclass(frozen=True)
@@ -127,14 +139,19 @@ class Credentials:
 
     # ---- scoped credentials (admin calls) ----
 
-    def create(self, name: str, scope: str, bot_ids: list[str]) -> tuple[hpb.CredentialInfo, str]:
+    def create(
+        self, name: str, scope: str, bot_ids: list[str], *, replace: bool = False
+    ) -> tuple[hpb.CredentialInfo, str]:
+        """`replace` is the host's own rotation of a channel's credential: the old token stops working."""
+        if not replace and name.startswith(CHANNEL_PREFIX):
+            raise errors.InvalidArgument(f"credential names starting with {CHANNEL_PREFIX!r} are the host's own")
         if not _NAME.fullmatch(name):
             raise errors.InvalidArgument("credential name: 1-64 of letters, digits, '.', '_', '-'")
         if scope not in SCOPES:
             raise errors.InvalidArgument(f"scope must be one of {list(SCOPES)}, not {scope!r}")
         if scope == "send" and not bot_ids:
             raise errors.InvalidArgument("a send credential names at least one bot")
-        if name in self._scoped:
+        if name in self._scoped and not replace:
             raise errors.AlreadyExists(f"credential {name!r} exists; revoke it first")
         token = new_token("cred")
         cred = {

@@ -31,6 +31,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from agenthost.host import binding_config, limits
 from agenthost.host.admin import AdminServicer
+from agenthost.host.channels import Channels
 from agenthost.host.credentials import Credentials
 from agenthost.host.grants import RunRegistry
 from agenthost.host.keys import KEYS_FILE, KeyStore
@@ -246,8 +247,12 @@ class Host:
         if self.builtin_plugins:
             await self._register_builtin()
         for plugin in self.registry.plugins():
-            if plugin.enabled:
+            # A plugin that offers only channel adapters has no runner process; its channels start below.
+            if plugin.enabled and (plugin.builtin or plugin.manifests_json != "[]"):
                 self._supervise(plugin)
+        # After the plugins: a channel's messages need its bot's runner.
+        self.channels = Channels(self)
+        self.channels.start_all()
 
     def _sandbox_mode(self) -> str:
         reason = sandbox.probe()
@@ -404,6 +409,12 @@ class Host:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    def start_in_background(self, plugin_id: str) -> None:
+        """Starts a supervised process without waiting; a failure is kept as its last_error."""
+        task = asyncio.create_task(self._start_quietly(plugin_id))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def _start_quietly(self, plugin_id: str) -> None:
         try:
             await self.supervisor.start(plugin_id)
@@ -477,10 +488,16 @@ class Host:
             python=installed.python,
             manifests_json=json.dumps([m.model_dump(mode="json") for m in installed.manifests]),
             description=installed.description,
-            network=allow_network and any(m.permissions.network for m in installed.manifests),
+            network=allow_network
+            and (
+                any(m.permissions.network for m in installed.manifests)
+                or any(c.permissions.network for c in installed.channels)
+            ),
         )
         await self.registry.put_plugin(record)
         self.observer.plugin_installed(record.plugin_id, record.version, record.source)
+        if not installed.manifests:
+            return self._info(record.plugin_id)  # channel adapters only: they run per channel (agenthost.host.channels)
         self.supervisor.add(self._spec(record))
         try:
             await self.supervisor.start(record.plugin_id)
@@ -492,6 +509,9 @@ class Host:
         plugin = self.registry.plugin(plugin_id)
         if plugin.builtin:
             raise errors.FailedPrecondition("built-in plugins cannot be removed; disable them instead")
+        users = self.channels.using(plugin_id)
+        if users:
+            raise errors.FailedPrecondition(f"channels {users} use {plugin_id}; remove them first")
         await self.supervisor.stop(plugin_id)
         self.supervisor.processes.pop(plugin_id, None)
         await self.registry.delete_plugin(plugin_id)
@@ -501,7 +521,7 @@ class Host:
     async def set_plugin_enabled(self, plugin_id: str, enabled: bool) -> hpb.PluginInfo:
         plugin = self.registry.plugin(plugin_id)
         await self.registry.set_plugin_enabled(plugin_id, enabled)
-        if enabled:
+        if enabled and (plugin.builtin or plugin.manifests_json != "[]"):
             self._check_walls(plugin)
             self.supervisor.add(self._spec(plugin))
             try:

@@ -1,4 +1,9 @@
-"""One supervised process per runner plugin: start, readiness, crash detection, restart, shutdown, no orphans.
+"""One supervised process per runner plugin (and per configured channel adapter): start, readiness, crash
+detection, restart, shutdown, no orphans.
+
+Channel adapters (agenthost.channels) go through the same lifecycle and walls with a different spec: their own
+entry module, health service and data dir, no Describe, and instead of the run API socket the admin socket, with
+a scoped `send` credential that `PluginSpec.prepare` hands them fresh at each start.
 
 Lifecycle of a plugin process (states in PluginProcess.state):
   starting → ready            handshake line on stdout within start_timeout, then health SERVING, then Describe
@@ -32,6 +37,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -67,6 +73,18 @@ class PluginSpec:
     python: str
     builtin: bool = False
     network: bool = False  # the user accepted the plugin's request for network access
+    # "runner": serves the Runner service, described at start, reaches the run API. "channel": a channel adapter
+    # process (agenthost.channels.sdk), which reaches `host_socket` with what `prepare` returns.
+    kind: str = "runner"
+    module: str = "agenthost.runners.sdk"
+    data_dir: Path | None = None  # default: <data>/plugins/<plugin_id>/data
+    host_socket: str | None = None  # the one host socket the process sees; default: the run API's
+    # Extra settings for the process's configuration line, made at each start (a fresh credential, named keys).
+    prepare: Callable[[], Awaitable[dict[str, Any]]] | None = None
+
+    @property
+    def health_service(self) -> str:
+        return "agenthost.v1.Channel" if self.kind == "channel" else "agenthost.v1.Runner"
 
 
 class PluginStartError(RuntimeError):
@@ -221,7 +239,7 @@ class Supervisor:
                     pp.last_error = str(exc)
                     self.observer.plugin_failed(pp.spec.plugin_id, pp.last_error, crashed=False)
                 else:
-                    if self.on_ready is not None:
+                    if self.on_ready is not None and pp.spec.kind == "runner":
                         await self.on_ready(pp.spec.plugin_id, pp.manifests)
                     pp.set_state("ready")
                     self.observer.plugin_ready(pp.spec.plugin_id, pp.proc.pid, sorted(pp.manifests))
@@ -230,7 +248,7 @@ class Supervisor:
                     await self._forget_process(pp)
                     if pp.stopping:
                         break
-                    pp.last_error = f"runner process {describe_exit(returncode, sandboxed=self.sandboxed)}"
+                    pp.last_error = f"{pp.spec.kind} process {describe_exit(returncode, sandboxed=self.sandboxed)}"
                     self.observer.plugin_failed(pp.spec.plugin_id, pp.last_error, crashed=True)
                     if alive >= self.policy.stable_after:
                         pp.consecutive_failures = 0
@@ -267,13 +285,17 @@ class Supervisor:
         sock = sock_dir / "r.sock"
         listen = f"unix:{sock}"
         secret = new_token("ps")
-        plugin_dir = self.data_dir / "plugins" / spec.plugin_id
-        data_dir = plugin_dir / "data"
+        data_dir = spec.data_dir or self.data_dir / "plugins" / spec.plugin_id / "data"
         data_dir.mkdir(parents=True, exist_ok=True)
+        host_socket = spec.host_socket or self.host_address
+        try:
+            extra = await spec.prepare() if spec.prepare is not None else {}
+        except Exception as exc:  # noqa: BLE001 — whatever stops the start is the plugin's last_error
+            raise PluginStartError(f"cannot prepare the {spec.kind} process: {exc}") from None
         log_path = self.data_dir / "logs" / f"{spec.plugin_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = sandbox.plugin_environment(os.environ, home=data_dir)
-        argv = [spec.python, "-m", "agenthost.runners.sdk", "serve"]
+        argv = [spec.python, "-m", spec.module, "serve"]
         if self.sandboxed:
             env[sandbox.INSIDE_ENV] = "1"
             walls = sandbox.Sandbox(
@@ -285,7 +307,7 @@ class Supervisor:
                 rw=[
                     str(data_dir),
                     str(sock_dir),
-                    self.host_address.removeprefix("unix:"),
+                    host_socket.removeprefix("unix:"),
                     *sandbox.extra_paths(sandbox.EXTRA_RW_ENV),
                 ],
                 network=spec.builtin or spec.network,
@@ -294,7 +316,7 @@ class Supervisor:
             try:
                 argv = walls.argv(argv)
             except sandbox.SandboxUnavailable as exc:
-                raise PluginStartError(f"cannot sandbox the runner process: {exc}") from None
+                raise PluginStartError(f"cannot sandbox the {spec.kind} process: {exc}") from None
         pp.sock_dir = sock_dir
         # stderr comes through a pipe and the host writes it, so the log rotates by size whatever the child does
         # (a child holding the file itself could grow it past any rotation).
@@ -312,9 +334,8 @@ class Supervisor:
         if sink is None or sink.path != log_path:
             sink = self._logs[spec.plugin_id] = RotatingFile(log_path)
         # A marker per start: a quiet runner still has a log, and restarts are easy to find in it.
-        sink.write(
-            f"--- agenthost: runner process {proc.pid} started at {time.strftime('%Y-%m-%dT%H:%M:%S')} ---\n".encode()
-        )
+        started = time.strftime("%Y-%m-%dT%H:%M:%S")
+        sink.write(f"--- agenthost: {spec.kind} process {proc.pid} started at {started} ---\n".encode())
         assert proc.stderr is not None
         pp.log_pump = asyncio.create_task(pump(proc.stderr, sink), name=f"log:{spec.plugin_id}")
         pp.proc = proc
@@ -331,9 +352,10 @@ class Supervisor:
             "plugin_id": spec.plugin_id,
             "distribution": spec.distribution,
             "listen": listen,
-            "host": self.host_address,
+            "host": host_socket,
             "secret": secret,
             "data_dir": str(data_dir),
+            **extra,
         }
         try:
             assert proc.stdin is not None and proc.stdout is not None
@@ -342,19 +364,23 @@ class Supervisor:
             await self._handshake(pp, proc, listen, log_path)
             pp.channel = grpc.aio.insecure_channel(listen, options=CHANNEL_OPTIONS)
             await self._await_health(pp)
-            pp.stub = runner_pb2_grpc.RunnerStub(pp.channel)
-            described = await pp.stub.Describe(runner_pb2.DescribeRequest(), timeout=self.policy.health_timeout)
-            pp.manifests = {}
-            for raw in described.manifests_json:
-                m = RunnerManifest.parse_json(raw)
-                pp.manifests[m.name] = m
+            if spec.kind == "runner":
+                pp.stub = runner_pb2_grpc.RunnerStub(pp.channel)
+                described = await pp.stub.Describe(runner_pb2.DescribeRequest(), timeout=self.policy.health_timeout)
+                pp.manifests = {}
+                for raw in described.manifests_json:
+                    m = RunnerManifest.parse_json(raw)
+                    pp.manifests[m.name] = m
         except (PluginStartError, ManifestError, grpc.RpcError, OSError) as exc:
             await self._kill(pp)
             await self._forget_process(pp)
             if isinstance(exc, grpc.RpcError):
-                raise PluginStartError(f"runner process did not answer: {exc.code().name} {exc.details()}") from None
+                raise PluginStartError(
+                    f"{spec.kind} process did not answer: {exc.code().name} {exc.details()}"
+                ) from None
             raise PluginStartError(str(exc)) from None
-        self.registry.add_plugin_secret(spec.plugin_id, secret)
+        if spec.kind == "runner":
+            self.registry.add_plugin_secret(spec.plugin_id, secret)
         # Drain stdout for the rest of the process's life so a chatty runner can never block on a full pipe.
         asyncio.create_task(_drain(proc.stdout))
 
@@ -375,7 +401,7 @@ class Supervisor:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(pp.log_pump), 1.0)
             raise PluginStartError(
-                f"runner process {describe_exit(returncode, sandboxed=self.sandboxed)} before the handshake: "
+                f"{pp.spec.kind} process {describe_exit(returncode, sandboxed=self.sandboxed)} before the handshake: "
                 f"{_tail(log_path)}"
             )
         text = line.decode(errors="replace").strip()
@@ -393,7 +419,7 @@ class Supervisor:
         last = "no answer"
         while time.monotonic() < deadline:
             try:
-                resp = await stub.Check(health_pb2.HealthCheckRequest(service="agenthost.v1.Runner"), timeout=1.0)
+                resp = await stub.Check(health_pb2.HealthCheckRequest(service=pp.spec.health_service), timeout=1.0)
                 if resp.status == health_pb2.HealthCheckResponse.SERVING:
                     return
                 last = health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
@@ -459,7 +485,8 @@ class Supervisor:
                         runner_pb2.ShutdownRequest(grace_seconds=self.policy.shutdown_grace),
                         timeout=self.policy.shutdown_grace,
                     )
-            if not await _exited(proc, self.policy.shutdown_grace):
+            # Without a Shutdown RPC (a channel adapter, a runner not yet ready) SIGTERM is the first rung.
+            if pp.stub is None or not await _exited(proc, self.policy.shutdown_grace):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGTERM)
                 if not await _exited(proc, self.policy.term_grace):

@@ -23,14 +23,16 @@ import shutil
 import site
 import sys
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from agenthost.plugins import sandbox
-from agenthost.plugins.manifest import ManifestError, RunnerManifest
+from agenthost.plugins.manifest import ChannelManifest, ManifestError, RunnerManifest
 
 INSTALL_TIMEOUT = 600.0
 
@@ -48,6 +50,8 @@ class InstalledPlugin:
     manifests: list[RunnerManifest]
     source: str
     description: str
+    # Channel adapters (agenthost.channels) the plugin offers; a plugin may offer runners, adapters, or both.
+    channels: tuple[ChannelManifest, ...] = ()
 
 
 def _pinned_distribution(path: Path) -> str:
@@ -207,16 +211,21 @@ async def install(
         code, out, err = await _run(*walls.argv([*pip, *target], network=not offline, read_only=read_only), env=env)
         if code:
             raise InstallError(f"pip could not install {source}:\n{_tail(err or out)}")
-        describe = [str(python), "-m", "agenthost.runners.sdk", "describe", "--distribution", dist_name]
-        code, out, err = await _run(*walls.argv(describe, network=False), timeout=60, env=env)
-        try:
-            described = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
-        except ValueError:
-            described = {}
-        if code or "runners" not in described:
-            reason = described.get("error") or _tail(err or out) or f"exit code {code}"
+
+        def sandboxed_argv(argv: list[str]) -> list[str]:
+            return walls.argv(argv, network=False)  # describe runs the plugin's code: never with network
+
+        # A plugin may offer runners, channel adapters, or both; each SDK describes its own kind.
+        (described, reason), (channels_described, _) = await asyncio.gather(
+            describe(str(python), dist_name, "runners", sandboxed_argv, env),
+            describe(str(python), dist_name, "channels", sandboxed_argv, env),
+        )
+        if reason and not channels_described:
             raise InstallError(f"{dist_name} installed, but its runners could not be loaded: {reason}")
+        if reason:
+            described = {**channels_described, "runners": []}  # a plugin of channel adapters only
         manifests = [RunnerManifest.parse_json(json.dumps(raw)) for raw in described["runners"]]
+        channels = tuple(ChannelManifest.parse_json(json.dumps(raw)) for raw in channels_described.get("channels", []))
         for scratch in ("src", "home", "tmp"):
             shutil.rmtree(staging / scratch, ignore_errors=True)
         final = plugins_dir / plugin_id / "env"
@@ -234,11 +243,33 @@ async def install(
             manifests=manifests,
             source=source,
             description=described.get("summary", ""),
+            channels=channels,
         )
     except ManifestError as exc:
         raise InstallError(f"{dist_name}: {exc}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+DESCRIBE_MODULES = {"runners": "agenthost.runners.sdk", "channels": "agenthost.channels.sdk"}
+
+
+async def describe(
+    python: str, distribution: str, kind: str, wrap: Callable[[list[str]], list[str]], env: dict[str, str]
+) -> tuple[dict[str, Any], str]:
+    """What a distribution offers of one kind ("runners" or "channels"), asked of `python -m <sdk> describe` in
+    the environment the plugin runs in (`wrap` puts it in a sandbox): ({"version", "summary", kind: [manifest…]},
+    "") or ({}, the reason it could not say)."""
+    argv = wrap([python, "-m", DESCRIBE_MODULES[kind], "describe", "--distribution", distribution])
+    code, out, err = await _run(*argv, timeout=60, env=env)
+    try:
+        described = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    except ValueError:
+        described = {}
+    if code or not isinstance(described, dict) or kind not in described:
+        error = described.get("error") if isinstance(described, dict) else None
+        return {}, error or _tail(err or out) or f"exit code {code}"
+    return described, ""
 
 
 async def create_env(path: Path) -> Path:

@@ -146,3 +146,46 @@ class RunnerManifest(_Strict):
             first = errors[0]
             where = "/".join(str(p) for p in first.absolute_path) or "<root>"
             raise ManifestError(f"config for runner {self.name!r} is invalid at {where}: {first.message}")
+
+
+class ChannelPermissions(_Strict):
+    # A channel adapter talks to its platform (Telegram's Bot API, a chat server), so it asks for the network;
+    # an installed adapter gets it only if the user accepted at install (`plugins install --allow-network`).
+    network: bool = True
+
+
+class ChannelManifest(_Strict):
+    """What a channel adapter declares: its name, its settings (JSON Schema of the non-secret config given to
+    `agenthost channels add`) and the named secrets (from the host's key store) it needs, e.g. a bot token."""
+
+    name: str
+    description: str = ""
+    version: str = "0.0.0"
+    permissions: ChannelPermissions = ChannelPermissions()
+    config_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+    # Setting names whose values are key-store names (e.g. "token_key"); each must name a stored key.
+    secret_settings: tuple[str, ...] = ()
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, name: str) -> str:
+        if not _NAME.match(name):
+            raise ValueError("must be 1-64 chars of a-z 0-9 . _ - starting with a letter or digit")
+        return name
+
+    @field_validator("config_schema")
+    @classmethod
+    def _valid_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        return RunnerManifest._valid_schema(schema)
+
+    @classmethod
+    def parse_json(cls, raw: str | bytes) -> ChannelManifest:
+        from pydantic import ValidationError
+
+        try:
+            return cls.model_validate_json(raw)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
+            )
+            raise ManifestError(f"invalid channel manifest: {problems}") from None

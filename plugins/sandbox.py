@@ -146,6 +146,7 @@ def python_paths() -> list[str]:
     """What a sandboxed Python process needs to run this interpreter with agenthost importable: the base
     installation, the active environment, its site-packages, and agenthost's own source folders (which sit
     outside site-packages when it is installed in editable mode)."""
+    import agenthost.channels
     import agenthost.host
     import agenthost.plugins
     import agenthost.protos
@@ -159,7 +160,7 @@ def python_paths() -> list[str]:
         for p in sys.path
         if p and os.path.isdir(p) and os.path.abspath(p) != cwd and not p.startswith(tempfile.gettempdir())
     )
-    for pkg in (agenthost.host, agenthost.plugins, agenthost.protos, agenthost.runners):
+    for pkg in (agenthost.channels, agenthost.host, agenthost.plugins, agenthost.protos, agenthost.runners):
         paths.update(pkg.__path__)
     bwrap = find_bwrap()
     if bwrap:

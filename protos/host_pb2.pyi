@@ -678,3 +678,81 @@ class DecideApprovalRequest(_message.Message):
     decision: str
     note: str
     def __init__(self, approval_id: _Optional[str] = ..., decision: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
+class AddChannelRequest(_message.Message):
+    __slots__ = ("name", "bot", "adapter", "config_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BOT_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    bot: str
+    adapter: str
+    config_json: str
+    def __init__(self, name: _Optional[str] = ..., bot: _Optional[str] = ..., adapter: _Optional[str] = ..., config_json: _Optional[str] = ...) -> None: ...
+
+class ChannelInfo(_message.Message):
+    __slots__ = ("name", "bot_id", "adapter", "config_json", "keys", "state", "last_error", "pid", "restarts", "created_at")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BOT_ID_FIELD_NUMBER: _ClassVar[int]
+    ADAPTER_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_JSON_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    bot_id: str
+    adapter: str
+    config_json: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    state: str
+    last_error: str
+    pid: int
+    restarts: int
+    created_at: float
+    def __init__(self, name: _Optional[str] = ..., bot_id: _Optional[str] = ..., adapter: _Optional[str] = ..., config_json: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., state: _Optional[str] = ..., last_error: _Optional[str] = ..., pid: _Optional[int] = ..., restarts: _Optional[int] = ..., created_at: _Optional[float] = ...) -> None: ...
+
+class ListChannelsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListChannelsResponse(_message.Message):
+    __slots__ = ("channels",)
+    CHANNELS_FIELD_NUMBER: _ClassVar[int]
+    channels: _containers.RepeatedCompositeFieldContainer[ChannelInfo]
+    def __init__(self, channels: _Optional[_Iterable[_Union[ChannelInfo, _Mapping]]] = ...) -> None: ...
+
+class RemoveChannelRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ReadRunArtifactRequest(_message.Message):
+    __slots__ = ("run_id", "artifact_id", "offset", "length")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    artifact_id: str
+    offset: int
+    length: int
+    def __init__(self, run_id: _Optional[str] = ..., artifact_id: _Optional[str] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...
+
+class ReadRunArtifactResponse(_message.Message):
+    __slots__ = ("artifact", "data", "eof")
+    ARTIFACT_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    EOF_FIELD_NUMBER: _ClassVar[int]
+    artifact: _common_pb2.ArtifactRef
+    data: bytes
+    eof: bool
+    def __init__(self, artifact: _Optional[_Union[_common_pb2.ArtifactRef, _Mapping]] = ..., data: _Optional[bytes] = ..., eof: _Optional[bool] = ...) -> None: ...
+
+class RemoveChannelResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -215,6 +215,26 @@ class AgentHostStub:
                 request_serializer=agenthost_dot_protos_dot_host__pb2.DecideApprovalRequest.SerializeToString,
                 response_deserializer=agenthost_dot_protos_dot_host__pb2.ApprovalInfo.FromString,
                 _registered_method=True)
+        self.AddChannel = channel.unary_unary(
+                '/agenthost.v1.AgentHost/AddChannel',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.AddChannelRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.ChannelInfo.FromString,
+                _registered_method=True)
+        self.ListChannels = channel.unary_unary(
+                '/agenthost.v1.AgentHost/ListChannels',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.ListChannelsRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.ListChannelsResponse.FromString,
+                _registered_method=True)
+        self.RemoveChannel = channel.unary_unary(
+                '/agenthost.v1.AgentHost/RemoveChannel',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.RemoveChannelRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.RemoveChannelResponse.FromString,
+                _registered_method=True)
+        self.ReadRunArtifact = channel.unary_unary(
+                '/agenthost.v1.AgentHost/ReadRunArtifact',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.ReadRunArtifactRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.ReadRunArtifactResponse.FromString,
+                _registered_method=True)
 
 
 class AgentHostServicer:
@@ -451,6 +471,35 @@ class AgentHostServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddChannel(self, request, context):
+        """Channel instances (admin only): a channel adapter plugin connecting a bot to a chat platform, run by the host
+        as a supervised, sandboxed process holding a `send` credential for that bot alone (agenthost.host.channels).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListChannels(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveChannel(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadRunArtifact(self, request, context):
+        """A piece of an artifact of a run (one it made, ArtifactCreated, or its message's attachments), so a channel can
+        deliver the file to its chat.
+        Allowed to `send` credentials for their bots' runs; only artifacts whose run_id is that run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentHostServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -633,6 +682,26 @@ def add_AgentHostServicer_to_server(servicer, server):
                     servicer.DecideApproval,
                     request_deserializer=agenthost_dot_protos_dot_host__pb2.DecideApprovalRequest.FromString,
                     response_serializer=agenthost_dot_protos_dot_host__pb2.ApprovalInfo.SerializeToString,
+            ),
+            'AddChannel': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddChannel,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.AddChannelRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.ChannelInfo.SerializeToString,
+            ),
+            'ListChannels': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListChannels,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.ListChannelsRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.ListChannelsResponse.SerializeToString,
+            ),
+            'RemoveChannel': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveChannel,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.RemoveChannelRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.RemoveChannelResponse.SerializeToString,
+            ),
+            'ReadRunArtifact': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadRunArtifact,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.ReadRunArtifactRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.ReadRunArtifactResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1607,6 +1676,114 @@ class AgentHost:
             '/agenthost.v1.AgentHost/DecideApproval',
             agenthost_dot_protos_dot_host__pb2.DecideApprovalRequest.SerializeToString,
             agenthost_dot_protos_dot_host__pb2.ApprovalInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddChannel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/AddChannel',
+            agenthost_dot_protos_dot_host__pb2.AddChannelRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.ChannelInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListChannels(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/ListChannels',
+            agenthost_dot_protos_dot_host__pb2.ListChannelsRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.ListChannelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveChannel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/RemoveChannel',
+            agenthost_dot_protos_dot_host__pb2.RemoveChannelRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.RemoveChannelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadRunArtifact(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/ReadRunArtifact',
+            agenthost_dot_protos_dot_host__pb2.ReadRunArtifactRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.ReadRunArtifactResponse.FromString,
             options,
             channel_credentials,
             insecure,

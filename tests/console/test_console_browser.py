@@ -234,6 +234,7 @@ async def test_a_person_approves_a_tool_call_in_the_chat_and_denies_one_from_the
     await expect(page.locator("#approvals-count")).to_have_text("1")
     other = await page.context.new_page()
     other.on("pageerror", lambda e: page.problems.append(str(e)))
+    other.shots_dir = page.shots_dir  # type: ignore[attr-defined]
     await other.goto(f"{console.url}/#/bots")  # the same session: the cookie is the browser's, not the tab's
     await other.click("nav >> text=Pending approvals")
     listed = other.locator("#approvals .approval")

@@ -1,0 +1,204 @@
+"""`python -m agenthost.channels.sdk serve|describe`: the entry point of every channel adapter process.
+
+serve:    started by the host's supervisor, one process per configured channel; reads its configuration as one
+          JSON line on stdin (adapter, bot, settings, the named secrets, a scoped `send` credential and the admin
+          socket's address), serves gRPC health on its assigned socket, announces itself with the handshake line,
+          then runs the adapter until the host lets go (stdin EOF, SIGTERM) or the adapter fails (exit 1: the
+          supervisor restarts it with backoff).
+describe: `--distribution NAME` prints the distribution's channel adapter manifests as JSON (install and
+          `channels add` checks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+EXIT_DISCOVERY = 3
+EXIT_FAILED = 1
+STOP_GRACE = 3.0
+_KEYS = ("plugin_id", "distribution", "adapter", "instance", "listen", "host", "credential", "bot", "data_dir")
+
+
+def _describe(distribution: str) -> int:
+    from importlib import metadata
+
+    from agenthost.channels.sdk.discovery import DiscoveryError, channel_classes
+    from agenthost.plugins.manifest import skip_schema_check
+
+    skip_schema_check()
+    try:
+        channels = [cls.manifest.model_dump(mode="json") for cls in channel_classes(distribution).values()]
+    except DiscoveryError as exc:
+        print(json.dumps({"error": str(exc)}))
+        return EXIT_DISCOVERY
+    dist = metadata.distribution(distribution)
+    print(json.dumps({"version": dist.version, "summary": dist.metadata.get("Summary") or "", "channels": channels}))
+    return 0
+
+
+class MaskingFormatter(logging.Formatter):
+    """Writes `[redacted]` for the process's secrets in every line (a platform token can be part of a URL that an
+    exception or a library's message carries), tracebacks included."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__("%(asctime)s %(name)s %(levelname)s %(message)s")
+        self._secrets = sorted({s for s in secrets if len(s) >= 8}, key=len, reverse=True)
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        for secret in self._secrets:
+            text = text.replace(secret, "[redacted]")
+        return text
+
+
+def _read_config_line() -> dict[str, Any]:
+    data = b""
+    while b"\n" not in data:
+        chunk = os.read(0, 65536)
+        if not chunk:
+            break
+        data += chunk
+    config = json.loads(data.split(b"\n", 1)[0])
+    if not isinstance(config, dict):
+        raise ValueError("not a JSON object")
+    for key in _KEYS:
+        if not isinstance(config.get(key), str):
+            raise KeyError(key)
+    if not isinstance(config.get("config"), dict) or not isinstance(config.get("secrets"), dict):
+        raise KeyError("config/secrets")
+    return config
+
+
+def _watch_lifeline(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    """EOF on stdin: the host is gone or let go of us (only it holds the write end)."""
+
+    def readable() -> None:
+        try:
+            more = os.read(0, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            more = b""
+        if not more:
+            loop.remove_reader(0)
+            stop.set()
+
+    os.set_blocking(0, False)
+    loop.add_reader(0, readable)
+
+
+async def _serve(config: dict[str, Any], adapter_cls: Any) -> int:
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    from agenthost.channels.sdk.adapter import ChannelContext
+    from agenthost.host.client import HostClient
+    from agenthost.protos.wire import HANDSHAKE_PREFIX, PROTOCOL_VERSION
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    _watch_lifeline(loop, stop)
+    server = grpc.aio.server()
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    server.add_insecure_port(config["listen"])
+    await server.start()
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set("agenthost.v1.Channel", health_pb2.HealthCheckResponse.SERVING)
+    sys.stdout.write(f"{HANDSHAKE_PREFIX}|{PROTOCOL_VERSION}|{config['listen']}\n")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+
+    host = HostClient(config["host"], token=config["credential"])
+    ctx = ChannelContext(
+        instance=config["instance"],
+        bot=config["bot"],
+        config=config["config"],
+        secrets={str(k): str(v) for k, v in config["secrets"].items()},
+        data_dir=Path(config["data_dir"]),
+        host=host,
+        stop=stop,
+        source=adapter_cls.manifest.name,
+        log=logging.getLogger(f"agenthost.channel.{config['instance']}"),
+    )
+    adapter = adapter_cls()
+    task = asyncio.create_task(adapter.run(ctx), name="adapter")
+    stopper = asyncio.create_task(stop.wait())
+    code = 0
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done():
+            # Asked to stop: the adapter sees ctx.stop and finishes what it is delivering, within a grace period.
+            done, _ = await asyncio.wait({task}, timeout=STOP_GRACE)
+            if not done:
+                task.cancel()
+        outcome = (await asyncio.gather(task, return_exceptions=True))[0]
+        if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
+            ctx.log.error("the adapter failed", exc_info=outcome)
+            code = EXIT_FAILED
+        elif not stop.is_set():
+            ctx.log.error("the adapter's run() returned without being asked to stop")
+            code = EXIT_FAILED
+    finally:
+        stopper.cancel()
+        await host.close()
+        await server.stop(grace=0.5)
+    return code
+
+
+def _serve_main() -> int:
+    from agenthost.plugins.sandbox import harden_process
+
+    # The process holds its credential and platform token in memory; nothing it starts may read them.
+    harden_process()
+    try:
+        config = _read_config_line()
+    except (ValueError, KeyError) as exc:
+        print(f"agenthost channel: bad configuration line on stdin: {exc!r}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    masked = [str(v) for v in config["secrets"].values()] + [config["credential"]]
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(MaskingFormatter(masked))
+    # Libraries that log each request would write the bot token (it is in Telegram's URLs) into the log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    from agenthost.channels.sdk.discovery import DiscoveryError, channel_classes
+
+    try:
+        classes = channel_classes(config["distribution"])
+    except DiscoveryError as exc:
+        print(f"agenthost channel: {exc}", file=sys.stderr)
+        return EXIT_DISCOVERY
+    adapter_cls = classes.get(config["adapter"])
+    if adapter_cls is None:
+        print(f"agenthost channel: {config['distribution']} has no adapter {config['adapter']!r}", file=sys.stderr)
+        return EXIT_DISCOVERY
+    return asyncio.run(_serve(config, adapter_cls))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["serve"]:
+        return _serve_main()
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m agenthost.channels.sdk")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("serve")
+    d = sub.add_parser("describe")
+    d.add_argument("--distribution", required=True)
+    parsed = parser.parse_args(args)
+    return _describe(parsed.distribution)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

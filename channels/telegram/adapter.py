@@ -1,0 +1,419 @@
+"""The Telegram adapter: long-polls the Bot API for updates and turns each message into an inbound event for the
+channel's bot; streams the run's reply back by editing a message.
+
+Exactly once, per update: `offset` in the adapter's state is the first update_id not yet handed to the host, so an
+update Telegram delivers again (it does, until an offset confirms it) never starts a second run. A message is
+recorded as in flight (durably) before it is sent to the host and the offset moves past it once the host has
+created its run. If the process dies in between, the next start asks the host whether a run for that
+conversation was created after the in-flight record: if so the update is done (and its reply is delivered from
+the run), if not Telegram still has it and delivers it again. Each reply being delivered is recorded as owed
+(`pending`) until it is; a restart finishes the owed ones from the runs' records. Updates that are malformed,
+not for the bot, from a blocked user, commands or too long are settled at once (offset advanced) so none blocks
+the ones behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import warnings
+from collections.abc import AsyncIterator
+from typing import Any
+
+from telegram import Bot, User
+from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError, TimedOut
+from telegram.request import HTTPXRequest
+
+from agenthost.channels.sdk import ChannelAdapter, ChannelContext, ChannelManifest, Limits, Pacer, deliver
+from agenthost.channels.telegram.sink import TelegramSink, _seconds
+from agenthost.channels.telegram.updates import Command, Ignore, Inbound, Where, classify
+from agenthost.channels.telegram.webhook import Webhook
+from agenthost.host import limits
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import errors
+from agenthost.protos import host_pb2 as hpb
+
+log = logging.getLogger(__name__)
+# getUpdates goes through do_api_request on purpose: the raw list lets one malformed update be skipped instead of
+# failing the whole batch in the library's parser.
+warnings.filterwarnings("ignore", message=r".*instead of 'Bot\.do_api_request\(\"getUpdates\"")
+
+CONFIG_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "token_key": {
+            "type": "string",
+            "default": "TELEGRAM_BOT_TOKEN",
+            "description": "name of the bot token in the host's key store (agenthost keys set NAME)",
+        },
+        "api_url": {"type": "string", "default": "https://api.telegram.org", "pattern": "^https?://"},
+        "allowed_users": {"type": "array", "items": {"type": "integer"}, "description": "only these user ids"},
+        "blocked_users": {"type": "array", "items": {"type": "integer"}},
+        "max_input_chars": {"type": "integer", "minimum": 1, "maximum": 200000, "default": 16000},
+        "poll_timeout": {"type": "integer", "minimum": 0, "maximum": 50, "default": 25},
+        "edit_interval": {"type": "number", "minimum": 0.05, "maximum": 10, "default": 1.0},
+        "streaming": {"type": "boolean", "default": True},
+        "mode": {"enum": ["polling", "webhook"], "default": "polling"},
+        "webhook_url": {"type": "string", "pattern": "^https?://", "description": "the public URL Telegram posts to"},
+        "webhook_listen": {"type": "string", "default": "127.0.0.1:8443", "pattern": "^[^:]*:[0-9]{1,5}$"},
+    },
+    "if": {"properties": {"mode": {"const": "webhook"}}, "required": ["mode"]},
+    "then": {"required": ["webhook_url"]},
+}
+
+MAX_UPLOAD_BYTES = 50 * 1024 * 1024  # the Bot API's limit for a file a bot sends
+GREETING = "Hi! Send me a message and I will answer. /new starts a fresh conversation."
+
+
+class TelegramAdapter(ChannelAdapter):
+    manifest = ChannelManifest(
+        name="telegram",
+        description="Telegram bots over the Bot API (long polling or a webhook): private chats, groups, topics",
+        config_schema=CONFIG_SCHEMA,
+        secret_settings=("token_key",),
+    )
+
+    async def run(self, ctx: ChannelContext) -> None:
+        cfg = {k: v.get("default") for k, v in CONFIG_SCHEMA["properties"].items()} | ctx.config
+        ctx.config.setdefault("token_key", cfg["token_key"])
+        self.ctx = ctx
+        self.cfg = cfg
+        self.allowed = set(cfg.get("allowed_users") or ())
+        self.blocked = set(cfg.get("blocked_users") or ())
+        api = str(cfg["api_url"]).rstrip("/")
+        poll = int(cfg["poll_timeout"])
+        self.bot = Bot(
+            ctx.secret("token_key"),
+            base_url=f"{api}/bot",
+            base_file_url=f"{api}/file/bot",
+            request=HTTPXRequest(connection_pool_size=32, read_timeout=20.0),
+            get_updates_request=HTTPXRequest(connection_pool_size=1, read_timeout=poll + 15.0),
+        )
+        self.pacer = Pacer(Limits(per_chat_interval=float(cfg["edit_interval"])))
+        self.deliveries: set[asyncio.Task[None]] = set()
+        async with self.bot:
+            self.me: User = self.bot.bot
+            webhook = None
+            if cfg["mode"] == "webhook":
+                webhook = Webhook(self._handle, str(cfg["webhook_listen"]))
+                await webhook.start()
+                await self.bot.set_webhook(
+                    str(cfg["webhook_url"]),
+                    secret_token=webhook.secret,
+                    max_connections=1,
+                    allowed_updates=["message"],
+                )
+            else:
+                await self.bot.delete_webhook()  # getUpdates is refused while a webhook is set
+            log.info("telegram adapter for @%s (bot %s): %s", self.me.username, ctx.bot, cfg["mode"])
+            await self._recover()
+            try:
+                if webhook is None:
+                    await self._poll(poll)
+                else:
+                    await ctx.stop.wait()
+            finally:
+                if webhook is not None:
+                    await webhook.stop()
+                if self.deliveries:
+                    await asyncio.wait(self.deliveries, timeout=2.0)
+                    for task in self.deliveries:
+                        task.cancel()
+
+    # ---- the loop ----
+
+    async def _poll(self, poll: int) -> None:
+        stop = asyncio.ensure_future(self.ctx.stop.wait())
+        try:
+            while not self.ctx.stop.is_set():
+                fetch = asyncio.ensure_future(
+                    self.bot.do_api_request(
+                        "getUpdates",
+                        api_kwargs={"offset": self.offset, "timeout": poll, "allowed_updates": ["message"]},
+                    )
+                )
+                await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
+                if not fetch.done():
+                    fetch.cancel()
+                    break
+                try:
+                    updates = fetch.result()
+                except RetryAfter as exc:
+                    await self._pause(_seconds(exc.retry_after))
+                    continue
+                except (TimedOut, NetworkError) as exc:
+                    log.warning("getUpdates failed, retrying: %r", exc)
+                    await self._pause(1.0)
+                    continue
+                if not isinstance(updates, list):
+                    log.warning("getUpdates answered a %s, not a list; skipped", type(updates).__name__)
+                    await self._pause(1.0)
+                    continue
+                for raw in updates:
+                    await self._handle(raw)
+        finally:
+            stop.cancel()
+
+    async def _pause(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self.ctx.stop.wait(), seconds)
+        except TimeoutError:
+            pass
+
+    @property
+    def offset(self) -> int:
+        return int(self.ctx.state.get("offset", 0))
+
+    def _settle(self, update_id: int) -> None:
+        """Update `update_id` is done with: never handle it again."""
+        if update_id >= self.offset:
+            self.ctx.state.save(offset=update_id + 1, inflight=None)
+
+    async def _handle(self, raw: Any) -> str:
+        """Handles one update; returns what became of it (the webhook answers Telegram by it)."""
+        update_id = raw.get("update_id") if isinstance(raw, dict) else None
+        if not isinstance(update_id, int) or isinstance(update_id, bool):
+            log.warning("skipped an update without an update_id")
+            return "malformed"
+        if update_id < self.offset:
+            log.info("update %d was already handled (redelivered); skipped", update_id)
+            return "duplicate"
+        try:
+            what = classify(raw, self.bot, self.me)
+        except Exception as exc:  # noqa: BLE001 — whatever the parser raises, the update is malformed
+            log.warning("update %d is malformed (%s: %s); skipped", update_id, type(exc).__name__, exc)
+            self._settle(update_id)
+            return "malformed"
+        if isinstance(what, Ignore):
+            log.info("update %d ignored: %s", update_id, what.reason)
+            self._settle(update_id)
+            return "ignored"
+        user_id = what.user.id
+        if user_id in self.blocked or (self.allowed and user_id not in self.allowed):
+            log.info("update %d ignored: user %d is not allowed to use this bot", update_id, user_id)
+            self._settle(update_id)
+            return "ignored"
+        if isinstance(what, Command):
+            self._settle(update_id)
+            await self._command(what)
+            return "command"
+        return await self._message(update_id, what)
+
+    async def _command(self, command: Command) -> None:
+        sink = TelegramSink(self.bot, self.pacer, command.where, reply_to=command.message_id)
+        try:
+            if command.name == "new":
+                generations = dict(self.ctx.state.get("generations", {}))
+                base = command.where.base_conversation
+                generations[base] = int(generations.get(base, 0)) + 1
+                self.ctx.state.save(generations=generations)
+                await sink.notice("🆕 Started a new conversation.")
+            else:
+                await sink.notice(GREETING)
+        except TelegramError as exc:
+            log.warning("could not answer /%s: %r", command.name, exc)
+
+    def _conversation(self, where: Where) -> str:
+        base = where.base_conversation
+        generation = int(self.ctx.state.get("generations", {}).get(base, 0))
+        return f"{base}#{generation}" if generation else base
+
+    async def _message(self, update_id: int, inbound: Inbound) -> str:
+        sink = TelegramSink(
+            self.bot, self.pacer, inbound.where, reply_to=inbound.message_id, fetch_artifact=self._fetch_artifact
+        )
+        limit = int(self.cfg["max_input_chars"])
+        if len(inbound.text) > limit:
+            self._settle(update_id)
+            await self._notice(
+                sink, f"⚠️ That message is too long ({len(inbound.text)} characters; the limit is {limit})."
+            )
+            return "refused"
+        conversation = self._conversation(inbound.where)
+        user = inbound.user
+        request = self.ctx.request(
+            conversation,
+            inbound.text,
+            actor=pb.Actor(actor_type="user", actor_id=f"tg:{user.id}", display_name=user.full_name),
+            data={
+                "telegram": {
+                    "update_id": update_id,
+                    "chat_id": inbound.where.chat_id,
+                    "message_id": inbound.message_id,
+                    "thread_id": inbound.where.thread_id,
+                    "username": user.username,
+                }
+            },
+            **await self._attachments(inbound, sink),
+        )
+        where = _where_json(inbound.where, inbound.message_id)
+        # Durable before the host sees it: a crash from here on is resolved by _recover.
+        self.ctx.state.save(
+            offset=update_id,
+            inflight={"update_id": update_id, "conversation": conversation, "at": time.time(), "where": where},
+        )
+        accepted = asyncio.get_running_loop().create_future()
+        run_id = ""
+
+        async def started(run: hpb.RunInfo) -> None:
+            nonlocal run_id
+            run_id = run.run_id
+            # One write: the update is settled and its reply owed, so a crash mid-reply is finished after restart.
+            pending = {**self.ctx.state.get("pending", {}), run.run_id: where}
+            self.ctx.state.save(offset=max(self.offset, update_id + 1), inflight=None, pending=pending)
+            if not accepted.done():
+                accepted.set_result(run.run_id)
+
+        async def reply() -> None:
+            try:
+                await sink.typing()
+                await deliver(self.ctx.send(request), sink, streaming=bool(self.cfg["streaming"]), on_started=started)
+            except Exception as exc:
+                if _transient(exc):
+                    # Telegram unreachable: the reply stays owed, and a restart delivers it from the run's record.
+                    log.warning("delivering the reply to update %d failed: %r", update_id, exc)
+                else:
+                    # Telegram refused (the user blocked the bot, the chat is gone, …): trying again cannot help.
+                    log.exception("delivering the reply to update %d failed", update_id)
+                    self._delivered(run_id)
+            else:
+                self._delivered(run_id)
+            finally:
+                if not accepted.done():
+                    # Refused by the host (the user was told) or failed before a run existed: nothing to redo.
+                    self._settle(update_id)
+                    accepted.set_result(None)
+
+        task = asyncio.create_task(reply(), name=f"reply:{update_id}")
+        self.deliveries.add(task)
+        task.add_done_callback(self.deliveries.discard)
+        # One update at a time until the host has it (cheap): the offset only ever moves forward in order, and runs
+        # of one chat reach the host in the order they were written. Replies stream concurrently.
+        return "sent" if await accepted else "refused"
+
+    async def _notice(self, sink: TelegramSink, line: str) -> None:
+        try:
+            await sink.notice(line)
+        except TelegramError as exc:
+            log.warning("could not send a notice: %r", exc)
+
+    async def _attachments(self, inbound: Inbound, sink: TelegramSink) -> dict[str, Any]:
+        """Photos and documents become the message's attachments (the host stores them as artifacts). A file over
+        the host's limit, or one Telegram cannot hand over, is left out and the user told in one line."""
+        if not (inbound.photos or inbound.documents):
+            return {}
+        # Images are typed by the host from their bytes (Telegram's label could disagree with them).
+        files = [(fid, size, "photo.jpg", "") for fid, size in inbound.photos]
+        files += [
+            (fid, size, name, "" if mime.startswith("image/") else mime) for fid, size, name, mime in inbound.documents
+        ]
+        out: list[hpb.Attachment] = []
+        total = 0
+        for file_id, size, name, mime in files[: limits.ATTACHMENTS_MAX_PER_MESSAGE]:
+            if size > limits.ATTACHMENT_MAX_BYTES or total + size > limits.ATTACHMENTS_MAX_BYTES_PER_MESSAGE:
+                await self._notice(sink, f"⚠️ {name} is too large ({size} bytes); it was not sent to the bot.")
+                continue
+            try:
+                tg_file = await self.bot.get_file(file_id)
+                data = bytes(await tg_file.download_as_bytearray())
+            except TelegramError as exc:
+                log.warning("could not fetch file %s: %r", file_id, exc)
+                await self._notice(sink, f"⚠️ Could not fetch {name} from Telegram; it was not sent to the bot.")
+                continue
+            if len(data) > limits.ATTACHMENT_MAX_BYTES:
+                await self._notice(sink, f"⚠️ {name} is too large ({len(data)} bytes); it was not sent to the bot.")
+                continue
+            total += len(data)
+            out.append(hpb.Attachment(name=name, mime_type=mime, data=data))
+        if len(files) > limits.ATTACHMENTS_MAX_PER_MESSAGE:
+            await self._notice(sink, f"⚠️ Only the first {limits.ATTACHMENTS_MAX_PER_MESSAGE} files were sent.")
+        return {"attachments": out} if out else {}
+
+    async def _fetch_artifact(self, ref: pb.ArtifactRef) -> bytes | None:
+        return await self.ctx.read_artifact(ref.run_id, ref.artifact_id, MAX_UPLOAD_BYTES)
+
+    # ---- recovery ----
+
+    def _delivered(self, run_id: str) -> None:
+        pending = dict(self.ctx.state.get("pending", {}))
+        if pending.pop(run_id, None) is not None:
+            self.ctx.state.save(pending=pending)
+
+    async def _finish(self, run_id: str, where: dict[str, Any]) -> None:
+        """Delivers the reply of a run whose delivery a previous process did not finish: its final text, whole."""
+        sink = TelegramSink(
+            self.bot,
+            self.pacer,
+            Where(int(where["chat_id"]), where.get("thread_id"), bool(where.get("group"))),
+            reply_to=where.get("reply_to"),
+            fetch_artifact=self._fetch_artifact,
+        )
+        try:
+            while True:
+                run = await self.ctx.host.call("GetRun", hpb.RunRequestById(run_id=run_id))
+                if run.status not in ("queued", "running"):
+                    break
+                await self._pause(1.0)  # no stream to rejoin for a run already under way: its status is polled
+                if self.ctx.stop.is_set():
+                    return
+            replayed = _replies_of(run)
+            await deliver(replayed, sink, streaming=False)
+            log.info("delivered the reply of run %s after a restart", run_id)
+        except errors.NotFound:
+            log.warning("run %s is gone; its reply cannot be delivered", run_id)
+        except (errors.AgentHostError, TelegramError) as exc:
+            if _transient(exc):
+                log.warning("could not deliver the reply of run %s after a restart (kept): %r", run_id, exc)
+                return
+            log.warning("could not deliver the reply of run %s after a restart: %r", run_id, exc)
+        self._delivered(run_id)
+
+    async def _recover(self) -> None:
+        """Settles a message that was in flight when the previous process died (see the module docstring)."""
+        inflight = self.ctx.state.get("inflight")
+        if isinstance(inflight, dict):
+            await self._recover_inflight(inflight)
+        for run_id, where in dict(self.ctx.state.get("pending", {})).items():
+            if not isinstance(where, dict) or not isinstance(where.get("chat_id"), int):
+                log.warning("run %s is owed a reply to an unknown chat; dropped", run_id)
+                self._delivered(run_id)
+                continue
+            task = asyncio.create_task(self._finish(run_id, where), name=f"finish:{run_id}")
+            self.deliveries.add(task)
+            task.add_done_callback(self.deliveries.discard)
+
+    async def _recover_inflight(self, inflight: dict[str, Any]) -> None:
+        update_id = int(inflight["update_id"])
+        try:
+            runs = await self.ctx.runs(str(inflight["conversation"]), limit=20)
+        except errors.AgentHostError as exc:
+            raise RuntimeError(f"cannot tell whether update {update_id} reached the host: {exc}") from None
+        # The host and this process share a clock; a second of slack covers the record being written first.
+        taken = [r for r in runs if r.created_at >= float(inflight["at"]) - 1.0]
+        if taken:
+            run = taken[-1]  # newest first: the earliest run since the record
+            log.info("update %d had reached the host before a restart (run %s); not sent again", update_id, run.run_id)
+            pending = {**self.ctx.state.get("pending", {}), run.run_id: inflight.get("where")}
+            self.ctx.state.save(offset=max(self.offset, update_id + 1), inflight=None, pending=pending)
+        else:
+            log.info("update %d had not reached the host before a restart; Telegram will deliver it again", update_id)
+            self.ctx.state.save(inflight=None)
+
+
+def _where_json(where: Where, reply_to: int) -> dict[str, Any]:
+    return {"chat_id": where.chat_id, "thread_id": where.thread_id, "group": where.group, "reply_to": reply_to}
+
+
+async def _replies_of(run: hpb.RunInfo) -> AsyncIterator[hpb.SendMessageReply]:
+    """A finished run as the stream `deliver` reads (its final text and outcome; no deltas)."""
+    yield hpb.SendMessageReply(run_started=run)
+    yield hpb.SendMessageReply(run_finished=run)
+
+
+def _transient(exc: BaseException) -> bool:
+    """Telegram or the host unreachable for now (worth trying again later), as against a refusal."""
+    if isinstance(exc, BadRequest | Forbidden):  # python-telegram-bot files BadRequest under NetworkError
+        return False
+    return isinstance(exc, TimedOut | NetworkError | errors.Unavailable)

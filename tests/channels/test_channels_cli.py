@@ -1,0 +1,73 @@
+"""`agenthost channels add|list|remove` as a user runs them (a real CLI process against a real host), and the
+settings the host refuses: secrets in the config, keys it does not have, unknown adapters, bad settings."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from conftest import World
+
+from agenthost.host.channels import PROCESS_PREFIX
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+async def cli(world: World, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTHOST")}
+    env["AGENTHOST_HOME"] = str(world.host.data_dir)
+    argv = [sys.executable, "-m", "agenthost.host.cli", *args]
+    return await asyncio.to_thread(subprocess.run, argv, env=env, capture_output=True, text=True, timeout=90)
+
+
+async def test_add_list_remove(world: World) -> None:
+    config = json.dumps({"api_url": world.fake.url, "poll_timeout": 1})
+    added = await cli(world, "channels", "add", "support", "telegram", "--name", "tg", "--config", config)
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.startswith("channel tg: agenthost/telegram for bot ")
+    await world.ready()
+    listed = await cli(world, "channels", "list", "--json")
+    (info,) = json.loads(listed.stdout)
+    assert (info["name"], info["adapter"], info["state"], info["keys"]) == (
+        "tg",
+        "agenthost/telegram",
+        "ready",
+        ["TELEGRAM_BOT_TOKEN"],
+    )
+    assert "123456:" not in listed.stdout  # the token is a key's value: never shown
+    busy = await cli(world, "bots", "delete", "support")
+    assert busy.returncode == 1 and "channels ['tg'] connect bot support; remove them first" in busy.stderr
+    again = await cli(world, "channels", "add", "support", "telegram", "--name", "tg")
+    assert again.returncode == 1 and "ALREADY_EXISTS" in again.stderr
+    removed = await cli(world, "channels", "remove", "tg")
+    assert removed.returncode == 0 and removed.stdout.strip() == "removed channel tg"
+    assert PROCESS_PREFIX + "tg" not in world.host.supervisor.processes
+    assert json.loads((await cli(world, "channels", "list", "--json")).stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--config", '{"bot_token": "123:abc"}'], "INVALID_ARGUMENT"),  # refused by the schema or as a secret
+        (["--config", '{"token_key": "NOT_SET"}'], "the binding names key(s) ['NOT_SET']"),
+        (["--config", '{"poll_timeout": 900}'], "poll_timeout: 900 is greater than the maximum of 50"),
+        (["--config", "[1]"], "config must be a JSON object"),
+        (["--name", "Bad Name"], "channel name"),
+    ],
+)
+async def test_bad_settings_are_refused(world: World, args: list[str], error: str) -> None:
+    proc = await cli(world, "channels", "add", "support", "telegram", *args)
+    assert proc.returncode == 1 and error in proc.stderr, proc.stderr
+    assert not world.host.channels.list()
+
+
+async def test_unknown_adapter_and_bot(world: World) -> Any:
+    proc = await cli(world, "channels", "add", "support", "agenthost/whatsapp")
+    assert proc.returncode == 1 and "has no channel adapter 'whatsapp'" in proc.stderr
+    proc = await cli(world, "channels", "add", "nobody", "telegram")
+    assert proc.returncode == 1 and "no bot 'nobody'" in proc.stderr
