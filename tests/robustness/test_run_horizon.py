@@ -73,6 +73,7 @@ class Recorder(Runner):
     async def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
         api = run.api
         pages = await _walk(api, "")
+        assert await _walk(api, "", "forward") == pages, "forward and backward pages differ"
         ctx = run.context.context
         from_latest = await _walk(api, ctx.latest_cursor) if ctx.latest_cursor else []
         found = await api.history_search(WORD, top_k=50)
@@ -106,13 +107,15 @@ class Recorder(Runner):
         yield events.message(f"{WORD} second reply to {run.text}")
 
 
-async def _walk(api, cursor: str) -> list[tuple[int, str, str, str]]:
+async def _walk(api, cursor: str, direction: str = "backward") -> list[tuple[int, str, str, str]]:
+    """Every item from `cursor` on, oldest first."""
     items = []
     while True:
-        page = await api.history_page(cursor=cursor, limit=2)  # small pages: the filter must hold across cursors
+        # small pages: the filter must hold across cursors
+        page = await api.history_page(cursor=cursor, limit=2, direction=direction)
         items += [(i.seq, i.role, i.text, i.event_id) for i in page.items]
         if not page.has_more:
-            return list(reversed(items))
+            return items if direction == "forward" else list(reversed(items))
         cursor = page.next_cursor
 
 
