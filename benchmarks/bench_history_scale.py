@@ -94,10 +94,12 @@ def _grow(conn, bot_id: str, start: int, stop: int, rare_every: int) -> None:  #
         " created_at) VALUES (?,?,?,?,?,?,?,?,?)",
         ev_rows,
     )
+    # Each item carries its event's seq, as the host writes them (the run API filters on it).
     conn.executemany(
         "INSERT INTO transcript(item_id, bot_id, conversation_id, run_id, event_id, role, item_type, text, data_json,"
-        " tool_call_id, tool_name, is_error, attachments_json, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        tr_rows,
+        " tool_call_id, tool_name, is_error, attachments_json, created_at, event_seq)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,(SELECT seq FROM events WHERE event_id = ?))",
+        [(*row, row[4]) for row in tr_rows],
     )
 
 
@@ -138,6 +140,8 @@ async def measure(sizes: list[int], samples: int, work: Path, out=print) -> list
                     "SELECT MIN(seq), MAX(seq) FROM events WHERE bot_id = ? AND conversation_id = ?",
                     (bot_id, CONVERSATION),
                 )
+                # The parked run reads as if it answered the newest message: everything grown is in its view.
+                h.host.grants.get(run.run_id).event_seq = ev[1]
                 mid_cursor = conv.cursors.encode("history", scope, (count[1] + count[2]) // 2)
                 ev_cursor = conv.cursors.encode("events", scope, (ev[0] + ev[1]) // 2)
                 rid = run.run_id
@@ -155,16 +159,29 @@ async def measure(sizes: list[int], samples: int, work: Path, out=print) -> list
                     ),
                 }
                 calls = {name: functools.partial(method, req, metadata=md) for name, (method, req) in requests.items()}
-                page = functools.partial(conv.page_history, bot_id, CONVERSATION, limit=50)
+                page = functools.partial(conv.page_history, bot_id, CONVERSATION, limit=50, through_event=ev[1])
                 stores = {
                     "newest page": functools.partial(page, cursor="", forward=False),
                     "deep page": functools.partial(page, cursor=mid_cursor, forward=False),
                     "oldest page": functools.partial(page, cursor="", forward=True),
                     "events deep": functools.partial(
-                        conv.page_events, bot_id, CONVERSATION, cursor=ev_cursor, forward=True, limit=50
+                        conv.page_events,
+                        bot_id,
+                        CONVERSATION,
+                        cursor=ev_cursor,
+                        forward=True,
+                        limit=50,
+                        through_event=ev[1],
                     ),
                     "search rare": functools.partial(
-                        conv.search, bot_id, CONVERSATION, "zanzibar", roles=[], item_types=[], top_k=10
+                        conv.search,
+                        bot_id,
+                        CONVERSATION,
+                        "zanzibar",
+                        roles=[],
+                        item_types=[],
+                        top_k=10,
+                        through_event=ev[1],
                     ),
                 }
                 row: dict[str, object] = {"size": count[0], "seed_s": seed_s}

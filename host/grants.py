@@ -75,6 +75,9 @@ class ActiveRun:
     tool_token_hash: str = ""
     finished: bool = False
     scope_keys: dict[str, str] = field(default_factory=dict)
+    # The seq of the event this run answers. Its own conversation is read as of that event: what belongs to events
+    # recorded after it (messages queued behind this run) is its future and is not shown. 0: no such bound.
+    event_seq: int = 0
 
     def __post_init__(self) -> None:
         # Conversation and actor state belong to the runner serving them: another runner bound to the same bot
@@ -95,6 +98,12 @@ class ActiveRun:
         if name not in self.grant.state_scopes:
             raise PermissionDenied(f"state scope {name!r} is not granted to this run")
         return self.scope_keys[name]
+
+    def horizon(self, conversation_id: str) -> int | None:
+        """The newest event seq of `conversation_id` this run may see (its own conversation only); None: all."""
+        if self.event_seq and conversation_id == self.conversation_id:
+            return self.event_seq
+        return None
 
     def conversation(self, requested: str) -> str:
         """The conversation a read may touch: the run's own, or one the binding grants across conversations."""

@@ -250,7 +250,12 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         conversation = run.conversation(request.conversation_id)
         limit = _limit(request.limit, 50, MAX_PAGE, "limit")
         page = self.conversations.page_history(
-            run.bot_id, conversation, cursor=request.cursor, forward=_forward(request.direction), limit=limit
+            run.bot_id,
+            conversation,
+            cursor=request.cursor,
+            forward=_forward(request.direction),
+            limit=limit,
+            through_event=run.horizon(conversation),
         )
         return api.HistoryPageResponse(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
 
@@ -269,6 +274,7 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             roles=list(request.roles),
             item_types=list(request.item_types),
             top_k=top_k,
+            through_event=run.horizon(conversation),
         )
         return api.HistorySearchResponse(items=items)
 
@@ -281,6 +287,9 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             raise errors.NotFound(f"no event {request.event_id!r}")
         if not run.may_read(event.bot_id, event.conversation_id):
             raise errors.PermissionDenied("that event belongs to a conversation this run may not read")
+        horizon = run.horizon(event.conversation_id)
+        if horizon is not None and event.seq > horizon:
+            raise errors.NotFound(f"no event {request.event_id!r}")  # queued behind this run: its future
         return event
 
     @_run_scoped
@@ -296,6 +305,7 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             forward=_forward(request.direction),
             limit=limit,
             event_types=list(request.event_types),
+            through_event=run.horizon(conversation),
         )
         return api.EventPageResponse(events=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
 

@@ -32,8 +32,10 @@ class ContextBuilder:
         event: pb.EventRecord,
         actor: pb.Actor,
     ) -> runner_pb2.AgentRunContext:
-        count, latest = self.conversations.history_stats(bot.bot_id, run.conversation_id)
-        bootstrap, inline = self._bootstrap(manifest, bot.bot_id, run.conversation_id, count)
+        # As of the run's own event: messages queued behind it are already recorded but are its future.
+        horizon = run.horizon(run.conversation_id)
+        count, latest = self.conversations.history_stats(bot.bot_id, run.conversation_id, horizon)
+        bootstrap, inline = self._bootstrap(manifest, bot.bot_id, run.conversation_id, count, horizon)
         ctx = runner_pb2.AgentRunContext(
             run_id=run.run_id,
             trigger=runner_pb2.Trigger(type=event.event_type, source=event.source, timestamp=event.created_at),
@@ -76,13 +78,13 @@ class ContextBuilder:
         return ctx
 
     def _bootstrap(
-        self, manifest: RunnerManifest, bot_id: str, conversation_id: str, count: int
+        self, manifest: RunnerManifest, bot_id: str, conversation_id: str, count: int, horizon: int | None
     ) -> tuple[list[pb.TranscriptItem], runner_pb2.InlinePolicy]:
         needs = manifest.context
         mode = needs.bootstrap
         if mode in ("none", "current_event") or needs.max_inline_events == 0:
             return [], runner_pb2.InlinePolicy(mode=mode, source_total_count=count, complete=count <= 1)
-        tail = self.conversations.recent(bot_id, conversation_id, needs.max_inline_events)
+        tail = self.conversations.recent(bot_id, conversation_id, needs.max_inline_events, horizon)
         if mode == "summary_tail":
             cut = max((i for i, item in enumerate(tail) if item.item_type == "compaction"), default=-1)
             if cut > 0:

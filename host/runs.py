@@ -606,6 +606,7 @@ class RunManager:
                 deadline_at=info.deadline_at,
                 token_hash=hash_secret(token),
                 tool_token_hash=hash_secret(tool_token),
+                event_seq=event.seq,
             )
             self.grants.activate(st.active)
             context = self.contexts.build(st.active, bot, binding, manifest, event, actor)

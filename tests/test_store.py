@@ -150,3 +150,39 @@ async def test_conversation_stats_follow_the_transcript_and_survive_migration(tm
     assert conv.history_stats("b", "other") == (0, "")
     assert conv.list_conversations("b")[0][:2] == ("c", 4)
     await db.close()
+
+
+async def test_transcript_items_learn_their_turn_on_migration(tmp_path):
+    """Rows written before v8 get the seq of their event (0 when it is unknown, which every run sees), so a run
+    reading as of its event (ActiveRun.horizon) leaves out older rows of later turns too."""
+    from agenthost.host.store import migrations
+    from agenthost.host.store.conversations import Conversations
+
+    path = tmp_path / "t.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("BEGIN")
+    for script in MIGRATIONS[:7]:
+        for statement in migrations._statements(script):
+            conn.execute(statement)
+    conn.execute("PRAGMA user_version = 7")
+    conn.execute("COMMIT")
+    for n in (1, 2):
+        conn.execute(
+            "INSERT INTO events(event_id, bot_id, conversation_id, event_type, source, actor_json, text, data_json,"
+            f" created_at) VALUES ('e{n}','b','c','message.received','api','{{}}','m{n}','{{}}',1.0)"
+        )
+    for item, event in (("i1", "e1"), ("i2", "e2"), ("i3", "gone")):
+        conn.execute(
+            "INSERT INTO transcript(item_id, bot_id, conversation_id, run_id, event_id, role, item_type, text,"
+            " data_json, tool_call_id, tool_name, is_error, attachments_json, created_at) VALUES"
+            f" ('{item}','b','c','r','{event}','user','message','{item}','{{}}','','',0,'[]',1.0)"
+        )
+    conn.close()
+    db = Database(path)
+    await db.open()
+    conv = Conversations(db, CursorCodec(b"k" * 32))
+    seen = conv.page_history("b", "c", cursor="", forward=True, limit=10, through_event=1).items
+    assert [i.text for i in seen] == ["i1", "i3"]
+    assert conv.history_stats("b", "c", 1)[0] == 2
+    assert [i.text for i in conv.page_history("b", "c", cursor="", forward=True, limit=10).items] == ["i1", "i2", "i3"]
+    await db.close()

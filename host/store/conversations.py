@@ -175,13 +175,26 @@ class Conversations:
         forward: bool,
         limit: int,
         event_types: Sequence[str] = (),
+        through_event: int | None = None,
     ) -> Page:
+        """`through_event`: only events up to that seq (a run's view of its own conversation; see ActiveRun)."""
         scope = conversation_scope(bot_id, conversation_id)
         where = ["bot_id = ?", "conversation_id = ?"]
         params: list[object] = [bot_id, conversation_id]
+        after = before = None  # bounds on seq, exclusive
         if cursor:
-            where.append("seq > ?" if forward else "seq < ?")
-            params.append(self.cursors.decode("events", scope, cursor))
+            position = self.cursors.decode("events", scope, cursor)
+            after, before = (position, None) if forward else (None, position)
+        if through_event is not None:
+            # One upper bound, not two: given `seq <= a AND seq < b` SQLite ranges the index on the first and
+            # filters the second, walking every event between them.
+            before = through_event + 1 if before is None else min(before, through_event + 1)
+        if after is not None:
+            where.append("seq > ?")
+            params.append(after)
+        if before is not None:
+            where.append("seq < ?")
+            params.append(before)
         if event_types:
             where.append(f"event_type IN ({','.join('?' * len(event_types))})")
             params.extend(event_types)
@@ -208,10 +221,13 @@ class Conversations:
         items: Iterable[NewItem],
     ) -> None:
         now = time.time()
+        # The turn the items belong to (see migration _V8): one lookup by the events' unique index per call.
+        found = conn.execute("SELECT seq FROM events WHERE event_id = ?", (event_id,)).fetchone()
+        event_seq = found[0] if found else 0
         conn.executemany(
             "INSERT INTO transcript(item_id, bot_id, conversation_id, run_id, event_id, role, item_type, text,"
-            " data_json, tool_call_id, tool_name, is_error, attachments_json, created_at)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " data_json, tool_call_id, tool_name, is_error, attachments_json, created_at, event_seq)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [
                 (
                     f"it_{uuid.uuid4().hex}",
@@ -228,6 +244,7 @@ class Conversations:
                     int(it.is_error),
                     refs_to_json(it.attachments),
                     now,
+                    event_seq,
                 )
                 for it in items
             ],
@@ -254,17 +271,32 @@ class Conversations:
             cursor=cursor_of(row[0]),
         )
 
-    def page_history(self, bot_id: str, conversation_id: str, *, cursor: str, forward: bool, limit: int) -> Page:
+    def page_history(
+        self,
+        bot_id: str,
+        conversation_id: str,
+        *,
+        cursor: str,
+        forward: bool,
+        limit: int,
+        through_event: int | None = None,
+    ) -> Page:
+        """A page in seq order. `through_event`: only items of turns up to that event seq (a run's view of its own
+        conversation, without the messages queued behind it; see ActiveRun.horizon). Those are at most the
+        conversation's queued messages, so the filter rejects few rows of the seq index it walks."""
         scope = conversation_scope(bot_id, conversation_id)
         params: list[object] = [bot_id, conversation_id]
         bound = ""
         if cursor:
             bound = " AND seq > ?" if forward else " AND seq < ?"
             params.append(self.cursors.decode("history", scope, cursor))
+        if through_event is not None:
+            bound += " AND event_seq <= ?"
+            params.append(through_event)
         order = "ASC" if forward else "DESC"
         rows = self.db.query_tuples(
-            f"SELECT {_ITEM_COLUMNS} FROM transcript WHERE bot_id = ? AND conversation_id = ?{bound}"
-            f" ORDER BY seq {order} LIMIT ?",
+            f"SELECT {_ITEM_COLUMNS} FROM transcript INDEXED BY transcript_conversation"
+            f" WHERE bot_id = ? AND conversation_id = ?{bound} ORDER BY seq {order} LIMIT ?",
             (*params, limit + 1),
         )
         kept, cut = _within_budget(rows, limit)
@@ -282,6 +314,7 @@ class Conversations:
         roles: Sequence[str],
         item_types: Sequence[str],
         top_k: int,
+        through_event: int | None = None,
     ) -> list[pb.TranscriptItem]:
         # Each whitespace-separated word becomes a quoted FTS5 phrase: user text is never parsed as FTS syntax.
         # NUL would end the FTS5 query string inside SQLite's C code (an "unterminated string" error), so it
@@ -297,29 +330,56 @@ class Conversations:
         if item_types:
             where.append(f"t.item_type IN ({','.join('?' * len(item_types))})")
             params.extend(item_types)
+        if through_event is not None:
+            where.append("t.event_seq <= ?")
+            params.append(through_event)
         rows = self.db.query_tuples(
-            f"SELECT {_ITEM_COLUMNS_OF_T} FROM transcript_fts JOIN transcript t ON t.seq = transcript_fts.rowid"
+            # NOT INDEXED: rows are fetched by rowid for each match; with the event_seq bound SQLite would otherwise
+            # walk transcript_turn over the whole conversation and probe the FTS index per row.
+            f"SELECT {_ITEM_COLUMNS_OF_T} FROM transcript_fts JOIN transcript t NOT INDEXED"
+            " ON t.seq = transcript_fts.rowid"
             f" WHERE {' AND '.join(where)} ORDER BY bm25(transcript_fts) LIMIT ?",
             (*params, top_k),
         )
         cursor_of = self._cursor_encoder("history", bot_id, conversation_id)
         return [self._item(r, cursor_of) for r in _within_budget(rows, top_k)[0]]
 
-    def history_stats(self, bot_id: str, conversation_id: str) -> tuple[int, str]:
-        """(item count, cursor of the newest item) — what ContextAccess tells a runner."""
+    def history_stats(self, bot_id: str, conversation_id: str, through_event: int | None = None) -> tuple[int, str]:
+        """(item count, cursor of the newest item) — what ContextAccess tells a runner; with `through_event`, of
+        the items up to that event (see page_history): the stats row less the few items of later turns."""
         row = self.db.query_one(
             "SELECT item_count, last_seq FROM conversation_stats WHERE bot_id = ? AND conversation_id = ?",
             (bot_id, conversation_id),
         )
         if row is None:
             return 0, ""
-        return row[0], self.cursors.encode("history", conversation_scope(bot_id, conversation_id), row[1])
+        count, last_seq = row[0], row[1]
+        if through_event is not None:
+            later = self.db.query_one(
+                "SELECT COUNT(*) FROM transcript INDEXED BY transcript_turn"
+                " WHERE bot_id = ? AND conversation_id = ? AND event_seq > ?",
+                (bot_id, conversation_id, through_event),
+            )[0]
+            if later:
+                count -= later
+                newest = self.db.query_one(
+                    "SELECT seq FROM transcript INDEXED BY transcript_conversation"
+                    " WHERE bot_id = ? AND conversation_id = ? AND event_seq <= ? ORDER BY seq DESC LIMIT 1",
+                    (bot_id, conversation_id, through_event),
+                )
+                if newest is None:
+                    return 0, ""
+                last_seq = newest[0]
+        return count, self.cursors.encode("history", conversation_scope(bot_id, conversation_id), last_seq)
 
-    def recent(self, bot_id: str, conversation_id: str, limit: int) -> list[pb.TranscriptItem]:
+    def recent(
+        self, bot_id: str, conversation_id: str, limit: int, through_event: int | None = None
+    ) -> list[pb.TranscriptItem]:
+        bound, params = ("", ()) if through_event is None else (" AND event_seq <= ?", (through_event,))
         rows = self.db.query_tuples(
-            f"SELECT {_ITEM_COLUMNS} FROM transcript WHERE bot_id = ? AND conversation_id = ?"
-            " ORDER BY seq DESC LIMIT ?",
-            (bot_id, conversation_id, limit),
+            f"SELECT {_ITEM_COLUMNS} FROM transcript INDEXED BY transcript_conversation"
+            f" WHERE bot_id = ? AND conversation_id = ?{bound} ORDER BY seq DESC LIMIT ?",
+            (bot_id, conversation_id, *params, limit),
         )
         cursor_of = self._cursor_encoder("history", bot_id, conversation_id)
         return [self._item(r, cursor_of) for r in reversed(rows)]

@@ -294,7 +294,17 @@ ALTER TABLE runs ADD COLUMN parent_run_id TEXT NOT NULL DEFAULT '';
 CREATE INDEX runs_parent ON runs(parent_run_id, created_at) WHERE parent_run_id != '';
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
+# Each transcript item carries the seq of the event whose turn it belongs to (its run's event), so a run reads its
+# conversation as of its own event (host/run_api.py): a message queued behind it is recorded when it arrives, but
+# is the run's future. Items of unknown events get 0 (visible to every run). The index serves counting what lies
+# past a run's event; pages keep scanning transcript_conversation (pinned with INDEXED BY).
+_V8 = """
+ALTER TABLE transcript ADD COLUMN event_seq INTEGER NOT NULL DEFAULT 0;
+UPDATE transcript SET event_seq = COALESCE((SELECT e.seq FROM events e WHERE e.event_id = transcript.event_id), 0);
+CREATE INDEX transcript_turn ON transcript(bot_id, conversation_id, event_seq);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
 
 
 def migrate(conn: sqlite3.Connection) -> int:

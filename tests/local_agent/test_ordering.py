@@ -151,9 +151,11 @@ class Outcome:
     statuses: dict[str, str] = field(default_factory=dict)
 
 
-async def play(root: Path, bursts: list[list[Message]]) -> Outcome:
+async def play(root: Path, bursts: list[list[Message]], spacing: float = 0.0) -> Outcome:
     """Sends each burst at once (all its messages recorded by the host before any is answered), one burst after
-    the other finishing, and returns what the host recorded and what the model was asked."""
+    the other finishing, and returns what the host recorded and what the model was asked. With `spacing`, a
+    burst's messages go out that many seconds apart instead and the model answers at once, so a message may
+    arrive before, during or after the run ahead of it (the assertions hold for every such timing)."""
     labels = [
         [f"m{b}.{i}" + ("!tool" if msg.tool else "") for i, msg in enumerate(burst)] for b, burst in enumerate(bursts)
     ]
@@ -167,7 +169,8 @@ async def play(root: Path, bursts: list[list[Message]]) -> Outcome:
         config = {"model": "vllm/m", "base_url": model.url + "/v1", "context_window": 32_000, "max_retries": 1}
         async with HostHarness(root, runners=[CrashingAgent], config=config) as h:
             for names in labels:
-                model.gate.clear()
+                if not spacing:
+                    model.gate.clear()
                 recorded = [asyncio.Event() for _ in names]
 
                 async def send(text: str, seen: asyncio.Event) -> hpb.RunInfo:
@@ -181,7 +184,11 @@ async def play(root: Path, bursts: list[list[Message]]) -> Outcome:
                     assert finished is not None
                     return finished
 
-                tasks = [asyncio.create_task(send(n, e)) for n, e in zip(names, recorded, strict=True)]
+                tasks = []
+                for n, e in zip(names, recorded, strict=True):
+                    if tasks and spacing:
+                        await asyncio.sleep(spacing)  # the arrival pattern under test, not a wait for a condition
+                    tasks.append(asyncio.create_task(send(n, e)))
                 try:
                     await asyncio.wait_for(asyncio.gather(*(e.wait() for e in recorded)), 15)
                 finally:
@@ -238,6 +245,19 @@ async def test_burst_into_a_new_conversation(tmp_path: Path) -> None:
     check(outcome)
     first = shape(outcome.requests[0].json()["messages"])
     assert first == [("user", outcome.order[0])]
+
+
+async def test_messages_50ms_apart_see_nothing_after_their_own(tmp_path: Path) -> None:
+    """Three messages 50 ms apart into a fresh conversation: the request answering m_k holds m_1..m_k and the
+    replies to m_1..m_(k-1), in order, each once, and no message sent after m_k."""
+    outcome = await play(tmp_path, [[Message(False, "none")] * 3], spacing=0.05)
+    check(outcome)
+    assert len(outcome.requests) == 3
+    for request in outcome.requests:
+        got = shape(request.json()["messages"])
+        k = outcome.order.index(got[-1][1])
+        assert not {label for _, label in got} & set(outcome.order[k + 1 :])
+        assert [c for role, c in got if role == "user"] == outcome.order[: k + 1]
 
 
 async def test_rebuild_after_a_burst_reorders_the_interleaved_transcript(tmp_path: Path) -> None:

@@ -1,0 +1,298 @@
+"""A run reads its conversation as of the message it answers, through a real host.
+
+The host records a message when it arrives, so while run R (answering m1) executes, m2 and m3 queued behind it
+are already in the transcript. They are R's future: HistoryPage, HistorySearch, EventPage, EventGet, the inline
+bootstrap, latest_cursor and transcript_count must all leave them out, while R's own message and every earlier
+message and reply stay, each once, in the order the host recorded them. Arrival orders are drawn by hypothesis;
+every wait is on an event (a run starting, a reply being recorded, a run finishing), never a sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import tempfile
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agenthost.host.client import HostClient
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import errors
+from agenthost.protos import host_pb2 as hpb
+from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
+from agenthost.runners.sdk.testing import HostHarness
+
+pytestmark = [pytest.mark.timeout(300)]
+CONVERSATION = "horizon"
+WORD = "zebra"  # in every message and reply, so a search for it finds the whole visible transcript
+
+
+@dataclass
+class View:
+    """What one run was shown of its conversation when it started."""
+
+    text: str
+    event_seq: int
+    pages: list[tuple[int, str, str, str]]  # (seq, role, text, event_id), oldest first, paging back from ""
+    from_latest: list[tuple[int, str, str, str]]  # paging back from ContextAccess.latest_cursor
+    latest_cursor: str
+    count: int
+    search: set[tuple[int, str, str]]
+    bootstrap: list[tuple[int, str, str]]
+    events: list[str]
+    allowed: list[str]  # messages EventGet handed it by id
+    refused: list[str]  # messages EventGet answered NotFound for (recorded after its own)
+
+
+class Recorder(Runner):
+    """Records its view, then answers in two recorded replies, holding between them until released."""
+
+    manifest = RunnerManifest(
+        name="recorder",
+        context={"bootstrap": "recent_tail", "max_inline_events": 100, "max_inline_bytes": 256 * 1024},
+    )
+    views: ClassVar[dict[str, View]] = {}
+    started: ClassVar[dict[str, asyncio.Event]] = {}
+    release: ClassVar[dict[str, asyncio.Event]] = {}
+    event_ids: ClassVar[dict[str, str]] = {}  # message text -> its event id, filled as the test sends
+
+    @classmethod
+    def reset(cls) -> None:
+        cls.views, cls.started, cls.release, cls.event_ids = {}, {}, {}, {}
+
+    @classmethod
+    def event(cls, table: dict[str, asyncio.Event], text: str) -> asyncio.Event:
+        return table.setdefault(text, asyncio.Event())
+
+    async def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
+        api = run.api
+        pages = await _walk(api, "")
+        assert await _walk(api, "", "forward") == pages, "forward and backward pages differ"
+        ctx = run.context.context
+        from_latest = await _walk(api, ctx.latest_cursor) if ctx.latest_cursor else []
+        found = await api.history_search(WORD, top_k=50)
+        evs = await api.event_page(limit=100)
+        mine = run.context.event.seq
+        allowed, refused = [], []
+        for text, event_id in list(Recorder.event_ids.items()):
+            try:
+                got = await api.event_get(event_id)
+            except errors.NotFound:
+                refused.append(text)
+                continue
+            assert got.seq <= mine, f"{run.text} was handed event {got.text!r} recorded after its own"
+            allowed.append(text)
+        Recorder.views[run.text] = View(
+            text=run.text,
+            event_seq=mine,
+            pages=pages,
+            from_latest=from_latest,
+            latest_cursor=ctx.latest_cursor,
+            count=ctx.transcript_count,
+            search={(i.seq, i.role, i.text) for i in found},
+            bootstrap=[(i.seq, i.role, i.text) for i in run.context.bootstrap],
+            events=[e.text for e in reversed(evs.events)],
+            allowed=allowed,
+            refused=refused,
+        )
+        Recorder.event(Recorder.started, run.text).set()
+        yield events.message(f"{WORD} first reply to {run.text}")
+        await Recorder.event(Recorder.release, run.text).wait()
+        yield events.message(f"{WORD} second reply to {run.text}")
+
+
+async def _walk(api, cursor: str, direction: str = "backward") -> list[tuple[int, str, str, str]]:
+    """Every item from `cursor` on, oldest first."""
+    items = []
+    while True:
+        # small pages: the filter must hold across cursors
+        page = await api.history_page(cursor=cursor, limit=2, direction=direction)
+        items += [(i.seq, i.role, i.text, i.event_id) for i in page.items]
+        if not page.has_more:
+            return items if direction == "forward" else list(reversed(items))
+        cursor = page.next_cursor
+
+
+def replies(text: str) -> list[str]:
+    return [f"{WORD} first reply to {text}", f"{WORD} second reply to {text}"]
+
+
+def check_view(view: View, earlier: list[str]) -> None:
+    """`earlier`: the messages answered before this one, in arrival order."""
+    got = [(role, text) for _, role, text, _ in view.pages]
+    seqs = [seq for seq, *_ in view.pages]
+    assert seqs == sorted(set(seqs)), "items repeated or out of seq order"
+    expected = {("user", m) for m in [*earlier, view.text]} | {("assistant", r) for m in earlier for r in replies(m)}
+    assert len(got) == len(set(got)) and set(got) == expected, f"{view.text} saw {got}"
+    users = [text for role, text in got if role == "user"]
+    assert users == [*earlier, view.text]  # messages in arrival order, its own last
+    answers = [text for role, text in got if role == "assistant"]
+    assert answers == [r for m in earlier for r in replies(m)]  # replies in run order, each run's in its order
+    for m in earlier:  # a message precedes its own replies
+        assert got.index(("user", m)) < got.index(("assistant", replies(m)[0]))
+    assert view.count == len(view.pages)
+    assert view.from_latest == view.pages[:-1]  # latest_cursor names the newest visible item
+    assert view.search == {(seq, role, text) for seq, role, text, _ in view.pages}
+    assert view.bootstrap == [(seq, role, text) for seq, role, text, _ in view.pages]
+    assert view.events == [*earlier, view.text]
+    assert set(view.allowed) <= {*earlier, view.text} and not set(view.refused) & {*earlier, view.text}
+
+
+async def _send(h: HostHarness, text: str) -> tuple[hpb.RunInfo, asyncio.Task[hpb.RunInfo]]:
+    """Sends `text`; returns once the host has recorded it (run_started), with a task that ends with the run."""
+    stream = h.client.stream(hpb.SendMessageRequest(bot=h.bot, text=text, conversation_id=CONVERSATION), timeout=120)
+    first = await asyncio.wait_for(anext(stream), 30)
+    Recorder.event_ids[text] = first.run_started.event_id
+
+    async def rest() -> hpb.RunInfo:
+        async for reply in stream:
+            if reply.WhichOneof("kind") == "run_finished":
+                return reply.run_finished
+        raise AssertionError(f"the run of {text} never finished")
+
+    return first.run_started, asyncio.create_task(rest())
+
+
+# When each next message arrives: at once (it queues behind every held run), while the oldest held run is between
+# its two replies (it is then let go: the message's seq falls between that run's replies), or once every held run
+# has been let go and has finished.
+GAPS = ("now", "midrun", "finished")
+
+
+async def play(root: Path, gaps: list[str]) -> None:
+    Recorder.reset()
+    texts = [f"{WORD} message {i}" for i in range(len(gaps) + 1)]
+    async with HostHarness(root, runners=[Recorder]) as h:
+        tasks = []
+        _, task = await _send(h, texts[0])
+        tasks.append(task)
+        held = 0  # the oldest run not yet let go
+        for k, gap in enumerate(gaps, start=1):
+            if gap == "midrun":
+                await asyncio.wait_for(Recorder.event(Recorder.started, texts[held]).wait(), 30)
+            elif gap == "finished":
+                for j in range(held, k):
+                    Recorder.event(Recorder.release, texts[j]).set()
+                    await asyncio.wait_for(tasks[j], 30)
+                held = k
+            _, task = await _send(h, texts[k])
+            tasks.append(task)
+            if gap == "midrun":
+                Recorder.event(Recorder.release, texts[held]).set()
+                held += 1
+        for text in texts:
+            Recorder.event(Recorder.release, text).set()
+        infos = await asyncio.wait_for(asyncio.gather(*tasks), 60)
+        assert [i.status for i in infos] == ["completed"] * len(texts), [i.error_message for i in infos]
+        for i, text in enumerate(texts):
+            check_view(Recorder.views[text], texts[:i])
+        # People's view (GetHistory) is the whole transcript, as recorded, whatever the runs saw.
+        resp = await h.client.call(
+            "GetHistory",
+            hpb.GetHistoryRequest(bot=h.bot, conversation_id=CONVERSATION, limit=100, direction=pb.FORWARD),
+        )
+        assert sorted(i.text for i in resp.items) == sorted(texts + [r for t in texts for r in replies(t)])
+
+
+@pytest.mark.slow
+@settings(
+    max_examples=12,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(gaps=st.lists(st.sampled_from(GAPS), min_size=2, max_size=5))
+def test_each_run_sees_its_conversation_up_to_its_message(gaps: list[str]) -> None:
+    with tempfile.TemporaryDirectory(prefix="horizon-") as tmp:
+        asyncio.run(asyncio.wait_for(play(Path(tmp), gaps), 120))
+
+
+async def test_burst_of_three_queued_behind_a_running_run(tmp_path: Path) -> None:
+    """m0 holds; m1 and m2 queue behind it: m1's run sees m0's turn and m1, never m2, not even by event id."""
+    await play(tmp_path, ["now", "now"])
+    assert Recorder.views["zebra message 1"].refused == ["zebra message 2"]
+    assert Recorder.views["zebra message 0"].refused == ["zebra message 1", "zebra message 2"] or (
+        Recorder.views["zebra message 0"].refused == []  # m0's run can record its view before m1 arrives
+    )
+
+
+async def test_message_queued_between_the_replies_of_the_run_ahead(tmp_path: Path) -> None:
+    """m1 arrives while m0's run is between its replies, so m1's seq lies between them in the transcript."""
+    await play(tmp_path, ["midrun", "now", "finished"])
+    view = Recorder.views["zebra message 1"]
+    order = [text for _, _, text, _ in view.pages]
+    assert order.index("zebra message 1") < order.index(replies("zebra message 0")[1])
+
+
+class Reopened(HostHarness):
+    """The same data dir after a stop: the bot and its binding are already recorded. The in-process runner is
+    attached again, so its plugin row (which the host cannot start on its own) is dropped first."""
+
+    async def __aenter__(self) -> HostHarness:
+        db = sqlite3.connect(self.host.data_dir / "agenthost.db")
+        try:
+            with db:
+                db.execute("DELETE FROM plugins WHERE plugin_id = 'test'")
+        finally:
+            db.close()
+        await self.host.start()
+        self.client = HostClient(self.host.admin_address, token=self.host.admin_token)
+        await self._attach()
+        return self
+
+
+async def test_queued_messages_across_a_host_restart(tmp_path: Path) -> None:
+    """Stopping the host interrupts the running run and the queued ones; their messages stay in the conversation
+    (a person saw them sent), so the first run after the restart sees them, each once, in arrival order, with the
+    reply the interrupted run had recorded — and nothing of its own future."""
+    Recorder.reset()
+    texts = [f"{WORD} message {i}" for i in range(5)]
+    h = HostHarness(tmp_path, runners=[Recorder])
+    await h.__aenter__()
+    try:
+        started, first = await _send(h, texts[0])
+        await asyncio.wait_for(Recorder.event(Recorder.started, texts[0]).wait(), 30)
+        queued = [await _send(h, t) for t in texts[1:3]]
+    finally:
+        await h.__aexit__(None, None, None)
+    await asyncio.gather(first, *(t for _, t in queued), return_exceptions=True)  # their clients were cut
+    run_ids = [started.run_id, *(info.run_id for info, _ in queued)]
+    assert set(Recorder.views) == {texts[0]}  # the queued runs never reached the runner
+
+    async with Reopened(tmp_path, runners=[Recorder]) as h2:
+        assert [h2.host.runs.runs.get(r).status for r in run_ids] == ["interrupted"] * 3
+        _, task = await _send(h2, texts[3])
+        await asyncio.wait_for(Recorder.event(Recorder.started, texts[3]).wait(), 30)
+        _, last = await _send(h2, texts[4])
+        Recorder.event(Recorder.release, texts[3]).set()
+        Recorder.event(Recorder.release, texts[4]).set()
+        assert (await asyncio.wait_for(task, 30)).status == "completed"
+        assert (await asyncio.wait_for(last, 30)).status == "completed"
+    view = Recorder.views[texts[3]]
+    got = [(role, text) for _, role, text, _ in view.pages]
+    # m0 recorded its first reply before the stop; the stop cut its second. m1 and m2 were never answered.
+    assert got == [
+        ("user", texts[0]),
+        ("user", texts[1]),
+        ("user", texts[2]),
+        ("assistant", replies(texts[0])[0]),
+        ("user", texts[3]),
+    ] or got == [
+        ("user", texts[0]),
+        ("assistant", replies(texts[0])[0]),
+        ("user", texts[1]),
+        ("user", texts[2]),
+        ("user", texts[3]),
+    ], got
+    assert ("user", texts[4]) not in got and view.count == len(got)
+    assert view.events == texts[:4]
+    later = [(role, text) for _, role, text, _ in Recorder.views[texts[4]].pages]
+    # m4 arrived while m3's run was between its replies, so it lies between them; everything appears once.
+    assert later[: len(got)] == got and len(later) == len(set(later))
+    assert set(later[len(got) :]) == {("user", texts[4]), *(("assistant", r) for r in replies(texts[3]))}
