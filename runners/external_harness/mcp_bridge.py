@@ -9,8 +9,8 @@ AGENTHOST_RUN_TOKEN, AGENTHOST_DEADLINE_AT, AGENTHOST_EVENT_ID): never argv, nev
 the run's tool token, which the host accepts without the runner plugin's secret: the bridge runs inside the
 harness's sandbox, next to model-run commands, and must hold nothing more than this run's grant.
 
-Hand-written on purpose: the protocol surface a harness uses (initialize, ping, tools/list, tools/call,
-notifications) is small, and the `mcp` package costs ~0.8 s of import per launch, once per harness turn.
+Hand-written on purpose: the protocol surface a harness uses (initialize or server/discover, ping, tools/list,
+tools/call, notifications) is small, and the `mcp` package costs ~0.8 s of import per launch, once per harness turn.
 """
 
 from __future__ import annotations

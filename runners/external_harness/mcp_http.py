@@ -29,6 +29,12 @@ responses with 202 and no body. `initialize` opens a session (`Mcp-Session-Id`);
 or notifications of its own, so there is no stream to offer. A request cancelled by `notifications/cancelled`
 is answered with JSON-RPC error -32800, because an HTTP request needs an answer and the spec's "no response"
 is about the JSON-RPC reply (the official SDK's 2025-era HTTP transport does the same).
+
+MCP 2026-07-28 (a request whose `MCP-Protocol-Version` header names it): no session at all. Each POST carries one
+request with its own version and capabilities in `params._meta`; the routing headers must agree with the body
+(-32020); an error's HTTP status follows its code (400, 404 for an unknown method); a notification is 202 and
+unused; GET and DELETE are 405. The client cancels a request by closing the connection, so the connection is
+watched while the request runs. The walls above are checked first, exactly as for every other request.
 """
 
 from __future__ import annotations

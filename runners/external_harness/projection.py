@@ -277,7 +277,7 @@ def write_claude_mcp_config(
     # `alwaysLoad`: every projected server's tools go into the first model request though tool search defers other
     # tools (the binding chose these servers and the managed block names the bridge's tools; finding them by search
     # would cost a model round trip). Turning tool search off instead (ENABLE_TOOL_SEARCH=false, until 2026-11-26)
-    # also inlined every built-in tool: ~30 KB more per request and ~90 ms more of Claude Code's start-up a turn.
+    # also inlined every built-in tool: ~30 KB more per request and ~7 % more time per trivial turn.
     servers: dict[str, Any] = {name: {**entry, "alwaysLoad": True} for name, entry in (user_servers or {}).items()}
     if isinstance(launch, HttpBridgeLaunch):
         servers[MCP_SERVER_NAME] = {

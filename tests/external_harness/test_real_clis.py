@@ -229,7 +229,7 @@ async def test_claude_speaks_mcp_2026_07_28_to_the_turn_endpoint(
     assert kinds(events)[-1] == "completed", events[-1]
     assert "MARKER-HOST-HISTORY-2026" in _message(events)  # the tool call went through the 2026-07-28 endpoint
     # The bridge's tools are in the first request (`alwaysLoad`) while tool search still defers the rarely used
-    # built-in tools: inlining those too cost ~90 ms of start-up per turn.
+    # built-in tools: inlining those too cost ~7 % of a trivial turn.
     first = fake.requests[0].tools
     assert "mcp__agenthost__history_page" in first and "ToolSearch" in first and "WebSearch" not in first
     assert seen == [
