@@ -1,6 +1,6 @@
 """Host + runner overhead of one external-harness turn, against the bare CLI, in the same run.
 
-    .venv/bin/python benchmarks/bench_harness.py [--runs 7] [--harness claude-code codex]
+    .venv/bin/python benchmarks/bench_harness.py [--runs 7] [--harness claude-code codex] [--paths bare agenthost ...]
 
 For each harness it times a trivial turn ("ping" -> one model request -> "pong") against a fake model API on
 loopback, three ways, each in a fresh conversation (a new harness session, like a first message):
@@ -14,6 +14,8 @@ loopback, three ways, each in a fresh conversation (a new harness session, like 
              per-turn HTTP endpoint), persistence of events and state
 * stdio      the same with `mcp_transport: stdio` (the bridge as a process the harness starts every turn)
 * no-bridge  the same with `mcp_bridge: false`, to separate the bridge's cost from the rest
+* search-off (only with --paths) the default path with `ENABLE_TOOL_SEARCH=false`, as the runner set it until
+             2026-11-26: every built-in tool inlined into the request instead of the bridge's server `alwaysLoad`
 
 It prints medians and the ratio to bare. Needs the pinned CLIs (scripts/install_harness_clis.sh).
 """
@@ -103,7 +105,10 @@ async def time_bare(harness: str, binary: str, port: int, root: Path, work: Path
     return elapsed
 
 
-async def bench(harness: str, runs: int) -> dict[str, list[float]]:
+PATHS = ("bare", "bare-noenv", "agenthost", "stdio", "no-bridge")
+
+
+async def bench(harness: str, runs: int, paths: tuple[str, ...] = PATHS) -> dict[str, list[float]]:
     binary = str(BIN / ("claude" if harness == "claude-code" else "codex"))
     if not os.access(binary, os.X_OK):
         raise SystemExit(f"{binary} missing: run scripts/install_harness_clis.sh")
@@ -111,7 +116,7 @@ async def bench(harness: str, runs: int) -> dict[str, list[float]]:
     runner_cls = ClaudeCodeRunner if harness == "claude-code" else CodexRunner
     key_env = "ANTHROPIC_API_KEY" if harness == "claude-code" else "OPENAI_API_KEY"
     os.environ[key_env] = "sk-bench"
-    times: dict[str, list[float]] = {"bare": [], "bare-noenv": [], "agenthost": [], "stdio": [], "no-bridge": []}
+    times: dict[str, list[float]] = {name: [] for name in paths}
     with fake_cls(pong) as fake, tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         base: dict[str, Any] = {"command": binary, "interrupt_grace_seconds": 1.0}
         if harness == "claude-code":
@@ -123,8 +128,11 @@ async def bench(harness: str, runs: int) -> dict[str, list[float]]:
             HostHarness(Path(tmp) / "with", runners=[runner_cls], config=base) as with_bridge,
             HostHarness(Path(tmp) / "stdio", runners=[runner_cls], config=base | {"mcp_transport": "stdio"}) as stdio,
             HostHarness(Path(tmp) / "without", runners=[runner_cls], config=base | {"mcp_bridge": False}) as without,
+            HostHarness(
+                Path(tmp) / "search-off", runners=[runner_cls], config=base | {"env": {"ENABLE_TOOL_SEARCH": "false"}}
+            ) as search_off,
         ):
-            hosts = {"agenthost": with_bridge, "stdio": stdio, "no-bridge": without}
+            hosts = {"agenthost": with_bridge, "stdio": stdio, "no-bridge": without, "search-off": search_off}
 
             async def timed(name: str, i: int) -> float:
                 if name.startswith("bare"):
@@ -160,6 +168,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--harness", nargs="+", default=["claude-code", "codex"], choices=["claude-code", "codex"])
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=[*PATHS, "search-off"])
     args = parser.parse_args()
     print(f"trivial turn, median of {args.runs} (fresh session each), fake API on loopback")
     print("'paired' is the median of each round's own ratio (a path against the bare run of the same round)")
@@ -168,7 +177,8 @@ async def main() -> None:
         f"{'overhead s':>11}"
     )
     for harness in args.harness:
-        times = await bench(harness, args.runs)
+        paths = tuple(args.paths) if "bare" in args.paths else ("bare", *args.paths)  # ratios need the baseline
+        times = await bench(harness, args.runs, paths)
         bare = statistics.median(times["bare"])
         for name, values in times.items():
             med = statistics.median(values)

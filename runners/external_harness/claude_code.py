@@ -108,10 +108,6 @@ class ClaudeCodeDriver:
             # Its default (10, with backoff) takes minutes to give up on a key the API rejects.
             "CLAUDE_CODE_MAX_RETRIES": str(config.max_retries),
         }
-        if plan.bridge is not None:
-            # The managed block already names the bridge's tools; deferred tool search would cost the model a
-            # round trip to find them first.
-            set_env["ENABLE_TOOL_SEARCH"] = "false"
         if config.base_url:
             set_env["ANTHROPIC_BASE_URL"] = base_url(config.base_url, v1=False)
         set_env.update(config.env)

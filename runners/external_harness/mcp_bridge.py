@@ -9,8 +9,8 @@ AGENTHOST_RUN_TOKEN, AGENTHOST_DEADLINE_AT, AGENTHOST_EVENT_ID): never argv, nev
 the run's tool token, which the host accepts without the runner plugin's secret: the bridge runs inside the
 harness's sandbox, next to model-run commands, and must hold nothing more than this run's grant.
 
-Hand-written on purpose: the protocol surface a harness uses (initialize, ping, tools/list, tools/call,
-notifications) is small, and the `mcp` package costs ~0.8 s of import per launch, once per harness turn.
+Hand-written on purpose: the protocol surface a harness uses (initialize or server/discover, ping, tools/list,
+tools/call, notifications) is small, and the `mcp` package costs ~0.8 s of import per launch, once per harness turn.
 """
 
 from __future__ import annotations
@@ -26,8 +26,22 @@ from typing import Any
 
 SERVER_NAME = "agenthost"
 SERVER_VERSION = "1"
+SERVER_INFO = {"name": SERVER_NAME, "version": SERVER_VERSION}
+INSTRUCTIONS = (
+    "Tools over the agenthost conversation this turn belongs to: the current event, transcript history, attachments "
+    "and host state."
+)
+# The versions negotiated by the `initialize` handshake.
 SUPPORTED_PROTOCOLS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_PROTOCOL = SUPPORTED_PROTOCOLS[-1]
+# 2026-07-28 drops the handshake (and ping, notifications/initialized): every request names its version and the
+# client's capabilities in params._meta, `server/discover` says what the server speaks, and every result carries
+# `resultType`. The first request of a stdio session picks the era; over HTTP each request stands alone.
+MODERN_PROTOCOLS = ("2026-07-28",)
+ALL_PROTOCOLS = (*SUPPORTED_PROTOCOLS, *MODERN_PROTOCOLS)
+PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
+CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
+SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
 # JSON-RPC batching was added in 2025-03-26 and removed again in 2025-06-18.
 BATCH_PROTOCOLS = frozenset({"2025-03-26"})
 STRUCTURED_CONTENT_SINCE = "2025-06-18"  # versions are dates, so they compare as strings
@@ -41,6 +55,9 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+# 2026-07-28 codes.
+HEADER_MISMATCH = -32020  # HTTP: MCP-Protocol-Version / Mcp-Method / Mcp-Name disagree with the body
+UNSUPPORTED_PROTOCOL_VERSION = -32022  # data: {"supported": [...], "requested": "..."}
 # Harnesses cap tool output (Claude Code: ~25k tokens); a page larger than this is trimmed with a note.
 MAX_RESULT_CHARS = 60_000
 
@@ -414,12 +431,15 @@ class McpServer:
         *,
         unavailable_reason: str = "",
         tools: tuple[str, ...] = TOOL_NAMES,
+        era: str | None = None,
     ) -> None:
         self._bridge = bridge
         self.tools = tools
         self._building: asyncio.Task[Bridge] | None = None
         self.unavailable_reason = unavailable_reason
-        self.protocol: str | None = None  # negotiated by `initialize`
+        self.protocol: str | None = None  # negotiated by `initialize`, or named by each 2026-07-28 request
+        # "handshake" after initialize, "modern" after an accepted 2026-07-28 request; the other era is then refused.
+        self.era: str | None = era
         self._inflight: dict[tuple[bool, Any], asyncio.Task[Any]] = {}
         self._init_ids: set[tuple[bool, Any]] = set()
 
@@ -595,22 +615,36 @@ class McpServer:
         params = {} if params is None else params
         if not isinstance(params, dict):
             return _error(msg_id, INVALID_PARAMS, "params must be an object")
+        enveloped = _has_envelope(params)
+        if self.era == "modern" or (self.era is None and enveloped and method != "initialize"):
+            return await self._handle_modern(msg_id, method, message, params)
+        if enveloped and method != "initialize":
+            # A 2026-07-28 request on a session that chose the handshake era: which rules would it be held to?
+            return _error(
+                msg_id,
+                INVALID_REQUEST,
+                f"this session negotiated MCP {self.protocol} by initialize; "
+                "requests naming their version in _meta belong to a session that never sent initialize",
+            )
         if method == "initialize":
             requested = params.get("protocolVersion")
             self.protocol = requested if requested in SUPPORTED_PROTOCOLS else LATEST_PROTOCOL
+            self.era = "handshake"
             return _ok(
                 msg_id,
                 {
                     "protocolVersion": self.protocol,
                     # Only tools: resources/*, prompts/*, logging/*, completion/* are then "method not found".
                     "capabilities": {"tools": {"listChanged": False}},
-                    "serverInfo": {"name": SERVER_NAME, "version": SERVER_VERSION},
-                    "instructions": "Tools over the agenthost conversation this turn belongs to: the current event, "
-                    "transcript history, attachments and host state.",
+                    "serverInfo": dict(SERVER_INFO),
+                    "instructions": INSTRUCTIONS,
                 },
             )
         if method == "ping":
             return _ok(msg_id, {})
+        return await self._tools_method(msg_id, method, params)
+
+    async def _tools_method(self, msg_id: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
         if method == "tools/list":
             return _ok(msg_id, {"tools": [t for t in (*TOOLS, APPROVE_SPEC) if t["name"] in self.tools]})
         if method == "tools/call":
@@ -624,6 +658,47 @@ class McpServer:
                 return _error(msg_id, INVALID_PARAMS, "tools/call arguments must be an object")
             return _ok(msg_id, await self._call(name, args))
         return _error(msg_id, METHOD_NOT_FOUND, f"method not found: {method}")
+
+    async def _handle_modern(
+        self, msg_id: Any, method: str, message: dict[str, Any], params: dict[str, Any]
+    ) -> dict[str, Any]:
+        """One 2026-07-28 request: its own envelope, no session state but the era it locks."""
+        if method == "initialize":
+            # -32022 names what this session speaks, so a client that lost track of the era can re-probe.
+            requested = params.get("protocolVersion")
+            return _error(
+                msg_id,
+                UNSUPPORTED_PROTOCOL_VERSION,
+                "this session speaks MCP 2026-07-28, which has no initialize handshake",
+                data={
+                    "supported": list(MODERN_PROTOCOLS),
+                    "requested": requested if isinstance(requested, str) else "",
+                },
+            )
+        rejection = envelope_rejection(message)
+        if rejection is not None:
+            return _error(msg_id, *rejection)
+        self.era = "modern"
+        self.protocol = params["_meta"][PROTOCOL_VERSION_META]
+        if method == "server/discover":
+            reply = _ok(
+                msg_id,
+                {
+                    "supportedVersions": list(MODERN_PROTOCOLS),
+                    "capabilities": {"tools": {"listChanged": False}},
+                    "instructions": INSTRUCTIONS,
+                    # The answer depends on this turn's grant and lives as long as the turn: cache nothing.
+                    "ttlMs": 0,
+                    "cacheScope": "private",
+                },
+            )
+        else:
+            reply = await self._tools_method(msg_id, method, params)
+            if method == "tools/list" and "result" in reply:
+                reply["result"] |= {"ttlMs": 0, "cacheScope": "private"}
+        if "result" in reply:
+            reply["result"] |= {"resultType": "complete", "_meta": {SERVER_INFO_META: dict(SERVER_INFO)}}
+        return reply
 
     def _result(self, payload: dict[str, Any], *, is_error: bool = False) -> dict[str, Any]:
         # structuredContent exists from 2025-06-18 on; older clients get the same JSON as text only.
@@ -682,8 +757,59 @@ def _ok(msg_id: Any, result: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": msg_id, "result": result}
 
 
-def _error(msg_id: Any, code: int, message: str) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": msg_id, "error": {"code": code, "message": message}}
+def _error(msg_id: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": msg_id, "error": error}
+
+
+def _has_envelope(params: Any) -> bool:
+    """Whether a request is a 2026-07-28 one: its _meta names a protocol version (a bare _meta is no sign, older
+    requests carry progressToken there)."""
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and PROTOCOL_VERSION_META in meta
+
+
+def envelope_rejection(message: dict[str, Any], headers: dict[str, str] | None = None) -> tuple[int, str, Any] | None:
+    """The 2026-07-28 checks of one request, first failure wins: the envelope's required keys, then (HTTP, where
+    `headers` holds the lower-cased routing headers) the headers against the body, then the version. Returns the
+    error's (code, message, data), or None when the request may be served."""
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if not isinstance(params, dict) or not isinstance(meta, dict):
+        return INVALID_PARAMS, f"params._meta must carry {PROTOCOL_VERSION_META} and {CLIENT_CAPABILITIES_META}", None
+    missing = [key for key in (PROTOCOL_VERSION_META, CLIENT_CAPABILITIES_META) if key not in meta]
+    if missing:
+        return INVALID_PARAMS, f"params._meta lacks {', '.join(missing)}", None
+    version = meta[PROTOCOL_VERSION_META]
+    if headers is not None:
+        # An intermediary may route on the headers; a body that says otherwise is refused, not guessed at.
+        if headers.get("mcp-protocol-version") != version:
+            return HEADER_MISMATCH, "MCP-Protocol-Version header does not match params._meta", None
+        method = message.get("method")
+        if headers.get("mcp-method") != method:
+            return HEADER_MISMATCH, "Mcp-Method header does not match the method", None
+        name = params.get("name")
+        if method == "tools/call" and name is not None and _header_text(headers.get("mcp-name")) != name:
+            return HEADER_MISMATCH, "Mcp-Name header does not match the tool name", None
+    if not isinstance(version, str):
+        return INVALID_PARAMS, "the protocol version in params._meta must be a string", None
+    if version not in MODERN_PROTOCOLS:
+        data = {"supported": list(MODERN_PROTOCOLS), "requested": version}
+        return UNSUPPORTED_PROTOCOL_VERSION, f"unsupported protocol version {version[:40]!r}", data
+    return None
+
+
+def _header_text(value: str | None) -> str | None:
+    """A header value as the client meant it: values that are not plain printable ASCII travel as
+    `=?base64?<UTF-8 bytes>?=`. A malformed wrapping decodes to None, which equals no name."""
+    if value is None or not (value.startswith("=?base64?") and value.endswith("?=")):
+        return value
+    try:
+        return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 def missing_credentials(env: dict[str, str]) -> str:

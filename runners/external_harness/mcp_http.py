@@ -29,6 +29,12 @@ responses with 202 and no body. `initialize` opens a session (`Mcp-Session-Id`);
 or notifications of its own, so there is no stream to offer. A request cancelled by `notifications/cancelled`
 is answered with JSON-RPC error -32800, because an HTTP request needs an answer and the spec's "no response"
 is about the JSON-RPC reply (the official SDK's 2025-era HTTP transport does the same).
+
+MCP 2026-07-28 (a request whose `MCP-Protocol-Version` header names it): no session at all. Each POST carries one
+request with its own version and capabilities in `params._meta`; the routing headers must agree with the body
+(-32020); an error's HTTP status follows its code (400, 404 for an unknown method); a notification is 202 and
+unused; GET and DELETE are 405. The client cancels a request by closing the connection, so the connection is
+watched while the request runs. The walls above are checked first, exactly as for every other request.
 """
 
 from __future__ import annotations
@@ -44,15 +50,23 @@ from typing import Any
 import h11
 
 from agenthost.runners.external_harness.mcp_bridge import (
+    ALL_PROTOCOLS,
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
     INVALID_REQUEST,
     MAX_LINE,
+    METHOD_NOT_FOUND,
+    MODERN_PROTOCOLS,
     PARSE_ERROR,
     SUPPORTED_PROTOCOLS,
     TOOL_NAMES,
+    UNSUPPORTED_PROTOCOL_VERSION,
     Bridge,
     McpServer,
     RequestCancelled,
     _error,
+    _id_key,
+    envelope_rejection,
 )
 
 PATH = "/mcp"
@@ -67,16 +81,29 @@ MAX_SESSIONS = 16
 HEAD_TIMEOUT = 10.0
 READ_CHUNK = 64 * 1024
 LINGER_SECONDS = 3.0
+# 2026-07-28: the HTTP status of a JSON-RPC error, so an intermediary can route on it without reading the body.
+ERROR_STATUS = {
+    PARSE_ERROR: 400,
+    INVALID_REQUEST: 400,
+    INVALID_PARAMS: 400,
+    HEADER_MISMATCH: 400,
+    UNSUPPORTED_PROTOCOL_VERSION: 400,
+    METHOD_NOT_FOUND: 404,
+}
+ROUTING_HEADERS = (b"mcp-protocol-version", b"mcp-method", b"mcp-name")
 
 BridgeSource = Callable[[], Awaitable[Bridge]]
 
 
 class _HttpError(Exception):
-    def __init__(self, status: int, message: str, *, headers: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(
+        self, status: int, message: str, *, headers: tuple[tuple[str, str], ...] = (), payload: Any = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.headers = headers
+        self.payload = payload  # a JSON-RPC error to send instead of the plain one
 
 
 class McpHttpEndpoint:
@@ -99,6 +126,8 @@ class McpHttpEndpoint:
         self._expected = f"Bearer {self.token}".encode()
         self._server: asyncio.Server | None = None
         self._sessions: dict[str, McpServer] = {}
+        # 2026-07-28 requests stand alone (no session); they share one protocol core for its lazily built host client.
+        self._stateless = McpServer(bridge, tools=tools, unavailable_reason=unavailable_reason, era="modern")
         self._connections: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
         self._closed = False
@@ -135,7 +164,7 @@ class McpHttpEndpoint:
         tasks = list(self._connections)
         for task in tasks:
             task.cancel()
-        for session in list(self._sessions.values()):
+        for session in [*self._sessions.values(), self._stateless]:
             await session.close()
         self._sessions.clear()
         if tasks:
@@ -248,7 +277,10 @@ class McpHttpEndpoint:
             return await self._route(conn, reader, request)
         except _HttpError as exc:
             self._count(exc.status)
-            status, headers, body = _plain(exc.status, exc.message)
+            if exc.payload is not None:
+                status, headers, body = _json(exc.status, exc.payload)
+            else:
+                status, headers, body = _plain(exc.status, exc.message)
             return status, [*headers, *exc.headers], body
 
     async def _route(
@@ -265,9 +297,14 @@ class McpHttpEndpoint:
             raise _HttpError(401, "missing or wrong bearer token", headers=(("www-authenticate", "Bearer"),))
         if request.target.split(b"?", 1)[0] != PATH.encode():
             raise _HttpError(404, "not found")
-        version = headers.get(b"mcp-protocol-version")
-        if version is not None and version.decode(errors="replace") not in SUPPORTED_PROTOCOLS:
-            raise _HttpError(400, f"unsupported MCP-Protocol-Version; supported: {', '.join(SUPPORTED_PROTOCOLS)}")
+        raw_version = headers.get(b"mcp-protocol-version")
+        version = None if raw_version is None else raw_version.decode(errors="replace")
+        if version in MODERN_PROTOCOLS:
+            return await self._stateless_request(conn, reader, request, headers)
+        if version is not None and version not in SUPPORTED_PROTOCOLS:
+            message = f"unsupported MCP-Protocol-Version; supported: {', '.join(ALL_PROTOCOLS)}"
+            data = {"supported": list(ALL_PROTOCOLS), "requested": version[:64]}
+            raise _HttpError(400, message, payload=_error(None, UNSUPPORTED_PROTOCOL_VERSION, message, data))
         method = request.method
         if method == b"POST":
             return await self._post(conn, reader, headers)
@@ -289,9 +326,7 @@ class McpHttpEndpoint:
             raise _HttpError(404, "unknown or ended session")
         return session_id, session
 
-    async def _post(
-        self, conn: h11.Connection, reader: asyncio.StreamReader, headers: dict[bytes, bytes]
-    ) -> tuple[int, list[tuple[str, str]], bytes]:
+    async def _read_json(self, conn: h11.Connection, reader: asyncio.StreamReader, headers: dict[bytes, bytes]) -> Any:
         content_type = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
         if content_type != b"application/json":
             raise _HttpError(415, "Content-Type must be application/json")
@@ -302,9 +337,14 @@ class McpHttpEndpoint:
             raise _HttpError(413, f"request body over {MAX_BODY} bytes")
         body = await self._body(conn, reader)
         try:
-            payload = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _json(400, _error(None, PARSE_ERROR, "parse error"))
+            return json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            raise _HttpError(400, "parse error", payload=_error(None, PARSE_ERROR, "parse error")) from None
+
+    async def _post(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, headers: dict[bytes, bytes]
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        payload = await self._read_json(conn, reader, headers)
         extra: list[tuple[str, str]] = []
         if isinstance(payload, dict) and payload.get("method") == "initialize" and "id" in payload:
             if len(self._sessions) >= MAX_SESSIONS:
@@ -324,6 +364,61 @@ class McpHttpEndpoint:
             return 202, extra, b""
         status, out_headers, out = _json(200, reply)
         return status, [*out_headers, *extra], out
+
+    async def _stateless_request(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, request: h11.Request, headers: dict[bytes, bytes]
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        """MCP 2026-07-28: one POST is one self-contained request (no initialize, no Mcp-Session-Id, no GET stream);
+        the client cancels by closing the connection."""
+        if request.method != b"POST":
+            raise _HttpError(405, "method not allowed", headers=(("allow", "POST"),))
+        payload = await self._read_json(conn, reader, headers)
+        if not isinstance(payload, dict) or ("id" in payload and "method" not in payload):
+            # A batch, or a response: this server sends no requests, so nothing waits for one.
+            message = "a 2026-07-28 POST carries one JSON-RPC request or notification"
+            raise _HttpError(400, message, payload=_error(None, INVALID_REQUEST, message))
+        if "id" not in payload:
+            # The version defines no client notifications over HTTP (cancelling is hanging up): accepted, unused.
+            return 202, [], b""
+        routing = {name.decode(): headers[name].decode(errors="replace") for name in ROUTING_HEADERS if name in headers}
+        rejection = envelope_rejection(payload, routing)
+        if rejection is not None:
+            reply = _error(payload["id"] if _id_key(payload["id"]) else None, *rejection)
+        else:
+            task = asyncio.ensure_future(self._stateless.respond(payload))
+            try:
+                reply = await _unless_hung_up(task, conn, reader)
+            except RequestCancelled:
+                reply = _error(payload["id"], REQUEST_CANCELLED, "request cancelled")
+        if reply is None:
+            return 202, [], b""
+        error = reply.get("error") if isinstance(reply, dict) else None
+        status = ERROR_STATUS.get(error.get("code"), 200) if isinstance(error, dict) else 200
+        self._count(status)
+        return _json(status, reply)
+
+
+async def _unless_hung_up(task: asyncio.Task[Any], conn: h11.Connection, reader: asyncio.StreamReader) -> Any:
+    """Awaits `task` while watching the connection: a client that closes it has cancelled the request, so the
+    task (and the host call under it) is cancelled. Bytes that arrive meanwhile are the next pipelined request;
+    h11 keeps them for the next cycle."""
+    read = asyncio.ensure_future(reader.read(READ_CHUNK))
+    try:
+        done, _ = await asyncio.wait({task, read}, return_when=asyncio.FIRST_COMPLETED)
+        if read in done:
+            data = b"" if read.exception() is not None else read.result()
+            if not data:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, RequestCancelled):
+                    await task
+                raise ConnectionError("the client closed the connection during its request")
+            conn.receive_data(data)
+        return await task
+    finally:
+        task.cancel()  # a no-op once it is done; stops it if we are being shut down
+        if not read.done():
+            read.cancel()
+            await asyncio.wait({read})  # the reader takes one waiter at a time: the next request's read is next
 
 
 async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -357,7 +452,7 @@ def _headers(request: h11.Request) -> dict[bytes, bytes]:
     # hosts are simply unequal to what we expect.
     out: dict[bytes, bytes] = {}
     for name, value in request.headers:
-        if name in out and name in (b"authorization", b"host", b"origin", b"mcp-session-id"):
+        if name in out and name in (b"authorization", b"host", b"origin", b"mcp-session-id", *ROUTING_HEADERS):
             if out[name] != value:
                 out[name] = b"\0conflicting"
             continue

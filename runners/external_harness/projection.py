@@ -274,17 +274,28 @@ def write_claude_mcp_config(
     credentials from its own environment (into the bridge's environment, or the endpoint's Authorization
     header), so the file never holds a secret. `user_servers`: the binding's own servers (user_mcp.py), beside
     the bridge, their secrets likewise referenced."""
-    servers: dict[str, Any] = dict(user_servers or {})
+    # `alwaysLoad`: every projected server's tools go into the first model request though tool search defers other
+    # tools (the binding chose these servers and the managed block names the bridge's tools; finding them by search
+    # would cost a model round trip). Turning tool search off instead (ENABLE_TOOL_SEARCH=false, until 2026-11-26)
+    # also inlined every built-in tool: ~30 KB more per request and ~7 % more time per trivial turn.
+    servers: dict[str, Any] = {name: {**entry, "alwaysLoad": True} for name, entry in (user_servers or {}).items()}
     if isinstance(launch, HttpBridgeLaunch):
         servers[MCP_SERVER_NAME] = {
             "type": "http",
             "url": launch.url,
             "headers": {"Authorization": "Bearer ${" + launch.token_env + "}"},
+            "alwaysLoad": True,
         }
     elif launch is not None:
         env = dict(launch.env)
         env.update({name: "${" + name + "}" for name in launch.credential_env})
-        servers[MCP_SERVER_NAME] = {"type": "stdio", "command": launch.command, "args": list(launch.args), "env": env}
+        servers[MCP_SERVER_NAME] = {
+            "type": "stdio",
+            "command": launch.command,
+            "args": list(launch.args),
+            "env": env,
+            "alwaysLoad": True,
+        }
     doc = {"mcpServers": servers}
     path = workspace.agenthost_dir / "mcp.json"
     atomic_write(path, json.dumps(doc, indent=1), mode=0o600)

@@ -265,3 +265,85 @@ async def test_oversize_line_is_answered_and_skipped(raw: Raw) -> None:
     await raw.send(_ping(2))
     assert (await raw.read()) == {"jsonrpc": "2.0", "id": 2, "result": {}}
     assert await raw.rest() == []
+
+
+# ---- MCP 2026-07-28 over stdio: the first request picks the era ----
+
+MODERN = "2026-07-28"
+
+
+def _modern(msg_id: Any, method: str, params: dict[str, Any] | None = None, version: str = MODERN) -> dict[str, Any]:
+    meta = {"io.modelcontextprotocol/protocolVersion": version, "io.modelcontextprotocol/clientCapabilities": {}}
+    return {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": {**(params or {}), "_meta": meta}}
+
+
+async def test_sdk_client_speaks_2026_07_28(fake_host) -> None:
+    mcp = pytest.importorskip("mcp", reason="the conformance test needs the dev extra (pip install mcp)")
+    from mcp.client.client import Client
+    from mcp.shared.exceptions import MCPError
+
+    fake_host.data.add_item("user", "MARKER-CONFORMANCE-2026")
+    params = mcp.StdioServerParameters(command=sys.executable, args=MODULE, env=_env(fake_host))
+    # mode="auto" sends server/discover first and keeps 2026-07-28 only if the bridge answers it as such.
+    async with Client(params, mode="auto", cache=None) as client:
+        assert client.protocol_version == MODERN
+        assert client.server_info is not None and client.server_info.name == "agenthost"
+        tools = (await client.list_tools()).tools
+        assert [t.name for t in tools] == ["history_page", "history_search", "state_get", "state_set"]
+        page = await client.call_tool("history_page", {"limit": 5})
+        assert not page.is_error and "MARKER-CONFORMANCE-2026" in page.content[0].text
+        assert page.structured_content is not None
+        bad_args = await client.call_tool("state_get", {"scope": "galaxy", "key": "k"})
+        assert bad_args.is_error and "scope" in bad_args.content[0].text
+        with pytest.raises(MCPError) as unknown:
+            await client.call_tool("rm_rf", {})
+        assert unknown.value.error.code == -32602
+        with pytest.raises(MCPError) as undeclared:
+            await client.list_resources()
+        assert undeclared.value.error.code == -32601
+        # stdio keeps notifications/cancelled in 2026-07-28: the host call stops and the session goes on.
+        with pytest.raises(MCPError):
+            await client.call_tool("history_search", {"query": HOLD_QUERY}, read_timeout_seconds=1.0)
+        await asyncio.wait_for(fake_host.data.held_gone.wait(), 10)
+        assert not (await client.call_tool("history_search", {"query": "conformance"})).is_error
+
+
+async def test_2026_07_28_session_rules(raw: Raw) -> None:
+    # A version it does not speak is refused with the list it does, and picks no era: initialize still works after.
+    await raw.send(_modern(1, "server/discover", version="2099-01-01"))
+    future = await raw.read()
+    assert future["error"]["code"] == -32022
+    assert future["error"]["data"] == {"supported": [MODERN], "requested": "2099-01-01"}
+    no_caps = _modern(2, "server/discover")
+    del no_caps["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]
+    await raw.send(no_caps)
+    assert (await raw.read())["error"]["code"] == -32602
+
+    await raw.send(_modern(3, "server/discover"))
+    discover = (await raw.read())["result"]
+    assert discover["supportedVersions"] == [MODERN] and discover["resultType"] == "complete"
+    assert discover["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "agenthost"
+    # The session is now 2026-07-28: no handshake, no ping, and every request names its version.
+    await raw.send({"jsonrpc": "2.0", "id": 4, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}})
+    refused = await raw.read()
+    assert refused["error"]["code"] == -32022 and refused["error"]["data"]["supported"] == [MODERN]
+    await raw.send(_modern(5, "ping"))
+    assert (await raw.read())["error"]["code"] == -32601
+    await raw.send({"jsonrpc": "2.0", "id": 6, "method": "tools/list"})
+    assert (await raw.read())["error"]["code"] == -32602
+    await raw.send([_modern(7, "tools/list")])
+    assert (await raw.read())["error"]["code"] == -32600  # no batches
+    await raw.write(b"x" * (mcp_bridge.MAX_LINE + 10) + b"\n")
+    assert (await raw.read(timeout=60))["error"]["code"] == -32600  # oversize input is refused, the session goes on
+    await raw.send(_modern(8, "tools/list"))
+    listing = (await raw.read())["result"]
+    assert listing["resultType"] == "complete" and listing["ttlMs"] == 0 and len(listing["tools"]) == 4
+
+
+async def test_a_handshake_session_refuses_2026_07_28_requests(raw: Raw) -> None:
+    await raw.initialize("2025-11-25")
+    await raw.send(_modern(1, "tools/list"))
+    refused = await raw.read()
+    assert refused["error"]["code"] == -32600 and "2025-11-25" in refused["error"]["message"]
+    await raw.send({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": {"progressToken": 1}}})
+    assert "resultType" not in (await raw.read())["result"]  # a bare _meta is no 2026 envelope

@@ -292,3 +292,183 @@ async def test_connection_flood_is_capped(endpoint) -> None:
     finally:
         for sock in socks:
             sock.close()
+
+
+# ---- MCP 2026-07-28: no handshake, one self-contained POST per request ----
+
+MODERN = "2026-07-28"
+
+
+def _modern(msg_id: Any, method: str, params: dict[str, Any] | None = None, version: str = MODERN) -> dict[str, Any]:
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": version,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+    }
+    return {"jsonrpc": "2.0", "id": msg_id, "method": method, "params": {**(params or {}), "_meta": meta}}
+
+
+def _modern_headers(message: dict[str, Any], **extra: str) -> dict[str, str]:
+    out = {"MCP-Protocol-Version": MODERN, "Mcp-Method": message["method"]}
+    if message["method"] == "tools/call":
+        out["Mcp-Name"] = message["params"]["name"]
+    return out | extra
+
+
+async def test_sdk_client_speaks_2026_07_28(fake_host, endpoint) -> None:
+    pytest.importorskip("mcp", reason="the conformance test needs the dev extra (pip install mcp)")
+    from mcp.client.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    from mcp.shared.exceptions import MCPError
+
+    fake_host.data.add_item("user", "MARKER-CONFORMANCE-2026")
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {endpoint.token}"})
+    transport = streamable_http_client(endpoint.url, http_client=http)
+    # mode="auto" probes server/discover and falls back to initialize unless the server answers it as 2026-07-28.
+    async with http, Client(transport, mode="auto", cache=None) as client:
+        assert client.protocol_version == MODERN
+        assert client.server_info is not None and client.server_info.name == "agenthost"
+        assert client.server_capabilities.tools is not None and client.server_capabilities.resources is None
+        assert "agenthost conversation" in (client.instructions or "")
+
+        tools = (await client.list_tools()).tools
+        assert [t.name for t in tools] == ["history_page", "history_search", "state_get", "state_set"]
+        page = await client.call_tool("history_page", {"limit": 5})
+        assert not page.is_error and "MARKER-CONFORMANCE-2026" in page.content[0].text
+        assert page.structured_content is not None
+        bad_args = await client.call_tool("state_get", {"scope": "galaxy", "key": "k"})
+        assert bad_args.is_error and "scope" in bad_args.content[0].text
+        with pytest.raises(MCPError) as unknown:
+            await client.call_tool("rm_rf", {})
+        assert unknown.value.error.code == -32602
+        with pytest.raises(MCPError) as undeclared:
+            await client.list_prompts()
+        assert undeclared.value.error.code == -32601
+
+        # The SDK gives up on a slow call by closing its response: that cancels the host call.
+        with pytest.raises(MCPError):
+            await client.call_tool("history_search", {"query": HOLD_QUERY}, read_timeout_seconds=1.0)
+        await asyncio.wait_for(fake_host.data.held_gone.wait(), 10)
+        assert not (await client.call_tool("history_search", {"query": "conformance"})).is_error
+    assert endpoint._sessions == {}  # no initialize, no session: every request stood alone
+    assert fake_host.data.callers and set(fake_host.data.callers) == {"tool"}
+
+
+async def test_2026_07_28_discover_and_results(raw: Raw) -> None:
+    discover = _modern("d", "server/discover")
+    reply = await raw.post(discover, **_modern_headers(discover))
+    assert reply.status_code == 200 and "mcp-session-id" not in reply.headers
+    result = reply.json()["result"]
+    assert result["supportedVersions"] == [MODERN]
+    assert result["capabilities"] == {"tools": {"listChanged": False}}
+    assert result["resultType"] == "complete" and result["ttlMs"] == 0 and result["cacheScope"] == "private"
+    assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "agenthost"
+
+    listing = _modern(1, "tools/list")
+    tools = (await raw.post(listing, **_modern_headers(listing))).json()["result"]
+    assert tools["resultType"] == "complete" and tools["cacheScope"] == "private"
+    assert [t["name"] for t in tools["tools"]] == ["history_page", "history_search", "state_get", "state_set"]
+    call = _modern(2, "tools/call", {"name": "state_get", "arguments": {"scope": "run", "key": "k"}})
+    called = (await raw.post(call, **_modern_headers(call))).json()
+    assert called["id"] == 2 and called["result"]["resultType"] == "complete"
+    assert called["result"]["isError"] is False and called["result"]["structuredContent"]["found"] is False
+
+
+async def test_2026_07_28_errors(raw: Raw, fake_host) -> None:
+    async def refused(message: Any, status: int, code: int, **headers: str) -> dict[str, Any]:
+        reply = await raw.post(message, **headers)
+        assert reply.status_code == status, (message, reply.text)
+        body = reply.json()
+        assert body["error"]["code"] == code, body
+        return body
+
+    discover = _modern(1, "server/discover")
+    ok = _modern_headers(discover)
+    # The envelope: version and client capabilities are required in every request's _meta.
+    bare = {"jsonrpc": "2.0", "id": 1, "method": "server/discover"}
+    await refused(bare, 400, -32602, **ok)
+    no_caps = json.loads(json.dumps(discover))
+    del no_caps["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]
+    await refused(no_caps, 400, -32602, **ok)
+    # The routing headers must say what the body says.
+    await refused(discover, 400, -32020, **(ok | {"Mcp-Method": "tools/list"}))
+    await refused(_modern(1, "server/discover", version="2025-11-25"), 400, -32020, **ok)
+    call = _modern(2, "tools/call", {"name": "state_get", "arguments": {"scope": "run", "key": "k"}})
+    await refused(call, 400, -32020, **_modern_headers(call, **{"Mcp-Name": "state_set"}))
+    # A version nobody speaks: -32022 names every version this endpoint serves, so a client can pick one.
+    future = await refused(
+        _modern(1, "server/discover", version="2099-01-01"),
+        400,
+        -32022,
+        **{"MCP-Protocol-Version": "2099-01-01", "Mcp-Method": "server/discover"},
+    )
+    assert future["error"]["data"]["supported"] == [*mcp_bridge.SUPPORTED_PROTOCOLS, MODERN]
+    # What 2026-07-28 removed or never had.
+    for method in ("ping", "initialize", "resources/list"):
+        message = _modern(3, method)
+        body = await refused(
+            message,
+            404 if method != "initialize" else 400,
+            -32601 if method != "initialize" else -32022,
+            **_modern_headers(message),
+        )
+        assert body["id"] == 3
+    unknown = _modern(4, "tools/call", {"name": "rm_rf", "arguments": {}})
+    await refused(unknown, 400, -32602, **_modern_headers(unknown))
+    await refused([discover, discover], 400, -32600, **ok)  # no batches
+    await refused(b"{not json", 400, -32700, **ok)
+    # A notification is accepted and unused (this version defines none from client to server over HTTP).
+    note = await raw.post({"jsonrpc": "2.0", "method": "notifications/initialized"}, **ok)
+    assert note.status_code == 202 and note.content == b""
+    for verb in ("GET", "DELETE"):  # no standing stream, no session to end
+        reply = await raw.client.request(verb, raw.endpoint.url, headers=raw.headers(**ok))
+        assert reply.status_code == 405 and reply.headers["allow"] == "POST"
+    big = b'{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"x":"' + b"x" * mcp_http.MAX_BODY + b'"}}'
+    assert (await raw.post(big, **ok)).status_code == 413
+    assert (await raw.post(discover, **ok)).status_code == 200  # the endpoint still serves
+    assert raw.endpoint._sessions == {} and fake_host.data.calls == []
+
+
+async def test_2026_07_28_hanging_up_cancels_the_call(endpoint, fake_host) -> None:
+    call = _modern(7, "tools/call", {"name": "history_search", "arguments": {"query": HOLD_QUERY}})
+    body = json.dumps(call).encode()
+    headers = {
+        "Host": f"127.0.0.1:{endpoint.port}",
+        "Authorization": f"Bearer {endpoint.token}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "Content-Length": str(len(body)),
+    } | _modern_headers(call)
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    reader, writer = await asyncio.open_connection("127.0.0.1", endpoint.port)
+    writer.write(f"POST /mcp HTTP/1.1\r\n{head}\r\n".encode() + body)
+    await writer.drain()
+    await asyncio.wait_for(fake_host.data.held.wait(), 15)
+    writer.close()  # 2026-07-28 has no notifications/cancelled over HTTP: the client closes its response stream
+    await asyncio.wait_for(fake_host.data.held_gone.wait(), 15)
+    assert fake_host.data.held_cancelled
+    fake_host.data.gate.set()
+    async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+        again = Raw(endpoint, client)
+        listing = _modern(8, "tools/list")
+        assert (await again.post(listing, **_modern_headers(listing))).json()["id"] == 8
+
+
+async def test_2026_07_28_requests_meet_the_same_wall(fake_host) -> None:
+    discover = _modern(1, "server/discover")
+    body = json.dumps(discover).encode()
+    base = {"Accept": "application/json", "Content-Type": "application/json"} | _modern_headers(discover)
+    async with _endpoint(fake_host) as mine, _endpoint(fake_host) as theirs:
+        good = base | {"Authorization": f"Bearer {mine.token}"}
+        assert await _status(mine.url, base, body) == 401  # no token
+        assert await _status(mine.url, base | {"Authorization": f"Bearer {theirs.token}"}, body) == 401
+        assert await _status(mine.url, base | {"Authorization": f"Bearer {fake_host.data.tool_token}"}, body) == 401
+        assert await _status(mine.url, good | {"Host": "evil.example"}, body) == 403
+        assert await _status(mine.url, good | {"Origin": "http://evil.example"}, body) == 403
+        call = _modern(2, "tools/call", {"name": "state_get", "arguments": {"scope": "run", "key": "k"}})
+        call_headers = base | _modern_headers(call) | {"Authorization": f"Bearer {theirs.token}"}
+        assert await _status(mine.url, call_headers, json.dumps(call).encode()) == 401
+        assert await _status(mine.url, good, body) == 200
+        assert mine.refused[401] == 4 and mine.refused[403] == 2
+    assert fake_host.data.calls == []  # nothing refused ever reached the host

@@ -90,7 +90,7 @@ def _message(events) -> str:
 
 def _claude_config(fake: FakeAnthropic, **extra: Any) -> dict[str, Any]:
     return {
-        # No ENABLE_TOOL_SEARCH here: the runner turns tool search off itself when it projects the bridge, so the
+        # No ENABLE_TOOL_SEARCH here: the runner marks the bridge's server `alwaysLoad` when it projects it, so the
         # bridge's tools are in the first request for the fake to call.
         "base_url": f"http://127.0.0.1:{fake.port}",
         "instructions": INSTRUCTIONS,
@@ -195,6 +195,48 @@ async def test_claude_projection_bridge_resume_and_skill(
         assert kinds(fourth)[0] == "progress" and session in fourth[0].progress.message
         assert kinds(fourth)[-1] == "completed"
         assert fake_host.data.get_state("conversation", "external.session_id") != session
+
+
+async def test_claude_speaks_mcp_2026_07_28_to_the_turn_endpoint(
+    tmp_path, fake_host, clean_env, claude_bin, monkeypatch
+):
+    """The pinned CLI probes server/discover first; answered as 2026-07-28, it skips the initialize handshake (and
+    its second connection, notifications/initialized and GET stream) and still calls the host's tools."""
+    from agenthost.runners.external_harness import mcp_http
+
+    seen: list[tuple[str, str, str]] = []
+    route, read_json = mcp_http.McpHttpEndpoint._route, mcp_http.McpHttpEndpoint._read_json
+
+    async def logged_route(self, conn, reader, request):
+        version = dict(request.headers).get(b"mcp-protocol-version", b"").decode()
+        seen.append((request.method.decode(), version, ""))
+        return await route(self, conn, reader, request)
+
+    async def logged_read_json(self, conn, reader, headers):
+        payload = await read_json(self, conn, reader, headers)
+        verb, version, _ = seen[-1]
+        seen[-1] = (verb, version, payload.get("method", "") if isinstance(payload, dict) else "?")
+        return payload
+
+    monkeypatch.setattr(mcp_http.McpHttpEndpoint, "_route", logged_route)
+    monkeypatch.setattr(mcp_http.McpHttpEndpoint, "_read_json", logged_read_json)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake-0123456789")
+    fake_host.data.add_item("user", "an earlier question with MARKER-HOST-HISTORY-2026")
+    runner = ClaudeCodeRunner(tmp_path / "data")
+    with FakeAnthropic(claude_script) as fake:
+        config = _claude_config(fake, command=claude_bin, mcp_transport="http")
+        events = await _collect(runner, fake_host.run_context("HISTORY-PLEASE what did I ask?", config=config))
+    assert kinds(events)[-1] == "completed", events[-1]
+    assert "MARKER-HOST-HISTORY-2026" in _message(events)  # the tool call went through the 2026-07-28 endpoint
+    # The bridge's tools are in the first request (`alwaysLoad`) while tool search still defers the rarely used
+    # built-in tools: inlining those too cost ~7 % of a trivial turn.
+    first = fake.requests[0].tools
+    assert "mcp__agenthost__history_page" in first and "ToolSearch" in first and "WebSearch" not in first
+    assert seen == [
+        ("POST", "2026-07-28", "server/discover"),
+        ("POST", "2026-07-28", "tools/list"),
+        ("POST", "2026-07-28", "tools/call"),
+    ]
 
 
 async def test_claude_cancel_leaves_no_process(tmp_path, fake_host, clean_env, claude_bin, monkeypatch):
