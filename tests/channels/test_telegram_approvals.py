@@ -158,3 +158,24 @@ async def test_callback_data_the_adapter_did_not_make_decides_nothing(world: Wor
     assert [a.approval_id for a in await pending(world)] == [approval.approval_id]
     assert fake.keyboard(42, message_id)
     assert world.process.restarts == 0
+
+
+async def test_malformed_presses_are_skipped_and_decide_nothing(world: World) -> None:
+    await world.add_channel()
+    fake = world.fake
+    message_id = await ask(world)
+    approve = dict(fake.keyboard(42, message_id))["Approve"]
+    message = {k: v for k, v in fake.messages[(42, message_id)].items()}
+    bad = [
+        {"id": "q-nobody", "message": message, "chat_instance": "c", "data": approve},  # no sender
+        {"from": fake.user(42), "message": message, "chat_instance": "c", "data": approve},  # no id
+        "not an object",
+    ]
+    ids = [await fake.push(raw={"callback_query": query}) for query in bad]
+    # (Another chat: chat 42's conversation is busy with the run that waits for the approval.)
+    await fake.push(fake.message("still here", chat_id=43))
+    await fake.wait_for(lambda f: "You said: still here" in f.chat_text(43))
+    await fake.wait_for(lambda f: f.confirmed_below > max(ids))
+    assert len(await pending(world)) == 1 and fake.keyboard(42, message_id)
+    assert not fake.answers and world.process.restarts == 0
+    assert world.log().count("is malformed") == 3
