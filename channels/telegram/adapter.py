@@ -26,8 +26,9 @@ from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, Tele
 from telegram.request import HTTPXRequest
 
 from agenthost.channels.sdk import ChannelAdapter, ChannelContext, ChannelManifest, Limits, Pacer, deliver
+from agenthost.channels.telegram.approvals import OUTCOME_LINES, ApprovalBoard, Shown, who
 from agenthost.channels.telegram.sink import TelegramSink, _seconds
-from agenthost.channels.telegram.updates import Command, Ignore, Inbound, Where, classify
+from agenthost.channels.telegram.updates import Command, Ignore, Inbound, Press, Where, classify
 from agenthost.channels.telegram.webhook import Webhook
 from agenthost.host import limits
 from agenthost.protos import common_pb2 as pb
@@ -51,6 +52,11 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "api_url": {"type": "string", "default": "https://api.telegram.org", "pattern": "^https?://"},
         "allowed_users": {"type": "array", "items": {"type": "integer"}, "description": "only these user ids"},
         "blocked_users": {"type": "array", "items": {"type": "integer"}},
+        "approvers": {
+            "type": "array",
+            "items": {"type": "integer"},
+            "description": "user ids who may press approval buttons (default: a private chat's user; in groups nobody)",
+        },
         "max_input_chars": {"type": "integer", "minimum": 1, "maximum": 200000, "default": 16000},
         "poll_timeout": {"type": "integer", "minimum": 0, "maximum": 50, "default": 25},
         "edit_interval": {"type": "number", "minimum": 0.05, "maximum": 10, "default": 1.0},
@@ -63,6 +69,7 @@ CONFIG_SCHEMA: dict[str, Any] = {
     "then": {"required": ["webhook_url"]},
 }
 
+UPDATE_KINDS = ["message", "callback_query"]
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024  # the Bot API's limit for a file a bot sends
 GREETING = "Hi! Send me a message and I will answer. /new starts a fresh conversation."
 
@@ -82,6 +89,7 @@ class TelegramAdapter(ChannelAdapter):
         self.cfg = cfg
         self.allowed = set(cfg.get("allowed_users") or ())
         self.blocked = set(cfg.get("blocked_users") or ())
+        self.board = ApprovalBoard(cfg.get("approvers"))
         api = str(cfg["api_url"]).rstrip("/")
         poll = int(cfg["poll_timeout"])
         self.bot = Bot(
@@ -103,7 +111,7 @@ class TelegramAdapter(ChannelAdapter):
                     str(cfg["webhook_url"]),
                     secret_token=webhook.secret,
                     max_connections=1,
-                    allowed_updates=["message"],
+                    allowed_updates=UPDATE_KINDS,
                 )
             else:
                 await self.bot.delete_webhook()  # getUpdates is refused while a webhook is set
@@ -131,7 +139,7 @@ class TelegramAdapter(ChannelAdapter):
                 fetch = asyncio.ensure_future(
                     self.bot.do_api_request(
                         "getUpdates",
-                        api_kwargs={"offset": self.offset, "timeout": poll, "allowed_updates": ["message"]},
+                        api_kwargs={"offset": self.offset, "timeout": poll, "allowed_updates": UPDATE_KINDS},
                     )
                 )
                 await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -190,6 +198,12 @@ class TelegramAdapter(ChannelAdapter):
             log.info("update %d ignored: %s", update_id, what.reason)
             self._settle(update_id)
             return "ignored"
+        if isinstance(what, Press):
+            # Settled after the decision: a crash in between redelivers the press, which the host then refuses
+            # as already decided (it decides an approval once), so a press is never lost nor counted twice.
+            await self._press(what)
+            self._settle(update_id)
+            return "pressed"
         user_id = what.user.id
         if user_id in self.blocked or (self.allowed and user_id not in self.allowed):
             log.info("update %d ignored: user %d is not allowed to use this bot", update_id, user_id)
@@ -222,7 +236,12 @@ class TelegramAdapter(ChannelAdapter):
 
     async def _message(self, update_id: int, inbound: Inbound) -> str:
         sink = TelegramSink(
-            self.bot, self.pacer, inbound.where, reply_to=inbound.message_id, fetch_artifact=self._fetch_artifact
+            self.bot,
+            self.pacer,
+            inbound.where,
+            reply_to=inbound.message_id,
+            fetch_artifact=self._fetch_artifact,
+            approvals=self.board,
         )
         limit = int(self.cfg["max_input_chars"])
         if len(inbound.text) > limit:
@@ -292,6 +311,50 @@ class TelegramAdapter(ChannelAdapter):
         # One update at a time until the host has it (cheap): the offset only ever moves forward in order, and runs
         # of one chat reach the host in the order they were written. Replies stream concurrently.
         return "sent" if await accepted else "refused"
+
+    # ---- approval buttons ----
+
+    async def _press(self, press: Press) -> None:
+        answer = await self._decide(press)
+        try:
+            await self.bot.answer_callback_query(press.query_id, text=answer)
+        except TelegramError as exc:
+            log.warning("could not answer a button press: %r", exc)
+
+    async def _decide(self, press: Press) -> str:
+        """Decides the approval a press stands for, when the presser may; returns what they are told."""
+        pressed = self.board.resolve_press(press.data, press.chat_id, press.message_id)
+        if pressed is None:
+            log.warning("a button press from user %d with data this adapter did not make; refused", press.user.id)
+            return "This button is no longer valid."
+        user = press.user
+        if (
+            user.id in self.blocked
+            or (self.allowed and user.id not in self.allowed)
+            or not self.board.may_decide(user, pressed.shown.chat_id, pressed.shown.group)
+        ):
+            log.info("user %d may not decide approval %s; refused", user.id, pressed.approval_id)
+            return "You cannot approve this."
+        request = hpb.DecideApprovalRequest(
+            approval_id=pressed.approval_id, decision=pressed.option, note=f"via Telegram by {who(user)}"
+        )
+        try:
+            info = await self.ctx.host.call("DecideApproval", request, timeout=15.0)
+        except (errors.FailedPrecondition, errors.NotFound):
+            await self._drop_keyboard(pressed.shown)
+            return "This was already decided."
+        except errors.AgentHostError as exc:
+            log.warning("could not decide approval %s: %r", pressed.approval_id, exc)
+            return "Could not reach the bot; please try again."
+        return OUTCOME_LINES.get(info.status, info.status)
+
+    async def _drop_keyboard(self, shown: Shown) -> None:
+        """The buttons of an approval decided elsewhere (or whose run ended while this process was away)."""
+        try:
+            # Without reply_markup: Telegram removes the keyboard.
+            await self.bot.edit_message_reply_markup(chat_id=shown.chat_id, message_id=shown.message_id)
+        except TelegramError as exc:
+            log.debug("could not remove the buttons of approval %s: %r", shown.approval_id, exc)
 
     async def _notice(self, sink: TelegramSink, line: str) -> None:
         try:

@@ -12,6 +12,7 @@ from telegram import Bot, InputFile, ReplyParameters
 from telegram.error import BadRequest, RetryAfter
 
 from agenthost.channels.sdk.throttle import Pacer
+from agenthost.channels.telegram.approvals import ApprovalBoard, render_outcome
 from agenthost.channels.telegram.updates import Where
 from agenthost.protos import common_pb2 as pb
 
@@ -40,12 +41,14 @@ class TelegramSink:
         *,
         reply_to: int | None = None,
         fetch_artifact: ArtifactFetcher | None = None,
+        approvals: ApprovalBoard | None = None,
     ) -> None:
         self.bot = bot
         self.pacer = pacer
         self.where = where
         self.reply_to = reply_to
         self.fetch_artifact = fetch_artifact
+        self.approvals = approvals
 
     async def _call(self, send: Callable[[], Awaitable[Any]]) -> Any:
         for attempt in range(RETRIES):
@@ -101,7 +104,13 @@ class TelegramSink:
         if kind == "artifact_created":
             await self._send_artifact(event.artifact_created.artifact)
             return
-        # A kind this adapter does not render yet (approval requests, …): say so in one line rather than drop it.
+        if kind == "approval_requested" and self.approvals is not None:
+            await self._ask(event.approval_requested)
+            return
+        if kind == "approval_resolved" and self.approvals is not None:
+            await self._resolved(event.approval_resolved)
+            return
+        # A kind this adapter does not render yet: say so in one line rather than drop it.
         await self.notice(f"ℹ️ The bot sent something this chat cannot show ({kind}).")
 
     async def _send_artifact(self, ref: pb.ArtifactRef) -> None:
@@ -118,3 +127,26 @@ class TelegramSink:
             await self._call(
                 lambda: self.bot.send_document(self.where.chat_id, upload, message_thread_id=self.where.thread_id)
             )
+
+    async def _ask(self, request: pb.ApprovalRequested) -> None:
+        assert self.approvals is not None
+        shown, keyboard = self.approvals.show(request, self.where.chat_id, self.where.group)
+        message = await self._call(
+            lambda: self.bot.send_message(
+                self.where.chat_id, shown.text, message_thread_id=self.where.thread_id, reply_markup=keyboard
+            )
+        )
+        shown.message_id = message.message_id
+
+    async def _resolved(self, resolved: pb.ApprovalResolved) -> None:
+        assert self.approvals is not None
+        shown = self.approvals.find(resolved.approval_id)
+        if shown is None or shown.message_id is None:
+            return
+        message_id = shown.message_id
+        # Telegram removes the inline keyboard of a message whose text is edited without one: no more buttons.
+        await self._call(
+            lambda: self.bot.edit_message_text(
+                render_outcome(shown.text, resolved), chat_id=shown.chat_id, message_id=message_id
+            )
+        )

@@ -47,6 +47,18 @@ class Command:
 
 
 @dataclass(frozen=True)
+class Press:
+    """A press of an inline-keyboard button (callback_query): always answered (answerCallbackQuery)."""
+
+    query_id: str
+    user: User
+    data: str | None
+    chat_id: int | None  # the chat and message the button is in (None when Telegram no longer says)
+    message_id: int | None
+    group: bool
+
+
+@dataclass(frozen=True)
 class Ignore:
     reason: str
     user_id: int | None = None
@@ -76,12 +88,26 @@ def _addressed(message: Message, text: str, me: User) -> tuple[bool, str]:
     return mentioned or replied, " ".join(stripped.split()) if mentioned else stripped.strip()
 
 
-def classify(raw: dict[str, Any], bot: Any, me: User) -> Inbound | Command | Ignore:
+def classify(raw: dict[str, Any], bot: Any, me: User) -> Inbound | Command | Press | Ignore:
     """Raises ValueError (or the parser's TypeError/KeyError) for an update that is not a well-formed Telegram
     update; the caller logs it and moves past it."""
     update = Update.de_json(raw, bot)
     if update is None:
         raise ValueError("empty update")
+    query = update.callback_query
+    if query is not None:
+        if not isinstance(query.id, str) or query.from_user is None:
+            raise ValueError("callback query without an id or a sender")
+        where = query.message
+        chat_id = where.chat.id if where is not None else None
+        return Press(
+            query.id,
+            query.from_user,
+            query.data,
+            chat_id,
+            where.message_id if where is not None else None,
+            where is not None and where.chat.type in GROUP_TYPES,
+        )
     message = update.message
     if message is None:
         kinds = sorted(k for k in raw if k != "update_id")

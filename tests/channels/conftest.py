@@ -38,7 +38,8 @@ class Seen:
 
 class Scripted(Runner):
     """Answers by the message: `slow …` streams word by word, `long N` writes N characters in paragraphs,
-    `fail` raises; anything else is echoed back in a few deltas. Every run is recorded in `seen`."""
+    `approve-me [TIMEOUT]` asks for an approval and answers with the decision, `fail` raises; anything else is
+    echoed back in a few deltas. Every run is recorded in `seen`."""
 
     manifest = RunnerManifest(name="scripted", description="scripted replies for channel tests")
     seen: list[Seen] = []
@@ -84,6 +85,19 @@ class Scripted(Runner):
                 yield events.artifact_created(made)
             report = await run.api.artifact_create(b"a report\n", name="report.txt", mime_type="text/plain")
             yield events.artifact_created(report)
+            return
+        if text.startswith("approve-me"):
+            # A tool call that needs a person: the decision is the reply.
+            timeout = float(text.split()[1]) if len(text.split()) > 1 else 30.0
+            decision = await run.request_approval(
+                "shell",
+                summary="rm -rf /tmp/build",
+                arguments={"command": "rm -rf /tmp/build"},
+                reason="matches approvals.commands 'rm *'",
+                timeout_seconds=timeout,
+                tool_call_id="call_1",
+            )
+            yield events.text(f"decision: {decision.outcome} ({decision.note or 'no note'})")
             return
         if text == "fail":
             yield events.text("Let me think")
