@@ -20,7 +20,6 @@ from agenthost.host.supervisor import SupervisorPolicy  # noqa: E402
 from agenthost.protos import host_pb2 as hpb  # noqa: E402
 from agenthost.runners.sdk.testing import HostHarness  # noqa: E402
 
-
 PNG = png()
 
 
@@ -47,9 +46,9 @@ async def main() -> str:
                 await say(fake.message("long 5000", chat_id=42), 6)
                 # A photo in: it reaches the runner as an attachment; the files the run makes come back.
                 fake.add_file("photo-big", PNG)
-                sizes = [{"file_id": "photo-big", "file_unique_id": "b", "width": 2, "height": 2, "file_size": len(PNG)}]
+                size = {"file_id": "photo-big", "file_unique_id": "b", "width": 2, "height": 2, "file_size": len(PNG)}
                 sent = len(fake.chat_text(42))
-                await fake.push(fake.message(None, chat_id=42, photo=sizes, caption="what is this?"))
+                await fake.push(fake.message(None, chat_id=42, photo=[size], caption="what is this?"))
                 await fake.wait_for(lambda f: len(f.of("sendDocument")) >= 1, 60)
                 await fake.wait_for(lambda f: len(f.chat_text(42)) > sent, 60)
                 await say(fake.message("fail", chat_id=42), len(fake.chat_text(42)) + 2)
