@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from agenthost.host.credentials import CHANNEL_PREFIX
 from agenthost.host.private_files import read_json, write_json
-from agenthost.host.supervisor import PluginSpec, PluginStartError
+from agenthost.host.supervisor import PluginSpec
 from agenthost.plugins import sandbox
 from agenthost.plugins.manifest import ChannelManifest, ManifestError
 from agenthost.protos import errors
@@ -265,4 +265,4 @@ class Channels:
         self._doc = doc
 
 
-__all__ = ["Channels", "PluginStartError"]
+__all__ = ["Channels"]

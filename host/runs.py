@@ -57,7 +57,6 @@ from agenthost.protos.errors import FailedPrecondition, InvalidArgument, NotFoun
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 300.0
-MAX_TIMEOUT = 24 * 3600.0
 MAX_INPUT_BYTES = 256 * 1024
 MAX_ASSISTANT_TEXT = 4 * 1024 * 1024
 _CONVERSATION_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,512}$")

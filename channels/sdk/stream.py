@@ -21,6 +21,11 @@ from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 
 log = logging.getLogger(__name__)
+# The run's bookkeeping: the SDK handles the end itself and no chat has a use for the rest (a subagent's work
+# shows in its final answer). Every other kind goes to the adapter's sink, which renders it or says it cannot.
+NOT_FOR_CHATS = frozenset(
+    {"completed", "failed", "usage", "retry", "compaction", "state_updated", "subagent_started", "subagent_finished"}
+)
 
 
 class ReplySink(Protocol):
@@ -118,10 +123,6 @@ class ReplyStream:
             self._flusher.cancel()
             await asyncio.gather(self._flusher, return_exceptions=True)
 
-    @property
-    def messages_sent(self) -> int:
-        return len(self._sent)
-
 
 def refusal_line(error: errors.AgentHostError) -> str:
     """What a user is told when the host refused a message (nothing was run)."""
@@ -175,7 +176,7 @@ async def deliver(
                     elif which == "message":
                         if event.message.role in ("", "assistant"):
                             stream.replace(event.message.text)
-                    elif which in ("completed", "failed", "usage", "retry", "compaction", "state_updated"):
+                    elif which in NOT_FOR_CHATS:
                         continue
                     else:
                         try:

@@ -28,7 +28,6 @@ from agenthost.host.store.state import parse_json
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos.errors import InvalidArgument, ResourceExhausted
 
-MAX_ARTIFACT_BYTES = limits.ARTIFACT_MAX_BYTES  # kept for importers; checks read limits at call time
 MAX_NAME_CHARS = 255
 _NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 

@@ -19,7 +19,6 @@ from agenthost.runners.local_agent.memory_scan import scan
 STATE_SCOPE = "actor"
 STATE_KEY = "local_agent.memory"
 Target = Literal["profile", "notes"]
-TARGETS: tuple[Target, ...] = ("profile", "notes")
 SEPARATOR_COST = 3  # "\n- " between entries in the rendered block
 MAX_WRITE_ATTEMPTS = 3
 

@@ -318,6 +318,9 @@ class LocalAgentRunner(Runner):
         parts = [config.system_prompt or DEFAULT_SYSTEM_PROMPT, f"Workspace directory: {workspace}"]
         if "load_skill" in registry:
             parts.append(skills_prompt(config.skills))
+        if "task" in registry:
+            # Part of the frozen prefix, so a refresh after a compaction keeps listing the subagent types.
+            parts.append(prompt_block(subagent_types(config, registry.names)))
         fixed = "\n\n".join(parts)
         actor = run.context.actor
         who = f"{actor.actor_type}\x1f{actor.actor_id}" if config.memory.enabled else ""
@@ -440,7 +443,6 @@ class LocalAgentRunner(Runner):
                 return sub, await self._window(sub, config.model_copy(update={"context_window": route.context_window}))
 
             ctx.subagents = Subagents(types, registry, config, open_model, workspace)
-            system += "\n\n" + prompt_block(types)
         compactor = Compactor(
             window=window,
             watermark=config.compaction_watermark,

@@ -172,7 +172,10 @@ async def test_error_result_image_note_and_timeout(tmp_path: Path) -> None:
                 and fail.result.startswith("error: MCP server fx, tool fail:")
                 and "no such widget" in fail.result
             )
-            assert not picture.is_error and "[image (image/png" in picture.result and "text only" in picture.result
+            # The image reaches the model like a read_file image (OpenAI-compatible: in the user message after
+            # the tool results, since tool messages hold text only).
+            assert not picture.is_error and picture.result.startswith("[image 1 (image/png")
+            assert "data:image/png;base64," in json.dumps(model.model_requests[1].json())
             assert slow.is_error and "did not answer within 3s" in slow.result
             # The timed-out call was cancelled, not the session: the next call on it works.
             assert (echo.is_error, echo.result) == (False, "echo:still alive")
@@ -464,8 +467,12 @@ def test_parameters_and_results_mapping() -> None:
     assert render(res) == (
         "a\ninline\n[binary resource file:///b (application/zip)]\n[resource link: file:///y (y)]",
         False,
+        [],
     )
-    assert render(Obj(content=[], structured_content={"n": 1}, is_error=True)) == ('{"n": 1}', True)
+    assert render(Obj(content=[], structured_content={"n": 1}, is_error=True)) == ('{"n": 1}', True, [])
+    # An "image" whose bytes are not an image the models take is a note, never sent as one.
+    fake = Obj(content=[Obj(type="image", data="bm90IGFuIGltYWdl", mime_type="image/png")], is_error=False)
+    assert render(fake) == ("[image (image/png, 12 bytes) returned by the tool; not shown]", False, [])
 
 
 def test_bindings_without_servers_do_not_load_the_sdk() -> None:

@@ -7,6 +7,8 @@ itself lives in `local_agent.mcp_client`, and nothing here imports the SDK (cont
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import hashlib
 import json
@@ -14,6 +16,8 @@ import re
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from agenthost.runners.local_agent import images
+from agenthost.runners.local_agent.images import ToolImage, ToolOutput
 from agenthost.runners.local_agent.tools.base import Tool, ToolContext, ToolError
 
 PREFIX = "mcp__"
@@ -54,20 +58,28 @@ def parameters(schema: Any) -> dict[str, Any]:
     return out
 
 
-def render(result: Any) -> tuple[str, bool]:
-    """A CallToolResult as (text for the model, is_error). Images and audio become a note: the provider path
-    sends tool results as text only."""
+def render(result: Any) -> tuple[str, bool, list[ToolImage]]:
+    """A CallToolResult as (text for the model, is_error, images). An image whose bytes are one of the types
+    models take (sniffed, not the server's word) and within the size cap reaches the model like a `read_file`
+    image; other images and audio become a note."""
     parts: list[str] = []
+    shown: list[ToolImage] = []
     for item in getattr(result, "content", None) or []:
         kind = getattr(item, "type", "")
         if kind == "text":
             parts.append(str(item.text))
         elif kind in ("image", "audio"):
-            size = len(getattr(item, "data", "") or "") * 3 // 4
-            parts.append(
-                f"[{kind} ({getattr(item, 'mime_type', None) or 'unknown type'}, ~{size} bytes) returned by the "
-                f"tool; not shown: tool results reach this model as text only]"
-            )
+            declared = getattr(item, "mime_type", None) or "unknown type"
+            try:
+                data = base64.b64decode(getattr(item, "data", "") or "", validate=True)
+            except (binascii.Error, ValueError):
+                data = b""
+            mime = images.sniff(data) if kind == "image" and len(data) <= images.MAX_IMAGE_BYTES else ""
+            if mime:
+                shown.append(ToolImage(name=f"image-{len(shown) + 1}", mime_type=mime, data=data))
+                parts.append(f"[image {len(shown)} ({mime}, {len(data)} bytes)]")
+            else:
+                parts.append(f"[{kind} ({declared}, {len(data)} bytes) returned by the tool; not shown]")
         elif kind == "resource_link":
             label = f" ({item.name})" if getattr(item, "name", None) else ""
             parts.append(f"[resource link: {item.uri}{label}]")
@@ -83,7 +95,7 @@ def render(result: Any) -> tuple[str, bool]:
     structured = getattr(result, "structured_content", None)
     if not parts and structured is not None:
         parts.append(json.dumps(structured, ensure_ascii=False))
-    return "\n".join(parts) or "(no output)", bool(getattr(result, "is_error", False))
+    return "\n".join(parts) or "(no output)", bool(getattr(result, "is_error", False)), shown
 
 
 # Calls the server's tool: (server-side tool name, arguments) -> CallToolResult. Raises ToolError for transport
@@ -107,8 +119,8 @@ class McpTool(Tool):
         self.parameters = parameters(schema)  # type: ignore[misc]
         self._call = call
 
-    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> str:
-        text, is_error = render(await self._call(self.tool, args))
+    async def execute(self, args: dict[str, Any], ctx: ToolContext) -> str | ToolOutput:
+        text, is_error, shown = render(await self._call(self.tool, args))
         if is_error:
             raise ToolError(f"MCP server {self.server}, tool {self.tool}: {text}")
-        return text
+        return ToolOutput(text, tuple(shown)) if shown else text
