@@ -114,7 +114,7 @@ class Channels:
         if not plugin.enabled:
             raise errors.FailedPrecondition(f"plugin {plugin_id} is disabled")
         if not plugin.builtin:
-            self.host._check_walls(self.host.registry.plugin(plugin_id))
+            self.host.check_walls(self.host.registry.plugin(plugin_id))
         manifest = (await self.describe(plugin)).get(adapter)
         if manifest is None:
             raise errors.NotFound(f"plugin {plugin_id} has no channel adapter {adapter!r}")
@@ -237,7 +237,7 @@ class Channels:
             return
         if not plugin.builtin:
             try:
-                self.host._check_walls(self.host.registry.plugin(plugin.plugin_id))
+                self.host.check_walls(self.host.registry.plugin(plugin.plugin_id))
             except errors.FailedPrecondition as exc:
                 pp.last_error = exc.message
                 log.error("channel %s: %s", name, exc.message)

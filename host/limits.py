@@ -14,7 +14,17 @@ from __future__ import annotations
 import logging
 import resource
 
-from agenthost.protos.wire import MAX_BATCH_BYTES, MAX_EVENT_BYTES, MAX_MESSAGE_BYTES
+from agenthost.protos.wire import (
+    APPROVAL_DEFAULT_SECONDS as APPROVAL_DEFAULT_SECONDS,
+)
+from agenthost.protos.wire import (
+    APPROVAL_MAX_SECONDS as APPROVAL_MAX_SECONDS,
+)
+from agenthost.protos.wire import (
+    MAX_BATCH_BYTES,
+    MAX_EVENT_BYTES,
+    MAX_MESSAGE_BYTES,
+)
 
 log = logging.getLogger(__name__)
 
@@ -132,10 +142,8 @@ APPROVALS_MAX_PENDING_PER_RUN = 4
 # Approvals pending host-wide: far under the run API's concurrent-call cap, so waiting calls cannot crowd out
 # the calls runs make to do their work.
 APPROVALS_MAX_PENDING = 256
-# How long a request waits when the runner names no timeout, and the longest it may name (the run's deadline
-# caps both). No decision in time = not approved.
-APPROVAL_DEFAULT_SECONDS = 300.0
-APPROVAL_MAX_SECONDS = 3600.0
+# How long a request waits when the runner names no timeout, and the longest it may name: APPROVAL_DEFAULT_SECONDS
+# and APPROVAL_MAX_SECONDS, from the wire contract (the SDK's config is shaped by them). No decision in time = denied.
 # Summary, reason and note: what a person reads in one glance (longer is cut, or refused for a note).
 APPROVAL_MAX_TEXT_CHARS = 1000
 # A request's arguments as received, and the part of them shown in the event (the rest is marked truncated).

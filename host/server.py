@@ -134,14 +134,14 @@ class Host:
         self._acquire_lock()
         try:
             if self.log_level is not None:
-                self._logging = install_logging(self.data_dir, self.log_level, redactor=Redactor(self._secrets))
+                self._logging = install_logging(self.data_dir, self.log_level, redactor=Redactor(self.secret_values))
             await self._start()
         except BaseException:
             await self._stop_observing()
             self._release_lock()
             raise
 
-    def _secrets(self) -> list[str]:
+    def secret_values(self) -> list[str]:
         """What the log redactor masks besides token shapes: the admin token and every stored provider key. Asked
         for every log line, so the key file is read again only when it changed (a new stat)."""
         found = [self.credentials.admin_token] if hasattr(self, "credentials") else []
@@ -264,7 +264,7 @@ class Host:
         log.error("no sandbox here, so only built-in runners will start, unsandboxed: %s", reason)
         return f"off: {reason}"
 
-    def _check_walls(self, plugin: PluginRecord) -> None:
+    def check_walls(self, plugin: PluginRecord) -> None:
         """Third-party code never runs without walls unless the user said so."""
         if plugin.builtin or self.sandbox_status == "on" or self.sandbox_status.startswith("disabled"):
             return
@@ -400,7 +400,7 @@ class Host:
         """Starts a plugin in the background at host start; a failure is kept as the plugin's last_error."""
         pp = self.supervisor.add(self._spec(plugin))
         try:
-            self._check_walls(plugin)
+            self.check_walls(plugin)
         except errors.FailedPrecondition as exc:
             pp.last_error = exc.message
             log.error("%s", pp.last_error)
@@ -522,7 +522,7 @@ class Host:
         plugin = self.registry.plugin(plugin_id)
         await self.registry.set_plugin_enabled(plugin_id, enabled)
         if enabled and (plugin.builtin or plugin.manifests_json != "[]"):
-            self._check_walls(plugin)
+            self.check_walls(plugin)
             self.supervisor.add(self._spec(plugin))
             try:
                 await self.supervisor.start(plugin_id)

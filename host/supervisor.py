@@ -48,7 +48,7 @@ from agenthost.host.observability import Observer
 from agenthost.host.store.db import Database
 from agenthost.plugins import sandbox
 from agenthost.plugins.manifest import ManifestError, RunnerManifest
-from agenthost.protos import runner_pb2, runner_pb2_grpc
+from agenthost.protos import runner_pb2, runner_pb2_grpc, wire
 from agenthost.protos.wire import CHANNEL_OPTIONS, HANDSHAKE_PREFIX, PROTOCOL_VERSION
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class PluginSpec:
 
     @property
     def health_service(self) -> str:
-        return "agenthost.v1.Channel" if self.kind == "channel" else "agenthost.v1.Runner"
+        return wire.CHANNEL_HEALTH_SERVICE if self.kind == "channel" else wire.RUNNER_HEALTH_SERVICE
 
 
 class PluginStartError(RuntimeError):

@@ -67,6 +67,15 @@ SERVER_OPTIONS = [
     ("grpc.max_connection_idle_ms", 5 * 60 * 1000),
 ]
 
+# The gRPC health service name a plugin process reports SERVING under, by plugin kind.
+RUNNER_HEALTH_SERVICE = "agenthost.v1.Runner"
+CHANNEL_HEALTH_SERVICE = "agenthost.v1.Channel"
+
+# How long an approval request waits when the runner names no timeout, and the longest it may name (the run's
+# deadline caps both): the host enforces them, the SDK and the binding configs are shaped by them.
+APPROVAL_DEFAULT_SECONDS = 300.0
+APPROVAL_MAX_SECONDS = 3600.0
+
 # State scope names and their wire values; the one table the SDK, the host's grants and the CLI share.
 STATE_SCOPES: dict[str, int] = {
     "run": pb.RUN,

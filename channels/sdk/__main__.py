@@ -100,6 +100,7 @@ async def _serve(config: dict[str, Any], adapter_cls: Any) -> int:
 
     from agenthost.channels.sdk.adapter import ChannelContext
     from agenthost.host.client import HostClient
+    from agenthost.protos import wire
     from agenthost.protos.wire import HANDSHAKE_PREFIX, PROTOCOL_VERSION
 
     loop = asyncio.get_running_loop()
@@ -113,7 +114,7 @@ async def _serve(config: dict[str, Any], adapter_cls: Any) -> int:
     server.add_insecure_port(config["listen"])
     await server.start()
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    await health_servicer.set("agenthost.v1.Channel", health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set(wire.CHANNEL_HEALTH_SERVICE, health_pb2.HealthCheckResponse.SERVING)
     sys.stdout.write(f"{HANDSHAKE_PREFIX}|{PROTOCOL_VERSION}|{config['listen']}\n")
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())

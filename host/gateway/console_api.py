@@ -95,7 +95,7 @@ class Console:
         self.sessions = Sessions(host.credentials)
         self.static = load_static()
         # Plugin logs are a plugin's raw stderr: token shapes and stored key values are masked before display.
-        self.redactor = logs.Redactor(host._secrets)
+        self.redactor = logs.Redactor(host.secret_values)
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard])

@@ -18,6 +18,7 @@ from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import run_api_pb2 as api_pb
 from agenthost.protos import run_api_pb2_grpc as api_grpc
+from agenthost.protos.wire import APPROVAL_DEFAULT_SECONDS
 from agenthost.runners.sdk.child import ChildRun, open_child_run
 from agenthost.runners.sdk.events import scope_value
 
@@ -26,7 +27,6 @@ Scope = Literal["run", "conversation", "actor", "binding", "runner"]
 
 UPLOAD_CHUNK = 256 * 1024
 DEFAULT_CALL_TIMEOUT = 30.0
-APPROVAL_DEFAULT_SECONDS = 300.0  # the host's default when a request names no timeout (host limits)
 
 
 def _direction(direction: Direction) -> int:

@@ -10,6 +10,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agenthost.protos.wire import APPROVAL_DEFAULT_SECONDS, APPROVAL_MAX_SECONDS
 from agenthost.runners.sdk.approval_rules import approval_reason
 
 __all__ = ["ApprovalsConfig", "approval_reason"]
@@ -35,7 +36,10 @@ class ApprovalsConfig(BaseModel):
         "variables); list 'shell' under tools to ask for every command.",
     )
     timeout_seconds: float = Field(
-        default=300.0, gt=0, le=3600, description="No answer within this = denied (the run's deadline also caps it)."
+        default=APPROVAL_DEFAULT_SECONDS,
+        gt=0,
+        le=APPROVAL_MAX_SECONDS,
+        description="No answer within this = denied (the run's deadline also caps it).",
     )
 
     @field_validator("tools", "commands")

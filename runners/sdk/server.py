@@ -38,6 +38,7 @@ from agenthost.protos.wire import (
     MAX_BATCH_BYTES,
     MAX_EVENT_BYTES,
     PROTOCOL_VERSION,
+    RUNNER_HEALTH_SERVICE,
     SERVER_OPTIONS,
 )
 from agenthost.runners.sdk import events
@@ -426,7 +427,7 @@ async def serve(
         raise RuntimeError(f"could not listen on {listen}")
     await server.start()
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    await health_servicer.set("agenthost.v1.Runner", health_pb2.HealthCheckResponse.SERVING)
+    await health_servicer.set(RUNNER_HEALTH_SERVICE, health_pb2.HealthCheckResponse.SERVING)
     if handshake:
         sys.stdout.write(f"{HANDSHAKE_PREFIX}|{PROTOCOL_VERSION}|{listen}\n")
         sys.stdout.flush()
