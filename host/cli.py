@@ -640,15 +640,17 @@ async def cmd_history(args: argparse.Namespace, c: HostClient) -> int:
     if args.json:
         print_json({"items": [to_jsonable(i) for i in items], "has_more": resp.has_more})
         return 0
+    from agenthost.host.console import terminal_safe as safe  # the transcript holds model-written text
+
     for item in items:
         if item.item_type == "tool_call":
-            print(f"[{item.role}] ⚙ {item.tool_name}({item.data_json[:200]})")
+            print(safe(f"[{item.role}] ⚙ {item.tool_name}({item.data_json[:200]})"))
         elif item.item_type == "tool_result":
-            print(f"[tool] {'✗' if item.is_error else '✓'} {item.text[:300]}")
+            print(safe(f"[tool] {'✗' if item.is_error else '✓'} {item.text[:300]}"))
         else:
-            print(f"[{item.role}] {item.text}")
+            print(safe(f"[{item.role}] {item.text}"))
         for ref in item.attachments:
-            print(f"    📎 {ref.name} ({ref.mime_type}, {ref.size_bytes} bytes) {ref.artifact_id}")
+            print(safe(f"    📎 {ref.name} ({ref.mime_type}, {ref.size_bytes} bytes) {ref.artifact_id}"))
     if resp.has_more:
         print(f"(older items exist; showing the newest {len(resp.items)})")
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -11,6 +12,17 @@ from agenthost.host.client import HostClient
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
+
+# What a runner or model could write to take over the terminal: escape sequences (ESC, 8-bit CSI/OSC: clipboard
+# writes, titles, hyperlinks, cursor moves that repaint what was printed), carriage returns that overwrite the
+# line, and bidi overrides. Tabs and newlines stay.
+_TERMINAL_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    """Untrusted text (a runner's, a model's) made inert for a terminal: control characters other than tab and
+    newline are dropped (a carriage return) or shown as U+FFFD (anything else)."""
+    return _TERMINAL_UNSAFE.sub(lambda m: "" if m.group() == "\r" else "\ufffd", text)
 
 
 class Printer:
@@ -24,12 +36,12 @@ class Printer:
         if self.mid_line:
             self.out.write("\n")
             self.mid_line = False
-        self.out.write(text + "\n")
+        self.out.write(terminal_safe(text) + "\n")
 
     def event(self, ev: pb.RunEvent) -> None:
         kind = ev.WhichOneof("kind")
         if kind == "text_delta":
-            self.out.write(ev.text_delta.text)
+            self.out.write(terminal_safe(ev.text_delta.text))
             self.mid_line = not ev.text_delta.text.endswith("\n")
         elif kind == "tool_started":
             self._line(f"  ⚙ {ev.tool_started.tool_name}({ev.tool_started.arguments_json[:200]})")
