@@ -211,8 +211,9 @@ class McpHttpEndpoint:
         del self._unproven[task]
         self._connections.discard(task)
         self._writers.discard(writer)
+        # Aborting is enough: its reads end at once (it never got past the token, so no host call is in flight),
+        # and a cancelled connection task would be logged as an error by asyncio's stream callback.
         writer.transport.abort()
-        task.cancel()
         return True
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
