@@ -132,6 +132,9 @@ APPROVALS_MAX_PENDING_PER_RUN = 4
 # Approvals pending host-wide: far under the run API's concurrent-call cap, so waiting calls cannot crowd out
 # the calls runs make to do their work.
 APPROVALS_MAX_PENDING = 256
+# Approvals pending for one bot: a quarter of the host's, so one bot's runs (whose messages may come from anyone on
+# a chat platform) cannot take every slot and leave other bots' gated tools refused.
+APPROVALS_MAX_PENDING_PER_BOT = 64
 # How long a request waits when the runner names no timeout, and the longest it may name (the run's deadline
 # caps both). No decision in time = not approved.
 APPROVAL_DEFAULT_SECONDS = 300.0
