@@ -119,6 +119,13 @@ class ChildRuns:
             raise errors.ResourceExhausted(
                 f"the host has CHILD_RUNS_MAX_ACTIVE = {limits.CHILD_RUNS_MAX_ACTIVE} child runs open; retry"
             )
+        if sum(1 for c in self._by_id.values() if c.st.info.bot_id == parent.bot_id) >= (
+            limits.CHILD_RUNS_MAX_ACTIVE_PER_BOT
+        ):
+            raise errors.ResourceExhausted(
+                f"this bot has CHILD_RUNS_MAX_ACTIVE_PER_BOT = {limits.CHILD_RUNS_MAX_ACTIVE_PER_BOT} child runs open;"
+                " retry"
+            )
         now = time.time()
         deadline = parent.deadline_at
         if header.timeout_seconds > 0:

@@ -153,6 +153,8 @@ CHILD_RUNS_MAX_PER_RUN = 32
 CHILD_RUNS_MAX_CONCURRENT = 4
 # Children open at once, host-wide.
 CHILD_RUNS_MAX_ACTIVE = 512
+# Children open at once for one bot: a quarter of the host's, so one bot's runs cannot leave others none.
+CHILD_RUNS_MAX_ACTIVE_PER_BOT = 128
 # Sizes of a child's header fields.
 CHILD_RUN_MAX_DESCRIPTION = 200
 CHILD_RUN_MAX_TYPE = 64

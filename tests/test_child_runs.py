@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sqlite3
@@ -81,6 +82,14 @@ class Parent(Runner):
                     Parent.outcome["error"] = exc
                     raise
             yield events.text("unreachable")
+        elif text == "try a child":
+            try:
+                async with run.child_run("one more") as child:
+                    await child.emit(events.text("in"))
+                Parent.outcome[f"try {run.conversation_id}"] = child.result.status
+            except errors.AgentHostError as exc:
+                Parent.outcome[f"try {run.conversation_id}"] = exc.code.name
+            yield events.text("tried")
         elif text == "children fill the quota":
             for i in range(3):
                 try:
@@ -364,3 +373,17 @@ async def test_children_share_their_parents_event_quota(h: HostHarness, monkeypa
         stored += len((await h.client.call("ListRunEvents", hpb.ListRunEventsRequest(run_id=run.run_id))).events)
     # The quota, plus the one failure event each run (parent, two children) may be ended with past it.
     assert stored <= limits.RUN_MAX_EVENTS + 3, (stored, r.run.status)
+
+
+async def test_one_bot_cannot_hold_every_child_slot(h: HostHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "CHILD_RUNS_MAX_ACTIVE_PER_BOT", 1)
+    task, _ = await _wait_child(h, "holder", "hang in child")
+    await h.send("try a child", conversation_id="same-bot")
+    assert Parent.outcome["try same-bot"] == "RESOURCE_EXHAUSTED"
+    await h.client.call("CreateBot", hpb.CreateBotRequest(name="other"))
+    await h.client.bind("other", "test/parent")
+    await h.client.send("other", "try a child", conversation_id="other-bot")
+    assert Parent.outcome["try other-bot"] == "completed"
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
