@@ -588,6 +588,8 @@ async def cmd_runs(args: argparse.Namespace, c: HostClient) -> int:
     from agenthost.protos import host_pb2 as hpb
 
     if args.action == "list":
+        from agenthost.host.console import terminal_safe
+
         request = hpb.ListRunsRequest(
             bot=args.bot, conversation_id=args.conversation, status=args.status, limit=args.limit
         )
@@ -598,7 +600,8 @@ async def cmd_runs(args: argparse.Namespace, c: HostClient) -> int:
             for r in runs:
                 took = f"{r.finished_at - r.started_at:.1f}s" if r.finished_at and r.started_at else "-"
                 child = f" (child of {r.parent_run_id})" if r.parent_run_id else ""
-                print(f"{r.run_id} {r.status:11} {took:>7} {r.runner_id:28} {r.conversation_id} {r.error_code}{child}")
+                line = f"{r.run_id} {r.status:11} {took:>7} {r.runner_id:28} {r.conversation_id} {r.error_code}{child}"
+                print(terminal_safe(line))  # the error code is the runner's
     elif args.action == "show":
         run = await c.call("GetRun", hpb.RunRequestById(run_id=args.run_id))
         shown: dict[str, Any] = to_jsonable(run)

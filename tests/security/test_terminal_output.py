@@ -15,6 +15,8 @@ import pytest
 from agenthost.host.console import Printer
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
+from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
+from agenthost.runners.sdk.testing import HostHarness
 
 HOSTILE = "ok\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x9b31m\rfake\u202egnp.exe\tend\n"
 
@@ -95,3 +97,22 @@ async def test_history_prints_a_hostile_message_inert(host: Path) -> None:
     assert code == 0, err
     _inert(out)
     assert "[user] ok" in out and "gnp.exe" in out
+
+
+class Hostile(Runner):
+    manifest = RunnerManifest(name="hostile")
+
+    async def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
+        yield events.text(HOSTILE)
+        yield pb.RunEvent(failed=pb.Failed(code="oops\x1b]0;pwned\x07\x1b[2J", message=HOSTILE))
+
+
+@pytest.mark.timeout(120)
+async def test_runs_list_prints_a_runners_error_code_inert(tmp_path: Path) -> None:
+    async with HostHarness(tmp_path, runners=[Hostile]) as h:
+        r = await h.send("hi")
+        assert r.run.status == "failed" and "\x1b" in r.run.error_code
+        code, out, err = await _cli(h.host.data_dir, "runs", "list")
+        assert code == 0, err
+        _inert(out)
+        assert "oops" in out
