@@ -588,7 +588,7 @@ async def cmd_runs(args: argparse.Namespace, c: HostClient) -> int:
     from agenthost.protos import host_pb2 as hpb
 
     if args.action == "list":
-        from agenthost.host.console import terminal_safe
+        from agenthost.host.terminal import terminal_safe
 
         request = hpb.ListRunsRequest(
             bot=args.bot, conversation_id=args.conversation, status=args.status, limit=args.limit
@@ -643,7 +643,7 @@ async def cmd_history(args: argparse.Namespace, c: HostClient) -> int:
     if args.json:
         print_json({"items": [to_jsonable(i) for i in items], "has_more": resp.has_more})
         return 0
-    from agenthost.host.console import terminal_safe as safe  # the transcript holds model-written text
+    from agenthost.host.terminal import terminal_safe as safe  # the transcript holds model-written text
 
     for item in items:
         if item.item_type == "tool_call":
@@ -846,6 +846,8 @@ def cmd_logs(args: argparse.Namespace, data_dir: Path) -> int:
     # The host's lines are JSON objects already; with --json a plugin's plain lines become JSON strings, so the
     # output is JSON lines either way.
     out: Any = _JsonLines(sys.stdout) if args.json and args.plugin else sys.stdout
+    if args.plugin and not args.json:
+        out = _InertText(out)  # a plugin's stderr is its own text: no escape sequence reaches the terminal
     lines, end = logs.tail_lines(path, args.lines)
     for line in lines:
         out.write(line + "\n")
@@ -856,6 +858,22 @@ def cmd_logs(args: argparse.Namespace, data_dir: Path) -> int:
         except KeyboardInterrupt:
             return 0
     return 0
+
+
+class _InertText:
+    """A text sink that writes what it is given with terminal control sequences made inert."""
+
+    def __init__(self, out: Any) -> None:
+        from agenthost.host.terminal import terminal_safe
+
+        self.out = out
+        self._safe = terminal_safe
+
+    def write(self, text: str) -> None:
+        self.out.write(self._safe(text))
+
+    def flush(self) -> None:
+        self.out.flush()
 
 
 class _JsonLines:

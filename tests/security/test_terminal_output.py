@@ -116,3 +116,22 @@ async def test_runs_list_prints_a_runners_error_code_inert(tmp_path: Path) -> No
         assert code == 0, err
         _inert(out)
         assert "oops" in out
+
+
+@pytest.mark.timeout(60)
+def test_logs_prints_a_plugins_stderr_inert(tmp_path: Path) -> None:
+    """`agenthost logs --plugin P` shows what the plugin wrote to stderr; it reads the file, no host needed."""
+    import subprocess
+
+    from agenthost.host import logs
+
+    data = tmp_path / "data"
+    path = logs.plugin_log_path(data, "evil-plugin")
+    path.parent.mkdir(parents=True)
+    path.write_text(f"starting\n{HOSTILE}\x1b]8;;http://x\x07click\x1b]8;;\x07\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC", "OPENAI", "AGENTHOST"))}
+    argv = [sys.executable, "-m", "agenthost.host.cli", "--data-dir", str(data), "logs", "--plugin", "evil-plugin"]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert proc.returncode == 0, proc.stderr
+    _inert(proc.stdout)
+    assert "starting\nok" in proc.stdout and "click" in proc.stdout
