@@ -100,6 +100,14 @@ class Approvals:
                 f"this run already waits on APPROVALS_MAX_PENDING_PER_RUN = {limits.APPROVALS_MAX_PENDING_PER_RUN}"
                 " approvals"
             )
+        if (
+            sum(1 for p in self._pending.values() if p.info.bot_id == run.bot_id)
+            >= limits.APPROVALS_MAX_PENDING_PER_BOT
+        ):
+            raise errors.ResourceExhausted(
+                f"this bot already waits on APPROVALS_MAX_PENDING_PER_BOT = {limits.APPROVALS_MAX_PENDING_PER_BOT}"
+                " approvals"
+            )
         if len(self._pending) >= limits.APPROVALS_MAX_PENDING:
             raise errors.ResourceExhausted(
                 f"the host already holds APPROVALS_MAX_PENDING = {limits.APPROVALS_MAX_PENDING} pending approvals"

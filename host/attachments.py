@@ -26,7 +26,10 @@ _ALIASES = {"image/jpg": "image/jpeg", "image/pjpeg": "image/jpeg", "image/x-png
 # Types that say nothing about the content: the sniffed type replaces them.
 _GENERIC = ("", "application/octet-stream", "binary/octet-stream")
 _MIME = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,63}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}$")
-_UNSAFE_NAME_CHARS = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# Controls, bidi overrides and marks, and invisible characters: a name shows as what it is, and two names that
+# look alike are alike ("report.pdf" cannot hide a zero-width space, or read ".exe" backwards). ZWJ/ZWNJ stay:
+# scripts and emoji need them.
+_UNSAFE_NAME_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200b\u200e\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 
 
 @dataclass(frozen=True)

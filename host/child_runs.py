@@ -119,6 +119,13 @@ class ChildRuns:
             raise errors.ResourceExhausted(
                 f"the host has CHILD_RUNS_MAX_ACTIVE = {limits.CHILD_RUNS_MAX_ACTIVE} child runs open; retry"
             )
+        if sum(1 for c in self._by_id.values() if c.st.info.bot_id == parent.bot_id) >= (
+            limits.CHILD_RUNS_MAX_ACTIVE_PER_BOT
+        ):
+            raise errors.ResourceExhausted(
+                f"this bot has CHILD_RUNS_MAX_ACTIVE_PER_BOT = {limits.CHILD_RUNS_MAX_ACTIVE_PER_BOT} child runs open;"
+                " retry"
+            )
         now = time.time()
         deadline = parent.deadline_at
         if header.timeout_seconds > 0:
@@ -203,10 +210,24 @@ class ChildRuns:
                 message = "only event batches may follow the header"
                 manager._set_outcome(st, "failed", "runner_protocol", message)
                 return errors.InvalidArgument(message)
-            manager._ingest_batch(st, request.events)
+            manager._ingest_batch(st, self._charged(child, request.events))
             if manager.registry.db.congested:
                 await manager.registry.db.backpressure()
         return None
+
+    def _charged(self, child: Child, batch: pb.RunEventBatch) -> pb.RunEventBatch:
+        """The batch, counted against the parent's event quotas too: a run's quota covers what its children send,
+        or a runner could store CHILD_RUNS_MAX_PER_RUN times more by moving its events into children. A batch the
+        parent's quota cannot take fails the child (the parent goes on; its runner sees the subagent fail)."""
+        parent = child.parent
+        count, size = len(batch.events), batch.ByteSize()
+        over = self.manager._over_quota(parent, count, size)
+        if over:
+            message = f"{over}, counting its parent run's and its siblings' events"
+            return pb.RunEventBatch(events=[pb.RunEvent(failed=pb.Failed(code="quota_exceeded", message=message))])
+        parent.event_count += count
+        parent.event_bytes += size
+        return batch
 
     # ---- ending ----
 

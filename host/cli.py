@@ -588,6 +588,8 @@ async def cmd_runs(args: argparse.Namespace, c: HostClient) -> int:
     from agenthost.protos import host_pb2 as hpb
 
     if args.action == "list":
+        from agenthost.host.terminal import terminal_safe
+
         request = hpb.ListRunsRequest(
             bot=args.bot, conversation_id=args.conversation, status=args.status, limit=args.limit
         )
@@ -598,7 +600,8 @@ async def cmd_runs(args: argparse.Namespace, c: HostClient) -> int:
             for r in runs:
                 took = f"{r.finished_at - r.started_at:.1f}s" if r.finished_at and r.started_at else "-"
                 child = f" (child of {r.parent_run_id})" if r.parent_run_id else ""
-                print(f"{r.run_id} {r.status:11} {took:>7} {r.runner_id:28} {r.conversation_id} {r.error_code}{child}")
+                line = f"{r.run_id} {r.status:11} {took:>7} {r.runner_id:28} {r.conversation_id} {r.error_code}{child}"
+                print(terminal_safe(line))  # the error code is the runner's
     elif args.action == "show":
         run = await c.call("GetRun", hpb.RunRequestById(run_id=args.run_id))
         shown: dict[str, Any] = to_jsonable(run)
@@ -640,15 +643,17 @@ async def cmd_history(args: argparse.Namespace, c: HostClient) -> int:
     if args.json:
         print_json({"items": [to_jsonable(i) for i in items], "has_more": resp.has_more})
         return 0
+    from agenthost.host.terminal import terminal_safe as safe  # the transcript holds model-written text
+
     for item in items:
         if item.item_type == "tool_call":
-            print(f"[{item.role}] ⚙ {item.tool_name}({item.data_json[:200]})")
+            print(safe(f"[{item.role}] ⚙ {item.tool_name}({item.data_json[:200]})"))
         elif item.item_type == "tool_result":
-            print(f"[tool] {'✗' if item.is_error else '✓'} {item.text[:300]}")
+            print(safe(f"[tool] {'✗' if item.is_error else '✓'} {item.text[:300]}"))
         else:
-            print(f"[{item.role}] {item.text}")
+            print(safe(f"[{item.role}] {item.text}"))
         for ref in item.attachments:
-            print(f"    📎 {ref.name} ({ref.mime_type}, {ref.size_bytes} bytes) {ref.artifact_id}")
+            print(safe(f"    📎 {ref.name} ({ref.mime_type}, {ref.size_bytes} bytes) {ref.artifact_id}"))
     if resp.has_more:
         print(f"(older items exist; showing the newest {len(resp.items)})")
     return 0
@@ -841,6 +846,8 @@ def cmd_logs(args: argparse.Namespace, data_dir: Path) -> int:
     # The host's lines are JSON objects already; with --json a plugin's plain lines become JSON strings, so the
     # output is JSON lines either way.
     out: Any = _JsonLines(sys.stdout) if args.json and args.plugin else sys.stdout
+    if args.plugin and not args.json:
+        out = _InertText(out)  # a plugin's stderr is its own text: no escape sequence reaches the terminal
     lines, end = logs.tail_lines(path, args.lines)
     for line in lines:
         out.write(line + "\n")
@@ -851,6 +858,22 @@ def cmd_logs(args: argparse.Namespace, data_dir: Path) -> int:
         except KeyboardInterrupt:
             return 0
     return 0
+
+
+class _InertText:
+    """A text sink that writes what it is given with terminal control sequences made inert."""
+
+    def __init__(self, out: Any) -> None:
+        from agenthost.host.terminal import terminal_safe
+
+        self.out = out
+        self._safe = terminal_safe
+
+    def write(self, text: str) -> None:
+        self.out.write(self._safe(text))
+
+    def flush(self) -> None:
+        self.out.flush()
 
 
 class _JsonLines:

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agenthost.host.client import HostClient
+from agenthost.host.terminal import terminal_safe
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
@@ -24,12 +25,12 @@ class Printer:
         if self.mid_line:
             self.out.write("\n")
             self.mid_line = False
-        self.out.write(text + "\n")
+        self.out.write(terminal_safe(text) + "\n")
 
     def event(self, ev: pb.RunEvent) -> None:
         kind = ev.WhichOneof("kind")
         if kind == "text_delta":
-            self.out.write(ev.text_delta.text)
+            self.out.write(terminal_safe(ev.text_delta.text))
             self.mid_line = not ev.text_delta.text.endswith("\n")
         elif kind == "tool_started":
             self._line(f"  ⚙ {ev.tool_started.tool_name}({ev.tool_started.arguments_json[:200]})")

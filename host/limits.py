@@ -142,6 +142,9 @@ APPROVALS_MAX_PENDING_PER_RUN = 4
 # Approvals pending host-wide: far under the run API's concurrent-call cap, so waiting calls cannot crowd out
 # the calls runs make to do their work.
 APPROVALS_MAX_PENDING = 256
+# Approvals pending for one bot: a quarter of the host's, so one bot's runs (whose messages may come from anyone on
+# a chat platform) cannot take every slot and leave other bots' gated tools refused.
+APPROVALS_MAX_PENDING_PER_BOT = 64
 # How long a request waits when the runner names no timeout, and the longest it may name: APPROVAL_DEFAULT_SECONDS
 # and APPROVAL_MAX_SECONDS, from the wire contract (the SDK's config is shaped by them). No decision in time = denied.
 # Summary, reason and note: what a person reads in one glance (longer is cut, or refused for a note).
@@ -158,6 +161,8 @@ CHILD_RUNS_MAX_PER_RUN = 32
 CHILD_RUNS_MAX_CONCURRENT = 4
 # Children open at once, host-wide.
 CHILD_RUNS_MAX_ACTIVE = 512
+# Children open at once for one bot: a quarter of the host's, so one bot's runs cannot leave others none.
+CHILD_RUNS_MAX_ACTIVE_PER_BOT = 128
 # Sizes of a child's header fields.
 CHILD_RUN_MAX_DESCRIPTION = 200
 CHILD_RUN_MAX_TYPE = 64

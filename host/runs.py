@@ -784,15 +784,22 @@ class RunManager:
                 if st.active is not None:
                     st.active.finished = True
                 break  # nothing after the terminal event counts
-            elif kind in HOST_ONLY_EVENTS and not from_host:
-                forged = True  # rare: dropped below, off the hot path
+            elif (kind in HOST_ONLY_EVENTS or kind == "artifact_created") and not from_host:
+                forged = True  # rare: checked below, off the hot path
         st.seq = seq
         if taken < len(events):
             del events[taken:]
         if forged:
             for i in reversed(range(taken)):
                 dropped = events[i].WhichOneof("kind")
-                if dropped in HOST_ONLY_EVENTS:
+                if dropped == "artifact_created":
+                    if self._checked_artifact(st, events[i].artifact_created):
+                        continue
+                    log.warning(
+                        "run %s: ignored an artifact_created event naming an artifact it may not read", info.run_id
+                    )
+                    del events[i]
+                elif dropped in HOST_ONLY_EVENTS:
                     log.warning("run %s: ignored a %s event sent by the runner (host-only)", info.run_id, dropped)
                     del events[i]
             taken = len(events)
@@ -823,6 +830,26 @@ class RunManager:
         for part in split_events(kept, sizes):
             self._publish(st, hpb.SendMessageReply(events=pb.RunEventBatch(events=part)), sum(sizes[: len(part)]))
             sizes = sizes[len(part) :]
+
+    def _checked_artifact(self, st: _RunState, event: pb.ArtifactCreated) -> bool:
+        """Whether a runner's artifact_created names a stored artifact this run may read; if so its ref is replaced
+        by the stored one. Clients act on these refs with their own, wider credentials (a channel adapter fetches
+        the file with ReadRunArtifact under the ref's run_id and posts it to the chat), so a forged ref would make
+        them deliver another conversation's files."""
+        found = (
+            self.artifacts.get(event.artifact.artifact_id) if self.artifacts and event.artifact.artifact_id else None
+        )
+        if found is None:
+            return False
+        ref, bot_id = found
+        info = st.info
+        if st.active is not None:
+            allowed = st.active.may_read(bot_id, ref.conversation_id)
+        else:  # a child run: its own conversation only
+            allowed = bot_id == info.bot_id and ref.conversation_id == info.conversation_id
+        if allowed:
+            event.artifact.CopyFrom(ref)
+        return allowed
 
     @staticmethod
     def _over_quota(st: _RunState, events: int, size: int) -> str:

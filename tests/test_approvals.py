@@ -216,6 +216,24 @@ async def test_requests_are_capped_per_run_and_host_wide(h: HostHarness, monkeyp
     assert (await first.finished()).text == "approved:True:admin:"
 
 
+async def test_one_bot_cannot_take_every_approval_slot(h: HostHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs of one bot (anyone on its chat platform can start them) fill only that bot's share: another bot's
+    gated tool still reaches a person."""
+    monkeypatch.setattr(limits, "APPROVALS_MAX_PENDING_PER_BOT", 1)
+    await h.client.call("CreateBot", hpb.CreateBotRequest(name="other"))
+    await h.client.bind("other", "test/asker")
+    first = Stream(h.client, h.bot, {"timeout": 30}, conversation="p1")
+    (req,) = await first.wait_for("approval_requested")
+    second = Stream(h.client, h.bot, {"timeout": 30}, conversation="p2")
+    assert (await second.finished()).text == "error:RESOURCE_EXHAUSTED"
+    theirs = Stream(h.client, "other", {"timeout": 30}, conversation="p3")
+    (req_b,) = await theirs.wait_for("approval_requested")
+    await decide(h.client, req.approval_id, "approve")
+    await decide(h.client, req_b.approval_id, "approve")
+    assert (await first.finished()).text == "approved:True:admin:"
+    assert (await theirs.finished()).text == "approved:True:admin:"
+
+
 async def test_a_runner_cannot_emit_approval_events_itself(h: HostHarness) -> None:
     s = Stream(h.client, h.bot, {"forge": True, "timeout": 0.3})
     await s.wait_for("approval_requested")

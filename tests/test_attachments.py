@@ -74,6 +74,10 @@ def test_sniffing_and_names() -> None:
     assert sanitize_name("C:\\Users\\me\\cat.png", 0, "image/png") == "cat.png"
     assert sanitize_name("a\x00b\u202ecod.exe\n", 0, "") == "abcod.exe"
     assert sanitize_name("..", 2, "image/jpeg") == "attachment-3.jpg"
+    # invisible and bidi marks: no look-alike names, no ".." hiding behind a mark
+    assert sanitize_name("re\u200bport\u200f.pdf\ufeff", 0, "") == "report.pdf"
+    assert sanitize_name("\u200e\u200f..\u2060", 1, "") == "attachment-2"
+    assert sanitize_name("cv\u061c\u2067gpj.exe\x85", 0, "") == "cvgpj.exe"
     assert sanitize_name("", 0, "") == "attachment-1"
     long = sanitize_name("x" * 400 + ".png", 0, "image/png")
     assert len(long) == 255 and long.endswith(".png")

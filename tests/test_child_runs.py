@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sqlite3
@@ -81,6 +82,23 @@ class Parent(Runner):
                     Parent.outcome["error"] = exc
                     raise
             yield events.text("unreachable")
+        elif text == "try a child":
+            try:
+                async with run.child_run("one more") as child:
+                    await child.emit(events.text("in"))
+                Parent.outcome[f"try {run.conversation_id}"] = child.result.status
+            except errors.AgentHostError as exc:
+                Parent.outcome[f"try {run.conversation_id}"] = exc.code.name
+            yield events.text("tried")
+        elif text == "children fill the quota":
+            for i in range(3):
+                try:
+                    async with run.child_run(f"child {i}") as child:
+                        await child.emit(*[events.text("x" * 10) for _ in range(5)])
+                    Parent.outcome[i] = (child.result.status, child.result.error_code)
+                except errors.AgentHostError as exc:
+                    Parent.outcome[i] = ("error", str(exc))
+            yield events.text("done")
         else:
             await Parent.live.put(run)
             await Parent.release.wait()
@@ -340,3 +358,32 @@ async def test_host_stop_interrupts_open_children(tmp_path: Path) -> None:
     finally:
         conn.close()
     assert rows[child_id] == "interrupted:host_shutdown" and rows[parent_id] == "interrupted:host_shutdown"
+
+
+async def test_children_share_their_parents_event_quota(h: HostHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Events moved into children are still the run's: three children of five events each cannot store three
+    times a quota of 12 events; the child that would pass it fails with quota_exceeded."""
+    monkeypatch.setattr(limits, "RUN_MAX_EVENTS", 12)
+    r = await h.send("children fill the quota", conversation_id="q")
+    assert Parent.outcome[0] == ("completed", ""), Parent.outcome
+    assert Parent.outcome[1] == ("failed", "quota_exceeded"), Parent.outcome
+    runs = await h.client.call("ListRuns", hpb.ListRunsRequest(bot=h.bot))
+    stored = 0
+    for run in runs.runs:
+        stored += len((await h.client.call("ListRunEvents", hpb.ListRunEventsRequest(run_id=run.run_id))).events)
+    # The quota, plus the one failure event each run (parent, two children) may be ended with past it.
+    assert stored <= limits.RUN_MAX_EVENTS + 3, (stored, r.run.status)
+
+
+async def test_one_bot_cannot_hold_every_child_slot(h: HostHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "CHILD_RUNS_MAX_ACTIVE_PER_BOT", 1)
+    task, _ = await _wait_child(h, "holder", "hang in child")
+    await h.send("try a child", conversation_id="same-bot")
+    assert Parent.outcome["try same-bot"] == "RESOURCE_EXHAUSTED"
+    await h.client.call("CreateBot", hpb.CreateBotRequest(name="other"))
+    await h.client.bind("other", "test/parent")
+    await h.client.send("other", "try a child", conversation_id="other-bot")
+    assert Parent.outcome["try other-bot"] == "completed"
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -19,6 +19,8 @@ The walls:
   bridge did: the plugin secret and the runner's run token are never used here, so a harness holding the MCP
   token can do what the run's grant allows and nothing more. The harness itself no longer holds the tool token
   or sees api.sock at all.
+* **Crowding.** At most MAX_CONNECTIONS connections; a newcomer over the cap displaces the oldest connection
+  that has not shown the token, so idle sockets from anyone on loopback cannot keep the harness out.
 * **Browsers.** A `Host` header that is not this loopback listener, or a foreign `Origin`, is refused (403)
   before anything else: the spec's DNS-rebinding defence.
 
@@ -130,6 +132,9 @@ class McpHttpEndpoint:
         self._stateless = McpServer(bridge, tools=tools, unavailable_reason=unavailable_reason, era="modern")
         self._connections: set[asyncio.Task[None]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
+        # Connections that have not yet shown this turn's token, oldest first: what a full endpoint drops to make
+        # room, so that anyone on loopback holding idle sockets cannot lock the harness out (see _accept).
+        self._unproven: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._closed = False
         self.port = 0
         # Counters for tests and diagnostics: what was refused, and why.
@@ -176,13 +181,17 @@ class McpHttpEndpoint:
     # ---- connections ----
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._closed or len(self._connections) >= MAX_CONNECTIONS:
+        if self._closed:
+            writer.transport.abort()
+            return
+        if len(self._connections) >= MAX_CONNECTIONS and not self._evict_unproven():
             writer.transport.abort()
             return
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
         self._writers.add(writer)
+        self._unproven[task] = writer
         try:
             await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
@@ -190,7 +199,22 @@ class McpHttpEndpoint:
         finally:
             self._connections.discard(task)
             self._writers.discard(writer)
+            self._unproven.pop(task, None)
             writer.transport.abort()
+
+    def _evict_unproven(self) -> bool:
+        """Makes room by dropping the oldest connection that never presented the token (an idle socket from
+        anyone on this machine); connections the harness has proven are never dropped for a newcomer."""
+        if not self._unproven:
+            return False
+        task, writer = next(iter(self._unproven.items()))
+        del self._unproven[task]
+        self._connections.discard(task)
+        self._writers.discard(writer)
+        # Aborting is enough: its reads end at once (it never got past the token, so no host call is in flight),
+        # and a cancelled connection task would be logged as an error by asyncio's stream callback.
+        writer.transport.abort()
+        return True
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
@@ -295,6 +319,9 @@ class McpHttpEndpoint:
             raise _HttpError(403, "forbidden Origin")
         if not hmac.compare_digest(headers.get(b"authorization", b""), self._expected):
             raise _HttpError(401, "missing or wrong bearer token", headers=(("www-authenticate", "Bearer"),))
+        task = asyncio.current_task()
+        if task is not None:
+            self._unproven.pop(task, None)  # the harness's connection: kept however many others arrive
         if request.target.split(b"?", 1)[0] != PATH.encode():
             raise _HttpError(404, "not found")
         raw_version = headers.get(b"mcp-protocol-version")

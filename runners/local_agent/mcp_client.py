@@ -331,8 +331,7 @@ def stdio_sandbox(server: McpServer, workspace: Path, data_dir: Path) -> sandbox
         )
     check_ro_paths(server, data_dir)
     root = workspace.resolve()
-    cwd = (root / server.cwd) if server.cwd else root
-    cwd.mkdir(parents=True, exist_ok=True)
+    cwd = server_cwd(server, workspace)
     return sandboxing.Sandbox(
         ro=[*sandboxing.extra_paths(sandboxing.EXTRA_RO_ENV), *server.ro_paths],
         rw=[str(root)],
@@ -340,6 +339,20 @@ def stdio_sandbox(server: McpServer, workspace: Path, data_dir: Path) -> sandbox
         home=str(root),
         cwd=str(cwd),
     )
+
+
+def server_cwd(server: McpServer, workspace: Path) -> Path:
+    """The server's working directory, made if missing. The workspace is the model's to write (its shell can
+    plant a symlink there), so `cwd` is resolved and must stay inside it: otherwise this process, outside any
+    sandbox, would create directories wherever the link points (another conversation's workspace, the data dir)."""
+    root = workspace.resolve()
+    cwd = (root / server.cwd).resolve() if server.cwd else root
+    if cwd != root and root not in cwd.parents:
+        raise McpServerError(
+            f"mcp_servers[{server.name}].cwd {server.cwd!r} leads out of the conversation workspace (a symlink)"
+        )
+    cwd.mkdir(parents=True, exist_ok=True)
+    return cwd
 
 
 def check_ro_paths(server: McpServer, data_dir: Path) -> None:
@@ -366,7 +379,7 @@ def _stdio_opener(
             cwd = box.cwd
         else:
             log.warning("MCP server %s runs WITHOUT a sandbox (shell.sandbox=false on the binding)", server.name)
-            argv, cwd = command, str((workspace / server.cwd) if server.cwd else workspace)
+            argv, cwd = command, str(server_cwd(server, workspace))
         # The SDK adds only a few harmless variables (PATH, TERM, USER…) to what the settings name; never the
         # runner's own environment, which is where provider keys would be.
         params = mcp.StdioServerParameters(

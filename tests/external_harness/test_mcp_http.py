@@ -294,6 +294,44 @@ async def test_connection_flood_is_capped(endpoint) -> None:
             sock.close()
 
 
+async def test_idle_sockets_from_another_process_cannot_lock_the_harness_out(endpoint) -> None:
+    """Anyone on loopback may fill the connection cap with sockets that never send a byte; the harness's own
+    request still gets in (the oldest connection that never showed the token makes room), and once proven, its
+    keep-alive connection is not the one dropped for later newcomers."""
+    loop = asyncio.get_running_loop()
+    socks = []
+
+    async def flood(n: int) -> None:
+        for _ in range(n):
+            sock = socket.socket()
+            sock.setblocking(False)
+            await loop.sock_connect(sock, ("127.0.0.1", endpoint.port))
+            socks.append(sock)
+        for _ in range(200):  # until the endpoint has taken them all in
+            if (
+                len(endpoint._connections) >= mcp_http.MAX_CONNECTIONS
+                and len(getattr(endpoint, "_unproven", ())) >= n - 1
+            ):
+                break
+            await asyncio.sleep(0.01)
+
+    try:
+        await flood(mcp_http.MAX_CONNECTIONS)
+        transport = httpx.AsyncHTTPTransport(retries=0)
+        async with httpx.AsyncClient(timeout=10, trust_env=False, transport=transport) as client:
+            raw = Raw(endpoint, client)
+            message = _modern(1, "server/discover")
+            first = await raw.post(message, **_modern_headers(message))
+            assert first.status_code == 200, first.text
+            await flood(mcp_http.MAX_CONNECTIONS)
+            again = await raw.post(message, **_modern_headers(message))  # same connection (no retries allowed)
+            assert again.status_code == 200, again.text
+        assert len(endpoint._connections) <= mcp_http.MAX_CONNECTIONS
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 # ---- MCP 2026-07-28: no handshake, one self-contained POST per request ----
 
 MODERN = "2026-07-28"

@@ -517,3 +517,25 @@ async def test_a_server_schema_the_validator_cannot_apply_leaves_checks_to_the_s
         assert not result.is_error and result.content == '{"ok": true}'
     bad = await registry.run(ToolCall(id="s", name="mcp__s__strict", arguments='{"x": "a"}'), ctx)  # type: ignore[arg-type]
     assert bad.is_error and "invalid arguments" in bad.content and len(calls) == 2
+
+
+def test_a_symlink_in_the_workspace_cannot_lead_a_servers_cwd_out(tmp_path: Path) -> None:
+    """The model's shell may plant `esc -> <elsewhere>` in the workspace; a server's relative cwd through it is
+    refused before the runner (outside any sandbox) creates a directory over there."""
+    from agenthost.runners.local_agent import mcp_client
+    from agenthost.runners.sdk.mcp_servers import McpServer, McpServerError
+
+    workspace, outside = tmp_path / "ws", tmp_path / "other-conversation"
+    workspace.mkdir()
+    outside.mkdir()
+    (workspace / "esc").symlink_to(outside)
+    server = McpServer(name="s", transport="stdio", command="/bin/true", cwd="esc/made")
+    with pytest.raises(McpServerError, match="leads out of the conversation workspace"):
+        mcp_client.server_cwd(server, workspace)
+    if sandboxing.probe() is None:
+        with pytest.raises(McpServerError, match="leads out of the conversation workspace"):
+            mcp_client.stdio_sandbox(server, workspace, tmp_path / "data")
+    assert list(outside.iterdir()) == []
+    inside = McpServer(name="s", transport="stdio", command="/bin/true", cwd="sub/dir")
+    assert mcp_client.server_cwd(inside, workspace) == (workspace / "sub" / "dir").resolve()
+    assert (workspace / "sub" / "dir").is_dir()

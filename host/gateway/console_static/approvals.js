@@ -3,7 +3,7 @@
 // ended. Used by the chat and run pages (through EVENT_RENDERERS) and by the pending approvals page. Everything but
 // the ids, the expiry and the options is the runner's text: it goes in as text nodes only.
 import * as api from "./api.js";
-import { h } from "./dom.js";
+import { h, pretty } from "./dom.js";
 
 // "requested" when a card is made for a new request, "decided" after this page decides one: the nav's pending
 // count refreshes at once.
@@ -28,10 +28,6 @@ function countdown(expiresAt) {
   const m = Math.floor(left / 60);
   const s = String(left % 60).padStart(2, "0");
   return `expires in ${m}:${s}`;
-}
-
-function pretty(text) {
-  try { return JSON.stringify(JSON.parse(text), null, 2); } catch { return text; }
 }
 
 // `request` is an ApprovalRequested (protobuf JSON); `context` optionally names the bot and run (for the list page).

@@ -16,3 +16,13 @@ export function h(tag, attrs = {}, ...children) {
 export function when(seconds) {
   return seconds ? new Date(seconds * 1000).toLocaleString() : "—";
 }
+
+// JSON a runner wrote (tool arguments), indented for reading. Characters that would hide or reorder what a person
+// reads before approving (controls, bidi overrides, line separators) are shown as \uXXXX escapes instead.
+const HIDDEN = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]/g;
+
+export function pretty(text) {
+  let out;
+  try { out = JSON.stringify(JSON.parse(text), null, 2); } catch { out = String(text); }
+  return out.replace(HIDDEN, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+}

@@ -4,7 +4,7 @@
 // Hook for new kinds: add a renderer to EVENT_RENDERERS. Kinds without one still show, as a generic row with the
 // event's fields, so nothing the host sends is hidden.
 import { approvalCard, resolvedText } from "./approvals.js";
-import { h } from "./dom.js";
+import { h, pretty } from "./dom.js";
 
 export function eventKind(event) {
   return Object.keys(event).find((k) => k !== "seq" && k !== "created_at") || "unknown";
@@ -12,10 +12,6 @@ export function eventKind(event) {
 
 function jsonBlock(value) {
   return h("pre", { class: "mono" }, JSON.stringify(value, null, 2));
-}
-
-function pretty(text) {
-  try { return JSON.stringify(JSON.parse(text), null, 2); } catch { return text; }
 }
 
 // Each renderer gets (data, view) and either returns a row element or updates one it made before
