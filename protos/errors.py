@@ -110,6 +110,14 @@ def from_rpc_error(err: grpc.RpcError) -> AgentHostError:
     return cls(details or code.name, retry_after_ms=_retry_after(err))
 
 
+async def from_ended_call(call: grpc.aio.Call) -> AgentHostError:
+    """The typed error of a streaming aio call that ended without the reply its protocol promised (its status is
+    read from the call, since no RpcError was raised)."""
+    code = await call.code()
+    details = await call.details()
+    return ERROR_BY_STATUS.get(code, Internal)(details or code.name)
+
+
 def _retry_after(err: grpc.RpcError) -> int:
     trailing = getattr(err, "trailing_metadata", None)
     try:

@@ -47,7 +47,7 @@ class ChildRun:
         except grpc.RpcError as exc:
             raise errors.from_rpc_error(exc) from None
         except asyncio.InvalidStateError:  # the host already ended the call: its status says why
-            raise await _status(self._call) from None
+            raise await errors.from_ended_call(self._call) from None
 
     async def _close(self) -> None:
         try:
@@ -56,15 +56,8 @@ class ChildRun:
         except grpc.RpcError as exc:
             raise errors.from_rpc_error(exc) from None
         if reply is grpc.aio.EOF or reply.WhichOneof("kind") != "finished":
-            raise await _status(self._call)
+            raise await errors.from_ended_call(self._call)
         self.result = reply.finished
-
-
-async def _status(call: Any) -> errors.AgentHostError:
-    code = await call.code()
-    details = await call.details()
-    cls = errors.ERROR_BY_STATUS.get(code, errors.Internal)
-    return cls(details or code.name)
 
 
 @contextlib.asynccontextmanager
@@ -82,9 +75,9 @@ async def open_child_run(
         except grpc.RpcError as exc:
             raise errors.from_rpc_error(exc) from None
         except asyncio.InvalidStateError:
-            raise await _status(call) from None
+            raise await errors.from_ended_call(call) from None
         if reply is grpc.aio.EOF or reply.WhichOneof("kind") != "started":
-            raise await _status(call)
+            raise await errors.from_ended_call(call)
     except BaseException:
         call.cancel()
         raise
