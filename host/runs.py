@@ -730,7 +730,7 @@ class RunManager:
         if st.terminal is not None:
             return  # nothing after the terminal event counts
         first_seq = seq = st.seq
-        taken = 0
+        taken = deltas = 0
         forged = False
         for ev in events:
             seq += 1
@@ -739,6 +739,7 @@ class RunManager:
             taken += 1
             kind = ev.WhichOneof("kind")
             if kind == "text_delta":  # the common case, kept first and short
+                deltas += 1
                 if st.text_len < MAX_ASSISTANT_TEXT:
                     text = ev.text_delta.text
                     st.text_parts.append(text)
@@ -818,8 +819,9 @@ class RunManager:
                 conversation_id=info.conversation_id,
                 event_id=info.event_id,
             )
-        # The writer reads the same event objects the subscribers get: nothing mutates them once published.
-        st.writer.add(events, items, size)
+        # The writer reads the same event objects the subscribers get: nothing mutates them once published. A
+        # batch of deltas only is handed over whole, to be stored as (part of) one row.
+        st.writer.add(events, items, size, reply.events if deltas == len(events) else None)
         # Numbering adds a few bytes per event; a batch that may no longer fit one client message is cut.
         estimate = size + 16 * taken
         if estimate <= limits.CLIENT_BATCH_BYTES:

@@ -1,7 +1,8 @@
 """The run event contract under every batch shape, through a real host: the runner's batches are numbered in
 place, forwarded to the client without a copy, cut where a client message would be too large, and written to
-SQLite by one coalesced job per run. Whatever the shapes, what a client streamed is exactly what ListRunEvents and
-the run_events table hold (row for row), seq is dense from 1, created_at is set, nothing after the terminal event
+SQLite by one coalesced job per run, consecutive text deltas as one row. Whatever the shapes, what a client streamed
+is exactly what ListRunEvents and the run_events rows hold (event for event, every page boundary seq-exact even
+inside a delta-run row), seq is dense from 1, created_at is set, nothing after the terminal event
 counts, and the run's text is the deltas it streamed."""
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import pytest
 
 from agenthost.host import limits
 from agenthost.host.run_writer import RunWriter
+from agenthost.host.store import runs as runs_store
 from agenthost.host.store.db import Database
+from agenthost.host.store.runs import DELTA_RUN, RunStore, row_events
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
 from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
@@ -89,6 +92,31 @@ def _expected(script: list[tuple[str, object]]) -> list[pb.RunEvent]:
     return [*out, events.completed()]
 
 
+def _stored(db: Database, run_id: str) -> list[pb.RunEvent]:
+    """The run's events as its rows hold them, checking each row's shape: a plain row is one event of its kind
+    keyed by its seq; a delta-run row is two or more consecutive text deltas keyed by the last one's seq."""
+    out: list[pb.RunEvent] = []
+    for r in db.query("SELECT seq, kind, payload FROM run_events WHERE run_id = ? ORDER BY seq", (run_id,)):
+        held = row_events(r["kind"], r["payload"])
+        assert held and held[-1].seq == r["seq"]
+        if r["kind"] == DELTA_RUN:
+            assert len(held) >= 2 and all(e.HasField("text_delta") for e in held)
+            assert [e.seq for e in held] == list(range(held[0].seq, r["seq"] + 1))
+        else:
+            assert len(held) == 1 and held[0].WhichOneof("kind") == r["kind"]
+        out += held
+    return out
+
+
+def _assert_pages_are_seq_exact(store: RunStore, run_id: str, streamed: list[pb.RunEvent], rng: random.Random) -> None:
+    """Every after_seq (inside a row or at its edge) with a few page sizes gives exactly the next events."""
+    for after in range(len(streamed) + 1):
+        limit = rng.choice([1, 2, 3, 64, 5000])
+        page, more = store.events(run_id, after, limit)
+        assert page == streamed[after : after + limit], (after, limit)
+        assert more == (after + limit < len(streamed)), (after, limit)
+
+
 async def _listed(h: HostHarness, run_id: str) -> list[pb.RunEvent]:
     listed: list[pb.RunEvent] = []
     while True:
@@ -103,6 +131,7 @@ async def _listed(h: HostHarness, run_id: str) -> list[pb.RunEvent]:
 async def test_streamed_events_are_persisted_exactly_for_random_batch_shapes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    delta_runs = 0
     async with HostHarness(tmp_path, runners=[Shapes]) as h:
         for seed in range(16):
             rng = random.Random(seed)
@@ -131,16 +160,16 @@ async def test_streamed_events_are_persisted_exactly_for_random_batch_shapes(
 
             assert await _listed(h, result.run.run_id) == streamed, why
             await h.host.db.flush()
-            rows = h.host.db.query(
-                "SELECT seq, kind, payload FROM run_events WHERE run_id = ? ORDER BY seq", (result.run.run_id,)
-            )
-            assert [(r["seq"], r["kind"], pb.RunEvent.FromString(r["payload"])) for r in rows] == [
-                (e.seq, e.WhichOneof("kind"), e) for e in streamed
-            ], why
+            assert _stored(h.host.db, result.run.run_id) == streamed, why
+            _assert_pages_are_seq_exact(h.host.run_store, result.run.run_id, streamed, rng)
+            delta_runs += h.host.db.query_one(
+                "SELECT COUNT(*) AS n FROM run_events WHERE run_id = ? AND kind = ?", (result.run.run_id, DELTA_RUN)
+            )["n"]
             if not any(op in ("tool",) for op, _ in script):
                 deltas = "".join(e.text_delta.text for e in streamed if e.HasField("text_delta"))
                 assert result.run.text == deltas, why
         assert h.host.db.pending_bytes == 0 and h.host.db.pending_jobs == 0
+    assert delta_runs > 16  # the shapes did store streamed deltas as delta-run rows
 
 
 async def test_a_run_writer_coalesces_what_arrives_while_the_writer_is_busy(tmp_path: Path) -> None:
@@ -161,14 +190,15 @@ async def test_a_run_writer_coalesces_what_arrives_while_the_writer_is_busy(tmp_
         assert db.pending_bytes == 100 * (3 + 1 + 70 + 129)
         gate.set()
         await db.flush()
-        rows = db.query("SELECT seq, kind, payload FROM run_events WHERE run_id = 'run_x' ORDER BY seq")
-        assert [r["seq"] for r in rows] == list(range(1, seq + 1))
-        assert all(pb.RunEvent.FromString(r["payload"]).text_delta.text == f"t{r['seq']}" for r in rows)
+        stored = _stored(db, "run_x")
+        assert [e.seq for e in stored] == list(range(1, seq + 1))
+        assert all(e.text_delta.text == f"t{e.seq}" for e in stored)
+        assert db.query_one("SELECT COUNT(*) AS n FROM run_events")["n"] == 1  # one job of deltas: one row
         assert db.pending_bytes == 0 and db.pending_jobs == 0
         # Once written, the next batch queues a new job (nothing is left waiting on a job that already ran).
         writer.add([pb.RunEvent(seq=seq + 1, text_delta=pb.TextDelta(text="late"))], [], weight=1)
         await db.flush()
-        assert db.query_one("SELECT COUNT(*) AS n FROM run_events")["n"] == seq + 1
+        assert [e.seq for e in _stored(db, "run_x")] == list(range(1, seq + 2))
     finally:
         await db.close()
 
@@ -186,5 +216,97 @@ async def test_events_after_the_terminal_one_in_the_same_batch_are_dropped(
         assert result.run.status == "completed" and result.run.text == "a"
         assert await _listed(h, result.run.run_id) == result.events
         await h.host.db.flush()
-        rows = h.host.db.query("SELECT seq FROM run_events WHERE run_id = ?", (result.run.run_id,))
-        assert [r["seq"] for r in rows] == [1, 2]
+        assert [e.seq for e in _stored(h.host.db, result.run.run_id)] == [1, 2]
+
+
+def _numbered(start: int, *events: pb.RunEvent) -> list[pb.RunEvent]:
+    for i, e in enumerate(events, start=start):
+        e.seq = i
+        e.created_at = 1.0
+    return list(events)
+
+
+def _delta(text: str) -> pb.RunEvent:
+    return pb.RunEvent(text_delta=pb.TextDelta(text=text))
+
+
+async def test_mixed_batches_become_delta_runs_and_single_rows_and_page_seq_exactly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = Database(tmp_path / "db.sqlite")
+    await db.open()
+    try:
+        writer = RunWriter(db, run_id="r", bot_id="b", conversation_id="c", event_id="e")
+        whole = pb.RunEventBatch(events=_numbered(1, *(_delta(f"w{i}") for i in range(5))))
+        writer.add(whole.events, [], 1, whole)  # deltas only, handed over whole
+        mixed = _numbered(
+            6,
+            _delta("m6"),
+            _delta("m7"),
+            pb.RunEvent(tool_started=pb.ToolStarted(tool_call_id="c", tool_name="t", arguments_json="{}")),
+            _delta("m9"),  # a lone delta between two other events: a plain row
+            pb.RunEvent(usage=pb.Usage(input_tokens=3, output_tokens=4, model="m")),
+            _delta("m11"),
+            _delta("m12"),
+        )
+        writer.add(mixed, [], 1)
+        tail = pb.RunEventBatch(events=_numbered(13, _delta("t13"), _delta("t14")))
+        writer.add(tail.events, [], 1, tail)  # continues the open delta run of the mixed batch
+        writer.add(_numbered(15, pb.RunEvent(completed=pb.Completed())), [], 1)
+        await db.flush()
+        expected = [*whole.events, *mixed, *tail.events, pb.RunEvent(seq=15, created_at=1.0, completed=pb.Completed())]
+        assert _stored(db, "r") == expected
+        shape = [(r["kind"], r["seq"]) for r in db.query("SELECT kind, seq FROM run_events WHERE run_id = 'r'")]
+        assert shape == [
+            (DELTA_RUN, 7),
+            ("tool_started", 8),
+            ("text_delta", 9),
+            ("usage", 10),
+            (DELTA_RUN, 14),
+            ("completed", 15),
+        ]
+        store = RunStore(db)
+        for after in range(16):
+            for limit in (1, 2, 4, 100):
+                page, more = store.events("r", after, limit)
+                assert page == expected[after : after + limit] and more == (after + limit < 15), (after, limit)
+        # A byte-capped page ends inside a delta run and the next page picks up at the following seq.
+        monkeypatch.setattr(limits, "RUN_EVENTS_PAGE_BYTES", 3 * (expected[0].ByteSize() + 8))
+        paged: list[pb.RunEvent] = []
+        more = True
+        while more:
+            page, more = store.events("r", paged[-1].seq if paged else 0, 100)
+            assert 1 <= len(page) <= 3
+            paged += page
+        assert paged == expected
+    finally:
+        await db.close()
+
+
+async def test_delta_runs_close_at_their_byte_cap_and_rows_of_older_hosts_read_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deltas = _numbered(1, *(_delta("x" * 20) for _ in range(10)))
+    monkeypatch.setattr(runs_store, "DELTA_RUN_MAX_BYTES", 3 * (deltas[0].ByteSize() + 2))  # 2: its framing
+    db = Database(tmp_path / "db.sqlite")
+    await db.open()
+    try:
+        writer = RunWriter(db, run_id="new", bot_id="b", conversation_id="c", event_id="e")
+        writer.add(deltas, [], 1)
+        await db.flush()
+        assert _stored(db, "new") == deltas
+        counts = [len(row_events(r["kind"], r["payload"])) for r in db.query("SELECT kind, payload FROM run_events")]
+        assert counts == [3, 3, 3, 1]  # three to a row under the cap; the lone last one is a plain row
+        # One row per event, as hosts before delta runs wrote them: read exactly as before.
+        await db.write(
+            lambda conn: conn.executemany(
+                "INSERT INTO run_events(run_id, seq, kind, payload) VALUES ('old', ?, ?, ?)",
+                [(e.seq, e.WhichOneof("kind"), e.SerializeToString()) for e in deltas],
+            )
+        )
+        store = RunStore(db)
+        for after in range(11):
+            assert store.events("old", after, 4) == store.events("new", after, 4)
+            assert store.events("old", after, 4)[0] == deltas[after : after + 4]
+    finally:
+        await db.close()

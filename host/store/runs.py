@@ -38,7 +38,7 @@ def _select(chars: int) -> str:
     return ", ".join(parts)
 
 
-_ROWS_PER_INSERT = 256  # a power of two; 193 bound parameters, well under SQLite's limit (32766 since 3.32, 999 before)
+_ROWS_PER_INSERT = 256  # a power of two; 769 bound parameters, well under SQLite's limit (32766 since 3.32, 999 before)
 
 
 @functools.cache
@@ -47,6 +47,86 @@ def _insert_events_sql(rows: int) -> str:
     then keeps the prepared statement too."""
     values = ",".join(f"(?1,?{2 + 3 * i},?{3 + 3 * i},?{4 + 3 * i})" for i in range(rows))
     return f"INSERT INTO run_events(run_id, seq, kind, payload) VALUES {values}"
+
+
+# A run_events row holding consecutive text deltas, keyed by the seq of its last one; its payload is their
+# RunEventBatch (each event whole, seq and created_at included). Storing a streamed run of deltas as one row takes
+# SQLite's per-row cost off the hot path; every reader goes through row_events or RunStore.events.
+DELTA_RUN = "text_deltas"
+# A delta run closes once it holds this many payload bytes: paging into its middle parses it whole.
+DELTA_RUN_MAX_BYTES = 256 * 1024
+
+# One step of a run's writes: numbered events in order and, when they are all text deltas, the batch message whose
+# `events` they are (serialized whole: one call instead of one per event).
+EventPart = tuple[Sequence[pb.RunEvent], pb.RunEventBatch | None]
+
+
+def row_events(kind: str, payload: bytes) -> list[pb.RunEvent]:
+    """The events one run_events row holds, in seq order (rows written before delta runs hold one each)."""
+    if kind == DELTA_RUN:
+        return list(pb.RunEventBatch.FromString(payload).events)
+    return [pb.RunEvent.FromString(payload)]
+
+
+def _framed(data: bytes) -> bytes:
+    """`data` as one `events` entry of a serialized RunEventBatch (field 1, length-delimited): concatenated
+    entries are a RunEventBatch, like concatenated serialized batches."""
+    n = len(data)
+    head = bytearray(b"\x0a")
+    while n > 0x7F:
+        head.append(n & 0x7F | 0x80)
+        n >>= 7
+    head.append(n)
+    return bytes(head) + data
+
+
+def _rows_of(parts: Sequence[EventPart]) -> list[tuple[int, str, bytes]]:
+    """(seq, kind, payload) per row. A lone delta stays a plain row, so a reader of older rows sees no change."""
+    rows: list[tuple[int, str, bytes]] = []
+    chunks: list[bytes] = []  # the open delta run
+    first: pb.RunEvent | None = None
+    count = last = size = 0
+
+    def close() -> None:
+        nonlocal first, count, size
+        if count == 1 and first is not None:
+            rows.append((first.seq, "text_delta", first.SerializeToString()))
+        elif count:
+            rows.append((last, DELTA_RUN, b"".join(chunks)))
+        chunks.clear()
+        first, count, size = None, 0, 0
+
+    for events, batch in parts:
+        if not events:
+            continue
+        if batch is not None:  # the hot path: a runner message of deltas only
+            data = batch.SerializeToString()
+            if count and size + len(data) > DELTA_RUN_MAX_BYTES:
+                close()
+            chunks.append(data)
+            if first is None:
+                first = events[0]
+            count += len(events)
+            last = events[-1].seq
+            size += len(data)
+            continue
+        for event in events:
+            kind = event.WhichOneof("kind")
+            if kind != "text_delta":
+                close()
+                rows.append((event.seq, kind or "", event.SerializeToString()))
+                continue
+            data = _framed(event.SerializeToString())
+            if count and size + len(data) > DELTA_RUN_MAX_BYTES:
+                close()
+            chunks.append(data)
+            if first is None:
+                first = event
+            count += 1
+            last = event.seq
+            size += len(data)
+    close()
+    return rows
 
 
 def _chars(row: sqlite3.Row) -> int:
@@ -112,21 +192,23 @@ class RunStore:
         )
 
     @staticmethod
-    def insert_events(conn: sqlite3.Connection, run_id: str, events: Sequence[pb.RunEvent]) -> None:
-        """One row per event, written as multi-row INSERTs: per row, executemany's step-and-reset costs about as
-        much as SQLite's own insert (this takes a third off the CPU of a persisted delta). Chunks of 64, 32, ...,
-        1 rows, so at most seven distinct statements share the connection's statement cache."""
-        start, left = 0, len(events)
+    def insert_events(conn: sqlite3.Connection, run_id: str, parts: Sequence[EventPart]) -> None:
+        """Writes `parts` (consecutive numbered events, in order) as rows: consecutive text deltas as one
+        DELTA_RUN row (see row_events), anything else one row per event. Multi-row INSERTs: per row,
+        executemany's step-and-reset costs about as much as SQLite's own insert. Chunks of 256, 128, ..., 1 rows,
+        so at most nine distinct statements share the connection's statement cache."""
+        rows = _rows_of(parts)
+        start, left = 0, len(rows)
         while left:
-            rows = _ROWS_PER_INSERT
-            while rows > left:
-                rows //= 2
+            count = _ROWS_PER_INSERT
+            while count > left:
+                count //= 2
             params: list[object] = [run_id]
-            for e in events[start : start + rows]:
-                params += (e.seq, e.WhichOneof("kind"), e.SerializeToString())
-            conn.execute(_insert_events_sql(rows), params)
-            start += rows
-            left -= rows
+            for row in rows[start : start + count]:
+                params += row
+            conn.execute(_insert_events_sql(count), params)
+            start += count
+            left -= count
 
     @staticmethod
     def _info(row: sqlite3.Row) -> hpb.RunInfo:
@@ -203,20 +285,32 @@ class RunStore:
         return [self._info(r) for r in rows]
 
     def events(self, run_id: str, after_seq: int, limit: int) -> tuple[list[pb.RunEvent], bool]:
-        """A page of a run's events, at most `limit` and limits.RUN_EVENTS_PAGE_BYTES (at least one event)."""
-        # Stepped row by row, not fetched whole: 5000 rows of up to 8 MiB each must never be loaded at once.
+        """A page of a run's events, at most `limit` and limits.RUN_EVENTS_PAGE_BYTES (at least one event).
+        Seq-exact whatever the rows: a delta-run row is keyed by its last seq, so `seq > after_seq` finds the row
+        `after_seq` falls inside, and its events up to `after_seq` are skipped."""
+        # Stepped row by row, not fetched whole: 5000 rows of up to 8 MiB each must never be loaded at once. Every
+        # row holds at least one event, so limit + 1 rows are enough to tell whether there is more.
         cursor = self.db.reader.execute(
-            "SELECT payload FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            "SELECT kind, payload FROM run_events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?",
             (run_id, after_seq, limit + 1),
         )
         events: list[pb.RunEvent] = []
         size = 0
         try:
-            for (payload,) in cursor:
-                size += len(payload) + 8
-                if len(events) == limit or (events and size > limits.RUN_EVENTS_PAGE_BYTES):
-                    return events, True
-                events.append(pb.RunEvent.FromString(payload))
+            for kind, payload in cursor:
+                if kind != DELTA_RUN:
+                    size += len(payload) + 8
+                    if len(events) == limit or (events and size > limits.RUN_EVENTS_PAGE_BYTES):
+                        return events, True
+                    events.append(pb.RunEvent.FromString(payload))
+                    continue
+                for event in pb.RunEventBatch.FromString(payload).events:
+                    if event.seq <= after_seq:
+                        continue
+                    size += event.ByteSize() + 8
+                    if len(events) == limit or (events and size > limits.RUN_EVENTS_PAGE_BYTES):
+                        return events, True
+                    events.append(event)
         finally:
             cursor.close()
         return events, False

@@ -17,6 +17,7 @@ import pytest
 
 from agenthost.host.client import HostClient
 from agenthost.host.server import Host
+from agenthost.host.store.runs import row_events
 from agenthost.host.supervisor import SupervisorPolicy
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
@@ -163,10 +164,11 @@ async def test_kill9_runner_mid_stream(host):
     assert persisted.startswith("".join(seen)) and len(persisted) >= len("".join(seen))
     items = h.db.query("SELECT role, text FROM transcript WHERE run_id = ? AND role = 'assistant'", (info.run_id,))
     assert [r["text"] for r in items] == [persisted]  # one assistant item, exactly the persisted deltas
-    # What the admin API served is exactly what the table holds, row for row (nothing dropped, added or altered).
-    assert [(r["seq"], r["kind"], pb.RunEvent.FromString(r["payload"])) for r in rows] == [
-        (e.seq, e.WhichOneof("kind"), e) for e in events
-    ]
+    # What the admin API served is exactly what the table holds, event for event (nothing dropped, added or
+    # altered), each row keyed by the seq of the last event it holds (consecutive deltas share a row).
+    held = [row_events(r["kind"], r["payload"]) for r in rows]
+    assert [e for part in held for e in part] == events
+    assert [r["seq"] for r in rows] == [part[-1].seq for part in held]
     await wait_ready(h, sandbox)
     await still_serving(client)
 
