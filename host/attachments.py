@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from agenthost.host import limits
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos.errors import InvalidArgument, ResourceExhausted
+from agenthost.protos.media import IMAGE_TYPES, sniff_image
 
 MAX_NAME_CHARS = 255
-# The image types recognised from their bytes: what vision models accept.
-IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 _EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif", "image/webp": ".webp"}
 # Names clients use for the same types.
 _ALIASES = {"image/jpg": "image/jpeg", "image/pjpeg": "image/jpeg", "image/x-png": "image/png"}
@@ -37,19 +36,6 @@ class CheckedAttachment:
     name: str
     mime_type: str
     data: bytes
-
-
-def sniff_image(data: bytes) -> str:
-    """The image type the bytes are (one of IMAGE_TYPES), or "" when they are none of them."""
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "image/png"
-    if data.startswith(b"\xff\xd8\xff"):
-        return "image/jpeg"
-    if data.startswith((b"GIF87a", b"GIF89a")):
-        return "image/gif"
-    if len(data) >= 12 and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return ""
 
 
 def sanitize_name(raw: str, index: int, mime_type: str) -> str:

@@ -14,17 +14,8 @@ from __future__ import annotations
 import logging
 import resource
 
-from agenthost.protos.wire import (
-    APPROVAL_DEFAULT_SECONDS as APPROVAL_DEFAULT_SECONDS,
-)
-from agenthost.protos.wire import (
-    APPROVAL_MAX_SECONDS as APPROVAL_MAX_SECONDS,
-)
-from agenthost.protos.wire import (
-    MAX_BATCH_BYTES,
-    MAX_EVENT_BYTES,
-    MAX_MESSAGE_BYTES,
-)
+from agenthost.protos import media, wire
+from agenthost.protos.wire import MAX_BATCH_BYTES, MAX_EVENT_BYTES, MAX_MESSAGE_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +54,11 @@ UPLOAD_IDLE_SECONDS = 30.0
 
 # ---- message attachments (SendMessageRequest.attachments, agenthost.host.attachments) ----
 
-# One attached file. 5 MiB is the largest image the Anthropic API takes (OpenAI's 20 MB is looser), and the whole
-# request must fit one gRPC message (MAX_MESSAGE_BYTES = 8 MiB).
-ATTACHMENT_MAX_BYTES = 5 * MiB
-# Files on one message: more is a batch upload, not a message.
-ATTACHMENTS_MAX_PER_MESSAGE = 8
-# All files of one message together: one request with its text and event data stays under MAX_MESSAGE_BYTES.
-# They also count, while the run is queued, against RUNS_MAX_QUEUED_INPUT_BYTES.
-ATTACHMENTS_MAX_BYTES_PER_MESSAGE = 7 * MiB
+# The wire contract's (agenthost.protos.media: channels and runners shape what they send by them), named here with
+# every other cap. Attachments also count, while the run is queued, against RUNS_MAX_QUEUED_INPUT_BYTES.
+ATTACHMENT_MAX_BYTES = media.ATTACHMENT_MAX_BYTES
+ATTACHMENTS_MAX_PER_MESSAGE = media.ATTACHMENTS_MAX_PER_MESSAGE
+ATTACHMENTS_MAX_BYTES_PER_MESSAGE = media.ATTACHMENTS_MAX_BYTES_PER_MESSAGE
 
 # ---- a run's event stream ----
 
@@ -145,8 +133,10 @@ APPROVALS_MAX_PENDING = 256
 # Approvals pending for one bot: a quarter of the host's, so one bot's runs (whose messages may come from anyone on
 # a chat platform) cannot take every slot and leave other bots' gated tools refused.
 APPROVALS_MAX_PENDING_PER_BOT = 64
-# How long a request waits when the runner names no timeout, and the longest it may name: APPROVAL_DEFAULT_SECONDS
-# and APPROVAL_MAX_SECONDS, from the wire contract (the SDK's config is shaped by them). No decision in time = denied.
+# How long a request waits when the runner names no timeout, and the longest it may name (the wire contract's: the
+# SDK's config is shaped by them). No decision in time = denied.
+APPROVAL_DEFAULT_SECONDS = wire.APPROVAL_DEFAULT_SECONDS
+APPROVAL_MAX_SECONDS = wire.APPROVAL_MAX_SECONDS
 # Summary, reason and note: what a person reads in one glance (longer is cut, or refused for a note).
 APPROVAL_MAX_TEXT_CHARS = 1000
 # A request's arguments as received, and the part of them shown in the event (the rest is marked truncated).

@@ -30,9 +30,8 @@ from agenthost.channels.telegram.approvals import OUTCOME_LINES, ApprovalBoard, 
 from agenthost.channels.telegram.sink import TelegramSink, _seconds
 from agenthost.channels.telegram.updates import Command, Ignore, Inbound, Press, Where, classify
 from agenthost.channels.telegram.webhook import Webhook
-from agenthost.host import limits
 from agenthost.protos import common_pb2 as pb
-from agenthost.protos import errors
+from agenthost.protos import errors, media
 from agenthost.protos import host_pb2 as hpb
 
 log = logging.getLogger(__name__)
@@ -374,8 +373,8 @@ class TelegramAdapter(ChannelAdapter):
         ]
         out: list[hpb.Attachment] = []
         total = 0
-        for file_id, size, name, mime in files[: limits.ATTACHMENTS_MAX_PER_MESSAGE]:
-            if size > limits.ATTACHMENT_MAX_BYTES or total + size > limits.ATTACHMENTS_MAX_BYTES_PER_MESSAGE:
+        for file_id, size, name, mime in files[: media.ATTACHMENTS_MAX_PER_MESSAGE]:
+            if size > media.ATTACHMENT_MAX_BYTES or total + size > media.ATTACHMENTS_MAX_BYTES_PER_MESSAGE:
                 await self._notice(sink, f"⚠️ {name} is too large ({size} bytes); it was not sent to the bot.")
                 continue
             try:
@@ -385,13 +384,13 @@ class TelegramAdapter(ChannelAdapter):
                 log.warning("could not fetch file %s: %r", file_id, exc)
                 await self._notice(sink, f"⚠️ Could not fetch {name} from Telegram; it was not sent to the bot.")
                 continue
-            if len(data) > limits.ATTACHMENT_MAX_BYTES:
+            if len(data) > media.ATTACHMENT_MAX_BYTES:
                 await self._notice(sink, f"⚠️ {name} is too large ({len(data)} bytes); it was not sent to the bot.")
                 continue
             total += len(data)
             out.append(hpb.Attachment(name=name, mime_type=mime, data=data))
-        if len(files) > limits.ATTACHMENTS_MAX_PER_MESSAGE:
-            await self._notice(sink, f"⚠️ Only the first {limits.ATTACHMENTS_MAX_PER_MESSAGE} files were sent.")
+        if len(files) > media.ATTACHMENTS_MAX_PER_MESSAGE:
+            await self._notice(sink, f"⚠️ Only the first {media.ATTACHMENTS_MAX_PER_MESSAGE} files were sent.")
         return {"attachments": out} if out else {}
 
     async def _fetch_artifact(self, ref: pb.ArtifactRef) -> bytes | None:

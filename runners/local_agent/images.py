@@ -14,13 +14,14 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from agenthost.protos.media import ATTACHMENT_MAX_BYTES, IMAGE_TYPES
+from agenthost.protos.media import sniff_image as sniff
 from agenthost.runners.local_agent.messages import ImagePart, Message, ToolResult, UserMessage, image_label
 
-# What OpenAI and Anthropic both accept as image input; the host checks an attachment of these types against its
-# bytes, and the read_file tool sniffs them the same way.
-VISION_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
-# The largest image sent: Anthropic refuses images over 5 MB (OpenAI allows 20 MB).
-MAX_IMAGE_BYTES = 5 * 1024 * 1024
+# What OpenAI and Anthropic both accept as image input, recognised from the bytes by the same rule as the host's
+# check of attachments; the largest image sent is the largest attachment (Anthropic refuses images over 5 MB).
+VISION_TYPES = IMAGE_TYPES
+MAX_IMAGE_BYTES = ATTACHMENT_MAX_BYTES
 # Images shown per request, newest first; older ones become notes. Every image is re-sent with every model call,
 # so this bounds the request size (~7 MB of base64 at the cap) and the token bill.
 MAX_IMAGES_PER_REQUEST = 8
@@ -36,19 +37,6 @@ NOT_ACCEPTED = "[{kind} {label} omitted: this model does not accept images]"
 NOT_SHOWN = "[{kind} {label} not shown: {reason}]"
 TOOL_IMAGE_NOTE = "[image {label} returned, shown in the next message]"
 FOLLOW_UP_TEXT = "Images returned by the tool calls above:"
-
-
-def sniff(data: bytes) -> str:
-    """The image type of the bytes (one of VISION_TYPES), or ""."""
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "image/png"
-    if data.startswith(b"\xff\xd8\xff"):
-        return "image/jpeg"
-    if data.startswith((b"GIF87a", b"GIF89a")):
-        return "image/gif"
-    if len(data) >= 12 and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return ""
 
 
 def accepts_images(provider_id: str, model: str) -> bool:
