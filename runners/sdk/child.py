@@ -44,9 +44,9 @@ class ChildRun:
             self.ended = True
         try:
             await self._call.write(api_pb.ChildRunRequest(events=pb.RunEventBatch(events=list(events))))
-        except (grpc.RpcError, asyncio.InvalidStateError):
-            # The host already ended the call (a write racing that end can fail with gRPC core's own INTERNAL):
-            # the call's final status says why, e.g. CANCELLED when the child was cancelled.
+        except grpc.RpcError as exc:
+            raise errors.from_rpc_error(exc) from None
+        except asyncio.InvalidStateError:  # the host already ended the call: its status says why
             raise await errors.from_ended_call(self._call) from None
 
     async def _close(self) -> None:
