@@ -163,6 +163,10 @@ CHILD_RUN_MAX_TYPE = 64
 WRITE_QUEUE_MAX_JOBS = 8192
 # Bytes those jobs carry (run events mostly): what a slow disk may make the host hold in memory.
 WRITE_QUEUE_MAX_BYTES = 64 * MiB
+# How long the writer holds a batch made only of writes nobody awaits (streamed run events, audit rows) open for
+# more before committing. Every commit syncs the WAL (synchronous=FULL): without the window a fast stream paid one
+# fsync per runner message. An awaited write arriving meanwhile is committed at once, with what is already there.
+WRITE_GROUP_COMMIT_SECONDS = 0.003
 
 
 def raise_fd_limit() -> tuple[int, int]:

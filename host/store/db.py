@@ -14,8 +14,9 @@ performance-anchors.md, which lives outside this repository), more than the inde
 
 Durability: journal_mode=WAL with synchronous=FULL. FULL syncs the WAL on every commit, so an acknowledged write
 survives power loss, not only a process crash; group commit amortises that fsync across everything queued
-meanwhile (run events of every run, audit rows, state writes). Audit rows are queued without waiting
-(`enqueue`); the loss window for them is the batch in flight when the host dies.
+meanwhile (run events of every run, audit rows, state writes). A batch of writes nobody awaits is held open for
+limits.WRITE_GROUP_COMMIT_SECONDS, so a fast stream commits once per window, not once per runner message. Audit
+rows are queued without waiting (`enqueue`); the loss window for them is the batch in flight when the host dies.
 
 The queue is bounded (limits.WRITE_QUEUE_MAX_JOBS, WRITE_QUEUE_MAX_BYTES), by backpressure rather than refusal:
 `write` waits for room before queuing, and producers of unawaited jobs (a run's event stream) await
@@ -30,6 +31,7 @@ import logging
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -180,15 +182,27 @@ class Database:
                     return
                 batch = [first]
                 stop = False
+                # Nobody waits for these yet: hold the batch open briefly so a stream's next messages share its
+                # commit (see limits.WRITE_GROUP_COMMIT_SECONDS). A caller that waits, or a full queue, ends the
+                # wait.
+                hold_until = 0.0 if first.future is not None else time.monotonic() + limits.WRITE_GROUP_COMMIT_SECONDS
                 while len(batch) < 4096:
                     try:
                         job = self._jobs.get_nowait()
                     except queue.Empty:
-                        break
+                        left = hold_until - time.monotonic()
+                        if left <= 0 or self.congested:
+                            break
+                        try:
+                            job = self._jobs.get(timeout=left)
+                        except queue.Empty:
+                            break
                     if job is _STOP:
                         stop = True
                         break
                     batch.append(job)
+                    if job.future is not None:
+                        hold_until = 0.0
                 self._run_batch(conn, batch)
                 if stop:
                     return

