@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from agenthost.host import limits
 from agenthost.host.grants import ActiveRun
+from agenthost.host.run_state import RunState
 from agenthost.host.store.runs import RunStore
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
@@ -34,15 +35,15 @@ from agenthost.protos import host_pb2 as hpb
 from agenthost.protos import run_api_pb2 as api
 
 if TYPE_CHECKING:
-    from agenthost.host.runs import RunManager, _RunState
+    from agenthost.host.runs import RunManager
 
 _TYPE = re.compile(r"^[A-Za-z0-9_.-]*$")
 
 
 @dataclass
 class Child:
-    st: _RunState
-    parent: _RunState
+    st: RunState
+    parent: RunState
     tool_call_id: str
     recorded: asyncio.Future[None]  # the row's insert
     # Set when the host ends the child itself (its parent ended, a cancel request): the error its call ends with.
@@ -99,8 +100,6 @@ class ChildRuns:
 
     async def open(self, parent: ActiveRun, header: api.ChildRunHeader) -> Child:
         """Records a new child of `parent` (already authorized for ChildRun) and links it on the parent's stream."""
-        from agenthost.host.runs import _RunState
-
         _check_header(header)
         manager = self.manager
         parent_st = manager.running_state(parent.run_id)
@@ -152,7 +151,7 @@ class ChildRuns:
             RunStore.insert(conn, info, plugin_id=parent.plugin_id, token_hash="", grant_json=grant_json)
 
         child = Child(
-            st=_RunState(info=info, project=False),
+            st=RunState(info=info, project=False),
             parent=parent_st,
             tool_call_id=header.tool_call_id,
             recorded=asyncio.ensure_future(manager.registry.db.write(insert)),
@@ -280,7 +279,7 @@ class ChildRuns:
         self.manager._set_outcome(child.st, "cancelled", "cancelled", "the runner cancelled the child run")
         self.end(child)
 
-    async def end_for_parent(self, parent: _RunState) -> None:
+    async def end_for_parent(self, parent: RunState) -> None:
         """The parent is ending: every child still open ends with it, written before the parent's end."""
         status, code, message, error = _parent_outcome(parent.info)
         children = list(self._open.get(parent.info.run_id, {}).values())

@@ -104,7 +104,7 @@ INBOX_MAX_REPLIES = 100_000
 # Runs executing at once, host-wide. Each holds a runner RPC, a task, its grant and stream buffers, and takes
 # event-loop time from every other; one host process gains no throughput past a few hundred (bench_load.py, 5,000
 # runs on 2 cores: ~150 runs/s at 256, ~136 at 128). Beyond this, runs wait in `queued`: their record, the
-# client's open SendMessage call and a small _Start (references to records already loaded); no task, no RPC.
+# client's open SendMessage call and a small QueuedStart (references to records already loaded); no task, no RPC.
 RUNS_MAX_ACTIVE = 256
 # Runs waiting (for a slot, or for earlier runs of their conversation), host-wide. Each keeps its client's
 # SendMessage stream open; past this, a new run is refused with RESOURCE_EXHAUSTED and a retry hint.

@@ -21,19 +21,17 @@ import fnmatch
 import functools
 import json
 import logging
-import random
 import re
 import sqlite3
 import time
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 
 import grpc
 
 from agenthost.host import attachments as attachment_checks
 from agenthost.host import limits
+from agenthost.host.admission import Admission
 from agenthost.host.approvals import Approvals
 from agenthost.host.child_runs import ChildRuns
 from agenthost.host.grants import ActiveRun, Grant, RunRegistry, hash_secret, new_token
@@ -41,6 +39,7 @@ from agenthost.host.keys import KeyStore
 from agenthost.host.observability import Observer
 from agenthost.host.run_context import ContextBuilder
 from agenthost.host.run_inbox import Inbox, split_events
+from agenthost.host.run_state import QueuedStart, RunState
 from agenthost.host.run_writer import RunWriter
 from agenthost.host.store.artifacts import ArtifactStore
 from agenthost.host.store.conversations import Conversations, NewItem
@@ -90,186 +89,6 @@ def _run_call(channel: grpc.aio.Channel) -> grpc.aio.UnaryStreamMultiCallable:
     )
 
 
-@dataclass
-class _Start:
-    """What a queued run needs to start, dropped when it does: references to records already loaded, no RPC, no
-    task, no buffers (the message text is in `event`, counted against limits.RUNS_MAX_QUEUED_INPUT_BYTES). The
-    grant is frozen again at start from the same manifest and binding (a frozen Grant costs ~2 KiB)."""
-
-    bot: hpb.Bot
-    binding: hpb.Binding
-    manifest: RunnerManifest
-    event: pb.EventRecord
-    actor: pb.Actor
-    token: str
-    timeout: float
-    input_bytes: int
-
-
-@dataclass
-class _RunState:
-    """What the orchestrator accumulates while a run streams."""
-
-    info: hpb.RunInfo
-    start: _Start | None = None  # set while queued
-    ending: asyncio.Future[None] | None = None  # the write of its end, once begun
-    active: ActiveRun | None = None
-    seq: int = 0
-    text_parts: list[str] = field(default_factory=list)
-    text_len: int = 0
-    final_message: str | None = None
-    event_count: int = 0  # events the runner sent, and their serialized bytes (limits.RUN_MAX_EVENT*)
-    event_bytes: int = 0
-    terminal: pb.RunEvent | None = None
-    subscribers: list[Inbox] = field(default_factory=list)
-    writer: RunWriter | None = None  # its events on their way to the database, from its first batch
-    task: asyncio.Task[None] | None = None
-    cancel_reason: str = ""
-    # False for a child run (a subagent): its events are its own record, not turns of the conversation.
-    project: bool = True
-
-
-class Admission:
-    """Which recorded runs execute now and which wait, and which new runs are refused.
-
-    At most limits.RUNS_MAX_ACTIVE runs execute at once. A run waits in `queued` until it is the oldest run of its
-    conversation (they execute one at a time, in arrival order) and a slot is free; ready runs of different bots
-    get the free slots round-robin, so a bot with a thousand queued runs delays a bot with one by at most one
-    run per other bot. A waiting run is a _RunState with its _Start: no task, no RPC.
-
-    The queue is bounded host-wide, per bot and per conversation (and in the bytes of input it holds). A run
-    past a bound is refused with ResourceExhausted carrying a retry hint (`retry_after_ms`), derived from how
-    fast runs have been finishing. The refusal comes before anything is recorded, so a refused run leaves no
-    trace but the client's error: it never existed.
-    """
-
-    def __init__(self) -> None:
-        self.running = 0
-        self.queued = 0  # admitted, not yet executing (including runs still being recorded)
-        self.queued_input_bytes = 0
-        self._queued_by_bot: dict[str, int] = {}
-        self._queued_by_conversation: dict[tuple[str, str], int] = {}
-        # Per conversation, its recorded runs in arrival order; the head is executing or ready. Lists, not deques:
-        # most lines hold one run, and a deque costs a 600-byte block from its first item (popping the head of a
-        # list is O(n), and n is at most RUNS_MAX_QUEUED_PER_CONVERSATION).
-        self._conversations: dict[tuple[str, str], list[_RunState]] = {}
-        # Per bot, the conversation heads waiting for a slot; the dict's order is the round-robin order.
-        self._ready: dict[str, deque[_RunState]] = {}
-        self._ended: deque[tuple[float, float]] = deque(maxlen=512)  # (monotonic end, seconds it executed)
-
-    def reserve(self, bot_id: str, conversation: tuple[str, str], input_bytes: int) -> None:
-        """Counts a new run as queued, or refuses it. Called before the run is recorded; `release` undoes it."""
-        queued_conv = self._queued_by_conversation.get(conversation, 0)
-        refusal = ""
-        if self.queued >= limits.RUNS_MAX_QUEUED:
-            refusal = f"the host has {self.queued} runs queued (RUNS_MAX_QUEUED = {limits.RUNS_MAX_QUEUED})"
-            ahead = max(1, limits.RUNS_MAX_QUEUED // 10)
-        elif self._queued_by_bot.get(bot_id, 0) >= limits.RUNS_MAX_QUEUED_PER_BOT:
-            refusal = (
-                f"this bot has {self._queued_by_bot[bot_id]} runs queued"
-                f" (RUNS_MAX_QUEUED_PER_BOT = {limits.RUNS_MAX_QUEUED_PER_BOT})"
-            )
-            ahead = max(1, limits.RUNS_MAX_QUEUED_PER_BOT // 10)
-        elif queued_conv >= limits.RUNS_MAX_QUEUED_PER_CONVERSATION:
-            refusal = (
-                f"this conversation has {queued_conv} runs queued"
-                f" (RUNS_MAX_QUEUED_PER_CONVERSATION = {limits.RUNS_MAX_QUEUED_PER_CONVERSATION})"
-            )
-            ahead = 0
-        elif self.queued and self.queued_input_bytes + input_bytes > limits.RUNS_MAX_QUEUED_INPUT_BYTES:
-            refusal = (
-                f"queued runs hold {self.queued_input_bytes} bytes of input"
-                f" (RUNS_MAX_QUEUED_INPUT_BYTES = {limits.RUNS_MAX_QUEUED_INPUT_BYTES})"
-            )
-            ahead = max(1, self.queued // 10)
-        if refusal:
-            hint = self.retry_after_ms(ahead)
-            raise ResourceExhausted(
-                f"run refused, the host is at capacity: {refusal}; retry in {hint} ms", retry_after_ms=hint
-            )
-        self.queued += 1
-        self.queued_input_bytes += input_bytes
-        self._queued_by_bot[bot_id] = self._queued_by_bot.get(bot_id, 0) + 1
-        self._queued_by_conversation[conversation] = queued_conv + 1
-
-    def release(self, bot_id: str, conversation: tuple[str, str], input_bytes: int) -> None:
-        """A run leaves the queue: it starts, ends while queued, or was never recorded."""
-        self.queued -= 1
-        self.queued_input_bytes -= input_bytes
-        for counts, key in ((self._queued_by_bot, bot_id), (self._queued_by_conversation, conversation)):
-            left = counts[key] - 1  # type: ignore[index]
-            if left:
-                counts[key] = left  # type: ignore[index]
-            else:
-                del counts[key]  # type: ignore[arg-type]
-
-    def retry_after_ms(self, ahead: int) -> int:
-        """About how long until `ahead` runs have finished (0: until the oldest running run of a conversation
-        has, taken as the recent mean run time), jittered by ±20% so refused clients do not all come back in
-        the same instant. With nothing finished in the last minute the queue is not moving: the longest hint."""
-        now = time.monotonic()
-        recent = [(end, took) for end, took in self._ended if now - end < 60.0]
-        if len(recent) < 2:
-            ms = float(limits.RUNS_RETRY_MAX_MS)
-        elif ahead == 0:
-            ms = 1000.0 * sum(took for _, took in recent) / len(recent)
-        else:
-            rate = len(recent) / max(now - recent[0][0], 0.001)
-            ms = 1000.0 * ahead / rate
-        ms *= random.uniform(0.8, 1.2)
-        return int(min(max(ms, limits.RUNS_RETRY_MIN_MS), limits.RUNS_RETRY_MAX_MS))
-
-    def enqueue(self, st: _RunState) -> None:
-        """A recorded run joins its conversation's line (and the ready line, if it is the head)."""
-        key = (st.info.bot_id, st.info.conversation_id)
-        line = self._conversations.setdefault(key, [])
-        line.append(st)
-        if len(line) == 1:
-            self._ready.setdefault(st.info.bot_id, deque()).append(st)
-
-    def next_to_start(self) -> _RunState | None:
-        """The next ready run if a slot is free (the slot is taken), round-robin over bots; else None."""
-        if self.running >= limits.RUNS_MAX_ACTIVE or not self._ready:
-            return None
-        bot_id = next(iter(self._ready))
-        line = self._ready.pop(bot_id)
-        st = line.popleft()
-        if line:
-            self._ready[bot_id] = line  # to the back of the round
-        self.running += 1
-        return st
-
-    def ended(self, st: _RunState, started: float | None) -> None:
-        """A run left its conversation's line: it executed (`started`: its monotonic start) or ended queued
-        (`remove` first). The next run of the conversation becomes ready."""
-        if started is not None:
-            self.running -= 1
-            self._ended.append((time.monotonic(), time.monotonic() - started))
-        key = (st.info.bot_id, st.info.conversation_id)
-        line = self._conversations.get(key)
-        if not line:
-            return
-        if line[0] is st:
-            del line[0]
-            if line:
-                self._ready.setdefault(line[0].info.bot_id, deque()).append(line[0])
-        else:
-            with contextlib.suppress(ValueError):
-                line.remove(st)
-        if not line:
-            del self._conversations[key]
-
-    def remove(self, st: _RunState) -> None:
-        """A queued run ends before it started (cancelled, host stopping): out of every line."""
-        ready = self._ready.get(st.info.bot_id)
-        if ready is not None:
-            with contextlib.suppress(ValueError):
-                ready.remove(st)
-            if not ready:
-                del self._ready[st.info.bot_id]
-        self.ended(st, None)
-
-
 class RunManager:
     def __init__(
         self,
@@ -293,7 +112,7 @@ class RunManager:
         self.contexts = ContextBuilder(conversations, state)
         self.grants = grants
         self.supervisor = supervisor
-        self._live: dict[str, _RunState] = {}
+        self._live: dict[str, RunState] = {}
         self.admission = Admission()
         self._closing = False
         self._manifests: dict[tuple[str, str], RunnerManifest] = {}
@@ -431,8 +250,8 @@ class RunManager:
         except BaseException:
             self.admission.release(bot.bot_id, conversation, input_bytes)
             raise
-        st = _RunState(info=info)
-        st.start = _Start(bot, binding, manifest, event, actor, token, timeout, input_bytes)
+        st = RunState(info=info)
+        st.start = QueuedStart(bot, binding, manifest, event, actor, token, timeout, input_bytes)
         inbox = Inbox(info.run_id)
         st.subscribers.append(inbox)
         self._live[info.run_id] = st
@@ -511,7 +330,7 @@ class RunManager:
         self._ingest_batch(st, pb.RunEventBatch(events=[event]), from_host=True)
         return True
 
-    def running_state(self, run_id: str) -> _RunState | None:
+    def running_state(self, run_id: str) -> RunState | None:
         """A run that is executing and has not begun to end: the only kind that may open a child run."""
         st = self._live.get(run_id)
         if st is None or st.task is None or st.ending is not None or st.info.status != "running":
@@ -547,7 +366,7 @@ class RunManager:
             st.task = asyncio.create_task(self._execute(st, start), name=f"run:{st.info.run_id}")
             st.task.add_done_callback(functools.partial(self._check_ended, st))
 
-    def _check_ended(self, st: _RunState, task: asyncio.Task[None]) -> None:
+    def _check_ended(self, st: RunState, task: asyncio.Task[None]) -> None:
         """A task cancelled before its first step never runs its body, nor the `finally` that writes the run's
         end and frees its slot (CancelRun or shutdown can land between _pump and that step): end it here."""
         if st.ending is not None:
@@ -560,7 +379,7 @@ class RunManager:
         st.ending = asyncio.ensure_future(self._finish(st))
         st.ending.add_done_callback(lambda _: self._slot_freed(st, began))
 
-    def _end_queued(self, st: _RunState, status: str, code: str, message: str) -> asyncio.Future[None]:
+    def _end_queued(self, st: RunState, status: str, code: str, message: str) -> asyncio.Future[None]:
         """Ends a run that never started (idempotent): out of the queue, its outcome written and published."""
         if st.ending is None:
             start, st.start = st.start, None
@@ -574,11 +393,11 @@ class RunManager:
 
     # ---- one run ----
 
-    def _publish(self, st: _RunState, reply: hpb.SendMessageReply | None, size: int = 0) -> None:
+    def _publish(self, st: RunState, reply: hpb.SendMessageReply | None, size: int = 0) -> None:
         for inbox in st.subscribers:
             inbox.put(reply, size)
 
-    async def _execute(self, st: _RunState, start: _Start) -> None:
+    async def _execute(self, st: RunState, start: QueuedStart) -> None:
         """Runs an admitted run: it holds one of limits.RUNS_MAX_ACTIVE slots until its end is written."""
         info = st.info
         began = time.monotonic()
@@ -633,17 +452,17 @@ class RunManager:
             finish.add_done_callback(lambda _: self._slot_freed(st, began))
             await asyncio.shield(finish)
 
-    def _slot_freed(self, st: _RunState, began: float) -> None:
+    def _slot_freed(self, st: RunState, began: float) -> None:
         self.admission.ended(st, began)
         self._pump()
 
-    def _set_outcome(self, st: _RunState, status: str, code: str = "", message: str = "") -> None:
+    def _set_outcome(self, st: RunState, status: str, code: str = "", message: str = "") -> None:
         if st.info.status in ("queued", "running"):
             st.info.status = status
             st.info.error_code = code
             st.info.error_message = message
 
-    async def _stream(self, st: _RunState, plugin_id: str, request: runner_pb2.RunRequest) -> None:
+    async def _stream(self, st: RunState, plugin_id: str, request: runner_pb2.RunRequest) -> None:
         info = st.info
         try:
             pp = await self.supervisor.wait_ready(plugin_id, self.supervisor.policy.start_timeout)
@@ -686,7 +505,7 @@ class RunManager:
         if st.terminal is None:
             self._set_outcome(st, "failed", "runner_protocol", "the runner ended its stream without a terminal event")
 
-    async def _stream_broke(self, st: _RunState, proc: asyncio.subprocess.Process | None, detail: str) -> None:
+    async def _stream_broke(self, st: RunState, proc: asyncio.subprocess.Process | None, detail: str) -> None:
         """The Run stream ended abnormally: if the process died, say how (the supervisor restarts it)."""
         if proc is not None:
             with contextlib.suppress(TimeoutError):
@@ -702,12 +521,12 @@ class RunManager:
                 return
         self._set_outcome(st, "failed", "runner_unavailable", detail)
 
-    def _ingest_batch(self, st: _RunState, batch: pb.RunEventBatch, *, from_host: bool = False) -> None:
+    def _ingest_batch(self, st: RunState, batch: pb.RunEventBatch, *, from_host: bool = False) -> None:
         """_ingest for a batch that did not come off a runner's Run stream: a child run's events, the host's own."""
         reply = hpb.SendMessageReply(events=batch)
         self._ingest(st, reply, reply.events.ByteSize(), from_host=from_host)
 
-    def _ingest(self, st: _RunState, reply: hpb.SendMessageReply, size: int, *, from_host: bool = False) -> None:
+    def _ingest(self, st: RunState, reply: hpb.SendMessageReply, size: int, *, from_host: bool = False) -> None:
         """Numbers, projects, persists (queued) and publishes one batch: the hot path of streaming. `reply` holds
         the runner's batch as parsed off the wire (see _reply_of_batch) and `size` its wire bytes; its events are
         numbered in place and the same object goes to the subscribers and to the writer, no per-event copy.
@@ -833,7 +652,7 @@ class RunManager:
             self._publish(st, hpb.SendMessageReply(events=pb.RunEventBatch(events=part)), sum(sizes[: len(part)]))
             sizes = sizes[len(part) :]
 
-    def _checked_artifact(self, st: _RunState, event: pb.ArtifactCreated) -> bool:
+    def _checked_artifact(self, st: RunState, event: pb.ArtifactCreated) -> bool:
         """Whether a runner's artifact_created names a stored artifact this run may read; if so its ref is replaced
         by the stored one. Clients act on these refs with their own, wider credentials (a channel adapter fetches
         the file with ReadRunArtifact under the ref's run_id and posts it to the chat), so a forged ref would make
@@ -854,7 +673,7 @@ class RunManager:
         return allowed
 
     @staticmethod
-    def _over_quota(st: _RunState, events: int, size: int) -> str:
+    def _over_quota(st: RunState, events: int, size: int) -> str:
         """Why this batch would take the run past its event quotas, or "" if it fits."""
         if st.event_count + events > limits.RUN_MAX_EVENTS:
             return f"the runner sent more than RUN_MAX_EVENTS = {limits.RUN_MAX_EVENTS} events"
@@ -862,7 +681,7 @@ class RunManager:
             return f"the runner sent more than RUN_MAX_EVENT_BYTES = {limits.RUN_MAX_EVENT_BYTES} bytes of events"
         return ""
 
-    def _flush_text(self, st: _RunState, items: list[NewItem], final: str | None = None) -> None:
+    def _flush_text(self, st: RunState, items: list[NewItem], final: str | None = None) -> None:
         """Streamed text becomes one assistant item when something else happens (a tool call, the end); a
         completed `message` supersedes the deltas it summarises."""
         text = final if final is not None else "".join(st.text_parts)
@@ -876,7 +695,7 @@ class RunManager:
             elif len(st.final_message) <= limits.RUN_MAX_TEXT_CHARS:
                 st.final_message = (st.final_message + "\n\n" + text)[: limits.RUN_MAX_TEXT_CHARS + 1]
 
-    async def _finish(self, st: _RunState) -> None:
+    async def _finish(self, st: RunState) -> None:
         info = st.info
         # Open approvals end as cancelled, recorded in the stream before the run's end is written.
         self.approvals.run_ended(info.run_id)
