@@ -12,7 +12,6 @@ run started says `x-should-retry: false`, so a client's automatic retry never se
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
 import json
@@ -26,8 +25,8 @@ from aiohttp import web
 
 from agenthost.host import attachments as attachment_checks
 from agenthost.host.credentials import Principal
+from agenthost.host.gateway import bodies, parse_address
 from agenthost.host.gateway import openai_api as oa
-from agenthost.host.gateway import parse_address
 from agenthost.host.gateway.errors import NO_RETRY, GatewayError, bad_request, from_host_error, model_not_found
 from agenthost.host.gateway.sse import EventStream, encode
 from agenthost.host.runs import MAX_INPUT_BYTES
@@ -45,7 +44,6 @@ log = logging.getLogger(__name__)
 # runs.MAX_INPUT_BYTES of text and limits.ATTACHMENTS_MAX_BYTES_PER_MESSAGE of images, which travel base64-encoded:
 # 4/3 of their size), so this bounds what one request may make the gateway read and parse.
 MAX_BODY_BYTES = 12 * 1024 * 1024
-BODY_SECONDS = 30.0  # to read a request body: a trickling client holds a socket briefly
 SHUTDOWN_SECONDS = 5.0
 CONVERSATION_HEADER = "X-Agenthost-Conversation"
 RUN_HEADER = "X-Agenthost-Run"
@@ -119,7 +117,7 @@ class Gateway:
         except errors.AgentHostError as exc:
             return _error_response(from_host_error(exc))
         except web.HTTPRequestEntityTooLarge:
-            return _error_response(_too_large())
+            return _error_response(bodies.too_large(MAX_BODY_BYTES))
         except web.HTTPException as exc:  # no such route, wrong method
             if exc.status < 400:
                 raise
@@ -179,23 +177,6 @@ class Gateway:
             return f"user:{principal.name}/{user}"
         return f"conv_{uuid.uuid4().hex}"
 
-    @staticmethod
-    async def _body(request: web.Request) -> dict[str, Any]:
-        if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-            raise _too_large()
-        try:
-            async with asyncio.timeout(BODY_SECONDS):
-                raw = await request.read()
-        except TimeoutError:
-            raise GatewayError(408, f"the request body did not arrive within {BODY_SECONDS:.0f}s") from None
-        try:
-            body = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise bad_request("the request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise bad_request("the request body must be a JSON object")
-        return body
-
     def _send_request(
         self,
         principal: Principal,
@@ -250,7 +231,7 @@ class Gateway:
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         principal = self._principal(request)
-        chat = oa.parse_chat(await self._body(request))
+        chat = oa.parse_chat(await bodies.json_object(request, MAX_BODY_BYTES))
         bot = self._bot(principal, chat.model)
         conversation = self._conversation(request, principal, chat.user)
         run, stream = await self._start(
@@ -317,7 +298,7 @@ class Gateway:
 
     async def responses(self, request: web.Request) -> web.StreamResponse:
         principal = self._principal(request)
-        req = oa.parse_responses(await self._body(request))
+        req = oa.parse_responses(await bodies.json_object(request, MAX_BODY_BYTES))
         previous = ""
         if req.previous_response_id:
             # The run behind the previous response is the mapping: (bot, conversation) are recorded on it, in the
@@ -442,10 +423,6 @@ def _run_failed(run: hpb.RunInfo, headers: dict[str, str]) -> GatewayError:
 
 def _dropped(exc: errors.ResourceExhausted) -> GatewayError:
     return GatewayError(503, exc.message, type="server_error", code="client_too_slow", headers=dict(NO_RETRY))
-
-
-def _too_large() -> GatewayError:
-    return GatewayError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes", code="request_too_large")
 
 
 def _error_response(exc: GatewayError) -> web.Response:

@@ -11,7 +11,6 @@ of that table or gets 404, so no path a client sends is ever joined to a directo
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import json
@@ -27,6 +26,7 @@ from google.protobuf.message import Message
 
 from agenthost.host import binding_config, logs
 from agenthost.host.binding_config import redact_config
+from agenthost.host.gateway import bodies
 from agenthost.host.gateway.admin_calls import AdminCalls
 from agenthost.host.gateway.console_auth import (
     COOKIE,
@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 PREFIX = "/console"
 API = f"{PREFIX}/api/"
 MAX_BODY_BYTES = 256 * 1024  # a binding config is the largest thing the console sends
-BODY_SECONDS = 30.0
 MAX_LOG_LINES = 1000
 MAX_TOKEN_CHARS = 512
 SOURCE = "console"
@@ -155,33 +154,6 @@ class Console:
             if token is not None:  # requests on one keep-alive connection share a task: no session carries over
                 _session.reset(token)
 
-    @staticmethod
-    async def _body(request: web.Request) -> dict[str, Any]:
-        if request.content_type != "application/json":
-            raise GatewayError(415, "send JSON (Content-Type: application/json)", code="unsupported_media_type")
-        if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
-            raise _too_large()
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            async with asyncio.timeout(BODY_SECONDS):
-                # Chunk by chunk, so a body without Content-Length is cut off at the cap, not read whole first.
-                async for chunk in request.content.iter_any():
-                    size += len(chunk)
-                    if size > MAX_BODY_BYTES:
-                        raise _too_large()
-                    chunks.append(chunk)
-        except TimeoutError:
-            raise GatewayError(408, f"the request body did not arrive within {BODY_SECONDS:.0f}s") from None
-        raw = b"".join(chunks)
-        try:
-            body = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise bad_request("the request body is not valid JSON") from None
-        if not isinstance(body, dict):
-            raise bad_request("the request body must be a JSON object")
-        return body
-
     async def _call(self, request: web.Request, method: str, message: Message) -> Any:
         session = _session.get()
         return await self.admin.call(session.principal, method, message)
@@ -208,7 +180,7 @@ class Console:
         return web.json_response({"name": session.principal.name, "csrf": session.csrf})
 
     async def sign_in(self, request: web.Request) -> web.StreamResponse:
-        token = (await self._body(request)).get("token")
+        token = (await bodies.json_object(request, MAX_BODY_BYTES, require_json_type=True)).get("token")
         if not isinstance(token, str) or not token.strip() or len(token) > MAX_TOKEN_CHARS:
             raise bad_request("give the admin token (in <data dir>/admin.token) or an admin-scoped key", "token")
         session_id, session = self.sessions.sign_in(token)
@@ -235,7 +207,7 @@ class Console:
         return web.json_response({"bots": [to_json(b) for b in reply.bots]})
 
     async def create_bot(self, request: web.Request) -> web.StreamResponse:
-        body = await self._body(request)
+        body = await bodies.json_object(request, MAX_BODY_BYTES, require_json_type=True)
         name, description = body.get("name", ""), body.get("description", "")
         if not isinstance(name, str) or not isinstance(description, str):
             raise bad_request("name and description are strings")
@@ -272,7 +244,7 @@ class Console:
         return web.json_response({"runners": out})
 
     async def create_binding(self, request: web.Request) -> web.StreamResponse:
-        body = await self._body(request)
+        body = await bodies.json_object(request, MAX_BODY_BYTES, require_json_type=True)
         config = body.get("config", {})
         if not isinstance(config, dict):
             raise bad_request("config must be a JSON object", "config")
@@ -290,7 +262,7 @@ class Console:
         return web.json_response(_binding_json(created), status=201)
 
     async def update_binding(self, request: web.Request) -> web.StreamResponse:
-        body = await self._body(request)
+        body = await bodies.json_object(request, MAX_BODY_BYTES, require_json_type=True)
         update = hpb.UpdateBindingRequest(binding_id=request.match_info["binding"])
         patch = body.get("config_patch")
         if patch is not None:
@@ -314,7 +286,7 @@ class Console:
         """The problems a config would be refused for, one per setting, before anything is saved: the runner's JSON
         Schema, then the runner's own ValidateConfig, as CreateBinding/UpdateBinding check them. For an existing
         binding the patch is merged into its stored config (whose secrets the browser never saw)."""
-        body = await self._body(request)
+        body = await bodies.json_object(request, MAX_BODY_BYTES, require_json_type=True)
         if body.get("binding_id"):
             binding = self.host.registry.binding(_string(body, "binding_id"))
             patch = body.get("config_patch", {})
@@ -341,7 +313,7 @@ class Console:
         RunEvent (every kind, including ones this console does not know yet), `run_finished`. A refusal before the
         run starts is a JSON error with its status. Leaving the page does not stop the run."""
         session = _session.get()
-        body = await self._body(request)
+        body = await bodies.json_object(request, MAX_BODY_BYTES, require_json_type=True)
         text = _string(body, "text")
         if not text.strip():
             raise bad_request("the message is empty", "text")
@@ -432,7 +404,7 @@ class Console:
     async def decide_approval(self, request: web.Request) -> web.StreamResponse:
         """One decision: `decision` is one of the request's option ids. Deciding twice is the servicer's
         FAILED_PRECONDITION (409 here), an unknown id its NOT_FOUND (404)."""
-        body = await self._body(request)
+        body = await bodies.json_object(request, MAX_BODY_BYTES, require_json_type=True)
         decision = _string(body, "decision")
         if not decision:
             raise bad_request("decision is required (one of the approval's options, e.g. approve or deny)", "decision")
@@ -457,7 +429,7 @@ class Console:
         return web.json_response({"plugins": out})
 
     async def set_plugin_enabled(self, request: web.Request) -> web.StreamResponse:
-        enabled = (await self._body(request)).get("enabled")
+        enabled = (await bodies.json_object(request, MAX_BODY_BYTES, require_json_type=True)).get("enabled")
         if not isinstance(enabled, bool):
             raise bad_request("enabled must be true or false", "enabled")
         info = await self._call(
@@ -495,10 +467,6 @@ async def _secure_headers(request: web.Request, response: web.StreamResponse) ->
 
 def _error(exc: GatewayError) -> web.Response:
     return web.json_response(exc.body(), status=exc.status, headers=exc.headers)
-
-
-def _too_large() -> GatewayError:
-    return GatewayError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes", code="request_too_large")
 
 
 def _string(body: dict[str, Any], key: str) -> str:
