@@ -115,7 +115,8 @@ async def check(supervisor: Supervisor, runner_id: str, schema: dict[str, Any], 
     refuse(runner_id, await runner_problems(supervisor, plugin_id, runner_name, config_json))
 
 
-_SECRET_FIELD = re.compile(r"(^|_)(api_?key|key|token|secret|password|passwd|credential)s?$", re.IGNORECASE)
+# A setting whose name says it holds a secret (`api_key`, `bot_token`, ...). Shared with channel configs.
+SECRET_SETTING = re.compile(r"(^|_)(api_?key|key|token|secret|password|passwd|credential)s?$", re.IGNORECASE)
 
 
 def redact_config(value: Any) -> Any:
@@ -123,7 +124,7 @@ def redact_config(value: Any) -> Any:
     depth. Names that only point at a secret (`api_key_env`, `keys`) stay readable."""
     if isinstance(value, dict):
         return {
-            k: "[redacted]" if _SECRET_FIELD.search(k) and isinstance(v, str) and v else redact_config(v)
+            k: "[redacted]" if SECRET_SETTING.search(k) and isinstance(v, str) and v else redact_config(v)
             for k, v in value.items()
         }
     if isinstance(value, list):

@@ -40,7 +40,6 @@ PROCESS_PREFIX = "channel."  # supervisor key; plugin ids never contain a dot (t
 MODULE = "agenthost.channels.sdk"
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 # A setting whose name says it holds a secret: secrets go through the key store, never into channels.json.
-_SECRETISH = re.compile(r"(token|secret|password|passwd|api_?key|credential)$", re.I)
 
 
 BUILTIN = "agenthost"
@@ -149,7 +148,7 @@ class Channels:
                 f"config for channel adapter {manifest.name} is invalid: {'; '.join(problems)}"
             )
         for key in config:
-            if key not in manifest.secret_settings and _SECRETISH.search(key):
+            if key not in manifest.secret_settings and binding_config.SECRET_SETTING.search(key):
                 raise errors.InvalidArgument(
                     f"config setting {key!r} looks like a secret: store it with `agenthost keys set NAME` and name "
                     "the key in a setting the adapter reads keys from "

@@ -21,7 +21,8 @@ SERVER_NAME = re.compile(r"^[a-z0-9_-]{1,32}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
 REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]{0,127})\}")
-# Names whose values are credentials: they may only be given as ${KEY} references.
+# Names whose values are credentials: here they may only be given as ${KEY} references; the local agent's shell
+# never passes such variables through to commands.
 SECRET_SHAPED = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 MAX_SERVERS = 16
 # Names the runner sets itself in a stdio server's environment.

@@ -34,6 +34,7 @@ from typing import Any
 from agenthost.plugins import sandbox as sandboxing
 from agenthost.runners.local_agent.config import ShellConfig
 from agenthost.runners.local_agent.tools.base import Tool, ToolContext, ToolError
+from agenthost.runners.sdk.mcp_servers import SECRET_SHAPED
 
 log = logging.getLogger("agenthost.local_agent")
 
@@ -56,7 +57,6 @@ DEFAULT_BLOCKLIST = [
     r"\bchmod\s+(-R\s+)?[0-7]*7[0-7]{2}\s+/(\s|$)",
 ]
 # Names that must never reach a tool subprocess, even when a binding asks to pass them through.
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 _BASE_ENV_NAMES = ("PATH", "LANG", "LC_ALL", "TZ")
 
 
@@ -120,7 +120,7 @@ def build_env(config: ShellConfig, workspace: Path, source: Mapping[str, str] | 
     env["TERM"] = "dumb"
     env["PAGER"] = "cat"
     for name in config.env_passthrough:
-        if _SECRET_NAME.search(name):
+        if SECRET_SHAPED.search(name):
             continue
         if name in source:
             env[name] = source[name]
