@@ -69,7 +69,9 @@ class Approvals:
 
     # ---- the runner's side ----
 
-    def _validate(self, run: ActiveRun, request: api.ApprovalRequest) -> tuple[pb.ApprovalRequested, float]:
+    def _validate(
+        self, run: ActiveRun, request: api.ApprovalRequest, from_sandbox: bool
+    ) -> tuple[pb.ApprovalRequested, float]:
         if not request.tool_name or len(request.tool_name) > 128 or _CONTROL.search(request.tool_name):
             raise errors.InvalidArgument("tool_name must be 1-128 characters without control characters")
         if len(request.tool_call_id) > 256 or _CONTROL.search(request.tool_call_id):
@@ -124,12 +126,16 @@ class Approvals:
             expires_at=time.time() + timeout,
             options=OPTIONS,
             tool_call_id=request.tool_call_id,
+            from_sandbox=from_sandbox,
         )
         return requested, timeout
 
-    async def request(self, run: ActiveRun, request: api.ApprovalRequest) -> api.ApprovalDecision:
-        """Holds the runner's call until the approval resolves; answers how."""
-        requested, timeout = self._validate(run, request)
+    async def request(
+        self, run: ActiveRun, request: api.ApprovalRequest, *, from_sandbox: bool = False
+    ) -> api.ApprovalDecision:
+        """Holds the runner's call until the approval resolves; answers how. `from_sandbox`: the caller presented
+        the run's tool token (pb.ApprovalRequested.from_sandbox)."""
+        requested, timeout = self._validate(run, request, from_sandbox)
         info = hpb.ApprovalInfo(
             approval_id=requested.approval_id,
             run_id=run.run_id,
