@@ -144,7 +144,7 @@ class AdminServicer(host_grpc.AgentHostServicer):
     ) -> AsyncIterator[hpb.SendMessageReply]:
         try:
             require_bot(self.host.registry.bot(request.bot).bot_id)
-            stream = self.host.runs.send(request)
+            stream = self.host.runs.send(request, origin=current().name)
             started = await anext(stream)
         except errors.AgentHostError as exc:
             await errors.abort_with(context, exc)
@@ -336,7 +336,8 @@ class AdminServicer(host_grpc.AgentHostServicer):
 
         return await list_models(self.host.registry, self.host.supervisor, self.host.keys, request.bot)
 
-    # ---- approvals (a send credential: its own bots' only; others' do not exist to it) ----
+    # ---- approvals (a send credential: its own bots' only; a channel's: the runs it started only; others' do not
+    # exist to it) ----
 
     @_mapped
     async def ListApprovals(
@@ -348,7 +349,10 @@ class AdminServicer(host_grpc.AgentHostServicer):
             bot_id = self.host.registry.bot(request.bot).bot_id
             require_bot(bot_id)
             bot_ids = {bot_id}
-        approvals = self.host.runs.approvals.list(bot_ids=bot_ids, run_id=request.run_id)
+        # A channel adapter is a plugin serving whoever writes on its platform: the people waiting on a tool call
+        # started elsewhere (the CLI, a script, another channel of the same bot) are not its to answer.
+        origin = principal.name if principal.is_channel else None
+        approvals = self.host.runs.approvals.list(bot_ids=bot_ids, run_id=request.run_id, origin=origin)
         return hpb.ListApprovalsResponse(approvals=approvals)
 
     @_mapped
@@ -361,6 +365,8 @@ class AdminServicer(host_grpc.AgentHostServicer):
             raise errors.NotFound(f"no approval {request.approval_id[:64]!r}")
         try:
             require_bot(found.bot_id)
+            if current().is_channel and approvals.origin(request.approval_id) != current().name:
+                raise errors.PermissionDenied("not a run this channel started")
         except errors.PermissionDenied:
             raise errors.NotFound(f"no approval {request.approval_id[:64]!r}") from None
         return approvals.decide(request.approval_id, request.decision, request.note, current().name)

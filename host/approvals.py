@@ -60,6 +60,8 @@ class Approvals:
         self._pending: dict[str, _Pending] = {}
         self._by_run: dict[str, set[str]] = {}
         self._resolved: OrderedDict[str, hpb.ApprovalInfo] = OrderedDict()
+        # approval id -> the credential that started its run (ActiveRun.origin), pending and remembered ones alike.
+        self._origins: dict[str, str] = {}
 
     @property
     def pending_count(self) -> int:
@@ -67,7 +69,9 @@ class Approvals:
 
     # ---- the runner's side ----
 
-    def _validate(self, run: ActiveRun, request: api.ApprovalRequest) -> tuple[pb.ApprovalRequested, float]:
+    def _validate(
+        self, run: ActiveRun, request: api.ApprovalRequest, from_sandbox: bool
+    ) -> tuple[pb.ApprovalRequested, float]:
         if not request.tool_name or len(request.tool_name) > 128 or _CONTROL.search(request.tool_name):
             raise errors.InvalidArgument("tool_name must be 1-128 characters without control characters")
         if len(request.tool_call_id) > 256 or _CONTROL.search(request.tool_call_id):
@@ -122,12 +126,16 @@ class Approvals:
             expires_at=time.time() + timeout,
             options=OPTIONS,
             tool_call_id=request.tool_call_id,
+            from_sandbox=from_sandbox,
         )
         return requested, timeout
 
-    async def request(self, run: ActiveRun, request: api.ApprovalRequest) -> api.ApprovalDecision:
-        """Holds the runner's call until the approval resolves; answers how."""
-        requested, timeout = self._validate(run, request)
+    async def request(
+        self, run: ActiveRun, request: api.ApprovalRequest, *, from_sandbox: bool = False
+    ) -> api.ApprovalDecision:
+        """Holds the runner's call until the approval resolves; answers how. `from_sandbox`: the caller presented
+        the run's tool token (pb.ApprovalRequested.from_sandbox)."""
+        requested, timeout = self._validate(run, request, from_sandbox)
         info = hpb.ApprovalInfo(
             approval_id=requested.approval_id,
             run_id=run.run_id,
@@ -140,8 +148,10 @@ class Approvals:
         pending = _Pending(info)
         self._pending[requested.approval_id] = pending
         self._by_run.setdefault(run.run_id, set()).add(requested.approval_id)
+        self._origins[requested.approval_id] = run.origin
         if not self._emit(run.run_id, pb.RunEvent(approval_requested=requested)):
             self._forget(requested.approval_id)
+            self._origins.pop(requested.approval_id, None)
             raise errors.FailedPrecondition(f"run {run.run_id} is no longer live")
         try:
             async with asyncio.timeout(timeout):
@@ -170,14 +180,20 @@ class Approvals:
 
     # ---- the people's side (admin API; the caller's bot scope is checked by the servicer) ----
 
-    def list(self, *, bot_ids: set[str] | None, run_id: str = "") -> list[hpb.ApprovalInfo]:
-        """Pending approvals, oldest first; bot_ids None = every bot."""
+    def list(self, *, bot_ids: set[str] | None, run_id: str = "", origin: str | None = None) -> list[hpb.ApprovalInfo]:
+        """Pending approvals, oldest first; bot_ids None = every bot, origin None = whoever started the run."""
         out = [
             p.info
             for p in self._pending.values()
-            if (bot_ids is None or p.info.bot_id in bot_ids) and (not run_id or p.info.run_id == run_id)
+            if (bot_ids is None or p.info.bot_id in bot_ids)
+            and (not run_id or p.info.run_id == run_id)
+            and (origin is None or self._origins.get(p.info.approval_id) == origin)
         ]
         return sorted(out, key=lambda i: i.created_at)
+
+    def origin(self, approval_id: str) -> str | None:
+        """Who started the run of a pending or remembered approval (ActiveRun.origin); None: unknown."""
+        return self._origins.get(approval_id)
 
     def find(self, approval_id: str) -> hpb.ApprovalInfo | None:
         pending = self._pending.get(approval_id)
@@ -218,7 +234,7 @@ class Approvals:
             approval_id=approval_id, run_id=info.run_id, bot_id=info.bot_id, status=outcome, resolved=resolved
         )
         while len(self._resolved) > _RESOLVED_KEPT:
-            self._resolved.popitem(last=False)
+            self._origins.pop(self._resolved.popitem(last=False)[0], None)
         self._emit(info.run_id, pb.RunEvent(approval_resolved=resolved))
         if not pending.done.done():
             pending.done.set_result(info)

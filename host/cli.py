@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agenthost.host.terminal import json_safe, terminal_safe
+
 if TYPE_CHECKING:
     from agenthost.host.client import HostClient
     from agenthost.protos import host_pb2 as hpb
@@ -77,15 +79,27 @@ def to_jsonable(message: Any) -> Any:
     return out
 
 
+def json_text(data: Any, indent: int | None = None) -> str:
+    """JSON for a terminal or a pipe: readable non-ASCII text, but every character a terminal could act on (C1,
+    DEL, bidi controls: a plugin's, a model's, a channel's) escaped, which ensure_ascii=False alone keeps raw."""
+    return json_safe(json.dumps(data, indent=indent, ensure_ascii=False))
+
+
 def print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, ensure_ascii=False))
+    print(json_text(data, indent=2))
+
+
+def say(text: str, *, file: Any = None) -> None:
+    """Prints a line that may hold what a plugin, runner, model or channel wrote (names, errors, descriptions,
+    conversation ids): its control and bidi characters are made inert first."""
+    print(terminal_safe(text), file=file)
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
     if args.json:
         print_json(data)
     else:
-        print(text)
+        say(text)
 
 
 def _config_pairs(pairs: list[str]) -> dict[str, Any]:
@@ -130,7 +144,7 @@ async def cmd_plugins(args: argparse.Namespace, c: HostClient) -> int:
             print_json(to_jsonable(info))
         else:
             runners = ", ".join(r.runner_id for r in info.runners)
-            print(f"installed {info.plugin_id} {info.version} ({info.state}); runners: {runners}")
+            say(f"installed {info.plugin_id} {info.version} ({info.state}); runners: {runners}")
     elif args.action == "list":
         plugins = (await c.call("ListPlugins", hpb.ListPluginsRequest())).plugins
         if args.json:
@@ -138,7 +152,7 @@ async def cmd_plugins(args: argparse.Namespace, c: HostClient) -> int:
         else:
             for p in plugins:
                 flags = ("built-in " if p.builtin else "") + ("" if p.enabled else "disabled ")
-                print(f"{p.plugin_id:24} {p.version:10} {flags}{p.state} restarts={p.restarts} {p.last_error}")
+                say(f"{p.plugin_id:24} {p.version:10} {flags}{p.state} restarts={p.restarts} {p.last_error}")
     elif args.action == "remove":
         await c.call("RemovePlugin", hpb.PluginRequest(plugin_id=args.plugin_id))
         _emit(args, {"removed": args.plugin_id}, f"removed {args.plugin_id}")
@@ -148,7 +162,7 @@ async def cmd_plugins(args: argparse.Namespace, c: HostClient) -> int:
         if args.json:
             print_json(to_jsonable(info))
         else:
-            print(f"{info.plugin_id}: {'enabled' if info.enabled else 'disabled'} ({info.state})")
+            say(f"{info.plugin_id}: {'enabled' if info.enabled else 'disabled'} ({info.state})")
     return 0
 
 
@@ -224,7 +238,7 @@ async def cmd_runners(args: argparse.Namespace, c: HostClient) -> int:
             print_json([{**to_jsonable(r), "manifest_json": json.loads(r.manifest_json or "{}")} for r in runners])
         else:
             for r in runners:
-                print(f"{r.runner_id:36} {r.description}")
+                say(f"{r.runner_id:36} {r.description}")
         return 0
     found = next((r for r in runners if r.runner_id == args.runner_id), None)
     if found is None:
@@ -235,23 +249,23 @@ async def cmd_runners(args: argparse.Namespace, c: HostClient) -> int:
     if args.json:
         print_json({"runner_id": found.runner_id, "plugin_id": found.plugin_id, "config_fields": fields, **manifest})
         return 0
-    print(f"{found.runner_id} {manifest.get('version', '')}")
-    print(f"  {manifest.get('description', '')}")
+    say(f"{found.runner_id} {manifest.get('version', '')}")
+    say(f"  {manifest.get('description', '')}")
     perms = manifest.get("permissions", {})
-    print("permissions:")
-    print(f"  apis: {', '.join(perms.get('apis', [])) or 'none'}")
-    print(f"  state scopes: {', '.join(perms.get('state_scopes', [])) or 'none'}")
-    print(f"  cross-conversation reads: {'yes' if perms.get('cross_conversation') else 'no'}")
-    print(f"  network: {'yes' if perms.get('network') else 'no'}")
+    say("permissions:")
+    say(f"  apis: {', '.join(perms.get('apis', [])) or 'none'}")
+    say(f"  state scopes: {', '.join(perms.get('state_scopes', [])) or 'none'}")
+    say(f"  cross-conversation reads: {'yes' if perms.get('cross_conversation') else 'no'}")
+    say(f"  network: {'yes' if perms.get('network') else 'no'}")
     caps = manifest.get("capabilities", {})
-    print("capabilities: " + (", ".join(k for k, v in caps.items() if v) or "none"))
-    print("config (bots bind --config KEY=VALUE):" if fields else "config: none")
+    say("capabilities: " + (", ".join(k for k, v in caps.items() if v) or "none"))
+    say("config (bots bind --config KEY=VALUE):" if fields else "config: none")
     for f in fields:
         default = f" = {json.dumps(f['default'])}" if "default" in f else (" (required)" if f["required"] else "")
         rules = f" [{', '.join(f['rules'])}]" if "rules" in f else ""
-        print(f"  {f['name']}: {f['type']}{default}{rules}")
+        say(f"  {f['name']}: {f['type']}{default}{rules}")
         if f["description"]:
-            print(f"      {f['description']}")
+            say(f"      {f['description']}")
     return 0
 
 
@@ -274,7 +288,7 @@ async def cmd_bots(args: argparse.Namespace, c: HostClient) -> int:
             print_json([to_jsonable(b) for b in bots])
         else:
             for bot in bots:
-                print(f"{bot.name:24} {bot.bot_id} {bot.description}")
+                say(f"{bot.name:24} {bot.bot_id} {bot.description}")
     elif args.action == "delete":
         await c.call("DeleteBot", hpb.BotRequest(bot=args.name))
         _emit(args, {"deleted": args.name}, f"deleted bot {args.name}")
@@ -296,14 +310,14 @@ async def cmd_bots(args: argparse.Namespace, c: HostClient) -> int:
         if args.json:
             print_json(to_jsonable(binding))
         else:
-            print(f"bound {args.runner} to {args.bot} for {binding.event_pattern!r} as {binding.binding_id}")
+            say(f"bound {args.runner} to {args.bot} for {binding.event_pattern!r} as {binding.binding_id}")
     elif args.action == "bindings":
         bindings = (await c.call("ListBindings", hpb.BotRequest(bot=args.bot))).bindings
         if args.json:
             print_json([to_jsonable(b) for b in bindings])
         else:
             for b in bindings:
-                print(_binding_line(b))
+                say(_binding_line(b))
     elif args.action == "update-binding":
         request = hpb.UpdateBindingRequest(binding_id=args.binding_id)
         if args.config:
@@ -333,11 +347,11 @@ async def cmd_status(args: argparse.Namespace, c: HostClient) -> int:
     if args.json:
         print_json({**to_jsonable(status), "cli_version": version()})
         return 0
-    print(f"agenthost {status.version}, pid {status.pid}, serving {status.data_dir}")
-    print(f"sandbox: {status.sandbox}")
-    print(f"runs in flight: {status.runs_in_flight}")
+    say(f"agenthost {status.version}, pid {status.pid}, serving {status.data_dir}")
+    say(f"sandbox: {status.sandbox}")
+    say(f"runs in flight: {status.runs_in_flight}")
     for p in status.plugins:
-        print(f"  {p.plugin_id:24} {p.state:9} restarts={p.restarts} {p.last_error}")
+        say(f"  {p.plugin_id:24} {p.state:9} restarts={p.restarts} {p.last_error}")
     return 0
 
 
@@ -357,7 +371,7 @@ async def cmd_keys(args: argparse.Namespace, c: HostClient) -> int:
             print_json([to_jsonable(k) for k in keys])
         else:
             for key in keys:
-                print(f"{key.name:32} {key.length:5} chars  set {_when(key.updated_at)}")
+                say(f"{key.name:32} {key.length:5} chars  set {_when(key.updated_at)}")
     else:
         await c.call("RemoveKey", hpb.RemoveKeyRequest(name=args.name))
         _emit(args, {"removed": args.name}, f"removed {args.name}")
@@ -372,19 +386,19 @@ async def cmd_models(args: argparse.Namespace, c: HostClient) -> int:
         print_json([to_jsonable(b) for b in resp.bindings])
         return 0
     if not resp.bindings:
-        print("no bindings" + (f" on bot {args.bot}" if args.bot else ""))
+        say("no bindings" + (f" on bot {args.bot}" if args.bot else ""))
         return 0
-    print(f"{'RUNNER':28} {'PROVIDER':20} MODEL")
+    say(f"{'RUNNER':28} {'PROVIDER':20} MODEL")
     for b in resp.bindings:
         if b.error:
-            print(f"{b.runner_id:28} {'-':20} error: {b.error} (binding {b.binding_id})")
+            say(f"{b.runner_id:28} {'-':20} error: {b.error} (binding {b.binding_id})")
         for m in b.models:
             if m.error:
-                print(f"{b.runner_id:28} {m.provider:20} error: {m.error}")
+                say(f"{b.runner_id:28} {m.provider:20} error: {m.error}")
             else:
-                print(f"{b.runner_id:28} {m.provider:20} {m.model}")
+                say(f"{b.runner_id:28} {m.provider:20} {m.model}")
         if not b.error and not b.models:
-            print(f"{b.runner_id:28} {'-':20} (this runner lists no models)")
+            say(f"{b.runner_id:28} {'-':20} (this runner lists no models)")
     return 0
 
 
@@ -399,14 +413,14 @@ async def cmd_credentials(args: argparse.Namespace, c: HostClient) -> int:
             print_json(to_jsonable(created))
         else:
             print(created.token)
-            print(f"(shown once) credential {created.credential.name}: {created.credential.scope}", file=sys.stderr)
+            say(f"(shown once) credential {created.credential.name}: {created.credential.scope}", file=sys.stderr)
     elif args.action == "list":
         credentials = (await c.call("ListCredentials", hpb.ListCredentialsRequest())).credentials
         if args.json:
             print_json([to_jsonable(cred) for cred in credentials])
         else:
             for cred in credentials:
-                print(f"{cred.name:24} {cred.scope:6} {','.join(cred.bots)}")
+                say(f"{cred.name:24} {cred.scope:6} {','.join(cred.bots)}")
     else:
         await c.call("RevokeCredential", hpb.RevokeCredentialRequest(name=args.name))
         _emit(args, {"revoked": args.name}, f"revoked {args.name}")
@@ -432,7 +446,7 @@ async def cmd_channels(args: argparse.Namespace, c: HostClient) -> int:
         else:
             for ch in channels:
                 error = f"  {ch.last_error}" if ch.last_error else ""
-                print(f"{ch.name:16} {ch.adapter:24} {ch.bot_id:20} {ch.state:8} restarts={ch.restarts}{error}")
+                say(f"{ch.name:16} {ch.adapter:24} {ch.bot_id:20} {ch.state:8} restarts={ch.restarts}{error}")
     else:
         await c.call("RemoveChannel", hpb.RemoveChannelRequest(name=args.name))
         _emit(args, {"removed": args.name}, f"removed channel {args.name}")
@@ -483,7 +497,7 @@ async def cmd_send(args: argparse.Namespace, c: HostClient) -> int:
                         approvals.append(to_jsonable(ev))
                         if ev.WhichOneof("kind") == "approval_requested":
                             # Live, one JSON line on stderr: a wrapper can decide it while this call still waits.
-                            print(json.dumps(approvals[-1], ensure_ascii=False), file=sys.stderr, flush=True)
+                            print(json_text(approvals[-1]), file=sys.stderr, flush=True)
             elif kind == "run_finished":
                 run = reply.run_finished
         if run is None:
@@ -511,7 +525,7 @@ async def cmd_chat(args: argparse.Namespace, c: HostClient) -> int:
     from agenthost.protos import errors
     from agenthost.protos import host_pb2 as hpb
 
-    print(
+    say(
         f"chatting with {args.bot} in conversation {args.conversation!r}; /attach FILE adds a file to your next"
         " message; Ctrl-D to leave"
     )
@@ -528,7 +542,7 @@ async def cmd_chat(args: argparse.Namespace, c: HostClient) -> int:
         try:
             await c.call("DecideApproval", hpb.DecideApprovalRequest(approval_id=req.approval_id, decision=decision))
         except errors.AgentHostError as exc:  # e.g. it timed out while the question was on screen
-            print(f"    could not {decision}: {exc.message}")
+            say(f"    could not {decision}: {exc.message}")
 
     while True:
         try:
@@ -540,9 +554,9 @@ async def cmd_chat(args: argparse.Namespace, c: HostClient) -> int:
             try:
                 pending.extend(_attachments([Path(line[len("/attach ") :].strip()).expanduser()]))
             except SystemExit as exc:
-                print(exc)
+                say(str(exc))
             else:
-                print(f"(attached {pending[-1].name}; it goes with your next message)")
+                say(f"(attached {pending[-1].name}; it goes with your next message)")
             continue
         if not line.strip():
             continue
@@ -557,7 +571,7 @@ async def cmd_chat(args: argparse.Namespace, c: HostClient) -> int:
                 ask=ask,
             )
         except errors.AgentHostError as exc:
-            print(f"\nerror: {exc.code.name}: {exc.message}")
+            say(f"\nerror: {exc.code.name}: {exc.message}")
 
 
 async def cmd_approvals(args: argparse.Namespace, c: HostClient) -> int:
@@ -570,11 +584,11 @@ async def cmd_approvals(args: argparse.Namespace, c: HostClient) -> int:
         if args.json:
             print_json([to_jsonable(a) for a in approvals])
         elif not approvals:
-            print("no approvals pending")
+            say("no approvals pending")
         else:
             for a in approvals:
-                print(f"{a.approval_id} run {a.run_id} bot {a.bot_id} conversation {a.conversation_id}")
-                print(approval_line(a.request))
+                say(f"{a.approval_id} run {a.run_id} bot {a.bot_id} conversation {a.conversation_id}")
+                say(approval_line(a.request))
         return 0
     decision = "approve" if args.action == "approve" else "deny"
     info = await c.call(
@@ -588,8 +602,6 @@ async def cmd_runs(args: argparse.Namespace, c: HostClient) -> int:
     from agenthost.protos import host_pb2 as hpb
 
     if args.action == "list":
-        from agenthost.host.terminal import terminal_safe
-
         request = hpb.ListRunsRequest(
             bot=args.bot, conversation_id=args.conversation, status=args.status, limit=args.limit
         )
@@ -601,7 +613,7 @@ async def cmd_runs(args: argparse.Namespace, c: HostClient) -> int:
                 took = f"{r.finished_at - r.started_at:.1f}s" if r.finished_at and r.started_at else "-"
                 child = f" (child of {r.parent_run_id})" if r.parent_run_id else ""
                 line = f"{r.run_id} {r.status:11} {took:>7} {r.runner_id:28} {r.conversation_id} {r.error_code}{child}"
-                print(terminal_safe(line))  # the error code is the runner's
+                say(line)  # the error code is the runner's
     elif args.action == "show":
         run = await c.call("GetRun", hpb.RunRequestById(run_id=args.run_id))
         shown: dict[str, Any] = to_jsonable(run)
@@ -624,7 +636,7 @@ async def cmd_runs(args: argparse.Namespace, c: HostClient) -> int:
         print_json(shown)
         if args.events and not args.json:
             for ev in resp.events:
-                print(json.dumps(to_jsonable(ev), ensure_ascii=False))
+                print(json_text(to_jsonable(ev)))
     elif args.action == "cancel":
         run = await c.call("CancelRun", hpb.RunRequestById(run_id=args.run_id))
         _emit(args, to_jsonable(run), f"{run.run_id}: {run.status}")
@@ -643,19 +655,17 @@ async def cmd_history(args: argparse.Namespace, c: HostClient) -> int:
     if args.json:
         print_json({"items": [to_jsonable(i) for i in items], "has_more": resp.has_more})
         return 0
-    from agenthost.host.terminal import terminal_safe as safe  # the transcript holds model-written text
-
     for item in items:
         if item.item_type == "tool_call":
-            print(safe(f"[{item.role}] ⚙ {item.tool_name}({item.data_json[:200]})"))
+            say(f"[{item.role}] ⚙ {item.tool_name}({item.data_json[:200]})")
         elif item.item_type == "tool_result":
-            print(safe(f"[tool] {'✗' if item.is_error else '✓'} {item.text[:300]}"))
+            say(f"[tool] {'✗' if item.is_error else '✓'} {item.text[:300]}")
         else:
-            print(safe(f"[{item.role}] {item.text}"))
+            say(f"[{item.role}] {item.text}")
         for ref in item.attachments:
-            print(safe(f"    📎 {ref.name} ({ref.mime_type}, {ref.size_bytes} bytes) {ref.artifact_id}"))
+            say(f"    📎 {ref.name} ({ref.mime_type}, {ref.size_bytes} bytes) {ref.artifact_id}")
     if resp.has_more:
-        print(f"(older items exist; showing the newest {len(resp.items)})")
+        say(f"(older items exist; showing the newest {len(resp.items)})")
     return 0
 
 
@@ -685,11 +695,11 @@ async def cmd_kb(args: argparse.Namespace, c: HostClient) -> int:
             except (errors.AgentHostError, OSError) as exc:
                 failed += 1
                 reason = f"{exc.code.name}: {exc.message}" if isinstance(exc, errors.AgentHostError) else str(exc)
-                print(f"error: {name}: {reason}", file=sys.stderr)
+                say(f"error: {name}: {reason}", file=sys.stderr)
                 continue
             added.append(doc)
             if not args.json:
-                print(f"added {doc.doc_id} {doc.name} ({doc.chunks} chunks, {_kb_space(doc.embedding_space)})")
+                say(f"added {doc.doc_id} {doc.name} ({doc.chunks} chunks, {_kb_space(doc.embedding_space)})")
         if args.json:
             print_json([to_jsonable(d) for d in added])
         return 1 if failed else 0
@@ -699,11 +709,11 @@ async def cmd_kb(args: argparse.Namespace, c: HostClient) -> int:
             print_json(to_jsonable(resp))
             return 0
         for d in resp.documents:
-            print(
+            say(
                 f"{d.doc_id}  {d.chunks:5} chunks  {d.size_bytes:9} B  {_when(d.created_at)}  {d.name}"
                 f"  ({_kb_space(d.embedding_space)})"
             )
-        print(f"{len(resp.documents)} documents, {resp.chunks} chunks")
+        say(f"{len(resp.documents)} documents, {resp.chunks} chunks")
     elif args.action == "remove":
         await c.call("KbRemoveDocument", hpb.KbRemoveDocumentRequest(bot=args.bot, doc_id=args.doc_id))
         _emit(args, {"removed": args.doc_id}, f"removed {args.doc_id}")
@@ -715,19 +725,17 @@ async def cmd_kb(args: argparse.Namespace, c: HostClient) -> int:
             print_json(to_jsonable(resp))
             return 0
         if resp.keyword_only:
-            print(f"(keyword search only: {resp.keyword_only_reason})")
+            say(f"(keyword search only: {resp.keyword_only_reason})")
         if resp.documents_without_vectors:
-            print(
-                f"({resp.documents_without_vectors} documents have no vectors yet: `agenthost kb reindex {args.bot}`)"
-            )
+            say(f"({resp.documents_without_vectors} documents have no vectors yet: `agenthost kb reindex {args.bot}`)")
         for n, hit in enumerate(resp.hits, start=1):
             passes = ", ".join(
                 f"{what} #{rank}" for what, rank in (("keyword", hit.keyword_rank), ("vector", hit.vector_rank)) if rank
             )
-            print(f"[{n}] {hit.document_name}:{hit.start_line}-{hit.end_line}  score {hit.score:.4f} ({passes})")
-            print("    " + hit.text[:400].replace("\n", "\n    "))
+            say(f"[{n}] {hit.document_name}:{hit.start_line}-{hit.end_line}  score {hit.score:.4f} ({passes})")
+            say("    " + hit.text[:400].replace("\n", "\n    "))
         if not resp.hits:
-            print("no matches")
+            say("no matches")
     elif args.action == "reindex":
         resp = await c.call("KbReindex", hpb.BotRequest(bot=args.bot), timeout=3600)
         _emit(args, to_jsonable(resp), f"embedded {resp.documents} documents ({resp.chunks} chunks)")
@@ -848,6 +856,9 @@ def cmd_logs(args: argparse.Namespace, data_dir: Path) -> int:
     out: Any = _JsonLines(sys.stdout) if args.json and args.plugin else sys.stdout
     if args.plugin and not args.json:
         out = _InertText(out)  # a plugin's stderr is its own text: no escape sequence reaches the terminal
+    elif not args.plugin:
+        # The host's JSON lines quote plugins' and runners' words (errors, names): escaped like any JSON we print.
+        out = _InertText(out, json_safe)
     lines, end = logs.tail_lines(path, args.lines)
     for line in lines:
         out.write(line + "\n")
@@ -863,11 +874,9 @@ def cmd_logs(args: argparse.Namespace, data_dir: Path) -> int:
 class _InertText:
     """A text sink that writes what it is given with terminal control sequences made inert."""
 
-    def __init__(self, out: Any) -> None:
-        from agenthost.host.terminal import terminal_safe
-
+    def __init__(self, out: Any, make_safe: Callable[[str], str] = terminal_safe) -> None:
         self.out = out
-        self._safe = terminal_safe
+        self._safe = make_safe
 
     def write(self, text: str) -> None:
         self.out.write(self._safe(text))
@@ -886,7 +895,7 @@ class _JsonLines:
     def write(self, text: str) -> None:
         *complete, self._partial = (self._partial + text).split("\n")
         for line in complete:
-            self.out.write(json.dumps(line, ensure_ascii=False) + "\n")
+            self.out.write(json_text(line) + "\n")
 
     def flush(self) -> None:
         self.out.flush()
@@ -1337,8 +1346,8 @@ def _main(argv: list[str] | None) -> int:
     except HostNotRunning as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except errors.AgentHostError as exc:
-        print(f"error: {exc.code.name}: {exc.message}", file=sys.stderr)
+    except errors.AgentHostError as exc:  # a host's message may quote a plugin's (a failed start, an install)
+        say(f"error: {exc.code.name}: {exc.message}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

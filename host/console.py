@@ -68,9 +68,17 @@ def approval_line(req: pb.ApprovalRequested) -> str:
     left = max(0, int(req.expires_at - time.time()))
     return (
         f"  ? approval needed for {req.tool_name}: {req.summary}\n"
-        f"    why: {req.reason or '-'}; expires in {left}s\n"
+        + (f"    ! {SANDBOX_LABEL}\n" if req.from_sandbox else "")
+        + f"    why: {req.reason or '-'}; expires in {left}s\n"
         f"    agenthost approvals approve {req.approval_id}   (or: deny)"
     )
+
+
+# What a person is told of a request marked from_sandbox (the Telegram adapter and the web console say the same).
+SANDBOX_LABEL = (
+    "asked from inside the run's sandbox (the agent's harness, or a command the model ran): nobody has checked "
+    "this text"
+)
 
 
 # Called for each approval request while the stream is read (e.g. `chat` asks y/n); None only prints it.

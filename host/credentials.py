@@ -62,6 +62,11 @@ class Principal:
     def is_admin(self) -> bool:
         return self.scope == "admin"
 
+    @property
+    def is_channel(self) -> bool:
+        """A credential the host made for one of its channel adapters (no user can make one of that name)."""
+        return self.name.startswith(CHANNEL_PREFIX)
+
 
 ADMIN = Principal("admin", "admin")
 # No default: servicer code that runs without an authenticated caller fails closed instead of acting as admin.

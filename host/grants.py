@@ -75,6 +75,9 @@ class ActiveRun:
     tool_token_hash: str = ""
     finished: bool = False
     scope_keys: dict[str, str] = field(default_factory=dict)
+    # Who sent the message this run answers: the admin-API caller's credential name ("admin", "channel.tg", …).
+    # A channel's credential decides approvals of its own runs only (agenthost.host.admin, DecideApproval).
+    origin: str = ""
     # The seq of the event this run answers. Its own conversation is read as of that event: what belongs to events
     # recorded after it (messages queued behind this run) is its future and is not shown. 0: no such bound.
     event_seq: int = 0
@@ -201,3 +204,12 @@ class RunRegistry:
         if method not in run.grant.methods:
             raise PermissionDenied(f"{method} is not granted to this run")
         return run
+
+    @staticmethod
+    def by_tool_token(metadata: tuple[tuple[str, str | bytes], ...], run: ActiveRun) -> bool:
+        """Whether an authorized call presented `run`'s tool token (a process inside the run's sandbox) rather than
+        its run token (the runner process, with the plugin's secret)."""
+        token = next((v for k, v in metadata if k == "authorization"), None)
+        if not run.tool_token_hash or not isinstance(token, str) or not token.startswith("Bearer "):
+            return False
+        return hmac.compare_digest(hash_secret(token[7:]), run.tool_token_hash)

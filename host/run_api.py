@@ -36,6 +36,8 @@ from agenthost.protos import run_api_pb2_grpc as api_grpc
 
 log = logging.getLogger(__name__)
 _current_run: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar("agenthost_run", default=None)
+# Whether the call being served presented its run's tool token (RunRegistry.by_tool_token); set with _current_run.
+_by_tool_token: contextvars.ContextVar[bool] = contextvars.ContextVar("agenthost_by_tool_token", default=False)
 R = TypeVar("R")
 
 MAX_READ_RANGE = 1024 * 1024
@@ -241,6 +243,7 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             context.invocation_metadata() or (), run_id, method, lambda rid: self.runs.get(rid) is not None
         )
         _current_run.set(run)  # each RPC runs in its own task, so this is per call; read for the audit row
+        _by_tool_token.set(self.registry.by_tool_token(tuple(context.invocation_metadata() or ()), run))
         return run
 
     # ---- history and events ----
@@ -510,8 +513,10 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
     async def RequestApproval(self, run: ActiveRun, request: api.ApprovalRequest) -> api.ApprovalDecision:
         if self.approvals is None:
             raise errors.Unavailable("this host serves no approvals")
-        # Always the caller's own run: authorize() refused any other run id before this line.
-        return await self.approvals.request(run, request)
+        # Always the caller's own run: authorize() refused any other run id before this line. With the tool token,
+        # the caller is whatever runs in the run's sandbox (a harness, or a command the model ran): the request is
+        # marked so, for the person who reads it.
+        return await self.approvals.request(run, request, from_sandbox=_by_tool_token.get())
 
     # ---- child runs (subagents) ----
 

@@ -28,6 +28,7 @@ class QueuedStart:
     token: str
     timeout: float
     input_bytes: int
+    origin: str = ""
 
 
 @dataclass

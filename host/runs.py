@@ -155,9 +155,10 @@ class RunManager:
 
     # ---- entry point ----
 
-    async def send(self, request: hpb.SendMessageRequest) -> AsyncIterator[hpb.SendMessageReply]:
+    async def send(self, request: hpb.SendMessageRequest, *, origin: str = "") -> AsyncIterator[hpb.SendMessageReply]:
         """Called by the AgentHost servicer for SendMessage. Yields run_started, event batches, run_finished.
-        Raises ResourceExhausted (with `retry_after_ms`) before recording anything when the run queue is full."""
+        Raises ResourceExhausted (with `retry_after_ms`) before recording anything when the run queue is full.
+        `origin` is the caller's credential name (ActiveRun.origin)."""
         if self._closing:
             raise Unavailable("the host is stopping; send again once it is back")
         bot = self.registry.bot(request.bot)
@@ -251,7 +252,7 @@ class RunManager:
             self.admission.release(bot.bot_id, conversation, input_bytes)
             raise
         st = RunState(info=info)
-        st.start = QueuedStart(bot, binding, manifest, event, actor, token, timeout, input_bytes)
+        st.start = QueuedStart(bot, binding, manifest, event, actor, token, timeout, input_bytes, origin)
         inbox = Inbox(info.run_id)
         st.subscribers.append(inbox)
         self._live[info.run_id] = st
@@ -425,6 +426,7 @@ class RunManager:
                 token_hash=hash_secret(token),
                 tool_token_hash=hash_secret(tool_token),
                 event_seq=event.seq,
+                origin=start.origin,
             )
             self.grants.activate(st.active)
             context = self.contexts.build(st.active, bot, binding, manifest, event, actor)

@@ -262,7 +262,7 @@ class ApprovalOption(_message.Message):
     def __init__(self, id: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...
 
 class ApprovalRequested(_message.Message):
-    __slots__ = ("approval_id", "tool_name", "summary", "arguments_json", "reason", "expires_at", "options", "arguments_truncated", "tool_call_id")
+    __slots__ = ("approval_id", "tool_name", "summary", "arguments_json", "reason", "expires_at", "options", "arguments_truncated", "tool_call_id", "from_sandbox")
     APPROVAL_ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_NAME_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
@@ -272,6 +272,7 @@ class ApprovalRequested(_message.Message):
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_TRUNCATED_FIELD_NUMBER: _ClassVar[int]
     TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_SANDBOX_FIELD_NUMBER: _ClassVar[int]
     approval_id: str
     tool_name: str
     summary: str
@@ -281,7 +282,8 @@ class ApprovalRequested(_message.Message):
     options: _containers.RepeatedCompositeFieldContainer[ApprovalOption]
     arguments_truncated: bool
     tool_call_id: str
-    def __init__(self, approval_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., summary: _Optional[str] = ..., arguments_json: _Optional[str] = ..., reason: _Optional[str] = ..., expires_at: _Optional[float] = ..., options: _Optional[_Iterable[_Union[ApprovalOption, _Mapping]]] = ..., arguments_truncated: _Optional[bool] = ..., tool_call_id: _Optional[str] = ...) -> None: ...
+    from_sandbox: bool
+    def __init__(self, approval_id: _Optional[str] = ..., tool_name: _Optional[str] = ..., summary: _Optional[str] = ..., arguments_json: _Optional[str] = ..., reason: _Optional[str] = ..., expires_at: _Optional[float] = ..., options: _Optional[_Iterable[_Union[ApprovalOption, _Mapping]]] = ..., arguments_truncated: _Optional[bool] = ..., tool_call_id: _Optional[str] = ..., from_sandbox: _Optional[bool] = ...) -> None: ...
 
 class ApprovalResolved(_message.Message):
     __slots__ = ("approval_id", "outcome", "decided_by", "note", "decided_at")

@@ -107,6 +107,11 @@ def render_request(request: pb.ApprovalRequested, group: bool, approvers: set[in
     tool = one_line(request.tool_name, 100) or "a tool"
     summary = one_line(request.summary, 600)
     lines = [f"🔐 Approval needed: {tool}" + (f" — {summary}" if summary else "")]
+    if request.from_sandbox:  # set by the host only: the request came with the run's tool token
+        lines.append(
+            "⚠️ Asked from inside the run's sandbox (the agent's harness, or a command the model ran): nobody has "
+            "checked this text."
+        )
     if request.reason:
         lines.append(f"Why: {one_line(request.reason, 300)}")
     if request.expires_at:

@@ -23,9 +23,9 @@ import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import mcp
@@ -342,17 +342,50 @@ def stdio_sandbox(server: McpServer, workspace: Path, data_dir: Path) -> sandbox
 
 
 def server_cwd(server: McpServer, workspace: Path) -> Path:
-    """The server's working directory, made if missing. The workspace is the model's to write (its shell can
-    plant a symlink there), so `cwd` is resolved and must stay inside it: otherwise this process, outside any
-    sandbox, would create directories wherever the link points (another conversation's workspace, the data dir)."""
+    """The server's working directory, made if missing (see `_open_cwd`), as a path. For a sandboxed server only:
+    the sandbox resolves the path inside its own walls, where a link swapped in later leads nowhere it could not
+    already reach."""
+    os.close(_open_cwd(server, workspace))
     root = workspace.resolve()
-    cwd = (root / server.cwd).resolve() if server.cwd else root
-    if cwd != root and root not in cwd.parents:
-        raise McpServerError(
-            f"mcp_servers[{server.name}].cwd {server.cwd!r} leads out of the conversation workspace (a symlink)"
-        )
-    cwd.mkdir(parents=True, exist_ok=True)
-    return cwd
+    return root / server.cwd if server.cwd else root
+
+
+@contextlib.contextmanager
+def held_cwd(server: McpServer, workspace: Path) -> Iterator[str]:
+    """The server's working directory for a process started outside any sandbox: `/proc/self/fd/N` of the directory
+    `_open_cwd` checked, held open while the server runs (the child changes into it from its own copy of the
+    descriptors, before it closes them and execs), so no path is looked up again after the check."""
+    fd = _open_cwd(server, workspace)
+    try:
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
+
+
+def _open_cwd(server: McpServer, workspace: Path) -> int:
+    """A descriptor of the server's working directory, made if missing. The workspace is the model's to write (its
+    shell runs beside this process and can plant or swap a symlink at any moment), so the directory is walked one
+    component at a time from the workspace's descriptor, each made (mkdirat) and opened (openat) without following
+    a link: no path is checked first and used later, so nothing is ever made or opened outside the workspace (in
+    another conversation's workspace, the data dir) by this process, which runs outside any sandbox."""
+    fd = os.open(workspace.resolve(), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in PurePosixPath(server.cwd or ".").parts:  # relative, no '..' (McpServer's own check)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, dir_fd=fd)
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError as exc:  # ELOOP: a link; ENOTDIR: a file
+                raise McpServerError(
+                    f"mcp_servers[{server.name}].cwd {server.cwd!r} leads out of the conversation workspace "
+                    f"(a symlink or a file at {part!r}: {exc.strerror})"
+                ) from None
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def check_ro_paths(server: McpServer, data_dir: Path) -> None:
@@ -379,14 +412,17 @@ def _stdio_opener(
             cwd = box.cwd
         else:
             log.warning("MCP server %s runs WITHOUT a sandbox (shell.sandbox=false on the binding)", server.name)
-            argv, cwd = command, str(server_cwd(server, workspace))
-        # The SDK adds only a few harmless variables (PATH, TERM, USER…) to what the settings name; never the
-        # runner's own environment, which is where provider keys would be.
-        params = mcp.StdioServerParameters(
-            command=argv[0], args=argv[1:], env={**env, "HOME": str(workspace.resolve())}, cwd=cwd
-        )
-        with open(log_path, "w", encoding="utf-8") as errlog:
-            async with stdio_client(params, errlog=errlog) as streams:
-                yield streams[0], streams[1]
+            argv, cwd = command, None
+        async with AsyncExitStack() as stack:
+            if cwd is None:
+                cwd = stack.enter_context(held_cwd(server, workspace))
+            # The SDK adds only a few harmless variables (PATH, TERM, USER…) to what the settings name; never the
+            # runner's own environment, which is where provider keys would be.
+            params = mcp.StdioServerParameters(
+                command=argv[0], args=argv[1:], env={**env, "HOME": str(workspace.resolve())}, cwd=cwd
+            )
+            errlog = stack.enter_context(open(log_path, "w", encoding="utf-8"))
+            streams = await stack.enter_async_context(stdio_client(params, errlog=errlog))
+            yield streams[0], streams[1]
 
     return open_

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -539,3 +540,62 @@ def test_a_symlink_in_the_workspace_cannot_lead_a_servers_cwd_out(tmp_path: Path
     inside = McpServer(name="s", transport="stdio", command="/bin/true", cwd="sub/dir")
     assert mcp_client.server_cwd(inside, workspace) == (workspace / "sub" / "dir").resolve()
     assert (workspace / "sub" / "dir").is_dir()
+
+
+def test_a_symlink_swapped_in_after_the_check_cannot_lead_a_servers_cwd_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model's shell runs beside the runner: it can swap `a` for a link between any check of `a/b` and the
+    directory's creation (here: at the moment the runner first creates a directory). Nothing is made outside."""
+    from agenthost.runners.local_agent import mcp_client
+    from agenthost.runners.sdk.mcp_servers import McpServer, McpServerError
+
+    workspace, outside = tmp_path / "ws", tmp_path / "other-conversation"
+    (workspace / "a").mkdir(parents=True)
+    outside.mkdir()
+    real_mkdir = os.mkdir
+
+    def racing_mkdir(path: Any, *args: Any, **kwargs: Any) -> None:
+        if not (workspace / "a").is_symlink():
+            (workspace / "a").rename(workspace / "a.was")
+            (workspace / "a").symlink_to(outside)
+        real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", racing_mkdir)
+    server = McpServer(name="s", transport="stdio", command="/bin/true", cwd="a/b")
+    with pytest.raises(McpServerError, match="leads out of the conversation workspace"):
+        mcp_client.server_cwd(server, workspace)
+    assert list(outside.iterdir()) == []
+
+
+def test_an_unsandboxed_server_starts_in_the_directory_that_was_checked(tmp_path: Path) -> None:
+    """Without a sandbox the server's process gets the checked directory itself (an open descriptor), so a link
+    swapped in before the process starts does not move it elsewhere."""
+    from agenthost.runners.local_agent import mcp_client
+    from agenthost.runners.sdk.mcp_servers import McpServer
+
+    workspace, outside = tmp_path / "ws", tmp_path / "other-conversation"
+    workspace.mkdir()
+    outside.mkdir()
+    server = McpServer(name="s", transport="stdio", command="/bin/true", cwd="a/b")
+    with mcp_client.held_cwd(server, workspace) as cwd:
+        (workspace / "a").rename(workspace / "a.was")
+        (workspace / "a").symlink_to(outside)
+        (outside / "b").mkdir()
+        where = subprocess.run(["pwd", "-P"], cwd=cwd, capture_output=True, text=True, timeout=10, check=True)
+    assert where.stdout.strip() == str((workspace / "a.was" / "b").resolve())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+async def test_an_unsandboxed_stdio_server_runs_in_its_cwd(tmp_path: Path) -> None:
+    """The descriptor path (`/proc/self/fd/N`) is what the MCP SDK starts the process with, end to end."""
+    async with FakeProviderServer() as model:
+        config = cfg(model, stdio_server(cwd="sub/dir"), shell={"sandbox": False})
+        async with HostHarness(tmp_path, runners=[LocalAgentRunner], config=config) as h:
+            model.push(openai_tool_calls([("c1", "mcp__fx__whoami", {})]), openai_text("ok"))
+            r = await h.send("who are you", conversation_id="a")
+            assert r.run.status == "completed", r.run.error_message
+            [done] = finished(r)
+            cwd = done.result.split(" cwd=", 1)[1].split(" env=", 1)[0]
+            assert cwd.endswith("/sub/dir") and "/proc/" not in cwd and Path(cwd).is_dir(), done.result

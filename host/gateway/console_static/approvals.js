@@ -57,6 +57,9 @@ export function approvalCard(request, context = null) {
     context ? h("div", { class: "muted small" }, "bot ", context.bot, " · run ",
       h("a", { href: `#/runs/${encodeURIComponent(context.run_id)}` }, context.run_id)) : null,
     request.summary ? h("div", { class: "approval-summary mono" }, request.summary) : null,
+    // Set by the host only, when the request came with the run's tool token.
+    request.from_sandbox ? h("div", { class: "approval-reason" },
+      "⚠ Asked from inside the run's sandbox (the agent's harness, or a command the model ran): nobody has checked this text.") : null,
     request.reason ? h("div", { class: "approval-reason muted" }, request.reason) : null,
     args, actions, status);
 

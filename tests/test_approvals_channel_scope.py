@@ -1,0 +1,76 @@
+"""A channel adapter's credential decides only approvals of the runs it started itself: not those of runs the CLI,
+a script or another channel started on the same bot. The adapter is untrusted (a plugin; anyone on its chat
+platform drives it), and a press in one chat must not approve a tool call someone else is waiting on."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from agenthost.host.client import HostClient
+from agenthost.host.credentials import CHANNEL_PREFIX
+from agenthost.protos import errors
+from agenthost.protos import host_pb2 as hpb
+from agenthost.runners.sdk.testing import HostHarness
+from tests.test_approvals import Asker, Stream, decide
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+async def h(tmp_path: Path) -> AsyncIterator[HostHarness]:
+    async with HostHarness(tmp_path, runners=[Asker]) as harness:
+        yield harness
+
+
+def _channel_client(h: HostHarness, name: str) -> HostClient:
+    # What Channels does at each adapter start: a `send` credential for the channel's bot alone.
+    _, token = h.host.credentials.create(
+        CHANNEL_PREFIX + name, "send", [h.host.registry.bot(h.bot).bot_id], replace=True
+    )
+    return HostClient(h.host.admin_address, token=token)
+
+
+async def test_a_channel_decides_only_approvals_of_its_own_runs(h: HostHarness) -> None:
+    async with _channel_client(h, "tg") as tg, _channel_client(h, "slack") as slack:
+        from_cli = Stream(h.client, h.bot, {}, conversation="ops")
+        from_tg = Stream(tg, h.bot, {}, conversation="tg:1")
+        from_slack = Stream(slack, h.bot, {}, conversation="slack:1")
+        (req_cli,) = await from_cli.wait_for("approval_requested")
+        (req_tg,) = await from_tg.wait_for("approval_requested")
+        (req_slack,) = await from_slack.wait_for("approval_requested")
+
+        listed = (await tg.call("ListApprovals", hpb.ListApprovalsRequest())).approvals
+        assert [a.approval_id for a in listed] == [req_tg.approval_id]
+        listed = (await tg.call("ListApprovals", hpb.ListApprovalsRequest(bot=h.bot))).approvals
+        assert [a.approval_id for a in listed] == [req_tg.approval_id]
+        by_run = hpb.ListApprovalsRequest(run_id=from_cli.started.run_id)
+        assert list((await tg.call("ListApprovals", by_run)).approvals) == []
+        for other in (req_cli, req_slack):  # another's approval does not exist to it, as another bot's does not
+            with pytest.raises(errors.NotFound):
+                await decide(tg, other.approval_id, "approve")
+        pending = (await h.client.call("ListApprovals", hpb.ListApprovalsRequest())).approvals
+        assert sorted(a.approval_id for a in pending) == sorted(r.approval_id for r in (req_cli, req_tg, req_slack))
+
+        assert (await decide(tg, req_tg.approval_id, "approve")).resolved.decided_by == CHANNEL_PREFIX + "tg"
+        assert (await decide(slack, req_slack.approval_id, "deny")).status == "denied"
+        await decide(h.client, req_cli.approval_id, "deny")
+        with pytest.raises(errors.NotFound):  # decided: still not its to know about ("already denied" would tell)
+            await decide(tg, req_cli.approval_id, "approve")
+        with pytest.raises(errors.FailedPrecondition):
+            await decide(tg, req_tg.approval_id, "deny")  # its own, decided once
+        assert (await from_tg.finished()).text == f"approved:True:{CHANNEL_PREFIX}tg:"
+        assert (await from_slack.finished()).text == f"denied:False:{CHANNEL_PREFIX}slack:"
+        assert (await from_cli.finished()).text == "denied:False:admin:"
+
+
+async def test_a_channel_restarted_with_a_fresh_token_still_decides_its_runs(h: HostHarness) -> None:
+    """The host rotates a channel's token at every start; the runs the channel started before stay its own."""
+    async with _channel_client(h, "tg") as before:
+        s = Stream(before, h.bot, {}, conversation="tg:7")
+        (req,) = await s.wait_for("approval_requested")
+        async with _channel_client(h, "tg") as after:
+            assert (await decide(after, req.approval_id, "approve")).status == "approved"
+        assert (await s.finished()).text.startswith("approved:True")
