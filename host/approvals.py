@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import re
 import time
 import uuid
 from collections import OrderedDict
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 
 from agenthost.host import limits
 from agenthost.host.grants import ActiveRun
+from agenthost.host.terminal import UNSAFE_IN_A_LINE
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
@@ -34,7 +34,6 @@ OPTIONS = (pb.ApprovalOption(id="approve", label="Approve"), pb.ApprovalOption(i
 DECISIONS = {"approve": "approved", "deny": "denied"}
 # Decided approvals remembered so a late second decision is told "already decided" rather than "unknown".
 _RESOLVED_KEPT = 4096
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 # Emits one host event into a live run's stream; False when the run is no longer live.
 Emit = Callable[[str, pb.RunEvent], bool]
@@ -42,7 +41,7 @@ Emit = Callable[[str, pb.RunEvent], bool]
 
 def clean(text: str, limit: int) -> str:
     """Runner-written text shown to a person: one line, no control or bidi-override characters, capped."""
-    text = _CONTROL.sub(" ", text)
+    text = UNSAFE_IN_A_LINE.sub(" ", text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -72,9 +71,9 @@ class Approvals:
     def _validate(
         self, run: ActiveRun, request: api.ApprovalRequest, from_sandbox: bool
     ) -> tuple[pb.ApprovalRequested, float]:
-        if not request.tool_name or len(request.tool_name) > 128 or _CONTROL.search(request.tool_name):
+        if not request.tool_name or len(request.tool_name) > 128 or UNSAFE_IN_A_LINE.search(request.tool_name):
             raise errors.InvalidArgument("tool_name must be 1-128 characters without control characters")
-        if len(request.tool_call_id) > 256 or _CONTROL.search(request.tool_call_id):
+        if len(request.tool_call_id) > 256 or UNSAFE_IN_A_LINE.search(request.tool_call_id):
             raise errors.InvalidArgument("tool_call_id must be at most 256 characters without control characters")
         if len(request.arguments_json) > limits.APPROVAL_MAX_ARGUMENTS_BYTES:
             raise errors.ResourceExhausted(

@@ -11,6 +11,8 @@ import re
 _BIDI = "\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
 # In JSON text too (json.dumps escapes C0 inside strings, but with ensure_ascii=False keeps DEL, C1 and bidi raw).
 _UNSAFE = re.compile(rf"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
+# The same plus tab and newline: for text that must stay on one line (a tool name on an approval prompt).
+UNSAFE_IN_A_LINE = re.compile(rf"[\x00-\x1f\x7f-\x9f{_BIDI}]")
 
 
 def terminal_safe(text: str) -> str:
