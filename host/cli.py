@@ -46,37 +46,10 @@ def version() -> str:
 
 
 def to_jsonable(message: Any) -> Any:
-    """A protobuf message as plain JSON values, every field present. Unlike MessageToDict, 64-bit integers stay
-    numbers (JSON has no integer width; a consumer wants `.usage.input_tokens + 1` to work) and field names are
-    the proto's own. Enums are their names; unset sub-messages and oneof members that are not set are left out."""
-    from google.protobuf.descriptor import FieldDescriptor as F
+    """protos.json_values.to_jsonable, imported when first used (this module imports no protobuf at start-up)."""
+    from agenthost.protos.json_values import to_jsonable as convert
 
-    def value(field: Any, v: Any) -> Any:
-        if field.type == F.TYPE_MESSAGE:
-            return to_jsonable(v)
-        if field.type == F.TYPE_ENUM:
-            enum = field.enum_type.values_by_number.get(v)
-            return enum.name if enum is not None else v
-        if field.type == F.TYPE_BYTES:
-            import base64
-
-            return base64.b64encode(v).decode()
-        return v
-
-    out: dict[str, Any] = {}
-    for field in message.DESCRIPTOR.fields:
-        v = getattr(message, field.name)
-        is_map = field.type == F.TYPE_MESSAGE and field.message_type.GetOptions().map_entry
-        if is_map:
-            vfield = field.message_type.fields_by_name["value"]
-            out[field.name] = {k: value(vfield, item) for k, item in v.items()}
-        elif field.is_repeated:
-            out[field.name] = [value(field, item) for item in v]
-        elif field.has_presence and not message.HasField(field.name):
-            continue
-        else:
-            out[field.name] = value(field, v)
-    return out
+    return convert(message)
 
 
 def json_text(data: Any, indent: int | None = None) -> str:

@@ -21,7 +21,6 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
 from agenthost.host import binding_config, logs
@@ -44,6 +43,7 @@ from agenthost.host.runs import MAX_INPUT_BYTES
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
+from agenthost.protos.json_values import to_jsonable
 
 if TYPE_CHECKING:
     from agenthost.host.server import Host
@@ -76,12 +76,8 @@ def load_static() -> dict[str, tuple[bytes, str]]:
     return files
 
 
-def to_json(message: Message) -> dict[str, Any]:
-    return MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-
-
 def _binding_json(binding: hpb.Binding) -> dict[str, Any]:
-    out = to_json(binding)
+    out = to_jsonable(binding)
     out["config"] = redact_config(json.loads(binding.config_json or "{}"))
     del out["config_json"]
     return out
@@ -198,13 +194,13 @@ class Console:
 
     async def status(self, request: web.Request) -> web.StreamResponse:
         status = await self._call(request, "GetStatus", hpb.GetStatusRequest())
-        out = to_json(status)
+        out = to_jsonable(status)
         out.pop("plugins", None)
         return web.json_response(out)
 
     async def bots(self, request: web.Request) -> web.StreamResponse:
         reply = await self._call(request, "ListBots", hpb.ListBotsRequest())
-        return web.json_response({"bots": [to_json(b) for b in reply.bots]})
+        return web.json_response({"bots": [to_jsonable(b) for b in reply.bots]})
 
     async def create_bot(self, request: web.Request) -> web.StreamResponse:
         body = await bodies.json_object(request, MAX_BODY_BYTES, require_json_type=True)
@@ -212,7 +208,7 @@ class Console:
         if not isinstance(name, str) or not isinstance(description, str):
             raise bad_request("name and description are strings")
         bot = await self._call(request, "CreateBot", hpb.CreateBotRequest(name=name, description=description))
-        return web.json_response(to_json(bot), status=201)
+        return web.json_response(to_jsonable(bot), status=201)
 
     async def bot(self, request: web.Request) -> web.StreamResponse:
         ref = request.match_info["bot"]
@@ -221,7 +217,7 @@ class Console:
         bot = next((b for b in bots if ref in (b.bot_id, b.name)), None)
         if bot is None:  # deleted in between
             raise errors.NotFound(f"no bot {ref!r}")
-        return web.json_response({"bot": to_json(bot), "bindings": [_binding_json(b) for b in bindings.bindings]})
+        return web.json_response({"bot": to_jsonable(bot), "bindings": [_binding_json(b) for b in bindings.bindings]})
 
     async def delete_bot(self, request: web.Request) -> web.StreamResponse:
         await self._call(request, "DeleteBot", hpb.BotRequest(bot=request.match_info["bot"]))
@@ -337,14 +333,14 @@ class Console:
         sse = EventStream(request, {})
         try:
             await sse.open()
-            await sse.send([encode(to_json(run), "run_started")])
+            await sse.send([encode(to_jsonable(run), "run_started")])
             try:
                 async for reply in stream:
                     kind = reply.WhichOneof("kind")
                     if kind == "events":
-                        await sse.send([encode(to_json(e), "run_event") for e in reply.events.events])
+                        await sse.send([encode(to_jsonable(e), "run_event") for e in reply.events.events])
                     elif kind == "run_finished":
-                        await sse.send([encode(to_json(reply.run_finished), "run_finished")])
+                        await sse.send([encode(to_jsonable(reply.run_finished), "run_finished")])
             except errors.ResourceExhausted as exc:  # this page fell too far behind and was dropped; the run goes on
                 await sse.send([encode(from_admin_error(exc).body(), "error")])
             await sse.close()
@@ -363,7 +359,7 @@ class Console:
                 bot=query.get("bot", ""), status=query.get("status", ""), limit=_query_int(query, "limit", 50)
             ),
         )
-        return web.json_response({"runs": [to_json(r) for r in reply.runs]})
+        return web.json_response({"runs": [to_jsonable(r) for r in reply.runs]})
 
     async def run(self, request: web.Request) -> web.StreamResponse:
         run_id = request.match_info["run"]
@@ -378,12 +374,12 @@ class Console:
             ),
         )
         return web.json_response(
-            {"run": to_json(info), "events": [to_json(e) for e in events.events], "has_more": events.has_more}
+            {"run": to_jsonable(info), "events": [to_jsonable(e) for e in events.events], "has_more": events.has_more}
         )
 
     async def cancel_run(self, request: web.Request) -> web.StreamResponse:
         info = await self._call(request, "CancelRun", hpb.RunRequestById(run_id=request.match_info["run"]))
-        return web.json_response(to_json(info))
+        return web.json_response(to_jsonable(info))
 
     # ---- approvals ----
 
@@ -396,7 +392,7 @@ class Console:
         names = {b.bot_id: b.name for b in (await self._call(request, "ListBots", hpb.ListBotsRequest())).bots}
         out = []
         for approval in reply.approvals:
-            shown = to_json(approval)
+            shown = to_jsonable(approval)
             shown["bot_name"] = names.get(approval.bot_id, "")
             out.append(shown)
         return web.json_response({"approvals": out})
@@ -415,7 +411,7 @@ class Console:
                 approval_id=request.match_info["approval"], decision=decision, note=_string(body, "note")
             ),
         )
-        return web.json_response(to_json(info))
+        return web.json_response(to_jsonable(info))
 
     # ---- plugins ----
 
@@ -423,7 +419,7 @@ class Console:
         reply = await self._call(request, "ListPlugins", hpb.ListPluginsRequest())
         out = []
         for plugin in reply.plugins:
-            shown = to_json(plugin)
+            shown = to_jsonable(plugin)
             shown["runners"] = [r.runner_id for r in plugin.runners]
             out.append(shown)
         return web.json_response({"plugins": out})
@@ -437,7 +433,7 @@ class Console:
             "SetPluginEnabled",
             hpb.SetPluginEnabledRequest(plugin_id=request.match_info["plugin"], enabled=enabled),
         )
-        shown = to_json(info)
+        shown = to_jsonable(info)
         shown["runners"] = [r.runner_id for r in info.runners]
         return web.json_response(shown)
 

@@ -219,6 +219,14 @@ def tools_for(apis: str | None, approvals: str | None = None) -> tuple[str, ...]
     return (*data_tools, APPROVE_TOOL) if approvals else data_tools
 
 
+def _jsonable(message: Any) -> dict[str, Any]:
+    """A result message as compact JSON values for the model. Imported on use: protobuf comes with the gRPC
+    client, after the handshake (see serve)."""
+    from agenthost.protos.json_values import to_jsonable
+
+    return to_jsonable(message, defaults=False)
+
+
 @dataclass(frozen=True)
 class ApprovalPolicy:
     """The binding's `approvals` as the bridge receives them (validated by the runner before the turn)."""
@@ -271,12 +279,6 @@ class Bridge:
         self.channel = channel  # closed by whoever built the bridge
         self.approvals = approvals
 
-    @staticmethod
-    def _dict(message: Any) -> dict[str, Any]:
-        from google.protobuf.json_format import MessageToDict
-
-        return MessageToDict(message, preserving_proto_field_name=True)
-
     async def call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
         handler: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = getattr(self, f"_tool_{name}", None)
         if (name not in TOOL_NAMES and name != APPROVE_TOOL) or handler is None:
@@ -286,7 +288,7 @@ class Bridge:
     async def _tool_current_event(self, args: dict[str, Any]) -> dict[str, Any]:
         if not self.event_id:
             raise ToolInputError("this run has no inbound event")
-        return {"event": self._dict(await self.api.event_get(self.event_id))}
+        return {"event": _jsonable(await self.api.event_get(self.event_id))}
 
     async def _tool_history_page(self, args: dict[str, Any]) -> dict[str, Any]:
         cursor = args.get("cursor", "")
@@ -298,7 +300,7 @@ class Bridge:
             limit=_optional_int(args, "limit", 20, 1, 100),
         )
         return {
-            "items": [self._dict(i) for i in page.items],
+            "items": [_jsonable(i) for i in page.items],
             "next_cursor": page.next_cursor,
             "has_more": page.has_more,
         }
@@ -310,10 +312,10 @@ class Bridge:
         items = await self.api.history_search(
             _require(args, "query", str), roles=roles, top_k=_optional_int(args, "top_k", 10, 1, 50)
         )
-        return {"items": [self._dict(i) for i in items]}
+        return {"items": [_jsonable(i) for i in items]}
 
     async def _tool_event_get(self, args: dict[str, Any]) -> dict[str, Any]:
-        return {"event": self._dict(await self.api.event_get(_require(args, "event_id", str)))}
+        return {"event": _jsonable(await self.api.event_get(_require(args, "event_id", str)))}
 
     async def _tool_artifact_read(self, args: dict[str, Any]) -> dict[str, Any]:
         artifact_id = _require(args, "artifact_id", str)
@@ -322,7 +324,7 @@ class Bridge:
         meta = await self.api.artifact_metadata(artifact_id)
         chunk = await self.api.artifact_read_range(artifact_id, offset=offset, length=length)
         out: dict[str, Any] = {
-            "artifact": self._dict(meta),
+            "artifact": _jsonable(meta),
             "offset": chunk.offset,
             "next_offset": chunk.offset + len(chunk.data),
             "eof": chunk.eof,
@@ -397,7 +399,7 @@ class Bridge:
 
     async def _tool_kb_search(self, args: dict[str, Any]) -> dict[str, Any]:
         result = await self.api.kb_search(_require(args, "query", str), top_k=_optional_int(args, "top_k", 5, 1, 50))
-        return self._dict(result)
+        return _jsonable(result)
 
 
 def _tool_result(payload: dict[str, Any], *, is_error: bool = False, structured: bool = True) -> dict[str, Any]:

@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from google.protobuf.json_format import MessageToDict
-
 from agenthost.protos import runner_pb2
+from agenthost.protos.json_values import to_jsonable
 from agenthost.runners.external_harness import mcp_bridge
 from agenthost.runners.external_harness.config import HarnessConfig
 from agenthost.runners.external_harness.errors import ProjectionError
@@ -92,10 +91,6 @@ def granted_apis(ctx: runner_pb2.AgentRunContext) -> str | None:
     return ",".join(apis) if apis else None
 
 
-def _pb(message: Any) -> dict[str, Any]:
-    return MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
-
-
 def build_context(
     ctx: runner_pb2.AgentRunContext,
     *,
@@ -116,17 +111,17 @@ def build_context(
         "working_directory": str(workspace.working_dir),
         "run": {
             "run_id": ctx.run_id,
-            "trigger": _pb(ctx.trigger),
-            "runtime": _pb(ctx.runtime),
+            "trigger": to_jsonable(ctx.trigger),
+            "runtime": to_jsonable(ctx.runtime),
         },
-        "event": _pb(ctx.event),
-        "actor": _pb(ctx.actor),
-        "subject": _pb(ctx.subject),
-        "conversation": _pb(ctx.conversation),
-        "input": _pb(ctx.input),
-        "delivery": _pb(ctx.delivery),
-        "resources": _pb(ctx.resources),
-        "context_access": _pb(ctx.context),
+        "event": to_jsonable(ctx.event),
+        "actor": to_jsonable(ctx.actor),
+        "subject": to_jsonable(ctx.subject),
+        "conversation": to_jsonable(ctx.conversation),
+        "input": to_jsonable(ctx.input),
+        "delivery": to_jsonable(ctx.delivery),
+        "resources": to_jsonable(ctx.resources),
+        "context_access": to_jsonable(ctx.context),
         "state": {
             # Pointers, not values: the harness reads live values through the bridge's state_get.
             "session": {"scope": "conversation", "key": SESSION_KEY, "value": session_id},

@@ -257,7 +257,7 @@ async def test_chat_streams_the_run_as_it_happens_and_the_run_page_has_it_all(co
             seen += await sse_events(r)
         run_id = seen[0][1]["run_id"]
         finished = [e for k, e in seen if k == "run_finished"]
-        assert finished and finished[0]["status"] == "completed" and finished[0]["usage"]["input_tokens"] == "12"
+        assert finished and finished[0]["status"] == "completed" and finished[0]["usage"]["input_tokens"] == 12
         text = "".join(e["text_delta"]["text"] for k, e in seen if k == "run_event" and "text_delta" in e)
         assert text == "Let me look. The answer is 42."
         async with c.get(f"{console.url}/api/runs?bot=testbot") as r:
