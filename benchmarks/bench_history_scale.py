@@ -142,7 +142,13 @@ async def measure(sizes: list[int], samples: int, work: Path, out=print) -> list
                 )
                 # The parked run reads as if it answered the newest message: everything grown is in its view.
                 h.host.grants.get(run.run_id).event_seq = ev[1]
-                mid_cursor = conv.cursors.encode("history", scope, (count[1] + count[2]) // 2)
+                # A history cursor names an item's place in turn order: (its event's seq, its seq).
+                mid = h.host.db.query_one(
+                    "SELECT event_seq, seq FROM transcript WHERE bot_id = ? AND conversation_id = ? AND seq >= ?"
+                    " ORDER BY seq LIMIT 1",
+                    (bot_id, CONVERSATION, (count[1] + count[2]) // 2),
+                )
+                mid_cursor = conv.cursors.encode("history", scope, *mid)
                 ev_cursor = conv.cursors.encode("events", scope, (ev[0] + ev[1]) // 2)
                 rid = run.run_id
                 requests = {

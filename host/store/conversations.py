@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from agenthost.host.store.cursors import CursorCodec
 from agenthost.host.store.db import Database
 from agenthost.protos import common_pb2 as pb
+from agenthost.protos.errors import InvalidArgument
 
 R = TypeVar("R", sqlite3.Row, tuple)
 MAX_PAGE = 100
@@ -28,11 +29,14 @@ MAX_PAGE_BYTES = 4 * 1024 * 1024
 # Transcript reads select these columns in this order and build items by position (the page hot path).
 _ITEM_COLUMNS = (
     "seq, item_id, conversation_id, run_id, event_id, role, item_type, text, data_json, tool_call_id, tool_name,"
-    " is_error, created_at, attachments_json"
+    " is_error, created_at, attachments_json, event_seq"
 )
 _ITEM_COLUMNS_OF_T = ", ".join(f"t.{c.strip()}" for c in _ITEM_COLUMNS.split(","))
 # Where text and data_json sit, in _ITEM_COLUMNS and in `SELECT * FROM events` alike.
 _TEXT, _DATA = 7, 8
+_SEQ, _EVENT_SEQ = 0, 14
+# The transcript's one order (turn order): by the event each item belongs to, then by seq. See page_history.
+_TURN_ORDER = {True: "ORDER BY event_seq, seq", False: "ORDER BY event_seq DESC, seq DESC"}
 
 
 def _within_budget(rows: list[R], limit: int) -> tuple[list[R], bool]:
@@ -141,10 +145,10 @@ class Conversations:
             source=source,
         )
 
-    def _cursor_encoder(self, kind: str, bot_id: str, conversation_id: str) -> Callable[[int], str]:
+    def _cursor_encoder(self, kind: str, bot_id: str, conversation_id: str) -> Callable[..., str]:
         return self.cursors.encoder(kind, conversation_scope(bot_id, conversation_id))
 
-    def _event(self, row: sqlite3.Row, cursor_of: Callable[[int], str] | None = None) -> pb.EventRecord:
+    def _event(self, row: sqlite3.Row, cursor_of: Callable[..., str] | None = None) -> pb.EventRecord:
         cursor_of = cursor_of or self._cursor_encoder("events", row["bot_id"], row["conversation_id"])
         actor = json.loads(row["actor_json"])
         return pb.EventRecord(
@@ -251,8 +255,8 @@ class Conversations:
         )
 
     @staticmethod
-    def _item(row: tuple[Any, ...], cursor_of: Callable[[int], str]) -> pb.TranscriptItem:
-        """Builds an item from a row of _ITEM_COLUMNS."""
+    def _item(row: tuple[Any, ...], cursor_of: Callable[..., str]) -> pb.TranscriptItem:
+        """Builds an item from a row of _ITEM_COLUMNS; its cursor names its place in turn order."""
         return pb.TranscriptItem(
             seq=row[0],
             item_id=row[1],
@@ -268,7 +272,74 @@ class Conversations:
             is_error=bool(row[11]),
             created_at=row[12],
             attachments=refs_from_json(row[13]),
-            cursor=cursor_of(row[0]),
+            cursor=cursor_of(row[_EVENT_SEQ], row[_SEQ]),
+        )
+
+    def _position(self, bot_id: str, conversation_id: str, cursor: str) -> tuple[int, int]:
+        """The (event_seq, seq) a history cursor names. A cursor minted before turn order named a seq alone; its
+        MAC still proves it was issued for this conversation, and the item it names still exists (the transcript
+        is append-only), so it is read as that item's place in turn order."""
+        position = self.cursors.decode_parts("history", conversation_scope(bot_id, conversation_id), cursor)
+        if len(position) == 2:
+            return position[0], position[1]
+        row = self.db.query_one(
+            "SELECT event_seq FROM transcript WHERE seq = ? AND bot_id = ? AND conversation_id = ?",
+            (position[0], bot_id, conversation_id),
+        )
+        if row is None:
+            raise InvalidArgument("cursor names no item of this conversation; page again from the newest item")
+        return row[0], position[0]
+
+    def _turn_rows(
+        self,
+        bot_id: str,
+        conversation_id: str,
+        *,
+        position: tuple[int, int] | None,
+        forward: bool,
+        limit: int,
+        through_event: int | None,
+    ) -> list[tuple[Any, ...]]:
+        """Up to `limit` rows past `position` in turn order, each read off transcript_turn: that index is on
+        (bot_id, conversation_id, event_seq) and, like every SQLite index of a rowid table, ends in the rowid
+        (seq), so it holds the rows in exactly this order. A row-value bound `(event_seq, seq) > (?, ?)` would
+        seek on event_seq alone and walk the cursor's whole turn, so the rest of the cursor's turn and the turns
+        past it are two seeks, merged."""
+        base = (
+            f"SELECT {_ITEM_COLUMNS} FROM transcript INDEXED BY transcript_turn"
+            " WHERE bot_id = ? AND conversation_id = ?"
+        )
+        key = (bot_id, conversation_id)
+        # One upper bound on event_seq, not two: SQLite ranges the index on one and would filter the other.
+        upper = None if through_event is None else through_event + 1  # exclusive
+        parts: list[tuple[str, tuple[object, ...]]] = []
+        if position is not None:
+            turn, seq = position
+            if upper is None or turn < upper:
+                order = "ASC" if forward else "DESC"
+                parts.append(
+                    (
+                        f"{base} AND event_seq = ? AND seq {'>' if forward else '<'} ? ORDER BY seq {order} LIMIT ?",
+                        (*key, turn, seq, limit),
+                    )
+                )
+            if forward:
+                bounds, params = " AND event_seq > ?", [turn]
+                if upper is not None:
+                    bounds += " AND event_seq < ?"
+                    params.append(upper)
+            else:
+                bounds, params = " AND event_seq < ?", [turn if upper is None else min(turn, upper)]
+        else:
+            bounds, params = ("", []) if upper is None else (" AND event_seq < ?", [upper])
+        parts.append((f"{base}{bounds} {_TURN_ORDER[forward]} LIMIT ?", (*key, *params, limit)))
+        if len(parts) == 1:
+            return self.db.query_tuples(*parts[0])
+        # One statement, so both halves read the same snapshot of the transcript.
+        (first, first_params), (rest, rest_params) = parts
+        return self.db.query_tuples(
+            f"SELECT * FROM (SELECT * FROM ({first}) UNION ALL SELECT * FROM ({rest})) {_TURN_ORDER[forward]} LIMIT ?",
+            (*first_params, *rest_params, limit),
         )
 
     def page_history(
@@ -281,23 +352,15 @@ class Conversations:
         limit: int,
         through_event: int | None = None,
     ) -> Page:
-        """A page in seq order. `through_event`: only items of turns up to that event seq (a run's view of its own
-        conversation, without the messages queued behind it; see ActiveRun.horizon). Those are at most the
-        conversation's queued messages, so the filter rejects few rows of the seq index it walks."""
-        scope = conversation_scope(bot_id, conversation_id)
-        params: list[object] = [bot_id, conversation_id]
-        bound = ""
-        if cursor:
-            bound = " AND seq > ?" if forward else " AND seq < ?"
-            params.append(self.cursors.decode("history", scope, cursor))
-        if through_event is not None:
-            bound += " AND event_seq <= ?"
-            params.append(through_event)
-        order = "ASC" if forward else "DESC"
-        rows = self.db.query_tuples(
-            f"SELECT {_ITEM_COLUMNS} FROM transcript INDEXED BY transcript_conversation"
-            f" WHERE bot_id = ? AND conversation_id = ?{bound} ORDER BY seq {order} LIMIT ?",
-            (*params, limit + 1),
+        """A page in turn order: by the event each item belongs to (a user message's own event; a run's output,
+        its run's event), then by seq. Seq is recording order, and a message is recorded when it arrives: in a
+        burst m1 m2 A1 A2. Turn order reads m1 A1 m2 A2, the conversation as it went, for every reader (runs,
+        GetHistory, `agenthost history`). `through_event`: only items of turns up to that event seq (a run's view of its
+        own conversation, without the messages queued behind it; see ActiveRun.horizon), so the run's own
+        message and output come last. Items of no known event (event_seq 0) come first."""
+        position = self._position(bot_id, conversation_id, cursor) if cursor else None
+        rows = self._turn_rows(
+            bot_id, conversation_id, position=position, forward=forward, limit=limit + 1, through_event=through_event
         )
         kept, cut = _within_budget(rows, limit)
         has_more = cut or len(rows) > limit
@@ -345,41 +408,38 @@ class Conversations:
         return [self._item(r, cursor_of) for r in _within_budget(rows, top_k)[0]]
 
     def history_stats(self, bot_id: str, conversation_id: str, through_event: int | None = None) -> tuple[int, str]:
-        """(item count, cursor of the newest item) — what ContextAccess tells a runner; with `through_event`, of
-        the items up to that event (see page_history): the stats row less the few items of later turns."""
+        """(item count, cursor of the newest item in turn order) — what ContextAccess tells a runner; with
+        `through_event`, of the items up to that event (see page_history): the stats row less the few items of
+        later turns."""
         row = self.db.query_one(
-            "SELECT item_count, last_seq FROM conversation_stats WHERE bot_id = ? AND conversation_id = ?",
+            "SELECT item_count FROM conversation_stats WHERE bot_id = ? AND conversation_id = ?",
             (bot_id, conversation_id),
         )
         if row is None:
             return 0, ""
-        count, last_seq = row[0], row[1]
+        count = row[0]
         if through_event is not None:
-            later = self.db.query_one(
+            count -= self.db.query_one(
                 "SELECT COUNT(*) FROM transcript INDEXED BY transcript_turn"
                 " WHERE bot_id = ? AND conversation_id = ? AND event_seq > ?",
                 (bot_id, conversation_id, through_event),
             )[0]
-            if later:
-                count -= later
-                newest = self.db.query_one(
-                    "SELECT seq FROM transcript INDEXED BY transcript_conversation"
-                    " WHERE bot_id = ? AND conversation_id = ? AND event_seq <= ? ORDER BY seq DESC LIMIT 1",
-                    (bot_id, conversation_id, through_event),
-                )
-                if newest is None:
-                    return 0, ""
-                last_seq = newest[0]
-        return count, self.cursors.encode("history", conversation_scope(bot_id, conversation_id), last_seq)
+        bound, params = ("", ()) if through_event is None else (" AND event_seq <= ?", (through_event,))
+        newest = self.db.query_one(
+            "SELECT event_seq, seq FROM transcript INDEXED BY transcript_turn"
+            f" WHERE bot_id = ? AND conversation_id = ?{bound} {_TURN_ORDER[False]} LIMIT 1",
+            (bot_id, conversation_id, *params),
+        )
+        if newest is None or count <= 0:
+            return 0, ""
+        return count, self.cursors.encode("history", conversation_scope(bot_id, conversation_id), *newest)
 
     def recent(
         self, bot_id: str, conversation_id: str, limit: int, through_event: int | None = None
     ) -> list[pb.TranscriptItem]:
-        bound, params = ("", ()) if through_event is None else (" AND event_seq <= ?", (through_event,))
-        rows = self.db.query_tuples(
-            f"SELECT {_ITEM_COLUMNS} FROM transcript INDEXED BY transcript_conversation"
-            f" WHERE bot_id = ? AND conversation_id = ?{bound} ORDER BY seq DESC LIMIT ?",
-            (bot_id, conversation_id, *params, limit),
+        """The newest `limit` items in turn order, oldest first."""
+        rows = self._turn_rows(
+            bot_id, conversation_id, position=None, forward=False, limit=limit, through_event=through_event
         )
         cursor_of = self._cursor_encoder("history", bot_id, conversation_id)
         return [self._item(r, cursor_of) for r in reversed(rows)]

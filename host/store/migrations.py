@@ -297,7 +297,8 @@ CREATE INDEX runs_parent ON runs(parent_run_id, created_at) WHERE parent_run_id 
 # Each transcript item carries the seq of the event whose turn it belongs to (its run's event), so a run reads its
 # conversation as of its own event (host/run_api.py): a message queued behind it is recorded when it arrives, but
 # is the run's future. Items of unknown events get 0 (visible to every run). The index serves counting what lies
-# past a run's event; pages keep scanning transcript_conversation (pinned with INDEXED BY).
+# past a run's event, and every page: SQLite ends an index with the rowid, so it is (bot, conversation, event_seq,
+# seq), the transcript's turn order (Conversations.page_history).
 _V8 = """
 ALTER TABLE transcript ADD COLUMN event_seq INTEGER NOT NULL DEFAULT 0;
 UPDATE transcript SET event_seq = COALESCE((SELECT e.seq FROM events e WHERE e.event_id = transcript.event_id), 0);

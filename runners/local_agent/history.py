@@ -2,10 +2,11 @@
 machine): the last summary checkpoint from conversation state, plus the turns after it, pulled page by page; and
 catching a session up with turns it missed.
 
-The transcript is not in conversation order when messages queue: a message is recorded when it arrives, its run's
-output when the run executes. Everything here therefore works on turns (an event's message plus its run's output,
-told apart by event id), never on raw seq order; a checkpoint's through_seq covers the turns whose message seq is
-at or below it.
+A message is recorded when it arrives and its run's output when the run executes, so seq order is not conversation
+order when messages queue. The host pages the transcript in turn order (each event's message, then its run's
+output) and only up to the run's own event; everything here still works on turns (told apart by event id), so it
+reads the same conversation from a host, or a test double, that pages in seq order. A checkpoint's through_seq
+covers the turns whose message seq is at or below it.
 """
 
 from __future__ import annotations
@@ -261,6 +262,12 @@ async def read_context(
         if not page.has_more or not page.next_cursor:
             break
         cursor = page.next_cursor
+    if truncated_at is not None:
+        # In turn order a kept turn's message can be older than the item the budget stopped at (it queued behind
+        # that item's turn): the note must not claim to cover a turn the context holds.
+        kept_messages = [it.seq for it in collected if _is_user_message(it)]
+        if kept_messages:
+            truncated_at = min(truncated_at, min(kept_messages) - 1)
     collected.reverse()
     if marker is not None:
         # Items before the marker are covered by its summary, except messages of turns that came after its turn.

@@ -334,6 +334,53 @@ async def test_read_context_after_a_compaction_marker_without_checkpoint() -> No
     assert ctx.messages == [Summary("summary", "", 5), AssistantMessage("A2"), UserMessage("m3", host_seq=4)]
 
 
+# ---- the same transcripts as the host pages them: turn order, up to the run's own event ----
+
+
+def _as_the_host_pages(api: FakeRunAPI, trigger: str) -> FakeRunAPI:
+    """`api`'s items (written in seq order) reordered as the host pages them: each event's message, then its run's
+    output, event after event; nothing of the turns queued behind the trigger's. Seqs stay as recorded."""
+    turn: dict[str, int] = {}
+    for it in api.items:
+        turn.setdefault(it.event_id, it.seq)  # an event's message is recorded before its run's output
+    api.items = sorted(
+        (it for it in api.items if turn[it.event_id] <= turn[trigger]), key=lambda it: (turn[it.event_id], it.seq)
+    )
+    return api
+
+
+async def test_read_context_reads_the_same_conversation_from_turn_ordered_pages() -> None:
+    """The regrouping is a no-op on the host's turn order: the same context, checkpoints and catch-up alike."""
+    for make in (_burst_transcript, lambda: _as_the_host_pages(_burst_transcript(), "e3")):
+        api = make()
+        ctx = await read_context(api, "c1", checkpoint=None, trigger_event_id="e3", token_budget=100_000)
+        assert _texts(ctx.messages) == ["user:m1", "assistant:", "tool:", "assistant:A1", "user:m2", "assistant:A2"]
+        assert ctx.trigger_seq == 3
+        ctx = await read_context(
+            api, "c1", checkpoint=Checkpoint("S", through_seq=1), trigger_event_id="e3", token_budget=100_000
+        )
+        assert ctx.messages == [Summary("S", "", 1), UserMessage("m2", host_seq=2), AssistantMessage("A2")]
+        ctx = await read_context(api, "c1", checkpoint=None, trigger_event_id="e3", token_budget=100_000, after_seq=1)
+        assert ctx.messages == [UserMessage("m2", host_seq=2), AssistantMessage("A2")]
+
+
+async def test_a_budget_cut_in_turn_order_never_claims_a_kept_turn() -> None:
+    """m1 m2 m3 arrive together; run 1 writes a long answer, run 2 a short one; run 3 has a small budget. Walking
+    back in turn order (m1 A1 m2 A2 m3) the cut falls on A1, whose seq is past m2's: the note must cover only what
+    precedes m2, or a checkpoint built on it would later drop m2's turn."""
+    api = FakeRunAPI()
+    for n in (1, 2, 3):
+        api.add_user(f"m{n}", event_id=f"e{n}")
+    api.add_item(role="assistant", item_type="message", text="long " * 5000, event_id="e1")
+    api.add_item(role="assistant", item_type="message", text="A2", event_id="e2")
+    ctx = await read_context(
+        _as_the_host_pages(api, "e3"), "c1", checkpoint=None, trigger_event_id="e3", token_budget=1000
+    )
+    note, *rest = ctx.messages
+    assert rest == [UserMessage("m2", host_seq=2), AssistantMessage("A2")]
+    assert isinstance(note, Summary) and note.through_seq == 1
+
+
 def test_a_progress_note_does_not_hide_the_watermark() -> None:
     """A turn folded by compaction keeps its user message's position as the session's watermark, so the next run
     still catches up with what the host has after it."""

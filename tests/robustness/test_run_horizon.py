@@ -3,14 +3,18 @@
 The host records a message when it arrives, so while run R (answering m1) executes, m2 and m3 queued behind it
 are already in the transcript. They are R's future: HistoryPage, HistorySearch, EventPage, EventGet, the inline
 bootstrap, latest_cursor and transcript_count must all leave them out, while R's own message and every earlier
-message and reply stay, each once, in the order the host recorded them. Arrival orders are drawn by hypothesis;
-every wait is on an event (a run starting, a reply being recorded, a run finishing), never a sleep.
+message and reply stay, each once, in turn order: each earlier message followed by its run's replies, R's own
+message last (the host recorded them m1 m2 A1 A2; a runner projecting history must read m1 A1 m2). People's view
+(GetHistory, `agenthost history`) reads the same order. Arrival orders are drawn by hypothesis; every wait is on
+an event (a run starting, a reply being recorded, a run finishing), never a sleep.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
+import sys
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -40,6 +44,7 @@ class View:
     text: str
     event_seq: int
     pages: list[tuple[int, str, str, str]]  # (seq, role, text, event_id), oldest first, paging back from ""
+    forward: list[tuple[int, str, str, str]]  # paging forward from ""
     from_latest: list[tuple[int, str, str, str]]  # paging back from ContextAccess.latest_cursor
     latest_cursor: str
     count: int
@@ -73,7 +78,7 @@ class Recorder(Runner):
     async def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
         api = run.api
         pages = await _walk(api, "")
-        assert await _walk(api, "", "forward") == pages, "forward and backward pages differ"
+        forward = await _walk(api, "", "forward")
         ctx = run.context.context
         from_latest = await _walk(api, ctx.latest_cursor) if ctx.latest_cursor else []
         found = await api.history_search(WORD, top_k=50)
@@ -92,6 +97,7 @@ class Recorder(Runner):
             text=run.text,
             event_seq=mine,
             pages=pages,
+            forward=forward,
             from_latest=from_latest,
             latest_cursor=ctx.latest_cursor,
             count=ctx.transcript_count,
@@ -123,19 +129,19 @@ def replies(text: str) -> list[str]:
     return [f"{WORD} first reply to {text}", f"{WORD} second reply to {text}"]
 
 
+def turns(messages: list[str]) -> list[tuple[str, str]]:
+    """The conversation as it went: each message, then its run's replies."""
+    return [item for m in messages for item in [("user", m), *(("assistant", r) for r in replies(m))]]
+
+
 def check_view(view: View, earlier: list[str]) -> None:
     """`earlier`: the messages answered before this one, in arrival order."""
     got = [(role, text) for _, role, text, _ in view.pages]
+    # Pages of 2, both ways: exactly the earlier turns in order, then its own message, last.
+    assert got == [*turns(earlier), ("user", view.text)], f"{view.text} saw {got}"
+    assert view.forward == view.pages, "forward and backward pages differ"
     seqs = [seq for seq, *_ in view.pages]
-    assert seqs == sorted(set(seqs)), "items repeated or out of seq order"
-    expected = {("user", m) for m in [*earlier, view.text]} | {("assistant", r) for m in earlier for r in replies(m)}
-    assert len(got) == len(set(got)) and set(got) == expected, f"{view.text} saw {got}"
-    users = [text for role, text in got if role == "user"]
-    assert users == [*earlier, view.text]  # messages in arrival order, its own last
-    answers = [text for role, text in got if role == "assistant"]
-    assert answers == [r for m in earlier for r in replies(m)]  # replies in run order, each run's in its order
-    for m in earlier:  # a message precedes its own replies
-        assert got.index(("user", m)) < got.index(("assistant", replies(m)[0]))
+    assert len(seqs) == len(set(seqs)), "items repeated"
     assert view.count == len(view.pages)
     assert view.from_latest == view.pages[:-1]  # latest_cursor names the newest visible item
     assert view.search == {(seq, role, text) for seq, role, text, _ in view.pages}
@@ -165,7 +171,7 @@ async def _send(h: HostHarness, text: str) -> tuple[hpb.RunInfo, asyncio.Task[hp
 GAPS = ("now", "midrun", "finished")
 
 
-async def play(root: Path, gaps: list[str]) -> None:
+async def play(root: Path, gaps: list[str], *, cli: bool = False) -> None:
     Recorder.reset()
     texts = [f"{WORD} message {i}" for i in range(len(gaps) + 1)]
     async with HostHarness(root, runners=[Recorder]) as h:
@@ -192,12 +198,57 @@ async def play(root: Path, gaps: list[str]) -> None:
         assert [i.status for i in infos] == ["completed"] * len(texts), [i.error_message for i in infos]
         for i, text in enumerate(texts):
             check_view(Recorder.views[text], texts[:i])
-        # People's view (GetHistory) is the whole transcript, as recorded, whatever the runs saw.
-        resp = await h.client.call(
-            "GetHistory",
-            hpb.GetHistoryRequest(bot=h.bot, conversation_id=CONVERSATION, limit=100, direction=pb.FORWARD),
+        # People's view (GetHistory) is the whole transcript, whatever the runs saw, in the same turn order.
+        assert await _history(h) == turns(texts)
+        if cli:
+            assert await _cli_history(h) == turns(texts)
+
+
+async def _cli_history(h: HostHarness) -> list[tuple[str, str]]:
+    """`agenthost history` as a person runs it (a real process), in text and JSON; the two must agree."""
+    shown = {}
+    for fmt in ((), ("--json",)):
+        proc = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "agenthost.host.cli", "--data-dir", str(h.host.data_dir)),
+            *("history", h.bot, "--conversation", CONVERSATION, *fmt),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
-        assert sorted(i.text for i in resp.items) == sorted(texts + [r for t in texts for r in replies(t)])
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), 60)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise
+        assert proc.returncode == 0, err.decode()
+        if fmt:
+            shown[fmt] = [(i["role"], i["text"]) for i in json.loads(out)["items"]]
+        else:
+            lines = out.decode().splitlines()
+            shown[fmt] = [(line[1:].split("] ", 1)[0], line.split("] ", 1)[1]) for line in lines]
+    assert shown[()] == shown[("--json",)]
+    return shown[()]
+
+
+async def _history(h: HostHarness) -> list[tuple[str, str]]:
+    """GetHistory in pages of 2, both ways; the two must agree."""
+    walked: dict[int, list[tuple[str, str]]] = {}
+    for direction in (pb.FORWARD, pb.BACKWARD):
+        items, cursor = [], ""
+        while True:
+            resp = await h.client.call(
+                "GetHistory",
+                hpb.GetHistoryRequest(
+                    bot=h.bot, conversation_id=CONVERSATION, limit=2, direction=direction, cursor=cursor
+                ),
+            )
+            items += [(i.role, i.text) for i in resp.items]
+            if not resp.has_more:
+                break
+            cursor = resp.next_cursor
+        walked[direction] = items if direction == pb.FORWARD else list(reversed(items))
+    assert walked[pb.FORWARD] == walked[pb.BACKWARD]
+    return walked[pb.FORWARD]
 
 
 @pytest.mark.slow
@@ -214,8 +265,9 @@ def test_each_run_sees_its_conversation_up_to_its_message(gaps: list[str]) -> No
 
 
 async def test_burst_of_three_queued_behind_a_running_run(tmp_path: Path) -> None:
-    """m0 holds; m1 and m2 queue behind it: m1's run sees m0's turn and m1, never m2, not even by event id."""
-    await play(tmp_path, ["now", "now"])
+    """m0 holds; m1 and m2 queue behind it: m1's run sees m0's turn and m1, never m2, not even by event id.
+    `agenthost history` shows the burst in turn order: m0, its replies, m1, its replies, m2, its replies."""
+    await play(tmp_path, ["now", "now"], cli=True)
     assert Recorder.views["zebra message 1"].refused == ["zebra message 2"]
     # m0's run records its view while m1 and m2 arrive: it is refused whichever of them had arrived by then.
     refused = Recorder.views["zebra message 0"].refused
@@ -223,11 +275,14 @@ async def test_burst_of_three_queued_behind_a_running_run(tmp_path: Path) -> Non
 
 
 async def test_message_queued_between_the_replies_of_the_run_ahead(tmp_path: Path) -> None:
-    """m1 arrives while m0's run is between its replies, so m1's seq lies between them in the transcript."""
+    """m1 arrives while m0's run is between its replies, so m1's seq lies between them in the transcript; in
+    turn order both replies still come before m1."""
     await play(tmp_path, ["midrun", "now", "finished"])
     view = Recorder.views["zebra message 1"]
+    seq = {text: s for s, _, text, _ in view.pages}
+    assert seq[replies("zebra message 0")[0]] < seq["zebra message 1"] < seq[replies("zebra message 0")[1]]
     order = [text for _, _, text, _ in view.pages]
-    assert order.index("zebra message 1") < order.index(replies("zebra message 0")[1])
+    assert order == ["zebra message 0", *replies("zebra message 0"), "zebra message 1"]
 
 
 class Reopened(HostHarness):
@@ -276,23 +331,17 @@ async def test_queued_messages_across_a_host_restart(tmp_path: Path) -> None:
         assert (await asyncio.wait_for(last, 30)).status == "completed"
     view = Recorder.views[texts[3]]
     got = [(role, text) for _, role, text, _ in view.pages]
-    # m0 recorded its first reply before the stop; the stop cut its second. m1 and m2 were never answered.
+    # m0 recorded its first reply before the stop (whether before or after m1 and m2 arrived, it is m0's turn);
+    # the stop cut its second. m1 and m2 were never answered.
     assert got == [
-        ("user", texts[0]),
-        ("user", texts[1]),
-        ("user", texts[2]),
-        ("assistant", replies(texts[0])[0]),
-        ("user", texts[3]),
-    ] or got == [
         ("user", texts[0]),
         ("assistant", replies(texts[0])[0]),
         ("user", texts[1]),
         ("user", texts[2]),
         ("user", texts[3]),
     ], got
-    assert ("user", texts[4]) not in got and view.count == len(got)
+    assert view.count == len(got)
     assert view.events == texts[:4]
     later = [(role, text) for _, role, text, _ in Recorder.views[texts[4]].pages]
-    # m4 arrived while m3's run was between its replies, so it lies between them; everything appears once.
-    assert later[: len(got)] == got and len(later) == len(set(later))
-    assert set(later[len(got) :]) == {("user", texts[4]), *(("assistant", r) for r in replies(texts[3]))}
+    # m4 arrived while m3's run was between its replies, so its seq lies between them; its turn comes after.
+    assert later == [*got, *(("assistant", r) for r in replies(texts[3])), ("user", texts[4])], later
