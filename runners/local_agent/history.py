@@ -322,6 +322,19 @@ async def rebuild(
     return ctx.messages
 
 
+def in_host_order(messages: list[Message]) -> bool:
+    """Whether a session's user messages stand in the host's order, each once: their transcript seqs (where known)
+    strictly increase. Versions before turn-ordered rebuilds could save a burst as [m2, m1, A1, m2]; a session like
+    that is rebuilt from the host instead of being trusted (see LocalAgentRunner._session)."""
+    last = 0
+    for m in messages:
+        if isinstance(m, UserMessage) and m.host_seq:
+            if m.host_seq <= last:
+                return False
+            last = m.host_seq
+    return True
+
+
 def session_watermark(messages: list[Message]) -> int | None:
     """The transcript seq of the newest user message a session holds, when it can be trusted to mean "every turn
     up to here is in this session": only a message after the last summary (a summary's through_seq errs low, so

@@ -24,6 +24,7 @@ from agenthost.runners.local_agent.history import (
     CHECKPOINT_KEY,
     Checkpoint,
     find_trigger_seq,
+    in_host_order,
     read_context,
     session_watermark,
 )
@@ -251,6 +252,10 @@ class LocalAgentRunner(Runner):
                         f"{report.skipped_lines} bad line(s) skipped"
                     )
                 )
+            if session is not None and not in_host_order(session.messages):
+                log.warning("conversation %s: session out of the host's order; rebuilding it", run.conversation_id)
+                notes.append(events.progress("session held messages out of order; rebuilt it from host history"))
+                session = None
         trigger_seq = 0
         if session is None or not session.messages:
             checkpoint = Checkpoint.from_state(run.state.get("conversation", {}).get(CHECKPOINT_KEY))

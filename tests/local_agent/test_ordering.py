@@ -11,6 +11,7 @@ until every message of a burst has been recorded by the host, so a burst really 
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
@@ -39,14 +40,16 @@ from agenthost.runners.sdk.runner import RunContext, Runner
 from agenthost.runners.sdk.testing import HostHarness
 
 CONVERSATION = "burst"
-ACTIONS = ("none", "restart", "wipe", "delete_file")
+ACTIONS = ("none", "restart", "wipe", "delete_file", "scramble")
 
 
 class CrashingAgent(Runner):
     """The local agent behind a handle the test can break between runs. `plan` maps a message text to what
     happens just before its run reaches the agent: `restart` replaces the agent object (a new process as far as
     the agent can tell: no cached session, no locks), `wipe` also deletes every session file (a lost disk), and
-    `delete_file` deletes the files under a live object (which keeps appending to a file without its header)."""
+    `delete_file` deletes the files under a live object (which keeps appending to a file without its header), and
+    `scramble` restarts it on session files saved the way versions before turn-ordered rebuilds could save a
+    burst: user messages swapped, the last one repeated."""
 
     manifest = LocalAgentRunner.manifest
     plan: ClassVar[dict[str, str]] = {}
@@ -77,8 +80,27 @@ class CrashingAgent(Runner):
             CrashingAgent.restarts += 1
         if action in ("wipe", "delete_file"):
             shutil.rmtree(self.data_dir / "sessions", ignore_errors=True)
+        if action == "scramble":  # read by a fresh process: a session an older version saved out of order
+            await self.inner.close()
+            scramble_sessions(self.data_dir / "sessions")
+            self.inner = LocalAgentRunner(self.data_dir, env={})
+            await self.inner.setup()
         async for ev in self.inner.run(run):
             yield ev
+
+
+def scramble_sessions(root: Path) -> None:
+    """Each session file rewritten out of the host's order: its first two user messages swapped (or its only one
+    repeated at the end), every other line kept."""
+    for path in root.glob("*.jsonl"):
+        lines = path.read_bytes().splitlines(keepends=True)
+        users = [i for i, line in enumerate(lines) if json.loads(line).get("m", {}).get("role") == "user"]
+        if len(users) >= 2:
+            a, b = users[:2]
+            lines[a], lines[b] = lines[b], lines[a]
+        elif users:
+            lines.append(lines[users[0]])
+        path.write_bytes(b"".join(lines))
 
 
 class EchoModel(FakeProviderServer):
@@ -245,6 +267,15 @@ async def test_burst_into_a_new_conversation(tmp_path: Path) -> None:
     check(outcome)
     first = shape(outcome.requests[0].json()["messages"])
     assert first == [("user", outcome.order[0])]
+
+
+async def test_a_session_saved_out_of_order_is_rebuilt_from_the_host(tmp_path: Path) -> None:
+    """Sessions saved out of order by older versions: the next run's request is the host's order anyway."""
+    outcome = await play(
+        tmp_path, [[Message(False, "none")] * 3, [Message(False, "scramble")], [Message(True, "scramble")]]
+    )
+    check(outcome)
+    assert len(outcome.requests) == 6
 
 
 async def test_messages_50ms_apart_see_nothing_after_their_own(tmp_path: Path) -> None:
