@@ -26,6 +26,14 @@ R = TypeVar("R")
 READ_ARTIFACT_MAX = 4 * 1024 * 1024  # per ReadRunArtifact call, well under the 8 MiB message cap
 
 
+def _own_only() -> str | None:
+    """The credential whose runs alone the caller may see, when that is narrower than its bots: a channel adapter is
+    a plugin serving whoever writes on its platform, so runs started elsewhere (the CLI, a script, another channel of
+    the same bot) and their conversations are not its to read or act on. None: every run of the caller's bots."""
+    principal = current()
+    return principal.name if principal.is_channel else None
+
+
 def _mapped(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     @functools.wraps(fn)
     async def wrapper(self: AdminServicer, request: Any, context: grpc.aio.ServicerContext) -> R:
@@ -144,7 +152,7 @@ class AdminServicer(host_grpc.AgentHostServicer):
     ) -> AsyncIterator[hpb.SendMessageReply]:
         try:
             require_bot(self.host.registry.bot(request.bot).bot_id)
-            stream = self.host.runs.send(request, origin=current().name)
+            stream = self.host.runs.send(request, origin=current().name, own_conversation=_own_only() is not None)
             started = await anext(stream)
         except errors.AgentHostError as exc:
             await errors.abort_with(context, exc)
@@ -164,8 +172,9 @@ class AdminServicer(host_grpc.AgentHostServicer):
         return info
 
     def _run(self, run_id: str) -> hpb.RunInfo:
-        """A run the caller may see; to a scoped caller, runs of other bots do not exist."""
-        info = self.host.run_store.get(run_id)
+        """A run the caller may see; to a scoped caller, runs of other bots do not exist, and to a channel's, runs it
+        did not start."""
+        info = self.host.run_store.get(run_id, origin=_own_only())
         if info is None:
             raise errors.NotFound(f"no run {run_id!r}")
         try:
@@ -186,7 +195,11 @@ class AdminServicer(host_grpc.AgentHostServicer):
             raise errors.OutOfRange("limit must be between 1 and 1000")
         return hpb.ListRunsResponse(
             runs=self.host.run_store.list(
-                bot_id=bot_id, conversation_id=request.conversation_id, status=request.status, limit=limit
+                bot_id=bot_id,
+                conversation_id=request.conversation_id,
+                status=request.status,
+                limit=limit,
+                origin=_own_only(),
             )
         )
 
@@ -349,10 +362,8 @@ class AdminServicer(host_grpc.AgentHostServicer):
             bot_id = self.host.registry.bot(request.bot).bot_id
             require_bot(bot_id)
             bot_ids = {bot_id}
-        # A channel adapter is a plugin serving whoever writes on its platform: the people waiting on a tool call
-        # started elsewhere (the CLI, a script, another channel of the same bot) are not its to answer.
-        origin = principal.name if principal.is_channel else None
-        approvals = self.host.runs.approvals.list(bot_ids=bot_ids, run_id=request.run_id, origin=origin)
+        # The people waiting on a tool call of a run started elsewhere are not a channel's to answer (_own_only).
+        approvals = self.host.runs.approvals.list(bot_ids=bot_ids, run_id=request.run_id, origin=_own_only())
         return hpb.ListApprovalsResponse(approvals=approvals)
 
     @_mapped
@@ -365,7 +376,8 @@ class AdminServicer(host_grpc.AgentHostServicer):
             raise errors.NotFound(f"no approval {request.approval_id[:64]!r}")
         try:
             require_bot(found.bot_id)
-            if current().is_channel and approvals.origin(request.approval_id) != current().name:
+            own = _own_only()
+            if own is not None and approvals.origin(request.approval_id) != own:
                 raise errors.PermissionDenied("not a run this channel started")
         except errors.PermissionDenied:
             raise errors.NotFound(f"no approval {request.approval_id[:64]!r}") from None

@@ -148,7 +148,10 @@ class ChildRuns:
         grant_json = json.dumps({**parent.grant.to_json(), "inherited_from": parent.run_id})
 
         def insert(conn: sqlite3.Connection) -> None:
-            RunStore.insert(conn, info, plugin_id=parent.plugin_id, token_hash="", grant_json=grant_json)
+            # The parent's sender's, like the rest of its record: whoever may see the parent sees its children.
+            RunStore.insert(
+                conn, info, plugin_id=parent.plugin_id, token_hash="", grant_json=grant_json, origin=parent.origin
+            )
 
         child = Child(
             st=RunState(info=info, project=False),

@@ -33,7 +33,8 @@ from agenthost.protos import host_pb2 as hpb
 CREDENTIALS_FILE = "credentials.json"
 SCOPES = ("admin", "send")
 # What a "send" credential may call; everything else needs "admin". Each of these names a bot or a run, and the
-# servicer checks that bot against the credential (require_bot).
+# servicer checks that bot against the credential (require_bot); a channel's (`channel.<name>`) reaches only the runs
+# and conversations it started (agenthost.host.admin, _own_only).
 SEND_METHODS = frozenset(
     {
         "SendMessage",

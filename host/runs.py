@@ -51,7 +51,14 @@ from agenthost.plugins.manifest import RunnerManifest
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos import runner_pb2
-from agenthost.protos.errors import FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, Unavailable
+from agenthost.protos.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    Unavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -155,10 +162,13 @@ class RunManager:
 
     # ---- entry point ----
 
-    async def send(self, request: hpb.SendMessageRequest, *, origin: str = "") -> AsyncIterator[hpb.SendMessageReply]:
+    async def send(
+        self, request: hpb.SendMessageRequest, *, origin: str = "", own_conversation: bool = False
+    ) -> AsyncIterator[hpb.SendMessageReply]:
         """Called by the AgentHost servicer for SendMessage. Yields run_started, event batches, run_finished.
         Raises ResourceExhausted (with `retry_after_ms`) before recording anything when the run queue is full.
-        `origin` is the caller's credential name (ActiveRun.origin)."""
+        `origin` is the caller's credential name (ActiveRun.origin), recorded on the event and the run.
+        `own_conversation`: the conversation must be new or one `origin` started; PermissionDenied otherwise."""
         if self._closing:
             raise Unavailable("the host is stopping; send again once it is back")
         bot = self.registry.bot(request.bot)
@@ -179,6 +189,8 @@ class RunManager:
         except (ValueError, RecursionError):
             raise InvalidArgument("data_json is not valid JSON") from None
         files = attachment_checks.check(list(request.attachments))
+        if own_conversation:  # early, before attachments are stored; checked again in the recording transaction
+            self._check_starter(self.registry.db.reader, bot.bot_id, conversation_id, origin)
         if files and self.artifacts is None:
             raise FailedPrecondition("this host stores no attachments")
         binding = self.route(bot.bot_id, event_type, conversation_id)
@@ -213,6 +225,8 @@ class RunManager:
         refs: list[pb.ArtifactRef] = []
 
         def record(conn: sqlite3.Connection) -> pb.EventRecord:
+            if own_conversation:
+                self._check_starter(conn, bot.bot_id, conversation_id, origin)
             for ref in refs:
                 ArtifactStore.insert_row(conn, ref, bot.bot_id)
             event = Conversations.insert_event(
@@ -225,6 +239,7 @@ class RunManager:
                 text=request.text,
                 data_json=data_json,
                 attachments=refs,
+                origin=origin,
             )
             info.event_id = event.event_id
             if event_type.startswith("message.") and (request.text or refs):
@@ -237,7 +252,12 @@ class RunManager:
                     items=[NewItem(role="user", item_type="message", text=request.text, attachments=refs)],
                 )
             RunStore.insert(
-                conn, info, plugin_id=plugin_id, token_hash=hash_secret(token), grant_json=json.dumps(grant.to_json())
+                conn,
+                info,
+                plugin_id=plugin_id,
+                token_hash=hash_secret(token),
+                grant_json=json.dumps(grant.to_json()),
+                origin=origin,
             )
             return event
 
@@ -273,6 +293,17 @@ class RunManager:
         finally:
             with contextlib.suppress(ValueError):
                 st.subscribers.remove(inbox)
+
+    @staticmethod
+    def _check_starter(conn: sqlite3.Connection, bot_id: str, conversation_id: str, origin: str) -> None:
+        """Refuses a message into a conversation someone other than `origin` started (or a host before migration
+        _V9 recorded, sender unknown): the run would read that conversation's history to answer it."""
+        starter = Conversations.starter(conn, bot_id, conversation_id)
+        if starter is not None and starter != origin:
+            raise PermissionDenied(
+                f"conversation {conversation_id[:64]!r} was started by another sender; {origin!r} may write only"
+                " into conversations it started"
+            )
 
     async def _store_attachments(
         self, files: list[attachment_checks.CheckedAttachment], conversation_id: str, run_id: str

@@ -134,6 +134,8 @@ def refusal_line(error: errors.AgentHostError) -> str:
         return "⚠️ The bot is not available right now."
     if isinstance(error, errors.InvalidArgument):
         return f"⚠️ The message was refused: {one_line(error.message, 200)}"
+    if isinstance(error, errors.PermissionDenied):  # the host's wall: a conversation this channel did not start
+        return "⚠️ This conversation was started elsewhere and cannot be continued here; please start a new one."
     return f"⚠️ The message could not be delivered ({type(error).__name__})."
 
 

@@ -107,9 +107,10 @@ class Conversations:
         text: str,
         data_json: str,
         attachments: Sequence[pb.ArtifactRef] = (),
+        origin: str = "",
     ) -> pb.EventRecord:
         """Writer-thread half of an append; called inside a Database.write job. `attachments`: refs of artifacts
-        recorded in the same transaction."""
+        recorded in the same transaction. `origin`: the credential that sent it (migration _V9)."""
         event_id = f"ev_{uuid.uuid4().hex}"
         now = time.time()
         actor_json = json.dumps(
@@ -117,7 +118,7 @@ class Conversations:
         )
         cur = conn.execute(
             "INSERT INTO events(event_id, bot_id, conversation_id, event_type, source, actor_json, text, data_json,"
-            " created_at, attachments_json) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            " created_at, attachments_json, origin) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
             (
                 event_id,
                 bot_id,
@@ -129,6 +130,7 @@ class Conversations:
                 data_json,
                 now,
                 refs_to_json(attachments),
+                origin,
             ),
         )
         return pb.EventRecord(
@@ -144,6 +146,16 @@ class Conversations:
             created_at=now,
             source=source,
         )
+
+    @staticmethod
+    def starter(conn: sqlite3.Connection, bot_id: str, conversation_id: str) -> str | None:
+        """Who sent the conversation's first event ('' for events of hosts before migration _V9); None: it has
+        none yet. One step down events_conversation."""
+        row = conn.execute(
+            "SELECT origin FROM events WHERE bot_id = ? AND conversation_id = ? ORDER BY seq LIMIT 1",
+            (bot_id, conversation_id),
+        ).fetchone()
+        return None if row is None else row[0]
 
     def _cursor_encoder(self, kind: str, bot_id: str, conversation_id: str) -> Callable[..., str]:
         return self.cursors.encoder(kind, conversation_scope(bot_id, conversation_id))

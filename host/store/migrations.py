@@ -305,7 +305,17 @@ UPDATE transcript SET event_seq = COALESCE((SELECT e.seq FROM events e WHERE e.e
 CREATE INDEX transcript_turn ON transcript(bot_id, conversation_id, event_seq);
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
+# Who sent what: the admin-API credential name ("admin", "channel.tg", a send credential's name) that sent the
+# message a run answers, and that sent each message event. A channel adapter's credential sees only its own runs
+# and writes only into conversations it started (host/admin.py). Rows of older hosts have '' (sender unknown):
+# no channel's. The index serves a channel listing its runs (bot, origin, newest first).
+_V9 = """
+ALTER TABLE runs ADD COLUMN origin TEXT NOT NULL DEFAULT '';
+CREATE INDEX runs_origin ON runs(bot_id, origin, created_at);
+ALTER TABLE events ADD COLUMN origin TEXT NOT NULL DEFAULT '';
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
 
 
 def migrate(conn: sqlite3.Connection) -> int:

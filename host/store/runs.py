@@ -138,11 +138,20 @@ class RunStore:
         self.db = db
 
     @staticmethod
-    def insert(conn: sqlite3.Connection, run: hpb.RunInfo, *, plugin_id: str, token_hash: str, grant_json: str) -> None:
+    def insert(
+        conn: sqlite3.Connection,
+        run: hpb.RunInfo,
+        *,
+        plugin_id: str,
+        token_hash: str,
+        grant_json: str,
+        origin: str = "",
+    ) -> None:
+        """`origin`: the credential that sent the message the run answers (ActiveRun.origin; migration _V9)."""
         conn.execute(
             "INSERT INTO runs(run_id, bot_id, conversation_id, binding_id, runner_id, plugin_id, event_id, status,"
-            " token_hash, grant_json, created_at, deadline_at, started_at, parent_run_id)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " token_hash, grant_json, created_at, deadline_at, started_at, parent_run_id, origin)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 run.run_id,
                 run.bot_id,
@@ -158,6 +167,7 @@ class RunStore:
                 run.deadline_at,
                 run.started_at,
                 run.parent_run_id,
+                origin,
             ),
         )
 
@@ -243,13 +253,16 @@ class RunStore:
                 info.usage.CopyFrom(pb.Usage(**usage))
         return info
 
-    def get(self, run_id: str, *, text_chars: int | None = None) -> hpb.RunInfo | None:
+    def get(self, run_id: str, *, text_chars: int | None = None, origin: str | None = None) -> hpb.RunInfo | None:
         """One run. Text fields are cut to `text_chars` (default limits.RUNINFO_GET_TEXT_CHARS) so the reply
-        always fits a message, however large a row an older host wrote."""
+        always fits a message, however large a row an older host wrote. `origin`: only if that credential sent the
+        message it answers (None: whoever did)."""
         chars = limits.RUNINFO_GET_TEXT_CHARS if text_chars is None else text_chars
-        row = self.db.query_one(
-            f"SELECT {_select(chars)}, {int(chars)} AS _chars FROM runs WHERE run_id = ?", (run_id,)
-        )
+        where, params = "run_id = ?", [run_id]
+        if origin is not None:
+            where += " AND origin = ?"
+            params.append(origin)
+        row = self.db.query_one(f"SELECT {_select(chars)}, {int(chars)} AS _chars FROM runs WHERE {where}", params)
         return self._info(row) if row else None
 
     def children(self, run_id: str) -> list[str]:
@@ -268,15 +281,20 @@ class RunStore:
         status: str = "",
         limit: int = 50,
         text_chars: int | None = None,
+        origin: str | None = None,
     ) -> list[hpb.RunInfo]:
         """Newest first; text fields cut to `text_chars` (default limits.RUNINFO_LIST_TEXT_CHARS) per run, so a
-        page of 1000 runs fits one message whatever runners wrote."""
+        page of 1000 runs fits one message whatever runners wrote. `origin`: only runs answering messages that
+        credential sent (None: anyone's)."""
         chars = limits.RUNINFO_LIST_TEXT_CHARS if text_chars is None else text_chars
         where, params = [], []
         for column, value in (("bot_id", bot_id), ("conversation_id", conversation_id), ("status", status)):
             if value:
                 where.append(f"{column} = ?")
                 params.append(value)
+        if origin is not None:
+            where.append("origin = ?")
+            params.append(origin)
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         rows = self.db.query(
             f"SELECT {_select(chars)}, {int(chars)} AS _chars FROM runs {clause} ORDER BY created_at DESC LIMIT ?",
