@@ -315,7 +315,13 @@ CREATE INDEX runs_origin ON runs(bot_id, origin, created_at);
 ALTER TABLE events ADD COLUMN origin TEXT NOT NULL DEFAULT '';
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9]
+# The transcript is read in turn order off transcript_turn (V8) since this version; the seq-ordered index of V1 only
+# cost every insert an index update.
+_V10 = """
+DROP INDEX IF EXISTS transcript_conversation;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10]
 
 
 def migrate(conn: sqlite3.Connection) -> int:
