@@ -553,9 +553,11 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         finally:
             ending = self.children.end(child)
         await asyncio.shield(ending)
-        if error is not None:
+        if error is not None:  # the runner broke the protocol: refused like any bad request
             await errors.abort_with(context, error)
             return
+        # Every recorded end, the host's own (a cancel request, the parent's end, the deadline) included, is told
+        # in-band and the call ends OK: a status sent while the runner writes can reach it as INTERNAL (child_runs).
         yield api.ChildRunReply(
             finished=api.ChildRunFinished(
                 child_run_id=info.run_id,
