@@ -184,6 +184,23 @@ def _run_scoped(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     return wrapper
 
 
+async def _first_header(messages: AsyncIterator[Any], method: str) -> Any:
+    """The first message of a client stream that opens with a `header` part (ArtifactCreate, ChildRun), read under
+    UPLOAD_HEADER_SECONDS: a stream that never sends it must not hold a server slot."""
+    try:
+        async with asyncio.timeout(limits.UPLOAD_HEADER_SECONDS):
+            first = await anext(messages, None)
+    except TimeoutError:
+        raise errors.DeadlineExceeded(
+            f"the {method} header did not arrive within UPLOAD_HEADER_SECONDS = {limits.UPLOAD_HEADER_SECONDS}s"
+        ) from None
+    if isinstance(first, Malformed):
+        raise errors.InvalidArgument(first.message)
+    if first is None or first.WhichOneof("part") != "header":
+        raise errors.InvalidArgument(f"the first {method} message must be the header")
+    return first
+
+
 class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
     def __init__(
         self,
@@ -397,17 +414,7 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         run_id = ""
         messages = aiter(request_iterator)
         try:
-            try:
-                async with asyncio.timeout(limits.UPLOAD_HEADER_SECONDS):
-                    first = await anext(messages, None)
-            except TimeoutError:
-                raise errors.DeadlineExceeded(
-                    f"the upload's header did not arrive within UPLOAD_HEADER_SECONDS = {limits.UPLOAD_HEADER_SECONDS}s"
-                ) from None
-            if isinstance(first, Malformed):
-                raise errors.InvalidArgument(first.message)
-            if first is None or first.WhichOneof("part") != "header":
-                raise errors.InvalidArgument("the first upload message must be the header")
+            first = await _first_header(messages, "ArtifactCreate")
             header = first.header
             run_id = header.run_id
             run = self._authorize(context, header.run_id, "ArtifactCreate")
@@ -521,17 +528,7 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         run_id = ""
         messages = aiter(request_iterator)
         try:
-            try:
-                async with asyncio.timeout(limits.UPLOAD_HEADER_SECONDS):
-                    first = await anext(messages, None)
-            except TimeoutError:
-                raise errors.DeadlineExceeded(
-                    f"the child run's header did not arrive within {limits.UPLOAD_HEADER_SECONDS}s"
-                ) from None
-            if isinstance(first, Malformed):
-                raise errors.InvalidArgument(first.message)
-            if first is None or first.WhichOneof("part") != "header":
-                raise errors.InvalidArgument("the first ChildRun message must be the header")
+            first = await _first_header(messages, "ChildRun")
             run_id = first.header.run_id
             run = self._authorize(context, run_id, "ChildRun")
             if self.children is None:
