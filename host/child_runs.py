@@ -8,6 +8,10 @@ parent's own stream gets two host-written events, `subagent_started` and `subage
 
 A child cannot outlive its parent: when the parent ends for any reason, every child still open is ended with it
 (cancelled, timed_out or interrupted like its parent), its end written before the parent's, and its call ended.
+Every end the host records is told to the runner in-band, as the call's last reply (`finished`), and the call then
+ends OK: a status the host ends the call with while the runner writes can reach the runner as grpcio's own
+INTERNAL instead (grpc/grpc#36066), so the status code cannot say why a child ended. Only a runner that breaks the
+protocol has its call refused with a status.
 The child's usage is added to the parent's when the child ends, so a run's usage is what it cost in all; each child
 row keeps its own.
 """
@@ -46,10 +50,8 @@ class Child:
     parent: RunState
     tool_call_id: str
     recorded: asyncio.Future[None]  # the row's insert
-    # Set when the host ends the child itself (its parent ended, a cancel request): the error its call ends with.
-    stop: asyncio.Future[errors.AgentHostError] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
+    # Set when the host ends the child itself (its parent ended, a cancel request), its outcome already set.
+    stop: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     ending: asyncio.Future[None] | None = None
 
 
@@ -66,19 +68,15 @@ def _check_header(header: api.ChildRunHeader) -> None:
         raise errors.InvalidArgument("timeout_seconds must be a finite number >= 0 (0 = the parent's deadline)")
 
 
-def _parent_outcome(parent: hpb.RunInfo) -> tuple[str, str, str, errors.AgentHostError]:
-    """What a child still open when its parent ends becomes, and the status its call ends with."""
+def _parent_outcome(parent: hpb.RunInfo) -> tuple[str, str, str]:
+    """What a child still open when its parent ends becomes: (status, error_code, error_message)."""
     if parent.status == "timed_out":
-        message = "the parent run passed its deadline"
-        return "timed_out", "deadline_exceeded", message, errors.DeadlineExceeded(message)
+        return "timed_out", "deadline_exceeded", "the parent run passed its deadline"
     if parent.status == "interrupted":
-        message = "the host stopped while the parent run was in progress"
-        return "interrupted", "host_shutdown", message, errors.Cancelled(message)
+        return "interrupted", "host_shutdown", "the host stopped while the parent run was in progress"
     if parent.status == "cancelled":
-        message = "the parent run was cancelled"
-        return "cancelled", "parent_cancelled", message, errors.Cancelled(message)
-    message = f"the parent run ended ({parent.status}) before this child did"
-    return "cancelled", "parent_ended", message, errors.Cancelled(message)
+        return "cancelled", "parent_cancelled", "the parent run was cancelled"
+    return "cancelled", "parent_ended", f"the parent run ended ({parent.status}) before this child did"
 
 
 class ChildRuns:
@@ -184,8 +182,9 @@ class ChildRuns:
     # ---- the child's events ----
 
     async def stream(self, child: Child, messages: AsyncIterator[Any]) -> errors.AgentHostError | None:
-        """Takes the child's event batches until its terminal event or the runner's half-close (None), or until
-        the host ends it, its deadline passes or the runner breaks the protocol (the error to end the call with)."""
+        """Takes the child's event batches until its terminal event, the runner's half-close, the host ending it or
+        its deadline (None: its outcome is set), or until the runner breaks the protocol (the error to refuse the
+        call with)."""
         manager, st = self.manager, child.st
         while st.terminal is None:
             read = asyncio.ensure_future(anext(messages, None))
@@ -193,11 +192,10 @@ class ChildRuns:
             done, _ = await asyncio.wait({read, child.stop}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
             if read not in done:
                 read.cancel()
-                if child.stop.done():
-                    return child.stop.result()
-                message = f"the child run passed its deadline of {st.info.deadline_at - st.info.started_at:.0f}s"
-                manager._set_outcome(st, "timed_out", "deadline_exceeded", message)
-                return errors.DeadlineExceeded(message)
+                if not child.stop.done():
+                    message = f"the child run passed its deadline of {st.info.deadline_at - st.info.started_at:.0f}s"
+                    manager._set_outcome(st, "timed_out", "deadline_exceeded", message)
+                return None
             request = read.result()
             if request is None:
                 manager._set_outcome(
@@ -284,22 +282,22 @@ class ChildRuns:
 
     async def end_for_parent(self, parent: RunState) -> None:
         """The parent is ending: every child still open ends with it, written before the parent's end."""
-        status, code, message, error = _parent_outcome(parent.info)
+        status, code, message = _parent_outcome(parent.info)
         children = list(self._open.get(parent.info.run_id, {}).values())
         for child in children:
             self.manager._set_outcome(child.st, status, code, message)
             if not child.stop.done():
-                child.stop.set_result(error)
+                child.stop.set_result(None)
         endings = [self.end(c) for c in children]
         await asyncio.shield(asyncio.gather(*endings, return_exceptions=True))
         self._opened.pop(parent.info.run_id, None)
 
     async def cancel(self, child_run_id: str) -> hpb.RunInfo:
-        """CancelRun on a child: it ends cancelled and its call with CANCELLED; the parent goes on (the runner
-        sees its subagent fail)."""
+        """CancelRun on a child: it ends cancelled, which its call's last reply tells the runner; the parent goes on
+        (the runner sees its subagent fail)."""
         child = self._by_id[child_run_id]
         self.manager._set_outcome(child.st, "cancelled", "cancelled", "cancelled by request")
         if not child.stop.done():
-            child.stop.set_result(errors.Cancelled("the child run was cancelled by request"))
+            child.stop.set_result(None)
         await asyncio.shield(self.end(child))
         return self.manager.runs.get(child_run_id) or child.st.info

@@ -186,6 +186,23 @@ def _run_scoped(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     return wrapper
 
 
+async def _first_header(messages: AsyncIterator[Any], method: str) -> Any:
+    """The first message of a client stream that opens with a `header` part (ArtifactCreate, ChildRun), read under
+    UPLOAD_HEADER_SECONDS: a stream that never sends it must not hold a server slot."""
+    try:
+        async with asyncio.timeout(limits.UPLOAD_HEADER_SECONDS):
+            first = await anext(messages, None)
+    except TimeoutError:
+        raise errors.DeadlineExceeded(
+            f"the {method} header did not arrive within UPLOAD_HEADER_SECONDS = {limits.UPLOAD_HEADER_SECONDS}s"
+        ) from None
+    if isinstance(first, Malformed):
+        raise errors.InvalidArgument(first.message)
+    if first is None or first.WhichOneof("part") != "header":
+        raise errors.InvalidArgument(f"the first {method} message must be the header")
+    return first
+
+
 class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
     def __init__(
         self,
@@ -400,17 +417,7 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         run_id = ""
         messages = aiter(request_iterator)
         try:
-            try:
-                async with asyncio.timeout(limits.UPLOAD_HEADER_SECONDS):
-                    first = await anext(messages, None)
-            except TimeoutError:
-                raise errors.DeadlineExceeded(
-                    f"the upload's header did not arrive within UPLOAD_HEADER_SECONDS = {limits.UPLOAD_HEADER_SECONDS}s"
-                ) from None
-            if isinstance(first, Malformed):
-                raise errors.InvalidArgument(first.message)
-            if first is None or first.WhichOneof("part") != "header":
-                raise errors.InvalidArgument("the first upload message must be the header")
+            first = await _first_header(messages, "ArtifactCreate")
             header = first.header
             run_id = header.run_id
             run = self._authorize(context, header.run_id, "ArtifactCreate")
@@ -526,17 +533,7 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         run_id = ""
         messages = aiter(request_iterator)
         try:
-            try:
-                async with asyncio.timeout(limits.UPLOAD_HEADER_SECONDS):
-                    first = await anext(messages, None)
-            except TimeoutError:
-                raise errors.DeadlineExceeded(
-                    f"the child run's header did not arrive within {limits.UPLOAD_HEADER_SECONDS}s"
-                ) from None
-            if isinstance(first, Malformed):
-                raise errors.InvalidArgument(first.message)
-            if first is None or first.WhichOneof("part") != "header":
-                raise errors.InvalidArgument("the first ChildRun message must be the header")
+            first = await _first_header(messages, "ChildRun")
             run_id = first.header.run_id
             run = self._authorize(context, run_id, "ChildRun")
             if self.children is None:
@@ -558,9 +555,11 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         finally:
             ending = self.children.end(child)
         await asyncio.shield(ending)
-        if error is not None:
+        if error is not None:  # the runner broke the protocol: refused like any bad request
             await errors.abort_with(context, error)
             return
+        # Every recorded end, the host's own (a cancel request, the parent's end, the deadline) included, is told
+        # in-band and the call ends OK: a status sent while the runner writes can reach it as INTERNAL (child_runs).
         yield api.ChildRunReply(
             finished=api.ChildRunFinished(
                 child_run_id=info.run_id,

@@ -82,6 +82,17 @@ class Parent(Runner):
                     Parent.outcome["error"] = exc
                     raise
             yield events.text("unreachable")
+        elif text in ("flood child", "flood child timeout"):
+            timeout = 0.3 if text.endswith("timeout") else 0.0
+            try:
+                async with run.child_run("writes back to back", timeout=timeout) as child:
+                    Parent.outcome["child_id"] = child.run_id
+                    Parent.child_open.set()
+                    while True:
+                        await child.emit(events.text("x"))
+            except errors.AgentHostError as exc:
+                Parent.outcome["error"], Parent.outcome["result"] = exc, child.result
+            yield events.text("went on")
         elif text == "try a child":
             try:
                 async with run.child_run("one more") as child:
@@ -246,6 +257,23 @@ async def test_cancel_request_on_a_child_ends_it_and_the_runner_sees_why(h: Host
     assert isinstance(Parent.outcome.get("error"), errors.Cancelled), Parent.outcome
     assert r.run.status == "failed"  # the runner let its subagent's error end the run
     assert (await h.client.call("GetRun", hpb.RunRequestById(run_id=child_id))).status == "cancelled"
+
+
+@pytest.mark.parametrize("how", ["cancel request", "child deadline"])
+async def test_host_ending_a_child_mid_write_tells_the_runner_why(h: HostHarness, how: str) -> None:
+    # The runner writes back to back, so the host's end races a write in flight: grpcio reports such a write as
+    # INTERNAL whatever status the call ended with (grpc/grpc#36066); the host's last reply says why instead.
+    task, child_id = await _wait_child(h, "w", "flood child" if how == "cancel request" else "flood child timeout")
+    if how == "cancel request":
+        await h.client.call("CancelRun", hpb.RunRequestById(run_id=child_id))
+    r = await asyncio.wait_for(task, 10)
+    expected, status = (
+        (errors.Cancelled, "cancelled") if how == "cancel request" else (errors.DeadlineExceeded, "timed_out")
+    )
+    assert isinstance(Parent.outcome.get("error"), expected), Parent.outcome
+    assert Parent.outcome["result"].status == status and Parent.outcome["result"].child_run_id == child_id
+    assert r.run.status == "completed" and r.kinds()[-2:] == ["text_delta", "completed"]
+    assert (await h.client.call("GetRun", hpb.RunRequestById(run_id=child_id))).status == status
 
 
 # ---- attacks, with raw stubs ----

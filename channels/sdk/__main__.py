@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agenthost.plugins.plugin_process import read_config_line, watch_lifeline
+
 EXIT_DISCOVERY = 3
 EXIT_FAILED = 1
 STOP_GRACE = 3.0
@@ -58,40 +60,11 @@ class MaskingFormatter(logging.Formatter):
         return text
 
 
-def _read_config_line() -> dict[str, Any]:
-    data = b""
-    while b"\n" not in data:
-        chunk = os.read(0, 65536)
-        if not chunk:
-            break
-        data += chunk
-    config = json.loads(data.split(b"\n", 1)[0])
-    if not isinstance(config, dict):
-        raise ValueError("not a JSON object")
-    for key in _KEYS:
-        if not isinstance(config.get(key), str):
-            raise KeyError(key)
+def _read_config() -> dict[str, Any]:
+    config = read_config_line(_KEYS)
     if not isinstance(config.get("config"), dict) or not isinstance(config.get("secrets"), dict):
         raise KeyError("config/secrets")
     return config
-
-
-def _watch_lifeline(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
-    """EOF on stdin: the host is gone or let go of us (only it holds the write end)."""
-
-    def readable() -> None:
-        try:
-            more = os.read(0, 4096)
-        except BlockingIOError:
-            return
-        except OSError:
-            more = b""
-        if not more:
-            loop.remove_reader(0)
-            stop.set()
-
-    os.set_blocking(0, False)
-    loop.add_reader(0, readable)
 
 
 async def _serve(config: dict[str, Any], adapter_cls: Any) -> int:
@@ -107,7 +80,7 @@ async def _serve(config: dict[str, Any], adapter_cls: Any) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    _watch_lifeline(loop, stop)
+    watch_lifeline(loop, stop)
     server = grpc.aio.server()
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -162,7 +135,7 @@ def _serve_main() -> int:
     # The process holds its credential and platform token in memory; nothing it starts may read them.
     harden_process()
     try:
-        config = _read_config_line()
+        config = _read_config()
     except (ValueError, KeyError) as exc:
         print(f"agenthost channel: bad configuration line on stdin: {exc!r}", file=sys.stderr)
         return 2

@@ -3,35 +3,16 @@ loaded through pluggy (only that distribution's code is imported)."""
 
 from __future__ import annotations
 
-from importlib import metadata
-
-import pluggy
-
 from agenthost.channels.sdk.adapter import ChannelAdapter
 from agenthost.plugins import hookspecs
 from agenthost.plugins.manifest import ChannelManifest
+from agenthost.plugins.plugin_process import DiscoveryError, load_entry_points
 
-
-class DiscoveryError(RuntimeError):
-    pass
+__all__ = ["DiscoveryError", "channel_classes"]
 
 
 def channel_classes(distribution: str) -> dict[str, type[ChannelAdapter]]:
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    try:
-        dist = metadata.distribution(distribution)
-    except metadata.PackageNotFoundError:
-        raise DiscoveryError(f"distribution {distribution!r} is not installed in this environment") from None
-    eps = [ep for ep in dist.entry_points if ep.group == hookspecs.CHANNELS_ENTRY_POINT_GROUP]
-    if not eps:
-        raise DiscoveryError(f"{distribution} declares no [{hookspecs.CHANNELS_ENTRY_POINT_GROUP}] entry points")
-    for ep in eps:
-        try:
-            plugin = ep.load()
-        except Exception as exc:
-            raise DiscoveryError(f"entry point {ep.name} = {ep.value} failed to import: {exc!r}") from exc
-        pm.register(plugin, name=f"{distribution}:channels:{ep.name}")
+    pm = load_entry_points(distribution, hookspecs.CHANNELS_ENTRY_POINT_GROUP)
     found: dict[str, type[ChannelAdapter]] = {}
 
     def register(cls: type[ChannelAdapter]) -> None:

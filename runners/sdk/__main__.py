@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    import asyncio
+from agenthost.plugins.plugin_process import read_config_line, watch_lifeline
 
+if TYPE_CHECKING:
     from agenthost.runners.sdk.runner import Runner
 
 EAGER_ENV = "AGENTHOST_RUNNER_EAGER"
@@ -125,44 +125,6 @@ def _await_describe_child(pid: int, read_end: int) -> tuple[int, dict[str, Any]]
     return code, report if isinstance(report, dict) else {}
 
 
-def _read_config_line() -> dict[str, Any]:
-    """The configuration line, read from the raw descriptor: nothing may sit in a buffer, because what follows on
-    stdin is only the lifeline's EOF, watched by the event loop."""
-    data = b""
-    while b"\n" not in data:
-        chunk = os.read(0, 65536)
-        if not chunk:
-            break
-        data += chunk
-    config = json.loads(data.split(b"\n", 1)[0])
-    if not isinstance(config, dict):
-        raise ValueError("not a JSON object")
-    for key in ("plugin_id", "distribution", "listen", "host", "secret", "data_dir"):
-        if not isinstance(config.get(key), str):
-            raise KeyError(key)
-    return config
-
-
-def _watch_lifeline(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
-    """Only the host holds the stdin pipe's write end, so EOF means the host died or let go of us, whichever way
-    it ended (kill -9 included): stop serving. Watched by the loop, not a thread: a thread costs an idle process
-    its stack and a malloc arena."""
-
-    def readable() -> None:
-        try:
-            more = os.read(0, 4096)
-        except BlockingIOError:
-            return
-        except OSError:
-            more = b""
-        if not more:
-            loop.remove_reader(0)
-            stop.set()
-
-    os.set_blocking(0, False)
-    loop.add_reader(0, readable)
-
-
 async def _serve(config: dict[str, Any], runners: dict[str, type[Runner]] | Any) -> None:
     import asyncio
     import signal
@@ -173,7 +135,7 @@ async def _serve(config: dict[str, Any], runners: dict[str, type[Runner]] | Any)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    _watch_lifeline(loop, stop)
+    watch_lifeline(loop, stop)
     await serve(
         runners,
         plugin_id=config["plugin_id"],
@@ -194,7 +156,7 @@ def _serve_main() -> int:
     # A forked describe child inherits it.
     harden_process()
     try:
-        config = _read_config_line()
+        config = read_config_line(("plugin_id", "distribution", "listen", "host", "secret", "data_dir"))
     except (ValueError, KeyError) as exc:
         print(f"agenthost runner: bad configuration line on stdin: {exc!r}", file=sys.stderr)
         return 2

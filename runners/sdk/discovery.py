@@ -6,41 +6,19 @@ import its neighbours' code). An entry point that fails to import is a loud erro
 
 from __future__ import annotations
 
-from importlib import metadata
-
 import pluggy
 
 from agenthost.plugins import hookspecs
 from agenthost.plugins.manifest import RunnerManifest
+from agenthost.plugins.plugin_process import DiscoveryError, load_entry_points
 from agenthost.runners.sdk.runner import Runner
 
-
-class DiscoveryError(RuntimeError):
-    pass
-
-
-def _normalise(name: str) -> str:
-    return name.lower().replace("_", "-").replace(".", "-")
+__all__ = ["DiscoveryError", "runner_classes"]
 
 
 def runner_classes(distribution: str) -> dict[str, type[Runner]]:
     """The runner classes the distribution registers, by manifest name."""
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    try:
-        dist = metadata.distribution(distribution)
-    except metadata.PackageNotFoundError:
-        raise DiscoveryError(f"distribution {distribution!r} is not installed in this environment") from None
-    eps = [ep for ep in dist.entry_points if ep.group == hookspecs.ENTRY_POINT_GROUP]
-    if not eps:
-        raise DiscoveryError(f"{distribution} declares no [{hookspecs.ENTRY_POINT_GROUP}] entry points")
-    for ep in eps:
-        try:
-            plugin = ep.load()
-        except Exception as exc:
-            raise DiscoveryError(f"entry point {ep.name} = {ep.value} failed to import: {exc!r}") from exc
-        pm.register(plugin, name=f"{_normalise(distribution)}:{ep.name}")
-    return _collect(pm)
+    return _collect(load_entry_points(distribution, hookspecs.ENTRY_POINT_GROUP))
 
 
 def _collect(pm: pluggy.PluginManager) -> dict[str, type[Runner]]:

@@ -1,0 +1,87 @@
+"""The plugin process's side of the host's spawn protocol, one for both plugin kinds (the runner SDK's and the
+channel SDK's entry points): the configuration line on stdin, the lifeline (EOF on stdin = the host is gone), and
+loading one distribution's entry points through pluggy. Imports nothing heavy until it is used: a lazy runner reads
+its configuration long before it loads any plugin code."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
+
+    import pluggy
+
+
+class DiscoveryError(RuntimeError):
+    """A plugin's entry points cannot give what the host asked for; the message names the entry point or rule."""
+
+
+def read_config_line(required: Iterable[str]) -> dict[str, Any]:
+    """The configuration line, read from the raw descriptor: nothing may sit in a buffer, because what follows on
+    stdin is only the lifeline's EOF, watched by the event loop. Every `required` key must be a string."""
+    data = b""
+    while b"\n" not in data:
+        chunk = os.read(0, 65536)
+        if not chunk:
+            break
+        data += chunk
+    config = json.loads(data.split(b"\n", 1)[0])
+    if not isinstance(config, dict):
+        raise ValueError("not a JSON object")
+    for key in required:
+        if not isinstance(config.get(key), str):
+            raise KeyError(key)
+    return config
+
+
+def watch_lifeline(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+    """Only the host holds the stdin pipe's write end, so EOF means the host died or let go of us, whichever way
+    it ended (kill -9 included): `stop` is set. Watched by the loop, not a thread: a thread costs an idle process
+    its stack and a malloc arena."""
+
+    def readable() -> None:
+        try:
+            more = os.read(0, 4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            more = b""
+        if not more:
+            loop.remove_reader(0)
+            stop.set()
+
+    os.set_blocking(0, False)
+    loop.add_reader(0, readable)
+
+
+def load_entry_points(distribution: str, group: str) -> pluggy.PluginManager:
+    """A plugin manager holding the entry points of `group` that `distribution` declares, and no one else's
+    (discovery is execution: a plugin process must not import its neighbours' code). An entry point that fails to
+    import is a DiscoveryError naming it, never a skip."""
+    from importlib import metadata
+
+    import pluggy
+
+    from agenthost.plugins import hookspecs
+
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    try:
+        dist = metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        raise DiscoveryError(f"distribution {distribution!r} is not installed in this environment") from None
+    eps = [ep for ep in dist.entry_points if ep.group == group]
+    if not eps:
+        raise DiscoveryError(f"{distribution} declares no [{group}] entry points")
+    prefix = distribution.lower().replace("_", "-").replace(".", "-")
+    for ep in eps:
+        try:
+            plugin = ep.load()
+        except Exception as exc:
+            raise DiscoveryError(f"entry point {ep.name} = {ep.value} failed to import: {exc!r}") from exc
+        pm.register(plugin, name=f"{prefix}:{group}:{ep.name}")
+    return pm
