@@ -322,10 +322,20 @@ async def cmd_status(args: argparse.Namespace, c: HostClient) -> int:
         return 0
     say(f"agenthost {status.version}, pid {status.pid}, serving {status.data_dir}")
     say(f"sandbox: {status.sandbox}")
+    say(f"resource limits: {_resource_limits_line(status.resource_limits)}")
     say(f"runs in flight: {status.runs_in_flight}")
     for p in status.plugins:
         say(f"  {p.plugin_id:24} {p.state:9} restarts={p.restarts} {p.last_error}")
     return 0
+
+
+def _resource_limits_line(rl: Any) -> str:
+    if not rl.on:
+        return f"OFF ({rl.reason}); only no core dumps and {rl.open_files_max} open files per process"
+    return (
+        f"on ({rl.mechanism}): per plugin process {rl.memory_max_bytes // (1024 * 1024)} MiB of memory, "
+        f"{rl.pids_max} processes, {rl.open_files_max} open files"
+    )
 
 
 async def cmd_keys(args: argparse.Namespace, c: HostClient) -> int:

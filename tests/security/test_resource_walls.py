@@ -1,0 +1,187 @@
+"""Resource walls: a plugin that forks or allocates without bound meets its cgroup's caps; the host, other bots and
+the plugin's next runs go on. Real host, real plugin processes (tests/fixtures/faulty-plugin's `forks`, `hog`,
+`limits` commands), caps lowered through agenthost.host.limits.
+
+The cgroup tests need a host that may manage cgroups (root, or a delegated cgroup); CI runs as root, where
+`test_walls_are_on_as_root` makes sure they are not silently skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from agenthost.host import limits
+from agenthost.host.client import HostClient
+from agenthost.host.resource_walls import ResourceWalls
+from agenthost.host.server import Host
+from agenthost.host.supervisor import SupervisorPolicy
+from agenthost.protos import host_pb2 as hpb
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
+FAULTY = str(Path(__file__).parents[1] / "fixtures" / "faulty-plugin")
+POLICY = SupervisorPolicy(
+    start_timeout=20, health_timeout=5, shutdown_grace=0.5, term_grace=0.5, backoff_base=0.05, backoff_max=0.2
+)
+PLUGIN = "agenthost-faulty"
+
+
+def _cgroups_here() -> str | None:
+    """None when this process may manage cgroups, else why not."""
+    walls = ResourceWalls.setup()
+    try:
+        return None if walls.on else walls.reason
+    finally:
+        walls.close()
+
+
+_NO_CGROUPS = _cgroups_here()
+needs_cgroups = pytest.mark.skipif(
+    _NO_CGROUPS is not None and os.geteuid() != 0,
+    reason=f"this user may not manage cgroups ({_NO_CGROUPS}); run as root or in a delegated cgroup",
+)
+
+
+@pytest.fixture
+async def host(tmp_path, monkeypatch):
+    monkeypatch.delenv("AGENTHOST_TEST_FAULT", raising=False)
+    hosts: list[tuple[Host, HostClient]] = []
+
+    async def make(*, builtin: bool = False) -> tuple[Host, HostClient]:
+        h = Host(tmp_path / f"data{len(hosts)}", policy=POLICY, builtin_plugins=builtin)
+        await h.start()
+        client = HostClient(h.admin_address, token=h.admin_token)
+        hosts.append((h, client))
+        await h.install_plugin(FAULTY, offline=True)
+        await client.call("CreateBot", hpb.CreateBotRequest(name="b"))
+        await client.bind("b", "agenthost-faulty/faulty")
+        return h, client
+
+    yield make
+    for h, client in hosts:
+        await client.close()
+        await h.stop()
+
+
+def _group_dirs(h: Host) -> list[Path]:
+    return [d for d in h.resource_walls.host_dirs.values()]
+
+
+def _plugin_group(h: Host):
+    pp = h.supervisor.processes[PLUGIN]
+    return h.resource_walls.groups[pp.proc.pid]
+
+
+@needs_cgroups
+async def test_walls_are_on_as_root(host):
+    h, client = await host()
+    assert h.resource_walls.on, h.resource_walls.reason
+    status = await client.call("GetStatus", hpb.GetStatusRequest())
+    rl = status.resource_limits
+    assert rl.on and rl.mechanism.startswith("cgroup v")
+    assert rl.memory_max_bytes == limits.PLUGIN_MEMORY_MAX_BYTES and rl.pids_max == limits.PLUGIN_PIDS_MAX
+    # The plugin process (bwrap) is in its own group from before its first instruction, and so is the runner it
+    # started: every process of the group is a descendant of it.
+    group = _plugin_group(h)
+    pid = h.supervisor.processes[PLUGIN].proc.pid
+    assert pid in group.pids() and len(group.pids()) >= 2  # bwrap and, below it, the runner
+    assert (await client.send("b", "limits")).run.status == "completed"
+
+
+@needs_cgroups
+async def test_a_fork_bomb_stops_at_the_pids_cap_and_nothing_else_notices(host, monkeypatch):
+    monkeypatch.setattr(limits, "PLUGIN_PIDS_MAX", 64)
+    h, client = await host(builtin=True)
+    await client.call("CreateBot", hpb.CreateBotRequest(name="other"))
+    await client.bind("other", "agenthost/local-agent", {"model": "demo/offline"})
+    group = _plugin_group(h)
+    assert all("pids" not in k or (d / "pids.max").read_text().strip() == "64" for k, d in group.dirs.items())
+
+    dirs = list(group.dirs.values())
+    bomb = await client.send("b", "forks 100000")
+    if bomb.run.status == "completed":  # the runner saw its own fork fail and said so
+        forked, error = re.fullmatch(r"forked (\d+): (.*)", bomb.text).groups()
+        assert 0 < int(forked) < 64, bomb.text
+        assert "Resource temporarily unavailable" in error, error
+        assert len(group.pids()) <= 64
+    else:  # or, short of threads, its gRPC runtime gave up (it aborts when pthread_create fails)
+        assert bomb.run.error_code == "runner_crashed", bomb.run.error_message
+        assert "Resource temporarily unavailable" in (h.data_dir / "logs" / f"{PLUGIN}.log").read_text()
+    # While the plugin sits at its cap, or restarts: the host answers, another bot's runner runs.
+    status = await client.call("GetStatus", hpb.GetStatusRequest())
+    assert status.pid == os.getpid()
+    other = await client.send("other", "hello")
+    assert other.run.status == "completed", other.run.error_message
+
+    # Stopping the plugin (or its crash) takes every process of its group and the group itself.
+    await h.supervisor.stop(PLUGIN)
+    assert not any(d.exists() for d in dirs)
+    await h.supervisor.start(PLUGIN)
+    assert (await client.send("b", "after")).text == "ok: after"
+
+
+@needs_cgroups
+async def test_a_memory_hog_is_killed_with_a_clear_error_and_the_runner_comes_back(host, monkeypatch):
+    monkeypatch.setattr(limits, "PLUGIN_MEMORY_MAX_BYTES", 256 * limits.MiB)
+    h, client = await host()
+    first_pid = h.supervisor.processes[PLUGIN].proc.pid
+    small = await client.send("b", "hog 16")
+    assert small.run.status == "completed" and small.text == "held 16 MiB"
+
+    hog = await client.send("b", "hog 1024")
+    assert hog.run.status == "failed"
+    assert hog.run.error_code == "runner_out_of_memory", hog.run.error_message
+    assert "PLUGIN_MEMORY_MAX_BYTES = 256 MiB" in hog.run.error_message
+
+    after = await client.send("b", "after")  # the supervisor started a fresh process, in a fresh group
+    assert after.run.status == "completed" and after.text == "ok: after"
+    assert h.supervisor.processes[PLUGIN].proc.pid != first_pid
+    assert "PLUGIN_MEMORY_MAX_BYTES" in h.supervisor.processes[PLUGIN].last_error
+
+
+@needs_cgroups
+async def test_cgroups_are_gone_after_host_stop_and_stale_ones_are_swept(host, tmp_path):
+    h, client = await host()
+    dirs = _group_dirs(h)
+    assert dirs and all(d.is_dir() for d in dirs)
+    plugin_dirs = list(_plugin_group(h).dirs.values())
+    # A group left by a host that died (a pid that is not running with that start time), with a process in it.
+    stale = [d.parent / "agenthost-999999999-1-abcdef" for d in dirs]
+    for d in stale:
+        d.mkdir()
+        (d / "p.1").mkdir()
+    await client.close()
+    await h.stop()
+    assert not any(d.exists() for d in dirs + plugin_dirs)
+
+    second = Host(tmp_path / "again", policy=POLICY, builtin_plugins=False)
+    await second.start()
+    try:
+        assert not any(d.exists() for d in stale)
+    finally:
+        await second.stop()
+    for d in stale:  # in case the sweep failed, so a failing run leaves nothing behind
+        for p in (d / "p.1", d):
+            if p.exists():
+                p.rmdir()
+
+
+async def test_without_cgroups_the_host_runs_plugins_with_rlimits_and_says_so(host, monkeypatch, caplog):
+    monkeypatch.setenv("AGENTHOST_NO_CGROUPS", "1")
+    h, client = await host()
+    assert not h.resource_walls.on
+    assert "RESOURCE LIMITS ARE OFF" in caplog.text and "Delegate=yes" in caplog.text
+    rl = (await client.call("GetStatus", hpb.GetStatusRequest())).resource_limits
+    assert not rl.on and "Delegate=yes" in rl.reason and rl.memory_max_bytes == 0
+    seen = json.loads((await client.send("b", "limits")).text)
+    assert seen["core"] == [0, 0]
+    assert seen["nofile"][1] <= limits.PLUGIN_OPEN_FILES_MAX
+    # A plugin without caps can use more than the cap the walls would set (the "before" of the attacks above).
+    monkeypatch.setattr(limits, "PLUGIN_PIDS_MAX", 64)
+    bomb = await client.send("b", "forks 100")
+    assert bomb.text == "forked 100: none"
+    assert (await client.send("b", "reap")).text == "reaped 100"
