@@ -809,7 +809,8 @@ async def serve(
         metrics_line += f"\n  gateway: http://{host.gateway.address}/v1 (OpenAI-compatible)"
     print(
         f"agenthost serving {host.data_dir}\n  admin: {host.admin_address}\n  run API: {host.api_address}\n"
-        f"  sandbox: {host.sandbox_status}\n  log: {logs.logs_dir(host.data_dir) / logs.HOST_LOG}{metrics_line}",
+        f"  sandbox: {host.sandbox_status}\n  resource limits: {host.resource_walls.describe()}\n"
+        f"  log: {logs.logs_dir(host.data_dir) / logs.HOST_LOG}{metrics_line}",
         flush=True,
     )
     await stopping.wait()

@@ -89,6 +89,7 @@ class PluginGroup:
     dirs: dict[str, Path]  # controller ("memory", "pids", "cpu"; "unified" on v2) → directory
     caps: Caps
     _oom_kills: int = 0
+    _forks_refused: int = 0
 
     @property
     def procs_files(self) -> list[bytes]:
@@ -106,6 +107,17 @@ class PluginGroup:
                     if key == "oom_kill":
                         self._oom_kills = max(self._oom_kills, int(value))
         return self._oom_kills
+
+    def forks_refused(self) -> int:
+        """How many forks (or new threads) the process cap refused; kept like oom_kills."""
+        pids = self.dirs.get("unified") or self.dirs.get("pids")
+        if pids is not None:
+            with contextlib.suppress(OSError, ValueError):
+                for line in (pids / "pids.events").read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key == "max":
+                        self._forks_refused = max(self._forks_refused, int(value))
+        return self._forks_refused
 
     def pids(self) -> set[int]:
         found: set[int] = set()
@@ -127,6 +139,7 @@ class PluginGroup:
     def remove(self, timeout: float = 5.0) -> bool:
         """Kills what is left and removes the directories (dying processes keep a group busy for a moment)."""
         self.oom_kills()
+        self.forks_refused()
         deadline = time.monotonic() + timeout
         while True:
             self.kill()

@@ -414,7 +414,12 @@ class Supervisor:
                 "was killed by the kernel's out-of-memory killer: its processes passed the per-plugin memory cap "
                 f"PLUGIN_MEMORY_MAX_BYTES = {human_bytes(cap)}"
             )
-        return describe_exit(proc.returncode, sandboxed=self.sandboxed)
+        how = describe_exit(proc.returncode, sandboxed=self.sandboxed)
+        group = self._groups.get(proc)
+        if group is not None and group.forks_refused():
+            # Short of processes (a fork bomb in a tool command, say), a runtime that cannot start a thread aborts.
+            how += f" after its processes reached the per-plugin process cap PLUGIN_PIDS_MAX = {group.caps.pids_max}"
+        return how
 
     async def _handshake(
         self, pp: PluginProcess, proc: asyncio.subprocess.Process, listen: str, log_path: Path

@@ -110,6 +110,7 @@ async def test_a_fork_bomb_stops_at_the_pids_cap_and_nothing_else_notices(host, 
         assert len(group.pids()) <= 64
     else:  # or, short of threads, its gRPC runtime gave up (it aborts when pthread_create fails)
         assert bomb.run.error_code == "runner_crashed", bomb.run.error_message
+        assert "PLUGIN_PIDS_MAX = 64" in bomb.run.error_message
         assert "Resource temporarily unavailable" in (h.data_dir / "logs" / f"{PLUGIN}.log").read_text()
     # While the plugin sits at its cap, or restarts: the host answers, another bot's runner runs.
     status = await client.call("GetStatus", hpb.GetStatusRequest())
@@ -180,8 +181,62 @@ async def test_without_cgroups_the_host_runs_plugins_with_rlimits_and_says_so(ho
     seen = json.loads((await client.send("b", "limits")).text)
     assert seen["core"] == [0, 0]
     assert seen["nofile"][1] <= limits.PLUGIN_OPEN_FILES_MAX
-    # A plugin without caps can use more than the cap the walls would set (the "before" of the attacks above).
+    # Nothing holds a plugin to the caps then (the "before" of the attacks above, with the same lowered caps).
     monkeypatch.setattr(limits, "PLUGIN_PIDS_MAX", 64)
+    monkeypatch.setattr(limits, "PLUGIN_MEMORY_MAX_BYTES", 256 * limits.MiB)
     bomb = await client.send("b", "forks 100")
     assert bomb.text == "forked 100: none"
     assert (await client.send("b", "reap")).text == "reaped 100"
+    assert (await client.send("b", "hog 384")).text == "held 384 MiB"
+
+
+def test_cgroup_v2_layout_on_a_stand_in_hierarchy(tmp_path, monkeypatch):
+    """The v2 steps (this machine mounts v1 controllers) against a directory standing in for a delegated cgroup:
+    the host moves itself into a leaf, enables the controllers, and each plugin group gets its caps."""
+    from agenthost.host import resource_walls as rw
+
+    monkeypatch.delenv("AGENTHOST_NO_CGROUPS", raising=False)
+    mount = tmp_path / "cgroup"
+    scope = mount / "user.slice" / "agenthost.scope"
+    scope.mkdir(parents=True)
+    (scope / "cgroup.controllers").write_text("cpu memory pids\n")
+    (scope / "cgroup.subtree_control").write_text("")
+    monkeypatch.setattr(rw, "_mounts", lambda: [("/", str(mount), "cgroup2", {"rw"})])
+    monkeypatch.setattr(rw, "_own_cgroups", lambda: {"": "/user.slice/agenthost.scope"})
+    monkeypatch.setattr(limits, "PLUGIN_MEMORY_MAX_BYTES", 300 * limits.MiB)
+
+    walls = rw.ResourceWalls.setup()
+    assert walls.on and walls.mechanism == "cgroup v2", walls.reason
+    assert (scope / rw.LEAF / "cgroup.procs").read_text() == str(os.getpid())
+    (host_dir,) = walls.host_dirs.values()
+    assert host_dir.parent == scope and rw._GROUP.match(host_dir.name)
+    group = walls.new_group("some/plugin")
+    (d,) = group.dirs.values()
+    assert d.parent == host_dir and "/" not in d.name
+    assert (d / "memory.max").read_text() == str(300 * limits.MiB)
+    assert (d / "pids.max").read_text() == str(limits.PLUGIN_PIDS_MAX)
+    (d / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+    assert group.oom_kills() == 1
+    argv = walls.command(["bwrap", "x"], group)
+    assert argv[:2] == ["/bin/sh", "-c"] and argv[-2:] == ["bwrap", "x"]
+    assert f"echo 0 > {d / 'cgroup.procs'}" in argv[2] and "ulimit -c 0" in argv[2]
+
+    # A second host in the same process finds itself in the leaf already and uses the same delegated cgroup.
+    monkeypatch.setattr(rw, "_own_cgroups", lambda: {"": f"/user.slice/agenthost.scope/{rw.LEAF}"})
+    (scope / "cgroup.subtree_control").write_text("+memory +pids")
+    again = rw.ResourceWalls.setup()
+    assert again.on and next(iter(again.host_dirs.values())).parent == scope
+
+
+def test_an_undelegated_v2_cgroup_turns_the_walls_off_with_the_reason(tmp_path, monkeypatch):
+    from agenthost.host import resource_walls as rw
+
+    monkeypatch.delenv("AGENTHOST_NO_CGROUPS", raising=False)
+    scope = tmp_path / "cgroup" / "session.scope"
+    scope.mkdir(parents=True)
+    (scope / "cgroup.controllers").write_text("memory\n")  # pids not delegated
+    monkeypatch.setattr(rw, "_mounts", lambda: [("/", str(tmp_path / "cgroup"), "cgroup2", {"rw"})])
+    monkeypatch.setattr(rw, "_own_cgroups", lambda: {"": "/session.scope"})
+    walls = rw.ResourceWalls.setup()
+    assert not walls.on and "pids not available" in walls.reason and walls.new_group("p") is None
+    assert "ulimit -c 0" in walls.command(["x"], None)[2]
