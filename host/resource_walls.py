@@ -7,7 +7,7 @@ until the process table is full or allocate until the kernel kills something the
 
 Each plugin process joins its cgroup in a shell prologue (`ResourceWalls.command`) that then execs bwrap, so the
 sandbox and everything it starts are inside before any plugin code runs. Groups live under one directory per host
-instance, `agenthost-<pid>-<starttime>-<nonce>`, next to the host's own cgroup; `sweep_stale` removes those of
+instance, `agenthost-<pidns>-<pid>-<starttime>-<nonce>`, next to the host's own cgroup; `sweep_stale` removes those of
 hosts that are gone, `close` removes this host's.
 
 cgroup v2 (unified): the host's cgroup must be delegated to it (root, or a systemd unit with Delegate=yes). The
@@ -39,10 +39,11 @@ from agenthost.host import limits
 log = logging.getLogger(__name__)
 
 LEAF = "agenthost.leaf"  # the v2 leaf the host moves itself into (see the module doc)
-_GROUP = re.compile(r"^agenthost-(\d+)-(\d+)-[0-9a-f]+$")
+# agenthost-<pid namespace inode>-<pid>-<start time>-<nonce>: a host's pid means something only in its namespace.
+_GROUP = re.compile(r"^agenthost-(\d+)-(\d+)-(\d+)-[0-9a-f]+$")
 ENABLE_HINT = (
-    "run the host with a delegated cgroup, e.g. `systemd-run --user --scope -p Delegate=yes agenthost serve`, "
-    "or as a systemd service with Delegate=yes (root needs nothing more)"
+    "run the host in a cgroup of its own delegated to it: `systemd-run --user --scope -p Delegate=yes agenthost "
+    "serve` (as root, without --user), or a systemd service with Delegate=yes"
 )
 
 
@@ -53,6 +54,13 @@ def proc_start_time(pid: int) -> str | None:
     except OSError:
         return None
     return stat.rsplit(")", 1)[1].split()[19]
+
+
+def _pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
 
 
 def human_bytes(n: int) -> str:
@@ -177,7 +185,7 @@ class ResourceWalls:
         """Finds a cgroup hierarchy this host may manage and makes this host's group in it; never raises."""
         if os.environ.get("AGENTHOST_NO_CGROUPS") == "1":
             return cls(reason="turned off with AGENTHOST_NO_CGROUPS=1")
-        token = f"agenthost-{os.getpid()}-{proc_start_time(os.getpid()) or 0}-{secrets.token_hex(3)}"
+        token = f"agenthost-{_pid_namespace()}-{os.getpid()}-{proc_start_time(os.getpid()) or 0}-{secrets.token_hex(3)}"
         reasons = []
         for attempt in (_setup_v2, _setup_v1):
             try:
@@ -196,14 +204,15 @@ class ResourceWalls:
         """Removes the groups of host instances that are gone (their pid and start time no longer match),
         killing anything left in them. Returns how many it removed."""
         removed = 0
+        namespace = str(_pid_namespace())
         for mine in self.host_dirs.values():
             with contextlib.suppress(OSError):
                 for entry in mine.parent.iterdir():
                     match = _GROUP.match(entry.name)
                     if not match or entry == mine or not entry.is_dir():
                         continue
-                    if proc_start_time(int(match[1])) == match[2]:
-                        continue  # another live host's
+                    if match[1] != namespace or proc_start_time(int(match[2])) == match[3]:
+                        continue  # another live host's, or one whose pid this host cannot check
                     removed += _remove_tree(entry, self.version)
         return removed
 

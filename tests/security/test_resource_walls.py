@@ -151,7 +151,12 @@ async def test_cgroups_are_gone_after_host_stop_and_stale_ones_are_swept(host, t
     assert dirs and all(d.is_dir() for d in dirs)
     plugin_dirs = list(_plugin_group(h).dirs.values())
     # A group left by a host that died (a pid that is not running with that start time), with a process in it.
-    stale = [d.parent / "agenthost-999999999-1-abcdef" for d in dirs]
+    namespace = os.stat("/proc/self/ns/pid").st_ino
+    stale = [d.parent / f"agenthost-{namespace}-999999999-1-abcdef" for d in dirs]
+    # One of another pid namespace: its host may be alive where this one cannot see it, so it is left alone.
+    foreign = [d.parent / "agenthost-1-999999999-1-abcdef" for d in dirs]
+    for d in foreign:
+        d.mkdir()
     for d in stale:
         d.mkdir()
         (d / "p.1").mkdir()
@@ -163,8 +168,11 @@ async def test_cgroups_are_gone_after_host_stop_and_stale_ones_are_swept(host, t
     await second.start()
     try:
         assert not any(d.exists() for d in stale)
+        assert all(d.exists() for d in foreign)
     finally:
         await second.stop()
+        for d in foreign:
+            d.rmdir()
     for d in stale:  # in case the sweep failed, so a failing run leaves nothing behind
         for p in (d / "p.1", d):
             if p.exists():
