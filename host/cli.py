@@ -322,10 +322,20 @@ async def cmd_status(args: argparse.Namespace, c: HostClient) -> int:
         return 0
     say(f"agenthost {status.version}, pid {status.pid}, serving {status.data_dir}")
     say(f"sandbox: {status.sandbox}")
+    say(f"resource limits: {_resource_limits_line(status.resource_limits)}")
     say(f"runs in flight: {status.runs_in_flight}")
     for p in status.plugins:
         say(f"  {p.plugin_id:24} {p.state:9} restarts={p.restarts} {p.last_error}")
     return 0
+
+
+def _resource_limits_line(rl: Any) -> str:
+    if not rl.on:
+        return f"OFF ({rl.reason}); only no core dumps and {rl.open_files_max} open files per process"
+    return (
+        f"on ({rl.mechanism}): per plugin process {rl.memory_max_bytes // (1024 * 1024)} MiB of memory, "
+        f"{rl.pids_max} processes, {rl.open_files_max} open files"
+    )
 
 
 async def cmd_keys(args: argparse.Namespace, c: HostClient) -> int:
@@ -799,7 +809,8 @@ async def serve(
         metrics_line += f"\n  gateway: http://{host.gateway.address}/v1 (OpenAI-compatible)"
     print(
         f"agenthost serving {host.data_dir}\n  admin: {host.admin_address}\n  run API: {host.api_address}\n"
-        f"  sandbox: {host.sandbox_status}\n  log: {logs.logs_dir(host.data_dir) / logs.HOST_LOG}{metrics_line}",
+        f"  sandbox: {host.sandbox_status}\n  resource limits: {host.resource_walls.describe()}\n"
+        f"  log: {logs.logs_dir(host.data_dir) / logs.HOST_LOG}{metrics_line}",
         flush=True,
     )
     await stopping.wait()

@@ -12,6 +12,7 @@ re-exported here so the whole budget reads in one file.
 from __future__ import annotations
 
 import logging
+import os
 import resource
 
 from agenthost.protos import media, wire
@@ -24,6 +25,24 @@ MiB = 1024 * KiB
 GiB = 1024 * MiB
 
 __all__ = ["MAX_BATCH_BYTES", "MAX_EVENT_BYTES", "MAX_MESSAGE_BYTES", "raise_fd_limit"]
+
+
+def _env_int(name: str, default: int, *, minimum: int) -> int:
+    """An integer cap the user may set in the host's environment; a value that does not parse (or is too small to
+    start anything) is logged and ignored."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        log.error("ignoring %s=%r: not an integer; using %d", name, raw, default)
+        return default
+    if value < minimum:
+        log.error("ignoring %s=%d: below the least that works, %d; using %d", name, value, minimum, default)
+        return default
+    return value
+
 
 # ---- state (per scope: a run's, a conversation's, an actor's, a binding's, a runner's) ----
 
@@ -167,6 +186,26 @@ WRITE_QUEUE_MAX_BYTES = 64 * MiB
 # more before committing. Every commit syncs the WAL (synchronous=FULL): without the window a fast stream paid one
 # fsync per runner message. An awaited write arriving meanwhile is committed at once, with what is already there.
 WRITE_GROUP_COMMIT_SECONDS = 0.003
+
+
+# ---- plugin processes (agenthost.host.resource_walls) ----
+
+# Each plugin process, with everything it starts (bwrap, tool commands, harness CLIs), lives in its own cgroup
+# when the host can manage cgroups. Memory (RAM and swap) it may use: past this the kernel's OOM killer ends its
+# largest process, and a run whose runner it was fails with `runner_out_of_memory`. Claude Code or Codex (node)
+# take about 0.5 GiB, the local agent far less; the rest is room for what their commands build and run.
+# Override per host with AGENTHOST_PLUGIN_MEMORY_MAX_BYTES.
+PLUGIN_MEMORY_MAX_BYTES = _env_int("AGENTHOST_PLUGIN_MEMORY_MAX_BYTES", 4 * GiB, minimum=32 * MiB)
+# Processes and threads at once: a fork bomb inside a sandbox stops here (forks fail with EAGAIN) while the host
+# and other plugins go on. node alone runs ~15 threads; a build with parallel jobs a few hundred.
+# Override per host with AGENTHOST_PLUGIN_PIDS_MAX.
+PLUGIN_PIDS_MAX = _env_int("AGENTHOST_PLUGIN_PIDS_MAX", 1024, minimum=16)
+# CPU weight (cgroup v2 scale, 100 = the default; v1 shares are scaled from it). Every plugin group sits under one
+# group for the host's plugins, so under contention all plugins together get about as much CPU as the host.
+PLUGIN_CPU_WEIGHT = 100
+# Open descriptors per process of a plugin (RLIMIT_NOFILE, no privilege needed: applies even without cgroups).
+# The host raises its own limit very high (raise_fd_limit); a plugin does not inherit that.
+PLUGIN_OPEN_FILES_MAX = 65536
 
 
 def raise_fd_limit() -> tuple[int, int]:

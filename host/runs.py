@@ -46,7 +46,7 @@ from agenthost.host.store.conversations import Conversations, NewItem
 from agenthost.host.store.registry import Registry
 from agenthost.host.store.runs import RunStore
 from agenthost.host.store.state import StateStore
-from agenthost.host.supervisor import PluginStartError, Supervisor, describe_exit
+from agenthost.host.supervisor import PluginStartError, Supervisor
 from agenthost.plugins.manifest import RunnerManifest
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
@@ -544,12 +544,10 @@ class RunManager:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(proc.wait()), 2.0)
             if proc.returncode is not None:
+                # The memory cap has its own code: the fix is a smaller job or a larger cap, not a bug hunt.
+                code = "runner_out_of_memory" if self.supervisor.out_of_memory(proc) else "runner_crashed"
                 self._set_outcome(
-                    st,
-                    "failed",
-                    "runner_crashed",
-                    f"runner process {describe_exit(proc.returncode, sandboxed=self.supervisor.sandboxed)} "
-                    "during the run",
+                    st, "failed", code, f"runner process {self.supervisor.describe_end(proc)} during the run"
                 )
                 return
         self._set_outcome(st, "failed", "runner_unavailable", detail)

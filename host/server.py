@@ -41,6 +41,7 @@ from agenthost.host.logs import install as install_logging
 from agenthost.host.metrics import MetricsServer, parse_address
 from agenthost.host.observability import Observer, observed_auth
 from agenthost.host.private_files import make_private_dir, tighten
+from agenthost.host.resource_walls import ENABLE_HINT, Caps, ResourceWalls
 from agenthost.host.run_api import RunAPIServicer, add_servicer
 from agenthost.host.runs import RunManager, parse_runner_id
 from agenthost.host.store.artifacts import ArtifactStore
@@ -116,6 +117,7 @@ class Host:
         self.policy = policy or SupervisorPolicy()
         self.builtin_plugins = builtin_plugins
         self.unsafe_no_sandbox = unsafe_no_sandbox
+        self.resource_walls = ResourceWalls(reason="the host has not started")
         self.sandbox_status = ""
         self.started_at = 0.0
         self._lock_fd: int | None = None
@@ -137,6 +139,7 @@ class Host:
                 self._logging = install_logging(self.data_dir, self.log_level, redactor=Redactor(self.secret_values))
             await self._start()
         except BaseException:
+            self.resource_walls.close()
             await self._stop_observing()
             self._release_lock()
             raise
@@ -195,6 +198,7 @@ class Host:
         self.credentials = Credentials(self.data_dir)
         self.keys = KeyStore(self.data_dir)
         self.sandbox_status = self._sandbox_mode()
+        self.resource_walls = self._resource_walls()
         self.db = Database(self.data_dir / "agenthost.db")
         await self.db.open()
         secret_row = self.db.query_one("SELECT value FROM meta WHERE key = 'cursor_secret'")
@@ -226,6 +230,7 @@ class Host:
             on_ready=self._record_manifests,
             sandboxed=self.sandbox_status == "on",
             observer=self.observer,
+            walls=self.resource_walls,
         )
         swept = await self.supervisor.sweep_orphans()
         interrupted = await self.run_store.interrupt_unfinished()
@@ -263,6 +268,22 @@ class Host:
             return f"disabled by the user: {reason}"
         log.error("no sandbox here, so only built-in runners will start, unsandboxed: %s", reason)
         return f"off: {reason}"
+
+    def _resource_walls(self) -> ResourceWalls:
+        walls = ResourceWalls.setup()
+        if walls.on:
+            stale = walls.sweep_stale()
+            if stale:
+                log.warning("removed %d cgroups of hosts that are gone", stale)
+            log.info("resource limits %s", walls.describe())
+        else:
+            log.warning(
+                "RESOURCE LIMITS ARE OFF: a plugin process can use all memory and fork without bound (%s); to turn "
+                "them on, %s",
+                walls.reason,
+                ENABLE_HINT,
+            )
+        return walls
 
     def check_walls(self, plugin: PluginRecord) -> None:
         """Third-party code never runs without walls unless the user said so."""
@@ -353,6 +374,7 @@ class Host:
         for task in list(self._background):
             task.cancel()
         await self.supervisor.stop_all()
+        await asyncio.to_thread(self.resource_walls.close)
         for server in self._servers:
             await server.stop(grace=1.0)
         self._servers.clear()
@@ -579,4 +601,14 @@ class Host:
             plugins=self.plugin_infos(),
             sandbox=self.sandbox_status,
             runs_in_flight=self.runs.in_flight(),
+            resource_limits=self._resource_limits_status(),
         )
+
+    def _resource_limits_status(self) -> hpb.ResourceLimits:
+        walls, caps = self.resource_walls, Caps.current()
+        status = hpb.ResourceLimits(on=walls.on, mechanism=walls.mechanism, open_files_max=caps.open_files_max)
+        if walls.on:
+            status.memory_max_bytes, status.pids_max = caps.memory_max_bytes, caps.pids_max
+        else:
+            status.reason = f"{walls.reason}; to turn them on, {ENABLE_HINT}"
+        return status

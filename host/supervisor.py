@@ -19,7 +19,9 @@ Walls: each plugin process runs inside a bubblewrap sandbox (agenthost.plugins.s
 and sees the read-only system and interpreter, its own environment (read-only), its own data dir, its own socket
 directory and the run API socket — never admin.sock, the database, other plugins' files or the host's /proc. Its
 environment is an allowlist: no provider key, no host secret. Network only for built-ins and for plugins whose
-manifest asked and whose user accepted at install.
+manifest asked and whose user accepted at install. Resource walls (agenthost.host.resource_walls): each process
+joins its own cgroup (memory and process caps) before exec where the host can manage cgroups, and gets rlimits
+(no core dumps) everywhere.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import shutil
 import signal
 import sqlite3
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +48,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from agenthost.host.grants import RunRegistry, new_token
 from agenthost.host.logs import RotatingFile, pump
 from agenthost.host.observability import Observer
+from agenthost.host.resource_walls import PluginGroup, ResourceWalls, human_bytes
+from agenthost.host.resource_walls import proc_start_time as _proc_start_time
 from agenthost.host.store.db import Database
 from agenthost.plugins import sandbox
 from agenthost.plugins.manifest import ManifestError, RunnerManifest
@@ -89,14 +94,6 @@ class PluginSpec:
 
 class PluginStartError(RuntimeError):
     pass
-
-
-def _proc_start_time(pid: int) -> str | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22: starttime, in clock ticks since boot
 
 
 def describe_exit(returncode: int | None, *, sandboxed: bool = False) -> str:
@@ -155,6 +152,7 @@ class Supervisor:
         on_ready: Callable[[str, dict[str, RunnerManifest]], Awaitable[None]] | None = None,
         sandboxed: bool = True,
         observer: Observer | None = None,
+        walls: ResourceWalls | None = None,
     ) -> None:
         self.db = db
         self.observer = observer or Observer()
@@ -171,6 +169,10 @@ class Supervisor:
         self.sandboxed = sandboxed
         self.processes: dict[str, PluginProcess] = {}
         self._counter = 0
+        # Cgroups (when on) and rlimits of plugin processes; off = rlimits only. The group of each process started
+        # stays readable after it ends, so how it ended (the memory cap?) can be told to the runs it was serving.
+        self.walls = walls or ResourceWalls(reason="not set up")
+        self._groups: weakref.WeakKeyDictionary[asyncio.subprocess.Process, PluginGroup] = weakref.WeakKeyDictionary()
 
     # ---- orphan sweep ----
 
@@ -243,12 +245,14 @@ class Supervisor:
                         await self.on_ready(pp.spec.plugin_id, pp.manifests)
                     pp.set_state("ready")
                     self.observer.plugin_ready(pp.spec.plugin_id, pp.proc.pid, sorted(pp.manifests))
-                    returncode = await pp.proc.wait()
+                    await pp.proc.wait()
+                    # Not "ready" while its channel is being closed: a run arriving now waits for the restart.
+                    pp.set_state("backoff")
                     alive = time.monotonic() - pp.started_at
                     await self._forget_process(pp)
                     if pp.stopping:
                         break
-                    pp.last_error = f"{pp.spec.kind} process {describe_exit(returncode, sandboxed=self.sandboxed)}"
+                    pp.last_error = f"{pp.spec.kind} process {self.describe_end(pp.proc)}"
                     self.observer.plugin_failed(pp.spec.plugin_id, pp.last_error, crashed=True)
                     if alive >= self.policy.stable_after:
                         pp.consecutive_failures = 0
@@ -318,18 +322,30 @@ class Supervisor:
             except sandbox.SandboxUnavailable as exc:
                 raise PluginStartError(f"cannot sandbox the {spec.kind} process: {exc}") from None
         pp.sock_dir = sock_dir
+        try:
+            group = self.walls.new_group(spec.plugin_id)
+        except OSError as exc:
+            raise PluginStartError(f"cannot make the {spec.kind} process's cgroup: {exc}") from None
         # stderr comes through a pipe and the host writes it, so the log rotates by size whatever the child does
         # (a child holding the file itself could grow it past any rotation).
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=data_dir,
-            env=env,
-            start_new_session=True,
-            limit=64 * 1024,
-        )
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.walls.command(argv, group),  # in its cgroup before bwrap or plugin code runs
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=data_dir,
+                env=env,
+                start_new_session=True,
+                limit=64 * 1024,
+            )
+        except OSError as exc:
+            if group is not None:
+                await asyncio.to_thread(group.remove)
+            raise PluginStartError(f"cannot start the {spec.kind} process: {exc}") from None
+        if group is not None:
+            self.walls.adopt(proc.pid, group)
+            self._groups[proc] = group
         sink = self._logs.get(spec.plugin_id)
         if sink is None or sink.path != log_path:
             sink = self._logs[spec.plugin_id] = RotatingFile(log_path)
@@ -384,6 +400,27 @@ class Supervisor:
         # Drain stdout for the rest of the process's life so a chatty runner can never block on a full pipe.
         asyncio.create_task(_drain(proc.stdout))
 
+    def out_of_memory(self, proc: asyncio.subprocess.Process) -> bool:
+        """Whether the kernel killed this ended plugin process for passing its cgroup's memory cap."""
+        group = self._groups.get(proc)
+        killed = proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL)
+        return group is not None and killed and group.oom_kills() > 0
+
+    def describe_end(self, proc: asyncio.subprocess.Process) -> str:
+        """How a plugin process ended, naming the memory cap when that is what ended it."""
+        if self.out_of_memory(proc):
+            cap = self._groups[proc].caps.memory_max_bytes
+            return (
+                "was killed by the kernel's out-of-memory killer: its processes passed the per-plugin memory cap "
+                f"PLUGIN_MEMORY_MAX_BYTES = {human_bytes(cap)}"
+            )
+        how = describe_exit(proc.returncode, sandboxed=self.sandboxed)
+        group = self._groups.get(proc)
+        if group is not None and group.forks_refused():
+            # Short of processes (a fork bomb in a tool command, say), a runtime that cannot start a thread aborts.
+            how += f" after its processes reached the per-plugin process cap PLUGIN_PIDS_MAX = {group.caps.pids_max}"
+        return how
+
     async def _handshake(
         self, pp: PluginProcess, proc: asyncio.subprocess.Process, listen: str, log_path: Path
     ) -> None:
@@ -395,14 +432,13 @@ class Supervisor:
         except ValueError:
             raise PluginStartError("unrecognized handshake: a line longer than 64 KiB on stdout") from None
         if not line:
-            returncode = await proc.wait()
+            await proc.wait()
             if pp.log_pump is not None:
                 # Its last words may still be in the pipe; a grandchild holding the pipe must not hold us here.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(pp.log_pump), 1.0)
             raise PluginStartError(
-                f"{pp.spec.kind} process {describe_exit(returncode, sandboxed=self.sandboxed)} before the handshake: "
-                f"{_tail(log_path)}"
+                f"{pp.spec.kind} process {self.describe_end(proc)} before the handshake: {_tail(log_path)}"
             )
         text = line.decode(errors="replace").strip()
         parts = text.split("|")
@@ -442,6 +478,10 @@ class Supervisor:
             # The group may still hold grandchildren the runner spawned; they go with it.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+            group = self.walls.groups.pop(pid, None)
+            if group is not None:
+                # Whatever left the process group (setsid) is still in the cgroup: it goes too.
+                await asyncio.to_thread(group.remove)
         with contextlib.suppress(sqlite3.Error):
             await self.db.write(
                 lambda conn: conn.execute("DELETE FROM plugin_processes WHERE plugin_id = ?", (pp.spec.plugin_id,))

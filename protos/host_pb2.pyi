@@ -102,7 +102,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HostStatus(_message.Message):
-    __slots__ = ("version", "data_dir", "pid", "started_at", "plugins", "sandbox", "runs_in_flight")
+    __slots__ = ("version", "data_dir", "pid", "started_at", "plugins", "sandbox", "runs_in_flight", "resource_limits")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DATA_DIR_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +110,7 @@ class HostStatus(_message.Message):
     PLUGINS_FIELD_NUMBER: _ClassVar[int]
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
     RUNS_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_LIMITS_FIELD_NUMBER: _ClassVar[int]
     version: str
     data_dir: str
     pid: int
@@ -117,7 +118,24 @@ class HostStatus(_message.Message):
     plugins: _containers.RepeatedCompositeFieldContainer[PluginInfo]
     sandbox: str
     runs_in_flight: int
-    def __init__(self, version: _Optional[str] = ..., data_dir: _Optional[str] = ..., pid: _Optional[int] = ..., started_at: _Optional[float] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., sandbox: _Optional[str] = ..., runs_in_flight: _Optional[int] = ...) -> None: ...
+    resource_limits: ResourceLimits
+    def __init__(self, version: _Optional[str] = ..., data_dir: _Optional[str] = ..., pid: _Optional[int] = ..., started_at: _Optional[float] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., sandbox: _Optional[str] = ..., runs_in_flight: _Optional[int] = ..., resource_limits: _Optional[_Union[ResourceLimits, _Mapping]] = ...) -> None: ...
+
+class ResourceLimits(_message.Message):
+    __slots__ = ("on", "mechanism", "memory_max_bytes", "pids_max", "open_files_max", "reason")
+    ON_FIELD_NUMBER: _ClassVar[int]
+    MECHANISM_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PIDS_MAX_FIELD_NUMBER: _ClassVar[int]
+    OPEN_FILES_MAX_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    on: bool
+    mechanism: str
+    memory_max_bytes: int
+    pids_max: int
+    open_files_max: int
+    reason: str
+    def __init__(self, on: _Optional[bool] = ..., mechanism: _Optional[str] = ..., memory_max_bytes: _Optional[int] = ..., pids_max: _Optional[int] = ..., open_files_max: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class InstallPluginRequest(_message.Message):
     __slots__ = ("source", "offline", "allow_network", "require_hashes")

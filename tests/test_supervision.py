@@ -101,7 +101,7 @@ async def test_crash_mid_run_fails_the_run_and_the_plugin_restarts(host):
     assert "SIGKILL" in result.run.error_message
     assert "about to crash" in result.run.text  # what was streamed before the crash is kept
     ok = await client.send("b", "after")  # the supervisor restarted it
-    assert ok.run.status == "completed" and ok.text == "ok: after"
+    assert ok.run.status == "completed" and ok.text == "ok: after", ok.run.error_message
     assert h.supervisor.processes["agenthost-faulty"].proc.pid != first_pid
 
 
