@@ -205,10 +205,11 @@ class Gateway:
         )
 
     async def _start(
-        self, send: hpb.SendMessageRequest
+        self, send: hpb.SendMessageRequest, principal: Principal
     ) -> tuple[hpb.RunInfo, AsyncGenerator[hpb.SendMessageReply, None]]:
-        """Records the message and starts its run; a refusal here is an HTTP error with no run behind it."""
-        stream = self.host.runs.send(send)
+        """Records the message and starts its run; a refusal here is an HTTP error with no run behind it. The run and
+        its message event record the gateway key's credential as their sender, as SendMessage does for gRPC callers."""
+        stream = self.host.runs.send(send, origin=principal.name)
         try:
             first = await anext(stream)
         except BaseException:
@@ -234,9 +235,9 @@ class Gateway:
         chat = oa.parse_chat(await bodies.json_object(request, MAX_BODY_BYTES))
         bot = self._bot(principal, chat.model)
         conversation = self._conversation(request, principal, chat.user)
-        run, stream = await self._start(
-            self._send_request(principal, bot, conversation, chat.text, chat.user, "chat.completions", chat.attachments)
-        )
+        endpoint = "chat.completions"
+        send = self._send_request(principal, bot, conversation, chat.text, chat.user, endpoint, chat.attachments)
+        run, stream = await self._start(send, principal)
         headers = _run_headers(run)
         async with contextlib.aclosing(stream):
             if chat.stream:
@@ -323,9 +324,8 @@ class Gateway:
             bot = self._bot(principal, req.model)
             conversation = self._conversation(request, principal, req.user)
         model = req.model or bot.name
-        run, stream = await self._start(
-            self._send_request(principal, bot, conversation, req.text, req.user, "responses", req.attachments)
-        )
+        send = self._send_request(principal, bot, conversation, req.text, req.user, "responses", req.attachments)
+        run, stream = await self._start(send, principal)
         headers = _run_headers(run)
         async with contextlib.aclosing(stream):
             if req.stream:

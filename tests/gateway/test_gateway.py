@@ -59,6 +59,9 @@ async def test_chat_completion_sends_only_the_last_user_message_and_reports_usag
     assert raw.headers["x-agenthost-run"] == run.run_id
     assert run.status == "completed" and run.text == REPLY
     assert [t for _, t, _ in Talker.seen] == ["hello"]  # earlier messages are not replayed: the host has them
+    # The run records the gateway key's credential ("app") as its sender, like a gRPC SendMessage does.
+    assert world.host.run_store.get(run.run_id, origin="app") is not None
+    assert world.host.run_store.get(run.run_id, origin="") is None
 
 
 async def test_chat_completion_streams_openai_chunks_with_usage_last(world: World) -> None:
@@ -299,7 +302,7 @@ async def test_resource_exhausted_refusal_is_429_and_retried_by_the_client(
     refusals = 0
     real_send = world.host.runs.send
 
-    async def refusing(request: hpb.SendMessageRequest) -> Any:
+    async def refusing(request: hpb.SendMessageRequest, **options: Any) -> Any:
         nonlocal refusals
         if refusals == 0:
             refusals += 1
@@ -307,7 +310,7 @@ async def test_resource_exhausted_refusal_is_429_and_retried_by_the_client(
             raise errors.ResourceExhausted(
                 "RUNS_MAX_QUEUED = 8192 runs are queued; retry in 2500 ms", retry_after_ms=2500
             )
-        async for reply in real_send(request):
+        async for reply in real_send(request, **options):
             yield reply
 
     monkeypatch.setattr(world.host.runs, "send", refusing)
