@@ -18,6 +18,7 @@ from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
 from agenthost.runners.sdk.testing import HostHarness
+from tests.cli_process import CLI, acli, cli_env
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -254,42 +255,20 @@ async def test_the_wait_is_capped_by_the_runs_deadline(h: HostHarness) -> None:
 # ---- the CLI: `approvals list/approve/deny`, `send --json`, `chat` asking inline ----
 
 
-async def _cli(data_dir: Path, *args: str, stdin: bytes | None = None) -> tuple[int, str, str]:
-    from tests.test_cli import CLI, _env
-
-    proc = await asyncio.create_subprocess_exec(
-        *CLI,
-        "--data-dir",
-        str(data_dir),
-        *args,
-        env=_env(),
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    return proc.returncode or 0, out.decode(), err.decode()
-
-
 @pytest.mark.slow
 async def test_cli_lists_approves_and_refuses_a_second_decision(h: HostHarness) -> None:
     data = h.host.data_dir
     s = Stream(h.client, h.bot, {})
     (req,) = await s.wait_for("approval_requested")
-    code, out, err = await _cli(data, "approvals", "list", "--json")
+    code, out, err = await acli(data, "approvals", "list", "--json")
     assert code == 0, err
     (listed,) = json.loads(out)
     assert listed["approval_id"] == req.approval_id and listed["request"]["tool_name"] == "shell"
-    code, out, _ = await _cli(data, "approvals", "list", "--bot", h.bot)
+    code, out, _ = await acli(data, "approvals", "list", "--bot", h.bot)
     assert "approval needed for shell: rm -rf /tmp/x0" in out and "\x1b" not in out
-    code, out, err = await _cli(data, "approvals", "approve", req.approval_id, "--note", "fine")
+    code, out, err = await acli(data, "approvals", "approve", req.approval_id, "--note", "fine")
     assert code == 0 and f"{req.approval_id}: approved" in out, err
-    code, _, err = await _cli(data, "approvals", "deny", req.approval_id)
+    code, _, err = await acli(data, "approvals", "deny", req.approval_id)
     assert code == 1 and "FAILED_PRECONDITION" in err
     assert (await s.finished()).text == "approved:True:admin:fine"
 
@@ -298,26 +277,24 @@ async def test_cli_lists_approves_and_refuses_a_second_decision(h: HostHarness) 
 async def test_cli_chat_asks_inline_and_send_json_reports_live(h: HostHarness) -> None:
     data = h.host.data_dir
     # chat: the message, then "y" for the approval prompt, then end of input
-    code, out, err = await _cli(data, "chat", h.bot, "--conversation", "chat", stdin=b"{}\ny\n")
+    code, out, err = await acli(data, "chat", h.bot, "--conversation", "chat", stdin=b"{}\ny\n")
     assert code == 0, err
     assert "approval needed for shell" in out and "approve? [y/N]" in out
     assert "approval approved by admin" in out and "approved:True:admin:" in out
     # a "no" (anything but y) denies
-    code, out, _ = await _cli(data, "chat", h.bot, "--conversation", "chat", stdin=b"{}\nnope\n")
+    code, out, _ = await acli(data, "chat", h.bot, "--conversation", "chat", stdin=b"{}\nnope\n")
     assert "denied:False:admin:" in out
 
     # send --json: the request arrives on stderr while the call still waits; a second CLI decides it
-    from tests.test_cli import CLI, _env
-
     proc = await asyncio.create_subprocess_exec(
-        *CLI, "--data-dir", str(data), "send", h.bot, "{}", "--json", env=_env(),
+        *CLI, "--data-dir", str(data), "send", h.bot, "{}", "--json", env=cli_env(),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:
         assert proc.stderr is not None and proc.stdout is not None
         line = await asyncio.wait_for(proc.stderr.readline(), 30)
         live = json.loads(line)["approval_requested"]
-        assert (await _cli(data, "approvals", "deny", live["approval_id"], "--note", "no"))[0] == 0
+        assert (await acli(data, "approvals", "deny", live["approval_id"], "--note", "no"))[0] == 0
         out = await asyncio.wait_for(proc.stdout.read(), 30)
         assert await asyncio.wait_for(proc.wait(), 30) == 0
     finally:

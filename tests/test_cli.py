@@ -22,19 +22,11 @@ from pydantic import BaseModel, Field
 from agenthost.host import binding_config
 from agenthost.host.cli import RUN_STATUSES, STATE_SCOPE_NAMES, build_parser, config_fields, to_jsonable, version
 from agenthost.protos import errors
-
-CLI = [sys.executable, "-m", "agenthost.host.cli"]
-
-
-def _env(data_dir: Path | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC", "OPENAI", "AGENTHOST"))}
-    if data_dir is not None:
-        env["AGENTHOST_HOME"] = str(data_dir)
-    return env
+from tests.cli_process import CLI, acli, cli_env
 
 
 def run_cli(*args: str, data_dir: Path | None = None, **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], env=_env(data_dir), capture_output=True, text=True, timeout=60, **kw)
+    return subprocess.run([*CLI, *args], env=cli_env(data_dir), capture_output=True, text=True, timeout=60, **kw)
 
 
 # ---- no host needed ----
@@ -56,7 +48,7 @@ def test_help_and_version_do_not_import_grpc(flag: str) -> None:
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'google', 'pydantic'))\n"
         "sys.stderr.write('HEAVY=' + ','.join(heavy))"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=_env())
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=cli_env())
     assert proc.stderr.strip().endswith("HEAVY="), proc.stderr[-500:]
 
 
@@ -165,20 +157,6 @@ def test_runners_show_lists_settings_with_types_defaults_and_rules() -> None:
 
 
 # ---- against a real host ----
-
-
-async def acli(data_dir: Path, *args: str, stdout: Any = asyncio.subprocess.PIPE) -> tuple[int, str, str]:
-    """Runs the CLI without blocking the loop the host serves on."""
-    proc = await asyncio.create_subprocess_exec(
-        *CLI, "--data-dir", str(data_dir), *args, env=_env(), stdout=stdout, stderr=asyncio.subprocess.PIPE
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 90)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    return proc.returncode or 0, (out or b"").decode(), err.decode()
 
 
 @pytest.fixture
@@ -316,7 +294,7 @@ async def test_relative_paths_are_the_users(host: Path, tmp_path: Path) -> None:
         "--offline",
         "--json",
         cwd=work,
-        env=_env(),
+        env=cli_env(),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
 from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
 from agenthost.runners.sdk.testing import HostHarness
+from tests.cli_process import acli
 
 # 7-bit and 8-bit escape sequences (clipboard write, screen clear, CSI), a carriage return, a DEL, bidi controls.
 HOSTILE = "ok\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x9b31m\rfake\x7f\u202egnp.exe\u2066x\u2069\u200fend"
@@ -57,21 +56,6 @@ class Asker(Runner):
     async def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
         d = await run.request_approval("shell", summary="ls", arguments={"command": "ls"}, timeout_seconds=60)
         yield events.text(d.outcome)
-
-
-async def _cli(data_dir: Path, *args: str) -> tuple[int, str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC", "OPENAI", "AGENTHOST"))}
-    argv = [sys.executable, "-m", "agenthost.host.cli", "--data-dir", str(data_dir), *args]
-    proc = await asyncio.create_subprocess_exec(
-        *argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 90)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    return proc.returncode or 0, out.decode(), err.decode()
 
 
 @pytest.mark.slow
@@ -114,7 +98,7 @@ async def test_plugin_channel_and_conversation_text_reaches_the_terminal_inert(
                 ("approvals", "list", "--json"),
                 ("runs", "list", "--bot", h.bot, "--json"),
             ):
-                code, out, err = await _cli(data_dir, *args)
+                code, out, err = await acli(data_dir, *args)
                 assert code == 0, (args, err)
                 _inert(out)
                 if "--json" in args:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 import os
 import sys
@@ -17,6 +16,7 @@ from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
 from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
 from agenthost.runners.sdk.testing import HostHarness
+from tests.cli_process import acli
 
 HOSTILE = "ok\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2J\x9b31m\rfake\u202egnp.exe\tend\n"
 
@@ -62,38 +62,16 @@ async def host(tmp_path: Path) -> AsyncIterator[Path]:
         await h.stop()
 
 
-async def _cli(data_dir: Path, *args: str) -> tuple[int, str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC", "OPENAI", "AGENTHOST"))}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "agenthost.host.cli",
-        "--data-dir",
-        str(data_dir),
-        *args,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 90)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    return proc.returncode or 0, out.decode(), err.decode()
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 async def test_history_prints_a_hostile_message_inert(host: Path) -> None:
     """A message from a chat user (a channel's, untrusted) and the transcript around it, through `history`."""
-    assert (await _cli(host, "bots", "create", "b"))[0] == 0
-    code, _, err = await _cli(host, "bots", "bind", "b", "--runner", "agenthost/local-agent")
+    assert (await acli(host, "bots", "create", "b"))[0] == 0
+    code, _, err = await acli(host, "bots", "bind", "b", "--runner", "agenthost/local-agent")
     assert code == 0, err
-    code, _, err = await _cli(host, "send", "b", HOSTILE, "--json")
+    code, _, err = await acli(host, "send", "b", HOSTILE, "--json")
     assert code == 0, err
-    code, out, err = await _cli(host, "history", "b")
+    code, out, err = await acli(host, "history", "b")
     assert code == 0, err
     _inert(out)
     assert "[user] ok" in out and "gnp.exe" in out
@@ -112,7 +90,7 @@ async def test_runs_list_prints_a_runners_error_code_inert(tmp_path: Path) -> No
     async with HostHarness(tmp_path, runners=[Hostile]) as h:
         r = await h.send("hi")
         assert r.run.status == "failed" and "\x1b" in r.run.error_code
-        code, out, err = await _cli(h.host.data_dir, "runs", "list")
+        code, out, err = await acli(h.host.data_dir, "runs", "list")
         assert code == 0, err
         _inert(out)
         assert "oops" in out
