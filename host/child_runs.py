@@ -140,6 +140,7 @@ class ChildRuns:
             started_at=now,
             deadline_at=deadline,
             parent_run_id=parent.run_id,
+            origin=parent.origin,
         )
         # The parent's grant, recorded as such: the child acts only through the parent's token, so it can never
         # hold more (and the host never issues it a token of its own).

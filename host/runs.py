@@ -213,6 +213,7 @@ class RunManager:
             status="queued",
             created_at=now,
             deadline_at=now + timeout,
+            origin=origin,
         )
         token = new_token("rt")
         grant = Grant.freeze(manifest, binding.resource_policy)

@@ -392,7 +392,7 @@ class Attachment(_message.Message):
     def __init__(self, name: _Optional[str] = ..., mime_type: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class RunInfo(_message.Message):
-    __slots__ = ("run_id", "bot_id", "conversation_id", "binding_id", "runner_id", "event_id", "status", "error_code", "error_message", "created_at", "started_at", "finished_at", "deadline_at", "usage", "text", "parent_run_id", "child_run_ids")
+    __slots__ = ("run_id", "bot_id", "conversation_id", "binding_id", "runner_id", "event_id", "status", "error_code", "error_message", "created_at", "started_at", "finished_at", "deadline_at", "usage", "text", "parent_run_id", "child_run_ids", "origin")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     BOT_ID_FIELD_NUMBER: _ClassVar[int]
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
@@ -410,6 +410,7 @@ class RunInfo(_message.Message):
     TEXT_FIELD_NUMBER: _ClassVar[int]
     PARENT_RUN_ID_FIELD_NUMBER: _ClassVar[int]
     CHILD_RUN_IDS_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     bot_id: str
     conversation_id: str
@@ -427,7 +428,8 @@ class RunInfo(_message.Message):
     text: str
     parent_run_id: str
     child_run_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, run_id: _Optional[str] = ..., bot_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., binding_id: _Optional[str] = ..., runner_id: _Optional[str] = ..., event_id: _Optional[str] = ..., status: _Optional[str] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., created_at: _Optional[float] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., deadline_at: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., text: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., child_run_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    origin: str
+    def __init__(self, run_id: _Optional[str] = ..., bot_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., binding_id: _Optional[str] = ..., runner_id: _Optional[str] = ..., event_id: _Optional[str] = ..., status: _Optional[str] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., created_at: _Optional[float] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., deadline_at: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., text: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., child_run_ids: _Optional[_Iterable[str]] = ..., origin: _Optional[str] = ...) -> None: ...
 
 class SendMessageReply(_message.Message):
     __slots__ = ("run_started", "events", "run_finished")

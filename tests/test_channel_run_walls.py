@@ -134,6 +134,12 @@ async def test_a_channel_reads_only_the_runs_it_started(h: HostHarness) -> None:
             "script": await _make(script, h.bot, "script:1"),
         }
         children = {who: await _child_of(h.client, run.run_id) for who, run in runs.items()}
+        # Each run, and its child, names who sent the message it answers.
+        senders = {"admin": "admin", "tg": "channel.tg", "slack": "channel.slack", "script": "script"}
+        for who, run in runs.items():
+            assert run.result.run.origin == senders[who]
+            for run_id in (run.run_id, children[who]):
+                assert (await h.client.call("GetRun", hpb.RunRequestById(run_id=run_id))).origin == senders[who]
         everything = set().union(*({r.run_id, children[w]} for w, r in runs.items()))
 
         for who, channel in (("tg", tg), ("slack", slack)):

@@ -31,7 +31,7 @@ def _select(chars: int) -> str:
     it was cut, so the marker can be added."""
     parts = [
         "run_id, bot_id, conversation_id, binding_id, runner_id, event_id, status, created_at, started_at,"
-        " finished_at, deadline_at, parent_run_id"
+        " finished_at, deadline_at, parent_run_id, origin"
     ]
     for column in _CUT_COLUMNS:
         parts.append(f"substr({column}, 1, {int(chars)}) AS {column}, length({column}) > {int(chars)} AS {column}_cut")
@@ -246,6 +246,7 @@ class RunStore:
             deadline_at=row["deadline_at"],
             text=text("text", _chars(row)),
             parent_run_id=row["parent_run_id"],
+            origin=row["origin"],
         )
         if not ("usage_json_cut" in keys and row["usage_json_cut"]):
             usage = json.loads(row["usage_json"] or "{}")
