@@ -269,7 +269,8 @@ class ResourceWalls:
         lines = ["ulimit -c 0 || exit 125", f"ulimit -n {nofile} || exit 125"]
         for d in group.dirs.values() if group is not None else ():
             target = shlex.quote(str(d / "cgroup.procs"))
-            lines.append(f"echo 0 > {target} || {{ echo 'agenthost: cannot join cgroup {d}' >&2; exit 125; }}")
+            failed = shlex.quote(f"agenthost: cannot join cgroup {d}")
+            lines.append(f"echo 0 > {target} || {{ echo {failed} >&2; exit 125; }}")
         lines.append('exec "$@"')
         return ["/bin/sh", "-c", "\n".join(lines), "agenthost-walls", *argv]
 

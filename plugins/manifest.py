@@ -8,9 +8,9 @@ reason, never a surprise mid-run.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 # Every run-scoped API a grant can name, with the AgentRunAPIProxy methods it opens.
 API_METHODS: dict[str, tuple[str, ...]] = {
@@ -127,15 +127,7 @@ class RunnerManifest(_Strict):
     @classmethod
     def parse_json(cls, raw: str | bytes) -> RunnerManifest:
         """Validates a manifest from the wire; raises ManifestError naming the bad fields."""
-        from pydantic import ValidationError
-
-        try:
-            return cls.model_validate_json(raw)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
-            )
-            raise ManifestError(f"invalid runner manifest: {problems}") from None
+        return _parse(cls, raw, "runner")
 
     def validate_config(self, config: dict[str, Any]) -> None:
         """Raises ManifestError when a binding config does not satisfy config_schema."""
@@ -180,12 +172,21 @@ class ChannelManifest(_Strict):
 
     @classmethod
     def parse_json(cls, raw: str | bytes) -> ChannelManifest:
-        from pydantic import ValidationError
+        """Validates a manifest from the wire; raises ManifestError naming the bad fields."""
+        return _parse(cls, raw, "channel")
 
-        try:
-            return cls.model_validate_json(raw)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
-            )
-            raise ManifestError(f"invalid channel manifest: {problems}") from None
+
+M = TypeVar("M", RunnerManifest, ChannelManifest)
+
+
+def _parse(cls: type[M], raw: str | bytes, kind: str) -> M:
+    try:
+        return cls.model_validate_json(raw)
+    except ValidationError as exc:
+        raise ManifestError(f"invalid {kind} manifest: {validation_problems(exc)}") from None
+
+
+def validation_problems(exc: ValidationError) -> str:
+    """A pydantic error as one line naming each bad field ("a.b: message; c: message"): how manifests and the
+    built-in runners' binding configs report what is wrong."""
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors())

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -85,3 +85,18 @@ def load_entry_points(distribution: str, group: str) -> pluggy.PluginManager:
             raise DiscoveryError(f"entry point {ep.name} = {ep.value} failed to import: {exc!r}") from exc
         pm.register(plugin, name=f"{prefix}:{group}:{ep.name}")
     return pm
+
+
+def main(argv: list[str], prog: str, serve: Callable[[], int], describe: Callable[[str], int]) -> int:
+    """The command line of both SDK entry points: `serve` (what the host spawns) or `describe --distribution D`.
+    `serve` is matched without argparse, which an idle plugin process would otherwise hold for nothing."""
+    if argv == ["serve"]:
+        return serve()
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=prog)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("serve")
+    d = sub.add_parser("describe")
+    d.add_argument("--distribution", required=True)
+    return describe(parser.parse_args(argv).distribution)

@@ -11,6 +11,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agenthost.plugins.manifest import validation_problems
 from agenthost.runners.external_harness.errors import HarnessConfigError
 from agenthost.runners.sdk.approvals import ApprovalsConfig
 from agenthost.runners.sdk.mcp_servers import REFERENCE, McpServer, check_unique
@@ -242,10 +243,7 @@ def parse_config(model: type[C], raw: dict[str, Any]) -> C:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
-        )
-        raise HarnessConfigError(f"invalid {model.__name__} binding config: {problems}") from None
+        raise HarnessConfigError(f"invalid {model.__name__} binding config: {validation_problems(exc)}") from None
 
 
 def config_schema(model: type[HarnessConfig]) -> dict[str, Any]:

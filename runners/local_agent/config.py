@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from agenthost.plugins.manifest import validation_problems
 from agenthost.runners.sdk.approvals import ApprovalsConfig
 from agenthost.runners.sdk.mcp_servers import McpServer, check_unique
 from agenthost.runners.sdk.skills import MAX_SKILLS, Skill, unique_names
@@ -268,10 +269,7 @@ class LocalAgentConfig(BaseModel):
         try:
             return cls.model_validate(raw)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
-            )
-            raise ConfigError(f"invalid local-agent config: {problems}") from None
+            raise ConfigError(f"invalid local-agent config: {validation_problems(exc)}") from None
 
     @classmethod
     def json_schema(cls) -> dict[str, Any]:

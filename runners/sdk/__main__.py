@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agenthost.plugins import plugin_process
 from agenthost.plugins.plugin_process import read_config_line, watch_lifeline
 
 if TYPE_CHECKING:
@@ -203,18 +204,9 @@ def _serve_main() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if args == ["serve"]:
-        return _serve_main()  # without argparse, which an idle runner process would hold for nothing
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m agenthost.runners.sdk")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("serve")
-    d = sub.add_parser("describe")
-    d.add_argument("--distribution", required=True)
-    parsed = parser.parse_args(args)
-    return _describe(parsed.distribution)
+    return plugin_process.main(
+        sys.argv[1:] if argv is None else argv, "python -m agenthost.runners.sdk", _serve_main, _describe
+    )
 
 
 if __name__ == "__main__":
