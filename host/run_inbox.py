@@ -9,8 +9,7 @@ from agenthost.host import limits
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos.errors import ResourceExhausted
-
-MAX_CLIENT_BATCH = 256
+from agenthost.protos.wire import MAX_BATCH as MAX_CLIENT_BATCH
 
 
 class Inbox:

@@ -136,7 +136,7 @@ async def test_streamed_events_are_persisted_exactly_for_random_batch_shapes(
         for seed in range(16):
             rng = random.Random(seed)
             # Runner batches of 1 to 64 events, some cut by bytes; client messages sometimes cut by the host.
-            monkeypatch.setattr(sdk_server, "MAX_BATCH", rng.choice([1, 2, 7, 64]))
+            monkeypatch.setattr(sdk_server, "MAX_BATCH", rng.choice([1, 2, 7, 64, 256]))
             monkeypatch.setattr(sdk_server, "MAX_BATCH_BYTES", rng.choice([4 * 1024 * 1024, 4_000]))
             monkeypatch.setattr(limits, "CLIENT_BATCH_BYTES", rng.choice([4 * 1024 * 1024, 6_000]))
             script = _script(rng)
