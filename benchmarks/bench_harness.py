@@ -7,6 +7,10 @@ loopback, three ways, each in a fresh conversation (a new harness session, like 
 
 * bare       the CLI alone: the same binary, flags and fake API, started by this script with no agenthost around it,
              with the variables the runner passes through from its environment (PATH, locale, CA bundles, proxies)
+* bare-mcp   the bare CLI with one MCP server on loopback that answers in under a millisecond: the runner's own
+             HTTP endpoint listing the bridge's tools, with no host behind it. What the CLI itself spends on having
+             an MCP server (connecting, listing, building tool definitions), which no bridge design can remove;
+             `agenthost` against `bare-mcp` is agenthost's own cost
 * bare-noenv the same with PATH alone (the baseline of figures before 2026-11-26: it skips work the CA variables
              cost the CLI, so it made every other path look slower)
 * agenthost  a message sent through the real host (HostHarness): event log, run, grant, gRPC to the runner,
@@ -35,8 +39,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from agenthost.runners.external_harness.mcp_http import TOKEN_ENV, McpHttpEndpoint  # noqa: E402
 from agenthost.runners.external_harness.process import build_env  # noqa: E402
+from agenthost.runners.external_harness.projection import (  # noqa: E402
+    MCP_SERVER_NAME,
+    HttpBridgeLaunch,
+    codex_mcp_overrides,
+    write_claude_mcp_config,
+)
 from agenthost.runners.external_harness.runner import ClaudeCodeRunner, CodexRunner  # noqa: E402
+from agenthost.runners.external_harness.workspace import Workspace  # noqa: E402
 from agenthost.runners.sdk.testing import HostHarness  # noqa: E402
 from tests.external_harness.fake_apis import FakeAnthropic, FakeOpenAI, Request  # noqa: E402
 
@@ -48,7 +60,7 @@ def pong(_: Request) -> list[dict[str, Any]]:
 
 
 def bare_command(
-    harness: str, binary: str, port: int, root: Path, *, inherit: bool = True
+    harness: str, binary: str, port: int, root: Path, *, inherit: bool = True, mcp: McpHttpEndpoint | None = None
 ) -> tuple[list[str], dict[str, str]]:
     # One home and config dir for every bare run, as agenthost keeps one per bot: a fresh one each time would
     # charge the bare CLI its first-run set-up (config files, Codex's state databases) and flatter agenthost.
@@ -68,7 +80,14 @@ def bare_command(
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_TELEMETRY": "1",
         }
-        return [binary, "-p", "--output-format", "stream-json", "--verbose", "--strict-mcp-config"], env
+        argv = [binary, "-p", "--output-format", "stream-json", "--verbose", "--strict-mcp-config"]
+        if mcp is not None:
+            env[TOKEN_ENV] = mcp.token
+            workspace = Workspace(working_dir=root / "mcp-config", bot_dir=root / "mcp-config")
+            workspace.agenthost_dir.mkdir(parents=True, exist_ok=True)
+            config = write_claude_mcp_config(workspace, HttpBridgeLaunch(url=mcp.url))
+            argv += ["--mcp-config", str(config), "--allowedTools", f"mcp__{MCP_SERVER_NAME}"]
+        return argv, env
     env |= {"CODEX_HOME": str(root / "config"), "OPENAI_API_KEY": "sk-bench"}
     from agenthost.runners.external_harness.codex import BASE_OVERRIDES, toml_value
 
@@ -83,11 +102,24 @@ def bare_command(
     argv = [binary, "exec", "--json", "--skip-git-repo-check", "-m", "gpt-fake"]
     for key, value in overrides.items():
         argv += ["-c", f"{key}={toml_value(value)}"]
+    if mcp is not None:
+        env[TOKEN_ENV] = mcp.token
+        for override in codex_mcp_overrides(HttpBridgeLaunch(url=mcp.url)):
+            argv += ["-c", override]
     return argv + ["-"], env
 
 
-async def time_bare(harness: str, binary: str, port: int, root: Path, work: Path, *, inherit: bool = True) -> float:
-    argv, env = bare_command(harness, binary, port, root, inherit=inherit)
+async def time_bare(
+    harness: str,
+    binary: str,
+    port: int,
+    root: Path,
+    work: Path,
+    *,
+    inherit: bool = True,
+    mcp: McpHttpEndpoint | None = None,
+) -> float:
+    argv, env = bare_command(harness, binary, port, root, inherit=inherit, mcp=mcp)
     work.mkdir(parents=True)  # a fresh working directory: a new session, like a conversation's first message
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
@@ -105,7 +137,7 @@ async def time_bare(harness: str, binary: str, port: int, root: Path, work: Path
     return elapsed
 
 
-PATHS = ("bare", "bare-noenv", "agenthost", "stdio", "no-bridge")
+PATHS = ("bare", "bare-mcp", "bare-noenv", "agenthost", "stdio", "no-bridge")
 
 
 async def bench(harness: str, runs: int, paths: tuple[str, ...] = PATHS) -> dict[str, list[float]]:
@@ -125,6 +157,8 @@ async def bench(harness: str, runs: int, paths: tuple[str, ...] = PATHS) -> dict
             base |= {"base_url": f"http://127.0.0.1:{fake.port}/v1", "model": "gpt-fake"}
         hosts = {}
         async with (
+            # Listing works with no host behind it; a tool call would be answered "unavailable" (none is made).
+            McpHttpEndpoint(None, unavailable_reason="benchmark control: no host") as mcp,
             HostHarness(Path(tmp) / "with", runners=[runner_cls], config=base) as with_bridge,
             HostHarness(Path(tmp) / "stdio", runners=[runner_cls], config=base | {"mcp_transport": "stdio"}) as stdio,
             HostHarness(Path(tmp) / "without", runners=[runner_cls], config=base | {"mcp_bridge": False}) as without,
@@ -136,10 +170,20 @@ async def bench(harness: str, runs: int, paths: tuple[str, ...] = PATHS) -> dict
 
             async def timed(name: str, i: int) -> float:
                 if name.startswith("bare"):
-                    inherit = name == "bare"
-                    return await time_bare(
-                        harness, binary, fake.port, Path(tmp) / name, Path(tmp) / f"{name}-work-{i}", inherit=inherit
+                    seen = len(fake.requests)
+                    elapsed = await time_bare(
+                        harness,
+                        binary,
+                        fake.port,
+                        Path(tmp) / name,
+                        Path(tmp) / f"{name}-work-{i}",
+                        inherit=name != "bare-noenv",
+                        mcp=mcp if name == "bare-mcp" else None,
                     )
+                    offered = any("agenthost" in t for r in fake.requests[seen:] for t in r.tools)
+                    if offered != (name == "bare-mcp"):
+                        raise RuntimeError(f"{name} {harness}: MCP tools offered={offered}")
+                    return elapsed
                 seen = len(fake.requests)
                 started = time.perf_counter()
                 result = await hosts[name].send("ping", conversation_id=f"bench-{i}")
@@ -186,6 +230,12 @@ async def main() -> None:
             print(
                 f"{harness:<12} {name:<10} {med:>9.3f} {min(values):>7.3f} {max(values):>7.3f} "
                 f"{med / bare:>7.2f}x {paired:>6.2f}x {med - bare:>+11.3f}"
+            )
+        if "bare-mcp" in times and "agenthost" in times:
+            own = statistics.median(v / b for v, b in zip(times["agenthost"], times["bare-mcp"], strict=True))
+            print(
+                f"{harness:<12} agenthost / bare-mcp, paired: {own:.2f}x"
+                " (agenthost's own cost, the CLI's own MCP client set aside)"
             )
 
 
