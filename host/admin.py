@@ -239,12 +239,14 @@ class AdminServicer(host_grpc.AgentHostServicer):
         limit = request.limit or 50
         if not 0 < limit <= 100:
             raise errors.OutOfRange("limit must be between 1 and 100")
+        forward = request.direction == pb.FORWARD
         page = self.host.conversations.page_history(
             bot.bot_id,
             request.conversation_id or "default",
             cursor=request.cursor,
-            forward=request.direction == pb.FORWARD,
+            forward=forward,
             limit=limit,
+            settled=forward,  # see page_history: a reader tailing forward must not pass a turn still running
         )
         return hpb.GetHistoryResponse(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
 

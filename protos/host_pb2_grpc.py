@@ -357,7 +357,11 @@ class AgentHostServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetHistory(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """A conversation's transcript in turn order (each message, then its run's output). A FORWARD page stops after
+        the first turn still queued or running: that turn's output is placed before messages that arrived after its
+        own, so those follow once it ends, and a client tailing forward from its last item's cursor sees every item
+        once, in order. BACKWARD pages show everything recorded so far.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

@@ -37,6 +37,13 @@ _TEXT, _DATA = 7, 8
 _SEQ, _EVENT_SEQ = 0, 14
 # The transcript's one order (turn order): by the event each item belongs to, then by seq. See page_history.
 _TURN_ORDER = {True: "ORDER BY event_seq, seq", False: "ORDER BY event_seq DESC, seq DESC"}
+# Just past the first turn of a conversation (parameters: bot_id, conversation_id) whose run has not ended, or past
+# every event when none is open. An uncorrelated scalar subquery: SQLite evaluates it once, through the partial
+# index runs_open (migration _V11), and ranges transcript_turn with it.
+_PAST_SETTLED = (
+    "COALESCE((SELECT MIN(e.seq) FROM runs r JOIN events e ON e.event_id = r.event_id"
+    " WHERE r.bot_id = ? AND r.conversation_id = ? AND r.status IN ('queued', 'running')) + 1, 9223372036854775807)"
+)
 
 
 def _within_budget(rows: list[R], limit: int) -> tuple[list[R], bool]:
@@ -311,6 +318,7 @@ class Conversations:
         forward: bool,
         limit: int,
         through_event: int | None,
+        settled: bool = False,
     ) -> list[tuple[Any, ...]]:
         """Up to `limit` rows past `position` in turn order, each read off transcript_turn: that index is on
         (bot_id, conversation_id, event_seq) and, like every SQLite index of a rowid table, ends in the rowid
@@ -325,14 +333,18 @@ class Conversations:
         # One upper bound on event_seq, not two: SQLite ranges the index on one and would filter the other.
         upper = None if through_event is None else through_event + 1  # exclusive
         parts: list[tuple[str, tuple[object, ...]]] = []
+        # `settled`: the bound is the first open turn's event, read in the same statement (so from the same
+        # snapshot) as the rows.
+        open_bound, open_params = (f" AND event_seq < {_PAST_SETTLED}", key) if settled else ("", ())
         if position is not None:
             turn, seq = position
             if upper is None or turn < upper:
                 order = "ASC" if forward else "DESC"
                 parts.append(
                     (
-                        f"{base} AND event_seq = ? AND seq {'>' if forward else '<'} ? ORDER BY seq {order} LIMIT ?",
-                        (*key, turn, seq, limit),
+                        f"{base} AND event_seq = ? AND seq {'>' if forward else '<'} ?{open_bound}"
+                        f" ORDER BY seq {order} LIMIT ?",
+                        (*key, turn, seq, *open_params, limit),
                     )
                 )
             if forward:
@@ -344,6 +356,9 @@ class Conversations:
                 bounds, params = " AND event_seq < ?", [turn if upper is None else min(turn, upper)]
         else:
             bounds, params = ("", []) if upper is None else (" AND event_seq < ?", [upper])
+        if settled and upper is None:
+            bounds += open_bound
+            params.extend(open_params)
         parts.append((f"{base}{bounds} {_TURN_ORDER[forward]} LIMIT ?", (*key, *params, limit)))
         if len(parts) == 1:
             return self.db.query_tuples(*parts[0])
@@ -363,16 +378,28 @@ class Conversations:
         forward: bool,
         limit: int,
         through_event: int | None = None,
+        settled: bool = False,
     ) -> Page:
         """A page in turn order: by the event each item belongs to (a user message's own event; a run's output,
         its run's event), then by seq. Seq is recording order, and a message is recorded when it arrives: in a
         burst m1 m2 A1 A2. Turn order reads m1 A1 m2 A2, the conversation as it went, for every reader (runs,
         GetHistory, `agenthost history`). `through_event`: only items of turns up to that event seq (a run's view of its
         own conversation, without the messages queued behind it; see ActiveRun.horizon), so the run's own
-        message and output come last. Items of no known event (event_seq 0) come first."""
+        message and output come last. Items of no known event (event_seq 0) come first.
+
+        `settled` (people's forward reads): the page ends before the first turn after one whose run is still queued
+        or running. That turn's output is placed before messages that arrived after its own, so a reader tailing
+        forward who had been shown those messages would never be shown the output; held back, they follow it once
+        the turn ends, and a forward reader sees every item exactly once, in turn order."""
         position = self._position(bot_id, conversation_id, cursor) if cursor else None
         rows = self._turn_rows(
-            bot_id, conversation_id, position=position, forward=forward, limit=limit + 1, through_event=through_event
+            bot_id,
+            conversation_id,
+            position=position,
+            forward=forward,
+            limit=limit + 1,
+            through_event=through_event,
+            settled=settled,
         )
         kept, cut = _within_budget(rows, limit)
         has_more = cut or len(rows) > limit

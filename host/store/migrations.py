@@ -321,7 +321,13 @@ _V10 = """
 DROP INDEX IF EXISTS transcript_conversation;
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10]
+# The runs of a conversation that have not ended, found without walking its finished ones: a forward read of
+# people's history stops at the first turn still open (Conversations.page_history).
+_V11 = """
+CREATE INDEX runs_open ON runs(bot_id, conversation_id) WHERE status IN ('queued', 'running');
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11]
 
 
 def migrate(conn: sqlite3.Connection) -> int:
