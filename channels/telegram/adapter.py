@@ -26,7 +26,7 @@ from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, Tele
 from telegram.request import HTTPXRequest
 
 from agenthost.channels.sdk import ChannelAdapter, ChannelContext, ChannelManifest, Limits, Pacer, deliver
-from agenthost.channels.telegram.approvals import OUTCOME_LINES, ApprovalBoard, Shown, who
+from agenthost.channels.telegram.approvals import OUTCOME_LINES, ApprovalBoard, Shown, render_outcome, who
 from agenthost.channels.telegram.sink import TelegramSink, _seconds
 from agenthost.channels.telegram.updates import Command, Ignore, Inbound, Press, Where, classify
 from agenthost.channels.telegram.webhook import Webhook
@@ -88,7 +88,7 @@ class TelegramAdapter(ChannelAdapter):
         self.cfg = cfg
         self.allowed = set(cfg.get("allowed_users") or ())
         self.blocked = set(cfg.get("blocked_users") or ())
-        self.board = ApprovalBoard(cfg.get("approvers"))
+        self.board = ApprovalBoard(cfg.get("approvers"), ctx.state)
         api = str(cfg["api_url"]).rstrip("/")
         poll = int(cfg["poll_timeout"])
         self.bot = Bot(
@@ -340,12 +340,27 @@ class TelegramAdapter(ChannelAdapter):
         try:
             info = await self.ctx.host.call("DecideApproval", request, timeout=15.0)
         except (errors.FailedPrecondition, errors.NotFound):
+            self.board.settle(pressed.shown)
             await self._drop_keyboard(pressed.shown)
             return "This was already decided."
         except errors.AgentHostError as exc:
             log.warning("could not decide approval %s: %r", pressed.approval_id, exc)
             return "Could not reach the bot; please try again."
+        if pressed.shown.restored:
+            # No stream of this run is followed since a restart: show the outcome here, as the sink would.
+            resolved = pb.ApprovalResolved(approval_id=pressed.approval_id, outcome=info.status, note=request.note)
+            self.board.settle(pressed.shown)
+            await self._show_outcome(pressed.shown, resolved)
         return OUTCOME_LINES.get(info.status, info.status)
+
+    async def _show_outcome(self, shown: Shown, resolved: pb.ApprovalResolved) -> None:
+        try:
+            # Edited without reply_markup: Telegram removes the keyboard with the old text.
+            await self.bot.edit_message_text(
+                render_outcome(shown.text, resolved), chat_id=shown.chat_id, message_id=shown.message_id
+            )
+        except TelegramError as exc:
+            log.debug("could not show the outcome of approval %s: %r", shown.approval_id, exc)
 
     async def _drop_keyboard(self, shown: Shown) -> None:
         """The buttons of an approval decided elsewhere (or whose run ended while this process was away)."""
@@ -433,10 +448,22 @@ class TelegramAdapter(ChannelAdapter):
         self._delivered(run_id)
 
     async def _recover(self) -> None:
-        """Settles a message that was in flight when the previous process died (see the module docstring)."""
+        """Settles a message that was in flight when the previous process died (see the module docstring), and the
+        approval buttons of requests that ended while it was away."""
         inflight = self.ctx.state.get("inflight")
         if isinstance(inflight, dict):
             await self._recover_inflight(inflight)
+        if restored := self.board.restored_open():
+            try:
+                listed = await self.ctx.host.call("ListApprovals", hpb.ListApprovalsRequest())
+            except errors.AgentHostError as exc:
+                log.warning("could not list pending approvals (their buttons stay until pressed): %r", exc)
+            else:
+                still_open = {a.approval_id for a in listed.approvals}
+                for shown in restored:
+                    if shown.approval_id not in still_open:
+                        self.board.settle(shown)
+                        await self._drop_keyboard(shown)
         for run_id, where in dict(self.ctx.state.get("pending", {})).items():
             if not isinstance(where, dict) or not isinstance(where.get("chat_id"), int):
                 log.warning("run %s is owed a reply to an unknown chat; dropped", run_id)

@@ -7,24 +7,31 @@ another chat or message, decides nothing. Who may press (`approvers` in the conf
 without a list, in a private chat its user, in a group nobody (a group's members are not all the bot's operators).
 The host decides once (FAILED_PRECONDITION after that), which also makes a redelivered press harmless.
 
-The table lives in memory: like the host's pending approvals, which end with their run, it does not survive a
-restart (a press on an older button is answered "no longer valid").
+The table is kept in the adapter's state file (written when a request's message is sent): a run outlives a restart
+of its channel's process, and so does its pending approval, so its buttons must keep working. A button restored
+that way has no live stream to show the outcome, so the press that decides it edits the message itself.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import secrets
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup, User
 
+from agenthost.channels.sdk.state import AdapterState
 from agenthost.channels.sdk.text import one_line
 from agenthost.protos import common_pb2 as pb
 
+log = logging.getLogger(__name__)
+
 CALLBACK_PREFIX = "ap:"
-MAX_KEPT = 1024  # approvals remembered (pressed late, an old one is answered "already decided" by the host)
+MAX_KEPT = 256  # approvals remembered (pressed late, an old one is answered "already decided" by the host)
+STATE_KEY = "approval_buttons"
 LABEL_CHARS = 40
 
 OUTCOME_LINES = {
@@ -46,6 +53,29 @@ class Shown:
     options: dict[str, str]  # token -> option id
     message_id: int | None = None  # set once the message is sent
     tokens: list[str] = field(default_factory=list)
+    restored: bool = False  # read back from the state file: no stream of its run is being followed
+    settled: bool = False  # its outcome is known here: no longer kept in the state file
+
+    def saved(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k not in ("restored", "settled")}
+
+    @classmethod
+    def load(cls, saved: Any) -> Shown | None:
+        """One entry of the state file, or None if it is not one this board wrote (a file edited by hand)."""
+        try:
+            shown = cls(**saved, restored=True)
+        except TypeError:
+            return None
+        typed = (
+            isinstance(shown.approval_id, str)
+            and isinstance(shown.chat_id, int)
+            and isinstance(shown.message_id, int)
+            and isinstance(shown.text, str)
+            and isinstance(shown.options, dict)
+            and all(isinstance(k, str) and isinstance(v, str) for k, v in shown.options.items())
+            and sorted(shown.tokens) == sorted(shown.options)  # the state file sorts keys
+        )
+        return shown if typed else None
 
 
 @dataclass(frozen=True)
@@ -58,10 +88,18 @@ class Pressed:
 
 
 class ApprovalBoard:
-    def __init__(self, approvers: list[int] | None) -> None:
+    def __init__(self, approvers: list[int] | None, state: AdapterState | None = None) -> None:
         self.approvers = set(approvers) if approvers else None
         self._by_token: dict[str, Shown] = {}
         self._by_approval: OrderedDict[str, Shown] = OrderedDict()
+        self._state = state
+        saved = state.get(STATE_KEY, []) if state is not None else []
+        for entry in saved if isinstance(saved, list) else ():
+            shown = Shown.load(entry) if isinstance(entry, dict) else None
+            if shown is None:
+                log.warning("an approval button entry in the state file is malformed; skipped")
+                continue
+            self._keep(shown)
 
     def show(self, request: pb.ApprovalRequested, chat_id: int, group: bool) -> tuple[Shown, InlineKeyboardMarkup]:
         """Makes the request's message text and keyboard, with fresh tokens recorded for its buttons."""
@@ -71,15 +109,39 @@ class ApprovalBoard:
             token = secrets.token_urlsafe(12)  # 16 characters: callback_data stays far below Telegram's 64 bytes
             shown.options[token] = option.id
             shown.tokens.append(token)
-            self._by_token[token] = shown
             label = one_line(option.label or option.id, LABEL_CHARS) or "?"
             rows.append(InlineKeyboardButton(label, callback_data=CALLBACK_PREFIX + token))
-        self._by_approval[request.approval_id] = shown
+        self._keep(shown)
+        return shown, InlineKeyboardMarkup([rows])
+
+    def sent(self, shown: Shown, message_id: int) -> None:
+        """The request's message is in the chat: its buttons can be pressed from now on, after a restart too."""
+        shown.message_id = message_id
+        self._save()
+
+    def restored_open(self) -> list[Shown]:
+        return [s for s in self._by_approval.values() if s.restored and not s.settled]
+
+    def settle(self, shown: Shown) -> None:
+        """Its outcome is shown or known: a late press is still answered (by the host), but the state file, which
+        the adapter rewrites with every update it takes, keeps only the open ones."""
+        if not shown.settled:
+            shown.settled = True
+            self._save()
+
+    def _save(self) -> None:
+        if self._state is not None:
+            kept = [s.saved() for s in self._by_approval.values() if s.message_id is not None and not s.settled]
+            self._state.save(**{STATE_KEY: kept})
+
+    def _keep(self, shown: Shown) -> None:
+        for token in shown.tokens:
+            self._by_token[token] = shown
+        self._by_approval[shown.approval_id] = shown
         while len(self._by_approval) > MAX_KEPT:
             _, old = self._by_approval.popitem(last=False)
             for token in old.tokens:
                 self._by_token.pop(token, None)
-        return shown, InlineKeyboardMarkup([rows])
 
     def find(self, approval_id: str) -> Shown | None:
         return self._by_approval.get(approval_id)

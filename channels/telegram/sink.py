@@ -136,7 +136,7 @@ class TelegramSink:
                 self.where.chat_id, shown.text, message_thread_id=self.where.thread_id, reply_markup=keyboard
             )
         )
-        shown.message_id = message.message_id
+        self.approvals.sent(shown, message.message_id)
 
     async def _resolved(self, resolved: pb.ApprovalResolved) -> None:
         assert self.approvals is not None
@@ -144,6 +144,7 @@ class TelegramSink:
         if shown is None or shown.message_id is None:
             return
         message_id = shown.message_id
+        self.approvals.settle(shown)
         # Telegram removes the inline keyboard of a message whose text is edited without one: no more buttons.
         await self._call(
             lambda: self.bot.edit_message_text(

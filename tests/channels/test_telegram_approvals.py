@@ -6,11 +6,17 @@ answered and decide nothing."""
 
 from __future__ import annotations
 
+import os
+import signal
+from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Scripted, World
 
+from agenthost.channels.sdk.state import AdapterState
+from agenthost.channels.telegram.approvals import STATE_KEY, ApprovalBoard
+from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
@@ -179,3 +185,74 @@ async def test_malformed_presses_are_skipped_and_decide_nothing(world: World) ->
     assert len(await pending(world)) == 1 and fake.keyboard(42, message_id)
     assert not fake.answers and world.process.restarts == 0
     assert world.log().count("is malformed") == 3
+
+
+async def crash_and_restart(world: World) -> None:
+    """SIGKILL, the way a crash or an OOM kill ends the adapter: nothing of it is flushed or said goodbye."""
+    pid = world.process.proc.pid
+    os.killpg(pid, signal.SIGKILL)
+    await world.process.wait_for_state("backoff", "starting")
+    await world.host.supervisor.wait_ready("channel.tg", 30)
+    assert world.process.proc.pid != pid
+
+
+async def test_buttons_keep_working_after_the_adapter_restarts(world: World) -> None:
+    """The run, and its pending approval, outlive the channel's process: a press on the buttons it showed before a
+    crash decides the approval, the message shows the outcome, and the run's reply arrives."""
+    await world.add_channel()
+    fake = world.fake
+    message_id = await ask(world)
+    approve = dict(fake.keyboard(42, message_id))["Approve"]
+    await fake.wait_for(lambda f: bool(world.state().get("approval_buttons")))  # kept once the message is sent
+    await crash_and_restart(world)
+    _, query = await fake.press(42, message_id, approve)
+    await fake.wait_for(lambda f: query in f.answers)
+    assert fake.answers[query] == "✅ Approved"
+    await fake.wait_for(lambda f: "decision: approved" in " ".join(f.chat_text(42)))
+    assert not fake.keyboard(42, message_id)
+    assert fake.messages[(42, message_id)]["text"].endswith("✅ Approved via Telegram by Ada @ada (tg:42)")
+    assert not await pending(world)
+    assert not world.state().get("approval_buttons")  # only open requests are kept
+
+
+async def test_buttons_of_a_request_that_ended_while_the_adapter_was_away_are_removed(world: World) -> None:
+    await world.add_channel()
+    fake = world.fake
+    message_id = await ask(world)
+    [approval] = await pending(world)
+    await fake.wait_for(lambda f: bool(world.state().get("approval_buttons")))
+    assert [b["approval_id"] for b in world.state()["approval_buttons"]] == [approval.approval_id]
+    await world.host.supervisor.stop("channel.tg")
+    await world.harness.client.call(
+        "DecideApproval", hpb.DecideApprovalRequest(approval_id=approval.approval_id, decision="deny")
+    )
+    await world.host.supervisor.start("channel.tg")
+    await fake.wait_for(lambda f: not f.keyboard(42, message_id))
+    await fake.wait_for(lambda f: not world.state().get("approval_buttons"))
+    await fake.wait_for(lambda f: "decision: denied" in " ".join(f.chat_text(42)))
+
+
+def test_the_saved_board_round_trips_and_skips_what_it_did_not_write(tmp_path: Path) -> None:
+    """The board read back from the state file: the open requests with their tokens, nothing settled, and an
+    entry that is not one the board wrote (a file edited by hand) skipped rather than trusted."""
+    state = AdapterState(tmp_path / "state.json")
+    board = ApprovalBoard(None, state)
+    request = pb.ApprovalRequested(
+        approval_id="ap_1", tool_name="shell", options=[pb.ApprovalOption(id="approve"), pb.ApprovalOption(id="deny")]
+    )
+    shown, keyboard = board.show(request, 42, group=False)
+    board.sent(shown, 7)
+    settled, _ = board.show(pb.ApprovalRequested(approval_id="ap_2", options=request.options), 42, group=False)
+    board.sent(settled, 8)
+    board.settle(settled)
+    tokens = [b.callback_data for b in keyboard.inline_keyboard[0]]
+    saved = AdapterState(tmp_path / "state.json").get(STATE_KEY)
+    assert [entry["approval_id"] for entry in saved] == ["ap_1"]
+    bad = [{**saved[0], "chat_id": "42"}, {**saved[0], "options": {"forged": "approve"}}, {"approval_id": "x"}, 3]
+    state.save(**{STATE_KEY: [*bad, saved[0]]})
+    restored = ApprovalBoard(None, AdapterState(tmp_path / "state.json"))
+    pressed = restored.resolve_press(tokens[1], 42, 7)
+    assert pressed is not None and (pressed.approval_id, pressed.option) == ("ap_1", "deny")
+    assert pressed.shown.restored
+    assert restored.resolve_press(tokens[0], 42, 8) is None  # the right token on another message
+    assert [s.approval_id for s in restored.restored_open()] == ["ap_1"]
