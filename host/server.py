@@ -491,13 +491,24 @@ class Host:
                 f"refusing to install third-party code without a sandbox ({self.sandbox_status}); install "
                 "bubblewrap, or restart the host with --unsafe-no-sandbox"
             )
-        installed = await installer.install(
-            source,
-            self.data_dir / "plugins",
-            offline=offline,
-            sandboxed=self.sandbox_status == "on",
-            require_hashes=require_hashes,
-        )
+        # One group for the whole install, capped like a plugin process; removing it kills whatever a build script
+        # left running.
+        try:
+            group = self.resource_walls.new_group("install")
+        except OSError as exc:
+            raise errors.FailedPrecondition(f"cannot make the install's cgroup: {exc}") from None
+        try:
+            installed = await installer.install(
+                source,
+                self.data_dir / "plugins",
+                offline=offline,
+                sandboxed=self.sandbox_status == "on",
+                require_hashes=require_hashes,
+                contain=lambda argv: ResourceWalls.command(argv, group),
+            )
+        finally:
+            if group is not None:
+                await asyncio.to_thread(group.remove)
         if installed.plugin_id in self.supervisor.processes:
             await self.supervisor.stop(installed.plugin_id)
         record = PluginRecord(

@@ -104,11 +104,13 @@ _PIP_CONFIG = ("/etc/pip.conf", "/etc/xdg/pip", "~/.config/pip", "~/.pip")
 
 
 class _Walls:
-    """How install steps run: inside a sandbox writing only `staging`, or (the user opted out) as before."""
+    """How install steps run: inside a sandbox writing only `staging`, or (the user opted out) as before; then
+    through `contain`, the host's resource walls for the install (agenthost.host.resource_walls)."""
 
-    def __init__(self, staging: Path, *, sandboxed: bool) -> None:
+    def __init__(self, staging: Path, *, sandboxed: bool, contain: Callable[[list[str]], list[str]] | None) -> None:
         self.staging = staging
         self.sandboxed = sandboxed
+        self.contain = contain or (lambda argv: argv)
 
     def env(self) -> dict[str, str]:
         home = self.staging / "home"
@@ -122,6 +124,9 @@ class _Walls:
         return env
 
     def argv(self, argv: list[str], *, network: bool, read_only: tuple[str, ...] = ()) -> list[str]:
+        return self.contain(self._sandboxed(argv, network=network, read_only=read_only))
+
+    def _sandboxed(self, argv: list[str], *, network: bool, read_only: tuple[str, ...]) -> list[str]:
         if not self.sandboxed:
             return argv
         config = [os.path.expanduser(p) for p in _PIP_CONFIG]
@@ -156,11 +161,19 @@ def _tail(text: str, lines: int = 12) -> str:
 
 
 async def install(
-    source: str, plugins_dir: Path, *, offline: bool = False, sandboxed: bool = True, require_hashes: bool = False
+    source: str,
+    plugins_dir: Path,
+    *,
+    offline: bool = False,
+    sandboxed: bool = True,
+    require_hashes: bool = False,
+    contain: Callable[[list[str]], list[str]] | None = None,
 ) -> InstalledPlugin:
     """Called by the host's AgentHost.InstallPlugin. Raises InstallError with the reason on any failure.
     `sandboxed=False` only when the user opted out of the walls (the host refuses installs otherwise).
-    `require_hashes`: the source must be a requirements file pinning every distribution it installs by hash."""
+    `require_hashes`: the source must be a requirements file pinning every distribution it installs by hash.
+    `contain`: wraps the command line of every step that runs the plugin's code (pip's build, describe) in the
+    host's resource walls: a build script is plugin code, and may fork or allocate without bound."""
     kind, dist_name = _distribution_of(source)
     if require_hashes and kind != "requirements":
         raise InstallError(
@@ -176,7 +189,7 @@ async def install(
     staging = plugins_dir / f".staging-{uuid.uuid4().hex[:8]}"
     try:
         python = await create_env(staging)
-        walls = _Walls(staging, sandboxed=sandboxed)
+        walls = _Walls(staging, sandboxed=sandboxed, contain=contain)
         read_only: tuple[str, ...] = ()
         if kind == "directory":
             copy = staging / "src" / Path(source).name

@@ -145,6 +145,38 @@ async def test_a_memory_hog_is_killed_with_a_clear_error_and_the_runner_comes_ba
 
 
 @needs_cgroups
+async def test_install_time_code_meets_the_same_caps(tmp_path, monkeypatch):
+    """A build script is plugin code: pip's build of a plugin runs in a cgroup of its own with a plugin process's
+    caps (and no core dumps), removed with whatever the build left once the install ends."""
+    monkeypatch.setattr(limits, "PLUGIN_PIDS_MAX", 64)
+    monkeypatch.setenv("AGENTHOST_TEST_BUILD_FORKS", "200")
+    h = Host(tmp_path / "data", policy=POLICY)
+    await h.start()
+    client = HostClient(h.admin_address, token=h.admin_token)
+    made: list[Path] = []
+    real = h.resource_walls.new_group
+
+    def recorded(name: str):  # noqa: ANN202
+        group = real(name)
+        if name == "install":
+            made.extend(group.dirs.values())
+        return group
+
+    monkeypatch.setattr(h.resource_walls, "new_group", recorded)
+    try:
+        await h.install_plugin(str(Path(FAULTY).parent / "build-time-plugin"), offline=True)
+        assert made and not any(d.exists() for d in made)  # the install's group, gone with it
+        await client.call("CreateBot", hpb.CreateBotRequest(name="b"))
+        await client.bind("b", "agenthost-buildtime/buildtime")
+        report = json.loads((await client.send("b", "report")).text)
+        assert 0 < report["forked"] < 64, report  # without the cap all 200 forks succeed
+        assert report["core_limit"] == 0
+    finally:
+        await client.close()
+        await h.stop()
+
+
+@needs_cgroups
 async def test_cgroups_are_gone_after_host_stop_and_stale_ones_are_swept(host, tmp_path):
     h, client = await host()
     dirs = _group_dirs(h)
