@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from agenthost.host.keys import KeyStore, check_name
 from agenthost.host.store.artifacts import ArtifactStore
 from agenthost.host.store.knowledge import HOST_WIDE, KnowledgeStore, NewChunk
+from agenthost.plugins.manifest import validation_problems
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos import run_api_pb2 as api
@@ -248,9 +249,7 @@ class EmbeddingsConfig(BaseModel):
                 timeout_seconds=message.timeout_seconds or DEFAULT_TIMEOUT_SECONDS,
             )
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'embeddings'}: {e['msg']}" for e in exc.errors()
-            )
+            problems = validation_problems(exc, root="embeddings")
             raise errors.InvalidArgument(f"invalid embeddings settings: {problems}") from None
 
     def to_proto(self, scope: str) -> hpb.KbEmbeddings:

@@ -186,7 +186,7 @@ def _parse(cls: type[M], raw: str | bytes, kind: str) -> M:
         raise ManifestError(f"invalid {kind} manifest: {validation_problems(exc)}") from None
 
 
-def validation_problems(exc: ValidationError) -> str:
-    """A pydantic error as one line naming each bad field ("a.b: message; c: message"): how manifests and the
-    built-in runners' binding configs report what is wrong."""
-    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors())
+def validation_problems(exc: ValidationError, root: str = "<root>") -> str:
+    """A pydantic error as one line naming each bad field ("a.b: message; c: message"; `root` names the model
+    itself): how manifests, the built-in runners' binding configs and knowledge settings report what is wrong."""
+    return "; ".join(f"{'.'.join(str(p) for p in err['loc']) or root}: {err['msg']}" for err in exc.errors())
