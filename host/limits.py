@@ -200,6 +200,10 @@ PLUGIN_MEMORY_MAX_BYTES = _env_int("AGENTHOST_PLUGIN_MEMORY_MAX_BYTES", 4 * GiB,
 # and other plugins go on. node alone runs ~15 threads; a build with parallel jobs a few hundred.
 # Override per host with AGENTHOST_PLUGIN_PIDS_MAX.
 PLUGIN_PIDS_MAX = _env_int("AGENTHOST_PLUGIN_PIDS_MAX", 1024, minimum=16)
+# The commands a plugin starts for a model (shell tool commands, MCP servers, harness CLIs) share a sub-group of the
+# plugin's with this share of its memory and processes: a fork bomb or a memory hog in a command meets its own cap
+# while the runner keeps the rest, so the runner, and the other conversations it serves, go on.
+PLUGIN_TOOLS_SHARE = 0.75
 # CPU weight (cgroup v2 scale, 100 = the default; v1 shares are scaled from it). Every plugin group sits under one
 # group for the host's plugins, so under contention all plugins together get about as much CPU as the host.
 PLUGIN_CPU_WEIGHT = 100

@@ -17,6 +17,12 @@ used below the host's own place in it.
 
 Where neither works (a user without delegation) the host still runs plugins, with the rlimits only, and says
 so once at start and in `agenthost status`.
+
+Inside each plugin group, `tools` holds the commands the plugin starts for a model, with a share of the plugin's
+caps (limits.PLUGIN_TOOLS_SHARE), so a command that forks or allocates without bound stops at its own cap and the
+runner keeps the rest. The plugin joins them itself (agenthost.runners.sdk.tool_walls), through the tools group's
+cgroup.procs files, which the supervisor binds into its sandbox and names in wire.TOOLS_CGROUP_ENV. On v2 the
+plugin process lives in a `main` leaf beside it (a cgroup that gives controllers to children holds no processes).
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ from agenthost.host import limits
 log = logging.getLogger(__name__)
 
 LEAF = "agenthost.leaf"  # the v2 leaf the host moves itself into (see the module doc)
+MAIN = "main"  # v2: the plugin process's leaf inside its group
+TOOLS = "tools"  # the sub-group of the commands a plugin starts for a model
 # agenthost-<pid namespace inode>-<pid>-<start time>-<nonce>: a host's pid means something only in its namespace.
 _GROUP = re.compile(r"^agenthost-(\d+)-(\d+)-(\d+)-[0-9a-f]+$")
 ENABLE_HINT = (
@@ -88,6 +96,13 @@ class Caps:
             limits.PLUGIN_OPEN_FILES_MAX,
         )
 
+    def tools_share(self) -> Caps:
+        """The caps of a plugin group's `tools` sub-group."""
+        share = limits.PLUGIN_TOOLS_SHARE
+        return Caps(
+            int(self.memory_max_bytes * share), int(self.pids_max * share), self.cpu_weight, self.open_files_max
+        )
+
 
 @dataclass
 class PluginGroup:
@@ -96,17 +111,23 @@ class PluginGroup:
     version: int
     dirs: dict[str, Path]  # controller ("memory", "pids", "cpu"; "unified" on v2) → directory
     caps: Caps
+    # Where the plugin process itself joins (`dirs`, or their `main` leaf on v2), and its tools sub-group; empty
+    # for the groups of sweeps and installs.
+    members: dict[str, Path] = field(default_factory=dict)
+    tools: dict[str, Path] = field(default_factory=dict)
     _oom_kills: int = 0
     _forks_refused: int = 0
 
     @property
-    def procs_files(self) -> list[bytes]:
-        return [os.fsencode(d / "cgroup.procs") for d in self.dirs.values()]
+    def tools_procs(self) -> list[str]:
+        """The files a process writes "0" into to join the tools sub-group (one per hierarchy)."""
+        return [str(d / "cgroup.procs") for d in self.tools.values()]
 
     def oom_kills(self) -> int:
-        """How many processes of the group the kernel's OOM killer has killed; the last count read is kept, so it
-        still answers after the group is removed."""
-        memory = self.dirs.get("unified") or self.dirs.get("memory")
+        """How many processes of the plugin process's own part of the group (not its tools) the kernel's OOM killer
+        has killed; the last count read is kept, so it still answers after the group is removed."""
+        own = self.members or self.dirs
+        memory = own.get("unified") or own.get("memory")
         if memory is not None:
             name = "memory.events" if self.version == 2 else "memory.oom_control"
             with contextlib.suppress(OSError, ValueError):
@@ -127,9 +148,14 @@ class PluginGroup:
                         self._forks_refused = max(self._forks_refused, int(value))
         return self._forks_refused
 
+    def _all_dirs(self) -> list[Path]:
+        """Sub-groups first: the order they must be removed in."""
+        subs = [*self.tools.values(), *(d for d in self.members.values() if d not in self.dirs.values())]
+        return [*subs, *self.dirs.values()]
+
     def pids(self) -> set[int]:
         found: set[int] = set()
-        for d in self.dirs.values():
+        for d in self._all_dirs():
             with contextlib.suppress(OSError, ValueError):
                 found.update(int(p) for p in (d / "cgroup.procs").read_text().split())
         return found
@@ -151,7 +177,7 @@ class PluginGroup:
         deadline = time.monotonic() + timeout
         while True:
             self.kill()
-            left = [d for d in self.dirs.values() if not _rmdir(d)]
+            left = [d for d in self._all_dirs() if not _rmdir(d)]
             if not left:
                 return True
             if time.monotonic() >= deadline:
@@ -218,9 +244,10 @@ class ResourceWalls:
 
     # ---- per plugin process ----
 
-    def new_group(self, name: str) -> PluginGroup | None:
-        """A fresh group for one plugin process with the current caps; None when the walls are off. OSError when
-        the group cannot be made (the caller refuses to start the plugin rather than start it unwalled)."""
+    def new_group(self, name: str, *, with_tools: bool = False) -> PluginGroup | None:
+        """A fresh group for one plugin process with the current caps (`with_tools`: and its tools sub-group);
+        None when the walls are off. OSError when the group cannot be made (the caller refuses to start the plugin
+        rather than start it unwalled)."""
         if not self.on:
             return None
         caps = Caps.current()
@@ -232,6 +259,19 @@ class ResourceWalls:
             for controller, d in dirs.items():
                 d.mkdir()
                 _apply_caps(self.version, controller, d, caps)
+            if with_tools:
+                for controller, d in dirs.items():
+                    if self.version == 2:
+                        # The same controllers as the host's group gives its children.
+                        given = (d.parent / "cgroup.subtree_control").read_text().split()
+                        _enable(d, [c.lstrip("+") for c in given])
+                        group.members[controller] = d / MAIN
+                        (d / MAIN).mkdir()
+                    else:
+                        group.members[controller] = d
+                    group.tools[controller] = d / TOOLS
+                    (d / TOOLS).mkdir()
+                    _apply_caps(self.version, controller, d / TOOLS, caps.tools_share())
         except OSError:
             group.remove(timeout=0)
             raise
@@ -267,7 +307,7 @@ class ResourceWalls:
             nofile = min(nofile, nofile_hard)
         # No core dumps: a crashing plugin must not leave its memory (keys, other runs' data) in a file.
         lines = ["ulimit -c 0 || exit 125", f"ulimit -n {nofile} || exit 125"]
-        for d in group.dirs.values() if group is not None else ():
+        for d in (group.members or group.dirs).values() if group is not None else ():
             target = shlex.quote(str(d / "cgroup.procs"))
             failed = shlex.quote(f"agenthost: cannot join cgroup {d}")
             lines.append(f"echo 0 > {target} || {{ echo {failed} >&2; exit 125; }}")
@@ -419,9 +459,10 @@ def _rmdir(d: Path) -> bool:
 
 
 def _remove_tree(top: Path, version: int) -> int:
-    """Kills what is in `top` and below, then removes the directories bottom-up. Returns 1 if `top` is gone."""
+    """Kills what is in `top` and below, then removes the directories bottom-up (a plugin group holds its `tools`
+    and, on v2, `main`). Returns 1 if `top` is gone."""
     with contextlib.suppress(OSError):
         for child in top.iterdir():
             if child.is_dir():
-                PluginGroup(version, {"unified" if version == 2 else "any": child}, Caps.current()).remove()
+                _remove_tree(child, version)
     return 1 if PluginGroup(version, {"unified" if version == 2 else "any": top}, Caps.current()).remove() else 0

@@ -54,7 +54,7 @@ from agenthost.host.store.db import Database
 from agenthost.plugins import sandbox
 from agenthost.plugins.manifest import ManifestError, RunnerManifest
 from agenthost.protos import runner_pb2, runner_pb2_grpc, wire
-from agenthost.protos.wire import CHANNEL_OPTIONS, HANDSHAKE_PREFIX, PROTOCOL_VERSION
+from agenthost.protos.wire import CHANNEL_OPTIONS, HANDSHAKE_PREFIX, PROTOCOL_VERSION, TOOLS_CGROUP_ENV
 
 log = logging.getLogger(__name__)
 
@@ -300,6 +300,14 @@ class Supervisor:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = sandbox.plugin_environment(os.environ, home=data_dir)
         argv = [spec.python, "-m", spec.module, "serve"]
+        try:
+            # Runner processes start commands for models: their group has a tools sub-group for those.
+            group = self.walls.new_group(spec.plugin_id, with_tools=spec.kind == "runner")
+        except OSError as exc:
+            raise PluginStartError(f"cannot make the {spec.kind} process's cgroup: {exc}") from None
+        tools_procs = group.tools_procs if group is not None else []
+        if tools_procs:
+            env[TOOLS_CGROUP_ENV] = ":".join(tools_procs)
         if self.sandboxed:
             env[sandbox.INSIDE_ENV] = "1"
             walls = sandbox.Sandbox(
@@ -316,16 +324,16 @@ class Supervisor:
                 ],
                 network=spec.builtin or spec.network,
                 cwd=str(data_dir),
+                rw_files=tools_procs,
+                cgroup_namespace=not (tools_procs and self.walls.version == 2),
             )
             try:
                 argv = walls.argv(argv)
             except sandbox.SandboxUnavailable as exc:
+                if group is not None:
+                    await asyncio.to_thread(group.remove)
                 raise PluginStartError(f"cannot sandbox the {spec.kind} process: {exc}") from None
         pp.sock_dir = sock_dir
-        try:
-            group = self.walls.new_group(spec.plugin_id)
-        except OSError as exc:
-            raise PluginStartError(f"cannot make the {spec.kind} process's cgroup: {exc}") from None
         # stderr comes through a pipe and the host writes it, so the log rotates by size whatever the child does
         # (a child holding the file itself could grow it past any rotation).
         try:

@@ -196,6 +196,11 @@ class Sandbox:
     tmp_size_mib: int = 512
     # Extra bwrap flags before the command, e.g. ("--info-fd", "5") to learn the sandboxed pid.
     extra: tuple[str, ...] = ()
+    # A cgroup namespace of its own. Off only for a plugin process whose commands join its tools sub-group on
+    # cgroup v2: with nsdelegate the kernel refuses a move to a cgroup outside the mover's namespace root.
+    cgroup_namespace: bool = True
+    # Single files bound writable (the tools sub-group's cgroup.procs): bwrap makes their parent directories.
+    rw_files: list[str] = field(default_factory=list)
 
     def argv(self, command: list[str], *, bwrap: str | None = None) -> list[str]:
         bwrap = bwrap or require()
@@ -206,7 +211,7 @@ class Sandbox:
             "--unshare-pid",
             "--unshare-ipc",
             "--unshare-uts",
-            "--unshare-cgroup-try",
+            *(["--unshare-cgroup-try"] if self.cgroup_namespace else []),
             "--hostname",
             "sandbox",
             "--uid",
@@ -240,6 +245,8 @@ class Sandbox:
         for path in self.rw:
             if os.path.exists(path):
                 args += ["--bind", path, path]
+        for path in self.rw_files:
+            args += ["--bind", path, path]
         if self.home:
             args += ["--setenv", "HOME", self.home]
         if self.cwd:

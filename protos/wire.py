@@ -24,6 +24,10 @@ def __getattr__(name: str) -> Any:
     return version
 
 
+# Set by the host in a plugin process's environment when its cgroup has a tools sub-group: the cgroup.procs files
+# (":"-separated) a command the plugin starts for a model joins first (agenthost.runners.sdk.tool_walls).
+TOOLS_CGROUP_ENV = "AGENTHOST_TOOLS_CGROUP"
+
 # A runner process announces itself on stdout with `AGENTHOST|<PROTOCOL_VERSION>|<address>`.
 PROTOCOL_VERSION = 1
 HANDSHAKE_PREFIX = "AGENTHOST"

@@ -27,6 +27,7 @@ from typing import Any
 
 from agenthost.plugins.sandbox import Sandbox
 from agenthost.runners.external_harness.errors import HarnessCrashed, HarnessNotFound
+from agenthost.runners.sdk import tool_walls
 
 # Variables a harness may inherit from the runner process. Everything else (credentials of the host, the
 # plugin secret, unrelated tokens) stays out unless a binding names it.
@@ -196,6 +197,7 @@ class HarnessProcess:
             command = sandbox.argv([resolved, *self.argv[1:]])
         else:
             command = [*_pdeathsig_prefix(), resolved, *self.argv[1:]]
+        command = tool_walls.command(command)
         try:
             transport, protocol = await loop.subprocess_exec(
                 lambda: _ExitAwareProtocol(limit=READ_CHUNK, loop=loop),

@@ -37,6 +37,7 @@ from agenthost.plugins import sandbox as sandboxing
 from agenthost.runners.local_agent.config import LocalAgentConfig
 from agenthost.runners.local_agent.tools.base import ToolError
 from agenthost.runners.local_agent.tools.mcp import McpTool, namespaced
+from agenthost.runners.sdk import tool_walls
 from agenthost.runners.sdk.mcp_servers import McpServer, McpServerError, ro_path_problems
 
 log = logging.getLogger("agenthost.local_agent")
@@ -413,6 +414,7 @@ def _stdio_opener(
         else:
             log.warning("MCP server %s runs WITHOUT a sandbox (shell.sandbox=false on the binding)", server.name)
             argv, cwd = command, None
+        argv = tool_walls.command(argv)
         async with AsyncExitStack() as stack:
             if cwd is None:
                 cwd = stack.enter_context(held_cwd(server, workspace))

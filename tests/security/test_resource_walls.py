@@ -8,6 +8,7 @@ The cgroup tests need a host that may manage cgroups (root, or a delegated cgrou
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -21,6 +22,7 @@ from agenthost.host.resource_walls import ResourceWalls
 from agenthost.host.server import Host
 from agenthost.host.supervisor import SupervisorPolicy
 from agenthost.protos import host_pb2 as hpb
+from agenthost.runners.local_agent.testing import FakeProviderServer, openai_text, openai_tool_calls
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 FAULTY = str(Path(__file__).parents[1] / "fixtures" / "faulty-plugin")
@@ -156,8 +158,8 @@ async def test_install_time_code_meets_the_same_caps(tmp_path, monkeypatch):
     made: list[Path] = []
     real = h.resource_walls.new_group
 
-    def recorded(name: str):  # noqa: ANN202
-        group = real(name)
+    def recorded(name: str, **kwargs: bool):  # noqa: ANN202
+        group = real(name, **kwargs)
         if name == "install":
             made.extend(group.dirs.values())
         return group
@@ -174,6 +176,62 @@ async def test_install_time_code_meets_the_same_caps(tmp_path, monkeypatch):
     finally:
         await client.close()
         await h.stop()
+
+
+@needs_cgroups
+async def test_a_fork_bomb_in_a_tool_command_stops_at_the_tools_cap_and_the_runner_goes_on(tmp_path, monkeypatch):
+    """A model's shell command forks without bound inside the local agent's real, sandboxed process: it meets the
+    tools sub-group's cap (3/4 of the plugin's), the runner keeps the rest, so the command's own run finishes and
+    another conversation on the same runner is answered while the command still holds every process it could."""
+    monkeypatch.setattr(limits, "PLUGIN_PIDS_MAX", 64)
+    h = Host(tmp_path / "data", policy=POLICY, builtin_plugins=True)
+    async with FakeProviderServer() as model:
+        await h.start()
+        client = HostClient(h.admin_address, token=h.admin_token)
+        try:
+            await client.call("CreateBot", hpb.CreateBotRequest(name="b"))
+            config = {"model": "vllm/m", "base_url": model.url + "/v1", "context_window": 32_000, "max_retries": 0}
+            await client.bind("b", "agenthost/local-agent", config)
+            group = h.resource_walls.groups[h.supervisor.processes["agenthost"].proc.pid]
+            (tools_pids,) = [d / "pids.max" for k, d in group.tools.items() if k in ("pids", "unified")]
+            assert tools_pids.read_text().strip() == "48"
+            # dash gives up at the first fork that fails: the bomb runs in a subshell, and the command then holds
+            # its processes by exec-ing (which needs no fork) into a sleep.
+            bomb = "(i=0; while [ $i -lt 500 ]; do sleep 60 & i=$((i+1)); done); exec sleep 8"
+            model.push(
+                openai_tool_calls([("c1", "shell", {"command": bomb, "timeout_seconds": 30})]),
+                openai_text("the other conversation is answered"),
+                openai_text("the bomb's run is done"),
+            )
+            bombing = asyncio.create_task(client.send("b", "fork away", conversation_id="bomb"))
+
+            def in_tools() -> int:
+                return len(set().union(*(_procs(d) for d in group.tools.values())))
+
+            for _ in range(600):  # the command fills its cap (every process it starts joins the tools group)
+                if in_tools() >= 40 or bombing.done():
+                    break
+                await asyncio.sleep(0.05)
+            assert in_tools() >= 40 and not bombing.done()
+            other = await client.send("b", "hello", conversation_id="other")
+            assert other.run.status == "completed" and other.text == "the other conversation is answered"
+            assert in_tools() <= 48
+            done = await asyncio.wait_for(bombing, 60)
+            assert done.run.status == "completed", done.run.error_message
+            assert done.text == "the bomb's run is done"
+            result = model.requests[-1].json()["messages"][-1]["content"]
+            assert "fork" in result.lower() or "resource temporarily unavailable" in result.lower(), result
+            assert h.supervisor.processes["agenthost"].restarts == 0
+        finally:
+            await client.close()
+            await h.stop()
+
+
+def _procs(d: Path) -> set[int]:
+    try:
+        return {int(p) for p in (d / "cgroup.procs").read_text().split()}
+    except OSError:
+        return set()
 
 
 @needs_cgroups
@@ -260,6 +318,24 @@ def test_cgroup_v2_layout_on_a_stand_in_hierarchy(tmp_path, monkeypatch):
     argv = walls.command(["bwrap", "x"], group)
     assert argv[:2] == ["/bin/sh", "-c"] and argv[-2:] == ["bwrap", "x"]
     assert f"echo 0 > {d / 'cgroup.procs'}" in argv[2] and "ulimit -c 0" in argv[2]
+
+    # A runner's group: the process in a `main` leaf (a v2 group that gives controllers to children holds no
+    # processes), its tool commands in `tools` with their share of the caps, the controllers enabled for both.
+    enabled: list[tuple[Path, list[str]]] = []
+    real_enable = rw._enable
+    monkeypatch.setattr(
+        rw, "_enable", lambda d, controllers: (enabled.append((d, controllers)), real_enable(d, controllers))
+    )
+    (host_dir / "cgroup.subtree_control").write_text("cpu memory pids\n")  # as the kernel reads it back
+    runner = walls.new_group("runner", with_tools=True)
+    (r,) = runner.dirs.values()
+    assert enabled == [(r, ["cpu", "memory", "pids"])]
+    assert runner.members == {"unified": r / rw.MAIN} and runner.tools == {"unified": r / rw.TOOLS}
+    assert (r / rw.TOOLS / "pids.max").read_text() == str(int(limits.PLUGIN_PIDS_MAX * limits.PLUGIN_TOOLS_SHARE))
+    assert (r / rw.TOOLS / "memory.max").read_text() == str(int(300 * limits.MiB * limits.PLUGIN_TOOLS_SHARE))
+    assert runner.tools_procs == [str(r / rw.TOOLS / "cgroup.procs")]
+    joined = walls.command(["bwrap", "x"], runner)[2]
+    assert f"echo 0 > {r / rw.MAIN / 'cgroup.procs'}" in joined and f"{r}/cgroup.procs" not in joined
 
     # A second host in the same process finds itself in the leaf already and uses the same delegated cgroup.
     monkeypatch.setattr(rw, "_own_cgroups", lambda: {"": f"/user.slice/agenthost.scope/{rw.LEAF}"})

@@ -34,6 +34,7 @@ from typing import Any
 from agenthost.plugins import sandbox as sandboxing
 from agenthost.runners.local_agent.config import ShellConfig
 from agenthost.runners.local_agent.tools.base import Tool, ToolContext, ToolError
+from agenthost.runners.sdk import tool_walls
 from agenthost.runners.sdk.mcp_servers import SECRET_SHAPED
 
 log = logging.getLogger("agenthost.local_agent")
@@ -188,6 +189,7 @@ async def run_command(
         os.set_blocking(info_r, False)
         argv = replace(sandbox, extra=(*sandbox.extra, "--info-fd", str(info_w))).argv(argv)
         ledger = None  # nothing to sweep after a crash: --die-with-parent and the pid namespace cover it
+    argv = tool_walls.command(argv)
     # subprocess.Popen rather than asyncio's: asyncio's Process.wait() also waits for the pipes to close, so a
     # background child (`cmd &`) holding stdout would make a finished command look like it is still running.
     # Started from the loop's thread, not a worker: bwrap's --die-with-parent watches the thread that forked it.
