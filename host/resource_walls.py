@@ -18,9 +18,9 @@ used below the host's own place in it.
 Where neither works (a user without delegation) the host still runs plugins, with the rlimits only, and says
 so once at start and in `agenthost status`.
 
-Inside each plugin group, `tools` holds the commands the plugin starts for a model, with a share of the plugin's
-caps (limits.PLUGIN_TOOLS_SHARE), so a command that forks or allocates without bound stops at its own cap and the
-runner keeps the rest. The plugin joins them itself (agenthost.runners.sdk.tool_walls), through the tools group's
+Inside a runner process's group, `tools` holds the commands the runner starts for a model, with a share of the
+group's caps (limits.PLUGIN_TOOLS_SHARE), so a command that forks or allocates without bound stops at its own cap
+and the runner keeps the rest. The runner moves those commands there itself (agenthost.runners.sdk.tool_walls), through the tools group's
 cgroup.procs files, which the supervisor binds into its sandbox and names in wire.TOOLS_CGROUP_ENV. On v2 the
 plugin process lives in a `main` leaf beside it (a cgroup that gives controllers to children holds no processes).
 """
