@@ -20,9 +20,10 @@ so once at start and in `agenthost status`.
 
 Inside a runner process's group, `tools` holds the commands the runner starts for a model, with a share of the
 group's caps (limits.PLUGIN_TOOLS_SHARE), so a command that forks or allocates without bound stops at its own cap
-and the runner keeps the rest. The runner moves those commands there itself (agenthost.runners.sdk.tool_walls), through the tools group's
-cgroup.procs files, which the supervisor binds into its sandbox and names in wire.TOOLS_CGROUP_ENV. On v2 the
-plugin process lives in a `main` leaf beside it (a cgroup that gives controllers to children holds no processes).
+and the runner keeps the rest. The runner moves those commands there itself (agenthost.runners.sdk.tool_walls),
+through the tools group's cgroup.procs files, which the supervisor binds into its sandbox and names in
+wire.TOOLS_CGROUP_ENV. On v2 the runner process lives in a `main` leaf beside it (a cgroup that gives controllers
+to children holds no processes).
 """
 
 from __future__ import annotations
