@@ -35,13 +35,13 @@ import os
 import re
 import resource
 import secrets
-import shlex
 import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agenthost.host import limits
+from agenthost.plugins.sandbox import join_cgroups
 
 log = logging.getLogger(__name__)
 
@@ -308,10 +308,8 @@ class ResourceWalls:
             nofile = min(nofile, nofile_hard)
         # No core dumps: a crashing plugin must not leave its memory (keys, other runs' data) in a file.
         lines = ["ulimit -c 0 || exit 125", f"ulimit -n {nofile} || exit 125"]
-        for d in (group.members or group.dirs).values() if group is not None else ():
-            target = shlex.quote(str(d / "cgroup.procs"))
-            failed = shlex.quote(f"agenthost: cannot join cgroup {d}")
-            lines.append(f"echo 0 > {target} || {{ echo {failed} >&2; exit 125; }}")
+        if group is not None:
+            lines += join_cgroups(str(d / "cgroup.procs") for d in (group.members or group.dirs).values())
         lines.append('exec "$@"')
         return ["/bin/sh", "-c", "\n".join(lines), "agenthost-walls", *argv]
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -253,6 +254,17 @@ class Sandbox:
             args += ["--chdir", self.cwd]
         args += [*self.extra, "--", *command]
         return args
+
+
+def join_cgroups(procs_files: Iterable[str]) -> list[str]:
+    """Shell lines that move the shell into each cgroup by writing 0 into its `cgroup.procs`, or exit 125 naming
+    the one it could not join: the prologue, before `exec "$@"`, that host.resource_walls puts before a plugin
+    process and runners.sdk.tool_walls before a model's command. Nothing starts outside its walls."""
+    lines = []
+    for path in procs_files:
+        failed = shlex.quote(f"agenthost: cannot join cgroup {path}")
+        lines.append(f"echo 0 > {shlex.quote(path)} || {{ echo {failed} >&2; exit 125; }}")
+    return lines
 
 
 def _identity_files() -> tuple[str, str]:

@@ -9,23 +9,16 @@ same paths). Without it (no cgroups on this host, or a runner started by hand) c
 from __future__ import annotations
 
 import os
-import shlex
 
+from agenthost.plugins.sandbox import join_cgroups
 from agenthost.protos.wire import TOOLS_CGROUP_ENV
-
-EXIT_NOT_WALLED = 125  # what the command exits with when it could not join: it does not run outside the walls
 
 
 def command(argv: list[str]) -> list[str]:
     """`argv` behind a /bin/sh prologue that moves itself into the tools sub-group and then execs it, so every
-    process of the command starts inside. Called where runners spawn: shell.run_command, the local agent's MCP
-    servers, the harness CLI (external_harness.process)."""
+    process of the command starts inside (or none does: it exits 125 saying why). Called where runners spawn:
+    shell.run_command, the local agent's MCP servers, the harness CLI (external_harness.process)."""
     files = [f for f in os.environ.get(TOOLS_CGROUP_ENV, "").split(":") if f]
     if not files:
         return argv
-    lines = []
-    for path in files:
-        failed = shlex.quote(f"agenthost: cannot join the tool commands' cgroup ({path})")
-        lines.append(f"echo 0 > {shlex.quote(path)} || {{ echo {failed} >&2; exit {EXIT_NOT_WALLED}; }}")
-    lines.append('exec "$@"')
-    return ["/bin/sh", "-c", "\n".join(lines), "agenthost-tools", *argv]
+    return ["/bin/sh", "-c", "\n".join([*join_cgroups(files), 'exec "$@"']), "agenthost-tools", *argv]
