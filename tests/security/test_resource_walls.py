@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -356,3 +357,26 @@ def test_an_undelegated_v2_cgroup_turns_the_walls_off_with_the_reason(tmp_path, 
     walls = rw.ResourceWalls.setup()
     assert not walls.on and "pids not available" in walls.reason and walls.new_group("p") is None
     assert "ulimit -c 0" in walls.command(["x"], None)[2]
+
+
+def test_a_command_that_cannot_join_the_tools_group_does_not_run(tmp_path, monkeypatch):
+    """tool_walls fails closed: a command whose cgroup cannot be joined (the file gone, or not writable) exits 125
+    naming it, and none of it runs; with every file joinable it runs, once; without the variable, as it is."""
+    from agenthost.protos.wire import TOOLS_CGROUP_ENV
+    from agenthost.runners.sdk import tool_walls
+
+    marker = tmp_path / "ran"
+    argv = ["/bin/sh", "-c", f"echo once >> {marker}"]
+    monkeypatch.delenv(TOOLS_CGROUP_ENV, raising=False)
+    assert tool_walls.command(argv) == argv
+
+    joinable = tmp_path / "tools.procs"  # a file standing in for cgroup.procs: writing 0 into it succeeds
+    missing = tmp_path / "gone" / "cgroup.procs"
+    monkeypatch.setenv(TOOLS_CGROUP_ENV, f"{joinable}:{missing}")
+    refused = subprocess.run(tool_walls.command(argv), capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 125 and f"cannot join cgroup {missing}" in refused.stderr
+    assert not marker.exists()
+
+    monkeypatch.setenv(TOOLS_CGROUP_ENV, str(joinable))
+    joined = subprocess.run(tool_walls.command(argv), capture_output=True, text=True, timeout=30)
+    assert joined.returncode == 0 and marker.read_text() == "once\n" and joinable.read_text() == "0\n"
