@@ -165,13 +165,16 @@ class RunRegistry:
 
     def authorize(
         self, metadata: tuple[tuple[str, str | bytes], ...], run_id: str, method: str, run_exists: callable
-    ) -> ActiveRun:
+    ) -> tuple[ActiveRun, bool]:
         """The one check every AgentRunAPIProxy call passes through, in this order:
 
         token missing/unknown/revoked → UNAUTHENTICATED; run_id empty → INVALID_ARGUMENT; run unknown →
         NOT_FOUND; token of another run, or a run token presented by another plugin process → PERMISSION_DENIED;
         run finished
         or past its deadline → FAILED_PRECONDITION; method outside the frozen grant → PERMISSION_DENIED.
+
+        Returns the run and whether the call presented its tool token (a process inside the run's sandbox) rather
+        than its run token (the runner process, with the plugin's secret).
         """
         token = plugin_secret = None
         for key, value in metadata:
@@ -193,7 +196,8 @@ class RunRegistry:
             raise PermissionDenied("this token belongs to another run")
         # The run token is bound to its plugin process; the tool token stands alone (it lives only inside the
         # run's own sandboxed processes, which must never hold the plugin's secret).
-        if presented != run.tool_token_hash:
+        by_tool_token = presented == run.tool_token_hash
+        if not by_tool_token:
             caller = self._plugins_by_secret.get(hash_secret(plugin_secret)) if isinstance(plugin_secret, str) else None
             if caller is None or not hmac.compare_digest(caller, run.plugin_id):
                 raise PermissionDenied("this run belongs to another runner process")
@@ -203,13 +207,4 @@ class RunRegistry:
             raise FailedPrecondition(f"run {run_id} is past its deadline")
         if method not in run.grant.methods:
             raise PermissionDenied(f"{method} is not granted to this run")
-        return run
-
-    @staticmethod
-    def by_tool_token(metadata: tuple[tuple[str, str | bytes], ...], run: ActiveRun) -> bool:
-        """Whether an authorized call presented `run`'s tool token (a process inside the run's sandbox) rather than
-        its run token (the runner process, with the plugin's secret)."""
-        token = next((v for k, v in metadata if k == "authorization"), None)
-        if not run.tool_token_hash or not isinstance(token, str) or not token.startswith("Bearer "):
-            return False
-        return hmac.compare_digest(hash_secret(token[7:]), run.tool_token_hash)
+        return run, by_tool_token

@@ -36,7 +36,7 @@ from agenthost.protos import run_api_pb2_grpc as api_grpc
 
 log = logging.getLogger(__name__)
 _current_run: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar("agenthost_run", default=None)
-# Whether the call being served presented its run's tool token (RunRegistry.by_tool_token); set with _current_run.
+# Whether the call being served presented its run's tool token (RunRegistry.authorize); set with _current_run.
 _by_tool_token: contextvars.ContextVar[bool] = contextvars.ContextVar("agenthost_by_tool_token", default=False)
 R = TypeVar("R")
 
@@ -256,11 +256,11 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         return active.plugin_id if active else ""
 
     def _authorize(self, context: grpc.aio.ServicerContext, run_id: str, method: str) -> ActiveRun:
-        run = self.registry.authorize(
+        run, by_tool_token = self.registry.authorize(
             context.invocation_metadata() or (), run_id, method, lambda rid: self.runs.get(rid) is not None
         )
         _current_run.set(run)  # each RPC runs in its own task, so this is per call; read for the audit row
-        _by_tool_token.set(self.registry.by_tool_token(tuple(context.invocation_metadata() or ()), run))
+        _by_tool_token.set(by_tool_token)
         return run
 
     # ---- history and events ----

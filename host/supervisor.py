@@ -310,7 +310,7 @@ class Supervisor:
             env[TOOLS_CGROUP_ENV] = ":".join(tools_procs)
         if self.sandboxed:
             env[sandbox.INSIDE_ENV] = "1"
-            walls = sandbox.Sandbox(
+            box = sandbox.Sandbox(
                 ro=[
                     *sandbox.python_paths(),
                     str(Path(spec.python).parent.parent),
@@ -328,7 +328,7 @@ class Supervisor:
                 cgroup_namespace=not (tools_procs and self.walls.version == 2),
             )
             try:
-                argv = walls.argv(argv)
+                argv = box.argv(argv)
             except sandbox.SandboxUnavailable as exc:
                 if group is not None:
                     await asyncio.to_thread(group.remove)
