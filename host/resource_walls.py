@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agenthost.host import limits
-from agenthost.plugins.sandbox import join_cgroups
+from agenthost.plugins.sandbox import join_cgroups, proc_start_time
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +54,6 @@ ENABLE_HINT = (
     "run the host in a cgroup of its own delegated to it: `systemd-run --user --scope -p Delegate=yes agenthost "
     "serve` (as root, without --user), or a systemd service with Delegate=yes"
 )
-
-
-def proc_start_time(pid: int) -> str | None:
-    """Field 22 of /proc/<pid>/stat (start time in clock ticks since boot): a pid plus this names one process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
 
 
 def _pid_namespace() -> int:

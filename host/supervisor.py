@@ -49,7 +49,6 @@ from agenthost.host.grants import RunRegistry, new_token
 from agenthost.host.logs import RotatingFile, pump
 from agenthost.host.observability import Observer
 from agenthost.host.resource_walls import PluginGroup, ResourceWalls, human_bytes
-from agenthost.host.resource_walls import proc_start_time as _proc_start_time
 from agenthost.host.store.db import Database
 from agenthost.plugins import sandbox
 from agenthost.plugins.manifest import ManifestError, RunnerManifest
@@ -182,7 +181,7 @@ class Supervisor:
         killed = 0
         for row in rows:
             pid, start_time = row["pid"], row["start_time"]
-            if _proc_start_time(pid) == start_time:
+            if sandbox.proc_start_time(pid) == start_time:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
                     killed += 1
@@ -365,7 +364,7 @@ class Supervisor:
         pp.proc = proc
         self.observer.plugin_spawned(spec.plugin_id, proc.pid, pp.restarts)
         pp.started_at = time.monotonic()
-        start_time = _proc_start_time(proc.pid) or ""
+        start_time = sandbox.proc_start_time(proc.pid) or ""
         await self.db.write(
             lambda conn: conn.execute(
                 "INSERT OR REPLACE INTO plugin_processes(plugin_id, pid, start_time) VALUES (?,?,?)",

@@ -256,6 +256,16 @@ class Sandbox:
         return args
 
 
+def proc_start_time(pid: int) -> str | None:
+    """Field 22 of /proc/<pid>/stat (start time in clock ticks since boot): a pid plus this names one process, so
+    a sweep of recorded pids (the supervisor's, the shell tool's) never kills a stranger that reused a pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
 def join_cgroups(procs_files: Iterable[str]) -> list[str]:
     """Shell lines that move the shell into each cgroup by writing 0 into its `cgroup.procs`, or exit 125 naming
     the one it could not join: the prologue, before `exec "$@"`, that host.resource_walls puts before a plugin

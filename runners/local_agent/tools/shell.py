@@ -71,16 +71,8 @@ class ProcessLedger:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    @staticmethod
-    def _start_time(pid: int) -> str | None:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return None
-        return stat.rsplit(")", 1)[1].split()[19]
-
     def record(self, pid: int) -> None:
-        start = self._start_time(pid)
+        start = sandboxing.proc_start_time(pid)
         if start is None:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -98,7 +90,7 @@ class ProcessLedger:
             if entry.name.isdigit():
                 pid = int(entry.name)
                 recorded = entry.read_text().strip()
-                if recorded and self._start_time(pid) == recorded:
+                if recorded and sandboxing.proc_start_time(pid) == recorded:
                     _kill_group(pid)
                     killed += 1
             entry.unlink(missing_ok=True)
