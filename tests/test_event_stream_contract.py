@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agenthost.host import limits
 from agenthost.host.run_writer import RunWriter
@@ -170,6 +172,32 @@ async def test_streamed_events_are_persisted_exactly_for_random_batch_shapes(
                 assert result.run.text == deltas, why
         assert h.host.db.pending_bytes == 0 and h.host.db.pending_jobs == 0
     assert delta_runs > 16  # the shapes did store streamed deltas as delta-run rows
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    texts=st.lists(st.integers(0, 20_000), min_size=1, max_size=80),
+    max_batch=st.sampled_from([1, 2, 7, 256]),
+    max_bytes=st.sampled_from([200, 4_000, 4 * 1024 * 1024]),
+)
+def test_encoded_batches_parse_back_to_the_events_within_both_caps(
+    texts: list[int], max_batch: int, max_bytes: int
+) -> None:
+    """The SDK encodes each event once and sends batches as concatenations (no protobuf batch message): each one
+    must parse as a RunEventBatch holding exactly the next events, lengths of one, two and three varint bytes
+    alike, within MAX_BATCH events and MAX_BATCH_BYTES bytes (one event over the byte cap travels alone)."""
+    sent = [events.text("x" * n) if n % 3 else events.usage(n, 1, model="m" * (n % 200)) for n in texts]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sdk_server, "MAX_BATCH", max_batch)
+        mp.setattr(sdk_server, "MAX_BATCH_BYTES", max_bytes)
+        batches = list(sdk_server._batches([sdk_server._framed(e) for e in sent]))
+    received: list[pb.RunEvent] = []
+    for data in batches:
+        batch = pb.RunEventBatch.FromString(data)
+        assert 1 <= len(batch.events) <= max_batch
+        assert len(data) <= max_bytes or len(batch.events) == 1
+        received.extend(batch.events)
+    assert received == sent
 
 
 async def test_a_run_writer_coalesces_what_arrives_while_the_writer_is_busy(tmp_path: Path) -> None:

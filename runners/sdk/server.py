@@ -129,19 +129,18 @@ class _Runners:
 
 class _EventChannel:
     """Runner task → RPC stream. Cheaper than asyncio.Queue per event, and it hands over everything that piled
-    up since the last send in one batch: deltas coalesce under load without waiting for a timer."""
+    up since the last send in one batch: deltas coalesce under load without waiting for a timer. Items are events
+    already encoded as entries of a RunEventBatch (`_framed`), so a batch is their concatenation."""
 
     def __init__(self, high_water: int = 1024) -> None:
         self._buf: list[Any] = []
-        self._sizes: list[int] = []  # each item's serialized size, measured once by the producer
         self._ready = asyncio.Event()
         self._drained = asyncio.Event()
         self._high_water = high_water
 
-    def push(self, item: Any, size: int = 0) -> bool:
+    def push(self, item: Any) -> bool:
         """Adds without waiting (the per-event hot path); True once the buffer is full: then `await full()`."""
         self._buf.append(item)
-        self._sizes.append(size)
         self._ready.set()
         return len(self._buf) >= self._high_water
 
@@ -151,18 +150,17 @@ class _EventChannel:
             self._drained.clear()
             await self._drained.wait()
 
-    async def put(self, item: Any, size: int = 0) -> None:
-        if self.push(item, size):
+    async def put(self, item: Any) -> None:
+        if self.push(item):
             await self.full()
 
-    async def take(self) -> tuple[list[Any], list[int]]:
+    async def take(self) -> list[Any]:
         while not self._buf:
             self._ready.clear()
             await self._ready.wait()
         items, self._buf = self._buf, []
-        sizes, self._sizes = self._sizes, []
         self._drained.set()
-        return items, sizes
+        return items
 
 
 class RunnerService(runner_pb2_grpc.RunnerServicer):
@@ -263,15 +261,14 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
         self.on_shutdown.set()
         return runner_pb2.ShutdownResponse()
 
-    async def Run(
-        self, request: runner_pb2.RunRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.RunEventBatch]:
+    async def Run(self, request: runner_pb2.RunRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        """Streams the run's events as encoded RunEventBatch messages (see `_batches`)."""
         runner = await self._runner(request.runner_name, context)
         if self._stub is None:
             await errors.abort_with(context, errors.FailedPrecondition("runner process has no host address"))
             return
         if isinstance(runner, RunnersUnavailable):
-            yield pb.RunEventBatch(events=[events.failed("runner_unavailable", str(runner))])
+            yield _framed(events.failed("runner_unavailable", str(runner)))
             return
         ctx = request.context
         api = RunAPI(
@@ -294,13 +291,12 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
         self.tasks.add(task)
         try:
             while True:
-                items, sizes = await channel.take()
+                items = await channel.take()
                 done = items[-1] is _END
                 if done:
                     items.pop()
-                    sizes.pop()
-                for batch in _batches(items, sizes):
-                    yield pb.RunEventBatch(events=batch)
+                for batch in _batches(items):
+                    yield batch
                 if done:
                     return
         finally:
@@ -319,40 +315,61 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
             await self._channel.close()
 
 
-def _batches(items: list[pb.RunEvent], sizes: list[int]) -> Iterator[list[pb.RunEvent]]:
-    """Consecutive events (`sizes`: their ByteSize) cut into batches of at most MAX_BATCH events and
-    MAX_BATCH_BYTES bytes; an event larger than MAX_BATCH_BYTES (at most MAX_EVENT_BYTES, checked in `_drive`)
-    travels alone."""
+# The tag of RunEventBatch.events (field 1, length-delimited) and an entry's length, as varints, for the short
+# entries (under 128 bytes) that text deltas mostly are.
+_SHORT_PREFIX = [bytes((0x0A, n)) for n in range(128)]
+
+
+def _framed(event: pb.RunEvent) -> bytes:
+    """The event encoded as one entry of a RunEventBatch: batches are then plain concatenations, sent as they are
+    (`_pass_encoded`). Encoding each small event once costs a third of building a batch message from them, which
+    copies every event into it and then encodes the whole."""
+    data = event.SerializeToString()
+    n = len(data)
+    if n < 128:
+        return _SHORT_PREFIX[n] + data
+    prefix = bytearray(b"\x0a")
+    while n > 0x7F:
+        prefix.append((n & 0x7F) | 0x80)
+        n >>= 7
+    prefix.append(n)
+    return bytes(prefix) + data
+
+
+def _batches(items: list[bytes]) -> Iterator[bytes]:
+    """Consecutive encoded events cut into encoded batches of at most MAX_BATCH events and MAX_BATCH_BYTES bytes;
+    an event larger than MAX_BATCH_BYTES (at most MAX_EVENT_BYTES, checked in `_drive`) travels alone."""
     if not items:
         return
-    if len(items) <= MAX_BATCH and sum(sizes) + 6 * len(items) <= MAX_BATCH_BYTES:
-        yield items  # the common case: what piled up fits one message
+    if len(items) <= MAX_BATCH and sum(map(len, items)) <= MAX_BATCH_BYTES:
+        yield b"".join(items)  # the common case: what piled up fits one message
         return
-    batch: list[pb.RunEvent] = []
-    size = 0
-    for event, n in zip(items, sizes, strict=True):
-        n += 6  # the field tag and length prefix of a repeated message, at most
-        if batch and (len(batch) >= MAX_BATCH or size + n > MAX_BATCH_BYTES):
-            yield batch
-            batch, size = [], 0
-        batch.append(event)
-        size += n
-    if batch:
-        yield batch
+    start = size = 0
+    for i, item in enumerate(items):
+        if i > start and (i - start >= MAX_BATCH or size + len(item) > MAX_BATCH_BYTES):
+            yield b"".join(items[start:i])
+            start, size = i, 0
+        size += len(item)
+    yield b"".join(items[start:])
 
 
-def _sized(event: pb.RunEvent) -> tuple[pb.RunEvent, int]:
-    """The event and its size, or the `failed` event that replaces an event too large for one message."""
-    size = event.ByteSize()
-    if size <= MAX_EVENT_BYTES:
-        return event, size
-    failed = events.failed(
-        "event_too_large",
-        f"RESOURCE_EXHAUSTED: the runner emitted a {event.WhichOneof('kind')} event of {size} bytes; the limit"
-        f" is MAX_EVENT_BYTES ="
-        f" {MAX_EVENT_BYTES} bytes (put large outputs in an artifact)",
+def _pass_encoded(batch: bytes) -> bytes:
+    """Run's response serializer: its batches are encoded by `_batches` already."""
+    return batch
+
+
+def _encoded(event: pb.RunEvent) -> bytes:
+    """The event framed for a batch, or the `failed` event that replaces an event too large for one message."""
+    data = _framed(event)
+    if len(data) <= MAX_EVENT_BYTES:
+        return data
+    return _framed(
+        events.failed(
+            "event_too_large",
+            f"RESOURCE_EXHAUSTED: the runner emitted a {event.WhichOneof('kind')} event of {len(data)} bytes; the"
+            f" limit is MAX_EVENT_BYTES = {MAX_EVENT_BYTES} bytes (put large outputs in an artifact)",
+        )
     )
-    return failed, failed.ByteSize()
 
 
 async def _drive(runner: Runner, run: RunContext, channel: _EventChannel) -> None:
@@ -361,11 +378,8 @@ async def _drive(runner: Runner, run: RunContext, channel: _EventChannel) -> Non
         terminal = False
         agen = runner.run(run)
         try:
-            async for event in agen:  # per event: kept to a size and a kind, the rest is per batch
-                size = event.ByteSize()
-                if size > MAX_EVENT_BYTES:
-                    event, size = _sized(event)
-                if channel.push(event, size):
+            async for event in agen:  # per event: encoded, kept to a size and a kind; the rest is per batch
+                if channel.push(_encoded(event)):
                     await channel.full()
                 if event.WhichOneof("kind") in events.TERMINAL_KINDS:
                     terminal = True
@@ -373,16 +387,41 @@ async def _drive(runner: Runner, run: RunContext, channel: _EventChannel) -> Non
         finally:
             await agen.aclose()
         if not terminal:
-            await channel.put(*_sized(events.completed()))
+            await channel.put(_encoded(events.completed()))
     except asyncio.CancelledError:
         raise
     except errors.AgentHostError as exc:
-        await channel.put(*_sized(events.failed(f"host_{exc.code.name.lower()}", exc.message)))
+        await channel.put(_encoded(events.failed(f"host_{exc.code.name.lower()}", exc.message)))
     except Exception as exc:
         log.exception("runner %s failed in run %s", runner.manifest.name, run.run_id)
-        await channel.put(*_sized(events.failed("runner_error", f"{type(exc).__name__}: {exc}")))
+        await channel.put(_encoded(events.failed("runner_error", f"{type(exc).__name__}: {exc}")))
     finally:
         await channel.put(_END)
+
+
+class _Registrations:
+    """Stands in for a server to collect the generated code's method handlers (see `_add_runner_service`)."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self.handlers.update(handlers)
+
+
+def _add_runner_service(service: RunnerService, server: grpc.aio.Server) -> None:
+    """The generated registration of the Runner service, but for Run's serializer: its batches leave `_batches`
+    encoded already."""
+    collected = _Registrations()
+    runner_pb2_grpc.add_RunnerServicer_to_server(service, collected)
+    handlers = collected.handlers
+    handlers["Run"] = handlers["Run"]._replace(response_serializer=_pass_encoded)
+    name = runner_pb2.DESCRIPTOR.services_by_name["Runner"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
+    server.add_registered_method_handlers(name, handlers)
 
 
 async def serve(
@@ -422,7 +461,7 @@ async def serve(
     service = RunnerService(
         plugin_id=plugin_id, runners=runners, host_address=host_address, plugin_secret=plugin_secret, on_shutdown=stop
     )
-    runner_pb2_grpc.add_RunnerServicer_to_server(service, server)
+    _add_runner_service(service, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     if server.add_insecure_port(listen) == 0:
