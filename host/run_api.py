@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import message as pb_message
-from google.protobuf import message_factory
 
 from agenthost.host import limits
 from agenthost.host.approvals import Approvals
@@ -33,6 +32,7 @@ from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import run_api_pb2 as api
 from agenthost.protos import run_api_pb2_grpc as api_grpc
+from agenthost.protos.handlers import method_handlers
 
 log = logging.getLogger(__name__)
 _current_run: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar("agenthost_run", default=None)
@@ -104,21 +104,10 @@ def add_servicer(servicer: RunAPIServicer, server: grpc.aio.Server) -> None:
     malformed request reaches the handler, is refused with INVALID_ARGUMENT and is audited; and behind a gate
     that refuses calls without a valid run token before their request is read (see `_Gate`)."""
     service = api.DESCRIPTOR.services_by_name["AgentRunAPIProxy"]
-    factories = {
-        (False, False): grpc.unary_unary_rpc_method_handler,
-        (False, True): grpc.unary_stream_rpc_method_handler,
-        (True, False): grpc.stream_unary_rpc_method_handler,
-        (True, True): grpc.stream_stream_rpc_method_handler,
+    handlers = {
+        f"/{service.full_name}/{name}": handler
+        for name, handler in method_handlers(service, servicer, deserializer=_tolerant).items()
     }
-    handlers = {}
-    for method in service.methods:
-        request_class = message_factory.GetMessageClass(method.input_type)
-        response_class = message_factory.GetMessageClass(method.output_type)
-        handlers[f"/{service.full_name}/{method.name}"] = factories[(method.client_streaming, method.server_streaming)](
-            getattr(servicer, method.name),
-            request_deserializer=_tolerant(request_class),
-            response_serializer=response_class.SerializeToString,
-        )
     server.add_generic_rpc_handlers((_Gate(servicer, handlers),))
 
 

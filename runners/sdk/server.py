@@ -31,6 +31,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors, runner_pb2, runner_pb2_grpc
 from agenthost.protos import run_api_pb2_grpc as api_grpc
+from agenthost.protos.handlers import method_handlers
 from agenthost.protos.wire import (
     CHANNEL_OPTIONS,
     HANDSHAKE_PREFIX,
@@ -399,29 +400,12 @@ async def _drive(runner: Runner, run: RunContext, channel: _EventChannel) -> Non
         await channel.put(_END)
 
 
-class _Registrations:
-    """Stands in for a server to collect the generated code's method handlers (see `_add_runner_service`)."""
-
-    def __init__(self) -> None:
-        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
-
-    def add_generic_rpc_handlers(self, handlers: Any) -> None:
-        pass
-
-    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
-        self.handlers.update(handlers)
-
-
 def _add_runner_service(service: RunnerService, server: grpc.aio.Server) -> None:
-    """The generated registration of the Runner service, but for Run's serializer: its batches leave `_batches`
-    encoded already."""
-    collected = _Registrations()
-    runner_pb2_grpc.add_RunnerServicer_to_server(service, collected)
-    handlers = collected.handlers
-    handlers["Run"] = handlers["Run"]._replace(response_serializer=_pass_encoded)
-    name = runner_pb2.DESCRIPTOR.services_by_name["Runner"].full_name
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(name, handlers),))
-    server.add_registered_method_handlers(name, handlers)
+    """The Runner service as generated but for Run's serializer: its batches leave `_batches` encoded already."""
+    descriptor = runner_pb2.DESCRIPTOR.services_by_name["Runner"]
+    handlers = method_handlers(descriptor, service, serializers={"Run": _pass_encoded})
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(descriptor.full_name, handlers),))
+    server.add_registered_method_handlers(descriptor.full_name, handlers)
 
 
 async def serve(
