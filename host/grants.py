@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agenthost.plugins.manifest import ALWAYS_GRANTED_METHODS, API_METHODS, RunnerManifest
@@ -163,19 +164,10 @@ class RunRegistry:
     def active(self) -> list[ActiveRun]:
         return list(self._by_run.values())
 
-    def authorize(
-        self, metadata: tuple[tuple[str, str | bytes], ...], run_id: str, method: str, run_exists: callable
-    ) -> tuple[ActiveRun, bool]:
-        """The one check every AgentRunAPIProxy call passes through, in this order:
-
-        token missing/unknown/revoked → UNAUTHENTICATED; run_id empty → INVALID_ARGUMENT; run unknown →
-        NOT_FOUND; token of another run, or a run token presented by another plugin process → PERMISSION_DENIED;
-        run finished
-        or past its deadline → FAILED_PRECONDITION; method outside the frozen grant → PERMISSION_DENIED.
-
-        Returns the run and whether the call presented its tool token (a process inside the run's sandbox) rather
-        than its run token (the runner process, with the plugin's secret).
-        """
+    def token_run(self, metadata: Sequence[tuple[str, str | bytes]]) -> tuple[ActiveRun, str, str | bytes | None]:
+        """The first step of `authorize`, alone for the run API's gate (which refuses a call before its request
+        is read): the run whose token the call presents, the token's hash and the plugin secret presented, if any.
+        Raises Unauthenticated for a missing, unknown or revoked token."""
         token = plugin_secret = None
         for key, value in metadata:
             if key == "authorization":
@@ -188,6 +180,22 @@ class RunRegistry:
         run = self._by_token.get(presented)
         if run is None:
             raise Unauthenticated("run token is not valid (unknown, forged, or revoked when its run ended)")
+        return run, presented, plugin_secret
+
+    def authorize(
+        self, metadata: Sequence[tuple[str, str | bytes]], run_id: str, method: str, run_exists: callable
+    ) -> tuple[ActiveRun, bool]:
+        """The one check every AgentRunAPIProxy call passes through, in this order:
+
+        token missing/unknown/revoked → UNAUTHENTICATED; run_id empty → INVALID_ARGUMENT; run unknown →
+        NOT_FOUND; token of another run, or a run token presented by another plugin process → PERMISSION_DENIED;
+        run finished
+        or past its deadline → FAILED_PRECONDITION; method outside the frozen grant → PERMISSION_DENIED.
+
+        Returns the run and whether the call presented its tool token (a process inside the run's sandbox) rather
+        than its run token (the runner process, with the plugin's secret).
+        """
+        run, presented, plugin_secret = self.token_run(metadata)
         if not run_id:
             raise InvalidArgument("run_id is required")
         if run_id != run.run_id:

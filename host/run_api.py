@@ -129,15 +129,9 @@ class _Gate(grpc.GenericRpcHandler):
             return None
         name = handler_call_details.method.rsplit("/", 1)[-1]
         try:
-            # authorize checks the token before anything else (its documented order): with no run id, a valid
-            # token gets as far as InvalidArgument, a missing or unknown one stops at Unauthenticated.
-            self._servicer.registry.authorize(
-                tuple(handler_call_details.invocation_metadata or ()), "", name, lambda _run_id: False
-            )
+            self._servicer.registry.token_run(handler_call_details.invocation_metadata or ())
         except errors.Unauthenticated as exc:
             return grpc.stream_unary_rpc_method_handler(functools.partial(self._servicer.refuse_early, name, exc))
-        except errors.AgentHostError:
-            pass
         return handler
 
 
