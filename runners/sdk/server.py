@@ -325,7 +325,10 @@ def _framed(event: pb.RunEvent) -> bytes:
     """The event encoded as one entry of a RunEventBatch: batches are then plain concatenations, sent as they are
     (`_pass_encoded`). Encoding each small event once costs a third of building a batch message from them, which
     copies every event into it and then encodes the whole."""
-    data = event.SerializeToString()
+    return _entry(event.SerializeToString())
+
+
+def _entry(data: bytes) -> bytes:
     n = len(data)
     if n < 128:
         return _SHORT_PREFIX[n] + data
@@ -361,9 +364,9 @@ def _pass_encoded(batch: bytes) -> bytes:
 
 def _encoded(event: pb.RunEvent) -> bytes:
     """The event framed for a batch, or the `failed` event that replaces an event too large for one message."""
-    data = _framed(event)
+    data = event.SerializeToString()
     if len(data) <= MAX_EVENT_BYTES:
-        return data
+        return _entry(data)
     return _framed(
         events.failed(
             "event_too_large",
