@@ -78,8 +78,8 @@ async def host_deltas(client: HostClient, n: int, batch: int) -> float:
 BATCHES = (1, 16, 64, MAX_BATCH)
 
 
-def tree_cpu(root: int) -> float:
-    """CPU seconds used so far by a process and its descendants, every thread (Linux /proc)."""
+def tree_cpu(root: int, *, descendants: bool = True) -> float:
+    """CPU seconds used so far by a process (every thread) and, unless told not to, its descendants (Linux /proc)."""
     total, todo, tick = 0.0, [root], os.sysconf("SC_CLK_TCK")
     while todo:
         pid = todo.pop()
@@ -88,19 +88,23 @@ def tree_cpu(root: int) -> float:
                 with open(f"/proc/{pid}/task/{tid}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
                 total += (int(fields[11]) + int(fields[12])) / tick
-                with open(f"/proc/{pid}/task/{tid}/children") as f:
-                    todo += [int(child) for child in f.read().split()]
+                if descendants:
+                    with open(f"/proc/{pid}/task/{tid}/children") as f:
+                        todo += [int(child) for child in f.read().split()]
         except (FileNotFoundError, ProcessLookupError):
             continue
     return total
 
 
-async def measured(run, pids: list[int], n: int) -> tuple[float, float]:
-    """(deltas/s, CPU µs per delta over `pids`' trees and this client process) of one timed round."""
-    before = sum(tree_cpu(pid) for pid in pids) + time.process_time()
+async def measured(run, pids: list[int], n: int) -> tuple[float, tuple[float, float, float]]:
+    """(deltas/s, CPU µs per delta: over `pids`' trees and this client process; of it, the first pid's own
+    threads; and this client's) of one timed round."""
+    trees, own, client = sum(tree_cpu(pid) for pid in pids), tree_cpu(pids[0], descendants=False), time.process_time()
     rate = await run
-    used = sum(tree_cpu(pid) for pid in pids) + time.process_time() - before
-    return rate, used * 1e6 / n
+    client = time.process_time() - client
+    own = tree_cpu(pids[0], descendants=False) - own
+    trees = sum(tree_cpu(pid) for pid in pids) - trees
+    return rate, ((trees + client) * 1e6 / n, own * 1e6 / n, client * 1e6 / n)
 
 
 async def main(calls: int, deltas: int, repeats: int = REPEATS) -> None:
@@ -161,11 +165,11 @@ async def main(calls: int, deltas: int, repeats: int = REPEATS) -> None:
                 f"\n== text deltas (~50 B): runner -> host (number, persist, project) -> client; median of {repeats} =="
             )
             rates: dict[tuple[str, int], float] = {}
-            cpu: dict[tuple[str, int], float] = {}
+            cpu: dict[tuple[str, int], tuple[float, ...]] = {}
             for batch in BATCHES:
                 n = deltas if batch > 1 else max(2000, deltas // 10)
                 samples: dict[str, list[float]] = {"raw1": [], "raw2": [], "host": []}
-                cpu_samples: dict[str, list[float]] = {"raw2": [], "host": []}
+                cpu_samples: dict[str, list[tuple[float, float, float]]] = {"raw2": [], "host": []}
                 for _ in range(repeats):  # this machine is shared and noisy: interleave, take medians
                     samples["raw1"].append(await raw_deltas(raw_address, n, batch))
                     rate, used = await measured(raw_deltas(relay_address, n, batch), [raw.pid, relay.pid], n)
@@ -177,7 +181,7 @@ async def main(calls: int, deltas: int, repeats: int = REPEATS) -> None:
                 for side, values in samples.items():
                     rates[(side, batch)] = statistics.median(values)
                 for side, values in cpu_samples.items():
-                    cpu[(side, batch)] = statistics.median(values)
+                    cpu[(side, batch)] = tuple(statistics.median(parts) for parts in zip(*values, strict=True))
             print(
                 f"{'deltas per message':>18} {'raw 1 hop /s':>13} {'raw 2 hops /s':>14} {'agenthost /s':>13}"
                 f" {'ah / raw 1 hop':>15} {'ah / raw 2 hops':>16}"
@@ -197,9 +201,11 @@ async def main(calls: int, deltas: int, repeats: int = REPEATS) -> None:
                 "\nCPU per delta, µs, every process and thread on the path, client included"
                 " (inflated too when the machine is overloaded)"
             )
+            print(f"{'':>18} {'raw 2 hops':>10} {'agenthost':>10} {'ratio':>6}   agenthost's: host + runner + client")
             for batch in BATCHES:
-                r2, h = cpu[("raw2", batch)], cpu[("host", batch)]
-                print(f"{batch:>18} raw 2 hops {r2:7.1f}   agenthost (runner + host) {h:7.1f}   {h / r2:5.2f}x")
+                r2, (h, host_own, client) = cpu[("raw2", batch)][0], cpu[("host", batch)]
+                runner = h - host_own - client  # the host's descendants: its plugin processes
+                print(f"{batch:>18} {r2:10.1f} {h:10.1f} {h / r2:5.2f}x   {host_own:.1f} + {runner:.1f} + {client:.1f}")
             print("\n== what batching buys (not a comparison with raw gRPC: batching is available to both) ==")
             for batch in BATCHES[1:]:
                 h = rates[("host", batch)]
