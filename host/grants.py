@@ -189,8 +189,8 @@ class RunRegistry:
 
         token missing/unknown/revoked → UNAUTHENTICATED; run_id empty → INVALID_ARGUMENT; run unknown →
         NOT_FOUND; token of another run, or a run token presented by another plugin process → PERMISSION_DENIED;
-        run finished
-        or past its deadline → FAILED_PRECONDITION; method outside the frozen grant → PERMISSION_DENIED.
+        run finished or past its deadline → FAILED_PRECONDITION; method outside the frozen grant →
+        PERMISSION_DENIED.
 
         Returns the run and whether the call presented its tool token (a process inside the run's sandbox) rather
         than its run token (the runner process, with the plugin's secret).
