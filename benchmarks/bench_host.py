@@ -1,6 +1,6 @@
 """Host benchmark: run-scoped API calls and delta streaming through agenthost, next to raw grpc.aio, in one run.
 
-    python benchmarks/bench_host.py [--calls 2000] [--deltas 50000] [--repeats 5]
+    python benchmarks/bench_host.py [--calls 2000] [--deltas 50000] [--repeats 5] [--sustained 4]
 
 Processes, as in production: `agenthost serve` (host), the bench runner plugin (installed like any plugin), this
 script as the client, and raw grpc.aio servers serving the same protos from memory (the baselines): one that streams
@@ -9,7 +9,9 @@ no auth, numbering or storage).
 
 Deltas are compared at EQUAL batch sizes (1, 16, 64 and 256 deltas per gRPC message on every side): that ratio is
 the cost of agenthost itself; 256 is the SDK's cap (wire.MAX_BATCH), what a saturated stream sends. What batching
-buys is printed separately, as agenthost batched against agenthost and raw at one per message.
+buys is printed separately, as agenthost batched against agenthost and raw at one per message. Last, `--sustained`
+streams of 100 k deltas at the SDK's cap run back to back, with no raw rounds between: steady-state throughput, and
+CPU per delta split into host, runner and client.
 
 Targets (from the design notes, ../shared/notes/performance-anchors.md, outside this repository): a call within raw
 + 150 µs at p50; deltas persisted at >= 80 k/s when batched.
@@ -31,6 +33,7 @@ from pathlib import Path
 import grpc
 
 REPEATS = 5
+SUSTAINED_DELTAS = 100_000
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -54,13 +57,13 @@ async def raw_deltas(address: str, n: int, batch: int) -> float:
         return n / (time.perf_counter() - t0)
 
 
-async def host_deltas(client: HostClient, n: int, batch: int) -> float:
+async def host_deltas(client: HostClient, n: int, batch: int, *, conversation_id: str = "deltas") -> float:
     t0 = time.perf_counter()
     got = 0
     status = ""
     last: hpb.SendMessageReply | None = None
     async for reply in client.stream(
-        hpb.SendMessageRequest(bot="bench", text=f"deltas {n} {batch}", conversation_id="deltas")
+        hpb.SendMessageRequest(bot="bench", text=f"deltas {n} {batch}", conversation_id=conversation_id)
     ):
         kind = reply.WhichOneof("kind")
         if kind == "events":
@@ -107,7 +110,7 @@ async def measured(run, pids: list[int], n: int) -> tuple[float, tuple[float, fl
     return rate, ((trees + client) * 1e6 / n, own * 1e6 / n, client * 1e6 / n)
 
 
-async def main(calls: int, deltas: int, repeats: int = REPEATS) -> None:
+async def main(calls: int, deltas: int, repeats: int = REPEATS, sustained: int = 4) -> None:
     work = Path(tempfile.mkdtemp(prefix="ahbench-"))
     # The bench runner calls the raw server's socket from inside its sandbox: expose the work dir to it.
     env = {**os.environ, "AGENTHOST_HOME": str(work / "home"), "AGENTHOST_SANDBOX_RW": str(work)}
@@ -218,6 +221,29 @@ async def main(calls: int, deltas: int, repeats: int = REPEATS) -> None:
                 f"target: >= 80k/s persisted when batched; agenthost @64: {rates[('host', 64)] / 1000:.1f}k/s,"
                 f" @{MAX_BATCH}: {rates[('host', MAX_BATCH)] / 1000:.1f}k/s"
             )
+            if sustained:
+                print(
+                    f"\n== sustained: {sustained} streams of {SUSTAINED_DELTAS} deltas at {MAX_BATCH} per message,"
+                    " back to back, one conversation (no raw rounds between) =="
+                )
+                results = []
+                for i in range(sustained):
+                    rate, (total, host_own, client) = await measured(
+                        host_deltas(c, SUSTAINED_DELTAS, MAX_BATCH, conversation_id="sustained"),
+                        [host.pid],
+                        SUSTAINED_DELTAS,
+                    )
+                    results.append((rate, host_own, total - host_own - client, client))
+                    print(
+                        f"stream {i + 1}: {rate / 1000:6.1f}k/s   CPU per delta, µs: host {host_own:.2f}"
+                        f" + runner {total - host_own - client:.2f} + client {client:.2f}"
+                    )
+                medians = [statistics.median(column) for column in zip(*results, strict=True)]
+                print(
+                    f"median: {medians[0] / 1000:.1f}k/s (target >= 250k/s:"
+                    f" {'met' if medians[0] >= 250_000 else 'missed'}); host {medians[1]:.2f} + runner"
+                    f" {medians[2]:.2f} + client {medians[3]:.2f} µs per delta"
+                )
             runs = await c.call("ListRuns", hpb.ListRunsRequest(bot="bench", limit=1))
             events = await c.call("ListRunEvents", hpb.ListRunEventsRequest(run_id=runs.runs[0].run_id, limit=5000))
             print(
@@ -237,5 +263,8 @@ if __name__ == "__main__":
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--deltas", type=int, default=50000)
     parser.add_argument("--repeats", type=int, default=REPEATS, help="interleaved rounds per batch size (median)")
+    parser.add_argument(
+        "--sustained", type=int, default=4, help=f"back-to-back streams of {SUSTAINED_DELTAS} deltas at the SDK's cap"
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.calls, args.deltas, args.repeats))
+    asyncio.run(main(args.calls, args.deltas, args.repeats, args.sustained))
