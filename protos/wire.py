@@ -47,6 +47,25 @@ MAX_BATCH_BYTES = 4 * 1024 * 1024
 # tool results long before this).
 MAX_EVENT_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 
+# The tag of RunEventBatch.events (field 1, length-delimited) and a short entry's length (under 128 bytes, which
+# most text deltas are), precomputed: batch_entry runs once per streamed event.
+_SHORT_ENTRY_PREFIX = [bytes((0x0A, n)) for n in range(128)]
+
+
+def batch_entry(event: bytes) -> bytes:
+    """A serialized RunEvent as one `events` entry of a serialized RunEventBatch: concatenated entries are a
+    RunEventBatch. The runner SDK sends batches built so; the host stores runs of text deltas so."""
+    n = len(event)
+    if n < 128:
+        return _SHORT_ENTRY_PREFIX[n] + event
+    prefix = bytearray(b"\x0a")
+    while n > 0x7F:
+        prefix.append((n & 0x7F) | 0x80)
+        n >>= 7
+    prefix.append(n)
+    return bytes(prefix) + event
+
+
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),

@@ -13,6 +13,7 @@ from agenthost.host import limits
 from agenthost.host.store.db import Database
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
+from agenthost.protos.wire import batch_entry
 
 TERMINAL = frozenset({"completed", "failed", "cancelled", "timed_out", "interrupted"})
 _CUT_COLUMNS = ("error_code", "error_message", "text", "usage_json")
@@ -68,18 +69,6 @@ def row_events(kind: str, payload: bytes) -> list[pb.RunEvent]:
     return [pb.RunEvent.FromString(payload)]
 
 
-def _framed(data: bytes) -> bytes:
-    """`data` as one `events` entry of a serialized RunEventBatch (field 1, length-delimited): concatenated
-    entries are a RunEventBatch, like concatenated serialized batches."""
-    n = len(data)
-    head = bytearray(b"\x0a")
-    while n > 0x7F:
-        head.append(n & 0x7F | 0x80)
-        n >>= 7
-    head.append(n)
-    return bytes(head) + data
-
-
 def _rows_of(parts: Sequence[EventPart]) -> list[tuple[int, str, bytes]]:
     """(seq, kind, payload) per row. A lone delta stays a plain row, so a reader of older rows sees no change."""
     rows: list[tuple[int, str, bytes]] = []
@@ -116,7 +105,7 @@ def _rows_of(parts: Sequence[EventPart]) -> list[tuple[int, str, bytes]]:
                 close()
                 rows.append((event.seq, kind or "", event.SerializeToString()))
                 continue
-            data = _framed(event.SerializeToString())
+            data = batch_entry(event.SerializeToString())
             if count and size + len(data) > DELTA_RUN_MAX_BYTES:
                 close()
             chunks.append(data)

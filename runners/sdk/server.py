@@ -41,6 +41,7 @@ from agenthost.protos.wire import (
     PROTOCOL_VERSION,
     RUNNER_HEALTH_SERVICE,
     SERVER_OPTIONS,
+    batch_entry,
 )
 from agenthost.runners.sdk import events
 from agenthost.runners.sdk.api import RunAPI
@@ -316,28 +317,11 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
             await self._channel.close()
 
 
-# The tag of RunEventBatch.events (field 1, length-delimited) and an entry's length, as varints, for the short
-# entries (under 128 bytes) that text deltas mostly are.
-_SHORT_PREFIX = [bytes((0x0A, n)) for n in range(128)]
-
-
 def _framed(event: pb.RunEvent) -> bytes:
     """The event encoded as one entry of a RunEventBatch: batches are then plain concatenations, sent as they are
     (`_pass_encoded`). Encoding each small event once costs a third of building a batch message from them, which
     copies every event into it and then encodes the whole."""
-    return _entry(event.SerializeToString())
-
-
-def _entry(data: bytes) -> bytes:
-    n = len(data)
-    if n < 128:
-        return _SHORT_PREFIX[n] + data
-    prefix = bytearray(b"\x0a")
-    while n > 0x7F:
-        prefix.append((n & 0x7F) | 0x80)
-        n >>= 7
-    prefix.append(n)
-    return bytes(prefix) + data
+    return batch_entry(event.SerializeToString())
 
 
 def _batches(items: list[bytes]) -> Iterator[bytes]:
@@ -366,7 +350,7 @@ def _encoded(event: pb.RunEvent) -> bytes:
     """The event framed for a batch, or the `failed` event that replaces an event too large for one message."""
     data = event.SerializeToString()
     if len(data) <= MAX_EVENT_BYTES:
-        return _entry(data)
+        return batch_entry(data)
     return _framed(
         events.failed(
             "event_too_large",
