@@ -11,7 +11,8 @@ Deltas are compared at EQUAL batch sizes (1, 16, 64 and 256 deltas per gRPC mess
 the cost of agenthost itself; 256 is the SDK's cap (wire.MAX_BATCH), what a saturated stream sends. What batching
 buys is printed separately, as agenthost batched against agenthost and raw at one per message. Last, `--sustained`
 streams of 100 k deltas at the SDK's cap run back to back, with no raw rounds between: steady-state throughput, and
-CPU per delta split into host, runner and client.
+CPU per delta split into host, runner and client, for each way a runner can yield deltas (RunEvent objects, as in
+every other row and as the raw server builds them; plain `str`, the SDK's fast path for streamed text).
 
 Targets (from the design notes, ../shared/notes/performance-anchors.md, outside this repository): a call within raw
 + 150 µs at p50; deltas persisted at >= 80 k/s when batched.
@@ -57,13 +58,20 @@ async def raw_deltas(address: str, n: int, batch: int) -> float:
         return n / (time.perf_counter() - t0)
 
 
-async def host_deltas(client: HostClient, n: int, batch: int, *, conversation_id: str = "deltas") -> float:
+# How the bench runner yields its deltas: RunEvent objects (events.text), as the raw server builds them, or plain
+# `str`, the SDK's fast path for streamed text. The host's work is the same for both (identical bytes on the wire).
+OBJECTS, STRINGS = "delta-events", "deltas"
+
+
+async def host_deltas(
+    client: HostClient, n: int, batch: int, *, conversation_id: str = "deltas", command: str = OBJECTS
+) -> float:
     t0 = time.perf_counter()
     got = 0
     status = ""
     last: hpb.SendMessageReply | None = None
     async for reply in client.stream(
-        hpb.SendMessageRequest(bot="bench", text=f"deltas {n} {batch}", conversation_id=conversation_id)
+        hpb.SendMessageRequest(bot="bench", text=f"{command} {n} {batch}", conversation_id=conversation_id)
     ):
         kind = reply.WhichOneof("kind")
         if kind == "events":
@@ -223,27 +231,29 @@ async def main(calls: int, deltas: int, repeats: int = REPEATS, sustained: int =
             )
             if sustained:
                 print(
-                    f"\n== sustained: {sustained} streams of {SUSTAINED_DELTAS} deltas at {MAX_BATCH} per message,"
-                    " back to back, one conversation (no raw rounds between) =="
+                    f"\n== sustained: {sustained} streams of {SUSTAINED_DELTAS} deltas at {MAX_BATCH} per message for"
+                    " each way the runner yields them, alternated, back to back, one conversation (no raw rounds) =="
                 )
-                results = []
+                results: dict[str, list[tuple[float, float, float, float]]] = {OBJECTS: [], STRINGS: []}
                 for i in range(sustained):
-                    rate, (total, host_own, client) = await measured(
-                        host_deltas(c, SUSTAINED_DELTAS, MAX_BATCH, conversation_id="sustained"),
-                        [host.pid],
-                        SUSTAINED_DELTAS,
-                    )
-                    results.append((rate, host_own, total - host_own - client, client))
+                    for command, label in ((OBJECTS, "RunEvent"), (STRINGS, "str")):
+                        rate, (total, host_own, client) = await measured(
+                            host_deltas(c, SUSTAINED_DELTAS, MAX_BATCH, conversation_id="sustained", command=command),
+                            [host.pid],
+                            SUSTAINED_DELTAS,
+                        )
+                        results[command].append((rate, host_own, total - host_own - client, client))
+                        print(
+                            f"stream {i + 1}, {label:8}: {rate / 1000:6.1f}k/s   CPU per delta, µs: host"
+                            f" {host_own:.2f} + runner {total - host_own - client:.2f} + client {client:.2f}"
+                        )
+                for command, label in ((OBJECTS, "yielded as RunEvent"), (STRINGS, "yielded as str")):
+                    medians = [statistics.median(column) for column in zip(*results[command], strict=True)]
                     print(
-                        f"stream {i + 1}: {rate / 1000:6.1f}k/s   CPU per delta, µs: host {host_own:.2f}"
-                        f" + runner {total - host_own - client:.2f} + client {client:.2f}"
+                        f"median, {label:19}: {medians[0] / 1000:.1f}k/s (target >= 250k/s:"
+                        f" {'met' if medians[0] >= 250_000 else 'missed'}); host {medians[1]:.2f} + runner"
+                        f" {medians[2]:.2f} + client {medians[3]:.2f} µs per delta"
                     )
-                medians = [statistics.median(column) for column in zip(*results, strict=True)]
-                print(
-                    f"median: {medians[0] / 1000:.1f}k/s (target >= 250k/s:"
-                    f" {'met' if medians[0] >= 250_000 else 'missed'}); host {medians[1]:.2f} + runner"
-                    f" {medians[2]:.2f} + client {medians[3]:.2f} µs per delta"
-                )
             runs = await c.call("ListRuns", hpb.ListRunsRequest(bot="bench", limit=1))
             events = await c.call("ListRunEvents", hpb.ListRunEventsRequest(run_id=runs.runs[0].run_id, limit=5000))
             print(

@@ -18,6 +18,7 @@ from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos import host_pb2_grpc as host_grpc
 from agenthost.protos import run_api_pb2 as api
+from agenthost.protos.handlers import add_service, pass_encoded
 
 if TYPE_CHECKING:
     from agenthost.host.server import Host
@@ -52,9 +53,22 @@ def _mapped(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     return wrapper
 
 
+def add_admin_servicer(host: Host, server: grpc.aio.Server) -> None:
+    """Serves the AgentHost service on `server`, as generated but for SendMessage, whose event batches may come
+    serialized already and are sent as they are."""
+    servicer = AdminServicer(host, encoded_replies=True)
+    add_service(
+        server, hpb.DESCRIPTOR.services_by_name["AgentHost"], servicer, serializers={"SendMessage": pass_encoded}
+    )
+
+
 class AdminServicer(host_grpc.AgentHostServicer):
-    def __init__(self, host: Host) -> None:
+    """The admin API. Served over gRPC (add_admin_servicer) and called in-process by the web console
+    (gateway.admin_calls), which gets every reply as an object: `encoded_replies` is for a gRPC server only."""
+
+    def __init__(self, host: Host, *, encoded_replies: bool = False) -> None:
         self.host = host
+        self._encoded_replies = encoded_replies
 
     @_mapped
     async def GetStatus(self, request: hpb.GetStatusRequest, context: grpc.aio.ServicerContext) -> hpb.HostStatus:
@@ -149,10 +163,15 @@ class AdminServicer(host_grpc.AgentHostServicer):
 
     async def SendMessage(
         self, request: hpb.SendMessageRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[hpb.SendMessageReply]:
+    ) -> AsyncIterator[hpb.SendMessageReply | bytes]:
         try:
             require_bot(self.host.registry.bot(request.bot).bot_id)
-            stream = self.host.runs.send(request, origin=current().name, own_conversation=_own_only() is not None)
+            stream = self.host.runs.send(
+                request,
+                origin=current().name,
+                own_conversation=_own_only() is not None,
+                encoded=self._encoded_replies,
+            )
             started = await anext(stream)
         except errors.AgentHostError as exc:
             await errors.abort_with(context, exc)

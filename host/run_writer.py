@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from agenthost.host.store.conversations import Conversations, NewItem
 from agenthost.host.store.db import Database
 from agenthost.host.store.runs import EventPart, RunStore
+from agenthost.host.text_deltas import TextDeltas
 from agenthost.protos import common_pb2 as pb
 
 
@@ -34,16 +35,17 @@ class RunWriter:
 
     def add(
         self,
-        events: Sequence[pb.RunEvent],
+        events: Sequence[pb.RunEvent] | TextDeltas,
         items: list[NewItem],
         weight: int,
         deltas: pb.RunEventBatch | None = None,
     ) -> None:
-        """Queues `events` (numbered, never mutated again) and `items` for writing; never waits. `weight` counts
-        toward the writer queue's byte bound until written, so the producer's backpressure sees it. `deltas`: the
-        batch whose `events` these are, when all of them are text deltas (it is then serialized whole)."""
+        """Queues `events` (numbered, never mutated again, or numbered as bytes) and `items` for writing; never
+        waits. `weight` counts toward the writer queue's byte bound until written, so the producer's backpressure
+        sees it. `deltas`: the batch whose `events` these are, when all of them are text deltas (it is then
+        serialized whole)."""
         with self._lock:
-            self._events.append((events, deltas))
+            self._events.append(events if isinstance(events, TextDeltas) else (events, deltas))
             if items:
                 self._items.extend(items)
             self._weight += weight

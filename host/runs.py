@@ -26,11 +26,13 @@ import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import Literal, overload
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from agenthost.host import attachments as attachment_checks
-from agenthost.host import limits
+from agenthost.host import limits, text_deltas
 from agenthost.host.admission import Admission
 from agenthost.host.approvals import Approvals
 from agenthost.host.child_runs import ChildRuns
@@ -38,7 +40,7 @@ from agenthost.host.grants import ActiveRun, Grant, RunRegistry, hash_secret, ne
 from agenthost.host.keys import KeyStore
 from agenthost.host.observability import Observer
 from agenthost.host.run_context import ContextBuilder
-from agenthost.host.run_inbox import Inbox, split_events
+from agenthost.host.run_inbox import Inbox, Published, split_events
 from agenthost.host.run_state import QueuedStart, RunState
 from agenthost.host.run_writer import RunWriter
 from agenthost.host.store.artifacts import ArtifactStore
@@ -82,18 +84,9 @@ def parse_runner_id(runner_id: str) -> tuple[str, str]:
 _RUN_METHOD = "/agenthost.v1.Runner/Run"
 
 
-def _reply_of_batch(data: bytes) -> tuple[hpb.SendMessageReply, int]:
-    """Deserializer of the runner's Run stream: parses a RunEventBatch straight into the SendMessageReply that
-    carries it to clients (one parse, no per-event copy), and keeps its wire size for the event quotas."""
-    reply = hpb.SendMessageReply()
-    reply.events.MergeFromString(data)
-    return reply, len(data)
-
-
 def _run_call(channel: grpc.aio.Channel) -> grpc.aio.UnaryStreamMultiCallable:
-    return channel.unary_stream(
-        _RUN_METHOD, request_serializer=runner_pb2.RunRequest.SerializeToString, response_deserializer=_reply_of_batch
-    )
+    # Responses arrive as bytes (no deserializer): RunManager._ingest_wire reads them.
+    return channel.unary_stream(_RUN_METHOD, request_serializer=runner_pb2.RunRequest.SerializeToString)
 
 
 class RunManager:
@@ -162,13 +155,35 @@ class RunManager:
 
     # ---- entry point ----
 
+    @overload
+    def send(
+        self,
+        request: hpb.SendMessageRequest,
+        *,
+        origin: str = "",
+        own_conversation: bool = False,
+        encoded: Literal[False] = False,
+    ) -> AsyncIterator[hpb.SendMessageReply]: ...
+
+    @overload
+    def send(
+        self, request: hpb.SendMessageRequest, *, origin: str = "", own_conversation: bool = False, encoded: bool
+    ) -> AsyncIterator[hpb.SendMessageReply | bytes]: ...
+
     async def send(
-        self, request: hpb.SendMessageRequest, *, origin: str = "", own_conversation: bool = False
-    ) -> AsyncIterator[hpb.SendMessageReply]:
-        """Called by the AgentHost servicer for SendMessage. Yields run_started, event batches, run_finished.
-        Raises ResourceExhausted (with `retry_after_ms`) before recording anything when the run queue is full.
-        `origin` is the caller's credential name (ActiveRun.origin), recorded on the event and the run.
-        `own_conversation`: the conversation must be new or one `origin` started; PermissionDenied otherwise."""
+        self,
+        request: hpb.SendMessageRequest,
+        *,
+        origin: str = "",
+        own_conversation: bool = False,
+        encoded: bool = False,
+    ) -> AsyncIterator[hpb.SendMessageReply | bytes]:
+        """Called by the AgentHost servicer for SendMessage, and by the HTTP gateway. Yields run_started, event
+        batches, run_finished. Raises ResourceExhausted (with `retry_after_ms`) before recording anything when the
+        run queue is full. `origin` is the caller's credential name (ActiveRun.origin), recorded on the event and
+        the run. `own_conversation`: the conversation must be new or one `origin` started; PermissionDenied
+        otherwise. `encoded`: event batches the host numbered as bytes come as a serialized SendMessageReply, for
+        a gRPC stream to send as they are (see Inbox.take)."""
         if self._closing:
             raise Unavailable("the host is stopping; send again once it is back")
         bot = self.registry.bot(request.bot)
@@ -287,7 +302,7 @@ class RunManager:
         yield hpb.SendMessageReply(run_started=started)
         try:
             while True:
-                for reply in await inbox.take():
+                for reply in await inbox.take(encoded=encoded):
                     if reply is None:
                         return
                     yield reply
@@ -426,7 +441,7 @@ class RunManager:
 
     # ---- one run ----
 
-    def _publish(self, st: RunState, reply: hpb.SendMessageReply | None, size: int = 0) -> None:
+    def _publish(self, st: RunState, reply: Published, size: int = 0) -> None:
         for inbox in st.subscribers:
             inbox.put(reply, size)
 
@@ -507,8 +522,8 @@ class RunManager:
         remaining = info.deadline_at - time.time()
         call = _run_call(pp.channel)(request, timeout=remaining)
         try:
-            async for reply, size in call:
-                self._ingest(st, reply, size)
+            async for data in call:
+                self._ingest_wire(st, data)
                 if st.terminal is not None:
                     break
                 if self.registry.db.congested:
@@ -553,15 +568,51 @@ class RunManager:
                 return
         self._set_outcome(st, "failed", "runner_unavailable", detail)
 
+    def _ingest_wire(self, st: RunState, data: bytes) -> None:
+        """One message off a runner's Run stream, a serialized RunEventBatch: numbered as bytes when it is plain
+        text deltas (host/text_deltas.py, the hot path of streaming), else parsed and read event by event."""
+        deltas = text_deltas.number(data, st.seq + 1, time.time()) if st.terminal is None else None
+        if deltas is None or self._over_quota(st, len(deltas.texts), len(data)):
+            reply = hpb.SendMessageReply()
+            try:
+                reply.events.MergeFromString(data)
+            except DecodeError as exc:
+                failed = pb.Failed(code="runner_protocol", message=f"the runner sent a malformed RunEventBatch: {exc}")
+                reply = hpb.SendMessageReply(events=pb.RunEventBatch(events=[pb.RunEvent(failed=failed)]))
+            self._ingest(st, reply, len(data))
+            return
+        count = len(deltas.texts)
+        st.event_count += count
+        st.event_bytes += len(data)
+        st.seq += count
+        if st.text_len < MAX_ASSISTANT_TEXT:
+            st.text_parts += deltas.texts
+            st.text_len += sum(map(len, deltas.texts))
+        self._writer(st).add(deltas, [], len(data))
+        self._publish(st, deltas, len(deltas.batch))
+
+    def _writer(self, st: RunState) -> RunWriter:
+        if st.writer is None:
+            info = st.info
+            st.writer = RunWriter(
+                self.registry.db,
+                run_id=info.run_id,
+                bot_id=info.bot_id,
+                conversation_id=info.conversation_id,
+                event_id=info.event_id,
+            )
+        return st.writer
+
     def _ingest_batch(self, st: RunState, batch: pb.RunEventBatch, *, from_host: bool = False) -> None:
         """_ingest for a batch that did not come off a runner's Run stream: a child run's events, the host's own."""
         reply = hpb.SendMessageReply(events=batch)
         self._ingest(st, reply, reply.events.ByteSize(), from_host=from_host)
 
     def _ingest(self, st: RunState, reply: hpb.SendMessageReply, size: int, *, from_host: bool = False) -> None:
-        """Numbers, projects, persists (queued) and publishes one batch: the hot path of streaming. `reply` holds
-        the runner's batch as parsed off the wire (see _reply_of_batch) and `size` its wire bytes; its events are
-        numbered in place and the same object goes to the subscribers and to the writer, no per-event copy.
+        """Numbers, projects, persists (queued) and publishes one batch, any events: the general path of
+        streaming (see _ingest_wire). `reply` holds the batch as parsed off the wire and `size` its wire bytes; its
+        events are numbered in place and the same object goes to the subscribers and to the writer, no per-event
+        copy.
         `from_host`: events the host writes itself (approvals, subagent links), which a runner's batch may not
         carry: those are dropped from it."""
         info = st.info
@@ -662,17 +713,9 @@ class RunManager:
             return
         if not st.project:
             items.clear()  # a child run's events never enter the conversation's transcript
-        if st.writer is None:
-            st.writer = RunWriter(
-                self.registry.db,
-                run_id=info.run_id,
-                bot_id=info.bot_id,
-                conversation_id=info.conversation_id,
-                event_id=info.event_id,
-            )
         # The writer reads the same event objects the subscribers get: nothing mutates them once published. A
         # batch of deltas only is handed over whole, to be stored as (part of) one row.
-        st.writer.add(events, items, size, reply.events if deltas == len(events) else None)
+        self._writer(st).add(events, items, size, reply.events if deltas == len(events) else None)
         # Numbering adds a few bytes per event; a batch that may no longer fit one client message is cut.
         estimate = size + 16 * taken
         if estimate <= limits.CLIENT_BATCH_BYTES:

@@ -30,7 +30,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from agenthost.host import binding_config, limits
-from agenthost.host.admin import AdminServicer
+from agenthost.host.admin import add_admin_servicer
 from agenthost.host.channels import Channels
 from agenthost.host.credentials import Credentials
 from agenthost.host.grants import RunRegistry
@@ -57,7 +57,7 @@ from agenthost.host.tracing import Tracing
 from agenthost.plugins import install as installer
 from agenthost.plugins import sandbox
 from agenthost.plugins.manifest import RunnerManifest
-from agenthost.protos import errors, host_pb2_grpc
+from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos.wire import MAX_CONCURRENT_CALLS, SERVER_OPTIONS, VERSION
 
@@ -339,7 +339,7 @@ class Host:
         admin_server = grpc.aio.server(
             options=SERVER_OPTIONS, interceptors=[observed_auth(self.credentials, self.observer)]
         )
-        host_pb2_grpc.add_AgentHostServicer_to_server(AdminServicer(self), admin_server)
+        add_admin_servicer(self, admin_server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, admin_server)
         for server, address in ((api_server, self.api_address), (admin_server, self.admin_address)):

@@ -370,3 +370,9 @@ class RunEventBatch(_message.Message):
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[RunEvent]
     def __init__(self, events: _Optional[_Iterable[_Union[RunEvent, _Mapping]]] = ...) -> None: ...
+
+class EncodedRunEventBatch(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, events: _Optional[_Iterable[bytes]] = ...) -> None: ...

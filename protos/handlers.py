@@ -1,7 +1,7 @@
-"""gRPC method handlers built from a service's descriptor instead of the generated `add_*_to_server`, for the two
-servers whose codecs differ from the generated ones: the host's run API (deserializers that never raise, so a
-malformed request is refused and audited like any other) and the runner SDK's Run stream (batches sent already
-encoded)."""
+"""gRPC method handlers built from a service's descriptor instead of the generated `add_*_to_server`, for the
+services whose codecs differ from the generated ones: the host's run API (deserializers that never raise, so a
+malformed request is refused and audited like any other), the runner SDK's Run stream (batches sent already
+encoded) and the host's SendMessage stream (event batches the host numbered as bytes, sent as they are)."""
 
 from __future__ import annotations
 
@@ -40,3 +40,22 @@ def method_handlers(
             response_serializer=(serializers or {}).get(method.name, response_class.SerializeToString),
         )
     return handlers
+
+
+def add_service(
+    server: grpc.aio.Server,
+    service: ServiceDescriptor,
+    servicer: object,
+    *,
+    serializers: Mapping[str, Callable[[Any], bytes]],
+) -> None:
+    """Serves `service` on `server` as its generated `add_*_to_server` does, with `serializers` replacing those
+    methods' response serializers."""
+    handlers = method_handlers(service, servicer, serializers=serializers)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
+    server.add_registered_method_handlers(service.full_name, handlers)
+
+
+def pass_encoded(reply: Message | bytes) -> bytes:
+    """A response serializer for a stream whose replies may come serialized already."""
+    return reply if isinstance(reply, bytes) else reply.SerializeToString()

@@ -52,18 +52,29 @@ MAX_EVENT_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 _SHORT_ENTRY_PREFIX = [bytes((0x0A, n)) for n in range(128)]
 
 
+def varint(n: int) -> bytes:
+    """A non-negative integer as a protobuf varint."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 def batch_entry(event: bytes) -> bytes:
     """A serialized RunEvent as one `events` entry of a serialized RunEventBatch: concatenated entries are a
     RunEventBatch. The runner SDK sends batches built so; the host stores runs of text deltas so."""
     n = len(event)
     if n < 128:
         return _SHORT_ENTRY_PREFIX[n] + event
-    prefix = bytearray(b"\x0a")
-    while n > 0x7F:
-        prefix.append((n & 0x7F) | 0x80)
-        n >>= 7
-    prefix.append(n)
-    return bytes(prefix) + event
+    return b"\x0a" + varint(n) + event
+
+
+def events_reply(batch: bytes) -> bytes:
+    """A serialized RunEventBatch as the serialized SendMessageReply that carries it (`events`, field 2): how the
+    host sends clients the batches it numbered as bytes."""
+    return b"\x12" + varint(len(batch)) + batch
 
 
 CHANNEL_OPTIONS = [

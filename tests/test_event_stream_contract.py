@@ -1,9 +1,9 @@
 """The run event contract under every batch shape, through a real host: the runner's batches are numbered in
-place, forwarded to the client without a copy, cut where a client message would be too large, and written to
-SQLite by one coalesced job per run, consecutive text deltas as one row. Whatever the shapes, what a client streamed
-is exactly what ListRunEvents and the run_events rows hold (event for event, every page boundary seq-exact even
-inside a delta-run row), seq is dense from 1, created_at is set, nothing after the terminal event
-counts, and the run's text is the deltas it streamed."""
+place (or as bytes, when they are plain text deltas), forwarded to the client without a copy, cut where a client
+message would be too large, and written to SQLite by one coalesced job per run, consecutive text deltas as one row.
+Whatever the shapes, what a client streamed is exactly what ListRunEvents and the run_events rows hold (event for
+event, every page boundary seq-exact even inside a delta-run row), seq is dense from 1, created_at is set, nothing
+after the terminal event counts, and the run's text is the deltas it streamed."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agenthost.host import limits
+from agenthost.host import limits, text_deltas
 from agenthost.host.run_writer import RunWriter
 from agenthost.host.store import runs as runs_store
 from agenthost.host.store.db import Database
@@ -42,6 +42,8 @@ class Shapes(Runner):
         for op, arg in json.loads(run.text):
             if op == "text":
                 yield events.text(arg)
+            elif op == "str":  # the same delta as a plain str: the SDK's and the host's fast path
+                yield arg
             elif op == "pause":
                 await asyncio.sleep(0)
             elif op == "tool":
@@ -59,8 +61,10 @@ def _script(rng: random.Random) -> list[tuple[str, object]]:
     steps: list[tuple[str, object]] = []
     for i in range(rng.randint(1, 400)):
         roll = rng.random()
-        if roll < 0.70:
+        if roll < 0.35:
             steps.append(("text", f"d{i} " + "x" * rng.randint(0, 60)))
+        elif roll < 0.70:  # some over the fast path's 123 bytes, some multi-byte, an empty one now and then
+            steps.append(("str", rng.choice(["", "é", f"s{i} " + "ü" * rng.randint(0, 70)])))
         elif roll < 0.80:
             steps.append(("pause", 0))
         elif roll < 0.84:
@@ -78,7 +82,7 @@ def _expected(script: list[tuple[str, object]]) -> list[pb.RunEvent]:
     """The events the script makes, up to and including its terminal one (the SDK's `completed` if none)."""
     out: list[pb.RunEvent] = []
     for op, arg in script:
-        if op == "text":
+        if op in ("text", "str"):
             out.append(events.text(str(arg)))
         elif op == "tool":
             out += [
@@ -133,7 +137,16 @@ async def _listed(h: HostHarness, run_id: str) -> list[pb.RunEvent]:
 async def test_streamed_events_are_persisted_exactly_for_random_batch_shapes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    delta_runs = 0
+    delta_runs = fast = 0
+    number = text_deltas.number
+
+    def counted(data: bytes, first_seq: int, created_at: float) -> text_deltas.TextDeltas | None:
+        nonlocal fast
+        numbered = number(data, first_seq, created_at)
+        fast += numbered is not None
+        return numbered
+
+    monkeypatch.setattr(text_deltas, "number", counted)
     async with HostHarness(tmp_path, runners=[Shapes]) as h:
         for seed in range(16):
             rng = random.Random(seed)
@@ -172,6 +185,7 @@ async def test_streamed_events_are_persisted_exactly_for_random_batch_shapes(
                 assert result.run.text == deltas, why
         assert h.host.db.pending_bytes == 0 and h.host.db.pending_jobs == 0
     assert delta_runs > 16  # the shapes did store streamed deltas as delta-run rows
+    assert fast > 16  # and many runner messages took the fast path, the others the general one
 
 
 @settings(max_examples=200, deadline=None)
@@ -245,6 +259,27 @@ async def test_events_after_the_terminal_one_in_the_same_batch_are_dropped(
         assert await _listed(h, result.run.run_id) == result.events
         await h.host.db.flush()
         assert [e.seq for e in _stored(h.host.db, result.run.run_id)] == [1, 2]
+
+
+async def test_a_message_that_is_not_a_run_event_batch_fails_the_run_and_the_next_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A runner's message must parse as a RunEventBatch: here two deltas each hold half of "é" (each string field
+    # must be valid UTF-8 on its own), and then bytes that are no protobuf at all. The run fails with a code that
+    # says whose fault it is, what was accepted before stays, and the runner's next run is served.
+    async with HostHarness(tmp_path, runners=[Shapes]) as h:
+        ok = await asyncio.wait_for(h.send(json.dumps([("str", "fine")]), conversation_id="first"), 30)
+        assert ok.run.status == "completed"
+        for garbage in (b"".join(bytes((0x0A, 5, 0x0A, 3, 0x0A, 1, b)) for b in "é".encode()), b"\xff\xff\xff"):
+            with monkeypatch.context() as mp:
+                mp.setattr(sdk_server, "_text_entry", lambda text, sent=garbage: sent)
+                bad = await asyncio.wait_for(h.send(json.dumps([("str", "x")]), conversation_id="bad"), 30)
+            assert bad.run.status == "failed" and bad.run.error_code == "runner_protocol", bad.run
+            assert "malformed RunEventBatch" in bad.run.error_message
+            assert [e.WhichOneof("kind") for e in bad.events] == ["failed"]
+            assert await _listed(h, bad.run.run_id) == bad.events
+        again = await asyncio.wait_for(h.send(json.dumps([("str", "again")]), conversation_id="first"), 30)
+        assert again.run.status == "completed" and again.run.text == "again"
 
 
 def _numbered(start: int, *events: pb.RunEvent) -> list[pb.RunEvent]:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from agenthost.host import limits
 from agenthost.host.store.db import Database
+from agenthost.host.text_deltas import TextDeltas
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos.wire import batch_entry
@@ -58,8 +59,8 @@ DELTA_RUN = "text_deltas"
 DELTA_RUN_MAX_BYTES = 256 * 1024
 
 # One step of a run's writes: numbered events in order and, when they are all text deltas, the batch message whose
-# `events` they are (serialized whole: one call instead of one per event).
-EventPart = tuple[Sequence[pb.RunEvent], pb.RunEventBatch | None]
+# `events` they are (serialized whole: one call instead of one per event); or text deltas numbered as bytes.
+EventPart = tuple[Sequence[pb.RunEvent], pb.RunEventBatch | None] | TextDeltas
 
 
 def row_events(kind: str, payload: bytes) -> list[pb.RunEvent]:
@@ -69,36 +70,45 @@ def row_events(kind: str, payload: bytes) -> list[pb.RunEvent]:
     return [pb.RunEvent.FromString(payload)]
 
 
+def _deltas_only(part: EventPart) -> tuple[bytes, int, int] | None:
+    """(RunEventBatch bytes, events, last seq) of a part that is text deltas only and comes whole; else None."""
+    if isinstance(part, TextDeltas):
+        return part.batch, len(part.texts), part.first_seq + len(part.texts) - 1
+    events, batch = part
+    if batch is None or not events:
+        return None
+    return batch.SerializeToString(), len(events), events[-1].seq
+
+
 def _rows_of(parts: Sequence[EventPart]) -> list[tuple[int, str, bytes]]:
     """(seq, kind, payload) per row. A lone delta stays a plain row, so a reader of older rows sees no change."""
     rows: list[tuple[int, str, bytes]] = []
-    chunks: list[bytes] = []  # the open delta run
-    first: pb.RunEvent | None = None
+    chunks: list[bytes] = []  # the open delta run, as RunEventBatch bytes
     count = last = size = 0
 
     def close() -> None:
-        nonlocal first, count, size
-        if count == 1 and first is not None:
-            rows.append((first.seq, "text_delta", first.SerializeToString()))
+        nonlocal count, size
+        if count == 1:
+            event = pb.RunEventBatch.FromString(chunks[0]).events[0]
+            rows.append((event.seq, "text_delta", event.SerializeToString()))
         elif count:
             rows.append((last, DELTA_RUN, b"".join(chunks)))
         chunks.clear()
-        first, count, size = None, 0, 0
+        count = size = 0
 
-    for events, batch in parts:
-        if not events:
-            continue
-        if batch is not None:  # the hot path: a runner message of deltas only
-            data = batch.SerializeToString()
+    for part in parts:
+        whole = _deltas_only(part)
+        if whole is not None:  # the hot path: a runner message of text deltas only, stored as it was serialized
+            data, deltas, last_seq = whole
             if count and size + len(data) > DELTA_RUN_MAX_BYTES:
                 close()
             chunks.append(data)
-            if first is None:
-                first = events[0]
-            count += len(events)
-            last = events[-1].seq
+            count += deltas
+            last = last_seq
             size += len(data)
             continue
+        assert isinstance(part, tuple)
+        events = part[0]
         for event in events:
             kind = event.WhichOneof("kind")
             if kind != "text_delta":
@@ -109,8 +119,6 @@ def _rows_of(parts: Sequence[EventPart]) -> list[tuple[int, str, bytes]]:
             if count and size + len(data) > DELTA_RUN_MAX_BYTES:
                 close()
             chunks.append(data)
-            if first is None:
-                first = event
             count += 1
             last = event.seq
             size += len(data)

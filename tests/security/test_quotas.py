@@ -68,6 +68,9 @@ class Flood(Runner):
         elif command == "deltas":
             for _ in range(int(arg)):
                 yield events.text("x")
+        elif command == "str-deltas":  # the same, through the SDK's and the host's fast path for plain text
+            for _ in range(int(arg)):
+                yield "x"
         elif command == "messages":
             for _ in range(int(arg)):
                 yield events.message("m" * 10_000)
@@ -186,9 +189,10 @@ async def _check_quota_failure(host: HostHarness, result, cap: str) -> None:
     await _still_serving(host)
 
 
-async def test_delta_flood_ends_the_run(host: HostHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("command", ["deltas", "str-deltas"])
+async def test_delta_flood_ends_the_run(host: HostHarness, monkeypatch: pytest.MonkeyPatch, command: str) -> None:
     monkeypatch.setattr(limits, "RUN_MAX_EVENTS", 2_000)
-    result = await asyncio.wait_for(host.send("deltas 50000"), 60)
+    result = await asyncio.wait_for(host.send(f"{command} 50000"), 60)
     await _check_quota_failure(host, result, "RUN_MAX_EVENTS = 2000")
     assert len(_stored_events(host, result.run.run_id)) <= 2_001  # counted per event, however rows hold them
 

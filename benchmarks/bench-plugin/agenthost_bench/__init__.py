@@ -2,7 +2,8 @@
 
 api <raw address> <n>   time n StateGet (~1 KiB) and n HistoryPage(50) calls against the host and against the
                         raw grpc.aio baseline server; reply with the samples' percentiles as JSON
-deltas <n> <batch>      stream n ~50-byte text deltas, at most <batch> per gRPC message
+deltas <n> <batch>      stream n ~50-byte text deltas, at most <batch> per gRPC message, yielded as `str`
+delta-events <n> <b>    the same, yielded as RunEvent objects (events.text)
 """
 
 from __future__ import annotations
@@ -60,11 +61,15 @@ class Bench(Runner):
                 results[name] = _stats(s)
             await raw.close()
             yield events.message(json.dumps(results))
-        elif command == "deltas":
+        elif command in ("deltas", "delta-events"):
             n, batch = int(args[0]), int(args[1])
             sdk_server.MAX_BATCH = batch
-            for _ in range(n):
-                yield events.text(DELTA)
+            if command == "deltas":
+                for _ in range(n):
+                    yield DELTA  # a str is a text delta: the SDK's fast path for streamed text
+            else:
+                for _ in range(n):
+                    yield events.text(DELTA)  # the same deltas as RunEvent objects
         else:
             yield events.text("ok")
 

@@ -1,0 +1,114 @@
+"""The host's fast path for batches of plain text deltas (host/text_deltas.py) against the general path it stands in
+for: for any runner message, it either declines or gives exactly the events, seq numbers, created_at and texts the
+general path would; it takes every batch the runner SDK makes of yielded `str` deltas (else streaming silently
+loses its speed); and it declines anything a hostile runner could hide behind a text delta."""
+
+from __future__ import annotations
+
+import pytest
+from google.protobuf.message import DecodeError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agenthost.host import text_deltas
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos.wire import MAX_BATCH, batch_entry
+from agenthost.runners.sdk import events
+from agenthost.runners.sdk import server as sdk_server
+
+CREATED_AT = 1_790_000_000.25
+
+
+def _general(data: bytes, first_seq: int) -> list[pb.RunEvent] | None:
+    """What the host's general path makes of `data`: None where it does not parse."""
+    try:
+        batch = pb.RunEventBatch.FromString(data)
+    except DecodeError:
+        return None
+    for seq, event in enumerate(batch.events, start=first_seq):
+        event.seq = seq
+        event.created_at = CREATED_AT
+    return list(batch.events)
+
+
+def _plain_short_delta(entry: bytes) -> bool:
+    """Whether an encoded event is exactly RunEvent{text_delta{text}} with 1-123 bytes of UTF-8: the fast path's
+    condition, stated the slow way."""
+    try:
+        event = pb.RunEvent.FromString(entry)
+    except DecodeError:
+        return False
+    if event.WhichOneof("kind") != "text_delta" or event.seq or event.created_at:
+        return False
+    text = event.text_delta.text.encode()
+    return 1 <= len(text) <= 123 and entry == events.text(event.text_delta.text).SerializeToString()
+
+
+def _framed(data: bytes) -> bytes:
+    return bytes((0x0A, len(data))) + data
+
+
+# Encoded events: what the SDK sends, what other encoders may, and what a hostile runner could try.
+_texts = st.text(max_size=140) | st.sampled_from(["é", "日本語", "🙂" * 31, "x" * 123, "x" * 124])
+_sdk_event = _texts.map(lambda s: events.text(s).SerializeToString())
+_other_event = st.sampled_from(
+    [
+        events.usage(3, 4, model="m").SerializeToString(),
+        events.tool_started("c1", "lookup", {"q": 1}).SerializeToString(),
+        events.completed().SerializeToString(),
+        pb.RunEvent(approval_requested=pb.ApprovalRequested(tool_call_id="c")).SerializeToString(),
+        pb.RunEvent(seq=7, text_delta=pb.TextDelta(text="numbered by the runner")).SerializeToString(),
+        b"",  # an empty event
+    ]
+)
+_tampered = st.one_of(
+    # A text delta followed by another member of the oneof: a parser keeps the last, `completed`.
+    _texts.map(lambda s: events.text(s).SerializeToString() + events.completed().SerializeToString()),
+    # An unknown field inside the TextDelta, and one after it in the event.
+    _texts.map(lambda s: _framed(_framed(s.encode()[:100]) + b"\x10\x01")),
+    _texts.map(lambda s: events.text(s).SerializeToString() + b"\x98\x06\x01"),
+    st.binary(min_size=1, max_size=8).map(lambda b: bytes((0x0A, len(b) + 2, 0x0A, len(b))) + b),  # any bytes
+    st.binary(max_size=12),  # not an event at all
+)
+_event = st.one_of(_sdk_event, _sdk_event, _sdk_event, _other_event, _tampered)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    entries=st.lists(_event, min_size=1, max_size=MAX_BATCH + 4),
+    first_seq=st.sampled_from([1, 2, 127, 128, 129, 16_383, 16_384, 2_097_151, 2**40]) | st.integers(1, 10**7),
+)
+def test_the_fast_path_numbers_exactly_what_the_general_path_would_or_declines(
+    entries: list[bytes], first_seq: int
+) -> None:
+    data = b"".join(batch_entry(e) for e in entries)
+    fast = text_deltas.number(data, first_seq, CREATED_AT)
+    general = _general(data, first_seq)
+    qualifies = len(entries) <= MAX_BATCH and all(_plain_short_delta(e) for e in entries)
+    assert (fast is not None) == qualifies
+    if fast is None:
+        return
+    assert general is not None
+    assert list(pb.RunEventBatch.FromString(fast.batch).events) == general
+    assert fast.texts == [e.text_delta.text for e in general]
+    assert fast.first_seq == first_seq
+
+
+@settings(max_examples=100, deadline=None)
+@given(texts=st.lists(st.text(min_size=1, max_size=30), min_size=1, max_size=MAX_BATCH))
+def test_every_batch_the_sdk_makes_of_yielded_strings_takes_the_fast_path(texts: list[str]) -> None:
+    data = b"".join(sdk_server._text_entry(t) for t in texts)
+    fast = text_deltas.number(data, 1, CREATED_AT)
+    assert fast is not None
+    assert fast.texts == texts
+    assert list(pb.RunEventBatch.FromString(data).events) == [events.text(t) for t in texts]
+
+
+def test_a_character_split_across_deltas_is_refused_by_both_paths() -> None:
+    # Each delta must be valid UTF-8 on its own, as a parser requires of a string field; the two halves of "é"
+    # joined would be valid, and the fast path must not accept them just because the joined text would decode.
+    halves = [bytes((0x0A, 5, 0x0A, 3, 0x0A, 1, b)) for b in "é".encode()]
+    data = b"".join(halves)
+    assert text_deltas.number(data, 1, CREATED_AT) is None
+    with pytest.raises(DecodeError):
+        pb.RunEventBatch.FromString(data)
