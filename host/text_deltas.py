@@ -7,9 +7,10 @@ slices and joins over the encoded events instead, and what comes out is bytes th
 as they are.
 
 A batch qualifies when it holds at most wire.MAX_BATCH events and every one is exactly
-`RunEvent{text_delta: TextDelta{text: s}}` with 1 to 123 bytes of valid UTF-8 in `s`: what the runner SDK sends for
-a yielded `str`. Anything else (another kind, a field more, a longer text, an encoder that writes the same event
-another way) takes the general path, which reads every event. Both give clients and the database the same events
+`RunEvent{text_delta: TextDelta{text: s}}` with 1 to wire.SHORT_TEXT_BYTES (123) bytes of valid UTF-8 in `s`:
+what the runner SDK sends for a yielded `str`, and what any protobuf encoder makes of such an event. Anything else
+(another kind, a field more, a longer text, an encoder that writes the same event another way) takes the general
+path, which reads every event. Both give clients and the database the same events
 (tests/test_text_deltas.py holds them to it)."""
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from typing import NamedTuple
 from google.protobuf.message import DecodeError
 
 from agenthost.protos import common_pb2 as pb
-from agenthost.protos.wire import MAX_BATCH, varint
+from agenthost.protos.wire import MAX_BATCH, SHORT_TEXT_BYTES, varint
 
-# An event `0A <n+2> 0A <n> <n bytes>` (RunEvent.text_delta, then TextDelta.text) is n + 4 bytes long: the first
-# four bytes it must have, by its length; None where n is out of range (0, or too long for one-byte lengths).
-_HEAD = [bytes((0x0A, size - 2, 0x0A, size - 4)) if 5 <= size <= 127 else None for size in range(256)]
+# A short text delta `0A <n+2> 0A <n> <text>` (wire.SHORT_TEXT_BYTES) is n + 4 bytes long: the first four bytes it
+# must have, by its length; None where n is out of range (0, or too long for one-byte lengths).
+_LONGEST = SHORT_TEXT_BYTES + 4
+_HEAD = [bytes((0x0A, size - 2, 0x0A, size - 4)) if 5 <= size <= _LONGEST else None for size in range(_LONGEST + 1)]
 _head = itemgetter(slice(0, 4))
 _text = itemgetter(slice(4, None))
 
@@ -38,7 +40,7 @@ _SMALL_SEQ = [_SEQ_TAG + bytes((n,)) for n in range(128)]
 _LOW_SEQ = [_SEQ_TAG + bytes((n | 0x80,)) for n in range(128)]
 _CREATED_AT_TAG = b"\xa9\x01"
 # RunEventBatch.events (field 1, length-delimited) with the entry's length, by the length of the event and its seq
-# field together (at most 127 + 12): the created_at field's 10 bytes are counted in.
+# field together (at most _LONGEST + 12): the created_at field's 10 bytes are counted in.
 _ENTRY_OF_EVENT_AND_SEQ = [
     bytes((0x0A, n)) if n < 128 else bytes((0x0A, (n & 0x7F) | 0x80, n >> 7)) for n in range(10, 10 + 256)
 ]
@@ -78,7 +80,7 @@ def number(data: bytes, first_seq: int, created_at: float) -> TextDeltas | None:
     if not events or len(events) > MAX_BATCH:
         return None
     lengths = list(map(len, events))
-    if max(lengths) > 127 or list(map(_head, events)) != list(map(_HEAD.__getitem__, lengths)):
+    if max(lengths) > _LONGEST or list(map(_head, events)) != list(map(_HEAD.__getitem__, lengths)):
         return None
     try:
         texts = list(map(bytes.decode, map(_text, events)))  # strict UTF-8, as a parser checks a string field

@@ -41,6 +41,7 @@ from agenthost.protos.wire import (
     PROTOCOL_VERSION,
     RUNNER_HEALTH_SERVICE,
     SERVER_OPTIONS,
+    SHORT_TEXT_BYTES,
     batch_entry,
 )
 from agenthost.runners.sdk import events
@@ -319,8 +320,8 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
 
 def _framed(event: pb.RunEvent) -> bytes:
     """The event encoded as one entry of a RunEventBatch: batches are then plain concatenations, sent as they are
-    (`handlers.pass_encoded`). Encoding each small event once costs a third of building a batch message from them, which
-    copies every event into it and then encodes the whole."""
+    (`handlers.pass_encoded`). Encoding each small event once costs a third of building a batch message from them,
+    which copies every event into it and then encodes the whole."""
     return batch_entry(event.SerializeToString())
 
 
@@ -341,9 +342,8 @@ def _batches(items: list[bytes]) -> Iterator[bytes]:
     yield b"".join(items[start:])
 
 
-# A text delta's entry: RunEventBatch.events (field 1), RunEvent.text_delta (field 1) and TextDelta.text (field 1),
-# each tag 0x0A and a one-byte length while the text's UTF-8 is under 124 bytes, as most streamed deltas are.
-_SHORT_TEXT_PREFIX = [bytes((0x0A, n + 4, 0x0A, n + 2, 0x0A, n)) for n in range(124)]
+# A short text delta's batch entry, by its text's length (see wire.SHORT_TEXT_BYTES).
+_SHORT_TEXT_PREFIX = [bytes((0x0A, n + 4, 0x0A, n + 2, 0x0A, n)) for n in range(SHORT_TEXT_BYTES + 1)]
 
 
 def _text_entry(text: str) -> bytes:
@@ -351,7 +351,7 @@ def _text_entry(text: str) -> bytes:
     tenth of its cost (no RunEvent object, no upb encoder), because streamed text is most of what runners send."""
     data = text.encode()
     n = len(data)
-    if 0 < n < 124:
+    if 0 < n <= SHORT_TEXT_BYTES:
         return _SHORT_TEXT_PREFIX[n] + data
     return _encoded(events.text(text))  # longer, empty, or over MAX_EVENT_BYTES (the failure event)
 
