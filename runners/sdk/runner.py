@@ -148,5 +148,5 @@ class Runner:
 
     def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent | str]:
         """Yields the run's events. Must be an async generator. A plain `str` is a text delta, the same as
-        `events.text(s)` on the wire and at a tenth of the SDK's cost per event: the form for streaming text."""
+        `events.text(s)` on the wire at about a third of the runner's CPU per delta: the form for streaming text."""
         raise NotImplementedError
