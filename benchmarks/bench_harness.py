@@ -16,6 +16,9 @@ loopback, three ways, each in a fresh conversation (a new harness session, like 
 * agenthost  a message sent through the real host (HostHarness): event log, run, grant, gRPC to the runner,
              projection, the sandboxed harness, the host MCP bridge (the default transport: the runner's own
              per-turn HTTP endpoint), persistence of events and state
+* plugin     the same turn with the runner as `agenthost serve` runs it: the built-in runner plugin in its own
+             sandboxed process, its key from the host's key store (in `agenthost`, the runner shares this script's
+             process and event loop with the host and the fake API)
 * stdio      the same with `mcp_transport: stdio` (the bridge as a process the harness starts every turn)
 * no-bridge  the same with `mcp_bridge: false`, to separate the bridge's cost from the rest
 * search-off (only with --paths) the default path with `ENABLE_TOOL_SEARCH=false`, as the runner set it until
@@ -39,6 +42,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from agenthost.protos import host_pb2 as hpb  # noqa: E402
 from agenthost.runners.external_harness.mcp_http import TOKEN_ENV, McpHttpEndpoint  # noqa: E402
 from agenthost.runners.external_harness.process import build_env  # noqa: E402
 from agenthost.runners.external_harness.projection import (  # noqa: E402
@@ -137,7 +141,7 @@ async def time_bare(
     return elapsed
 
 
-PATHS = ("bare", "bare-mcp", "bare-noenv", "agenthost", "stdio", "no-bridge")
+PATHS = ("bare", "bare-mcp", "bare-noenv", "agenthost", "plugin", "stdio", "no-bridge")
 
 
 async def bench(harness: str, runs: int, paths: tuple[str, ...] = PATHS) -> dict[str, list[float]]:
@@ -148,6 +152,10 @@ async def bench(harness: str, runs: int, paths: tuple[str, ...] = PATHS) -> dict
     runner_cls = ClaudeCodeRunner if harness == "claude-code" else CodexRunner
     key_env = "ANTHROPIC_API_KEY" if harness == "claude-code" else "OPENAI_API_KEY"
     os.environ[key_env] = "sk-bench"
+    # The built-in runner's sandbox must see the pinned CLIs (`plugin`).
+    os.environ["AGENTHOST_SANDBOX_RO"] = ":".join(
+        filter(None, [os.environ.get("AGENTHOST_SANDBOX_RO"), str(BIN.parent)])
+    )
     times: dict[str, list[float]] = {name: [] for name in paths}
     with fake_cls(pong) as fake, tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         base: dict[str, Any] = {"command": binary, "interrupt_grace_seconds": 1.0}
@@ -165,8 +173,17 @@ async def bench(harness: str, runs: int, paths: tuple[str, ...] = PATHS) -> dict
             HostHarness(
                 Path(tmp) / "search-off", runners=[runner_cls], config=base | {"env": {"ENABLE_TOOL_SEARCH": "false"}}
             ) as search_off,
+            HostHarness(Path(tmp) / "plugin", builtin=True) as plugin,
         ):
-            hosts = {"agenthost": with_bridge, "stdio": stdio, "no-bridge": without, "search-off": search_off}
+            await plugin.client.call("SetKey", hpb.SetKeyRequest(name=key_env, value="sk-bench"))
+            await plugin.bind(f"agenthost/{harness}", base, keys=[key_env])
+            hosts = {
+                "agenthost": with_bridge,
+                "plugin": plugin,
+                "stdio": stdio,
+                "no-bridge": without,
+                "search-off": search_off,
+            }
 
             async def timed(name: str, i: int) -> float:
                 if name.startswith("bare"):
