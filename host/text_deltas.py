@@ -41,9 +41,9 @@ _LOW_SEQ = [_SEQ_TAG + bytes((n | 0x80,)) for n in range(128)]
 _CREATED_AT_TAG = b"\xa9\x01"
 # RunEventBatch.events (field 1, length-delimited) with the entry's length, by the length of the event and its seq
 # field together (at most _LONGEST + 12): the created_at field's 10 bytes are counted in.
-_ENTRY_OF_EVENT_AND_SEQ = [
-    bytes((0x0A, n)) if n < 128 else bytes((0x0A, (n & 0x7F) | 0x80, n >> 7)) for n in range(10, 10 + 256)
-]
+_ENTRY_OF_EVENT_AND_SEQ = [b"\x0a" + varint(n) for n in range(10, 10 + 256)]
+# No qualifying batch is longer: each entry is its 2-byte framing and at most _LONGEST bytes of event.
+_LARGEST_BATCH = MAX_BATCH * (2 + _LONGEST)
 
 
 class TextDeltas(NamedTuple):
@@ -73,6 +73,8 @@ def number(data: bytes, first_seq: int, created_at: float) -> TextDeltas | None:
     """`data`, a runner's serialized RunEventBatch, numbered from `first_seq` at `created_at` when it qualifies
     (see the module's docstring); None when it does not, and the caller reads it the general way. Called by
     RunManager for each message off a runner's Run stream."""
+    if len(data) > _LARGEST_BATCH:  # a tool result, a flood: not worth a copy of every event to find out
+        return None
     try:
         events = list(pb.EncodedRunEventBatch.FromString(data).events)
     except DecodeError:

@@ -204,7 +204,7 @@ def test_encoded_batches_parse_back_to_the_events_within_both_caps(
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sdk_server, "MAX_BATCH", max_batch)
         mp.setattr(sdk_server, "MAX_BATCH_BYTES", max_bytes)
-        batches = list(sdk_server._batches([sdk_server._framed(e) for e in sent]))
+        batches = list(sdk_server._batches([sdk_server._encoded(e) for e in sent]))
     received: list[pb.RunEvent] = []
     for data in batches:
         batch = pb.RunEventBatch.FromString(data)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from agenthost.host import text_deltas
 from agenthost.protos import common_pb2 as pb
-from agenthost.protos.wire import MAX_BATCH, batch_entry
+from agenthost.protos.wire import MAX_BATCH, SHORT_TEXT_BYTES, batch_entry
 from agenthost.runners.sdk import events
 from agenthost.runners.sdk import server as sdk_server
 
@@ -112,3 +112,12 @@ def test_a_character_split_across_deltas_is_refused_by_both_paths() -> None:
     assert text_deltas.number(data, 1, CREATED_AT) is None
     with pytest.raises(DecodeError):
         pb.RunEventBatch.FromString(data)
+
+
+def test_the_largest_qualifying_batch_takes_the_fast_path_and_one_delta_more_does_not() -> None:
+    # MAX_BATCH deltas of SHORT_TEXT_BYTES each: the size guard that skips big messages must not reach it.
+    longest = "é" * (SHORT_TEXT_BYTES // 2) + "x"
+    data = b"".join(sdk_server._text_entry(longest) for _ in range(MAX_BATCH))
+    fast = text_deltas.number(data, 1, CREATED_AT)
+    assert fast is not None and fast.texts == [longest] * MAX_BATCH
+    assert text_deltas.number(data + sdk_server._text_entry("x"), 1, CREATED_AT) is None

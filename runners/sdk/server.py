@@ -133,7 +133,7 @@ class _Runners:
 class _EventChannel:
     """Runner task → RPC stream. Cheaper than asyncio.Queue per event, and it hands over everything that piled
     up since the last send in one batch: deltas coalesce under load without waiting for a timer. Items are events
-    already encoded as entries of a RunEventBatch (`_framed`), so a batch is their concatenation."""
+    already encoded as entries of a RunEventBatch (`_encoded`), so a batch is their concatenation."""
 
     def __init__(self, high_water: int = 1024) -> None:
         self._buf: list[Any] = []
@@ -271,7 +271,7 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
             await errors.abort_with(context, errors.FailedPrecondition("runner process has no host address"))
             return
         if isinstance(runner, RunnersUnavailable):
-            yield _framed(events.failed("runner_unavailable", str(runner)))
+            yield _encoded(events.failed("runner_unavailable", str(runner)))
             return
         ctx = request.context
         api = RunAPI(
@@ -318,13 +318,6 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
             await self._channel.close()
 
 
-def _framed(event: pb.RunEvent) -> bytes:
-    """The event encoded as one entry of a RunEventBatch: batches are then plain concatenations, sent as they are
-    (`handlers.pass_encoded`). Encoding each small event once costs a third of building a batch message from them,
-    which copies every event into it and then encodes the whole."""
-    return batch_entry(event.SerializeToString())
-
-
 def _batches(items: list[bytes]) -> Iterator[bytes]:
     """Consecutive encoded events cut into encoded batches of at most MAX_BATCH events and MAX_BATCH_BYTES bytes;
     an event larger than MAX_BATCH_BYTES (at most MAX_EVENT_BYTES, checked in `_drive`) travels alone."""
@@ -348,7 +341,7 @@ _SHORT_TEXT_PREFIX = [bytes((0x0A, n + 4, 0x0A, n + 2, 0x0A, n)) for n in range(
 
 def _text_entry(text: str) -> bytes:
     """A text delta yielded as a plain `str`, framed for a batch: what `_encoded(events.text(text))` returns, at a
-    tenth of its cost (no RunEvent object, no upb encoder), because streamed text is most of what runners send."""
+    fraction of its cost (no RunEvent object, no upb encoder), because streamed text is most of what runners send."""
     data = text.encode()
     n = len(data)
     if 0 < n <= SHORT_TEXT_BYTES:
@@ -357,11 +350,14 @@ def _text_entry(text: str) -> bytes:
 
 
 def _encoded(event: pb.RunEvent) -> bytes:
-    """The event framed for a batch, or the `failed` event that replaces an event too large for one message."""
+    """The event encoded as one entry of a RunEventBatch, or the `failed` event that replaces an event too large
+    for one message. Batches are then plain concatenations, sent as they are (`handlers.pass_encoded`): encoding
+    each small event once costs a third of building a batch message from them, which copies every event into it
+    and then encodes the whole."""
     data = event.SerializeToString()
     if len(data) <= MAX_EVENT_BYTES:
         return batch_entry(data)
-    return _framed(
+    return _encoded(
         events.failed(
             "event_too_large",
             f"RESOURCE_EXHAUSTED: the runner emitted a {event.WhichOneof('kind')} event of {len(data)} bytes; the"
