@@ -47,6 +47,9 @@ class Scripted(Runner):
             yield events.text("ignored")
         elif text == "fail":
             yield events.failed("nope", "the runner declined")
+        elif text == "wrong-type":
+            yield events.text("before")
+            yield b"not an event"  # type: ignore[misc]
         elif text == "wait":
             await Scripted.gate.wait()
             yield events.text("waited")
@@ -125,6 +128,12 @@ async def test_runner_failures_are_typed(h):
         "failed",
         "nope",
         "the runner declined",
+    )
+    wrong = await h.send("wrong-type")
+    assert (wrong.run.status, wrong.run.error_code, wrong.text) == ("failed", "runner_error", "before")
+    assert wrong.run.error_message == (
+        "TypeError: Scripted.run yielded a bytes; a runner yields RunEvents (made with agenthost.runners.sdk.events)"
+        " or a str for a text delta"
     )
     after = await h.send("after-terminal")
     assert after.run.status == "completed" and after.text == "a"

@@ -377,6 +377,11 @@ async def _drive(runner: Runner, run: RunContext, channel: _EventChannel) -> Non
                     if channel.push(_text_entry(event)):
                         await channel.full()
                     continue
+                if type(event) is not pb.RunEvent:
+                    raise TypeError(
+                        f"{type(runner).__name__}.run yielded a {type(event).__name__}; a runner yields RunEvents"
+                        " (made with agenthost.runners.sdk.events) or a str for a text delta"
+                    )
                 if channel.push(_encoded(event)):
                     await channel.full()
                 if event.WhichOneof("kind") in events.TERMINAL_KINDS:
