@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -157,7 +158,9 @@ async def bench(harness: str, runs: int, paths: tuple[str, ...] = PATHS) -> dict
         filter(None, [os.environ.get("AGENTHOST_SANDBOX_RO"), str(BIN.parent)])
     )
     times: dict[str, list[float]] = {name: [] for name in paths}
-    with fake_cls(pong) as fake, tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+    # The fake's guards against a spinning client, sized to this benchmark: one request per turn, a few s per turn.
+    guards = {"max_requests": 2 * (runs + 1) * len(paths), "max_seconds": 10.0 * (runs + 1) * len(paths)}
+    with fake_cls(pong, **guards) as fake, tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         base: dict[str, Any] = {"command": binary, "interrupt_grace_seconds": 1.0}
         if harness == "claude-code":
             base |= {"base_url": f"http://127.0.0.1:{fake.port}"}
@@ -225,6 +228,16 @@ async def bench(harness: str, runs: int, paths: tuple[str, ...] = PATHS) -> dict
     return times
 
 
+def paired_interval(values: list[float], baseline: list[float], *, level: float = 0.95) -> tuple[float, float]:
+    """A bootstrap confidence interval of the paired median (rounds resampled with replacement, fixed seed): on a
+    shared 2-core machine a run's median moves by about 10 %, so a target near 1.1x needs its interval, not a point."""
+    ratios = [v / b for v, b in zip(values, baseline, strict=True)]
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))
+    tail = (1 - level) / 2
+    return medians[int(tail * len(medians))], medians[int((1 - tail) * len(medians)) - 1]
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=7)
@@ -232,10 +245,11 @@ async def main() -> None:
     parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=[*PATHS, "search-off"])
     args = parser.parse_args()
     print(f"trivial turn, median of {args.runs} (fresh session each), fake API on loopback")
-    print("'paired' is the median of each round's own ratio (a path against the bare run of the same round)")
+    print("'paired' is the median of each round's own ratio (a path against the bare run of the same round),")
+    print("'95% CI' its bootstrap confidence interval over the rounds")
     print(
         f"{'harness':<12} {'path':<10} {'median s':>9} {'min s':>7} {'max s':>7} {'vs bare':>8} {'paired':>7} "
-        f"{'overhead s':>11}"
+        f"{'95% CI':>13} {'overhead s':>11}"
     )
     for harness in args.harness:
         paths = tuple(args.paths) if "bare" in args.paths else ("bare", *args.paths)  # ratios need the baseline
@@ -244,14 +258,16 @@ async def main() -> None:
         for name, values in times.items():
             med = statistics.median(values)
             paired = statistics.median(v / b for v, b in zip(values, times["bare"], strict=True))
+            low, high = paired_interval(values, times["bare"])
             print(
                 f"{harness:<12} {name:<10} {med:>9.3f} {min(values):>7.3f} {max(values):>7.3f} "
-                f"{med / bare:>7.2f}x {paired:>6.2f}x {med - bare:>+11.3f}"
+                f"{med / bare:>7.2f}x {paired:>6.2f}x {low:>5.2f}-{high:.2f}x {med - bare:>+11.3f}"
             )
         if "bare-mcp" in times and "agenthost" in times:
             own = statistics.median(v / b for v, b in zip(times["agenthost"], times["bare-mcp"], strict=True))
+            low, high = paired_interval(times["agenthost"], times["bare-mcp"])
             print(
-                f"{harness:<12} agenthost / bare-mcp, paired: {own:.2f}x"
+                f"{harness:<12} agenthost / bare-mcp, paired: {own:.2f}x ({low:.2f}-{high:.2f}x)"
                 " (agenthost's own cost, the CLI's own MCP client set aside)"
             )
 

@@ -269,17 +269,17 @@ def write_claude_mcp_config(
     credentials from its own environment (into the bridge's environment, or the endpoint's Authorization
     header), so the file never holds a secret. `user_servers`: the binding's own servers (user_mcp.py), beside
     the bridge, their secrets likewise referenced."""
-    # `alwaysLoad`: every projected server's tools go into the first model request though tool search defers other
-    # tools (the binding chose these servers and the managed block names the bridge's tools; finding them by search
-    # would cost a model round trip). Turning tool search off instead (ENABLE_TOOL_SEARCH=false, until 2026-11-26)
-    # also inlined every built-in tool: ~30 KB more per request and ~7 % more time per trivial turn.
+    # `alwaysLoad`: the binding's own servers' tools go into the first model request though tool search defers other
+    # tools (the binding chose these servers; finding their tools by search would cost a model round trip). The
+    # bridge marks its tools so itself (mcp_bridge.LISTED_TOOLS), which spares the CLI waiting for it at start-up.
+    # Turning tool search off instead (ENABLE_TOOL_SEARCH=false, until 2026-11-26) also inlined every built-in tool:
+    # ~30 KB more per request and ~7 % more time per trivial turn.
     servers: dict[str, Any] = {name: {**entry, "alwaysLoad": True} for name, entry in (user_servers or {}).items()}
     if isinstance(launch, HttpBridgeLaunch):
         servers[MCP_SERVER_NAME] = {
             "type": "http",
             "url": launch.url,
             "headers": {"Authorization": "Bearer ${" + launch.token_env + "}"},
-            "alwaysLoad": True,
         }
     elif launch is not None:
         env = dict(launch.env)
@@ -289,7 +289,6 @@ def write_claude_mcp_config(
             "command": launch.command,
             "args": list(launch.args),
             "env": env,
-            "alwaysLoad": True,
         }
     doc = {"mcpServers": servers}
     path = workspace.agenthost_dir / "mcp.json"

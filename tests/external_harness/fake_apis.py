@@ -66,10 +66,11 @@ class _Server(ThreadingHTTPServer):
 class FakeAPI:
     """Base: a loopback HTTP server in a thread; subclasses parse requests and render replies."""
 
-    def __init__(self, script: Script, *, max_seconds: float = 300.0) -> None:
+    def __init__(self, script: Script, *, max_seconds: float = 300.0, max_requests: int = MAX_REQUESTS) -> None:
         self.script = script
         self.requests: list[Request] = []
         self.max_seconds = max_seconds
+        self.max_requests = max_requests
         self.hang_event = threading.Event()  # set to release requests a script asked to hang
         self._lock = threading.Lock()
         fake = self
@@ -136,7 +137,7 @@ class FakeAPI:
     def _blocks(self, request: Request) -> list[Block]:
         with self._lock:
             self.requests.append(request)
-            over = len(self.requests) > MAX_REQUESTS or time.monotonic() - self._started > self.max_seconds
+            over = len(self.requests) > self.max_requests or time.monotonic() - self._started > self.max_seconds
         if over:
             return [{"type": "text", "text": "FAKE-ERROR: request cap reached"}]
         blocks = self.script(request)

@@ -103,7 +103,8 @@ def test_base_url_takes_the_form_each_harness_needs(tmp_path: Path) -> None:
 def test_retry_and_tool_search_defaults(tmp_path: Path) -> None:
     claude = ClaudeCodeDriver().command(_plan(tmp_path, parse_config(ClaudeCodeConfig, {})))
     assert claude.env["CLAUDE_CODE_MAX_RETRIES"] == "2"  # not Claude Code's 10, which takes minutes on a bad key
-    # Tool search stays Claude Code's default: the bridge's server is `alwaysLoad` instead (test_projection.py).
+    # Tool search stays Claude Code's default: the bridge marks its tools `anthropic/alwaysLoad` instead
+    # (test_mcp_bridge.py).
     assert "ENABLE_TOOL_SEARCH" not in claude.env
     chosen = parse_config(ClaudeCodeConfig, {"max_retries": 5, "env": {"ENABLE_TOOL_SEARCH": "true"}})
     env = ClaudeCodeDriver().command(_plan(tmp_path, chosen)).env

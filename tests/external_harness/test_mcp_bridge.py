@@ -92,6 +92,8 @@ async def test_bridge_serves_host_data_over_stdio(fake_host) -> None:
         assert (await client.request("ping"))["result"] == {}
         tools = (await client.request("tools/list"))["result"]["tools"]
         assert [t["name"] for t in tools] == list(mcp_bridge.TOOL_NAMES)
+        # Each in Claude Code's first request without the server's `alwaysLoad` (which would hold its start-up).
+        assert all(t["_meta"] == {"anthropic/alwaysLoad": True} for t in tools)
 
         page = await client.call("history_page", limit=1)
         assert not page["isError"] and page["structuredContent"]["items"][0]["text"] == "an answer"

@@ -134,7 +134,9 @@ def test_mcp_config_holds_no_secrets(workspace, monkeypatch) -> None:
     server = json.loads(path.read_text())["mcpServers"]["agenthost"]
     assert server["args"] == ["-m", "agenthost.runners.external_harness.mcp_bridge"]
     assert server["env"]["AGENTHOST_RUN_TOKEN"] == "${AGENTHOST_RUN_TOKEN}"
-    assert server["alwaysLoad"] is True  # its tools in the first request, though tool search defers others
+    # Not the server's `alwaysLoad`, which makes Claude Code wait for the bridge before the rest of its start-up:
+    # the bridge marks each tool (mcp_bridge.LISTED_TOOLS), so the CLI connects while it starts.
+    assert "alwaysLoad" not in server
     overrides = codex_mcp_overrides(BridgeLaunch())
     assert any(o.startswith("mcp_servers.agenthost.env_vars=") and "AGENTHOST_RUN_TOKEN" in o for o in overrides)
     assert 'mcp_servers.agenthost.default_tools_approval_mode="approve"' in overrides
@@ -150,7 +152,6 @@ def test_http_bridge_config_names_the_token_never_holds_it(workspace) -> None:
         "type": "http",
         "url": "http://127.0.0.1:4242/mcp",
         "headers": {"Authorization": "Bearer ${AGENTHOST_MCP_TOKEN}"},
-        "alwaysLoad": True,
     }
     overrides = codex_mcp_overrides(launch)
     assert 'mcp_servers.agenthost.url="http://127.0.0.1:4242/mcp"' in overrides

@@ -90,7 +90,7 @@ def _message(events) -> str:
 
 def _claude_config(fake: FakeAnthropic, **extra: Any) -> dict[str, Any]:
     return {
-        # No ENABLE_TOOL_SEARCH here: the runner marks the bridge's server `alwaysLoad` when it projects it, so the
+        # No ENABLE_TOOL_SEARCH here: the bridge marks each of its tools `anthropic/alwaysLoad`, so the
         # bridge's tools are in the first request for the fake to call.
         "base_url": f"http://127.0.0.1:{fake.port}",
         "instructions": INSTRUCTIONS,
@@ -228,8 +228,8 @@ async def test_claude_speaks_mcp_2026_07_28_to_the_turn_endpoint(
         events = await _collect(runner, fake_host.run_context("HISTORY-PLEASE what did I ask?", config=config))
     assert kinds(events)[-1] == "completed", events[-1]
     assert "MARKER-HOST-HISTORY-2026" in _message(events)  # the tool call went through the 2026-07-28 endpoint
-    # The bridge's tools are in the first request (`alwaysLoad`) while tool search still defers the rarely used
-    # built-in tools: inlining those too cost ~7 % of a trivial turn.
+    # The bridge's tools are in the first request (`anthropic/alwaysLoad`) while tool search still defers the rarely
+    # used built-in tools: inlining those too cost ~7 % of a trivial turn.
     first = fake.requests[0].tools
     assert "mcp__agenthost__history_page" in first and "ToolSearch" in first and "WebSearch" not in first
     assert seen == [
