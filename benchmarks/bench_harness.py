@@ -22,9 +22,10 @@ loopback, three ways, each in a fresh conversation (a new harness session, like 
 * stdio      the same with `mcp_transport: stdio` (the bridge as a process the harness starts every turn)
 * no-bridge  the same with `mcp_bridge: false`, to separate the bridge's cost from the rest
 * search-off (only with --paths) the default path with `ENABLE_TOOL_SEARCH=false`, as the runner set it until
-             2026-11-26: every built-in tool inlined into the request instead of the bridge's server `alwaysLoad`
+             2026-11-26: every built-in tool inlined into the request instead of the bridge's tools alone
 
-It prints medians and the ratio to bare. Needs the pinned CLIs (scripts/install_harness_clis.sh).
+It prints medians, the ratio to bare, and a bootstrap 95 % interval of each paired ratio. Needs the pinned CLIs
+(scripts/install_harness_clis.sh).
 """
 
 from __future__ import annotations
