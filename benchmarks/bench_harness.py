@@ -21,6 +21,9 @@ loopback, three ways, each in a fresh conversation (a new harness session, like 
              process and event loop with the host and the fake API)
 * stdio      the same with `mcp_transport: stdio` (the bridge as a process the harness starts every turn)
 * no-bridge  the same with `mcp_bridge: false`, to separate the bridge's cost from the rest
+* bare-mcp-held (only with --paths) bare-mcp with the server marked `alwaysLoad` in mcp.json, as the runner projected
+             the bridge until 2026-11-27: the CLI holds its start-up until the server has connected, where the
+             bridge's per-tool flag (bare-mcp) lets it connect alongside and wait only before its first request
 * search-off (only with --paths) the default path with `ENABLE_TOOL_SEARCH=false`, as the runner set it until
              2026-11-26: every built-in tool inlined into the request instead of the bridge's tools alone
 
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import random
 import statistics
@@ -66,7 +70,14 @@ def pong(_: Request) -> list[dict[str, Any]]:
 
 
 def bare_command(
-    harness: str, binary: str, port: int, root: Path, *, inherit: bool = True, mcp: McpHttpEndpoint | None = None
+    harness: str,
+    binary: str,
+    port: int,
+    root: Path,
+    *,
+    inherit: bool = True,
+    mcp: McpHttpEndpoint | None = None,
+    held: bool = False,
 ) -> tuple[list[str], dict[str, str]]:
     # One home and config dir for every bare run, as agenthost keeps one per bot: a fresh one each time would
     # charge the bare CLI its first-run set-up (config files, Codex's state databases) and flatter agenthost.
@@ -92,6 +103,10 @@ def bare_command(
             workspace = Workspace(working_dir=root / "mcp-config", bot_dir=root / "mcp-config")
             workspace.agenthost_dir.mkdir(parents=True, exist_ok=True)
             config = write_claude_mcp_config(workspace, HttpBridgeLaunch(url=mcp.url))
+            if held:
+                doc = json.loads(config.read_text())
+                doc["mcpServers"][MCP_SERVER_NAME]["alwaysLoad"] = True
+                config.write_text(json.dumps(doc))
             argv += ["--mcp-config", str(config), "--allowedTools", f"mcp__{MCP_SERVER_NAME}"]
         return argv, env
     env |= {"CODEX_HOME": str(root / "config"), "OPENAI_API_KEY": "sk-bench"}
@@ -124,8 +139,9 @@ async def time_bare(
     *,
     inherit: bool = True,
     mcp: McpHttpEndpoint | None = None,
+    held: bool = False,
 ) -> float:
-    argv, env = bare_command(harness, binary, port, root, inherit=inherit, mcp=mcp)
+    argv, env = bare_command(harness, binary, port, root, inherit=inherit, mcp=mcp, held=held)
     work.mkdir(parents=True)  # a fresh working directory: a new session, like a conversation's first message
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
@@ -199,10 +215,11 @@ async def bench(harness: str, runs: int, paths: tuple[str, ...] = PATHS) -> dict
                         Path(tmp) / name,
                         Path(tmp) / f"{name}-work-{i}",
                         inherit=name != "bare-noenv",
-                        mcp=mcp if name == "bare-mcp" else None,
+                        mcp=mcp if name.startswith("bare-mcp") else None,
+                        held=name == "bare-mcp-held",
                     )
                     offered = any("agenthost" in t for r in fake.requests[seen:] for t in r.tools)
-                    if offered != (name == "bare-mcp"):
+                    if offered != name.startswith("bare-mcp"):
                         raise RuntimeError(f"{name} {harness}: MCP tools offered={offered}")
                     return elapsed
                 seen = len(fake.requests)
@@ -243,7 +260,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--harness", nargs="+", default=["claude-code", "codex"], choices=["claude-code", "codex"])
-    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=[*PATHS, "search-off"])
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=[*PATHS, "bare-mcp-held", "search-off"])
     args = parser.parse_args()
     print(f"trivial turn, median of {args.runs} (fresh session each), fake API on loopback")
     print("'paired' is the median of each round's own ratio (a path against the bare run of the same round),")
