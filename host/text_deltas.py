@@ -23,12 +23,12 @@ from typing import NamedTuple
 from google.protobuf.message import DecodeError
 
 from agenthost.protos import common_pb2 as pb
-from agenthost.protos.wire import MAX_BATCH, SHORT_TEXT_BYTES, varint
+from agenthost.protos.wire import MAX_BATCH, SHORT_TEXT_BYTES, SHORT_TEXT_HEADS, varint
 
 # A short text delta `0A <n+2> 0A <n> <text>` (wire.SHORT_TEXT_BYTES) is n + 4 bytes long: the first four bytes it
 # must have, by its length; None where n is out of range (0, or too long for one-byte lengths).
 _LONGEST = SHORT_TEXT_BYTES + 4
-_HEAD = [bytes((0x0A, size - 2, 0x0A, size - 4)) if 5 <= size <= _LONGEST else None for size in range(_LONGEST + 1)]
+_HEAD: list[bytes | None] = [None] * 5 + SHORT_TEXT_HEADS[1:]
 _head = itemgetter(slice(0, 4))
 _text = itemgetter(slice(4, None))
 

@@ -57,6 +57,8 @@ _SHORT_ENTRY_PREFIX = [bytes((0x0A, n)) for n in range(128)]
 # yielded `str` so directly, and the host numbers batches of nothing else without parsing them
 # (agenthost.host.text_deltas).
 SHORT_TEXT_BYTES = 123
+# The event's first four bytes, `0A n+2 0A n`, by n (index 0 unused: an empty text is encoded another way).
+SHORT_TEXT_HEADS = [bytes((0x0A, n + 2, 0x0A, n)) for n in range(SHORT_TEXT_BYTES + 1)]
 
 
 def varint(n: int) -> bytes:

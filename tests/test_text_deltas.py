@@ -41,7 +41,7 @@ def _plain_short_delta(entry: bytes) -> bool:
     if event.WhichOneof("kind") != "text_delta" or event.seq or event.created_at:
         return False
     text = event.text_delta.text.encode()
-    return 1 <= len(text) <= 123 and entry == events.text(event.text_delta.text).SerializeToString()
+    return 1 <= len(text) <= SHORT_TEXT_BYTES and entry == events.text(event.text_delta.text).SerializeToString()
 
 
 def _framed(data: bytes) -> bytes:

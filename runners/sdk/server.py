@@ -42,6 +42,7 @@ from agenthost.protos.wire import (
     RUNNER_HEALTH_SERVICE,
     SERVER_OPTIONS,
     SHORT_TEXT_BYTES,
+    SHORT_TEXT_HEADS,
     batch_entry,
 )
 from agenthost.runners.sdk import events
@@ -336,7 +337,7 @@ def _batches(items: list[bytes]) -> Iterator[bytes]:
 
 
 # A short text delta's batch entry, by its text's length (see wire.SHORT_TEXT_BYTES).
-_SHORT_TEXT_PREFIX = [bytes((0x0A, n + 4, 0x0A, n + 2, 0x0A, n)) for n in range(SHORT_TEXT_BYTES + 1)]
+_SHORT_TEXT_PREFIX = [bytes((0x0A, n + 4)) + head for n, head in enumerate(SHORT_TEXT_HEADS)]
 
 
 def _text_entry(text: str) -> bytes:
