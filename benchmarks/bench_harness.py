@@ -1,9 +1,13 @@
 """Host + runner overhead of one external-harness turn, against the bare CLI, in the same run.
 
     .venv/bin/python benchmarks/bench_harness.py [--runs 7] [--harness claude-code codex] [--paths bare agenthost ...]
+                                                 [--turn first|next]
 
 For each harness it times a trivial turn ("ping" -> one model request -> "pong") against a fake model API on
-loopback, three ways, each in a fresh conversation (a new harness session, like a first message):
+loopback, several ways. `--turn first` (the default): each in a fresh conversation (a new harness session, like a
+first message). `--turn next` (Claude Code only): the conversation's second message, after an untimed first one;
+the bare CLI resumes the session (`--resume`), agenthost answers in the process it kept (warm.py), and `cold`
+is agenthost with `keep_warm_seconds: 0` (a new process resuming the session, as before kept processes).
 
 * bare       the CLI alone: the same binary, flags and fake API, started by this script with no agenthost around it,
              with the variables the runner passes through from its environment (PATH, locale, CA bundles, proxies)
@@ -26,6 +30,7 @@ loopback, three ways, each in a fresh conversation (a new harness session, like 
              bridge's per-tool flag (bare-mcp) lets it connect alongside and wait only before its first request
 * search-off (only with --paths) the default path with `ENABLE_TOOL_SEARCH=false`, as the runner set it until
              2026-11-26: every built-in tool inlined into the request instead of the bridge's tools alone
+* cold       (only with --paths) the default path with `keep_warm_seconds: 0`: no kept process
 
 It prints medians, the ratio to bare, and a bootstrap 95 % interval of each paired ratio. Needs the pinned CLIs
 (scripts/install_harness_clis.sh).
@@ -42,6 +47,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +84,7 @@ def bare_command(
     inherit: bool = True,
     mcp: McpHttpEndpoint | None = None,
     held: bool = False,
+    session: list[str] = (),  # type: ignore[assignment]
 ) -> tuple[list[str], dict[str, str]]:
     # One home and config dir for every bare run, as agenthost keeps one per bot: a fresh one each time would
     # charge the bare CLI its first-run set-up (config files, Codex's state databases) and flatter agenthost.
@@ -97,7 +104,7 @@ def bare_command(
             "DISABLE_AUTOUPDATER": "1",
             "DISABLE_TELEMETRY": "1",
         }
-        argv = [binary, "-p", "--output-format", "stream-json", "--verbose", "--strict-mcp-config"]
+        argv = [binary, "-p", "--output-format", "stream-json", "--verbose", "--strict-mcp-config", *session]
         if mcp is not None:
             env[TOKEN_ENV] = mcp.token
             workspace = Workspace(working_dir=root / "mcp-config", bot_dir=root / "mcp-config")
@@ -140,9 +147,11 @@ async def time_bare(
     inherit: bool = True,
     mcp: McpHttpEndpoint | None = None,
     held: bool = False,
+    session: list[str] = (),  # type: ignore[assignment]
 ) -> float:
-    argv, env = bare_command(harness, binary, port, root, inherit=inherit, mcp=mcp, held=held)
-    work.mkdir(parents=True)  # a fresh working directory: a new session, like a conversation's first message
+    argv, env = bare_command(harness, binary, port, root, inherit=inherit, mcp=mcp, held=held, session=session)
+    # A fresh working directory: a new session, like a conversation's first message (or its second, resumed here).
+    work.mkdir(parents=True, exist_ok=bool(session))
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
         *argv,
@@ -162,7 +171,9 @@ async def time_bare(
 PATHS = ("bare", "bare-mcp", "bare-noenv", "agenthost", "plugin", "stdio", "no-bridge")
 
 
-async def bench(harness: str, runs: int, paths: tuple[str, ...] = PATHS) -> dict[str, list[float]]:
+async def bench(
+    harness: str, runs: int, paths: tuple[str, ...] = PATHS, *, turn: str = "first"
+) -> dict[str, list[float]]:
     binary = str(BIN / ("claude" if harness == "claude-code" else "codex"))
     if not os.access(binary, os.X_OK):
         raise SystemExit(f"{binary} missing: run scripts/install_harness_clis.sh")
@@ -176,7 +187,8 @@ async def bench(harness: str, runs: int, paths: tuple[str, ...] = PATHS) -> dict
     )
     times: dict[str, list[float]] = {name: [] for name in paths}
     # The fake's guards against a spinning client, sized to this benchmark: one request per turn, a few s per turn.
-    guards = {"max_requests": 2 * (runs + 1) * len(paths), "max_seconds": 10.0 * (runs + 1) * len(paths)}
+    turns = (runs + 1) * len(paths) * (2 if turn == "next" else 1)
+    guards = {"max_requests": 2 * turns, "max_seconds": 10.0 * turns}
     with fake_cls(pong, **guards) as fake, tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         base: dict[str, Any] = {"command": binary, "interrupt_grace_seconds": 1.0}
         if harness == "claude-code":
@@ -193,6 +205,7 @@ async def bench(harness: str, runs: int, paths: tuple[str, ...] = PATHS) -> dict
             HostHarness(
                 Path(tmp) / "search-off", runners=[runner_cls], config=base | {"env": {"ENABLE_TOOL_SEARCH": "false"}}
             ) as search_off,
+            HostHarness(Path(tmp) / "cold", runners=[runner_cls], config=base | {"keep_warm_seconds": 0}) as cold,
             HostHarness(Path(tmp) / "plugin", builtin=True) as plugin,
         ):
             await plugin.client.call("SetKey", hpb.SetKeyRequest(name=key_env, value="sk-bench"))
@@ -203,25 +216,32 @@ async def bench(harness: str, runs: int, paths: tuple[str, ...] = PATHS) -> dict
                 "stdio": stdio,
                 "no-bridge": without,
                 "search-off": search_off,
+                "cold": cold,
             }
 
             async def timed(name: str, i: int) -> float:
                 if name.startswith("bare"):
+                    bare = {
+                        "inherit": name != "bare-noenv",
+                        "mcp": mcp if name.startswith("bare-mcp") else None,
+                        "held": name == "bare-mcp-held",
+                    }
+                    root, work = Path(tmp) / name, Path(tmp) / f"{name}-work-{i}"
+                    session: list[str] = []
+                    if turn == "next":
+                        sid = str(uuid.uuid4())
+                        await time_bare(harness, binary, fake.port, root, work, session=["--session-id", sid], **bare)
+                        session = ["--resume", sid]
                     seen = len(fake.requests)
-                    elapsed = await time_bare(
-                        harness,
-                        binary,
-                        fake.port,
-                        Path(tmp) / name,
-                        Path(tmp) / f"{name}-work-{i}",
-                        inherit=name != "bare-noenv",
-                        mcp=mcp if name.startswith("bare-mcp") else None,
-                        held=name == "bare-mcp-held",
-                    )
+                    elapsed = await time_bare(harness, binary, fake.port, root, work, session=session, **bare)
                     offered = any("agenthost" in t for r in fake.requests[seen:] for t in r.tools)
                     if offered != name.startswith("bare-mcp"):
                         raise RuntimeError(f"{name} {harness}: MCP tools offered={offered}")
                     return elapsed
+                if turn == "next":
+                    first = await hosts[name].send("ping", conversation_id=f"bench-{i}")
+                    if first.run.status != "completed":
+                        raise RuntimeError(f"{name} {harness} first message: {first.run.error_message}")
                 seen = len(fake.requests)
                 started = time.perf_counter()
                 result = await hosts[name].send("ping", conversation_id=f"bench-{i}")
@@ -260,9 +280,15 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--harness", nargs="+", default=["claude-code", "codex"], choices=["claude-code", "codex"])
-    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=[*PATHS, "bare-mcp-held", "search-off"])
+    parser.add_argument(
+        "--paths", nargs="+", default=list(PATHS), choices=[*PATHS, "bare-mcp-held", "search-off", "cold"]
+    )
+    parser.add_argument("--turn", choices=["first", "next"], default="first")
     args = parser.parse_args()
-    print(f"trivial turn, median of {args.runs} (fresh session each), fake API on loopback")
+    if args.turn == "next" and args.harness != ["claude-code"]:
+        parser.error("--turn next measures Claude Code's kept process: pass --harness claude-code")
+    which = "fresh session each" if args.turn == "first" else "the second message of a fresh session each"
+    print(f"trivial turn, median of {args.runs} ({which}), fake API on loopback")
     print("'paired' is the median of each round's own ratio (a path against the bare run of the same round),")
     print("'95% CI' its bootstrap confidence interval over the rounds")
     print(
@@ -271,7 +297,7 @@ async def main() -> None:
     )
     for harness in args.harness:
         paths = tuple(args.paths) if "bare" in args.paths else ("bare", *args.paths)  # ratios need the baseline
-        times = await bench(harness, args.runs, paths)
+        times = await bench(harness, args.runs, paths, turn=args.turn)
         bare = statistics.median(times["bare"])
         for name, values in times.items():
             med = statistics.median(values)

@@ -58,6 +58,8 @@ class ClaudeCodeDriver:
         assert isinstance(config, ClaudeCodeConfig)
         ws = plan.workspace
         argv = [plan.binary, "-p", "--output-format", "stream-json", "--verbose"]
+        if plan.stream_input:
+            argv += ["--input-format", "stream-json"]
         if config.streaming:
             argv.append("--include-partial-messages")
         if plan.resume_session_id:
@@ -235,14 +237,15 @@ class ClaudeCodeDriver:
     def _result(self, raw: dict[str, Any], turn: TurnState) -> list[pb.RunEvent]:
         turn.finished = True
         turn.session_id = raw.get("session_id") or turn.session_id
-        usage = raw.get("usage") or {}
+        usage = raw.get("usage") or {}  # this turn's, also in a kept process (total_cost_usd is the process's)
         model = turn.model or next(iter(raw.get("modelUsage") or {}), "")
+        turn.cost_total_usd = float(raw.get("total_cost_usd") or 0.0)
         turn.usage = events.usage(
             int(usage.get("input_tokens") or 0),
             int(usage.get("output_tokens") or 0),
             cache_read_tokens=int(usage.get("cache_read_input_tokens") or 0),
             cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0),
-            cost_usd=float(raw.get("total_cost_usd") or 0.0),
+            cost_usd=max(turn.cost_total_usd - turn.cost_offset_usd, 0.0),
             model=model,
         )
         # Under -p a denied tool does not stop the turn; say so, or the operator never learns what to allow.
@@ -270,6 +273,13 @@ class ClaudeCodeDriver:
         if not turn.any_text and isinstance(raw.get("result"), str) and raw["result"]:
             return notes + turn.text_block(raw["result"])
         return notes
+
+
+def stdin_message(prompt: str) -> bytes:
+    """One user message as Claude Code reads it under `--input-format stream-json`: a JSON line."""
+    message = {"type": "user", "message": {"role": "user", "content": prompt}, "parent_tool_use_id": None}
+    # ASCII: no raw U+2028 or other separator a line reader might split on.
+    return (json.dumps(message) + "\n").encode()
 
 
 def _content_text(content: Any) -> str:

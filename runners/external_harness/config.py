@@ -180,7 +180,16 @@ class ClaudeCodeConfig(HarnessConfig):
     )
     disallowed_tools: list[str] = Field(default_factory=list, description="--disallowedTools rules.")
     max_turns: int | None = Field(default=None, ge=1, le=10_000)
-    max_budget_usd: float | None = Field(default=None, gt=0)
+    max_budget_usd: float | None = Field(
+        default=None, gt=0, description="--max-budget-usd, per message (a binding with one is never kept warm)."
+    )
+    keep_warm_seconds: float = Field(
+        default=300,
+        ge=0,
+        le=86_400,
+        description="Keep the conversation's Claude Code process this long after a message, so the next message of "
+        "the conversation skips the CLI's start-up (about 0.5 s). 0: a new process for every message.",
+    )
     append_system_prompt: str = Field(default="", max_length=64 * 1024)
     setting_sources: list[Literal["user", "project", "local"]] | None = Field(
         default=None, description="--setting-sources; must include 'project' for CLAUDE.md and skills."

@@ -477,6 +477,18 @@ class McpServer:
         if bridge is not None and bridge.channel is not None:
             await bridge.channel.close()
 
+    async def rebind(
+        self, bridge: Bridge | Callable[[], Awaitable[Bridge]] | None, *, unavailable_reason: str = ""
+    ) -> None:
+        """Points this session at another run (the next turn of a kept harness), or at none between turns: the
+        previous run's calls still in flight are cancelled and its host client closed first, so nothing of one run
+        is answered with another's authority. The negotiated protocol stays; the client never sees a change."""
+        await self.close()
+        self._inflight.clear()
+        self._bridge = bridge
+        self._building = None
+        self.unavailable_reason = unavailable_reason
+
     @property
     def pending(self) -> list[asyncio.Task[Any]]:
         return list(self._inflight.values())

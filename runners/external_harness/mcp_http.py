@@ -1,5 +1,5 @@
 """The host MCP bridge served by the runner process itself, over MCP streamable HTTP on loopback: one endpoint
-per harness turn.
+per harness process (a turn's, or a kept Claude Code process's across turns, see warm.py).
 
 Why: the stdio bridge is a Python process the harness starts on every turn (interpreter + ~55 ms of imports),
 and harnesses wait for every MCP server before their first model request, so that start-up was latency on every
@@ -10,11 +10,13 @@ The walls:
 
 * **Credential.** The harness sandbox shares the runner's network namespace, so anything on this machine's
   loopback can reach the port. Every request must carry `Authorization: Bearer <token>`, a fresh random token
-  made for this one turn and handed only to this turn's harness (in its environment, never argv or a file).
+  made for this one harness process and handed only to it (in its environment, never argv or a file).
   Another conversation's harness holds another token, for another port. Compared in constant time.
-* **Lifetime.** The endpoint is opened before the harness starts and closed when the turn ends, whatever way it
-  ends: the listener, every open connection and every session's in-flight host call go with it. The host also
-  revokes the run's tool token when the run ends, so a call that raced the close still fails there.
+* **Lifetime.** The endpoint is opened before the harness starts and closed when the harness process ends: the
+  listener, every open connection and every session's in-flight host call go with it. A kept process's endpoint
+  outlives a turn, but not the turn's authority: when the turn ends, however it ends, the runner detaches the run
+  (`attach(None)`), which cancels its calls in flight and closes its host client; the next turn attaches its own.
+  The host also revokes the run's tool token when the run ends, so a call that raced either still fails there.
 * **Authority.** Tool calls reach the host's run API with the run's *tool token* alone, exactly as the stdio
   bridge did: the plugin secret and the runner's run token are never used here, so a harness holding the MCP
   token can do what the run's grant allows and nothing more. The harness itself no longer holds the tool token
@@ -156,6 +158,15 @@ class McpHttpEndpoint:
         self.port = self._server.sockets[0].getsockname()[1]
         self._hosts = {f"{self._host}:{self.port}".encode(), f"localhost:{self.port}".encode()}
         self._origins = {f"http://{h.decode()}".encode() for h in self._hosts}
+
+    async def attach(self, bridge: BridgeSource | None, *, unavailable_reason: str = "") -> None:
+        """Hands the endpoint, with its open sessions, to another run: a kept harness's next turn (`bridge`), or to
+        none between turns (every tool call then answers `unavailable_reason`). Called by the runner only, under
+        the conversation's lock; the harness keeps its token, which from now on reaches the new run's grant only."""
+        self._bridge = bridge
+        self._unavailable_reason = unavailable_reason
+        for session in [*self._sessions.values(), self._stateless]:
+            await session.rebind(bridge, unavailable_reason=unavailable_reason)
 
     async def close(self) -> None:
         """Idempotent. After it returns nothing answers on the port and no session can reach the host."""

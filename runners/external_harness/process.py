@@ -140,6 +140,7 @@ class HarnessProcess:
         cwd: Path,
         env: dict[str, str],
         stdin_data: bytes | None = None,
+        keep_stdin: bool = False,
         interrupt_grace: float = 3.0,
         secrets: Iterable[str] = (),
         sandbox: Sandbox | None = None,
@@ -148,6 +149,8 @@ class HarnessProcess:
         self.cwd = cwd
         self.env = env
         self.stdin_data = stdin_data
+        # Open after stdin_data, for later `send`s (a harness that reads one JSON message per line, turn after turn).
+        self.keep_stdin = keep_stdin
         self.interrupt_grace = interrupt_grace
         self.secrets = tuple(secrets)
         self.sandbox = sandbox
@@ -165,6 +168,11 @@ class HarnessProcess:
         self._status_task: asyncio.Task[None] | None = None
         self.skipped_lines = 0
         self.interrupted = False
+        # stdout not yet parsed into events; kept here, not in a generator, so that a cancelled read loses nothing.
+        self._out = bytearray()
+        self._out_start = 0
+        self._out_eof = False
+        self.startup_processes: frozenset[tuple[int, int]] | None = None  # (pid, start time)
 
     @property
     def pid(self) -> int | None:
@@ -204,7 +212,9 @@ class HarnessProcess:
                 *command,
                 cwd=str(self.cwd),
                 env=self.env,
-                stdin=asyncio.subprocess.PIPE if self.stdin_data is not None else asyncio.subprocess.DEVNULL,
+                stdin=asyncio.subprocess.PIPE
+                if self.stdin_data is not None or self.keep_stdin
+                else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
@@ -231,9 +241,9 @@ class HarnessProcess:
         self._stderr_task = asyncio.create_task(self._drain_stderr())
         self._reaper_task = asyncio.create_task(self._reap_after_exit())
         if self.stdin_data is not None:
-            self._stdin_task = asyncio.create_task(self._feed_stdin(self.stdin_data))
+            self._stdin_task = asyncio.create_task(self._feed_stdin(self.stdin_data, close=not self.keep_stdin))
 
-    async def _feed_stdin(self, data: bytes) -> None:
+    async def _feed_stdin(self, data: bytes, *, close: bool) -> None:
         assert self.proc and self.proc.stdin
         try:
             self.proc.stdin.write(data)
@@ -241,8 +251,81 @@ class HarnessProcess:
         except (BrokenPipeError, ConnectionResetError):
             pass  # the harness exited early; its exit code and stderr tell why
         finally:
+            if close:
+                with contextlib.suppress(Exception):
+                    self.proc.stdin.close()
+
+    async def send(self, data: bytes) -> None:
+        """Writes more input to a process started with `keep_stdin`. A harness that has exited is not an error
+        here: its stdout ends, and the turn reading it reports the exit."""
+        if self._stdin_task is not None and not self._stdin_task.done():
+            await self._stdin_task  # in order after stdin_data
+        self._stdin_task = asyncio.create_task(self._feed_stdin(data, close=False))
+        await self._stdin_task
+
+    def sandbox_processes(self) -> dict[int, tuple[int, int]] | None:
+        """Every process in the sandbox's pid namespace: outside pid -> (parent pid, start time). What a kept
+        process's sandbox holds between messages (warm.py). None without a sandbox, or once it is gone."""
+        if self.sandbox_init is None or not self.running:
+            return None
+        try:
+            namespace = os.readlink(f"/proc/{self.sandbox_init}/ns/pid")
+        except OSError:
+            return None
+        found = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                if os.readlink(f"/proc/{entry.name}/ns/pid") != namespace:
+                    continue
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    fields = stat.read().rsplit(b")", 1)[1].split()
+                found[int(entry.name)] = (int(fields[1]), int(fields[19]))
+            except (OSError, ValueError, IndexError):
+                continue  # exited meanwhile, or not ours to read (then not in our sandbox either)
+        return found
+
+    def note_started(self) -> None:
+        """Records what the sandbox holds once the harness is up, MCP servers it started included: processes
+        `left_running` then does not count. Called by the runner at the harness's first `init` line, before any
+        tool could run (a tool needs a model reply first)."""
+        if self.startup_processes is None:
+            procs = self.sandbox_processes()
+            self.startup_processes = frozenset((pid, start) for pid, (_, start) in (procs or {}).items())
+
+    def left_running(self) -> set[int] | None:
+        """Processes in the sandbox other than its init, the harness, and what `note_started` saw: what the turns'
+        commands left running. None when that cannot be known (no sandbox, or the sandbox gone)."""
+        procs = self.sandbox_processes()
+        if procs is None:
+            return None
+        # The harness is init's first child: an orphan (a `setsid` escapee) is re-parented to init too, later.
+        children = sorted((start, pid) for pid, (parent, start) in procs.items() if parent == self.sandbox_init)
+        allowed = {self.sandbox_init}
+        if children:
+            allowed.add(children[0][1])
+        allowed |= {pid for pid, start in self.startup_processes or () if procs.get(pid, (0, -1))[1] == start}
+        return set(procs) - allowed
+
+    async def end_input(self) -> None:
+        """Closes stdin after what was sent (a `keep_stdin` process's way to finish)."""
+        if self._stdin_task is not None and not self._stdin_task.done():
+            with contextlib.suppress(Exception):
+                await self._stdin_task
+        if self.proc is not None and self.proc.stdin is not None:
             with contextlib.suppress(Exception):
                 self.proc.stdin.close()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None and not self._out_eof
+
+    def forget_stderr(self) -> None:
+        """Starts stderr afresh: what a kept process printed during an earlier turn is not this turn's reason."""
+        self._stderr.clear()
+        self._stderr_head.clear()
+        self._stderr_total = 0
 
     async def _reap_after_exit(self) -> None:
         assert self._protocol is not None
@@ -281,27 +364,36 @@ class HarnessProcess:
 
         Lines that are not JSON objects (debug noise some builds print on stdout) are skipped and counted.
         """
+        while (event := await self.next_event()) is not None:
+            yield event
+
+    async def next_event(self) -> dict[str, Any] | None:
+        """The next JSON object the harness prints, or None at the end of its stdout.
+
+        Safe to cancel and call again: the unparsed rest of stdout lives on the process, not in this frame. That is
+        what lets a kept process be watched while idle (a task waiting here) and the watch be dropped for a turn.
+        """
         assert self.proc and self.proc.stdout
-        buf = bytearray()
-        stdout = self.proc.stdout
+        buf = self._out
         while True:
-            chunk = await stdout.read(READ_CHUNK)
-            if not chunk:
-                break
-            buf += chunk
-            start = 0
-            while (nl := buf.find(b"\n", start)) >= 0:
-                event = self._parse(bytes(buf[start:nl]))
-                start = nl + 1
+            while (nl := buf.find(b"\n", self._out_start)) >= 0:
+                event = self._parse(bytes(buf[self._out_start : nl]))
+                self._out_start = nl + 1
                 if event is not None:
-                    yield event
-            del buf[:start]
+                    return event
+            del buf[: self._out_start]
+            self._out_start = 0
+            if self._out_eof:
+                return None
+            chunk = await self.proc.stdout.read(READ_CHUNK)
+            if not chunk:
+                self._out_eof = True
+                rest = bytes(buf)
+                buf.clear()
+                return self._parse(rest) if rest.strip() else None
+            buf += chunk
             if len(buf) > MAX_LINE_BYTES:
                 raise HarnessCrashed(f"harness printed a line longer than {MAX_LINE_BYTES} bytes")
-        if buf.strip():
-            event = self._parse(bytes(buf))
-            if event is not None:
-                yield event
 
     def _parse(self, line: bytes) -> dict[str, Any] | None:
         line = line.strip()

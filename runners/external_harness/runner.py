@@ -2,8 +2,9 @@
 
 Per run: validate the binding config, wait for the conversation's previous turn (one turn at a time per
 conversation; later messages queue on a lock), read the stored session, project context into the working
-directory, run the harness under the run's deadline, stream its events, persist the session it reports, and
-end with exactly one `completed` or `failed`.
+directory, run the harness under the run's deadline (in the conversation's kept Claude Code process when one is
+there and unchanged, see warm.py), stream its events, persist the session it reports, and end with exactly one
+`completed` or `failed`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from agenthost.plugins.sandbox import Sandbox
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors as api_errors
 from agenthost.protos.wire import VERSION
-from agenthost.runners.external_harness.claude_code import APPEND_PROMPT_FILE, ClaudeCodeDriver
+from agenthost.runners.external_harness.claude_code import APPEND_PROMPT_FILE, ClaudeCodeDriver, stdin_message
 from agenthost.runners.external_harness.codex import CodexDriver, usage_event, usage_since
 from agenthost.runners.external_harness.config import (
     ClaudeCodeConfig,
@@ -61,6 +62,7 @@ from agenthost.runners.external_harness.sandboxing import harness_sandbox
 from agenthost.runners.external_harness.turn import Driver, Install, TurnPlan, TurnState
 from agenthost.runners.external_harness.user_mcp import UserMcp
 from agenthost.runners.external_harness.user_mcp import plan as plan_user_mcp
+from agenthost.runners.external_harness.warm import KeptHarness, KeptHarnesses, fingerprint
 from agenthost.runners.external_harness.workspace import Workspace, WorkspaceManager
 from agenthost.runners.sdk import events
 from agenthost.runners.sdk.mcp_servers import McpServerError
@@ -162,6 +164,18 @@ def build_prompt(run: RunContext) -> str:
 
 
 @dataclass
+class _Reuse:
+    """One turn's share of warm.py: the conversation's kept process it may continue in, and whether its own
+    process may be kept after it."""
+
+    keep_seconds: float = 0.0  # 0: this turn's process stops with the turn
+    kept: KeptHarness | None = None  # taken out of the runner's kept processes for this turn
+    grant: str = ""  # what the bridge endpoint lists (granted APIs, approvals): part of the fingerprint
+    endpoint: McpHttpEndpoint | None = None  # this turn's endpoint: the kept process's, or a new one
+    handed_over: bool = False  # the endpoint went on with a kept process; the turn must not close it
+
+
+@dataclass
 class _Stored:
     session_id: str | None = None
     working_directory: str | None = None
@@ -178,8 +192,10 @@ class HarnessRunner(Runner):
     def __init__(self, data_dir: Path) -> None:
         super().__init__(data_dir)
         self.workspaces = WorkspaceManager(data_dir)
+        self.kept = KeptHarnesses()
 
     async def close(self) -> None:
+        await self.kept.close()
         for proc in list(_LIVE):
             await proc.stop()
 
@@ -278,6 +294,21 @@ class HarnessRunner(Runner):
         # The HTTP bridge keeps the run's credentials in this process: the harness gets a token for this turn's
         # endpoint only, and neither the tool token nor the run API socket.
         use_http = bridge_env is not None and config.mcp_transport == "http"
+        reuse = _Reuse()
+        kept = await self.kept.take((run.bot_id, run.conversation_id))
+        if (
+            isinstance(config, ClaudeCodeConfig)
+            and config.keep_warm_seconds > 0
+            and config.max_budget_usd is None  # the CLI counts a budget over the process, not the message
+            and (bridge_env is None or use_http)  # a stdio bridge holds one run's token for its whole life
+        ):
+            reuse.keep_seconds = config.keep_warm_seconds
+            if bridge_env is not None:
+                reuse.grant = f"{bridge_env['AGENTHOST_APIS']}\n{bridge_env['AGENTHOST_APPROVALS']}"
+            if kept is not None and kept.grant == reuse.grant:
+                reuse.kept, kept = kept, None
+        if kept is not None:
+            await kept.stop()
         sandbox: Sandbox | None = None
         if config.process_sandbox:
             sandbox = harness_sandbox(
@@ -310,11 +341,12 @@ class HarnessRunner(Runner):
         harness_bridge_env: dict[str, str] = {}
         if use_http and bridge_env is not None:
             creds = bridge_env
-            endpoint = McpHttpEndpoint(
-                lambda: bridge_from_env(creds),
-                tools=tools_for(creds["AGENTHOST_APIS"], creds["AGENTHOST_APPROVALS"]),
-            )
-            await endpoint.start()
+            endpoint = reuse.kept.endpoint if reuse.kept is not None else None
+            if endpoint is None:
+                endpoint = McpHttpEndpoint(None, tools=tools_for(creds["AGENTHOST_APIS"], creds["AGENTHOST_APPROVALS"]))
+                await endpoint.start()
+            reuse.endpoint = endpoint
+            await endpoint.attach(lambda: bridge_from_env(creds))
             launch = HttpBridgeLaunch(url=endpoint.url, token_env=MCP_TOKEN_ENV)
             harness_bridge_env = {MCP_TOKEN_ENV: endpoint.token}
         elif bridge_env is not None:
@@ -334,12 +366,15 @@ class HarnessRunner(Runner):
                     resume_id,
                     launch,
                     harness_bridge_env,
+                    reuse,
                 )
             ) as turn_events:
                 async for event in turn_events:
                     yield event
         finally:
-            if endpoint is not None:
+            if reuse.kept is not None:  # taken, never used: the turn failed before its harness ran
+                await reuse.kept.stop()
+            if endpoint is not None and not reuse.handed_over:
                 # The turn is over, however it ended: the endpoint, its sessions and their host calls go with it.
                 await endpoint.close()
 
@@ -356,6 +391,7 @@ class HarnessRunner(Runner):
         resume_id: str | None,
         launch: Launch | None,
         bridge_env: dict[str, str],
+        reuse: _Reuse,
     ) -> AsyncIterator[pb.RunEvent]:
         warnings = project(
             run.context,
@@ -398,12 +434,13 @@ class HarnessRunner(Runner):
                 binary_env=install.env,
                 stored_keys=frozenset(run.secrets),
                 user_mcp=user_mcp,
+                stream_input=reuse.keep_seconds > 0,
             )
             if isinstance(self.driver, CodexDriver) and isinstance(config, CodexConfig):
                 turn.model = self.driver.configured_model(config, workspace.codex_home)
             emitted = False
             async with contextlib.aclosing(
-                self._run_harness(plan, prompt, turn, deadline, run, stored, sandbox)
+                self._run_harness(plan, prompt, turn, deadline, run, stored, sandbox, reuse)
             ) as harness_events:
                 async for item in harness_events:
                     emitted = emitted or item.WhichOneof("kind") != "state_updated"
@@ -511,27 +548,49 @@ class HarnessRunner(Runner):
         run: RunContext,
         stored: _Stored,
         sandbox: Sandbox | None,
+        reuse: _Reuse,
     ) -> AsyncIterator[pb.RunEvent]:
         cmd = self.driver.command(plan)
-        proc = HarnessProcess(
-            cmd.argv,
-            cwd=plan.workspace.working_dir,
-            env=cmd.env,
-            stdin_data=prompt.encode(),
-            interrupt_grace=plan.config.interrupt_grace_seconds,
-            secrets=cmd.secrets,
-            sandbox=sandbox,
-        )
+        stamp = ""
+        if plan.stream_input:
+            stamp = fingerprint(cmd.argv, cmd.env, workspace=plan.workspace, sandbox=sandbox)
+        kept, reuse.kept = reuse.kept, None
+        if kept is not None and (
+            kept.fingerprint != stamp or kept.session_id != plan.resume_session_id or not kept.proc.running
+        ):
+            # Something it read at start-up changed (or its session did): a new process resumes the session.
+            # The endpoint, already in this turn's MCP config, stays with the turn.
+            await kept.proc.stop()
+            kept = None
+        if kept is not None:
+            proc = kept.proc
+            proc.forget_stderr()
+            turn.cost_offset_usd = kept.cost_usd
+        else:
+            proc = HarnessProcess(
+                cmd.argv,
+                cwd=plan.workspace.working_dir,
+                env=cmd.env,
+                stdin_data=stdin_message(prompt) if plan.stream_input else prompt.encode(),
+                keep_stdin=plan.stream_input,
+                interrupt_grace=plan.config.interrupt_grace_seconds,
+                secrets=cmd.secrets,
+                sandbox=sandbox,
+            )
         queue: asyncio.Queue[pb.RunEvent | None] = asyncio.Queue(EVENT_QUEUE)
 
         async def pump() -> None:
             try:
-                async for raw in proc.events():
+                while (raw := await proc.next_event()) is not None:
+                    if plan.user_mcp is not None and raw.get("type") == "system" and raw.get("subtype") == "init":
+                        proc.note_started()  # the binding's stdio servers run beside the harness for its life
                     for event in self.driver.map_event(raw, turn):
                         await queue.put(event)
                     if turn.session_id and not saved.is_set():
                         saved.set()
                         await queue.put(None)  # tells the consumer to persist the session now
+                    if plan.stream_input and turn.finished:
+                        break  # the process waits for the next message; its stdout goes on with it
             except HarnessError as exc:
                 pump_errors.append(exc)
             finally:
@@ -543,10 +602,14 @@ class HarnessRunner(Runner):
         pump_errors: list[HarnessError] = []
         timed_out = False
         session_stored = False
+        keep = False
         _LIVE.add(proc)
         pump_task: asyncio.Task[None] | None = None
         try:
-            await proc.start()
+            if kept is not None:
+                await proc.send(stdin_message(prompt))
+            else:
+                await proc.start()
             pump_task = asyncio.create_task(pump())
             loop = asyncio.get_running_loop()
             while True:
@@ -578,11 +641,40 @@ class HarnessRunner(Runner):
                         break
                     if item is not None:
                         yield await self._fit_tool_result(run, item)
-            exit_code = await proc.wait()
+            keep = (
+                reuse.keep_seconds > 0
+                and turn.finished
+                and turn.error is None
+                and not (timed_out or pump_errors)
+                and bool(turn.session_id)
+                and proc.running
+                # Nothing the model started may outlive its run: a turn that left a process in the sandbox (a
+                # background command, a `setsid` escapee) ends its sandbox with it. Without a sandbox there is no
+                # pid namespace to look into, so nothing is kept.
+                and proc.left_running() == set()
+            )
+            if keep:
+                assert turn.session_id is not None
+                kept = KeptHarness(
+                    proc,
+                    reuse.endpoint,
+                    fingerprint=stamp,
+                    session_id=turn.session_id,
+                    grant=reuse.grant,
+                    cost_usd=turn.cost_total_usd,
+                )
+                await self.kept.put((run.bot_id, run.conversation_id), kept, reuse.keep_seconds)
+                reuse.handed_over = True
+                exit_code = 0
+            else:
+                if plan.stream_input:
+                    await proc.end_input()  # it ends at the end of its input, as a one-message process does
+                exit_code = await proc.wait()
         finally:
             if pump_task is not None and not pump_task.done():
                 pump_task.cancel()
-            await proc.stop()
+            if not keep:
+                await proc.stop()
             _LIVE.discard(proc)
 
         stderr = proc.stderr_tail()

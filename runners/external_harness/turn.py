@@ -35,6 +35,7 @@ class TurnPlan:
     binary_env: dict[str, str] = field(default_factory=dict)  # what the harness's own launcher would set
     stored_keys: frozenset[str] = frozenset()  # names in inherited_env that came from the host's key store
     user_mcp: UserMcp | None = None  # the binding's own MCP servers, beside the bridge (None: none)
+    stream_input: bool = False  # the prompt goes in as a JSON line and stdin stays open for later turns (warm.py)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,9 @@ class TurnState:
     # Codex reports token totals for the whole thread, not the turn; the runner subtracts the previous totals.
     cumulative_usage: dict[str, int] | None = None
     last_error_message: str = ""  # non-terminal errors, used if the process dies without a verdict
+    # A kept Claude Code process reports its running cost over all its turns; this turn's share starts here.
+    cost_offset_usd: float = 0.0
+    cost_total_usd: float = 0.0
     session_lost: bool = False  # the harness said it does not know the session we asked to resume
 
     @property

@@ -2,8 +2,11 @@
 """A stand-in for `claude -p --output-format stream-json`: fast, deterministic, and able to misbehave on cue.
 
 Sessions live in $CLAUDE_CONFIG_DIR/fake-sessions/<id>, so `--resume` of an id it never created fails the way
-Claude Code does. FAKE_HARNESS_MODE picks the behaviour; FAKE_HARNESS_LOG appends one JSON line per start (a
-relative path is taken from $HOME: the harness's sandbox shows it little else that outlives the run).
+Claude Code does. FAKE_HARNESS_MODE picks the behaviour; FAKE_HARNESS_LOG appends one JSON line per turn (a
+relative path is taken from $HOME: the harness's sandbox shows it little else that outlives the run). With
+`--input-format stream-json` it answers one message per stdin line in the same process, and a prompt starting
+with "[hang]", "[noise]" or "[spawn]" misbehaves for that message only (hangs; prints after its result; leaves a
+process running).
 """
 
 import json
@@ -11,8 +14,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+
+# Names this process in the log: pids repeat across sandboxes, each with its own pid namespace.
+PROCESS = uuid.uuid4().hex
 
 
 def emit(obj):
@@ -24,10 +31,24 @@ def main():
     args = sys.argv[1:]
     resume = args[args.index("--resume") + 1] if "--resume" in args else None
     new_id = args[args.index("--session-id") + 1] if "--session-id" in args else None
-    prompt = sys.stdin.read()
-    mode = os.environ.get("FAKE_HARNESS_MODE", "ok")
     store = os.path.join(os.environ["CLAUDE_CONFIG_DIR"], "fake-sessions")
     os.makedirs(store, exist_ok=True)
+    if "--input-format" in args and args[args.index("--input-format") + 1] == "stream-json":
+        # One JSON user message per line, one turn each, until stdin ends (as `claude -p --input-format
+        # stream-json` does); the cost it reports is the process's running total, as Claude Code's is.
+        session = None
+        for n, line in enumerate(sys.stdin, start=1):
+            content = json.loads(line)["message"]["content"]
+            session = turn(args, content, resume if session is None else session, new_id, store, cost=0.01 * n)
+            if session is None:
+                return
+        return
+    turn(args, sys.stdin.read(), resume, new_id, store, cost=0.01)
+
+
+def turn(args, prompt, resume, new_id, store, *, cost):
+    """One turn; returns the session id, or None when the process must end (it exits on its own failures)."""
+    mode = os.environ.get("FAKE_HARNESS_MODE", "ok")
     log = os.path.join(os.environ.get("HOME", "/"), os.environ.get("FAKE_HARNESS_LOG", ""))
     if os.environ.get("FAKE_HARNESS_LOG"):
         with open(log, "a") as fh:
@@ -35,6 +56,7 @@ def main():
                 json.dumps(
                     {
                         "pid": os.getpid(),
+                        "process": PROCESS,
                         "start": time.time(),
                         "argv": args,
                         "prompt": prompt,
@@ -54,7 +76,7 @@ def main():
     with open(os.path.join(store, session), "a") as fh:
         fh.write(prompt + "\n")
     emit({"type": "system", "subtype": "init", "session_id": session, "model": "fake-model", "mcp_servers": []})
-    if mode in ("hang", "stubborn"):
+    if mode in ("hang", "stubborn") or prompt.startswith("[hang]"):
         if mode == "stubborn":
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             subprocess.Popen(
@@ -65,6 +87,8 @@ def main():
                 ]
             )
         time.sleep(120)
+    if prompt.startswith("[spawn]"):  # a command that leaves a process behind, in a session of its own
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     if mode == "slow":
         time.sleep(0.6)
     if mode == "is_error":
@@ -79,7 +103,7 @@ def main():
                 "api_error_status": 401,
             }
         )
-        return
+        return session
     if mode == "bigtool":
         tool = {"type": "tool_use", "id": "toolu_big", "name": "Read", "input": {"file_path": "big.txt"}}
         emit({"type": "assistant", "message": {"id": "msg_t", "content": [tool]}, "parent_tool_use_id": None})
@@ -100,12 +124,16 @@ def main():
             "result": text,
             "session_id": session,
             "usage": {"input_tokens": 3, "output_tokens": 4},
-            "total_cost_usd": 0.01,
+            "total_cost_usd": cost,
         }
     )
     if os.environ.get("FAKE_HARNESS_LOG"):
         with open(log, "a") as fh:
             fh.write(json.dumps({"pid": os.getpid(), "end": time.time()}) + "\n")
+    if prompt.startswith("[noise]"):
+        # Prints while waiting for the next message, which Claude Code should never do.
+        threading.Timer(0.2, emit, [{"type": "system", "subtype": "stray", "session_id": session}]).start()
+    return session
 
 
 if __name__ == "__main__":

@@ -510,3 +510,40 @@ async def test_2026_07_28_requests_meet_the_same_wall(fake_host) -> None:
         assert await _status(mine.url, good, body) == 200
         assert mine.refused[401] == 4 and mine.refused[403] == 2
     assert fake_host.data.calls == []  # nothing refused ever reached the host
+
+
+async def test_a_kept_endpoint_reaches_the_attached_run_only(raw: Raw, fake_host) -> None:
+    """A kept Claude Code process keeps its endpoint and its MCP session across messages (warm.py); the runner
+    attaches each turn's run and detaches it when the turn ends. What the session can reach follows."""
+    from agenthost.runners.external_harness.warm import BETWEEN_TURNS
+
+    await raw.initialize("2025-11-25")
+    session = raw.session_id
+
+    async def search(msg_id: int, query: str = "conformance") -> dict[str, Any]:
+        params = {"name": "history_search", "arguments": {"query": query}}
+        return (await raw.post({"jsonrpc": "2.0", "id": msg_id, "method": "tools/call", "params": params})).json()
+
+    assert not (await search(1))["result"]["isError"]
+    # The turn ends with a call still in flight: it is stopped at the host and never answered with a result.
+    held = asyncio.ensure_future(search(2, HOLD_QUERY))
+    await asyncio.wait_for(fake_host.data.held.wait(), 15)
+    await raw.endpoint.attach(None, unavailable_reason=BETWEEN_TURNS)
+    await asyncio.wait_for(fake_host.data.held_gone.wait(), 15)
+    answered = await asyncio.wait_for(held, 15)
+    assert answered["error"]["code"] == mcp_http.REQUEST_CANCELLED and "result" not in answered
+    fake_host.data.gate.set()
+    # Between messages the same session reaches nothing.
+    calls_before = len(fake_host.data.callers)
+    between = (await search(3))["result"]
+    assert between["isError"] and BETWEEN_TURNS in json.dumps(between)
+    assert len(fake_host.data.callers) == calls_before
+    # The next turn attaches its own run: a credential the host refuses is refused through the same session...
+    stale = _creds(fake_host) | {"AGENTHOST_RUN_TOKEN": "not-this-run"}
+    await raw.endpoint.attach(lambda: mcp_bridge.bridge_from_env(stale))
+    assert (await search(4))["result"]["isError"]
+    # ...and a valid one works, with no new session for the client to open.
+    creds = _creds(fake_host)
+    await raw.endpoint.attach(lambda: mcp_bridge.bridge_from_env(creds))
+    assert not (await search(5))["result"]["isError"]
+    assert raw.session_id == session

@@ -7,18 +7,22 @@ them); without them these tests skip and say so.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from agenthost.runners.external_harness import runner as runner_mod
 from agenthost.runners.external_harness.runner import ClaudeCodeRunner, CodexRunner
+from agenthost.runners.external_harness.warm import BETWEEN_TURNS
 
 from .fake_apis import FakeAnthropic, FakeOpenAI, Request
 from .helpers import group_alive, host_view, kinds
+from .test_mcp_http import Raw
 
 pytestmark = pytest.mark.slow
 
@@ -187,7 +191,9 @@ async def test_claude_projection_bridge_resume_and_skill(
         assert kinds(third)[-1] == "completed"
         assert any("MARKER-SKILL-BODY" in r.raw for r in fake.requests[n:])
 
-        # The harness loses the session (cleanup, another machine): the next message starts fresh.
+        # The harness loses the session (cleanup, another machine): the next message starts fresh. The runner
+        # restarts too, or its kept process (warm.py) would go on with the session it holds in memory.
+        await runner.close()
         config_dir = next((tmp_path / "data" / "harness").iterdir()) / "claude"
         for transcript in config_dir.rglob(f"{session}.jsonl"):
             transcript.unlink()
@@ -195,6 +201,39 @@ async def test_claude_projection_bridge_resume_and_skill(
         assert kinds(fourth)[0] == "progress" and session in fourth[0].progress.message
         assert kinds(fourth)[-1] == "completed"
         assert fake_host.data.get_state("conversation", "external.session_id") != session
+
+
+async def test_claude_kept_process_answers_the_next_message_with_that_runs_bridge(
+    tmp_path, fake_host, clean_env, claude_bin, monkeypatch
+):
+    """The conversation's Claude Code process is kept after a message (warm.py): the next message goes to it, and
+    its bridge calls reach the host as the next run, whose token is not the first one's."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake-0123456789")
+    fake_host.data.add_item("user", "an earlier question with MARKER-HOST-HISTORY-77")
+    runner = ClaudeCodeRunner(tmp_path / "data")
+    with FakeAnthropic(claude_script) as fake:
+        config = _claude_config(fake, command=claude_bin)
+        first = await _collect(runner, fake_host.run_context("HISTORY-PLEASE first", config=config))
+        assert kinds(first)[-1] == "completed", first[-1]
+        assert "MARKER-HOST-HISTORY-77" in _message(first)
+        (kept,) = runner.kept._kept.values()
+        # Between the messages its endpoint reaches nothing, though the first run's token is still valid here.
+        async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+            raw = Raw(kept.endpoint, client)
+            await raw.initialize("2025-11-25")
+            call = {"name": "history_page", "arguments": {"limit": 1}}
+            reply = (await raw.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call})).json()
+            assert reply["result"]["isError"] and BETWEEN_TURNS in json.dumps(reply)
+        # A new run: its own id and tool token; the first run's no longer open anything at the host.
+        fake_host.data.run_id, fake_host.data.tool_token = "run-second", "tool-token-of-the-second-run"
+        n = len(fake.requests)
+        second = await _collect(runner, fake_host.run_context("HISTORY-PLEASE second", config=config))
+        assert kinds(second)[-1] == "completed", second[-1]
+        assert "MARKER-HOST-HISTORY-77" in _message(second)  # reached the host with the second run's token
+        (again,) = runner.kept._kept.values()
+        assert again.proc is kept.proc  # one CLI process answered both messages
+        # The same session, continued in memory: the second request carries the first exchange.
+        assert "HISTORY-PLEASE first" in fake.requests[n].raw and "HISTORY-PLEASE second" in fake.requests[n].raw
 
 
 async def test_claude_speaks_mcp_2026_07_28_to_the_turn_endpoint(

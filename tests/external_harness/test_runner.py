@@ -53,13 +53,21 @@ async def test_first_turn_assigns_a_session_and_the_next_resumes_it(tmp_path, fa
     session = fake_host.data.get_state("conversation", "external.session_id")
     workdir = fake_host.data.get_state("conversation", "external.working_directory")
     assert session and Path(workdir).is_dir()
+    # The process was kept (warm.py), so the next message goes to it: the same session, no new start.
     second = await _collect(runner, fake_host.run_context("again", config=_config(tmp_path)))
     assert second[-2].message.text == "echo[2]: again" and _kinds(second)[-1] == "completed"
     starts = [entry for entry in _log(tmp_path) if "argv" in entry]
+    assert starts[0]["process"] == starts[1]["process"] and starts[1]["prompt"] == "again"
     assert starts[0]["argv"][starts[0]["argv"].index("--session-id") + 1] == session
-    assert starts[1]["argv"][starts[1]["argv"].index("--resume") + 1] == session
-    assert starts[0]["cwd"] == starts[1]["cwd"] == workdir
+    assert starts[0]["cwd"] == workdir
     assert (Path(workdir) / "CLAUDE.md").exists() and (Path(workdir) / ".agenthost/context.json").exists()
+    # Without the kept process (the runner restarted, or it expired), a new one resumes the stored session.
+    await runner.close()
+    third = await _collect(runner, fake_host.run_context("later", config=_config(tmp_path)))
+    assert third[-2].message.text == "echo[3]: later"
+    starts = [entry for entry in _log(tmp_path) if "argv" in entry]
+    assert starts[2]["process"] != starts[0]["process"]
+    assert starts[2]["argv"][starts[2]["argv"].index("--resume") + 1] == session and starts[2]["cwd"] == workdir
 
 
 async def test_harness_env_is_explicit(tmp_path, fake_host, clean_env, monkeypatch) -> None:

@@ -52,8 +52,11 @@ async def test_claude_code_calls_a_user_server(tmp_path, fake_host, clean_env, c
         config = {"base_url": f"http://127.0.0.1:{fake.port}", "command": claude_bin, "mcp_servers": [SERVER]}
         rc = fake_host.run_context("who is the server?", config=config)
         rc.secrets = {"FX_KEY": SECRET}
-        events = await _collect(ClaudeCodeRunner(tmp_path / "data"), rc)
+        runner = ClaudeCodeRunner(tmp_path / "data")
+        events = await _collect(runner, rc)
         assert kinds(events)[-1] == "completed", events[-1]
+        # The server runs beside the harness for its whole life, so the harness is still kept for the next message.
+        assert len(runner.kept) == 1
         assert "mcp__fx__whoami" in fake.requests[0].tools and "mcp__agenthost__history_page" in fake.requests[0].tools
         [done] = _finished(events)
         assert done.tool_name == "mcp__fx__whoami" and not done.is_error

@@ -37,7 +37,10 @@ def listing(path):
 
 
 def main():
-    sys.stdin.read()
+    if "--input-format" in sys.argv:
+        sys.stdin.readline()  # one JSON message line, as Claude Code reads it; this probe answers one and ends
+    else:
+        sys.stdin.read()
     host = os.environ.get("PROBE_HOST_DIR", "")
     report = {
         "uid": os.getuid(),

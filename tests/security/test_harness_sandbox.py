@@ -324,14 +324,17 @@ async def test_runner_hands_the_harness_only_the_tool_token(host, layout, monkey
 
 @needs_bwrap
 async def test_http_bridge_hands_the_harness_only_a_turn_token(host, layout, monkeypatch) -> None:
-    """The default transport: the harness holds a token for this turn's endpoint and nothing of the run's."""
+    """The HTTP transport: the harness holds a token for its own endpoint and nothing of the run's. Without a kept
+    process (keep_warm_seconds: 0) that endpoint is the turn's; a kept one's is walled per turn instead
+    (tests/external_harness/test_real_clis.py::test_claude_kept_process_answers_the_next_message_with_that_runs_bridge).
+    """
     fake, host_dir = host
     monkeypatch.setenv("AGENTHOST_PLUGIN_SECRET", fake.data.plugin_secret)
     runner = ClaudeCodeRunner(layout["data"])
     tokens: list[str] = []
     for _ in range(2):
         mark = new_mark()
-        rc = fake.run_context("probe", config=_probe_config(host_dir, layout, mark))
+        rc = fake.run_context("probe", config=_probe_config(host_dir, layout, mark, keep_warm_seconds=0))
         try:
             events = [e async for e in runner.run(rc)]
             assert kinds(events)[-1] == "completed", events[-1]
