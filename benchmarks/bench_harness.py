@@ -11,15 +11,19 @@ is agenthost with `keep_warm_seconds: 0` (a new process resuming the session, as
 
 * bare       the CLI alone: the same binary, flags and fake API, started by this script with no agenthost around it,
              with the variables the runner passes through from its environment (PATH, locale, CA bundles, proxies)
+* bare-sdk   (Claude Code) the bare CLI with the bridge's tools on its own stdin and stdout, answered by this script
+             (an MCP server of type `sdk`, mcp_control.py, no host behind it): what the CLI spends on having the
+             bridge the way agenthost gives it by default; `agenthost` against `bare-sdk` is agenthost's own cost
 * bare-mcp   the bare CLI with one MCP server on loopback that answers in under a millisecond: the runner's own
              HTTP endpoint listing the bridge's tools, with no host behind it. What the CLI itself spends on having
-             an MCP server (connecting, listing, building tool definitions), which no bridge design can remove;
-             `agenthost` against `bare-mcp` is agenthost's own cost
+             a networked MCP server (connecting, listing, building tool definitions), however fast the server
 * bare-noenv the same with PATH alone (the baseline of figures before 2026-11-26: it skips work the CA variables
              cost the CLI, so it made every other path look slower)
 * agenthost  a message sent through the real host (HostHarness): event log, run, grant, gRPC to the runner,
-             projection, the sandboxed harness, the host MCP bridge (the default transport: the runner's own
-             per-turn HTTP endpoint), persistence of events and state
+             projection, the sandboxed harness, the host MCP bridge (the default transport: for Claude Code the
+             CLI's own pipes, for Codex the runner's loopback HTTP endpoint), persistence of events and state
+* http       (Claude Code) the same with `mcp_transport: http` (the runner's loopback endpoint, the default until
+             2026-11-27)
 * plugin     the same turn with the runner as `agenthost serve` runs it: the built-in runner plugin in its own
              sandboxed process, its key from the host's key store (in `agenthost`, the runner shares this script's
              process and event loop with the host and the fake API)
@@ -32,8 +36,9 @@ is agenthost with `keep_warm_seconds: 0` (a new process resuming the session, as
              2026-11-26: every built-in tool inlined into the request instead of the bridge's tools alone
 * cold       (only with --paths) the default path with `keep_warm_seconds: 0`: no kept process
 
-It prints medians, the ratio to bare, and a bootstrap 95 % interval of each paired ratio. Needs the pinned CLIs
-(scripts/install_harness_clis.sh).
+Every path is timed to the line that carries the reply (Claude Code's `result`, Codex's `turn.completed`), which is
+when the user has it; a process's exit after that is not waited for. It prints medians, the ratio to bare, and a
+bootstrap 95 % interval of each paired ratio. Needs the pinned CLIs (scripts/install_harness_clis.sh).
 """
 
 from __future__ import annotations
@@ -55,11 +60,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from agenthost.protos import host_pb2 as hpb  # noqa: E402
+from agenthost.runners.external_harness.claude_code import stdin_message  # noqa: E402
+from agenthost.runners.external_harness.mcp_bridge import TOOL_NAMES  # noqa: E402
+from agenthost.runners.external_harness.mcp_control import McpControl, is_control  # noqa: E402
 from agenthost.runners.external_harness.mcp_http import TOKEN_ENV, McpHttpEndpoint  # noqa: E402
 from agenthost.runners.external_harness.process import build_env  # noqa: E402
 from agenthost.runners.external_harness.projection import (  # noqa: E402
     MCP_SERVER_NAME,
     HttpBridgeLaunch,
+    SdkBridgeLaunch,
     codex_mcp_overrides,
     write_claude_mcp_config,
 )
@@ -84,6 +93,7 @@ def bare_command(
     inherit: bool = True,
     mcp: McpHttpEndpoint | None = None,
     held: bool = False,
+    sdk: bool = False,
     session: list[str] = (),  # type: ignore[assignment]
 ) -> tuple[list[str], dict[str, str]]:
     # One home and config dir for every bare run, as agenthost keeps one per bot: a fresh one each time would
@@ -115,6 +125,12 @@ def bare_command(
                 doc["mcpServers"][MCP_SERVER_NAME]["alwaysLoad"] = True
                 config.write_text(json.dumps(doc))
             argv += ["--mcp-config", str(config), "--allowedTools", f"mcp__{MCP_SERVER_NAME}"]
+        elif sdk:
+            workspace = Workspace(working_dir=root / "sdk-config", bot_dir=root / "sdk-config")
+            workspace.agenthost_dir.mkdir(parents=True, exist_ok=True)
+            config = write_claude_mcp_config(workspace, SdkBridgeLaunch())
+            argv += ["--input-format", "stream-json", "--mcp-config", str(config)]
+            argv += ["--allowedTools", f"mcp__{MCP_SERVER_NAME}"]
         return argv, env
     env |= {"CODEX_HOME": str(root / "config"), "OPENAI_API_KEY": "sk-bench"}
     from agenthost.runners.external_harness.codex import BASE_OVERRIDES, toml_value
@@ -147,9 +163,10 @@ async def time_bare(
     inherit: bool = True,
     mcp: McpHttpEndpoint | None = None,
     held: bool = False,
+    sdk: bool = False,
     session: list[str] = (),  # type: ignore[assignment]
 ) -> float:
-    argv, env = bare_command(harness, binary, port, root, inherit=inherit, mcp=mcp, held=held, session=session)
+    argv, env = bare_command(harness, binary, port, root, inherit=inherit, mcp=mcp, held=held, sdk=sdk, session=session)
     # A fresh working directory: a new session, like a conversation's first message (or its second, resumed here).
     work.mkdir(parents=True, exist_ok=bool(session))
     started = time.perf_counter()
@@ -160,15 +177,49 @@ async def time_bare(
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
+        limit=16 * 1024 * 1024,
     )
-    out, _ = await proc.communicate(b"ping")
-    elapsed = time.perf_counter() - started
-    if proc.returncode != 0 or b"pong" not in out:
-        raise RuntimeError(f"bare {harness} failed ({proc.returncode}): {out[-500:]!r}")
+    assert proc.stdin is not None and proc.stdout is not None
+    stdin = proc.stdin
+    control: McpControl | None = None
+    if sdk:
+
+        async def send(data: bytes) -> None:
+            stdin.write(data)
+            await stdin.drain()
+
+        control = McpControl(send, tools=TOOL_NAMES)
+        await control.attach(None, unavailable_reason="benchmark control: no host")
+        await send(stdin_message("ping"))
+    else:
+        stdin.write(b"ping")
+        stdin.close()
+    out, elapsed = [], 0.0
+    while line := await proc.stdout.readline():
+        raw = json.loads(line) if line.startswith(b"{") else {}
+        if control is not None and is_control(raw):
+            control.receive(raw)
+            continue
+        out.append(line)
+        if raw.get("type") == REPLY_LINE[harness]:
+            elapsed = time.perf_counter() - started
+            break
+    if control is not None:
+        stdin.close()
+        await control.close()
+    rest = await proc.stdout.read()
+    await proc.wait()
+    if proc.returncode != 0 or not elapsed or b"pong" not in b"".join(out):
+        raise RuntimeError(f"bare {harness} failed ({proc.returncode}): {b''.join(out)[-500:]!r} {rest[-300:]!r}")
     return elapsed
 
 
-PATHS = ("bare", "bare-mcp", "bare-noenv", "agenthost", "plugin", "stdio", "no-bridge")
+# The line that carries the reply: where a user has the answer, and where the clock stops.
+REPLY_LINE = {"claude-code": "result", "codex": "turn.completed"}
+
+
+PATHS = ("bare", "bare-sdk", "bare-mcp", "bare-noenv", "agenthost", "http", "plugin", "stdio", "no-bridge")
+CLAUDE_ONLY = ("bare-sdk", "http")
 
 
 async def bench(
@@ -196,6 +247,10 @@ async def bench(
         else:
             base |= {"base_url": f"http://127.0.0.1:{fake.port}/v1", "model": "gpt-fake"}
         hosts = {}
+        # Claude Code's own settings (Codex bindings have neither; those hosts then go unused).
+        claude_only: dict[str, dict[str, Any]] = {"cold": {"keep_warm_seconds": 0}, "http": {"mcp_transport": "http"}}
+        if harness != "claude-code":
+            claude_only = {name: {} for name in claude_only}
         async with (
             # Listing works with no host behind it; a tool call would be answered "unavailable" (none is made).
             McpHttpEndpoint(None, unavailable_reason="benchmark control: no host") as mcp,
@@ -205,7 +260,8 @@ async def bench(
             HostHarness(
                 Path(tmp) / "search-off", runners=[runner_cls], config=base | {"env": {"ENABLE_TOOL_SEARCH": "false"}}
             ) as search_off,
-            HostHarness(Path(tmp) / "cold", runners=[runner_cls], config=base | {"keep_warm_seconds": 0}) as cold,
+            HostHarness(Path(tmp) / "cold", runners=[runner_cls], config=base | claude_only["cold"]) as cold,
+            HostHarness(Path(tmp) / "http", runners=[runner_cls], config=base | claude_only["http"]) as http,
             HostHarness(Path(tmp) / "plugin", builtin=True) as plugin,
         ):
             await plugin.client.call("SetKey", hpb.SetKeyRequest(name=key_env, value="sk-bench"))
@@ -217,6 +273,7 @@ async def bench(
                 "no-bridge": without,
                 "search-off": search_off,
                 "cold": cold,
+                "http": http,
             }
 
             async def timed(name: str, i: int) -> float:
@@ -225,6 +282,7 @@ async def bench(
                         "inherit": name != "bare-noenv",
                         "mcp": mcp if name.startswith("bare-mcp") else None,
                         "held": name == "bare-mcp-held",
+                        "sdk": name == "bare-sdk",
                     }
                     root, work = Path(tmp) / name, Path(tmp) / f"{name}-work-{i}"
                     session: list[str] = []
@@ -235,7 +293,7 @@ async def bench(
                     seen = len(fake.requests)
                     elapsed = await time_bare(harness, binary, fake.port, root, work, session=session, **bare)
                     offered = any("agenthost" in t for r in fake.requests[seen:] for t in r.tools)
-                    if offered != name.startswith("bare-mcp"):
+                    if offered != name.startswith(("bare-mcp", "bare-sdk")):
                         raise RuntimeError(f"{name} {harness}: MCP tools offered={offered}")
                     return elapsed
                 if turn == "next":
@@ -297,6 +355,8 @@ async def main() -> None:
     )
     for harness in args.harness:
         paths = tuple(args.paths) if "bare" in args.paths else ("bare", *args.paths)  # ratios need the baseline
+        if harness != "claude-code":
+            paths = tuple(p for p in paths if p not in CLAUDE_ONLY)
         times = await bench(harness, args.runs, paths, turn=args.turn)
         bare = statistics.median(times["bare"])
         for name, values in times.items():
@@ -307,11 +367,13 @@ async def main() -> None:
                 f"{harness:<12} {name:<10} {med:>9.3f} {min(values):>7.3f} {max(values):>7.3f} "
                 f"{med / bare:>7.2f}x {paired:>6.2f}x {low:>5.2f}-{high:.2f}x {med - bare:>+11.3f}"
             )
-        if "bare-mcp" in times and "agenthost" in times:
-            own = statistics.median(v / b for v, b in zip(times["agenthost"], times["bare-mcp"], strict=True))
-            low, high = paired_interval(times["agenthost"], times["bare-mcp"])
+        # agenthost against the bare CLI given the bridge the same way: what agenthost itself adds.
+        control = "bare-sdk" if harness == "claude-code" else "bare-mcp"
+        if control in times and "agenthost" in times:
+            own = statistics.median(v / b for v, b in zip(times["agenthost"], times[control], strict=True))
+            low, high = paired_interval(times["agenthost"], times[control])
             print(
-                f"{harness:<12} agenthost / bare-mcp, paired: {own:.2f}x ({low:.2f}-{high:.2f}x)"
+                f"{harness:<12} agenthost / {control}, paired: {own:.2f}x ({low:.2f}-{high:.2f}x)"
                 " (agenthost's own cost, the CLI's own MCP client set aside)"
             )
 

@@ -16,7 +16,7 @@ from agenthost.protos import common_pb2 as pb
 from agenthost.runners.external_harness.config import CodexConfig
 from agenthost.runners.external_harness.errors import HarnessReportedError
 from agenthost.runners.external_harness.process import build_env
-from agenthost.runners.external_harness.projection import codex_mcp_overrides
+from agenthost.runners.external_harness.projection import SdkBridgeLaunch, codex_mcp_overrides
 from agenthost.runners.external_harness.sandboxing import resolve_codex
 from agenthost.runners.external_harness.turn import (
     Command,
@@ -120,6 +120,7 @@ class CodexDriver:
         for key, value in overrides.items():
             argv += ["-c", f"{key}={toml_value(value)}"]
         if plan.bridge is not None:
+            assert not isinstance(plan.bridge, SdkBridgeLaunch)  # CodexConfig has no 'sdk' transport
             for override in codex_mcp_overrides(plan.bridge):
                 argv += ["-c", override]
         if plan.user_mcp is not None:

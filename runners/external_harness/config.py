@@ -79,8 +79,8 @@ class HarnessConfig(_Strict):
     mcp_transport: Literal["http", "stdio"] = Field(
         default="http",
         description="How the harness reaches those tools. 'http': an endpoint the runner serves on loopback for "
-        "this turn only, behind a per-turn bearer token (no process to start, so no start-up cost per message). "
-        "'stdio': a bridge process the harness starts every turn, holding the run's tool token.",
+        "the harness process only, behind its own bearer token (no process to start, so no start-up cost per "
+        "message). 'stdio': a bridge process the harness starts every turn, holding the run's tool token.",
     )
     mcp_servers: list[McpServer] = Field(
         default_factory=list,
@@ -171,6 +171,13 @@ ClaudePermissionMode = Literal["default", "acceptEdits", "plan", "dontAsk", "aut
 
 
 class ClaudeCodeConfig(HarnessConfig):
+    mcp_transport: Literal["sdk", "http", "stdio"] = Field(  # type: ignore[assignment]
+        default="sdk",
+        description="How Claude Code reaches the host tools. 'sdk': the runner answers MCP over Claude Code's own "
+        "stdin and stdout (the control protocol of its Agent SDK): nothing listens, no token, the fastest. 'http': "
+        "an endpoint the runner serves on loopback for the harness process only, behind its own bearer token. "
+        "'stdio': a bridge process the harness starts every turn, holding the run's tool token.",
+    )
     permission_mode: ClaudePermissionMode = Field(
         default="default",
         description="--permission-mode. 'default' under -p denies anything that would need an approval prompt.",

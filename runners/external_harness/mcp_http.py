@@ -1,5 +1,6 @@
 """The host MCP bridge served by the runner process itself, over MCP streamable HTTP on loopback: one endpoint
-per harness process (a turn's, or a kept Claude Code process's across turns, see warm.py).
+per harness process (a turn's, or a kept Claude Code process's across turns, see warm.py). Codex's default;
+Claude Code's is mcp_control.py (its own pipes, nothing listening).
 
 Why: the stdio bridge is a Python process the harness starts on every turn (interpreter + ~55 ms of imports),
 and harnesses wait for every MCP server before their first model request, so that start-up was latency on every

@@ -259,7 +259,13 @@ class HttpBridgeLaunch:
     token_env: str = "AGENTHOST_MCP_TOKEN"
 
 
-Launch = BridgeLaunch | HttpBridgeLaunch
+@dataclass(frozen=True)
+class SdkBridgeLaunch:
+    """Claude Code only: the bridge answers over the CLI's own stdin and stdout (mcp_control.py), so its entry
+    names the server and nothing to connect to."""
+
+
+Launch = BridgeLaunch | HttpBridgeLaunch | SdkBridgeLaunch
 
 
 def write_claude_mcp_config(
@@ -275,7 +281,9 @@ def write_claude_mcp_config(
     # Turning tool search off instead (ENABLE_TOOL_SEARCH=false, until 2026-11-26) also inlined every built-in tool:
     # ~30 KB more per request and ~7 % more time per trivial turn.
     servers: dict[str, Any] = {name: {**entry, "alwaysLoad": True} for name, entry in (user_servers or {}).items()}
-    if isinstance(launch, HttpBridgeLaunch):
+    if isinstance(launch, SdkBridgeLaunch):
+        servers[MCP_SERVER_NAME] = {"type": "sdk", "name": MCP_SERVER_NAME}
+    elif isinstance(launch, HttpBridgeLaunch):
         servers[MCP_SERVER_NAME] = {
             "type": "http",
             "url": launch.url,
@@ -296,7 +304,7 @@ def write_claude_mcp_config(
     return path
 
 
-def codex_mcp_overrides(launch: Launch) -> list[str]:
+def codex_mcp_overrides(launch: BridgeLaunch | HttpBridgeLaunch) -> list[str]:
     """`-c` overrides registering the bridge with Codex. For stdio, `env_vars` forwards the credentials by name
     from Codex's environment (Codex starts MCP servers with a minimal env otherwise); for the HTTP endpoint,
     `bearer_token_env_var` names the variable Codex reads the bearer token from."""

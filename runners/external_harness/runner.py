@@ -42,6 +42,7 @@ from agenthost.runners.external_harness.errors import (
     HarnessReportedError,
 )
 from agenthost.runners.external_harness.mcp_bridge import bridge_from_env, tools_for
+from agenthost.runners.external_harness.mcp_control import McpControl, is_control
 from agenthost.runners.external_harness.mcp_http import TOKEN_ENV as MCP_TOKEN_ENV
 from agenthost.runners.external_harness.mcp_http import McpHttpEndpoint
 from agenthost.runners.external_harness.process import HarnessProcess
@@ -53,6 +54,7 @@ from agenthost.runners.external_harness.projection import (
     BridgeLaunch,
     HttpBridgeLaunch,
     Launch,
+    SdkBridgeLaunch,
     granted_apis,
     project,
     write_claude_mcp_config,
@@ -62,7 +64,7 @@ from agenthost.runners.external_harness.sandboxing import harness_sandbox
 from agenthost.runners.external_harness.turn import Driver, Install, TurnPlan, TurnState
 from agenthost.runners.external_harness.user_mcp import UserMcp
 from agenthost.runners.external_harness.user_mcp import plan as plan_user_mcp
-from agenthost.runners.external_harness.warm import KeptHarness, KeptHarnesses, fingerprint
+from agenthost.runners.external_harness.warm import KeptHarness, KeptHarnesses, RunnerBridge, fingerprint
 from agenthost.runners.external_harness.workspace import Workspace, WorkspaceManager
 from agenthost.runners.sdk import events
 from agenthost.runners.sdk.mcp_servers import McpServerError
@@ -170,9 +172,9 @@ class _Reuse:
 
     keep_seconds: float = 0.0  # 0: this turn's process stops with the turn
     kept: KeptHarness | None = None  # taken out of the runner's kept processes for this turn
-    grant: str = ""  # what the bridge endpoint lists (granted APIs, approvals): part of the fingerprint
-    endpoint: McpHttpEndpoint | None = None  # this turn's endpoint: the kept process's, or a new one
-    handed_over: bool = False  # the endpoint went on with a kept process; the turn must not close it
+    grant: str = ""  # the bridge's transport and what it lists (granted APIs, approvals)
+    bridge: RunnerBridge | None = None  # this turn's bridge served by the runner: the kept process's, or a new one
+    handed_over: bool = False  # the bridge went on with a kept process; the turn must not close it
 
 
 @dataclass
@@ -291,20 +293,22 @@ class HarnessRunner(Runner):
                 bridge_env["AGENTHOST_APPROVALS"] = (
                     approvals.model_dump_json() if approvals is not None and approvals.enabled else ""
                 )
-        # The HTTP bridge keeps the run's credentials in this process: the harness gets a token for this turn's
-        # endpoint only, and neither the tool token nor the run API socket.
-        use_http = bridge_env is not None and config.mcp_transport == "http"
+        # A bridge served by the runner (over Claude Code's own pipes, or loopback HTTP) keeps the run's credentials
+        # in this process: the harness gets neither the tool token nor the run API socket.
+        in_runner = bridge_env is not None and config.mcp_transport in ("sdk", "http")
         reuse = _Reuse()
         kept = await self.kept.take((run.bot_id, run.conversation_id))
         if (
             isinstance(config, ClaudeCodeConfig)
             and config.keep_warm_seconds > 0
             and config.max_budget_usd is None  # the CLI counts a budget over the process, not the message
-            and (bridge_env is None or use_http)  # a stdio bridge holds one run's token for its whole life
+            and (bridge_env is None or in_runner)  # a stdio bridge holds one run's token for its whole life
         ):
             reuse.keep_seconds = config.keep_warm_seconds
             if bridge_env is not None:
-                reuse.grant = f"{bridge_env['AGENTHOST_APIS']}\n{bridge_env['AGENTHOST_APPROVALS']}"
+                reuse.grant = "\n".join(
+                    (config.mcp_transport, bridge_env["AGENTHOST_APIS"], bridge_env["AGENTHOST_APPROVALS"])
+                )
             if kept is not None and kept.grant == reuse.grant:
                 reuse.kept, kept = kept, None
         if kept is not None:
@@ -315,7 +319,7 @@ class HarnessRunner(Runner):
                 workspace=workspace,
                 install=install.ro_paths,
                 # The run API socket only for a stdio bridge to use; without one the harness has no token for it.
-                host_address=bridge_env["AGENTHOST_HOST_ADDRESS"] if bridge_env and not use_http else "",
+                host_address=bridge_env["AGENTHOST_HOST_ADDRESS"] if bridge_env and not in_runner else "",
                 data_dir=self.data_dir,
             )
         else:
@@ -336,19 +340,25 @@ class HarnessRunner(Runner):
             else:
                 resume_id = str(stored.session_id)
 
-        endpoint: McpHttpEndpoint | None = None
         launch: Launch | None = None
         harness_bridge_env: dict[str, str] = {}
-        if use_http and bridge_env is not None:
+        if in_runner and bridge_env is not None:
             creds = bridge_env
-            endpoint = reuse.kept.endpoint if reuse.kept is not None else None
-            if endpoint is None:
-                endpoint = McpHttpEndpoint(None, tools=tools_for(creds["AGENTHOST_APIS"], creds["AGENTHOST_APPROVALS"]))
-                await endpoint.start()
-            reuse.endpoint = endpoint
-            await endpoint.attach(lambda: bridge_from_env(creds))
-            launch = HttpBridgeLaunch(url=endpoint.url, token_env=MCP_TOKEN_ENV)
-            harness_bridge_env = {MCP_TOKEN_ENV: endpoint.token}
+            bridge = reuse.kept.bridge if reuse.kept is not None else None  # of this transport: the grant says so
+            if bridge is None:
+                tools = tools_for(creds["AGENTHOST_APIS"], creds["AGENTHOST_APPROVALS"])
+                if config.mcp_transport == "sdk":
+                    bridge = McpControl(tools=tools)
+                else:
+                    bridge = McpHttpEndpoint(None, tools=tools)
+                    await bridge.start()
+            reuse.bridge = bridge
+            await bridge.attach(lambda: bridge_from_env(creds))
+            if isinstance(bridge, McpControl):
+                launch = SdkBridgeLaunch()
+            else:
+                launch = HttpBridgeLaunch(url=bridge.url, token_env=MCP_TOKEN_ENV)
+                harness_bridge_env = {MCP_TOKEN_ENV: bridge.token}
         elif bridge_env is not None:
             launch = BridgeLaunch()
             harness_bridge_env = bridge_env
@@ -374,9 +384,9 @@ class HarnessRunner(Runner):
         finally:
             if reuse.kept is not None:  # taken, never used: the turn failed before its harness ran
                 await reuse.kept.stop()
-            if endpoint is not None and not reuse.handed_over:
-                # The turn is over, however it ended: the endpoint, its sessions and their host calls go with it.
-                await endpoint.close()
+            if reuse.bridge is not None and not reuse.handed_over:
+                # The turn is over, however it ended: the bridge, its sessions and their host calls go with it.
+                await reuse.bridge.close()
 
     async def _project_and_run(
         self,
@@ -434,7 +444,8 @@ class HarnessRunner(Runner):
                 binary_env=install.env,
                 stored_keys=frozenset(run.secrets),
                 user_mcp=user_mcp,
-                stream_input=reuse.keep_seconds > 0,
+                # Kept for the next message, or the bridge on the CLI's own pipes: both need stdin open.
+                stream_input=reuse.keep_seconds > 0 or isinstance(launch, SdkBridgeLaunch),
             )
             if isinstance(self.driver, CodexDriver) and isinstance(config, CodexConfig):
                 turn.model = self.driver.configured_model(config, workspace.codex_home)
@@ -559,9 +570,12 @@ class HarnessRunner(Runner):
             kept.fingerprint != stamp or kept.session_id != plan.resume_session_id or not kept.proc.running
         ):
             # Something it read at start-up changed (or its session did): a new process resumes the session.
-            # The endpoint, already in this turn's MCP config, stays with the turn.
+            # The bridge, already in this turn's MCP config, stays with the turn; the new process opens its own
+            # session with it.
             await kept.proc.stop()
             kept = None
+            if isinstance(reuse.bridge, McpControl):
+                await reuse.bridge.restart()
         if kept is not None:
             proc = kept.proc
             proc.forget_stderr()
@@ -577,11 +591,18 @@ class HarnessRunner(Runner):
                 secrets=cmd.secrets,
                 sandbox=sandbox,
             )
+        control = reuse.bridge if isinstance(reuse.bridge, McpControl) else None
+        if control is not None:
+            control.send = proc.send
         queue: asyncio.Queue[pb.RunEvent | None] = asyncio.Queue(EVENT_QUEUE)
 
         async def pump() -> None:
             try:
                 while (raw := await proc.next_event()) is not None:
+                    if is_control(raw):
+                        if control is not None:
+                            control.receive(raw)  # answered by a task of its own, on the harness's stdin
+                        continue
                     if plan.user_mcp is not None and raw.get("type") == "system" and raw.get("subtype") == "init":
                         proc.note_started()  # the binding's stdio servers run beside the harness for its life
                     for event in self.driver.map_event(raw, turn):
@@ -657,7 +678,7 @@ class HarnessRunner(Runner):
                 assert turn.session_id is not None
                 kept = KeptHarness(
                     proc,
-                    reuse.endpoint,
+                    reuse.bridge,
                     fingerprint=stamp,
                     session_id=turn.session_id,
                     grant=reuse.grant,

@@ -40,10 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agenthost.runners.external_harness.mcp_control import McpControl
 from agenthost.runners.external_harness.mcp_http import McpHttpEndpoint
 from agenthost.runners.external_harness.process import HarnessProcess
 from agenthost.runners.external_harness.workspace import Workspace
 
+# The bridges a runner serves itself, which a kept process keeps and each turn attaches to its run.
+RunnerBridge = McpControl | McpHttpEndpoint
 # An idle Claude Code process holds ~110 MiB of its own memory (measured with 2.1.332; its code pages are shared).
 MAX_KEPT = 4
 SESSION_FLAGS = ("--resume", "--session-id")
@@ -81,6 +84,9 @@ def fingerprint(argv: list[str], env: dict[str, str], *, workspace: Workspace, s
         else:
             args.append(arg)
     digest.update(json.dumps([args, sorted(env.items()), repr(sandbox)]).encode())
+    with contextlib.suppress(OSError, IndexError):  # the binary itself: an upgrade in place means a new process
+        stat = Path(argv[0]).stat()
+        digest.update(f"{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
     for path in startup_files(workspace):
         digest.update(b"\0" + str(path).encode() + b"\0")
         with contextlib.suppress(OSError):
@@ -97,14 +103,13 @@ def fingerprint(argv: list[str], env: dict[str, str], *, workspace: Workspace, s
 
 @dataclass(eq=False)
 class KeptHarness:
-    """A Claude Code process between two messages of its conversation, with its MCP endpoint (None without the
-    bridge)."""
+    """A Claude Code process between two messages of its conversation, with its host MCP bridge (None without one)."""
 
     proc: HarnessProcess
-    endpoint: McpHttpEndpoint | None
+    bridge: RunnerBridge | None
     fingerprint: str
     session_id: str
-    # What its endpoint lists (the granted APIs and approvals): the CLI listed the tools once, at start-up.
+    # Its bridge's transport and what it lists (granted APIs, approvals): the CLI listed the tools once, at start-up.
     grant: str = ""
     cost_usd: float = 0.0  # the process's running total_cost_usd after its last turn
     _watch: asyncio.Task[Any] | None = field(default=None, repr=False)
@@ -118,8 +123,8 @@ class KeptHarness:
         try:
             await self.proc.stop()
         finally:
-            if self.endpoint is not None:
-                await self.endpoint.close()
+            if self.bridge is not None:
+                await self.bridge.close()
 
 
 Key = tuple[str, str]  # (bot_id, conversation_id)
@@ -160,8 +165,8 @@ class KeptHarnesses:
         old = self._kept.pop(key, None)
         if old is not None and old is not kept:
             await old.stop()
-        if kept.endpoint is not None:
-            await kept.endpoint.attach(None, unavailable_reason=BETWEEN_TURNS)
+        if kept.bridge is not None:
+            await kept.bridge.attach(None, unavailable_reason=BETWEEN_TURNS)
         kept._watch = asyncio.create_task(kept.proc.next_event())
         kept._watch.add_done_callback(lambda watch: self._retire(key, kept, watch))
         kept._timer = asyncio.get_running_loop().call_later(idle_seconds, self._retire, key, kept, None)

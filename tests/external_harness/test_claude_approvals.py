@@ -60,7 +60,7 @@ def _resolved(seen: list[pb.RunEvent]) -> list[str]:
     return [e.approval_resolved.outcome for e in seen if e.WhichOneof("kind") == "approval_resolved"]
 
 
-@pytest.mark.parametrize("transport", ["http", "stdio"])
+@pytest.mark.parametrize("transport", ["sdk", "http", "stdio"])
 async def test_claude_bash_needs_a_persons_yes(tmp_path: Path, clean_env, claude_bin, monkeypatch, transport) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake-0123456789")
     with FakeAnthropic(script) as fake:

@@ -1,4 +1,5 @@
-"""The runner-served MCP endpoint (streamable HTTP on loopback, one per turn) against the MCP spec and as a wall.
+"""The runner-served MCP endpoint (streamable HTTP on loopback, one per harness process) against the MCP spec and
+as a wall.
 
 Three halves: the official `mcp` client SDK drives it over streamable HTTP for every protocol version, as
 test_mcp_conformance.py does for the stdio bridge; raw HTTP then covers what that client never sends (batches,

@@ -17,6 +17,8 @@ import httpx
 import pytest
 
 from agenthost.runners.external_harness import runner as runner_mod
+from agenthost.runners.external_harness.mcp_control import McpControl
+from agenthost.runners.external_harness.mcp_http import McpHttpEndpoint
 from agenthost.runners.external_harness.runner import ClaudeCodeRunner, CodexRunner
 from agenthost.runners.external_harness.warm import BETWEEN_TURNS
 
@@ -149,7 +151,7 @@ async def _cancel_mid_request(runner, rc, fake, token: str) -> None:
 # ---- Claude Code ----
 
 
-@pytest.mark.parametrize("transport", ["http", "stdio"])
+@pytest.mark.parametrize("transport", ["sdk", "http", "stdio"])
 async def test_claude_projection_bridge_resume_and_skill(
     transport, tmp_path, fake_host, clean_env, claude_bin, monkeypatch
 ):
@@ -203,8 +205,29 @@ async def test_claude_projection_bridge_resume_and_skill(
         assert fake_host.data.get_state("conversation", "external.session_id") != session
 
 
+async def _call_between_turns(bridge: McpControl | McpHttpEndpoint, call: dict[str, Any]) -> dict[str, Any]:
+    """A tools/call sent to a kept process's bridge the way its harness would send it, over the bridge's transport."""
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call}
+    if isinstance(bridge, McpHttpEndpoint):
+        async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+            raw = Raw(bridge, client)
+            await raw.initialize("2025-11-25")
+            return (await raw.post(message)).json()
+    answered: asyncio.Queue[bytes] = asyncio.Queue()
+    send, bridge.send = bridge.send, answered.put
+    try:
+        request = {"subtype": "mcp_message", "server_name": "agenthost", "message": message}
+        bridge.receive({"type": "control_request", "request_id": "probe-1", "request": request})
+        response = json.loads(await asyncio.wait_for(answered.get(), 30))["response"]
+    finally:
+        bridge.send = send
+    assert response["request_id"] == "probe-1" and response["subtype"] == "success"
+    return response["response"]["mcp_response"]
+
+
+@pytest.mark.parametrize("transport", ["sdk", "http"])
 async def test_claude_kept_process_answers_the_next_message_with_that_runs_bridge(
-    tmp_path, fake_host, clean_env, claude_bin, monkeypatch
+    transport, tmp_path, fake_host, clean_env, claude_bin, monkeypatch
 ):
     """The conversation's Claude Code process is kept after a message (warm.py): the next message goes to it, and
     its bridge calls reach the host as the next run, whose token is not the first one's."""
@@ -212,18 +235,14 @@ async def test_claude_kept_process_answers_the_next_message_with_that_runs_bridg
     fake_host.data.add_item("user", "an earlier question with MARKER-HOST-HISTORY-77")
     runner = ClaudeCodeRunner(tmp_path / "data")
     with FakeAnthropic(claude_script) as fake:
-        config = _claude_config(fake, command=claude_bin)
+        config = _claude_config(fake, command=claude_bin, mcp_transport=transport)
         first = await _collect(runner, fake_host.run_context("HISTORY-PLEASE first", config=config))
         assert kinds(first)[-1] == "completed", first[-1]
         assert "MARKER-HOST-HISTORY-77" in _message(first)
         (kept,) = runner.kept._kept.values()
-        # Between the messages its endpoint reaches nothing, though the first run's token is still valid here.
-        async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
-            raw = Raw(kept.endpoint, client)
-            await raw.initialize("2025-11-25")
-            call = {"name": "history_page", "arguments": {"limit": 1}}
-            reply = (await raw.post({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call})).json()
-            assert reply["result"]["isError"] and BETWEEN_TURNS in json.dumps(reply)
+        # Between the messages its bridge reaches nothing, though the first run's token is still valid here.
+        reply = await _call_between_turns(kept.bridge, {"name": "history_page", "arguments": {"limit": 1}})
+        assert reply["result"]["isError"] and BETWEEN_TURNS in json.dumps(reply)
         # A new run: its own id and tool token; the first run's no longer open anything at the host.
         fake_host.data.run_id, fake_host.data.tool_token = "run-second", "tool-token-of-the-second-run"
         n = len(fake.requests)
@@ -234,6 +253,13 @@ async def test_claude_kept_process_answers_the_next_message_with_that_runs_bridg
         assert again.proc is kept.proc  # one CLI process answered both messages
         # The same session, continued in memory: the second request carries the first exchange.
         assert "HISTORY-PLEASE first" in fake.requests[n].raw and "HISTORY-PLEASE second" in fake.requests[n].raw
+        # A changed binding replaces the process within the turn; the new one gets the same bridge, afresh.
+        changed = config | {"append_system_prompt": "MARKER-NEW-PROMPT"}
+        third = await _collect(runner, fake_host.run_context("HISTORY-PLEASE third", config=changed))
+        assert kinds(third)[-1] == "completed", third[-1]
+        assert "MARKER-HOST-HISTORY-77" in _message(third)
+        (replaced,) = runner.kept._kept.values()
+        assert replaced.proc is not kept.proc and replaced.bridge is kept.bridge
 
 
 async def test_claude_speaks_mcp_2026_07_28_to_the_turn_endpoint(

@@ -88,11 +88,10 @@ async def test_harness_env_is_explicit(tmp_path, fake_host, clean_env, monkeypat
         "CLAUDE_CONFIG_DIR",
         "HOME",
         "TMPDIR",
-        "AGENTHOST_MCP_TOKEN",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
     } <= env
-    # The default (HTTP) bridge lives in the runner: the harness gets the endpoint's token, not the run's.
-    assert not env & {"AGENTHOST_RUN_TOKEN", "AGENTHOST_HOST_ADDRESS", "AGENTHOST_RUN_ID"}
+    # The default bridge lives in the runner and answers on the harness's own pipes: the harness holds no token.
+    assert not env & {"AGENTHOST_RUN_TOKEN", "AGENTHOST_HOST_ADDRESS", "AGENTHOST_RUN_ID", "AGENTHOST_MCP_TOKEN"}
     argv = " ".join(_log(tmp_path)[0]["argv"])
     assert "sk-test-123456" not in argv and fake_host.data.token not in argv
 

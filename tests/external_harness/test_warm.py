@@ -102,8 +102,9 @@ async def test_processes_that_must_not_be_kept_are_not(why: str, tmp_path, fake_
     assert _kinds(events)[-1] == ("failed" if why == "failed" else "completed")
     assert len(runner.kept) == 0
     await _until(lambda: not pids_with_env(_tag(tmp_path)), "the turn's process exited")
-    if why in ("keep_warm_0", "budget", "stdio_bridge"):
-        # One message per process, as before the kept processes: the prompt on stdin, no stream-json input.
+    if why == "stdio_bridge":
+        # One message per process, as before the kept processes: the prompt on stdin, no stream-json input (which
+        # the default bridge, on the CLI's own pipes, needs even when nothing is kept).
         assert "--input-format" not in _starts(tmp_path)[0]["argv"]
 
 

@@ -323,6 +323,32 @@ async def test_runner_hands_the_harness_only_the_tool_token(host, layout, monkey
 
 
 @needs_bwrap
+async def test_the_default_bridge_hands_the_harness_no_credential_at_all(host, layout, monkeypatch) -> None:
+    """Claude Code's default transport (mcp_control.py): the bridge answers on the harness's own pipes, so the
+    harness holds no token of any kind and nothing it could connect to is written down."""
+    fake, host_dir = host
+    monkeypatch.setenv("AGENTHOST_PLUGIN_SECRET", fake.data.plugin_secret)
+    mark = new_mark()
+    rc = fake.run_context("probe", config=_probe_config(host_dir, layout, mark))
+    try:
+        events = [e async for e in ClaudeCodeRunner(layout["data"]).run(rc)]
+        assert kinds(events)[-1] == "completed", events[-1]
+        env = json.loads(events[-2].message.text)["env"]
+        values = "\n".join(env.values())
+        for secret in (fake.data.plugin_secret, fake.data.token, fake.data.tool_token):
+            assert secret not in values
+        credentials = {"AGENTHOST_RUN_TOKEN", "AGENTHOST_HOST_ADDRESS", "AGENTHOST_PLUGIN_SECRET"}
+        credentials.add("AGENTHOST_MCP_TOKEN")
+        assert not credentials & set(env)
+        workdir = Path(fake.data.get_state("conversation", "external.working_directory"))
+        entry = json.loads((workdir / ".agenthost" / "mcp.json").read_text())["mcpServers"]["agenthost"]
+        assert entry == {"type": "sdk", "name": "agenthost"}  # no URL, no command, no header
+        assert_walled(json.loads(events[-2].message.text), host_dir, layout, api_sock=False)
+    finally:
+        kill_marked(mark)
+
+
+@needs_bwrap
 async def test_http_bridge_hands_the_harness_only_a_turn_token(host, layout, monkeypatch) -> None:
     """The HTTP transport: the harness holds a token for its own endpoint and nothing of the run's. Without a kept
     process (keep_warm_seconds: 0) that endpoint is the turn's; a kept one's is walled per turn instead
@@ -334,7 +360,8 @@ async def test_http_bridge_hands_the_harness_only_a_turn_token(host, layout, mon
     tokens: list[str] = []
     for _ in range(2):
         mark = new_mark()
-        rc = fake.run_context("probe", config=_probe_config(host_dir, layout, mark, keep_warm_seconds=0))
+        config = _probe_config(host_dir, layout, mark, keep_warm_seconds=0, mcp_transport="http")
+        rc = fake.run_context("probe", config=config)
         try:
             events = [e async for e in runner.run(rc)]
             assert kinds(events)[-1] == "completed", events[-1]
