@@ -4,14 +4,13 @@ Claude Code registers an MCP server of type `sdk` without connecting to anything
 on stdout as a `control_request` (subtype `mcp_message`), and the answer goes back on stdin as a `control_response`.
 The runner already holds both pipes, so it answers from the same protocol core as the other transports (`McpServer`).
 
-Why this is the default for Claude Code:
-
-* **Speed.** The CLI skips its MCP client's connection (HTTP client, handshake over loopback), which a turn pays
-  with any networked MCP server, however fast the server: a trivial first message measured 1.06x a bare
-  `claude -p` with the bridge this way, against 1.23x over loopback HTTP, in the same run (31 interleaved rounds).
-* **Walls.** Nothing listens: no port on loopback for another local process to find, no token to steal. Only the
-  runner holds the harness's pipes, so only this harness process reaches this bridge, and through it only the run
-  attached at the moment (`attach`, as for the HTTP endpoint: detached between turns, every call then refused).
+Why this is the default for Claude Code: walls. Nothing listens: no port on loopback for another local process to
+find, and no token in the harness's environment, where every command the model runs could read it and call the
+bridge directly, around Claude Code's own permission checks. Only the runner holds the harness's pipes, so the
+bridge is reached through the CLI's tool calls alone, and through them only the run attached at the moment
+(`attach`, as for the HTTP endpoint: detached between turns, every call then refused). Speed is no reason either
+way: a scratch A/B once read 1.06x against 1.23x a bare `claude -p` for this against loopback HTTP, but the
+committed benchmark's runs (31, 41 and 61 rounds) read 1.08x / 1.04x, 1.19x / 1.17x and 1.13x / 1.06x.
 
 The harness is untrusted here as everywhere: a control request the runner did not expect (another subtype, another
 server's name) gets an error response and nothing else; at most MAX_INFLIGHT MCP requests run at once.

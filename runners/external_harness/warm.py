@@ -8,16 +8,19 @@ against ~0.6 s for a new `claude -p --resume`.
 What stays as it was with one process per message:
 
 * **Walls.** The kept process stays in its sandbox (the conversation's workspace, its bwrap, its pid namespace) and
-  keeps its MCP endpoint. The endpoint's token reaches the run being answered and no other: when a turn ends,
-  however it ends, the runner detaches the run (`McpHttpEndpoint.attach(None)`), which cancels its host calls in
-  flight and closes its host client, so between messages every tool call is refused; the next turn attaches its
-  own run's credentials. A binding on the stdio bridge (whose process holds a run's token in its environment) is
-  never kept.
-* **What the process read at start-up.** It is reused only when the command line, the environment, the sandbox
-  and the files the CLI reads once at start (the projected CLAUDE.md, the MCP config, the appended system prompt,
-  the skills, the settings files) are unchanged, and it holds the session stored for the conversation. Anything
-  else (a new binding config, a rotated key, an edited CLAUDE.md, a reset session) stops it, and the turn starts a
-  new process that resumes the stored session, exactly as before.
+  keeps its host bridge (on its own pipes, mcp_control.py, or its loopback endpoint and token, mcp_http.py). The
+  bridge reaches the run being answered and no other: when a turn ends, however it ends, the runner detaches the
+  run (`attach(None)`), which cancels its host calls in flight and closes its host client, so between messages
+  every tool call is refused; the next turn attaches its own run's credentials. A binding on the stdio bridge
+  (whose process holds a run's token in its environment) is never kept. Nothing a turn's commands started may
+  stay: a turn that leaves a process in the sandbox (beyond the harness and what it started before any tool
+  could run) ends the sandbox with it.
+* **What the process read at start-up.** It is reused only when the command line, the binary, the environment, the
+  sandbox, the bridge's transport and tool list, and the files the CLI reads once at start (the projected
+  CLAUDE.md, the MCP config, the appended system prompt, the skills, the settings files) are unchanged, and it
+  holds the session stored for the conversation. Anything else (a new binding config, a rotated key, an edited
+  CLAUDE.md, a reset session) stops it, and the turn starts a new process that resumes the stored session,
+  exactly as before.
 * **Only clean turns.** A turn that failed, timed out, was cancelled or whose process exited stops the process; only
   a turn that ended with the CLI's own `result` of success keeps it.
 * **Nothing from between turns.** An idle process should print nothing. If it prints anything, or exits, while
