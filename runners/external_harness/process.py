@@ -66,10 +66,19 @@ class _ExitAwareProtocol(asyncio.subprocess.SubprocessStreamProtocol):
     def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(limit=limit, loop=loop)
         self.exited = asyncio.Event()
+        # stdout and stderr both at their end: asyncio then closes the transport itself (once the process exited).
+        self.outputs_closed = asyncio.Event()
+        self._open_outputs = {1, 2}
 
     def process_exited(self) -> None:
         super().process_exited()
         self.exited.set()
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        super().pipe_connection_lost(fd, exc)
+        self._open_outputs.discard(fd)
+        if not self._open_outputs:
+            self.outputs_closed.set()
 
 
 def build_env(
@@ -467,3 +476,11 @@ class HarnessProcess:
             for task in (self._stdin_task, self._stderr_task, self._reaper_task, self._status_task):
                 if task and not task.done():
                     task.cancel()
+            if self.proc.stdin is not None:  # a `keep_stdin` pipe, left open by a process stopped mid-conversation
+                with contextlib.suppress(Exception):
+                    self.proc.stdin.close()
+        if self._protocol is not None and self.proc.returncode is not None:
+            # Its outputs end as soon as the last holder is gone (the sandbox's are, with its init): wait for that,
+            # briefly, so no pipe of a stopped harness is left open for the garbage collector to close.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._protocol.outputs_closed.wait(), EXIT_DRAIN_SECONDS)

@@ -570,12 +570,10 @@ class HarnessRunner(Runner):
             kept.fingerprint != stamp or kept.session_id != plan.resume_session_id or not kept.proc.running
         ):
             # Something it read at start-up changed (or its session did): a new process resumes the session.
-            # The bridge, already in this turn's MCP config, stays with the turn; the new process opens its own
-            # session with it.
+            # The bridge, already in this turn's MCP config, stays with the turn.
             await kept.proc.stop()
             kept = None
-            if isinstance(reuse.bridge, McpControl):
-                await reuse.bridge.restart()
+        control = reuse.bridge if isinstance(reuse.bridge, McpControl) else None
         if kept is not None:
             proc = kept.proc
             proc.forget_stderr()
@@ -591,7 +589,8 @@ class HarnessRunner(Runner):
                 secrets=cmd.secrets,
                 sandbox=sandbox,
             )
-        control = reuse.bridge if isinstance(reuse.bridge, McpControl) else None
+            if control is not None:
+                await control.restart()  # a new process opens a new MCP session (after a replaced one, a retry)
         if control is not None:
             control.send = proc.send
         queue: asyncio.Queue[pb.RunEvent | None] = asyncio.Queue(EVENT_QUEUE)
