@@ -56,8 +56,8 @@ class McpControl:
         await self._server.rebind(bridge, unavailable_reason=unavailable_reason)
 
     async def restart(self) -> None:
-        """A new MCP session for a new harness process (the kept one was replaced within a turn), attached to the
-        same run: nothing of the old process's session, or its requests in flight, carries over."""
+        """A new MCP session for a new harness process (a kept one replaced within a turn, a retry after a lost
+        session), attached to the same run: nothing of an earlier process's session or requests carries over."""
         await self._cancel_all()
         await self._server.close()
         self._server = McpServer(self._source, tools=self.tools, unavailable_reason=self._reason)

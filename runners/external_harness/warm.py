@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agenthost.runners.external_harness.claude_code import APPEND_PROMPT_FILE
 from agenthost.runners.external_harness.mcp_control import McpControl
 from agenthost.runners.external_harness.mcp_http import McpHttpEndpoint
 from agenthost.runners.external_harness.process import HarnessProcess
@@ -53,7 +54,7 @@ RunnerBridge = McpControl | McpHttpEndpoint
 # An idle Claude Code process holds ~110 MiB of its own memory (measured with 2.1.332; its code pages are shared).
 MAX_KEPT = 4
 SESSION_FLAGS = ("--resume", "--session-id")
-# Between messages no run is attached to a kept process's endpoint; a tool call then gets this.
+# Between messages no run is attached to a kept process's bridge; a tool call then gets this.
 BETWEEN_TURNS = "no message is being answered: host tools work only during a turn"
 
 
@@ -67,7 +68,7 @@ def startup_files(workspace: Workspace) -> list[Path]:
         ws / ".claude" / "settings.json",
         ws / ".claude" / "settings.local.json",
         agenthost / "mcp.json",
-        agenthost / "append-system-prompt.md",
+        agenthost / APPEND_PROMPT_FILE,
         agenthost / "skills.json",
         config / "CLAUDE.md",
         config / "settings.json",
@@ -95,12 +96,12 @@ def fingerprint(argv: list[str], env: dict[str, str], *, workspace: Workspace, s
         with contextlib.suppress(OSError):
             digest.update(hashlib.sha256(path.read_bytes()).digest())
     # The skill files themselves: the manifest above names only the runner's own, and a user's may sit beside them.
-    for skills in (workspace.working_dir / ".claude" / "skills",):
-        if skills.is_dir():
-            for path in sorted(skills.rglob("*")):
-                with contextlib.suppress(OSError):
-                    stat = path.stat()
-                    digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+    skills = workspace.working_dir / ".claude" / "skills"
+    if skills.is_dir():
+        for path in sorted(skills.rglob("*")):
+            with contextlib.suppress(OSError):
+                stat = path.stat()
+                digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
     return digest.hexdigest()
 
 
