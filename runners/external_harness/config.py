@@ -174,8 +174,8 @@ class ClaudeCodeConfig(HarnessConfig):
     mcp_transport: Literal["sdk", "http", "stdio"] = Field(  # type: ignore[assignment]
         default="sdk",
         description="How Claude Code reaches the host tools. 'sdk': the runner answers MCP over Claude Code's own "
-        "stdin and stdout (the control protocol of its Agent SDK): nothing listens, no token, the fastest. 'http': "
-        "an endpoint the runner serves on loopback for the harness process only, behind its own bearer token. "
+        "stdin and stdout (the control protocol of its Agent SDK): nothing listens, and the harness holds no token. "
+        "'http': an endpoint the runner serves on loopback for the harness process only, behind its own bearer token. "
         "'stdio': a bridge process the harness starts every turn, holding the run's tool token.",
     )
     permission_mode: ClaudePermissionMode = Field(

@@ -13,7 +13,8 @@ way: a scratch A/B once read 1.06x against 1.23x a bare `claude -p` for this aga
 committed benchmark's runs (31, 41 and 61 rounds) read 1.08x / 1.04x, 1.19x / 1.17x and 1.13x / 1.06x.
 
 The harness is untrusted here as everywhere: a control request the runner did not expect (another subtype, another
-server's name) gets an error response and nothing else; at most MAX_INFLIGHT MCP requests run at once.
+server's name) gets an error response and nothing else; at most MAX_INFLIGHT MCP requests run at once, and at most
+MAX_PENDING answers wait for the harness to read them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from agenthost.runners.external_harness.mcp_bridge import SERVER_NAME, TOOL_NAME
 from agenthost.runners.external_harness.mcp_http import BridgeSource
 
 MAX_INFLIGHT = 64
+# Answers (refusals included) a harness may leave unread at once. Past this it gets no more answers: a harness that
+# floods requests and never reads its stdin would otherwise make the runner hold one waiting write per request.
+MAX_PENDING = 2 * MAX_INFLIGHT
 
 Send = Callable[[bytes], Awaitable[None]]
 
@@ -74,6 +78,8 @@ class McpControl:
         request = raw.get("request")
         if not isinstance(request_id, str) or not request_id or request_id in self._tasks:
             return  # nothing to answer to
+        if len(self._tasks) >= MAX_PENDING:
+            return  # see MAX_PENDING: an honest CLI never has this many requests open
         if not isinstance(request, dict) or request.get("subtype") != "mcp_message":
             self._spawn(request_id, self._answer_error(request_id, "unsupported control request"))
         elif request.get("server_name") != SERVER_NAME or not isinstance(request.get("message"), dict):

@@ -184,6 +184,8 @@ class KeptHarnesses:
         taken it since (then `take` cancelled that watch, and the process may even be kept again by now)."""
         if watch is not None and (watch.cancelled() or watch is not kept._watch):
             return
+        if watch is not None:
+            watch.exception()  # a line too long to parse, say: retired all the same, and the error not left unread
         if self._kept.get(key) is kept:
             del self._kept[key]
             self._stop_later(kept)

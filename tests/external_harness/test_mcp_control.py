@@ -135,3 +135,22 @@ async def test_requests_in_flight_are_capped(harness: Harness, fake_host, monkey
     fake_host.data.gate.set()
     answered = {(await harness.response())["request_id"] for _ in range(3)}
     assert answered == {"held-0", "held-1", "held-2"}
+
+
+async def test_a_harness_that_reads_no_answers_cannot_pile_up_work(fake_host) -> None:
+    """A harness that floods control requests and never reads its stdin: each answer would wait on a full pipe
+    forever. What the runner holds for it stays bounded, whatever it sends."""
+    blocked = asyncio.Event()
+
+    async def full_pipe(_: bytes) -> None:
+        await blocked.wait()  # never set: the harness reads nothing
+
+    control = McpControl(full_pipe, tools=mcp_bridge.tools_for(APIS))
+    try:
+        for n in range(5_000):
+            request = {"subtype": "can_use_tool"} if n % 2 else {"subtype": "mcp_message", "server_name": "x"}
+            control.receive({"type": "control_request", "request_id": f"r{n}", "request": request})
+        await asyncio.sleep(0)
+        assert len(control._tasks) == mcp_control.MAX_PENDING
+    finally:
+        await control.close()
