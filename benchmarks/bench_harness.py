@@ -34,7 +34,12 @@ is agenthost with `keep_warm_seconds: 0` (a new process resuming the session, as
              bridge's per-tool flag (bare-mcp) lets it connect alongside and wait only before its first request
 * search-off (only with --paths) the default path with `ENABLE_TOOL_SEARCH=false`, as the runner set it until
              2026-11-26: every built-in tool inlined into the request instead of the bridge's tools alone
-* cold       (only with --paths) the default path with `keep_warm_seconds: 0`: no kept process
+* cold       (Claude Code) the default path with `keep_warm_seconds: 0`: no kept process and no spare, so every
+             message starts a CLI, as before kept processes (2026-11-27). With `--turn first`, `agenthost` answers in
+             the spare started after the previous round's message (warm.py), and `cold` is a bot's first message
+
+Between two timed turns the script waits until every process under it is idle (a spare starting after a message, a
+bare CLI exiting after its reply line), so no path is timed against another's start-up or wind-down.
 
 Every path is timed to the line that carries the reply (Claude Code's `result`, Codex's `turn.completed`), which is
 when the user has it; a process's exit after that is not waited for. It prints medians, the ratio to bare, and a
@@ -218,8 +223,43 @@ async def time_bare(
 REPLY_LINE = {"claude-code": "result", "codex": "turn.completed"}
 
 
-PATHS = ("bare", "bare-sdk", "bare-mcp", "bare-noenv", "agenthost", "http", "plugin", "stdio", "no-bridge")
-CLAUDE_ONLY = ("bare-sdk", "http")
+PATHS = ("bare", "bare-sdk", "bare-mcp", "bare-noenv", "agenthost", "http", "plugin", "stdio", "no-bridge", "cold")
+CLAUDE_ONLY = ("bare-sdk", "http", "cold")
+
+
+def _cpu_ticks_under(root: int) -> int:
+    """CPU time (clock ticks) of process `root` and every process below it, sandboxed ones included."""
+    parents, ticks = {}, {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                    fields = fh.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(fields[1])
+            ticks[int(entry.name)] = int(fields[11]) + int(fields[12])
+    total = 0
+    for pid, used in ticks.items():
+        walk = pid
+        while walk not in (root, 0, 1) and walk in parents:
+            walk = parents[walk]
+        if walk == root:
+            total += used
+    return total
+
+
+async def settle(window: float = 0.3, limit: float = 15.0) -> None:
+    """Waits until the processes under this one use no more than two clock ticks in `window` (or `limit` passes)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit
+    before = _cpu_ticks_under(os.getpid())
+    while loop.time() < end:
+        await asyncio.sleep(window)
+        now = _cpu_ticks_under(os.getpid())
+        if now - before <= 2:
+            return
+        before = now
 
 
 async def bench(
@@ -317,7 +357,10 @@ async def bench(
             paths = list(times)
             for i in range(runs + 1):
                 order = paths[i % len(paths) :] + paths[: i % len(paths)]
-                row = {name: await timed(name, i) for name in order}
+                row = {}
+                for name in order:
+                    await settle()
+                    row[name] = await timed(name, i)
                 if i:
                     for name, value in row.items():
                         times[name].append(value)
@@ -338,9 +381,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--harness", nargs="+", default=["claude-code", "codex"], choices=["claude-code", "codex"])
-    parser.add_argument(
-        "--paths", nargs="+", default=list(PATHS), choices=[*PATHS, "bare-mcp-held", "search-off", "cold"]
-    )
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=[*PATHS, "bare-mcp-held", "search-off"])
     parser.add_argument("--turn", choices=["first", "next"], default="first")
     args = parser.parse_args()
     if args.turn == "next" and args.harness != ["claude-code"]:

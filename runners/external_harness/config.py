@@ -197,6 +197,12 @@ class ClaudeCodeConfig(HarnessConfig):
         description="Keep the conversation's Claude Code process this long after a message, so the next message of "
         "the conversation skips the CLI's start-up (about 0.5 s). 0: a new process for every message.",
     )
+    spare_process: bool = Field(
+        default=True,
+        description="With keep_warm_seconds > 0: after a message, start one Claude Code process ahead for this "
+        "binding's next new conversation, so its first message skips the CLI's start-up too. It holds about 110 MiB "
+        "while it waits, at most keep_warm_seconds.",
+    )
     append_system_prompt: str = Field(default="", max_length=64 * 1024)
     setting_sources: list[Literal["user", "project", "local"]] | None = Field(
         default=None, description="--setting-sources; must include 'project' for CLAUDE.md and skills."

@@ -6,8 +6,9 @@ Contract (versioned; README.md in this package documents it for users):
   the run, event, actor, conversation, input, delivery, resources, context access and state pointers.
 * `CLAUDE.md` (Claude Code) / `AGENTS.md` (Codex) — a managed block between two marker lines, replaced every
   turn; everything outside the markers belongs to the user (or the harness) and is preserved byte for byte.
-  The block holds only per-conversation facts so the harness's prompt cache survives from turn to turn; the
-  per-message details live in context.json.
+  The block holds only facts of the bot and its binding, the same in every conversation, so the harness's
+  prompt cache survives from turn to turn and a process started before its conversation existed (a spare,
+  warm.py) read the block its conversation would have; the conversation and message details live in context.json.
 * `.claude/skills/<name>/` and `.agents/skills/<name>/` — the skills bound to the bot. The runner remembers
   which skill dirs it wrote (`.agenthost/skills.json`) and only ever rewrites or removes those; a user's own
   skill dir with the same name wins and is reported.
@@ -138,15 +139,16 @@ def build_context(
 def render_managed_block(
     ctx: runner_pb2.AgentRunContext, config: HarnessConfig, *, harness: Harness, bridge_enabled: bool
 ) -> str:
-    conv = ctx.conversation
-    bot = conv.bot_name or conv.bot_id or "this bot"
+    bot = ctx.conversation.bot_name or ctx.conversation.bot_id or "this bot"
     lines = [
         "## agenthost",
         "",
-        f"You are the agent behind the chat bot **{bot}**. Each prompt is a message a user sent to the bot in "
-        f"conversation `{conv.conversation_id}`; your final reply is delivered to them.",
+        # Nothing of one conversation here: the block is the same in every conversation of a binding, so a spare
+        # process that read it before its conversation existed (warm.py) read what the conversation would write.
+        f"You are the agent behind the chat bot **{bot}**. Each prompt is a message a user sent to the bot; "
+        "your final reply is delivered to them.",
         "",
-        "- Details of the current message (sender, attachments, delivery limits, run id) are in "
+        "- Details of the current message (conversation, sender, attachments, delivery limits, run id) are in "
         f"`.agenthost/context.json` (schema `{SCHEMA}`), rewritten before every message.",
     ]
     if bridge_enabled:
@@ -331,6 +333,23 @@ def codex_mcp_overrides(launch: BridgeLaunch | HttpBridgeLaunch) -> list[str]:
     ]
 
 
+def project_startup(
+    ctx: runner_pb2.AgentRunContext,
+    config: HarnessConfig,
+    workspace: Workspace,
+    *,
+    harness: Harness,
+    bridge_enabled: bool,
+) -> list[str]:
+    """Writes what the harness reads when it starts, the context file's block and the skills, which hold nothing of
+    one conversation or message; returns warnings worth a progress note."""
+    upsert_managed_block(
+        workspace.working_dir / CONTEXT_FILE[harness],
+        render_managed_block(ctx, config, harness=harness, bridge_enabled=bridge_enabled),
+    )
+    return project_skills(workspace, config.skills)
+
+
 def project(
     ctx: runner_pb2.AgentRunContext,
     config: HarnessConfig,
@@ -340,11 +359,19 @@ def project(
     session_id: str | None,
     bridge_enabled: bool,
 ) -> list[str]:
-    """Writes context.json, the context file and the skills; returns warnings worth a progress note."""
+    """Writes context.json and `project_startup`'s files; returns its warnings."""
+    write_context(ctx, workspace, harness=harness, session_id=session_id, bridge_enabled=bridge_enabled)
+    return project_startup(ctx, config, workspace, harness=harness, bridge_enabled=bridge_enabled)
+
+
+def write_context(
+    ctx: runner_pb2.AgentRunContext,
+    workspace: Workspace,
+    *,
+    harness: Harness,
+    session_id: str | None,
+    bridge_enabled: bool,
+) -> None:
+    """context.json: this message's details, which the harness reads when it wants them, not at start-up."""
     doc = build_context(ctx, harness=harness, workspace=workspace, session_id=session_id, bridge_enabled=bridge_enabled)
     atomic_write(workspace.agenthost_dir / "context.json", json.dumps(doc, indent=1, ensure_ascii=False), mode=0o600)
-    upsert_managed_block(
-        workspace.working_dir / CONTEXT_FILE[harness],
-        render_managed_block(ctx, config, harness=harness, bridge_enabled=bridge_enabled),
-    )
-    return project_skills(workspace, config.skills)

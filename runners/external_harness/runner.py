@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import json
 import logging
 import os
 import shutil
@@ -56,15 +58,16 @@ from agenthost.runners.external_harness.projection import (
     Launch,
     SdkBridgeLaunch,
     granted_apis,
-    project,
+    project_startup,
     write_claude_mcp_config,
+    write_context,
     write_if_changed,
 )
 from agenthost.runners.external_harness.sandboxing import harness_sandbox
 from agenthost.runners.external_harness.turn import Driver, Install, TurnPlan, TurnState
 from agenthost.runners.external_harness.user_mcp import UserMcp
 from agenthost.runners.external_harness.user_mcp import plan as plan_user_mcp
-from agenthost.runners.external_harness.warm import KeptHarness, KeptHarnesses, RunnerBridge, fingerprint
+from agenthost.runners.external_harness.warm import MAX_SPARES, KeptHarness, KeptHarnesses, RunnerBridge, fingerprint
 from agenthost.runners.external_harness.workspace import Workspace, WorkspaceManager
 from agenthost.runners.sdk import events
 from agenthost.runners.sdk.mcp_servers import McpServerError
@@ -152,6 +155,23 @@ def bridge_credentials(run: RunContext) -> tuple[dict[str, str] | None, str]:
     return creds, ""
 
 
+async def _new_bridge(config: HarnessConfig, creds: dict[str, str]) -> RunnerBridge:
+    """A bridge the runner serves itself, listing the tools of `creds`' grant, attached to no run yet."""
+    tools = tools_for(creds["AGENTHOST_APIS"], creds["AGENTHOST_APPROVALS"])
+    if config.mcp_transport == "sdk":
+        return McpControl(tools=tools)
+    endpoint = McpHttpEndpoint(None, tools=tools)
+    await endpoint.start()
+    return endpoint
+
+
+def _bridge_launch(bridge: RunnerBridge) -> tuple[Launch, dict[str, str]]:
+    """How the harness reaches `bridge`, and what its environment needs for that."""
+    if isinstance(bridge, McpControl):
+        return SdkBridgeLaunch(), {}
+    return HttpBridgeLaunch(url=bridge.url, token_env=MCP_TOKEN_ENV), {MCP_TOKEN_ENV: bridge.token}
+
+
 def build_prompt(run: RunContext) -> str:
     text = run.text
     attachments = list(run.context.input.attachments)
@@ -171,7 +191,7 @@ class _Reuse:
     process may be kept after it."""
 
     keep_seconds: float = 0.0  # 0: this turn's process stops with the turn
-    kept: KeptHarness | None = None  # taken out of the runner's kept processes for this turn
+    kept: KeptHarness | None = None  # taken out of the runner's kept processes (or its spares) for this turn
     grant: str = ""  # the bridge's transport and what it lists (granted APIs, approvals)
     bridge: RunnerBridge | None = None  # this turn's bridge served by the runner: the kept process's, or a new one
     handed_over: bool = False  # the bridge went on with a kept process; the turn must not close it
@@ -195,8 +215,15 @@ class HarnessRunner(Runner):
         super().__init__(data_dir)
         self.workspaces = WorkspaceManager(data_dir)
         self.kept = KeptHarnesses()
+        self.spares = KeptHarnesses(capacity=MAX_SPARES)
+        self._spares_starting: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     async def close(self) -> None:
+        for task in list(self._spares_starting.values()):
+            task.cancel()
+        if self._spares_starting:
+            await asyncio.wait(list(self._spares_starting.values()), timeout=10)
+        await self.spares.close()
         await self.kept.close()
         for proc in list(_LIVE):
             await proc.stop()
@@ -276,7 +303,6 @@ class HarnessRunner(Runner):
         return out
 
     async def _turn(self, run: RunContext, config: HarnessConfig, prompt: str) -> AsyncIterator[pb.RunEvent]:
-        workspace = self.workspaces.workspace(run.bot_id, run.conversation_id, workspace_root=config.workspace_root)
         # The binding's stored keys (RunContext.secrets) stand in for environment variables of the same name; the
         # runner process's own environment holds no provider key once the host sandboxes it.
         environ = {**os.environ, **run.secrets}
@@ -298,6 +324,7 @@ class HarnessRunner(Runner):
         in_runner = bridge_env is not None and config.mcp_transport in ("sdk", "http")
         reuse = _Reuse()
         kept = await self.kept.take((run.bot_id, run.conversation_id))
+        spare_key: tuple[str, str] | None = None
         if (
             isinstance(config, ClaudeCodeConfig)
             and config.keep_warm_seconds > 0
@@ -311,8 +338,29 @@ class HarnessRunner(Runner):
                 )
             if kept is not None and kept.grant == reuse.grant:
                 reuse.kept, kept = kept, None
+            if config.spare_process and config.process_sandbox:
+                binding = json.dumps([run.config, reuse.grant], sort_keys=True, default=str)
+                spare_key = (run.bot_id, hashlib.sha256(binding.encode()).hexdigest())
         if kept is not None:
             await kept.stop()
+        workspace: Workspace | None = None
+        if (
+            spare_key is not None
+            and reuse.kept is None
+            and self.workspaces.is_new(run.bot_id, run.conversation_id, workspace_root=config.workspace_root)
+        ):
+            # The conversation's first message: a spare started for the binding takes it, in the spare's directory.
+            spare = await self.spares.take(spare_key)
+            if spare is not None and spare.slot is not None:
+                workspace = self.workspaces.claim(
+                    run.bot_id, run.conversation_id, spare.slot, workspace_root=config.workspace_root
+                )
+                if workspace is None:
+                    await spare.stop()
+                else:
+                    reuse.kept = spare
+        if workspace is None:
+            workspace = self.workspaces.workspace(run.bot_id, run.conversation_id, workspace_root=config.workspace_root)
         sandbox: Sandbox | None = None
         if config.process_sandbox:
             sandbox = harness_sandbox(
@@ -344,21 +392,12 @@ class HarnessRunner(Runner):
         harness_bridge_env: dict[str, str] = {}
         if in_runner and bridge_env is not None:
             creds = bridge_env
-            bridge = reuse.kept.bridge if reuse.kept is not None else None  # of this transport: the grant says so
-            if bridge is None:
-                tools = tools_for(creds["AGENTHOST_APIS"], creds["AGENTHOST_APPROVALS"])
-                if config.mcp_transport == "sdk":
-                    bridge = McpControl(tools=tools)
-                else:
-                    bridge = McpHttpEndpoint(None, tools=tools)
-                    await bridge.start()
-            reuse.bridge = bridge
-            await bridge.attach(lambda: bridge_from_env(creds))
-            if isinstance(bridge, McpControl):
-                launch = SdkBridgeLaunch()
-            else:
-                launch = HttpBridgeLaunch(url=bridge.url, token_env=MCP_TOKEN_ENV)
-                harness_bridge_env = {MCP_TOKEN_ENV: bridge.token}
+            # Of this transport and tool list: the grant says so.
+            reuse.bridge = reuse.kept.bridge if reuse.kept is not None else None
+            if reuse.bridge is None:
+                reuse.bridge = await _new_bridge(config, creds)
+            await reuse.bridge.attach(lambda: bridge_from_env(creds))
+            launch, harness_bridge_env = _bridge_launch(reuse.bridge)
         elif bridge_env is not None:
             launch = BridgeLaunch()
             harness_bridge_env = bridge_env
@@ -387,6 +426,117 @@ class HarnessRunner(Runner):
             if reuse.bridge is not None and not reuse.handed_over:
                 # The turn is over, however it ended: the bridge, its sessions and their host calls go with it.
                 await reuse.bridge.close()
+            if reuse.handed_over and spare_key is not None and spare_key not in self.spares:
+                self._start_spare(spare_key, run, config, environ, install, bridge_env, reuse.grant)
+
+    def _start_spare(
+        self,
+        key: tuple[str, str],
+        run: RunContext,
+        config: HarnessConfig,
+        environ: dict[str, str],
+        install: Install,
+        creds: dict[str, str] | None,
+        grant: str,
+    ) -> None:
+        """Starts, in the background, a spare process for the binding's next new conversation (warm.py)."""
+        if key in self._spares_starting:
+            return
+
+        async def start() -> None:
+            slot = self.workspaces.new_slot(run.bot_id, workspace_root=config.workspace_root)
+            bridge: RunnerBridge | None = None
+            proc: HarnessProcess | None = None
+            try:
+                workspace = slot.workspace
+                launch: Launch | None = None
+                bridge_env: dict[str, str] = {}
+                if creds is not None:
+                    bridge = await _new_bridge(config, creds)
+                    launch, bridge_env = _bridge_launch(bridge)
+                _, user_mcp = self._project_startup(run, config, workspace, launch)
+                sandbox = harness_sandbox(
+                    workspace=workspace, install=install.ro_paths, host_address="", data_dir=self.data_dir
+                )
+                plan = TurnPlan(
+                    binary=install.exe,
+                    config=config,
+                    workspace=workspace,
+                    resume_session_id=None,
+                    new_session_id=str(uuid.uuid4()),
+                    bridge=launch,
+                    bridge_env=bridge_env,
+                    inherited_env=environ,
+                    binary_env=install.env,
+                    stored_keys=frozenset(run.secrets),
+                    user_mcp=user_mcp,
+                    stream_input=True,
+                )
+                cmd = self.driver.command(plan)
+                proc = HarnessProcess(
+                    cmd.argv,
+                    cwd=workspace.working_dir,
+                    env=cmd.env,
+                    keep_stdin=True,
+                    interrupt_grace=config.interrupt_grace_seconds,
+                    secrets=cmd.secrets,
+                    sandbox=sandbox,
+                )
+                if isinstance(bridge, McpControl):
+                    bridge.send = proc.send
+                await proc.start()
+                assert plan.new_session_id is not None
+                spare = KeptHarness(
+                    proc,
+                    bridge,
+                    fingerprint=fingerprint(cmd.argv, cmd.env, workspace=workspace, sandbox=sandbox),
+                    session_id=plan.new_session_id,
+                    grant=grant,
+                    slot=slot,
+                )
+            except BaseException as exc:
+                if proc is not None:
+                    await proc.stop()
+                if bridge is not None:
+                    await bridge.close()
+                slot.discard()
+                if not isinstance(exc, Exception):
+                    raise
+                log.warning("no spare %s process for bot %s", self.driver.name, run.bot_id, exc_info=True)
+                return
+            await self.spares.put(key, spare, config.keep_warm_seconds)
+
+        task = asyncio.create_task(start())
+        self._spares_starting[key] = task
+        task.add_done_callback(lambda _: self._spares_starting.pop(key, None))
+
+    def _project_startup(
+        self, run: RunContext, config: HarnessConfig, workspace: Workspace, launch: Launch | None
+    ) -> tuple[list[str], UserMcp | None]:
+        """Writes what the harness reads at start-up (projection.project_startup, the MCP config, the appended
+        prompt); returns warnings worth a progress note and the binding's own MCP servers to start."""
+        warnings = project_startup(
+            run.context,
+            config,
+            workspace,
+            harness=self.driver.name,  # type: ignore[arg-type]
+            bridge_enabled=launch is not None,
+        )
+        user_mcp: UserMcp | None = None
+        if config.mcp_servers:
+            usable = []
+            for server in config.mcp_servers:
+                try:
+                    plan_user_mcp([server], run.secrets)
+                    usable.append(server)
+                except McpServerError as exc:
+                    warnings.append(f"MCP server {server.name} left out: {exc}")
+            user_mcp = plan_user_mcp(usable, run.secrets) if usable else None
+        if (launch is not None or user_mcp is not None) and self.driver.name == "claude-code":
+            write_claude_mcp_config(workspace, launch, user_mcp.claude if user_mcp is not None else None)
+        if isinstance(config, ClaudeCodeConfig) and config.append_system_prompt:
+            write_if_changed(workspace.agenthost_dir / APPEND_PROMPT_FILE, config.append_system_prompt, mode=0o600)
+        return warnings, user_mcp
 
     async def _project_and_run(
         self,
@@ -403,35 +553,23 @@ class HarnessRunner(Runner):
         bridge_env: dict[str, str],
         reuse: _Reuse,
     ) -> AsyncIterator[pb.RunEvent]:
-        warnings = project(
+        write_context(
             run.context,
-            config,
             workspace,
             harness=self.driver.name,  # type: ignore[arg-type]
             session_id=resume_id,
             bridge_enabled=launch is not None,
         )
+        warnings, user_mcp = self._project_startup(run, config, workspace, launch)
         for warning in warnings:
             yield events.progress(warning)
-        user_mcp: UserMcp | None = None
-        if config.mcp_servers:
-            usable = []
-            for server in config.mcp_servers:
-                try:
-                    plan_user_mcp([server], run.secrets)
-                    usable.append(server)
-                except McpServerError as exc:
-                    yield events.progress(f"MCP server {server.name} left out: {exc}")
-            user_mcp = plan_user_mcp(usable, run.secrets) if usable else None
-        if (launch is not None or user_mcp is not None) and self.driver.name == "claude-code":
-            write_claude_mcp_config(workspace, launch, user_mcp.claude if user_mcp is not None else None)
-        if isinstance(config, ClaudeCodeConfig) and config.append_system_prompt:
-            write_if_changed(workspace.agenthost_dir / APPEND_PROMPT_FILE, config.append_system_prompt, mode=0o600)
 
         deadline = self._deadline(run, config)
         for attempt in (1, 2):
             turn = TurnState()
             new_id = str(uuid.uuid4()) if resume_id is None and self.driver.name == "claude-code" else None
+            if new_id is not None and reuse.kept is not None and reuse.kept.slot is not None:
+                new_id = reuse.kept.session_id  # a spare: its session was named when it started
             plan = TurnPlan(
                 binary=install.exe,
                 config=config,
@@ -567,7 +705,9 @@ class HarnessRunner(Runner):
             stamp = fingerprint(cmd.argv, cmd.env, workspace=plan.workspace, sandbox=sandbox)
         kept, reuse.kept = reuse.kept, None
         if kept is not None and (
-            kept.fingerprint != stamp or kept.session_id != plan.resume_session_id or not kept.proc.running
+            kept.fingerprint != stamp
+            or kept.session_id != (plan.resume_session_id or plan.new_session_id)
+            or not kept.proc.running
         ):
             # Something it read at start-up changed (or its session did): a new process resumes the session.
             # The bridge, already in this turn's MCP config, stays with the turn.

@@ -23,11 +23,25 @@ What stays as it was with one process per message:
   exactly as before.
 * **Only clean turns.** A turn that failed, timed out, was cancelled or whose process exited stops the process; only
   a turn that ended with the CLI's own `result` of success keeps it.
-* **Nothing from between turns.** An idle process should print nothing. If it prints anything, or exits, while
-  kept, it is retired, so stray output is never taken for the next message's reply.
+* **Nothing from between turns.** An idle process should print nothing but requests to its bridge (answered, every
+  tool refused). If it prints anything else, or exits, while kept, it is retired, so stray output is never taken
+  for the next message's reply.
 * **Bounded.** At most MAX_KEPT processes per runner process (the least recently used is stopped first), each for
   at most the binding's `keep_warm_seconds` idle; all stop with the runner (and, through bwrap's
   --die-with-parent, with the runner's death).
+
+Spares: a conversation's first message. A kept process serves a conversation's later messages; its first would
+still wait for the CLI to start (~0.5 s). So after a turn that kept its process, the runner also starts one spare
+process for the binding (at most one per binding, MAX_SPARES in all), as a new conversation's would start: the same
+command line and environment, its own new session id, the binding's bridge with no run attached, the projected
+start-up files, and its own sandbox around a fresh directory (a slot, workspace.py). Claude Code reads nothing of a
+conversation before its first message; the managed block holds nothing of one (projection.py). The bot's next new
+conversation claims the spare's slot as its working directory and gives the spare its first message, if the
+fingerprint, computed after that turn's projection, is the spare's; otherwise the spare stops and a process starts
+as before. A spare answers the CLI's start-up MCP requests (tools are refused, as between turns), is retired like a
+kept process if it prints anything else or exits, stops after the binding's `keep_warm_seconds` unclaimed, and
+its slot goes with it. A spare holds no run's credentials and has seen no message, so no conversation can reach
+another's through it.
 
 Codex is not kept: `codex exec` answers one prompt per process.
 """
@@ -44,15 +58,16 @@ from pathlib import Path
 from typing import Any
 
 from agenthost.runners.external_harness.claude_code import APPEND_PROMPT_FILE
-from agenthost.runners.external_harness.mcp_control import McpControl
+from agenthost.runners.external_harness.mcp_control import McpControl, is_control
 from agenthost.runners.external_harness.mcp_http import McpHttpEndpoint
 from agenthost.runners.external_harness.process import HarnessProcess
-from agenthost.runners.external_harness.workspace import Workspace
+from agenthost.runners.external_harness.workspace import SpareSlot, Workspace
 
 # The bridges a runner serves itself, which a kept process keeps and each turn attaches to its run.
 RunnerBridge = McpControl | McpHttpEndpoint
 # An idle Claude Code process holds ~110 MiB of its own memory (measured with 2.1.332; its code pages are shared).
 MAX_KEPT = 4
+MAX_SPARES = 2  # spare processes per runner process, for as many bindings
 SESSION_FLAGS = ("--resume", "--session-id")
 # Between messages no run is attached to a kept process's bridge; a tool call then gets this.
 BETWEEN_TURNS = "no message is being answered: host tools work only during a turn"
@@ -116,8 +131,19 @@ class KeptHarness:
     # Its bridge's transport and what it lists (granted APIs, approvals): the CLI listed the tools once, at start-up.
     grant: str = ""
     cost_usd: float = 0.0  # the process's running total_cost_usd after its last turn
+    # A spare's directory (and fresh, with no message yet) until a conversation claims it; removed with it otherwise.
+    slot: SpareSlot | None = None
     _watch: asyncio.Task[Any] | None = field(default=None, repr=False)
     _timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+
+    async def idle(self) -> dict[str, Any] | None:
+        """Waits while the process is idle, for the first line that is not the bridge's (which it answers, as the
+        CLI connects to its MCP servers at start-up), or for stdout's end (None). Cancel-safe: see `next_event`."""
+        while True:
+            raw = await self.proc.next_event()
+            if raw is None or not (is_control(raw) and isinstance(self.bridge, McpControl)):
+                return raw
+            self.bridge.receive(raw)
 
     async def stop(self) -> None:
         if self._timer is not None:
@@ -127,16 +153,21 @@ class KeptHarness:
         try:
             await self.proc.stop()
         finally:
-            if self.bridge is not None:
-                await self.bridge.close()
+            try:
+                if self.bridge is not None:
+                    await self.bridge.close()
+            finally:
+                if self.slot is not None:
+                    self.slot.discard()
 
 
-Key = tuple[str, str]  # (bot_id, conversation_id)
+Key = tuple[str, str]  # (bot_id, conversation_id); for spares (bot_id, the binding's digest)
 
 
 class KeptHarnesses:
-    """The runner's kept processes, one per conversation at most. Used under the conversation's lock: a process is
-    taken out for a turn and put back after it, so no two turns ever share one."""
+    """The runner's kept processes, one per conversation at most (or its spares, one per binding). A kept process is
+    used under the conversation's lock: taken out for a turn and put back after it, so no two turns ever share one;
+    a spare is taken once, by one conversation."""
 
     def __init__(self, capacity: int = MAX_KEPT) -> None:
         self.capacity = capacity
@@ -145,6 +176,9 @@ class KeptHarnesses:
 
     def __len__(self) -> int:
         return len(self._kept)
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self._kept
 
     async def take(self, key: Key) -> KeptHarness | None:
         """The conversation's kept process, ready for a turn, or None (never kept, expired, or retired because it
@@ -171,7 +205,7 @@ class KeptHarnesses:
             await old.stop()
         if kept.bridge is not None:
             await kept.bridge.attach(None, unavailable_reason=BETWEEN_TURNS)
-        kept._watch = asyncio.create_task(kept.proc.next_event())
+        kept._watch = asyncio.create_task(kept.idle())
         kept._watch.add_done_callback(lambda watch: self._retire(key, kept, watch))
         kept._timer = asyncio.get_running_loop().call_later(idle_seconds, self._retire, key, kept, None)
         self._kept[key] = kept

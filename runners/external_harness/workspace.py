@@ -7,19 +7,29 @@ must run in the same directory with the same config dir, which is why both paths
 
 Ids come from the host but are still untrusted as path material: each becomes a readable, sanitised prefix plus
 a hash of the full id, so two ids never share a directory and none can climb out of the root.
+
+A conversation's directory may also be a spare's (warm.py): a Claude Code process is started ahead, in a slot
+under `<root>/<bot>/.spares/`, and the bot's next new conversation claims that slot by a symlink from its own path
+(atomic: a conversation already there keeps its directory). Everything downstream resolves the symlink, so the
+slot's path is the conversation's working directory for good, the one the harness started in and keys its
+session by. No id's directory can be named `.spares`: `path_key` never starts with a dot.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
-from dataclasses import dataclass
+import shutil
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from agenthost.runners.external_harness.errors import HarnessConfigError
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
+SPARES_DIR = ".spares"
 
 
 def path_key(raw: str) -> str:
@@ -77,18 +87,109 @@ class Workspace:
         return self
 
 
+def _started(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot), or None if there is no such process: with the pid, it
+    names one process for good, where a pid alone may be reused."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return int(stat.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_OWNER = f"{os.getpid()}-{_started(os.getpid())}"
+
+
+@dataclass(eq=False)
+class SpareSlot:
+    """The directory of a spare process (warm.py) until a conversation claims it. Its name starts with its owner
+    (the runner process's pid and start time), so a later runner can tell the slots a dead one left behind."""
+
+    workspace: Workspace
+    claimed: bool = field(default=False)
+
+    @property
+    def path(self) -> Path:
+        return self.workspace.working_dir
+
+    def discard(self) -> None:
+        """Removes the slot unless a conversation claimed it (then it is that conversation's directory)."""
+        if not self.claimed:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
 class WorkspaceManager:
     """Maps (bot, conversation) to a Workspace under the runner's data dir or a configured root."""
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
+        self._swept: set[Path] = set()
 
-    def workspace(self, bot_id: str, conversation_id: str, *, workspace_root: str | None = None) -> Workspace:
+    def _root(self, workspace_root: str | None) -> Path:
         root = Path(workspace_root).expanduser() if workspace_root else self.data_dir / "workspaces"
         if not root.is_absolute():
             raise HarnessConfigError(f"workspace_root must be an absolute path, not {workspace_root!r}")
-        bot = path_key(bot_id or "default-bot")
-        working_dir = root / bot / path_key(conversation_id)
+        return root
+
+    def _resolved(self, working_dir: Path, bot: str) -> Workspace:
         # Resolve symlinks once so the cwd we record equals the cwd the harness reports (and keys sessions by).
         ws = Workspace(working_dir=working_dir, bot_dir=self.data_dir / "harness" / bot).ensure()
         return Workspace(working_dir=Path(os.path.realpath(ws.working_dir)), bot_dir=Path(os.path.realpath(ws.bot_dir)))
+
+    def workspace(self, bot_id: str, conversation_id: str, *, workspace_root: str | None = None) -> Workspace:
+        bot = path_key(bot_id or "default-bot")
+        return self._resolved(self._root(workspace_root) / bot / path_key(conversation_id), bot)
+
+    def is_new(self, bot_id: str, conversation_id: str, *, workspace_root: str | None = None) -> bool:
+        """No directory yet for this conversation: its first message, which a spare's slot may take."""
+        path = self._root(workspace_root) / path_key(bot_id or "default-bot") / path_key(conversation_id)
+        return not os.path.lexists(path)
+
+    def new_slot(self, bot_id: str, *, workspace_root: str | None = None) -> SpareSlot:
+        """A fresh directory for a spare process of the bot, beside its conversations' directories."""
+        bot = path_key(bot_id or "default-bot")
+        spares = self._root(workspace_root) / bot / SPARES_DIR
+        self._sweep(spares)
+        return SpareSlot(self._resolved(spares / f"{_OWNER}-{uuid.uuid4().hex}", bot))
+
+    def claim(
+        self, bot_id: str, conversation_id: str, slot: SpareSlot, *, workspace_root: str | None = None
+    ) -> Workspace | None:
+        """Makes `slot` the conversation's directory, or None if the conversation has one by now."""
+        path = self._root(workspace_root) / path_key(bot_id or "default-bot") / path_key(conversation_id)
+        try:
+            # Relative: the bot's directories may move together.
+            os.symlink(Path(SPARES_DIR) / slot.path.name, path, target_is_directory=True)
+        except FileExistsError:
+            return None
+        slot.claimed = True
+        return self.workspace(bot_id, conversation_id, workspace_root=workspace_root)
+
+    def _sweep(self, spares: Path) -> None:
+        """Removes the slots of runner processes that died before stopping their spares, once per runner process
+        and bot: a slot whose owner is gone and that no conversation claimed. Only its owner ever claims a slot,
+        so a dead owner's cannot be claimed while this looks."""
+        if spares in self._swept:
+            return
+        self._swept.add(spares)
+        try:
+            slots = [entry for entry in os.scandir(spares) if entry.is_dir(follow_symlinks=False)]
+        except OSError:
+            return
+        stale = []
+        for entry in slots:
+            pid, _, rest = entry.name.partition("-")
+            started, _, _ = rest.partition("-")
+            with contextlib.suppress(ValueError):
+                if str(_started(int(pid))) != started:
+                    stale.append(entry.name)
+        if not stale:
+            return
+        claimed = set()
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(spares.parent):
+                if entry.is_symlink():
+                    claimed.add(os.path.basename(os.readlink(entry.path)))
+        for name in stale:
+            if name not in claimed:
+                shutil.rmtree(spares / name, ignore_errors=True)

@@ -34,6 +34,9 @@ def main():
     store = os.path.join(os.environ["CLAUDE_CONFIG_DIR"], "fake-sessions")
     os.makedirs(store, exist_ok=True)
     if "--input-format" in args and args[args.index("--input-format") + 1] == "stream-json":
+        if os.environ.get("FAKE_HARNESS_LOG"):  # when it started: a spare starts before its first message
+            with open(os.path.join(os.environ.get("HOME", "/"), os.environ["FAKE_HARNESS_LOG"]), "a") as fh:
+                fh.write(json.dumps({"boot": PROCESS, "at": time.time(), "cwd": os.getcwd()}) + "\n")
         # One JSON user message per line, one turn each, until stdin ends (as `claude -p --input-format
         # stream-json` does); the cost it reports is the process's running total, as Claude Code's is.
         session = None

@@ -262,6 +262,44 @@ async def test_claude_kept_process_answers_the_next_message_with_that_runs_bridg
         assert replaced.proc is not kept.proc and replaced.bridge is kept.bridge
 
 
+@pytest.mark.parametrize("transport", ["sdk", "http"])
+async def test_claude_spare_answers_a_new_conversations_first_message_with_that_runs_bridge(
+    transport, tmp_path, fake_host, clean_env, claude_bin, monkeypatch
+):
+    """After a message, a spare Claude Code process starts for the binding (warm.py); a new conversation's first
+    message goes to it: it read the bot's managed block and skills at start-up, holds nothing of the first
+    conversation, and its bridge calls reach the host as the new conversation's run."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake-0123456789")
+    fake_host.data.add_item("user", "an earlier question with MARKER-HOST-HISTORY-88")
+    runner = ClaudeCodeRunner(tmp_path / "data")
+    with FakeAnthropic(claude_script) as fake:
+        config = _claude_config(fake, command=claude_bin, mcp_transport=transport)
+        first = await _collect(runner, fake_host.run_context("MARKER-FIRST-CONVERSATION hello", config=config))
+        assert kinds(first)[-1] == "completed", first[-1]
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 60
+        while len(runner.spares) == 0:  # it starts in the background, after the turn
+            assert loop.time() < end, "no spare started"
+            await asyncio.sleep(0.05)
+        (spare,) = runner.spares._kept.values()
+        # Between its start and its first message the spare reaches nothing at the host.
+        reply = await _call_between_turns(spare.bridge, {"name": "history_page", "arguments": {"limit": 1}})
+        assert reply["result"]["isError"] and BETWEEN_TURNS in json.dumps(reply)
+        fake_host.data.conversation_id, fake_host.data.run_id = "conv-second", "run-second"
+        fake_host.data.tool_token = "tool-token-of-the-second-run"
+        fake_host.data.state.clear()
+        n = len(fake.requests)
+        second = await _collect(runner, fake_host.run_context("HISTORY-PLEASE second", config=config))
+        assert kinds(second)[-1] == "completed", second[-1]
+        assert "MARKER-HOST-HISTORY-88" in _message(second)  # reached the host with the second run's token
+        kept = runner.kept._kept[("bot-1", "conv-second")]
+        assert kept.proc is spare.proc and spare.proc.running  # the spare answered, and is now the kept one
+        request = fake.requests[n].raw
+        assert "MARKER-FIRST-CONVERSATION" not in request  # nothing of the other conversation
+        assert INSTRUCTIONS in request and "greeter" in request  # the managed block and skill it read at start
+    await runner.close()
+
+
 async def test_claude_speaks_mcp_2026_07_28_to_the_turn_endpoint(
     tmp_path, fake_host, clean_env, claude_bin, monkeypatch
 ):

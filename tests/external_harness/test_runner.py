@@ -30,6 +30,9 @@ def _config(tmp_path: Path, mode: str = "ok", **extra):
         # The tag finds its processes from out here, whatever pid namespace they live in.
         "env": {"FAKE_HARNESS_MODE": mode, "FAKE_HARNESS_LOG": "harness.log", "FAKE_HARNESS_TAG": _tag(tmp_path)},
         "interrupt_grace_seconds": 0.3,
+        # Off unless a test is about spares (test_warm.py): a spare starting in the background after a turn would
+        # join the processes a test counts, at a moment of its own.
+        "spare_process": False,
         **extra,
     }
 
@@ -38,11 +41,12 @@ def _tag(tmp_path: Path) -> str:
     return f"fake-harness-{tmp_path.name}-{os.getpid()}"
 
 
-def _log(tmp_path: Path) -> list[dict]:
+def _log(tmp_path: Path, *, boots: bool = False) -> list[dict]:
+    """The fake harness's log: its turns, or (`boots`) when its stream-json processes started."""
     lines = []
     for path in sorted((tmp_path / "data" / "harness").glob("*/home/harness.log")):
         lines += path.read_text().splitlines()
-    return [json.loads(line) for line in lines]
+    return [entry for entry in map(json.loads, lines) if ("boot" in entry) == boots]
 
 
 async def test_first_turn_assigns_a_session_and_the_next_resumes_it(tmp_path, fake_host, clean_env) -> None:

@@ -168,3 +168,136 @@ async def test_kept_processes_are_bounded_and_stop_with_the_runner(tmp_path, fak
     await runner.close()
     assert len(runner.kept) == 0
     await _until(lambda: not pids_with_env(_tag(tmp_path)), "every kept process stopped with the runner")
+
+
+def _new_conversation(fake_host, conversation_id: str) -> None:
+    """The next run_context is the first message of another conversation of the same bot (the fake host keeps
+    one conversation's state)."""
+    fake_host.data.conversation_id = conversation_id
+    fake_host.data.state.clear()
+
+
+def _spared(tmp_path: Path, **extra):
+    return _config(tmp_path, spare_process=True, **extra)
+
+
+async def _spare_boot(runner, tmp_path: Path) -> dict:
+    """The log entry of the spare started after the first message, once it is up."""
+    await _until(lambda: len(runner.spares) == 1, "a spare started after the message")
+    first = _starts(tmp_path)[0]["process"]
+    await _until(lambda: any(b["boot"] != first for b in _log(tmp_path, boots=True)), "the spare logged its start")
+    (boot,) = [b for b in _log(tmp_path, boots=True) if b["boot"] != first]
+    return boot
+
+
+async def test_a_new_conversation_gets_the_spare_started_after_another_ones_message(
+    tmp_path, fake_host, clean_env
+) -> None:
+    runner = ClaudeCodeRunner(tmp_path / "data")
+    await _collect(runner, fake_host.run_context("one", config=_spared(tmp_path)))
+    spare_boot = await _spare_boot(runner, tmp_path)
+    slot = Path(spare_boot["cwd"])
+    assert slot.parent.name == ".spares"
+    # Started with nothing of the first conversation: no message details, and a managed block without its id.
+    assert not (slot / ".agenthost" / "context.json").exists()
+    assert "conv-1" not in (slot / "CLAUDE.md").read_text()
+
+    _new_conversation(fake_host, "conv-2")
+    second = await _collect(runner, fake_host.run_context("two", config=_spared(tmp_path)))
+    assert second[-2].message.text == "echo[1]: two" and _kinds(second)[-1] == "completed"
+    answered = _starts(tmp_path)[-1]
+    assert answered["process"] == spare_boot["boot"] and answered["cwd"] == str(slot)
+    # The slot is the conversation's directory for good: recorded, linked from its own path, and its context.json
+    # is this message's.
+    assert fake_host.data.get_state("conversation", "external.working_directory") == str(slot)
+    linked = runner.workspaces.workspace("bot-1", "conv-2", workspace_root=None)
+    assert linked.working_dir == slot
+    assert '"conv-2"' in (slot / ".agenthost" / "context.json").read_text()
+    # Its next message goes to the same process, now kept; and the claimed spare was replaced by a new one.
+    third = await _collect(runner, fake_host.run_context("three", config=_spared(tmp_path)))
+    assert third[-2].message.text == "echo[2]: three" and _starts(tmp_path)[-1]["process"] == spare_boot["boot"]
+    await _until(lambda: len(runner.spares) == 1, "a new spare replaced the claimed one")
+    await runner.close()
+    assert slot.is_dir()  # claimed: the conversation's, not removed with the runner's spares
+    assert [p.name for p in slot.parent.iterdir()] == [slot.name]  # the unclaimed spare's slot went with it
+    await _until(lambda: not pids_with_env(_tag(tmp_path)), "every process stopped with the runner")
+
+
+@pytest.mark.parametrize("change", ["key", "claude_md_outside_the_block"])
+async def test_a_spare_that_would_not_start_the_same_way_is_replaced(
+    change: str, tmp_path, fake_host, clean_env, monkeypatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-first-key")
+    runner = ClaudeCodeRunner(tmp_path / "data")
+    await _collect(runner, fake_host.run_context("one", config=_spared(tmp_path)))
+    spare_boot = await _spare_boot(runner, tmp_path)
+    if change == "key":
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-rotated-key")
+    else:  # the spare read the file when it started; an edit since then is not in it
+        with (Path(spare_boot["cwd"]) / "CLAUDE.md").open("a") as fh:
+            fh.write("\nA rule written after the spare started.\n")
+    _new_conversation(fake_host, "conv-2")
+    second = await _collect(runner, fake_host.run_context("two", config=_spared(tmp_path)))
+    assert second[-2].message.text == "echo[1]: two" and _kinds(second)[-1] == "completed"
+    answered = _starts(tmp_path)[-1]
+    # A new process answered, in the slot the conversation claimed, with the key of now.
+    assert answered["process"] != spare_boot["boot"] and answered["cwd"] == spare_boot["cwd"]
+    assert spare_boot["boot"] not in {b["boot"] for b in _log(tmp_path, boots=True)[2:]}
+
+
+async def test_spares_are_per_binding_expire_and_leave_no_slot(tmp_path, fake_host, clean_env) -> None:
+    runner = ClaudeCodeRunner(tmp_path / "data")
+    await _collect(runner, fake_host.run_context("one", config=_spared(tmp_path, keep_warm_seconds=5)))
+    await _until(lambda: len(runner.spares) == 1, "a spare started")
+    spares_dir = next((tmp_path / "data" / "workspaces").glob("*/.spares"))
+    # Another binding's conversation (another instruction) does not take it: it would not start the same way.
+    _new_conversation(fake_host, "conv-2")
+    other = _spared(tmp_path, keep_warm_seconds=0.5, instructions="Be terse.")
+    await _collect(runner, fake_host.run_context("two", config=other))
+    assert len(list(spares_dir.iterdir())) >= 1
+    conv2 = runner.workspaces.workspace("bot-1", "conv-2").working_dir
+    assert conv2.parent.name != ".spares"  # its own new directory, not a spare's
+    # Unclaimed spares stop after the binding's keep_warm_seconds, their slots with them.
+    await _until(lambda: len(runner.kept) == 1, "the short-lived kept process expired", timeout=30)
+    await runner.close()
+    assert list(spares_dir.iterdir()) == []
+    await _until(lambda: not pids_with_env(_tag(tmp_path)), "every process stopped")
+
+
+async def test_concurrent_first_messages_share_no_spare(tmp_path, fake_host, clean_env) -> None:
+    runner = ClaudeCodeRunner(tmp_path / "data")
+    await _collect(runner, fake_host.run_context("zero", config=_spared(tmp_path)))
+    await _until(lambda: len(runner.spares) == 1, "a spare started")
+    contexts = []
+    for n in (1, 2, 3):
+        _new_conversation(fake_host, f"conv-new-{n}")
+        contexts.append(fake_host.run_context(f"first of {n}", config=_spared(tmp_path)))
+    results = await asyncio.gather(*(_collect(runner, rc) for rc in contexts))
+    assert sorted(r[-2].message.text for r in results) == [f"echo[1]: first of {n}" for n in (1, 2, 3)]
+    dirs = {runner.workspaces.workspace("bot-1", f"conv-new-{n}").working_dir for n in (1, 2, 3)}
+    assert len(dirs) == 3  # each conversation in its own directory, one of them the spare's
+    assert sum(d.parent.name == ".spares" for d in dirs) == 1
+    processes = [s["process"] for s in _starts(tmp_path)]
+    assert len(set(processes)) == len(processes) == 4
+
+
+def test_slots_of_a_dead_runner_are_swept_and_claimed_ones_kept(tmp_path) -> None:
+    from agenthost.runners.external_harness.workspace import WorkspaceManager, path_key
+
+    manager = WorkspaceManager(tmp_path / "data")
+    root = tmp_path / "data" / "workspaces" / path_key("bot-1") / ".spares"
+    dead_unclaimed, dead_claimed = root / "999999999-1-aaaa", root / "999999999-1-bbbb"
+    for slot in (dead_unclaimed, dead_claimed):
+        (slot / ".agenthost").mkdir(parents=True)
+    (root.parent / path_key("conv-old")).symlink_to(Path(".spares") / dead_claimed.name)
+    live = manager.new_slot("bot-1")
+    other = WorkspaceManager(tmp_path / "data").new_slot("bot-1")  # a live runner's (here: ours) is not swept
+    assert sorted(p.name for p in root.iterdir()) == sorted([dead_claimed.name, live.path.name, other.path.name])
+    # A conversation that has a directory keeps it; a new one claims.
+    assert manager.claim("bot-1", "conv-old", live) is None and not live.claimed
+    claimed = manager.claim("bot-1", "conv-new", live)
+    assert claimed is not None and claimed.working_dir == live.path and live.claimed
+    live.discard()
+    assert live.path.is_dir()
+    other.discard()
+    assert not other.path.exists()
