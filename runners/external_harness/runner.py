@@ -439,8 +439,10 @@ class HarnessRunner(Runner):
         creds: dict[str, str] | None,
         grant: str,
     ) -> None:
-        """Starts, in the background, a spare process for the binding's next new conversation (warm.py)."""
-        if key in self._spares_starting:
+        """Starts, in the background, a spare process for the binding's next new conversation (warm.py). Never in
+        place of another binding's spare: with more bindings than room, spares go to those that got one first
+        rather than each turn starting a process that evicts one another turn started."""
+        if key in self._spares_starting or len(self.spares) + len(self._spares_starting) >= self.spares.capacity:
             return
 
         async def start() -> None:
@@ -494,6 +496,7 @@ class HarnessRunner(Runner):
                     grant=grant,
                     slot=slot,
                 )
+                await self.spares.put(key, spare, config.keep_warm_seconds)
             except BaseException as exc:
                 if proc is not None:
                     await proc.stop()
@@ -503,8 +506,6 @@ class HarnessRunner(Runner):
                 if not isinstance(exc, Exception):
                     raise
                 log.warning("no spare %s process for bot %s", self.driver.name, run.bot_id, exc_info=True)
-                return
-            await self.spares.put(key, spare, config.keep_warm_seconds)
 
         task = asyncio.create_task(start())
         self._spares_starting[key] = task

@@ -32,7 +32,8 @@ What stays as it was with one process per message:
 
 Spares: a conversation's first message. A kept process serves a conversation's later messages; its first would
 still wait for the CLI to start (~0.5 s). So after a turn that kept its process, the runner also starts one spare
-process for the binding (at most one per binding, MAX_SPARES in all), as a new conversation's would start: the same
+process for the binding (at most one per binding; MAX_SPARES in all, never one in place of another binding's),
+as a new conversation's would start: the same
 command line and environment, its own new session id, the binding's bridge with no run attached, the projected
 start-up files, and its own sandbox around a fresh directory (a slot, workspace.py). Claude Code reads nothing of a
 conversation before its first message; the managed block holds nothing of one (projection.py). The bot's next new

@@ -301,3 +301,17 @@ def test_slots_of_a_dead_runner_are_swept_and_claimed_ones_kept(tmp_path) -> Non
     assert live.path.is_dir()
     other.discard()
     assert not other.path.exists()
+
+
+async def test_spares_do_not_evict_one_another(tmp_path, fake_host, clean_env) -> None:
+    """More bindings than room: the first ones keep their spares, and a later binding's turn starts none (a spare
+    that evicts another, for a turn of a third binding to evict, would be a process start per message)."""
+    runner = ClaudeCodeRunner(tmp_path / "data")
+    for n in range(4):
+        _new_conversation(fake_host, f"conv-{n}")
+        await _collect(runner, fake_host.run_context("hi", config=_spared(tmp_path, instructions=f"binding {n}")))
+        if n < 2:
+            await _until(lambda n=n: len(runner.spares) == n + 1, f"binding {n}'s spare started")
+            first_two = set(runner.spares._kept)
+    # Spares start when the turn ends (_turn's finally): one for binding 2 or 3 would be starting now.
+    assert set(runner.spares._kept) == first_two and not runner._spares_starting
