@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -195,6 +196,7 @@ class _Reuse:
     grant: str = ""  # the bridge's transport and what it lists (granted APIs, approvals)
     bridge: RunnerBridge | None = None  # this turn's bridge served by the runner: the kept process's, or a new one
     handed_over: bool = False  # the bridge went on with a kept process; the turn must not close it
+    started: TurnPlan | None = None  # how the kept process started, which a spare repeats
 
 
 @dataclass
@@ -343,24 +345,9 @@ class HarnessRunner(Runner):
                 spare_key = (run.bot_id, hashlib.sha256(binding.encode()).hexdigest())
         if kept is not None:
             await kept.stop()
-        workspace: Workspace | None = None
-        if (
-            spare_key is not None
-            and reuse.kept is None
-            and self.workspaces.is_new(run.bot_id, run.conversation_id, workspace_root=config.workspace_root)
-        ):
-            # The conversation's first message: a spare started for the binding takes it, in the spare's directory.
-            spare = await self.spares.take(spare_key)
-            if spare is not None and spare.slot is not None:
-                workspace = self.workspaces.claim(
-                    run.bot_id, run.conversation_id, spare.slot, workspace_root=config.workspace_root
-                )
-                if workspace is None:
-                    await spare.stop()
-                else:
-                    reuse.kept = spare
-        if workspace is None:
-            workspace = self.workspaces.workspace(run.bot_id, run.conversation_id, workspace_root=config.workspace_root)
+        if spare_key is not None and reuse.kept is None:
+            reuse.kept = await self._claim_spare(run, config, spare_key)
+        workspace = self.workspaces.workspace(run.bot_id, run.conversation_id, workspace_root=config.workspace_root)
         sandbox: Sandbox | None = None
         if config.process_sandbox:
             sandbox = harness_sandbox(
@@ -426,20 +413,35 @@ class HarnessRunner(Runner):
             if reuse.bridge is not None and not reuse.handed_over:
                 # The turn is over, however it ended: the bridge, its sessions and their host calls go with it.
                 await reuse.bridge.close()
-            if reuse.handed_over and spare_key is not None and spare_key not in self.spares:
-                self._start_spare(spare_key, run, config, environ, install, bridge_env, reuse.grant)
+            if reuse.started is not None and spare_key is not None and spare_key not in self.spares:
+                self._start_spare(spare_key, run, config, install, bridge_env, reuse.grant, reuse.started)
+
+    async def _claim_spare(self, run: RunContext, config: HarnessConfig, key: tuple[str, str]) -> KeptHarness | None:
+        """For a conversation's first message (it has no directory yet): the binding's spare, whose slot is then the
+        conversation's directory."""
+        root = config.workspace_root
+        if not self.workspaces.is_new(run.bot_id, run.conversation_id, workspace_root=root):
+            return None
+        spare = await self.spares.take(key)
+        if spare is None or spare.slot is None:
+            return None
+        if not self.workspaces.claim(run.bot_id, run.conversation_id, spare.slot, workspace_root=root):
+            await spare.stop()
+            return None
+        return spare
 
     def _start_spare(
         self,
         key: tuple[str, str],
         run: RunContext,
         config: HarnessConfig,
-        environ: dict[str, str],
         install: Install,
         creds: dict[str, str] | None,
         grant: str,
+        started: TurnPlan,
     ) -> None:
-        """Starts, in the background, a spare process for the binding's next new conversation (warm.py). Never in
+        """Starts, in the background, a spare process for the binding's next new conversation (warm.py): as the
+        kept process of a turn of the binding `started`, in a slot of its own, with its own bridge and session. Never in
         place of another binding's spare: with more bindings than room, spares go to those that got one first
         rather than each turn starting a process that evicts one another turn started."""
         if key in self._spares_starting or len(self.spares) + len(self._spares_starting) >= self.spares.capacity:
@@ -456,22 +458,17 @@ class HarnessRunner(Runner):
                 if creds is not None:
                     bridge = await _new_bridge(config, creds)
                     launch, bridge_env = _bridge_launch(bridge)
-                _, user_mcp = self._project_startup(run, config, workspace, launch)
+                self._project_startup(run, config, workspace, launch)
                 sandbox = harness_sandbox(
                     workspace=workspace, install=install.ro_paths, host_address="", data_dir=self.data_dir
                 )
-                plan = TurnPlan(
-                    binary=install.exe,
-                    config=config,
+                plan = dataclasses.replace(
+                    started,
                     workspace=workspace,
                     resume_session_id=None,
                     new_session_id=str(uuid.uuid4()),
                     bridge=launch,
                     bridge_env=bridge_env,
-                    inherited_env=environ,
-                    binary_env=install.env,
-                    stored_keys=frozenset(run.secrets),
-                    user_mcp=user_mcp,
                     stream_input=True,
                 )
                 cmd = self.driver.command(plan)
@@ -826,6 +823,7 @@ class HarnessRunner(Runner):
                 )
                 await self.kept.put((run.bot_id, run.conversation_id), kept, reuse.keep_seconds)
                 reuse.handed_over = True
+                reuse.started = plan
                 exit_code = 0
             else:
                 if plan.stream_input:

@@ -152,18 +152,16 @@ class WorkspaceManager:
         self._sweep(spares)
         return SpareSlot(self._resolved(spares / f"{_OWNER}-{uuid.uuid4().hex}", bot))
 
-    def claim(
-        self, bot_id: str, conversation_id: str, slot: SpareSlot, *, workspace_root: str | None = None
-    ) -> Workspace | None:
-        """Makes `slot` the conversation's directory, or None if the conversation has one by now."""
+    def claim(self, bot_id: str, conversation_id: str, slot: SpareSlot, *, workspace_root: str | None = None) -> bool:
+        """Makes `slot` the conversation's directory; False if the conversation has one by now."""
         path = self._root(workspace_root) / path_key(bot_id or "default-bot") / path_key(conversation_id)
         try:
             # Relative: the bot's directories may move together.
             os.symlink(Path(SPARES_DIR) / slot.path.name, path, target_is_directory=True)
         except FileExistsError:
-            return None
+            return False
         slot.claimed = True
-        return self.workspace(bot_id, conversation_id, workspace_root=workspace_root)
+        return True
 
     def _sweep(self, spares: Path) -> None:
         """Removes the slots of runner processes that died before stopping their spares, once per runner process

@@ -294,9 +294,9 @@ def test_slots_of_a_dead_runner_are_swept_and_claimed_ones_kept(tmp_path) -> Non
     other = WorkspaceManager(tmp_path / "data").new_slot("bot-1")  # a live runner's (here: ours) is not swept
     assert sorted(p.name for p in root.iterdir()) == sorted([dead_claimed.name, live.path.name, other.path.name])
     # A conversation that has a directory keeps it; a new one claims.
-    assert manager.claim("bot-1", "conv-old", live) is None and not live.claimed
-    claimed = manager.claim("bot-1", "conv-new", live)
-    assert claimed is not None and claimed.working_dir == live.path and live.claimed
+    assert not manager.claim("bot-1", "conv-old", live) and not live.claimed
+    assert manager.claim("bot-1", "conv-new", live) and live.claimed
+    assert manager.workspace("bot-1", "conv-new").working_dir == live.path
     live.discard()
     assert live.path.is_dir()
     other.discard()
