@@ -3,8 +3,8 @@
 reports what it saw as a Claude Code stream-json result (so a runner takes it as a normal turn).
 
 PROBE_HOST_DIR: the host's data dir (api.sock, admin.sock, a database); PROBE_DATA_DIR: the runner's data dir;
-PROBE_OTHER_WS: another conversation's working directory; PROBE_MARK: the argument of the `sleep` it leaves
-behind; PROBE_MODE=hang: report, then keep running and ignore SIGINT (only a kill ends it).
+PROBE_OTHER_WS: another conversation's working directory; PROBE_LIST: a directory to list; PROBE_MARK: the argument
+of the `sleep` it leaves behind; PROBE_MODE=hang: report, then keep running and ignore SIGINT (only a kill ends it).
 """
 
 import json
@@ -50,6 +50,7 @@ def main():
         "host_dir": listing(host),
         "data_dir": listing(os.environ.get("PROBE_DATA_DIR", "/nonexistent")),
         "other_ws": listing(os.environ.get("PROBE_OTHER_WS", "/nonexistent")),
+        "listed": listing(os.environ.get("PROBE_LIST", "/nonexistent")),
         "proc_pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
     }
     try:

@@ -525,3 +525,34 @@ async def test_claude_cancel_ends_what_its_bash_tool_started(host, layout, monke
 
 async def _collect(runner: ClaudeCodeRunner, rc: Any) -> list:
     return [e async for e in runner.run(rc)]
+
+
+@needs_bwrap
+async def test_a_claimed_spare_slot_sees_neither_another_spare_nor_the_spares_dir(host, tmp_path) -> None:
+    """A conversation that took a spare runs in the spare's slot: the other slots (a spare waiting for the next
+    conversation) and the slots' folder stay out of its sandbox, as other conversations' directories do."""
+    fake, host_dir = host
+    data = tmp_path / "runner-data"
+    manager = WorkspaceManager(data)
+    mine, waiting = manager.new_slot("bot-1"), manager.new_slot("bot-1")
+    assert manager.claim("bot-1", "conv-1", mine)
+    (waiting.path / "other-secret.txt").write_text("the next conversation's")
+    (data / "runner-secret.txt").write_text("runner only")
+    layout = {"data": data, "ws": manager.workspace("bot-1", "conv-1"), "other": waiting.workspace}
+    assert layout["ws"].working_dir == mine.path
+    mark = new_mark()
+    proc = HarnessProcess(
+        [PROBE],
+        cwd=mine.path,
+        env=probe_env(host_dir, layout, mark, PROBE_LIST=str(mine.path.parent)),
+        sandbox=sandbox_for(fake, layout),
+    )
+    try:
+        async with proc:
+            events = [e async for e in proc.events()]
+            assert await proc.wait() == 0
+        report = json.loads(events[-1]["result"])
+        assert_walled(report, host_dir, layout)
+        assert report["listed"] == [mine.path.name]  # the slots' folder shows its own slot and nothing else
+    finally:
+        kill_marked(mark)
