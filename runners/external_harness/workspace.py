@@ -18,6 +18,7 @@ session by. No id's directory can be named `.spares`: `path_key` never starts wi
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import re
@@ -87,23 +88,45 @@ class Workspace:
         return self
 
 
-def _started(pid: int) -> int | None:
-    """When process `pid` started (clock ticks since boot), or None if there is no such process: with the pid, it
-    names one process for good, where a pid alone may be reused."""
+# Names this runner process's slots. Its liveness is a lock it holds on `<owner>.lock` beside them, for its whole
+# life: a flock holds across pid namespaces (each sandboxed runner has its own, so a pid names nobody for sure) and
+# goes with the process, however it dies.
+_OWNER = uuid.uuid4().hex[:16]
+_HELD: dict[Path, int] = {}  # spares dir -> the open, locked fd of this process's lock file there
+
+
+def _hold_owner_lock(spares: Path) -> None:
+    if spares in _HELD:
+        return
+    # Locked under a name no sweep reads, then renamed: a sweep never sees the lock file unlocked.
+    hidden = spares / f".{_OWNER}.lock"
+    fd = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    os.rename(hidden, spares / f"{_OWNER}.lock")
+    _HELD[spares] = fd
+
+
+def _owner_gone(spares: Path, owner: str) -> bool:
+    """Whether the runner process that named its slots `owner` is gone (its lock is free, or was never taken)."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return int(stat.read().rsplit(b")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-_OWNER = f"{os.getpid()}-{_started(os.getpid())}"
+        fd = os.open(spares / f"{owner}.lock", os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held: its runner is alive
+    finally:
+        os.close(fd)
+    return True
 
 
 @dataclass(eq=False)
 class SpareSlot:
-    """The directory of a spare process (warm.py) until a conversation claims it. Its name starts with its owner
-    (the runner process's pid and start time), so a later runner can tell the slots a dead one left behind."""
+    """The directory of a spare process (warm.py) until a conversation claims it. Its name starts with its owner's
+    (the runner process's), so a later runner can tell the slots a dead one left behind."""
 
     workspace: Workspace
     claimed: bool = field(default=False)
@@ -149,6 +172,8 @@ class WorkspaceManager:
         """A fresh directory for a spare process of the bot, beside its conversations' directories."""
         bot = path_key(bot_id or "default-bot")
         spares = self._root(workspace_root) / bot / SPARES_DIR
+        spares.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _hold_owner_lock(spares)
         self._sweep(spares)
         return SpareSlot(self._resolved(spares / f"{_OWNER}-{uuid.uuid4().hex}", bot))
 
@@ -170,17 +195,16 @@ class WorkspaceManager:
         if spares in self._swept:
             return
         self._swept.add(spares)
-        try:
-            slots = [entry for entry in os.scandir(spares) if entry.is_dir(follow_symlinks=False)]
-        except OSError:
-            return
-        stale = []
-        for entry in slots:
-            pid, _, rest = entry.name.partition("-")
-            started, _, _ = rest.partition("-")
-            with contextlib.suppress(ValueError):
-                if str(_started(int(pid))) != started:
-                    stale.append(entry.name)
+        owners: dict[str, list[str]] = {}
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(spares):
+                if entry.name.startswith(".") or entry.name.startswith(_OWNER):
+                    continue
+                if entry.name.endswith(".lock"):
+                    owners.setdefault(entry.name.removesuffix(".lock"), [])
+                elif entry.is_dir(follow_symlinks=False):
+                    owners.setdefault(entry.name.partition("-")[0], []).append(entry.name)
+        stale = {owner: slots for owner, slots in owners.items() if _owner_gone(spares, owner)}
         if not stale:
             return
         claimed = set()
@@ -188,6 +212,9 @@ class WorkspaceManager:
             for entry in os.scandir(spares.parent):
                 if entry.is_symlink():
                     claimed.add(os.path.basename(os.readlink(entry.path)))
-        for name in stale:
-            if name not in claimed:
-                shutil.rmtree(spares / name, ignore_errors=True)
+        for owner, slots in stale.items():
+            for name in slots:
+                if name not in claimed:
+                    shutil.rmtree(spares / name, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                os.unlink(spares / f"{owner}.lock")

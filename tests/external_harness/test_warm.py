@@ -219,7 +219,8 @@ async def test_a_new_conversation_gets_the_spare_started_after_another_ones_mess
     await _until(lambda: len(runner.spares) == 1, "a new spare replaced the claimed one")
     await runner.close()
     assert slot.is_dir()  # claimed: the conversation's, not removed with the runner's spares
-    assert [p.name for p in slot.parent.iterdir()] == [slot.name]  # the unclaimed spare's slot went with it
+    # The unclaimed spare's slot went with it (the runner process's lock file stays until the process ends).
+    assert [p.name for p in slot.parent.iterdir() if p.suffix != ".lock"] == [slot.name]
     await _until(lambda: not pids_with_env(_tag(tmp_path)), "every process stopped with the runner")
 
 
@@ -247,20 +248,22 @@ async def test_a_spare_that_would_not_start_the_same_way_is_replaced(
 
 async def test_spares_are_per_binding_expire_and_leave_no_slot(tmp_path, fake_host, clean_env) -> None:
     runner = ClaudeCodeRunner(tmp_path / "data")
-    await _collect(runner, fake_host.run_context("one", config=_spared(tmp_path, keep_warm_seconds=5)))
-    await _until(lambda: len(runner.spares) == 1, "a spare started")
+    await _collect(runner, fake_host.run_context("one", config=_spared(tmp_path, keep_warm_seconds=2)))
+    await _spare_boot(runner, tmp_path)
     spares_dir = next((tmp_path / "data" / "workspaces").glob("*/.spares"))
     # Another binding's conversation (another instruction) does not take it: it would not start the same way.
     _new_conversation(fake_host, "conv-2")
-    other = _spared(tmp_path, keep_warm_seconds=0.5, instructions="Be terse.")
-    await _collect(runner, fake_host.run_context("two", config=other))
-    assert len(list(spares_dir.iterdir())) >= 1
-    conv2 = runner.workspaces.workspace("bot-1", "conv-2").working_dir
-    assert conv2.parent.name != ".spares"  # its own new directory, not a spare's
-    # Unclaimed spares stop after the binding's keep_warm_seconds, their slots with them.
-    await _until(lambda: len(runner.kept) == 1, "the short-lived kept process expired", timeout=30)
-    await runner.close()
-    assert list(spares_dir.iterdir()) == []
+    await _collect(
+        runner, fake_host.run_context("two", config=_spared(tmp_path, keep_warm_seconds=2, instructions="!"))
+    )
+    assert runner.workspaces.workspace("bot-1", "conv-2").working_dir.parent.name != ".spares"
+    # Unclaimed spares (the first binding's, and the one the second binding's message left) stop after the binding's
+    # keep_warm_seconds, their slots with them.
+    await _until(
+        lambda: len(runner.spares) == 0 and not [p for p in spares_dir.iterdir() if p.is_dir()],
+        "the spares expired and their slots were removed",
+        timeout=30,
+    )
     await _until(lambda: not pids_with_env(_tag(tmp_path)), "every process stopped")
 
 
@@ -282,17 +285,31 @@ async def test_concurrent_first_messages_share_no_spare(tmp_path, fake_host, cle
 
 
 def test_slots_of_a_dead_runner_are_swept_and_claimed_ones_kept(tmp_path) -> None:
-    from agenthost.runners.external_harness.workspace import WorkspaceManager, path_key
+    import fcntl
+    import os
 
-    manager = WorkspaceManager(tmp_path / "data")
+    from agenthost.runners.external_harness.workspace import _OWNER, WorkspaceManager, _owner_gone, path_key
+
     root = tmp_path / "data" / "workspaces" / path_key("bot-1") / ".spares"
-    dead_unclaimed, dead_claimed = root / "999999999-1-aaaa", root / "999999999-1-bbbb"
-    for slot in (dead_unclaimed, dead_claimed):
+    dead_unclaimed, dead_claimed, alive = root / "dead-aaaa", root / "dead-bbbb", root / "alive-cccc"
+    for slot in (dead_unclaimed, dead_claimed, alive):
         (slot / ".agenthost").mkdir(parents=True)
+    (root / "dead.lock").touch()  # its runner died: nothing holds the lock
     (root.parent / path_key("conv-old")).symlink_to(Path(".spares") / dead_claimed.name)
-    live = manager.new_slot("bot-1")
-    other = WorkspaceManager(tmp_path / "data").new_slot("bot-1")  # a live runner's (here: ours) is not swept
-    assert sorted(p.name for p in root.iterdir()) == sorted([dead_claimed.name, live.path.name, other.path.name])
+    # Another runner process, alive (in a pid namespace of its own, say): it holds its lock.
+    held = os.open(root / "alive.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        manager = WorkspaceManager(tmp_path / "data")
+        live = manager.new_slot("bot-1")
+        other = WorkspaceManager(tmp_path / "data").new_slot("bot-1")  # this runner's own are not swept either
+    finally:
+        os.close(held)
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        [dead_claimed.name, alive.name, "alive.lock", f"{_OWNER}.lock", live.path.name, other.path.name]
+    )
+    # That runner is gone now (its lock released with its fd); this one is not.
+    assert _owner_gone(root, "alive") and not _owner_gone(root, _OWNER)
     # A conversation that has a directory keeps it; a new one claims.
     assert not manager.claim("bot-1", "conv-old", live) and not live.claimed
     assert manager.claim("bot-1", "conv-new", live) and live.claimed
