@@ -69,7 +69,7 @@ from agenthost.runners.external_harness.turn import Driver, Install, TurnPlan, T
 from agenthost.runners.external_harness.user_mcp import UserMcp
 from agenthost.runners.external_harness.user_mcp import plan as plan_user_mcp
 from agenthost.runners.external_harness.warm import MAX_SPARES, KeptHarness, KeptHarnesses, RunnerBridge, fingerprint
-from agenthost.runners.external_harness.workspace import Workspace, WorkspaceManager
+from agenthost.runners.external_harness.workspace import SpareSlot, Workspace, WorkspaceManager
 from agenthost.runners.sdk import events
 from agenthost.runners.sdk.mcp_servers import McpServerError
 from agenthost.runners.sdk.runner import RunContext, Runner
@@ -441,17 +441,19 @@ class HarnessRunner(Runner):
         started: TurnPlan,
     ) -> None:
         """Starts, in the background, a spare process for the binding's next new conversation (warm.py): as the
-        kept process of a turn of the binding `started`, in a slot of its own, with its own bridge and session. Never in
-        place of another binding's spare: with more bindings than room, spares go to those that got one first
-        rather than each turn starting a process that evicts one another turn started."""
+        turn's kept process started (`started`), but in a slot of its own, with a bridge of its own (listing the
+        grant's tools, attached to no run) and a new session. Never in place of another binding's spare: with more
+        bindings than room, spares go to those that got one first, rather than each message starting a process
+        that evicts the one another message started."""
         if key in self._spares_starting or len(self.spares) + len(self._spares_starting) >= self.spares.capacity:
             return
 
         async def start() -> None:
-            slot = self.workspaces.new_slot(run.bot_id, workspace_root=config.workspace_root)
+            slot: SpareSlot | None = None
             bridge: RunnerBridge | None = None
             proc: HarnessProcess | None = None
             try:
+                slot = self.workspaces.new_slot(run.bot_id, workspace_root=config.workspace_root)
                 workspace = slot.workspace
                 launch: Launch | None = None
                 bridge_env: dict[str, str] = {}
@@ -499,7 +501,8 @@ class HarnessRunner(Runner):
                     await proc.stop()
                 if bridge is not None:
                     await bridge.close()
-                slot.discard()
+                if slot is not None:
+                    slot.discard()
                 if not isinstance(exc, Exception):
                     raise
                 log.warning("no spare %s process for bot %s", self.driver.name, run.bot_id, exc_info=True)
