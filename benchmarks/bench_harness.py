@@ -249,8 +249,9 @@ def _cpu_ticks_under(root: int) -> int:
     return total
 
 
-async def settle(window: float = 0.3, limit: float = 15.0) -> None:
-    """Waits until the processes under this one use no more than two clock ticks in `window` (or `limit` passes)."""
+async def settle(window: float = 0.3, limit: float = 15.0) -> bool:
+    """Waits until the processes under this one use no more than two clock ticks in `window`; False if `limit`
+    passed first (the round is then timed anyway, and the count of such waits is printed)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + limit
     before = _cpu_ticks_under(os.getpid())
@@ -258,8 +259,9 @@ async def settle(window: float = 0.3, limit: float = 15.0) -> None:
         await asyncio.sleep(window)
         now = _cpu_ticks_under(os.getpid())
         if now - before <= 2:
-            return
+            return True
         before = now
+    return False
 
 
 async def bench(
@@ -355,15 +357,19 @@ async def bench(
             # One warm-up of each (page cache, first-run files), then rounds of one turn per path, the order rotating
             # from round to round, so drift and a neighbour's load spike hit all paths alike.
             paths = list(times)
+            unsettled = 0
             for i in range(runs + 1):
                 order = paths[i % len(paths) :] + paths[: i % len(paths)]
                 row = {}
                 for name in order:
-                    await settle()
+                    unsettled += not await settle()
                     row[name] = await timed(name, i)
                 if i:
                     for name, value in row.items():
                         times[name].append(value)
+            if unsettled:
+                total = (runs + 1) * len(paths)
+                print(f"{harness}: {unsettled} of {total} turns were timed before the processes settled")
     return times
 
 
