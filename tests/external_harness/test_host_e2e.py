@@ -95,6 +95,35 @@ async def test_builtin_plugin_process_serves_both_runners(tmp_path, clean_env, m
         assert (missing.run.status, missing.run.error_code) == ("failed", "harness_not_found")
 
 
+async def test_a_new_conversations_first_message_takes_the_spare_through_host_and_plugin(
+    tmp_path, clean_env, monkeypatch
+) -> None:
+    """Through the host and the built-in plugin process as users run them: the run contexts of two conversations
+    give the same binding key and start-up files, so the second conversation's first message goes to the spare
+    the first one's message left."""
+    monkeypatch.setenv("AGENTHOST_SANDBOX_RO", str(Path(FAKE_HARNESS).parent))
+    async with HostHarness(tmp_path, builtin=True) as h:
+        await h.bind("agenthost/claude-code", {"command": FAKE_HARNESS, "env": {"FAKE_HARNESS_LOG": "harness.log"}})
+        first = await h.send("hello", conversation_id="c1")
+        assert (first.run.status, first.text) == ("completed", "echo[1]: hello"), first.run.error_message
+
+        def log() -> list[dict]:
+            lines = [line for path in tmp_path.rglob("harness.log") for line in path.read_text().splitlines()]
+            return [json.loads(line) for line in lines]
+
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 30
+        while len([e for e in log() if "boot" in e]) < 2:  # the first message's process, then the spare
+            assert loop.time() < end, f"no spare started: {log()}"
+            await asyncio.sleep(0.05)
+        (answered_first,) = [e["process"] for e in log() if e.get("prompt") == "hello"]
+        (spare,) = [e["boot"] for e in log() if e.get("boot") not in (None, answered_first)]
+        second = await h.send("hi", conversation_id="c2")
+        assert (second.run.status, second.text) == ("completed", "echo[1]: hi"), second.run.error_message
+        (turn,) = [e for e in log() if e.get("prompt") == "hi"]
+        assert turn["process"] == spare and "/.spares/" in turn["cwd"]
+
+
 async def test_host_rejects_a_bad_binding_config_via_the_manifest_schema(tmp_path, clean_env) -> None:
     from agenthost.protos import errors
 
