@@ -195,8 +195,9 @@ class _Reuse:
     kept: KeptHarness | None = None  # taken out of the runner's kept processes (or its spares) for this turn
     grant: str = ""  # the bridge's transport and what it lists (granted APIs, approvals)
     bridge: RunnerBridge | None = None  # this turn's bridge served by the runner: the kept process's, or a new one
-    handed_over: bool = False  # the bridge went on with a kept process; the turn must not close it
-    started: TurnPlan | None = None  # how the kept process started, which a spare repeats
+    # How this turn's process started, once it is kept (None until then): its bridge went with it, so the turn
+    # must not close that; a spare repeats it.
+    started: TurnPlan | None = None
 
 
 @dataclass
@@ -325,70 +326,70 @@ class HarnessRunner(Runner):
         # in this process: the harness gets neither the tool token nor the run API socket.
         in_runner = bridge_env is not None and config.mcp_transport in ("sdk", "http")
         reuse = _Reuse()
-        kept = await self.kept.take((run.bot_id, run.conversation_id))
         spare_key: tuple[str, str] | None = None
-        if (
-            isinstance(config, ClaudeCodeConfig)
-            and config.keep_warm_seconds > 0
-            and config.max_budget_usd is None  # the CLI counts a budget over the process, not the message
-            and (bridge_env is None or in_runner)  # a stdio bridge holds one run's token for its whole life
-        ):
-            reuse.keep_seconds = config.keep_warm_seconds
-            if bridge_env is not None:
-                reuse.grant = "\n".join(
-                    (config.mcp_transport, bridge_env["AGENTHOST_APIS"], bridge_env["AGENTHOST_APPROVALS"])
-                )
-            if kept is not None and kept.grant == reuse.grant:
-                reuse.kept, kept = kept, None
-            if config.spare_process and config.process_sandbox:
-                binding = json.dumps([run.config, reuse.grant], sort_keys=True, default=str)
-                spare_key = (run.bot_id, hashlib.sha256(binding.encode()).hexdigest())
-        if kept is not None:
-            await kept.stop()
-        if spare_key is not None and reuse.kept is None:
-            reuse.kept = await self._claim_spare(run, config, spare_key)
-        workspace = self.workspaces.workspace(run.bot_id, run.conversation_id, workspace_root=config.workspace_root)
-        sandbox: Sandbox | None = None
-        if config.process_sandbox:
-            sandbox = harness_sandbox(
-                workspace=workspace,
-                install=install.ro_paths,
-                # The run API socket only for a stdio bridge to use; without one the harness has no token for it.
-                host_address=bridge_env["AGENTHOST_HOST_ADDRESS"] if bridge_env and not in_runner else "",
-                data_dir=self.data_dir,
-            )
-        else:
-            log.warning(
-                "running %s for run %s WITHOUT a sandbox (process_sandbox: false)", self.driver.name, run.run_id
-            )
-            yield events.progress("the harness runs without a sandbox (process_sandbox: false in the binding)")
-        stored = await self._load_session(run)
-        if not stored.readable:
-            yield events.progress("conversation state is not readable for this run; using the run's state snapshot")
-
-        resume_id: str | None = None
-        if config.resume and stored.session_id:
-            if stored.harness not in (None, self.driver.name):
-                yield events.progress(f"the stored session belongs to {stored.harness}; starting a new session")
-            elif stored.working_directory not in (None, str(workspace.working_dir)):
-                yield events.progress("the working directory moved; starting a new session")
-            else:
-                resume_id = str(stored.session_id)
-
-        launch: Launch | None = None
-        harness_bridge_env: dict[str, str] = {}
-        if in_runner and bridge_env is not None:
-            creds = bridge_env
-            # Of this transport and tool list: the grant says so.
-            reuse.bridge = reuse.kept.bridge if reuse.kept is not None else None
-            if reuse.bridge is None:
-                reuse.bridge = await _new_bridge(config, creds)
-            await reuse.bridge.attach(lambda: bridge_from_env(creds))
-            launch, harness_bridge_env = _bridge_launch(reuse.bridge)
-        elif bridge_env is not None:
-            launch = BridgeLaunch()
-            harness_bridge_env = bridge_env
         try:
+            kept = await self.kept.take((run.bot_id, run.conversation_id))
+            if (
+                isinstance(config, ClaudeCodeConfig)
+                and config.keep_warm_seconds > 0
+                and config.max_budget_usd is None  # the CLI counts a budget over the process, not the message
+                and (bridge_env is None or in_runner)  # a stdio bridge holds one run's token for its whole life
+            ):
+                reuse.keep_seconds = config.keep_warm_seconds
+                if bridge_env is not None:
+                    reuse.grant = "\n".join(
+                        (config.mcp_transport, bridge_env["AGENTHOST_APIS"], bridge_env["AGENTHOST_APPROVALS"])
+                    )
+                if kept is not None and kept.grant == reuse.grant:
+                    reuse.kept, kept = kept, None
+                if config.spare_process and config.process_sandbox:
+                    binding = json.dumps([run.config, reuse.grant], sort_keys=True, default=str)
+                    spare_key = (run.bot_id, hashlib.sha256(binding.encode()).hexdigest())
+            if kept is not None:
+                await kept.stop()
+            if spare_key is not None and reuse.kept is None:
+                reuse.kept = await self._claim_spare(run, config, spare_key)
+            workspace = self.workspaces.workspace(run.bot_id, run.conversation_id, workspace_root=config.workspace_root)
+            sandbox: Sandbox | None = None
+            if config.process_sandbox:
+                sandbox = harness_sandbox(
+                    workspace=workspace,
+                    install=install.ro_paths,
+                    # The run API socket only for a stdio bridge to use; without one the harness has no token for it.
+                    host_address=bridge_env["AGENTHOST_HOST_ADDRESS"] if bridge_env and not in_runner else "",
+                    data_dir=self.data_dir,
+                )
+            else:
+                log.warning(
+                    "running %s for run %s WITHOUT a sandbox (process_sandbox: false)", self.driver.name, run.run_id
+                )
+                yield events.progress("the harness runs without a sandbox (process_sandbox: false in the binding)")
+            stored = await self._load_session(run)
+            if not stored.readable:
+                yield events.progress("conversation state is not readable for this run; using the run's state snapshot")
+
+            resume_id: str | None = None
+            if config.resume and stored.session_id:
+                if stored.harness not in (None, self.driver.name):
+                    yield events.progress(f"the stored session belongs to {stored.harness}; starting a new session")
+                elif stored.working_directory not in (None, str(workspace.working_dir)):
+                    yield events.progress("the working directory moved; starting a new session")
+                else:
+                    resume_id = str(stored.session_id)
+
+            launch: Launch | None = None
+            harness_bridge_env: dict[str, str] = {}
+            if in_runner and bridge_env is not None:
+                creds = bridge_env
+                # Of this transport and tool list: the grant says so.
+                reuse.bridge = reuse.kept.bridge if reuse.kept is not None else None
+                if reuse.bridge is None:
+                    reuse.bridge = await _new_bridge(config, creds)
+                await reuse.bridge.attach(lambda: bridge_from_env(creds))
+                launch, harness_bridge_env = _bridge_launch(reuse.bridge)
+            elif bridge_env is not None:
+                launch = BridgeLaunch()
+                harness_bridge_env = bridge_env
             async with contextlib.aclosing(
                 self._project_and_run(
                     run,
@@ -408,9 +409,9 @@ class HarnessRunner(Runner):
                 async for event in turn_events:
                     yield event
         finally:
-            if reuse.kept is not None:  # taken, never used: the turn failed before its harness ran
+            if reuse.kept is not None:  # taken, never used: the turn failed (or was cancelled) before its harness ran
                 await reuse.kept.stop()
-            if reuse.bridge is not None and not reuse.handed_over:
+            if reuse.bridge is not None and reuse.started is None:
                 # The turn is over, however it ended: the bridge, its sessions and their host calls go with it.
                 await reuse.bridge.close()
             if reuse.started is not None and spare_key is not None and spare_key not in self.spares:
@@ -825,7 +826,6 @@ class HarnessRunner(Runner):
                     cost_usd=turn.cost_total_usd,
                 )
                 await self.kept.put((run.bot_id, run.conversation_id), kept, reuse.keep_seconds)
-                reuse.handed_over = True
                 reuse.started = plan
                 exit_code = 0
             else:

@@ -192,8 +192,12 @@ class KeptHarnesses:
         watch, kept._watch = kept._watch, None
         if watch is not None and not watch.done():
             watch.cancel()
-            # The read it was waiting in gives nothing up when cancelled (HarnessProcess.next_event).
-            await asyncio.wait([watch])
+            try:
+                # The read it was waiting in gives nothing up when cancelled (HarnessProcess.next_event).
+                await asyncio.wait([watch])
+            except BaseException:  # the turn taking it was cancelled here: out of the pool, it must not linger
+                self._stop_later(kept)
+                raise
         if (watch is not None and not watch.cancelled()) or not kept.proc.running:
             await kept.stop()
             return None

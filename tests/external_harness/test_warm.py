@@ -332,3 +332,32 @@ async def test_spares_do_not_evict_one_another(tmp_path, fake_host, clean_env) -
             first_two = set(runner.spares._kept)
     # Spares start when the turn ends (_turn's finally): one for binding 2 or 3 would be starting now.
     assert set(runner.spares._kept) == first_two and not runner._spares_starting
+
+
+@pytest.mark.parametrize("taken", ["kept", "spare"])
+async def test_a_turn_that_fails_before_its_harness_runs_stops_the_process_it_took(
+    taken: str, tmp_path, fake_host, clean_env, monkeypatch
+) -> None:
+    """Taken out for a turn (the conversation's kept process, or a spare for a first message), a process belongs to
+    that turn: a failure before the harness runs (here the sandbox refused) stops it, never strands it unwatched."""
+    from agenthost.runners.external_harness import runner as runner_mod
+    from agenthost.runners.external_harness.errors import HarnessSandboxError
+
+    runner = ClaudeCodeRunner(tmp_path / "data")
+    await _collect(runner, fake_host.run_context("one", config=_spared(tmp_path, keep_warm_seconds=60)))
+    await _spare_boot(runner, tmp_path)
+    if taken == "spare":
+        _new_conversation(fake_host, "conv-2")
+
+    def refuse(**_: object) -> None:
+        raise HarnessSandboxError("the sandbox is refused for this test")
+
+    monkeypatch.setattr(runner_mod, "harness_sandbox", refuse)
+    events = await _collect(runner, fake_host.run_context("two", config=_spared(tmp_path, keep_warm_seconds=60)))
+    assert _kinds(events)[-1] == "failed" and "refused for this test" in events[-1].failed.message
+    waiting = runner.spares if taken == "spare" else runner.kept
+    assert len(waiting) == 0
+    # One process is left: the one not taken (the spare, or the first conversation's kept process).
+    await _until(lambda: len({b["boot"] for b in _log(tmp_path, boots=True)}) == 2, "both processes logged")
+    await runner.close()
+    await _until(lambda: not pids_with_env(_tag(tmp_path)), "no process outlives the runner")
