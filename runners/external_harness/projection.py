@@ -19,6 +19,7 @@ Contract (versioned; README.md in this package documents it for users):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -51,6 +52,8 @@ USAGE_KEY = "external.usage_totals"
 
 Harness = Literal["claude-code", "codex"]
 CONTEXT_FILE: dict[str, str] = {"claude-code": "CLAUDE.md", "codex": "AGENTS.md"}
+# What the runner reads back from the working directory (CLAUDE.md with the user's text, its manifests).
+MAX_READ_BYTES = 4 * 1024 * 1024
 
 
 def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
@@ -68,21 +71,37 @@ def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
         raise
 
 
+def read_regular(path: Path, *, limit: int = MAX_READ_BYTES) -> tuple[bytes, int] | None:
+    """The bytes and mode bits of `path`, a regular file of at most `limit` bytes, or None if there is none.
+
+    The working directory is the harness's, so whatever is there may have been planted by a model's command. The
+    runner reads it from outside the sandbox: a symlink would have it read (and copy into the workspace) what only
+    the runner may see, and a FIFO would block its event loop, which serves every conversation. So: no following,
+    no waiting, no reading past `limit`; ProjectionError for anything else in that place."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # ELOOP: a symlink
+        raise ProjectionError(f"{path.name} is not a regular file ({exc.strerror}); refusing to read it") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ProjectionError(f"{path.name} is not a regular file; refusing to read it")
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise ProjectionError(f"{path.name} is over {limit} bytes; refusing to read it")
+    return data, stat.S_IMODE(st.st_mode)
+
+
 def write_if_changed(path: Path, data: str, *, mode: int = 0o644) -> None:
     """`atomic_write`, skipped when `path` is already a regular file holding exactly `data` with `mode`: most turns
-    change nothing here, and a write is a temp file, a chmod and a rename on the way to starting the harness."""
+    change nothing here, and a write is a temp file, a chmod and a rename on the way to starting the harness (and
+    a new inode, which a kept process's fingerprint would take for a change, warm.py)."""
     raw = data.encode()
-    try:
-        st = path.lstat()
-        if (
-            stat.S_ISREG(st.st_mode)
-            and stat.S_IMODE(st.st_mode) == mode
-            and st.st_size == len(raw)
-            and path.read_bytes() == raw
-        ):
+    with contextlib.suppress(ProjectionError):  # anything but a regular file there is replaced
+        if read_regular(path, limit=len(raw)) == (raw, mode):
             return
-    except OSError:
-        pass
     atomic_write(path, raw, mode=mode)
 
 
@@ -169,10 +188,9 @@ def render_managed_block(
 def upsert_managed_block(path: Path, block: str) -> None:
     """Replaces the managed block in a user-owned file, or appends one; the rest of the file is untouched."""
     managed = f"{BEGIN_MARKER}\n{block.rstrip()}\n{END_MARKER}\n"
+    found = read_regular(path)
     try:
-        current = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        current = ""
+        current = found[0].decode("utf-8") if found is not None else ""
     except UnicodeDecodeError:
         raise ProjectionError(f"{path.name} is not UTF-8 text; refusing to rewrite it") from None
     begin = current.find(BEGIN_MARKER)
@@ -188,7 +206,7 @@ def upsert_managed_block(path: Path, block: str) -> None:
             current = current[:begin] + (current[line_end + 1 :] if line_end >= 0 else "")
         sep = "" if not current or current.endswith("\n\n") else ("\n" if current.endswith("\n") else "\n\n")
         updated = current + sep + managed
-    if updated != current or not path.exists():
+    if updated != current or found is None:
         atomic_write(path, updated)
 
 
@@ -202,11 +220,12 @@ def _digest(files: dict[str, str]) -> str:
 def project_skills(workspace: Workspace, skills: list[Skill]) -> list[str]:
     """Writes the bound skills into both skill dirs; returns warnings (skills left alone)."""
     manifest_path = workspace.agenthost_dir / "skills.json"
+    found = read_regular(manifest_path)
     try:
-        managed: dict[str, dict[str, str]] = json.loads(manifest_path.read_text())
+        managed: dict[str, dict[str, str]] = json.loads(found[0]) if found is not None else {}
         if not isinstance(managed, dict):
             managed = {}
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError):
         managed = {}
     warnings: list[str] = []
     wanted = {s.name: skill_files(s) for s in skills}
@@ -302,7 +321,7 @@ def write_claude_mcp_config(
         }
     doc = {"mcpServers": servers}
     path = workspace.agenthost_dir / "mcp.json"
-    atomic_write(path, json.dumps(doc, indent=1), mode=0o600)
+    write_if_changed(path, json.dumps(doc, indent=1), mode=0o600)
     return path
 
 

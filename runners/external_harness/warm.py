@@ -107,17 +107,17 @@ def fingerprint(argv: list[str], env: dict[str, str], *, workspace: Workspace, s
     with contextlib.suppress(OSError, IndexError):  # the binary itself: an upgrade in place means a new process
         stat = Path(argv[0]).stat()
         digest.update(f"{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
-    for path in startup_files(workspace):
+    # The files by what stat says, not their bytes: a rewrite changes the mtime (an atomic one the inode), the runner
+    # writes them only when their content changes, and a read is no part of it: nothing here can be made to block
+    # (a FIFO a model planted) or to read what a symlink points out of the workspace. The skill files too: the
+    # manifest names only the runner's own, and a user's may sit beside them.
+    skills = workspace.working_dir / ".claude" / "skills"
+    paths = startup_files(workspace) + (sorted(skills.rglob("*")) if skills.is_dir() else [])
+    for path in paths:
         digest.update(b"\0" + str(path).encode() + b"\0")
         with contextlib.suppress(OSError):
-            digest.update(hashlib.sha256(path.read_bytes()).digest())
-    # The skill files themselves: the manifest above names only the runner's own, and a user's may sit beside them.
-    skills = workspace.working_dir / ".claude" / "skills"
-    if skills.is_dir():
-        for path in sorted(skills.rglob("*")):
-            with contextlib.suppress(OSError):
-                stat = path.stat()
-                digest.update(f"{path}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+            st = path.stat()
+            digest.update(f"{st.st_mode}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}".encode())
     return digest.hexdigest()
 
 

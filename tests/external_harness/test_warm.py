@@ -361,3 +361,41 @@ async def test_a_turn_that_fails_before_its_harness_runs_stops_the_process_it_to
     await _until(lambda: len({b["boot"] for b in _log(tmp_path, boots=True)}) == 2, "both processes logged")
     await runner.close()
     await _until(lambda: not pids_with_env(_tag(tmp_path)), "no process outlives the runner")
+
+
+@pytest.mark.parametrize("planted", ["fifo_claude_local_md", "fifo_claude_md", "symlink_claude_md", "fifo_skills_json"])
+async def test_what_a_model_plants_in_its_working_directory_neither_hangs_the_runner_nor_reads_outside(
+    planted: str, tmp_path, fake_host, clean_env
+) -> None:
+    """The working directory is the harness's: a model's command can leave a FIFO or a symlink where the runner
+    reads (a start-up file it fingerprints, CLAUDE.md it rewrites, skills.json). The runner must not block on one
+    (its event loop serves every conversation) nor follow one out of the workspace and copy what it finds in."""
+    import os
+
+    runner = ClaudeCodeRunner(tmp_path / "data")
+    await _collect(runner, fake_host.run_context("one", config=_config(tmp_path)))
+    workdir = Path(fake_host.data.get_state("conversation", "external.working_directory"))
+    secret = tmp_path / "data" / "runner-only-secret.txt"
+    secret.write_text("MARKER-RUNNER-SECRET")
+    target = {
+        "fifo_claude_local_md": workdir / "CLAUDE.local.md",
+        "fifo_claude_md": workdir / "CLAUDE.md",
+        "symlink_claude_md": workdir / "CLAUDE.md",
+        "fifo_skills_json": workdir / ".agenthost" / "skills.json",
+    }[planted]
+    target.unlink(missing_ok=True)
+    if planted.startswith("fifo"):
+        os.mkfifo(target)
+    else:
+        target.symlink_to(secret)
+    second = await asyncio.wait_for(_collect(runner, fake_host.run_context("two", config=_config(tmp_path))), 20)
+    kinds = _kinds(second)
+    if planted == "fifo_claude_local_md":  # not the runner's file: the CLI's business, the turn goes on
+        assert kinds[-1] == "completed"
+    else:
+        assert kinds[-1] == "failed" and second[-1].failed.code == "projection_error", second[-1]
+        assert "regular file" in second[-1].failed.message
+    for path in workdir.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert "MARKER-RUNNER-SECRET" not in path.read_text(errors="replace"), path
+    assert secret.read_text() == "MARKER-RUNNER-SECRET"
