@@ -43,6 +43,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+_HTTP_AND_STDIO = (
+    "'http': an endpoint the runner serves on loopback for the harness process only, behind its own bearer token "
+    "(no process to start, so no start-up cost per message). 'stdio': a bridge process the harness starts every "
+    "turn, holding the run's tool token."
+)
+
+
 class HarnessConfig(_Strict):
     """Settings shared by both harnesses."""
 
@@ -77,10 +84,7 @@ class HarnessConfig(_Strict):
     streaming: bool = Field(default=False, description="Stream token deltas where the harness can.")
     mcp_bridge: bool = Field(default=True, description="Offer the run's history/events/artifacts/state as MCP tools.")
     mcp_transport: Literal["http", "stdio"] = Field(
-        default="http",
-        description="How the harness reaches those tools. 'http': an endpoint the runner serves on loopback for "
-        "the harness process only, behind its own bearer token (no process to start, so no start-up cost per "
-        "message). 'stdio': a bridge process the harness starts every turn, holding the run's tool token.",
+        default="http", description=f"How the harness reaches those tools. {_HTTP_AND_STDIO}"
     )
     mcp_servers: list[McpServer] = Field(
         default_factory=list,
@@ -175,8 +179,7 @@ class ClaudeCodeConfig(HarnessConfig):
         default="sdk",
         description="How Claude Code reaches the host tools. 'sdk': the runner answers MCP over Claude Code's own "
         "stdin and stdout (the control protocol of its Agent SDK): nothing listens, and the harness holds no token. "
-        "'http': an endpoint the runner serves on loopback for the harness process only, behind its own bearer token. "
-        "'stdio': a bridge process the harness starts every turn, holding the run's tool token.",
+        + _HTTP_AND_STDIO,
     )
     permission_mode: ClaudePermissionMode = Field(
         default="default",

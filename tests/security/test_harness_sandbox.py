@@ -156,6 +156,14 @@ def assert_walled(report: dict[str, Any], host_dir: HostDir, layout: dict[str, A
     assert os.getpid() not in report["proc_pids"]  # its own pid namespace: the runner is not even visible
 
 
+async def probe_report(proc: HarnessProcess) -> dict[str, Any]:
+    """Runs the probe to its end (it must exit 0) and returns what it reported seeing."""
+    async with proc:
+        events = [e async for e in proc.events()]
+        assert await proc.wait() == 0
+    return json.loads(events[-1]["result"])
+
+
 # ---- HarnessProcess in the runner's sandbox ----
 
 
@@ -167,10 +175,7 @@ async def test_probe_sees_only_its_workspace_and_leaves_nothing_behind(host, lay
         [PROBE], cwd=layout["ws"].working_dir, env=probe_env(host_dir, layout, mark), sandbox=sandbox_for(fake, layout)
     )
     try:
-        async with proc:
-            events = [e async for e in proc.events()]
-            assert await proc.wait() == 0
-        report = json.loads(events[-1]["result"])
+        report = await probe_report(proc)
         assert_walled(report, host_dir, layout)
         assert (layout["ws"].working_dir / "probe-wrote-here").exists()
         # The harness exited; its `setsid sleep` went with the pid namespace.
@@ -548,10 +553,7 @@ async def test_a_claimed_spare_slot_sees_neither_another_spare_nor_the_spares_di
         sandbox=sandbox_for(fake, layout),
     )
     try:
-        async with proc:
-            events = [e async for e in proc.events()]
-            assert await proc.wait() == 0
-        report = json.loads(events[-1]["result"])
+        report = await probe_report(proc)
         assert_walled(report, host_dir, layout)
         assert report["listed"] == [mine.path.name]  # the slots' folder shows its own slot and nothing else
     finally:
