@@ -159,27 +159,29 @@ class WorkspaceManager:
         ws = Workspace(working_dir=working_dir, bot_dir=self.data_dir / "harness" / bot).ensure()
         return Workspace(working_dir=Path(os.path.realpath(ws.working_dir)), bot_dir=Path(os.path.realpath(ws.bot_dir)))
 
+    def _bot_path(self, bot_id: str, workspace_root: str | None) -> Path:
+        return self._root(workspace_root) / path_key(bot_id or "default-bot")
+
     def workspace(self, bot_id: str, conversation_id: str, *, workspace_root: str | None = None) -> Workspace:
-        bot = path_key(bot_id or "default-bot")
-        return self._resolved(self._root(workspace_root) / bot / path_key(conversation_id), bot)
+        bot = self._bot_path(bot_id, workspace_root)
+        return self._resolved(bot / path_key(conversation_id), bot.name)
 
     def is_new(self, bot_id: str, conversation_id: str, *, workspace_root: str | None = None) -> bool:
         """No directory yet for this conversation: its first message, which a spare's slot may take."""
-        path = self._root(workspace_root) / path_key(bot_id or "default-bot") / path_key(conversation_id)
-        return not os.path.lexists(path)
+        return not os.path.lexists(self._bot_path(bot_id, workspace_root) / path_key(conversation_id))
 
     def new_slot(self, bot_id: str, *, workspace_root: str | None = None) -> SpareSlot:
         """A fresh directory for a spare process of the bot, beside its conversations' directories."""
-        bot = path_key(bot_id or "default-bot")
-        spares = self._root(workspace_root) / bot / SPARES_DIR
+        bot = self._bot_path(bot_id, workspace_root)
+        spares = bot / SPARES_DIR
         spares.mkdir(mode=0o700, parents=True, exist_ok=True)
         _hold_owner_lock(spares)
         self._sweep(spares)
-        return SpareSlot(self._resolved(spares / f"{_OWNER}-{uuid.uuid4().hex}", bot))
+        return SpareSlot(self._resolved(spares / f"{_OWNER}-{uuid.uuid4().hex}", bot.name))
 
     def claim(self, bot_id: str, conversation_id: str, slot: SpareSlot, *, workspace_root: str | None = None) -> bool:
         """Makes `slot` the conversation's directory; False if the conversation has one by now."""
-        path = self._root(workspace_root) / path_key(bot_id or "default-bot") / path_key(conversation_id)
+        path = self._bot_path(bot_id, workspace_root) / path_key(conversation_id)
         try:
             # Relative: the bot's directories may move together.
             os.symlink(Path(SPARES_DIR) / slot.path.name, path, target_is_directory=True)
