@@ -21,6 +21,7 @@ from agenthost.plugins.sandbox import INSIDE_ENV
 from agenthost.runners.external_harness import runner as runner_mod
 from agenthost.runners.external_harness.mcp_control import McpControl
 from agenthost.runners.external_harness.mcp_http import McpHttpEndpoint
+from agenthost.runners.external_harness.projection import READ_ONLY_NOTE
 from agenthost.runners.external_harness.runner import ClaudeCodeRunner, CodexRunner
 from agenthost.runners.external_harness.warm import BETWEEN_TURNS
 
@@ -529,6 +530,8 @@ async def test_codex_commands_run_inside_agenthosts_walls(
         assert not (workdir / "x").exists()
     else:
         assert "MARKER-WROTE" in output and (workdir / "x").exists(), output
+    # Codex tells the model it runs unsandboxed; the managed block says what the walls hold.
+    assert (READ_ONLY_NOTE in fake.requests[0].raw) == (sandbox is None)
     # Whatever Codex says about its sandbox maps cleanly: one shell call, its output, and the reply once.
     (started,) = [e.tool_started for e in events if e.WhichOneof("kind") == "tool_started"]
     (finished,) = [e.tool_finished for e in events if e.WhichOneof("kind") == "tool_finished"]
