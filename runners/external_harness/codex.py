@@ -55,6 +55,20 @@ BASE_OVERRIDES: dict[str, Any] = {
 }
 
 
+def sandbox_overrides(config: CodexConfig) -> dict[str, Any]:
+    """Who enforces the binding's `sandbox`. Inside agenthost's sandbox, agenthost does (sandboxing.harness_sandbox,
+    from `config.command_walls()`) and Codex's own is off: Codex wraps each command in a bubblewrap of its own, which
+    cannot start nested in agenthost's (the outer /proc is bound read-only there, so it cannot write its uid map),
+    and every command would hang for 10 s and return nothing. Without agenthost's sandbox
+    (`process_sandbox: false`), Codex's own is the only wall, and gets the binding's mode."""
+    if config.process_sandbox:
+        return {"sandbox_mode": "danger-full-access"}
+    overrides: dict[str, Any] = {"sandbox_mode": config.sandbox}
+    if config.sandbox == "workspace-write":
+        overrides["sandbox_workspace_write.network_access"] = config.network_access
+    return overrides
+
+
 def usage_event(totals: dict[str, int], *, model: str = "") -> pb.RunEvent:
     # Codex counts cached input inside input_tokens; agenthost reports them apart.
     cached = totals.get("cached_input_tokens", 0)
@@ -101,9 +115,7 @@ class CodexDriver:
         ws = plan.workspace
         key_env = config.api_key_env or self.default_key_env
         overrides: dict[str, Any] = dict(BASE_OVERRIDES)
-        overrides["sandbox_mode"] = config.sandbox
-        if config.sandbox == "workspace-write":
-            overrides["sandbox_workspace_write.network_access"] = config.network_access
+        overrides.update(sandbox_overrides(config))
         if config.base_url:
             overrides["model_provider"] = PROVIDER
             overrides[f"model_providers.{PROVIDER}.name"] = "agenthost-configured provider"

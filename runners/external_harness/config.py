@@ -7,6 +7,7 @@ process's environment variables that hold them (`api_key_env`, `pass_env`), and 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -37,6 +38,17 @@ RESERVED_ENV = frozenset(
 )
 # The host bridge's MCP server name (mcp_bridge.SERVER_NAME; a test keeps them equal): no user server may take it.
 BRIDGE_SERVER_NAME = "agenthost"
+
+
+@dataclass(frozen=True)
+class CommandWalls:
+    """What a binding lets the commands a model runs do, for agenthost's sandbox around the harness to enforce
+    (sandboxing.harness_sandbox)."""
+
+    workdir_writable: bool = True
+    # Whether the model's commands may reach the network. Not enforced yet: the harness and its commands share one
+    # network namespace, which the harness needs for its model API. The egress proxy is what will tell them apart.
+    network: bool = True
 
 
 class _Strict(BaseModel):
@@ -113,6 +125,9 @@ class HarnessConfig(_Strict):
         "bridge, the run API socket). "
         "false runs it without walls (logged as a warning); only for machines where bubblewrap cannot work.",
     )
+
+    def command_walls(self) -> CommandWalls:
+        return CommandWalls()
 
     @field_validator("pass_env")
     @classmethod
@@ -241,11 +256,24 @@ class ClaudeCodeConfig(HarnessConfig):
 CodexSandbox = Literal["read-only", "workspace-write", "danger-full-access"]
 
 
+# Codex's own sandbox settings, which the runner derives from `sandbox` and `network_access` (codex.py).
+_CODEX_SANDBOX_KEYS = frozenset({"sandbox_mode", "sandbox_workspace_write", "default_permissions", "permissions"})
+
+
 class CodexConfig(HarnessConfig):
     sandbox: CodexSandbox = Field(
-        default="read-only", description="Codex sandbox for model-run commands (exec's own default)."
+        default="read-only",
+        description="What the model's commands may write: 'read-only' (the working directory is mounted read-only; "
+        "the harness home and /tmp stay writable), 'workspace-write' and 'danger-full-access' (the working directory "
+        "is writable; never more than agenthost's sandbox shows). agenthost's sandbox enforces it, with Codex's own "
+        "sandbox off inside it (Codex's bubblewrap cannot start nested); with process_sandbox: false, Codex's own "
+        "sandbox does.",
     )
-    network_access: bool = Field(default=False, description="Network for commands in the workspace-write sandbox.")
+    network_access: bool = Field(
+        default=False,
+        description="Network for commands in the workspace-write sandbox. Enforced only by Codex's own sandbox "
+        "(process_sandbox: false); inside agenthost's sandbox, commands share the harness's network.",
+    )
     wire_api: Literal["responses"] = "responses"
     config_overrides: dict[str, Any] = Field(
         default_factory=dict, description="Extra `-c key=value` overrides (values are TOML-encoded)."
@@ -257,7 +285,18 @@ class CodexConfig(HarnessConfig):
         for key in overrides:
             if not re.match(r"^[A-Za-z0-9_.-]+$", key) or key.split(".")[0] in {"mcp_servers", "model_providers"}:
                 raise ValueError(f"override {key!r} is not allowed (the runner owns mcp_servers and model_providers)")
+            if key.split(".")[0] in _CODEX_SANDBOX_KEYS:
+                raise ValueError(
+                    f"override {key!r} is not allowed: set `sandbox` (and `network_access`) in the binding; "
+                    "agenthost's sandbox enforces it"
+                )
         return overrides
+
+    def command_walls(self) -> CommandWalls:
+        return CommandWalls(
+            workdir_writable=self.sandbox != "read-only",
+            network=self.sandbox == "danger-full-access" or (self.sandbox == "workspace-write" and self.network_access),
+        )
 
 
 C = TypeVar("C", bound=HarnessConfig)

@@ -48,6 +48,7 @@ MCP_SERVER_NAME = mcp_bridge.SERVER_NAME
 SESSION_KEY = "external.session_id"
 WORKDIR_KEY = "external.working_directory"
 HARNESS_KEY = "external.harness"
+READ_ONLY_NOTE = "The working directory is read-only"
 USAGE_KEY = "external.usage_totals"
 
 Harness = Literal["claude-code", "codex"]
@@ -177,6 +178,12 @@ def render_managed_block(
             + ", ".join(f"`{tool_prefix}{name}`" for name in mcp_bridge.tools_for(granted_apis(ctx)))
             + "). Use them for messages from before this session, for attachments, and to remember things "
             "in host state."
+        )
+    if not config.command_walls().workdir_writable:
+        # The harness may say otherwise: Codex's own sandbox is off inside agenthost's, which enforces this.
+        lines.append(
+            f"- {READ_ONLY_NOTE}: your commands can read files there (and write under $TMPDIR) but cannot change "
+            "them; the bot's binding sets this and agenthost's sandbox enforces it, whatever the harness says."
         )
     if config.skills:
         lines.append("- Skills bound to this bot: " + ", ".join(f"`{s.name}`" for s in config.skills) + ".")

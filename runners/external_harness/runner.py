@@ -358,6 +358,7 @@ class HarnessRunner(Runner):
                     # The run API socket only for a stdio bridge to use; without one the harness has no token for it.
                     host_address=bridge_env["AGENTHOST_HOST_ADDRESS"] if bridge_env and not in_runner else "",
                     data_dir=self.data_dir,
+                    commands=config.command_walls(),
                 )
             else:
                 log.warning(
@@ -463,7 +464,11 @@ class HarnessRunner(Runner):
                     launch, bridge_env = _bridge_launch(bridge)
                 self._project_startup(run, config, workspace, launch)
                 sandbox = harness_sandbox(
-                    workspace=workspace, install=install.ro_paths, host_address="", data_dir=self.data_dir
+                    workspace=workspace,
+                    install=install.ro_paths,
+                    host_address="",
+                    data_dir=self.data_dir,
+                    commands=config.command_walls(),
                 )
                 plan = dataclasses.replace(
                     started,

@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 
 from agenthost.plugins import sandbox as walls
+from agenthost.runners.external_harness.config import CommandWalls
 from agenthost.runners.external_harness.errors import HarnessNotFound, HarnessSandboxError
 from agenthost.runners.external_harness.workspace import Workspace
 
@@ -149,9 +150,15 @@ def harness_sandbox(
     install: list[str],
     host_address: str,
     data_dir: Path,
+    commands: CommandWalls | None = None,
 ) -> walls.Sandbox:
     """The sandbox for one harness turn. Refuses (HarnessSandboxError) when bubblewrap does not work here, or
-    when a read-only path would reveal the runner's data dir as a whole."""
+    when a read-only path would reveal the runner's data dir as a whole.
+
+    `commands` is what the binding lets the model's commands do: a working directory they may not write is
+    mounted read-only (the harness home, where the harness keeps its sessions, and /tmp stay writable). Default:
+    the working directory is writable."""
+    commands = commands or CommandWalls()
     reason = walls.probe()
     if reason is not None:
         raise HarnessSandboxError(
@@ -169,9 +176,10 @@ def harness_sandbox(
             raise HarnessSandboxError(
                 f"refusing to sandbox the harness: read-only path {real} contains the runner's data dir {data}"
             )
+    workdir = str(workspace.working_dir)
     return walls.Sandbox(
-        ro=ro,
-        rw=[str(workspace.working_dir), str(workspace.bot_dir)],
+        ro=ro if commands.workdir_writable else [*ro, workdir],
+        rw=[workdir, str(workspace.bot_dir)] if commands.workdir_writable else [str(workspace.bot_dir)],
         network=True,  # the harness needs its model API
         home=str(workspace.home),
         cwd=str(workspace.working_dir),

@@ -77,8 +77,9 @@ def test_codex_first_turn_and_resume(tmp_path: Path) -> None:
     argv = first.argv
     assert argv[:4] == ["/opt/harness", "exec", "--json", "--skip-git-repo-check"] and argv[-1] == "-"
     overrides = [argv[i + 1] for i, a in enumerate(argv) if a == "-c"]
-    assert 'approval_policy="never"' in overrides and 'sandbox_mode="workspace-write"' in overrides
-    assert "sandbox_workspace_write.network_access=false" in overrides
+    # agenthost's sandbox enforces `sandbox` (sandboxing.harness_sandbox); Codex's own cannot start nested in it.
+    assert 'approval_policy="never"' in overrides and 'sandbox_mode="danger-full-access"' in overrides
+    assert not any(o.startswith("sandbox_workspace_write") for o in overrides)
     assert 'model_provider="agenthost"' in overrides
     assert 'model_providers.agenthost.base_url="http://127.0.0.1:9/v1"' in overrides
     assert 'model_providers.agenthost.env_key="OPENAI_API_KEY"' in overrides
@@ -157,3 +158,31 @@ def test_http_bridge_env_and_proxy_bypass(tmp_path: Path) -> None:
         # Without a proxy nothing is added.
         plain = driver.command(replace(plan, inherited_env=HOST_ENV))
         assert "NO_PROXY" not in plain.env and "no_proxy" not in plain.env
+
+
+def test_codex_sandbox_is_enforced_by_one_wall(tmp_path: Path) -> None:
+    """Inside agenthost's sandbox Codex's own is off and agenthost's walls carry the binding's `sandbox`; without
+    agenthost's sandbox Codex's own gets it. Never an approval prompt either way, and no override can put Codex's
+    own sandbox back under agenthost's."""
+    import pytest
+
+    from agenthost.runners.external_harness.errors import HarnessConfigError
+
+    def overrides(raw: dict) -> list[str]:
+        argv = CodexDriver().command(_plan(tmp_path, parse_config(CodexConfig, raw))).argv
+        return [argv[i + 1] for i, a in enumerate(argv) if a == "-c"]
+
+    for mode in ("read-only", "workspace-write", "danger-full-access"):
+        walled = overrides({"sandbox": mode})
+        assert 'sandbox_mode="danger-full-access"' in walled and 'approval_policy="never"' in walled
+        bare = overrides({"sandbox": mode, "process_sandbox": False})
+        assert f"sandbox_mode={mode!r}".replace("'", '"') in bare and 'approval_policy="never"' in bare
+    assert "sandbox_workspace_write.network_access=true" in overrides(
+        {"sandbox": "workspace-write", "network_access": True, "process_sandbox": False}
+    )
+    assert not parse_config(CodexConfig, {}).command_walls().workdir_writable  # the default: read-only
+    assert parse_config(CodexConfig, {"sandbox": "workspace-write"}).command_walls().workdir_writable
+    assert ClaudeCodeConfig().command_walls().workdir_writable
+    for key in ("sandbox_mode", "sandbox_workspace_write.writable_roots", "default_permissions"):
+        with pytest.raises(HarnessConfigError, match="set `sandbox`"):
+            parse_config(CodexConfig, {"config_overrides": {key: "x"}})

@@ -124,6 +124,38 @@ async def test_a_new_conversations_first_message_takes_the_spare_through_host_an
         assert turn["process"] == spare and "/.spares/" in turn["cwd"]
 
 
+async def test_codex_default_binding_runs_commands_in_the_builtin_plugin(
+    tmp_path, clean_env, codex_bin, monkeypatch
+) -> None:
+    """As `agenthost serve` runs it: the built-in runner in the host's plugin sandbox, the harness's sandbox inside
+    it, and Codex's commands inside that. Codex's own bubblewrap could not start there (every command waited 10 s
+    and returned no output); agenthost's walls now enforce the default `sandbox: read-only` themselves."""
+    from agenthost.protos import host_pb2 as hpb
+
+    from .fake_apis import Request
+
+    # The plugin sandbox shows the CLI's install only when told to, as for a user's install outside the system dirs.
+    codex = os.path.realpath(codex_bin)
+    monkeypatch.setenv("AGENTHOST_SANDBOX_RO", str(Path(codex).parents[3]))  # its node_modules
+    outputs: list[str] = []
+
+    def script(req: Request) -> list[dict]:
+        if req.steps > 0:
+            outputs.append(req.last_tool_result)
+        return codex_script(req)
+
+    with FakeOpenAI(script) as fake:
+        async with HostHarness(tmp_path, builtin=True) as h:
+            await h.client.call("SetKey", hpb.SetKeyRequest(name="OPENAI_API_KEY", value="sk-openai-fake-0123456789"))
+            await h.bind("agenthost/codex", _codex_config(fake, command=codex), keys=["OPENAI_API_KEY"])
+            result = await h.send("SHELL-PLEASE", conversation_id="c1")
+    assert result.run.status == "completed", (result.run.error_code, result.run.error_message)
+    (output,) = outputs
+    assert "agenthost.external_harness_context.v1" in output and "Process running with session ID" not in output
+    assert "MARKER-WRITE-FAILED" in output and "Read-only file system" in output, output
+    assert result.text.startswith("FINAL-SHELL")
+
+
 async def test_host_rejects_a_bad_binding_config_via_the_manifest_schema(tmp_path, clean_env) -> None:
     from agenthost.protos import errors
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
+from agenthost.plugins.sandbox import INSIDE_ENV
 from agenthost.runners.external_harness import runner as runner_mod
 from agenthost.runners.external_harness.mcp_control import McpControl
 from agenthost.runners.external_harness.mcp_http import McpHttpEndpoint
+from agenthost.runners.external_harness.projection import READ_ONLY_NOTE
 from agenthost.runners.external_harness.runner import ClaudeCodeRunner, CodexRunner
 from agenthost.runners.external_harness.warm import BETWEEN_TURNS
 
@@ -70,6 +73,12 @@ def claude_script(req: Request) -> list[dict[str, Any]]:
 
 def codex_script(req: Request) -> list[dict[str, Any]]:
     prompt = req.prompt
+    if "SHELL-PLEASE" in prompt:
+        if req.steps == 0:
+            # What a model does first: read the message's context, then try to change the working directory.
+            command = "cat .agenthost/context.json; touch x && echo MARKER-WROTE || echo MARKER-WRITE-FAILED"
+            return [{"type": "tool", "name": "exec_command", "input": {"cmd": command}}]
+        return [{"type": "text", "text": f"FINAL-SHELL {req.last_tool_result[:4000]}"}]
     if "HISTORY-PLEASE" in prompt:
         if req.steps == 0:
             return [{"type": "tool", "name": "mcp__agenthost.history_page", "input": {"limit": 10}}]
@@ -490,3 +499,43 @@ async def test_codex_base_url_model_and_key_errors(tmp_path, fake_host, clean_en
     message = rejected[-1].failed.message
     assert "rejected the stored key OPENAI_API_KEY" in message and "401" in message
     assert "sk-openai-stored" not in message
+
+
+@pytest.mark.parametrize("sandbox", [None, "workspace-write", "danger-full-access"])
+async def test_codex_commands_run_inside_agenthosts_walls(
+    sandbox, tmp_path, fake_host, clean_env, codex_bin, monkeypatch
+):
+    """A model's shell command answers at once through a Codex binding, the default (`sandbox: read-only`) above
+    all, and the binding's `sandbox` holds: agenthost's sandbox enforces it, with Codex's own off inside it. Codex's
+    own bubblewrap cannot start inside agenthost's when that one is nested (the runner runs in the host's plugin
+    sandbox, so the harness's binds the outer /proc read-only): each command then waited 10 s and came back as
+    "Process running with session ID …" with no output, and the model could not even read its context."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-fake-0123456789")
+    monkeypatch.setenv(INSIDE_ENV, "1")  # nested, as under `agenthost serve`: what the host sets for its plugins
+    extra = {} if sandbox is None else {"sandbox": sandbox}
+    with FakeOpenAI(codex_script) as fake:
+        config = _codex_config(fake, command=codex_bin, **extra)
+        events = await _collect(CodexRunner(tmp_path / "data"), fake_host.run_context("SHELL-PLEASE", config=config))
+    assert kinds(events)[-1] == "completed", events[-1]
+    # The command's output reached the model's next request, at once (Codex waits 10 s for a command it cannot
+    # see finish, then hands the model a session id instead of output).
+    output = fake.requests[1].last_tool_result
+    assert "agenthost.external_harness_context.v1" in output and "Process running with session ID" not in output
+    wall = re.search(r"Wall time: ([0-9.]+) seconds", output)
+    assert wall and float(wall.group(1)) < 10, output
+    # The binding's sandbox holds: under read-only the working directory cannot be written, otherwise it can.
+    workdir = Path(fake_host.data.get_state("conversation", "external.working_directory"))
+    if sandbox is None:
+        assert "MARKER-WRITE-FAILED" in output and "Read-only file system" in output, output
+        assert not (workdir / "x").exists()
+    else:
+        assert "MARKER-WROTE" in output and (workdir / "x").exists(), output
+    # Codex tells the model it runs unsandboxed; the managed block says what the walls hold.
+    assert (READ_ONLY_NOTE in fake.requests[0].raw) == (sandbox is None)
+    # Whatever Codex says about its sandbox maps cleanly: one shell call, its output, and the reply once.
+    (started,) = [e.tool_started for e in events if e.WhichOneof("kind") == "tool_started"]
+    (finished,) = [e.tool_finished for e in events if e.WhichOneof("kind") == "tool_finished"]
+    assert started.tool_name == finished.tool_name == "shell"
+    assert "cat .agenthost/context.json" in started.arguments_json
+    assert "agenthost.external_harness_context.v1" in finished.result
+    assert _message(events).startswith("FINAL-SHELL") and host_view(events) == _message(events)
