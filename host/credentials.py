@@ -54,6 +54,10 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # Credentials the host makes for its channel adapters (agenthost.host.channels) are named `channel.<name>`; a user
 # cannot create one of that name, so no adapter's credential can be pre-empted or shadowed.
 CHANNEL_PREFIX = "channel."
+# Names a credential may not take: "admin" is the admin token's, recorded as the sender of the CLI's messages (a send
+# key of that name would own the CLI's conversations and runs), "local" the actor of messages that name none (a send
+# key of that name, with no end user named, would be that actor: Principal.actor).
+RESERVED_NAMES = frozenset({"admin", "local"})
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ class Principal:
     all_conversations: bool = False
     # Which issue of the credential this is (the sha256 of its token): a credential revoked and made again under the
     # same name is another principal, so nothing opened with the old one (a console session) carries over.
-    issue: str = ""
+    issue: str = field(default="", repr=False)
 
     @property
     def is_admin(self) -> bool:
@@ -214,6 +218,8 @@ class Credentials:
             )
         if not _NAME.fullmatch(name):
             raise errors.InvalidArgument("credential name: 1-64 of letters, digits, '.', '_', '-'")
+        if name in RESERVED_NAMES:
+            raise errors.InvalidArgument(f"credential name {name!r} is the host's own; choose another")
         if scope not in SCOPES:
             raise errors.InvalidArgument(f"scope must be one of {list(SCOPES)}, not {scope!r}")
         if scope == "send" and not bot_ids:

@@ -174,3 +174,13 @@ def test_send_credentials_stored_before_the_grant_are_own_only(tmp_path: Path) -
     assert principal.own_only == "legacy" and not principal.all_conversations
     (info,) = Credentials(tmp_path).list()
     assert not info.all_conversations
+
+
+async def test_a_key_cannot_take_the_name_the_cli_sends_or_acts_under(world: World) -> None:
+    """The CLI's messages are recorded as sent by "admin" and, naming no actor, as actor "local": a send key of either
+    name would own the CLI's conversations, or read the CLI user's memory."""
+    cli = await world.harness.client.send("testbot", "the CLI's", conversation_id="cli:1")
+    assert cli.run.origin == "admin"
+    for name in ("admin", "local"):
+        with pytest.raises(errors.InvalidArgument, match="is the host's own"):
+            await _key(world, name)
