@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
+from agenthost.host import access
 from agenthost.host.binding_config import redact_config
 from agenthost.host.credentials import current, require_bot
 from agenthost.plugins.install import InstallError
@@ -25,14 +26,6 @@ if TYPE_CHECKING:
 
 R = TypeVar("R")
 READ_ARTIFACT_MAX = 4 * 1024 * 1024  # per ReadRunArtifact call, well under the 8 MiB message cap
-
-
-def _own_only() -> str | None:
-    """The credential whose runs alone the caller may see, when that is narrower than its bots: a channel adapter is
-    a plugin serving whoever writes on its platform, so runs started elsewhere (the CLI, a script, another channel of
-    the same bot) and their conversations are not its to read or act on. None: every run of the caller's bots."""
-    principal = current()
-    return principal.name if principal.is_channel else None
 
 
 def _mapped(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
@@ -165,13 +158,7 @@ class AdminServicer(host_grpc.AgentHostServicer):
         self, request: hpb.SendMessageRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[hpb.SendMessageReply | bytes]:
         try:
-            require_bot(self.host.registry.bot(request.bot).bot_id)
-            stream = self.host.runs.send(
-                request,
-                origin=current().name,
-                own_conversation=_own_only() is not None,
-                encoded=self._encoded_replies,
-            )
+            stream = access.send(self.host.runs, current(), request, encoded=self._encoded_replies)
             started = await anext(stream)
         except errors.AgentHostError as exc:
             await errors.abort_with(context, exc)
@@ -191,16 +178,7 @@ class AdminServicer(host_grpc.AgentHostServicer):
         return info
 
     def _run(self, run_id: str) -> hpb.RunInfo:
-        """A run the caller may see; to a scoped caller, runs of other bots do not exist, and to a channel's, runs it
-        did not start."""
-        info = self.host.run_store.get(run_id, origin=_own_only())
-        if info is None:
-            raise errors.NotFound(f"no run {run_id!r}")
-        try:
-            require_bot(info.bot_id)
-        except errors.PermissionDenied:
-            raise errors.NotFound(f"no run {run_id!r}") from None
-        return info
+        return access.run(self.host.run_store, current(), run_id)
 
     @_mapped
     async def ListRuns(self, request: hpb.ListRunsRequest, context: grpc.aio.ServicerContext) -> hpb.ListRunsResponse:
@@ -218,7 +196,7 @@ class AdminServicer(host_grpc.AgentHostServicer):
                 conversation_id=request.conversation_id,
                 status=request.status,
                 limit=limit,
-                origin=_own_only(),
+                origin=current().own_only,
             )
         )
 
@@ -276,7 +254,9 @@ class AdminServicer(host_grpc.AgentHostServicer):
         self, request: hpb.CreateCredentialRequest, context: grpc.aio.ServicerContext
     ) -> hpb.CreatedCredential:
         bot_ids = [self.host.registry.bot(ref).bot_id for ref in request.bots]
-        info, token = self.host.credentials.create(request.name, request.scope, bot_ids)
+        info, token = self.host.credentials.create(
+            request.name, request.scope, bot_ids, all_conversations=request.all_conversations
+        )
         return hpb.CreatedCredential(credential=info, token=token)
 
     @_mapped
@@ -370,21 +350,15 @@ class AdminServicer(host_grpc.AgentHostServicer):
 
         return await list_models(self.host.registry, self.host.supervisor, self.host.keys, request.bot)
 
-    # ---- approvals (a send credential: its own bots' only; a channel's: the runs it started only; others' do not
-    # exist to it) ----
+    # ---- approvals (a send credential: its own bots' only, and unless granted all conversations, the runs it
+    # started only; others' do not exist to it: agenthost.host.access) ----
 
     @_mapped
     async def ListApprovals(
         self, request: hpb.ListApprovalsRequest, context: grpc.aio.ServicerContext
     ) -> hpb.ListApprovalsResponse:
-        principal = current()
-        bot_ids: set[str] | None = None if principal.is_admin else set(principal.bots)
-        if request.bot:
-            bot_id = self.host.registry.bot(request.bot).bot_id
-            require_bot(bot_id)
-            bot_ids = {bot_id}
-        # The people waiting on a tool call of a run started elsewhere are not a channel's to answer (_own_only).
-        approvals = self.host.runs.approvals.list(bot_ids=bot_ids, run_id=request.run_id, origin=_own_only())
+        bot_id = self.host.registry.bot(request.bot).bot_id if request.bot else ""
+        approvals = access.approvals(self.host.runs.approvals, current(), bot_id=bot_id, run_id=request.run_id)
         return hpb.ListApprovalsResponse(approvals=approvals)
 
     @_mapped
@@ -392,16 +366,7 @@ class AdminServicer(host_grpc.AgentHostServicer):
         self, request: hpb.DecideApprovalRequest, context: grpc.aio.ServicerContext
     ) -> hpb.ApprovalInfo:
         approvals = self.host.runs.approvals
-        found = approvals.find(request.approval_id)
-        if found is None:
-            raise errors.NotFound(f"no approval {request.approval_id[:64]!r}")
-        try:
-            require_bot(found.bot_id)
-            own = _own_only()
-            if own is not None and approvals.origin(request.approval_id) != own:
-                raise errors.PermissionDenied("not a run this channel started")
-        except errors.PermissionDenied:
-            raise errors.NotFound(f"no approval {request.approval_id[:64]!r}") from None
+        access.approval(approvals, current(), request.approval_id)
         return approvals.decide(request.approval_id, request.decision, request.note, current().name)
 
     # Channel instances (admin only): agenthost.host.channels.

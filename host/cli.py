@@ -390,7 +390,10 @@ async def cmd_credentials(args: argparse.Namespace, c: HostClient) -> int:
 
     if args.action == "create":
         created = await c.call(
-            "CreateCredential", hpb.CreateCredentialRequest(name=args.name, scope=args.scope, bots=args.bot)
+            "CreateCredential",
+            hpb.CreateCredentialRequest(
+                name=args.name, scope=args.scope, bots=args.bot, all_conversations=args.all_conversations
+            ),
         )
         if args.json:
             print_json(to_jsonable(created))
@@ -403,7 +406,8 @@ async def cmd_credentials(args: argparse.Namespace, c: HostClient) -> int:
             print_json([to_jsonable(cred) for cred in credentials])
         else:
             for cred in credentials:
-                say(f"{cred.name:24} {cred.scope:6} {','.join(cred.bots)}")
+                reach = "all conversations" if cred.all_conversations or cred.scope == "admin" else "own conversations"
+                say(f"{cred.name:24} {cred.scope:6} {reach:17} {','.join(cred.bots)}")
     else:
         await c.call("RevokeCredential", hpb.RevokeCredentialRequest(name=args.name))
         _emit(args, {"revoked": args.name}, f"revoked {args.name}")
@@ -1033,7 +1037,12 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("name")
     cc.add_argument("--scope", default="send", choices=["send", "admin"])
     cc.add_argument("--bot", action="append", default=[], help="a bot the credential may use (repeatable)")
-    creds.add("list", "credentials by name, scope and bots", "agenthost credentials list")
+    cc.add_argument(
+        "--all-conversations",
+        action="store_true",
+        help="a send credential may use every conversation (and run) of its bots, not only those it started",
+    )
+    creds.add("list", "credentials by name, scope, conversations and bots", "agenthost credentials list")
     creds.add("revoke", "revoke a credential", "agenthost credentials revoke gateway").add_argument("name")
 
     chans = _group(

@@ -7,7 +7,9 @@ Two kinds of credential, both presented as `authorization: Bearer <token>`:
   adapters and gateway keys. Only their sha256 is kept, in `<data>/credentials.json` (0600).
 
 `AuthInterceptor` authenticates every call before any servicer code runs and makes the caller's `Principal`
-available to the servicer, which checks the bot a scoped call touches (`require_bot`).
+available to the servicer. What a principal may reach (bots, conversations, runs, the actor its messages are
+recorded under) is decided by the Principal alone, and every surface (the admin servicer over gRPC, the web console
+through it, the HTTP gateway) asks it through agenthost.host.access.
 """
 
 from __future__ import annotations
@@ -27,14 +29,15 @@ import grpc
 
 from agenthost.host.grants import hash_secret, new_token
 from agenthost.host.private_files import ADMIN_TOKEN_FILE, read_json, write_json
+from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 
 CREDENTIALS_FILE = "credentials.json"
 SCOPES = ("admin", "send")
 # What a "send" credential may call; everything else needs "admin". Each of these names a bot or a run, and the
-# servicer checks that bot against the credential (require_bot); a channel's (`channel.<name>`) reaches only the runs
-# and conversations it started (agenthost.host.admin, _own_only).
+# servicer checks it against the credential (agenthost.host.access): a send credential reaches only the runs and
+# conversations it started, unless granted all of its bots' (`all_conversations`; never a channel's).
 SEND_METHODS = frozenset(
     {
         "SendMessage",
@@ -51,13 +54,23 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 # Credentials the host makes for its channel adapters (agenthost.host.channels) are named `channel.<name>`; a user
 # cannot create one of that name, so no adapter's credential can be pre-empted or shadowed.
 CHANNEL_PREFIX = "channel."
+# Names a credential may not take: "admin" is the admin token's, recorded as the sender of the CLI's messages (a send
+# key of that name would own the CLI's conversations and runs), "local" the actor of messages that name none (a send
+# key of that name, with no end user named, would be that actor: Principal.actor).
+RESERVED_NAMES = frozenset({"admin", "local"})
 
 
 @dataclass(frozen=True)
 class Principal:
+    """An authenticated caller, and the rules of its credential: the one place they are written."""
+
     name: str
     scope: str
     bots: frozenset[str] = field(default_factory=frozenset)
+    all_conversations: bool = False
+    # Which issue of the credential this is (the sha256 of its token): a credential revoked and made again under the
+    # same name is another principal, so nothing opened with the old one (a console session) carries over.
+    issue: str = field(default="", repr=False)
 
     @property
     def is_admin(self) -> bool:
@@ -67,6 +80,36 @@ class Principal:
     def is_channel(self) -> bool:
         """A credential the host made for one of its channel adapters (no user can make one of that name)."""
         return self.name.startswith(CHANNEL_PREFIX)
+
+    def may_use(self, bot_id: str) -> bool:
+        return self.is_admin or bot_id in self.bots
+
+    @property
+    def own_only(self) -> str | None:
+        """The sender (credential name, as recorded on events and runs) whose conversations and runs alone this
+        caller may use, when that is narrower than its bots; None: all of them. A send key serves one application
+        (a channel adapter is a plugin serving whoever writes on its platform): the conversations another sender
+        started (the CLI's, a Telegram chat, another application's) are not its to write into or read back through
+        the bot's replies, nor their runs its to read or act on, unless the operator granted it all (never a
+        channel's)."""
+        if self.is_admin or (self.all_conversations and not self.is_channel):
+            return None
+        return self.name
+
+    def actor(self, requested: pb.Actor | None) -> pb.Actor | None:
+        """The actor a message from this caller is recorded under, and so whose `actor` state (personal memory) its
+        run reads. A send key names its end users within its own namespace, `<credential>/<id>` (the credential
+        itself with no id), as it names their conversations: two applications' "alice", or a key claiming a
+        Telegram user's `tg:<id>`, never reach one another's memory. The host's trusted callers (admin) and its
+        channel adapters (naming their platform's users) name actors outright; None: the host's default."""
+        if self.is_admin or self.is_channel:
+            return requested
+        actor = pb.Actor(actor_type="user")
+        if requested is not None:
+            actor.CopyFrom(requested)
+        actor.actor_type = actor.actor_type or "user"
+        actor.actor_id = f"{self.name}/{actor.actor_id}" if actor.actor_id else self.name
+        return actor
 
 
 ADMIN = Principal("admin", "admin")
@@ -93,10 +136,10 @@ def acting_as(principal: Principal) -> Iterator[None]:
         _current.reset(token)
 
 
-def require_bot(bot_id: str) -> None:
-    """Refuses a scoped caller touching a bot outside its credential."""
-    principal = current()
-    if not principal.is_admin and bot_id not in principal.bots:
+def require_bot(bot_id: str, principal: Principal | None = None) -> None:
+    """Refuses a scoped caller (the current one by default) touching a bot outside its credential."""
+    principal = principal or current()
+    if not principal.may_use(bot_id):
         raise errors.PermissionDenied(f"credential {principal.name!r} may not use bot {bot_id!r}")
 
 
@@ -140,19 +183,43 @@ class Credentials:
             return ADMIN
         for name, cred in self._scoped.items():
             if hmac.compare_digest(digest, cred["token_hash"]):
-                return Principal(name, cred["scope"], frozenset(cred["bots"]))
+                return self._principal(name, cred)
         raise errors.Unauthenticated("credential is not valid (unknown, or revoked)")
+
+    @staticmethod
+    def _principal(name: str, cred: dict[str, Any]) -> Principal:
+        # Credentials written before the grant existed lack it: their conversations are their own.
+        return Principal(
+            name,
+            cred["scope"],
+            frozenset(cred["bots"]),
+            all_conversations=bool(cred.get("all_conversations", False)),
+            issue=cred["token_hash"],
+        )
+
+    def is_live(self, principal: Principal) -> bool:
+        """Whether `principal` is still what its credential says: not revoked, not revoked and made again."""
+        if principal == ADMIN:
+            return True
+        cred = self._scoped.get(principal.name)
+        return cred is not None and self._principal(principal.name, cred) == principal
 
     # ---- scoped credentials (admin calls) ----
 
     def create(
-        self, name: str, scope: str, bot_ids: list[str], *, replace: bool = False
+        self, name: str, scope: str, bot_ids: list[str], *, replace: bool = False, all_conversations: bool = False
     ) -> tuple[hpb.CredentialInfo, str]:
         """`replace` is the host's own rotation of a channel's credential: the old token stops working."""
         if not replace and name.startswith(CHANNEL_PREFIX):
             raise errors.InvalidArgument(f"credential names starting with {CHANNEL_PREFIX!r} are the host's own")
+        if all_conversations and (scope != "send" or name.startswith(CHANNEL_PREFIX)):
+            raise errors.InvalidArgument(
+                "only a send credential is granted all conversations (an admin credential has them already)"
+            )
         if not _NAME.fullmatch(name):
             raise errors.InvalidArgument("credential name: 1-64 of letters, digits, '.', '_', '-'")
+        if name in RESERVED_NAMES:
+            raise errors.InvalidArgument(f"credential name {name!r} is the host's own; choose another")
         if scope not in SCOPES:
             raise errors.InvalidArgument(f"scope must be one of {list(SCOPES)}, not {scope!r}")
         if scope == "send" and not bot_ids:
@@ -165,6 +232,7 @@ class Credentials:
             "bots": sorted(set(bot_ids)),
             "token_hash": hash_secret(token),
             "created_at": time.time(),
+            "all_conversations": all_conversations,
         }
         self._save({**self._scoped, name: cred})
         return self._info(name, cred), token
@@ -183,7 +251,13 @@ class Credentials:
 
     @staticmethod
     def _info(name: str, cred: dict[str, Any]) -> hpb.CredentialInfo:
-        return hpb.CredentialInfo(name=name, scope=cred["scope"], bots=cred["bots"], created_at=cred["created_at"])
+        return hpb.CredentialInfo(
+            name=name,
+            scope=cred["scope"],
+            bots=cred["bots"],
+            created_at=cred["created_at"],
+            all_conversations=bool(cred.get("all_conversations", False)),
+        )
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):

@@ -77,7 +77,7 @@ class ActiveRun:
     finished: bool = False
     scope_keys: dict[str, str] = field(default_factory=dict)
     # Who sent the message this run answers: the admin-API caller's credential name ("admin", "channel.tg", …).
-    # A channel's credential decides approvals of its own runs only (agenthost.host.admin, DecideApproval).
+    # A send credential not granted all conversations decides approvals of its own runs only (agenthost.host.access).
     origin: str = ""
     # The seq of the event this run answers. Its own conversation is read as of that event: what belongs to events
     # recorded after it (messages queued behind this run) is its future and is not shown. 0: no such bound.

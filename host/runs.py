@@ -318,7 +318,8 @@ class RunManager:
         if starter is not None and starter != origin:
             raise PermissionDenied(
                 f"conversation {conversation_id[:64]!r} was started by another sender; {origin!r} may write only"
-                " into conversations it started"
+                " into conversations it started: name a new one (an operator may grant a send credential all of"
+                " its bots' conversations: `agenthost credentials create NAME --bot BOT --all-conversations`)"
             )
 
     async def _store_attachments(

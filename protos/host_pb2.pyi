@@ -10,26 +10,30 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class CredentialInfo(_message.Message):
-    __slots__ = ("name", "scope", "bots", "created_at")
+    __slots__ = ("name", "scope", "bots", "created_at", "all_conversations")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     BOTS_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    ALL_CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
     name: str
     scope: str
     bots: _containers.RepeatedScalarFieldContainer[str]
     created_at: float
-    def __init__(self, name: _Optional[str] = ..., scope: _Optional[str] = ..., bots: _Optional[_Iterable[str]] = ..., created_at: _Optional[float] = ...) -> None: ...
+    all_conversations: bool
+    def __init__(self, name: _Optional[str] = ..., scope: _Optional[str] = ..., bots: _Optional[_Iterable[str]] = ..., created_at: _Optional[float] = ..., all_conversations: _Optional[bool] = ...) -> None: ...
 
 class CreateCredentialRequest(_message.Message):
-    __slots__ = ("name", "scope", "bots")
+    __slots__ = ("name", "scope", "bots", "all_conversations")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     BOTS_FIELD_NUMBER: _ClassVar[int]
+    ALL_CONVERSATIONS_FIELD_NUMBER: _ClassVar[int]
     name: str
     scope: str
     bots: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., scope: _Optional[str] = ..., bots: _Optional[_Iterable[str]] = ...) -> None: ...
+    all_conversations: bool
+    def __init__(self, name: _Optional[str] = ..., scope: _Optional[str] = ..., bots: _Optional[_Iterable[str]] = ..., all_conversations: _Optional[bool] = ...) -> None: ...
 
 class CreatedCredential(_message.Message):
     __slots__ = ("credential", "token")

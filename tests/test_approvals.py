@@ -175,10 +175,12 @@ async def test_decide_once_unknown_and_bad_decisions(h: HostHarness) -> None:
 
 
 async def test_a_send_credential_sees_and_decides_only_its_own_bots(h: HostHarness) -> None:
+    # Granted all conversations: the wall under test is the bot's (own-only credentials: test_approvals_channel_scope).
     await h.client.call("CreateBot", hpb.CreateBotRequest(name="other"))
     await h.client.bind("other", "test/asker")
     created = await h.client.call(
-        "CreateCredential", hpb.CreateCredentialRequest(name="b-only", scope="send", bots=["other"])
+        "CreateCredential",
+        hpb.CreateCredentialRequest(name="b-only", scope="send", bots=["other"], all_conversations=True),
     )
     ours = Stream(h.client, h.bot, {})
     theirs = Stream(h.client, "other", {})

@@ -1,6 +1,7 @@
-"""A channel adapter's credential decides only approvals of the runs it started itself: not those of runs the CLI,
-a script or another channel started on the same bot. The adapter is untrusted (a plugin; anyone on its chat
-platform drives it), and a press in one chat must not approve a tool call someone else is waiting on."""
+"""A channel adapter's credential, and a send key not granted all conversations, decides only approvals of the runs
+it started itself: not those of runs the CLI, a script or another channel started on the same bot. The adapter is
+untrusted (a plugin; anyone on its chat platform drives it), as is an application holding a send key, and a press in
+one chat must not approve a tool call someone else is waiting on."""
 
 from __future__ import annotations
 
@@ -25,16 +26,18 @@ async def h(tmp_path: Path) -> AsyncIterator[HostHarness]:
         yield harness
 
 
-def _channel_client(h: HostHarness, name: str) -> HostClient:
-    # What Channels does at each adapter start: a `send` credential for the channel's bot alone.
+def _channel_client(h: HostHarness, name: str, prefix: str = CHANNEL_PREFIX) -> HostClient:
+    # What Channels does at each adapter start: a `send` credential for the channel's bot alone (or, with no prefix,
+    # what `agenthost credentials create NAME --bot BOT` makes for an application).
     _, token = h.host.credentials.create(
-        CHANNEL_PREFIX + name, "send", [h.host.registry.bot(h.bot).bot_id], replace=True
+        prefix + name, "send", [h.host.registry.bot(h.bot).bot_id], replace=prefix == CHANNEL_PREFIX
     )
     return HostClient(h.host.admin_address, token=token)
 
 
-async def test_a_channel_decides_only_approvals_of_its_own_runs(h: HostHarness) -> None:
-    async with _channel_client(h, "tg") as tg, _channel_client(h, "slack") as slack:
+@pytest.mark.parametrize("prefix", [CHANNEL_PREFIX, ""], ids=["channel", "send-key"])
+async def test_a_channel_decides_only_approvals_of_its_own_runs(h: HostHarness, prefix: str) -> None:
+    async with _channel_client(h, "tg", prefix) as tg, _channel_client(h, "slack", prefix) as slack:
         from_cli = Stream(h.client, h.bot, {}, conversation="ops")
         from_tg = Stream(tg, h.bot, {}, conversation="tg:1")
         from_slack = Stream(slack, h.bot, {}, conversation="slack:1")
@@ -54,15 +57,15 @@ async def test_a_channel_decides_only_approvals_of_its_own_runs(h: HostHarness) 
         pending = (await h.client.call("ListApprovals", hpb.ListApprovalsRequest())).approvals
         assert sorted(a.approval_id for a in pending) == sorted(r.approval_id for r in (req_cli, req_tg, req_slack))
 
-        assert (await decide(tg, req_tg.approval_id, "approve")).resolved.decided_by == CHANNEL_PREFIX + "tg"
+        assert (await decide(tg, req_tg.approval_id, "approve")).resolved.decided_by == prefix + "tg"
         assert (await decide(slack, req_slack.approval_id, "deny")).status == "denied"
         await decide(h.client, req_cli.approval_id, "deny")
         with pytest.raises(errors.NotFound):  # decided: still not its to know about ("already denied" would tell)
             await decide(tg, req_cli.approval_id, "approve")
         with pytest.raises(errors.FailedPrecondition):
             await decide(tg, req_tg.approval_id, "deny")  # its own, decided once
-        assert (await from_tg.finished()).text == f"approved:True:{CHANNEL_PREFIX}tg:"
-        assert (await from_slack.finished()).text == f"denied:False:{CHANNEL_PREFIX}slack:"
+        assert (await from_tg.finished()).text == f"approved:True:{prefix}tg:"
+        assert (await from_slack.finished()).text == f"denied:False:{prefix}slack:"
         assert (await from_cli.finished()).text == "denied:False:admin:"
 
 

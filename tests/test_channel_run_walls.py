@@ -1,8 +1,9 @@
-"""A channel adapter's credential reads and acts only on the runs it started, and writes only into conversations it
-started: not those of the CLI, a script, or another channel of the same bot. The adapter is untrusted (a plugin;
-anyone on its chat platform drives it). Runs it did not start answer NOT_FOUND, as another bot's runs do to a scoped
-credential, so it learns nothing of them; a user-made `send` credential and the admin keep seeing every run of
-their bots."""
+"""A channel adapter's credential, and a user-made `send` credential not granted all conversations, reads and acts
+only on the runs it started, and writes only into conversations it started: not those of the CLI, a script, or
+another channel of the same bot. The adapter is untrusted (a plugin; anyone on its chat platform drives it), and so
+is an application holding a send key. Runs it did not start answer NOT_FOUND, as another bot's runs do to a scoped
+credential, so it learns nothing of them; the admin, and a send credential made with `all_conversations`, see every
+run of their bots. (The same rules through the HTTP gateway: tests/gateway/test_gateway_walls.py.)"""
 
 from __future__ import annotations
 
@@ -56,11 +57,13 @@ async def h(tmp_path: Path) -> AsyncIterator[HostHarness]:
         yield harness
 
 
-def _client(h: HostHarness, name: str) -> HostClient:
+def _client(h: HostHarness, name: str, *, all_conversations: bool = False) -> HostClient:
     # What Channels does at each adapter start (`channel.` names), or a user's CreateCredential (any other name):
     # a `send` credential for the harness's bot alone. Creating a channel's again rotates its token.
     channel = name.startswith(CHANNEL_PREFIX)
-    _, token = h.host.credentials.create(name, "send", [h.host.registry.bot(h.bot).bot_id], replace=channel)
+    _, token = h.host.credentials.create(
+        name, "send", [h.host.registry.bot(h.bot).bot_id], replace=channel, all_conversations=all_conversations
+    )
     return HostClient(h.host.admin_address, token=token)
 
 
@@ -121,11 +124,12 @@ async def _listed(client: HostClient, bot: str, conversation: str = "") -> set[s
     return {r.run_id for r in reply.runs}
 
 
-async def test_a_channel_reads_only_the_runs_it_started(h: HostHarness) -> None:
+async def test_a_channel_or_send_key_reads_only_the_runs_it_started(h: HostHarness) -> None:
     async with (
         _client(h, "channel.tg") as tg,
         _client(h, "channel.slack") as slack,
         _client(h, "script") as script,
+        _client(h, "ops-script", all_conversations=True) as granted,
     ):
         runs = {
             "admin": await _make(h.client, h.bot, "cli:1"),
@@ -142,7 +146,7 @@ async def test_a_channel_reads_only_the_runs_it_started(h: HostHarness) -> None:
                 assert (await h.client.call("GetRun", hpb.RunRequestById(run_id=run_id))).origin == senders[who]
         everything = set().union(*({r.run_id, children[w]} for w, r in runs.items()))
 
-        for who, channel in (("tg", tg), ("slack", slack)):
+        for who, channel in (("tg", tg), ("slack", slack), ("script", script)):
             await _reads(channel, runs[who], children[who])
             for other in runs.keys() - {who}:
                 await _all_reads_refused(channel, runs[other], children[other])
@@ -150,8 +154,8 @@ async def test_a_channel_reads_only_the_runs_it_started(h: HostHarness) -> None:
             assert await _listed(channel, h.bot, "cli:1") == set()
             await _refused(channel, "GetRun", hpb.RunRequestById(run_id="run_none"), "run_none")
 
-        # The admin and a user's send credential: every run of their bots, as before.
-        for client in (h.client, script):
+        # The admin, and a send credential the operator granted all conversations: every run of their bots.
+        for client in (h.client, granted):
             assert await _listed(client, h.bot) == everything
             for who, run in runs.items():
                 await _reads(client, run, children[who])
@@ -194,13 +198,21 @@ async def _running(h: HostHarness) -> list[hpb.RunInfo]:
 async def test_a_channel_writes_only_into_conversations_it_started(h: HostHarness) -> None:
     """A message is answered by a run that reads its conversation: into another's conversation, it would read
     that conversation out to the channel."""
-    async with _client(h, "channel.tg") as tg, _client(h, "channel.slack") as slack, _client(h, "script") as script:
+    async with (
+        _client(h, "channel.tg") as tg,
+        _client(h, "channel.slack") as slack,
+        _client(h, "script") as script,
+        _client(h, "ops-script", all_conversations=True) as granted,
+    ):
         await h.client.send(h.bot, "from the cli", conversation_id="ops")
         await tg.send(h.bot, "hello", conversation_id="tg:1")
         await script.send(h.bot, "from a script", conversation_id="script:1")
         for conversation in ("ops", "script:1"):
             with pytest.raises(errors.PermissionDenied):
                 await tg.send(h.bot, "tell me everything said here", conversation_id=conversation)
+        for conversation in ("ops", "tg:1"):
+            with pytest.raises(errors.PermissionDenied):
+                await script.send(h.bot, "tell me everything said here", conversation_id=conversation)
         with pytest.raises(errors.PermissionDenied):
             await slack.send(h.bot, "and here?", conversation_id="tg:1")
         # Nothing of the refused messages was recorded: no run, no event, no transcript item.
@@ -213,11 +225,17 @@ async def test_a_channel_writes_only_into_conversations_it_started(h: HostHarnes
         assert (await tg.send(h.bot, "fresh", conversation_id="tg:2")).text == "echo fresh"
         await h.client.send(h.bot, "the admin looks in", conversation_id="tg:1")
         assert (await tg.send(h.bot, "still mine", conversation_id="tg:1")).text == "echo still mine"
-        # A user's send credential keeps writing wherever its bots are, as before.
-        assert (await script.send(h.bot, "hi", conversation_id="ops")).text == "echo hi"
+        # A send credential granted all conversations writes wherever its bots are.
+        assert (await granted.send(h.bot, "hi", conversation_id="ops")).text == "echo hi"
+        assert (await granted.send(h.bot, "hi", conversation_id="tg:1")).text == "echo hi"
+        # A channel's credential is never granted them.
+        with pytest.raises(errors.InvalidArgument):
+            h.host.credentials.create(
+                "channel.tg", "send", [h.host.registry.bot(h.bot).bot_id], replace=True, all_conversations=True
+            )
 
         # Conversations themselves are not a send credential's to read at all.
-        for client in (tg, script):
+        for client in (tg, script, granted):
             with pytest.raises(errors.PermissionDenied):
                 await client.call("ListConversations", hpb.BotRequest(bot=h.bot))
             with pytest.raises(errors.PermissionDenied):

@@ -274,6 +274,22 @@ async def test_update_binding_json_runs_and_sigpipe(host: Path) -> None:
 
 
 @pytest.mark.slow
+async def test_credentials_granted_all_conversations_say_so(host: Path) -> None:
+    assert (await acli(host, "bots", "create", "b"))[0] == 0
+    code, _, err = await acli(host, "credentials", "create", "app", "--bot", "b")
+    assert code == 0, err
+    code, _, err = await acli(host, "credentials", "create", "ops-app", "--bot", "b", "--all-conversations")
+    assert code == 0, err
+    code, _, err = await acli(host, "credentials", "create", "ops", "--scope", "admin", "--all-conversations")
+    assert code == 1 and "INVALID_ARGUMENT" in err and "only a send credential" in err
+    code, out, _ = await acli(host, "credentials", "list", "--json")
+    assert {c["name"]: c.get("all_conversations", False) for c in json.loads(out)} == {"app": False, "ops-app": True}
+    code, out, err = await acli(host, "credentials", "list")
+    lines = {line.split()[0]: line for line in (out + err).splitlines() if line.strip()}
+    assert "own conversations" in lines["app"] and "all conversations" in lines["ops-app"]
+
+
+@pytest.mark.slow
 async def test_relative_paths_are_the_users(host: Path, tmp_path: Path) -> None:
     """`plugins install ./dir` and `--data-dir rel` resolve against the CLI's working directory, not the host's."""
     import shutil

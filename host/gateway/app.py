@@ -23,6 +23,7 @@ from urllib.parse import quote, unquote
 
 from aiohttp import web
 
+from agenthost.host import access
 from agenthost.host import attachments as attachment_checks
 from agenthost.host.credentials import Principal
 from agenthost.host.gateway import bodies, parse_address
@@ -155,15 +156,16 @@ class Gateway:
             bot = self.host.registry.bot(model)
         except (errors.NotFound, errors.InvalidArgument):
             raise model_not_found(model) from None
-        if not principal.is_admin and bot.bot_id not in principal.bots:
+        if not principal.may_use(bot.bot_id):
             raise model_not_found(model)
         return bot
 
     def _conversation(self, request: web.Request, principal: Principal, user: str) -> str:
-        """The header names a conversation outright. Failing that, OpenAI's `user` (documented as a stable id of
-        the end user) gives each end user of this key one continuing conversation with the bot, namespaced by the
-        key, so two applications' "alice" never share a history. With neither, each request is a conversation of
-        its own; the reply's header names it, so the client can continue it."""
+        """The header names a conversation outright (one this key started, unless it may use them all:
+        access.send). Failing that, OpenAI's `user` (documented as a stable id of the end user) gives each end user
+        of this key one continuing conversation with the bot, namespaced by the key, so two applications' "alice"
+        never share a history (nor a memory: Principal.actor). With neither, each request is a conversation of its
+        own; the reply's header names it, so the client can continue it."""
         header = request.headers.get(CONVERSATION_HEADER)
         if header is not None:
             try:
@@ -200,7 +202,8 @@ class Gateway:
             conversation_id=conversation,
             text=text,
             source=SOURCE,
-            actor=pb.Actor(actor_type="user", actor_id=user or principal.name),
+            # The end user's id: access.send puts a send key's in the key's namespace (Principal.actor).
+            actor=pb.Actor(actor_type="user", actor_id=user),
             data_json=json.dumps({"gateway": {"endpoint": endpoint, "credential": principal.name}}),
         )
 
@@ -208,8 +211,9 @@ class Gateway:
         self, send: hpb.SendMessageRequest, principal: Principal
     ) -> tuple[hpb.RunInfo, AsyncGenerator[hpb.SendMessageReply, None]]:
         """Records the message and starts its run; a refusal here is an HTTP error with no run behind it. The run and
-        its message event record the gateway key's credential as their sender, as SendMessage does for gRPC callers."""
-        stream = self.host.runs.send(send, origin=principal.name)
+        its message event record the gateway key's credential as their sender, and its rules apply, as SendMessage's
+        do for gRPC callers: both go through access.send."""
+        stream = access.send(self.host.runs, principal, send)
         try:
             first = await anext(stream)
         except BaseException:
@@ -221,9 +225,7 @@ class Gateway:
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         principal = self._principal(request)
-        bots = self.host.registry.bots()
-        if not principal.is_admin:
-            bots = [b for b in bots if b.bot_id in principal.bots]
+        bots = [b for b in self.host.registry.bots() if principal.may_use(b.bot_id)]
         return web.json_response({"object": "list", "data": [_model_object(b) for b in bots]})
 
     async def model(self, request: web.Request) -> web.StreamResponse:
@@ -303,15 +305,17 @@ class Gateway:
         previous = ""
         if req.previous_response_id:
             # The run behind the previous response is the mapping: (bot, conversation) are recorded on it, in the
-            # same transaction that accepted its message. A response of a bot this key may not use does not exist.
-            prior = self.host.run_store.get(req.previous_response_id)
-            if prior is None or not (principal.is_admin or prior.bot_id in principal.bots):
+            # same transaction that accepted its message. A response this key may not see (of a bot it may not use,
+            # or one another sender started) does not exist, as on the gRPC side.
+            try:
+                prior = access.run(self.host.run_store, principal, req.previous_response_id)
+            except errors.NotFound:
                 raise GatewayError(
                     404,
                     f"no response {oa.response_id(req.previous_response_id)!r}",
                     param="previous_response_id",
                     code="previous_response_not_found",
-                )
+                ) from None
             previous = oa.response_id(prior.run_id)
             bot = self._bot(principal, prior.bot_id)
             if req.model and self._bot(principal, req.model).bot_id != bot.bot_id:

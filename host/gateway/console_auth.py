@@ -5,7 +5,7 @@ The key a user signs in with is checked once and never kept: the browser holds o
 HttpOnly, SameSite=Strict cookie (Secure when the request came over TLS), so no script on the page can read a
 credential. Only admin credentials may sign in: the console is the admin surface, and a "send" key is for chat
 clients. A session ends when it has been idle for IDLE_SECONDS, at MAX_AGE_SECONDS, on sign-out, or as soon as
-the admin-scoped credential it was opened with is revoked.
+the admin-scoped credential it was opened with is revoked (a new credential of the same name is another one).
 
 Every state-changing request must carry CSRF_HEADER with the session's own token (the sign-in request carries
 SIGN_IN_CSRF, as there is no session yet). A cross-site page cannot set a custom header without a CORS preflight,
@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from agenthost.host.credentials import ADMIN, Credentials, Principal
+from agenthost.host.credentials import Credentials, Principal
 from agenthost.host.gateway.errors import GatewayError
 from agenthost.protos import errors
 
@@ -114,9 +114,9 @@ class Sessions:
         return session
 
     def _valid(self, session: Session) -> bool:
-        if session.principal == ADMIN:
-            return True
-        return any(c.name == session.principal.name and c.scope == "admin" for c in self.credentials.list())
+        # The very issue of the credential signed in with (not its name): revoking it, or revoking it and making a
+        # new one of the same name (a rotation), ends its sessions at their next request.
+        return self.credentials.is_live(session.principal)
 
     def require(self, request: web.Request) -> Session:
         session = self.get(request)

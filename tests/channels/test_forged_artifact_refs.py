@@ -60,8 +60,10 @@ async def test_a_forged_artifact_ref_reaches_no_client(tmp_path: Path) -> None:
         own = await h.send("own", conversation_id="attacker-chat")
         (ref,) = _announced(own)
         assert (ref.name, ref.size_bytes, ref.run_id) == ("real.txt", 4, own.run.run_id)
+        # Granted all conversations: the run it reads was sent by the harness's admin client.
         created = await h.client.call(
-            "CreateCredential", hpb.CreateCredentialRequest(name="adapter", scope="send", bots=["shared"])
+            "CreateCredential",
+            hpb.CreateCredentialRequest(name="adapter", scope="send", bots=["shared"], all_conversations=True),
         )
         async with HostClient(h.host.admin_address, token=created.token) as adapter:
             read = await adapter.call(

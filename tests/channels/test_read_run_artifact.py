@@ -31,8 +31,10 @@ async def test_send_credential_reads_only_what_its_runs_made(tmp_path: Path) -> 
         theirs = await h.client.send("theirs", "files", attachments=files)
         mine = await h.client.send("mine", "files", attachments=files)
         other_mine = await h.client.send("mine", "more files", attachments=files)
+        # Granted all conversations: it reads the admin's runs; the walls under test are the bot's and the run's.
         created = await h.client.call(
-            "CreateCredential", hpb.CreateCredentialRequest(name="adapter", scope="send", bots=["mine"])
+            "CreateCredential",
+            hpb.CreateCredentialRequest(name="adapter", scope="send", bots=["mine"], all_conversations=True),
         )
         async with HostClient(h.host.admin_address, token=created.token) as c:
 

@@ -158,6 +158,30 @@ async def test_only_admin_credentials_sign_in(console: Console) -> None:
             assert r.status == 401  # the session died with its credential
 
 
+async def test_a_session_dies_with_the_very_credential_it_signed_in_with(console: Console) -> None:
+    """Revoking `ops` and making a new `ops` (a rotation, or the name taken by someone else) ends the sessions the
+    old key opened: a session is tied to the credential's issue, not its name and scope."""
+    client = console.harness.client
+    old = await client.call("CreateCredential", hpb.CreateCredentialRequest(name="ops", scope="admin"))
+    async with console.session() as stale, console.session() as fresh:
+        await console.sign_in(stale, old.token)
+        async with stale.get(f"{console.url}/api/bots") as r:
+            assert r.status == 200
+        await client.call("RevokeCredential", hpb.RevokeCredentialRequest(name="ops"))
+        new = await client.call("CreateCredential", hpb.CreateCredentialRequest(name="ops", scope="admin"))
+        async with stale.get(f"{console.url}/api/bots") as r:
+            assert r.status == 401 and (await r.json())["error"]["code"] == "signed_out"
+        async with stale.post(f"{console.url}/api/session", json={"token": old.token}, headers={CSRF: "sign-in"}) as r:
+            assert r.status == 401  # the old key itself is dead too
+        await console.sign_in(fresh, new.token)
+        async with fresh.get(f"{console.url}/api/session") as r:
+            assert r.status == 200 and (await r.json())["name"] == "ops"
+        # And the new issue's sessions die with it, at their very next request.
+        await client.call("RevokeCredential", hpb.RevokeCredentialRequest(name="ops"))
+        async with fresh.get(f"{console.url}/api/session") as r:
+            assert r.status == 401
+
+
 @pytest.mark.parametrize(
     "path",
     [

@@ -19,7 +19,8 @@ USAGE = {"input_tokens": 11, "output_tokens": 3, "cache_read_tokens": 4}
 
 class Talker(Runner):
     """Streams DELTAS and USAGE. Message text steers it: "fail" fails the run, "hold" parks after the first delta
-    until the test opens `release`, "flood N" streams N deltas of 4 KiB. Every run it sees is recorded."""
+    until the test opens `release`, "flood N" streams N deltas of 4 KiB; "remember X" keeps X in the actor's state
+    (the sender's personal memory) and "recall" answers with it. Every run it sees is recorded."""
 
     manifest = RunnerManifest(name="talker")
     seen: list[tuple[str, str, int]] = []  # (conversation, text, transcript items the host reports)
@@ -28,6 +29,12 @@ class Talker(Runner):
 
     async def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
         Talker.seen.append((run.conversation_id, run.text, run.context.context.transcript_count))
+        if run.text.startswith(("remember ", "recall")):
+            if run.text.startswith("remember "):
+                await run.api.state_set("actor", "note", run.text.removeprefix("remember "))
+            yield events.text(f"note: {await run.api.state_get('actor', 'note', '')}")
+            yield events.completed()
+            return
         if run.text == "fail":
             yield events.text("partial")
             yield events.failed("boom", "the runner broke")

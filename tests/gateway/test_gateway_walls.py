@@ -1,0 +1,186 @@
+"""A credential's walls hold through the HTTP gateway as on the gRPC admin surface (both ask agenthost.host.access):
+a channel adapter's or an application's key writes only into the conversations it started and continues, reads and
+answers only its own runs, unless the operator granted it all of its bots' conversations; and the end users a key
+names (`user`) are its own, in memory as in conversations. Driven with the official `openai` client and gRPC."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from openai import AsyncOpenAI
+
+from agenthost.host.client import HostClient
+from agenthost.host.credentials import CHANNEL_PREFIX, Credentials
+from agenthost.host.gateway.openai_api import response_id
+from agenthost.host.private_files import write_json
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import errors
+from agenthost.protos import host_pb2 as hpb
+
+from .helpers import World
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def client(world: World, key: str) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=world.base_url, api_key=key, timeout=20, max_retries=0)
+
+
+async def _key(world: World, name: str, *, all_conversations: bool = False) -> str:
+    """A send key for testbot, as `agenthost credentials create NAME --bot testbot [--all-conversations]` makes."""
+    request = hpb.CreateCredentialRequest(
+        name=name, scope="send", bots=["testbot"], all_conversations=all_conversations
+    )
+    return (await world.harness.client.call("CreateCredential", request)).token
+
+
+def _channel_key(world: World, name: str) -> str:
+    # What Channels does at an adapter's start.
+    bot_id = world.host.registry.bot("testbot").bot_id
+    return world.host.credentials.create(CHANNEL_PREFIX + name, "send", [bot_id], replace=True)[1]
+
+
+def _in(world: World, conversation: str) -> list[hpb.RunInfo]:
+    return [r for r in world.runs() if r.conversation_id == conversation]
+
+
+async def _chat(c: AsyncOpenAI, text: str, conversation: str | None = None, **kw: Any) -> Any:
+    headers = {"X-Agenthost-Conversation": conversation} if conversation else None
+    return await c.chat.completions.create(
+        model="testbot", messages=[{"role": "user", "content": text}], extra_headers=headers, **kw
+    )
+
+
+async def test_a_channel_key_keeps_its_walls_through_the_gateway(world: World) -> None:
+    """A `channel.<name>` credential presented to the gateway: the CLI's conversation is not its to write into (its
+    run would read that history out), nor the CLI's run its to continue by response id."""
+    cli = await world.harness.client.send("testbot", "hello from the cli", conversation_id="cli:1")
+    tg = _channel_key(world, "tg")
+    async with client(world, tg) as c:
+        with pytest.raises(openai.PermissionDeniedError) as caught:
+            await _chat(c, "tell me everything said here", "cli:1")
+        assert "'cli:1' was started by another sender" in caught.value.message
+        with pytest.raises(openai.NotFoundError) as missing:
+            await c.responses.create(previous_response_id=response_id(cli.run.run_id), input="and then?")  # type: ignore[call-overload]
+        assert missing.value.code == "previous_response_not_found"
+        # Its own conversations work as ever, by header and by response id.
+        first = await c.responses.create(
+            model="testbot", input="hi", extra_headers={"X-Agenthost-Conversation": "tg:1"}
+        )
+        again = await c.responses.create(previous_response_id=first.id, input="again")  # type: ignore[call-overload]
+        assert again.status == "completed"
+    assert [r.origin for r in _in(world, "cli:1")] == ["admin"]  # nothing recorded for the refusals
+    assert [r.origin for r in _in(world, "tg:1")] == [CHANNEL_PREFIX + "tg"] * 2
+
+
+async def test_a_send_key_reaches_only_its_own_conversations_unless_granted(world: World) -> None:
+    """A send key may not name another sender's conversation (a Telegram chat, the CLI's, another application's) and
+    read it back through the bot's replies, nor continue, read or cancel another's runs; a key granted
+    `--all-conversations` may, and the admin may."""
+    tg = HostClient(world.host.admin_address, token=_channel_key(world, "tg"))
+    app2 = await _key(world, "app2")
+    granted = await _key(world, "ops-app", all_conversations=True)
+    async with tg:
+        chat = await tg.send("testbot", "my Telegram secret", conversation_id="tg:42")
+    cli = await world.harness.client.send("testbot", "the CLI's", conversation_id="cli:1")
+    async with client(world, app2) as c2:
+        await _chat(c2, "app2's", "app2:1")
+        await _chat(c2, "alice's", user="alice")  # conversation user:app2/alice
+    theirs = {"tg:42": chat.run.run_id, "cli:1": cli.run.run_id, "app2:1": _in(world, "app2:1")[0].run_id}
+
+    async with client(world, world.key) as app:
+        for conversation in (*theirs, "user:app2/alice"):
+            with pytest.raises(openai.PermissionDeniedError) as caught:
+                await _chat(app, "read it all back to me", conversation)
+            assert "may write only into conversations it started" in caught.value.message
+            assert "--all-conversations" in caught.value.message  # what the operator can do about it
+        for run_id in theirs.values():
+            with pytest.raises(openai.NotFoundError):
+                await app.responses.create(previous_response_id=response_id(run_id), input="go on")  # type: ignore[call-overload]
+        # Its own: a new conversation it names, continued by header and by response id.
+        await _chat(app, "mine", "app:1")
+        await _chat(app, "mine again", "app:1")
+        mine = await app.responses.create(model="testbot", input="x")
+        assert (await app.responses.create(previous_response_id=mine.id, input="y")).status == "completed"  # type: ignore[call-overload]
+    for conversation, run_id in theirs.items():
+        assert [r.run_id for r in _in(world, conversation)] == [run_id]  # nothing recorded for the refusals
+    assert len(_in(world, "app:1")) == 2
+
+    # The same key on gRPC: the others' runs do not exist to it.
+    async with HostClient(world.host.admin_address, token=world.key) as app_grpc:
+        for run_id in theirs.values():
+            with pytest.raises(errors.NotFound):
+                await app_grpc.call("GetRun", hpb.RunRequestById(run_id=run_id))
+            with pytest.raises(errors.NotFound):
+                await app_grpc.call("ListRunEvents", hpb.ListRunEventsRequest(run_id=run_id))
+            with pytest.raises(errors.NotFound):
+                await app_grpc.call("CancelRun", hpb.RunRequestById(run_id=run_id))
+        listed = await app_grpc.call("ListRuns", hpb.ListRunsRequest(bot="testbot", limit=1000))
+        assert {r.origin for r in listed.runs} == {"app"} and len(listed.runs) == 4
+        with pytest.raises(errors.PermissionDenied):
+            await app_grpc.send("testbot", "via gRPC", conversation_id="tg:42")
+
+    # Granted all conversations (and the admin): every conversation and run of the bot.
+    for key in (granted, world.admin):
+        async with client(world, key) as c:
+            await _chat(c, "hello", "tg:42")
+            continued = await c.responses.create(previous_response_id=response_id(cli.run.run_id), input="more")  # type: ignore[call-overload]
+            assert continued.status == "completed"
+    assert len(_in(world, "tg:42")) == 3
+
+
+async def test_a_keys_end_users_are_its_own_in_memory_too(world: World) -> None:
+    """Two applications' keys for one bot both sending `user: alice`: each alice is an actor of her key's own
+    (`<key>/alice`), so the bot's personal memory of one is not read to the other; nor can a key name a Telegram
+    user's actor (`tg:<id>`), by `user` or over gRPC."""
+    app2 = await _key(world, "app2")
+    async with client(world, world.key) as a, client(world, app2) as b:
+        said = await _chat(a, "remember alice's card is 4242", user="alice")
+        assert said.choices[0].message.content == "note: alice's card is 4242"
+        assert (await _chat(b, "recall", user="alice")).choices[0].message.content == "note: "
+        assert (await _chat(a, "recall", user="alice")).choices[0].message.content == "note: alice's card is 4242"
+        # With no `user`, the key itself is the actor: still not another key's.
+        await _chat(a, "remember the app's own note")
+        assert (await _chat(b, "recall")).choices[0].message.content == "note: "
+    events = {
+        json.loads(row[0])["actor_id"]
+        for row in world.host.db.query("SELECT actor_json FROM events WHERE source = 'gateway'", ())
+    }
+    assert events == {"app/alice", "app2/alice", "app", "app2"}
+
+    tg_user = pb.Actor(actor_type="user", actor_id="tg:42")
+    async with HostClient(world.host.admin_address, token=_channel_key(world, "tg")) as tg:
+        # A channel names its platform's users outright.
+        said = await tg.send("testbot", "remember my address", conversation_id="tg:42", actor=tg_user)
+        assert said.text == "note: my address"
+    async with client(world, world.key) as a:
+        assert (await _chat(a, "recall", user="tg:42")).choices[0].message.content == "note: "
+    async with HostClient(world.host.admin_address, token=world.key) as app_grpc:
+        assert (await app_grpc.send("testbot", "recall", conversation_id="g:1", actor=tg_user)).text == "note: "
+
+
+def test_send_credentials_stored_before_the_grant_are_own_only(tmp_path: Path) -> None:
+    """credentials.json written by an older host has no `all_conversations`: its send keys reach only their own."""
+    created = Credentials(tmp_path)
+    _, token = created.create("legacy", "send", ["bot_1"])
+    stored = json.loads((tmp_path / "credentials.json").read_text())
+    del stored["credentials"]["legacy"]["all_conversations"]
+    write_json(tmp_path / "credentials.json", stored)
+    principal = Credentials(tmp_path).authenticate((("authorization", f"Bearer {token}"),))
+    assert principal.own_only == "legacy" and not principal.all_conversations
+    (info,) = Credentials(tmp_path).list()
+    assert not info.all_conversations
+
+
+async def test_a_key_cannot_take_the_name_the_cli_sends_or_acts_under(world: World) -> None:
+    """The CLI's messages are recorded as sent by "admin" and, naming no actor, as actor "local": a send key of either
+    name would own the CLI's conversations, or read the CLI user's memory."""
+    cli = await world.harness.client.send("testbot", "the CLI's", conversation_id="cli:1")
+    assert cli.run.origin == "admin"
+    for name in ("admin", "local"):
+        with pytest.raises(errors.InvalidArgument, match="is the host's own"):
+            await _key(world, name)
