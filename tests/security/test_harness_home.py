@@ -1,0 +1,78 @@
+"""What one conversation's harness can leave for another, and for the runner: attacks made by a model's shell
+commands inside the harness's sandbox (the stand-in harness runs `[sh] …` prompts; the slow test has the real
+Claude Code CLI run them through its Bash tool).
+
+* The harness home (`HOME`, `CLAUDE_CONFIG_DIR`, `CODEX_HOME`, `TMPDIR`) is the conversation's own: what a model
+  plants there (`CLAUDE.md`, `settings.json` hooks) never reaches another conversation (spares included), and it
+  cannot read another's session transcripts. The config dir's start-up files are rewritten before each turn.
+* The runner's writes into the working directory never follow a symlink a model planted there.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# The harness tests' fixtures: the fake host API, a clean environment, and closing every runner a test made.
+from external_harness.conftest import clean_env, close_runners, fake_host  # noqa: F401
+from external_harness.helpers import kinds
+from external_harness.test_runner import _collect, _config
+from external_harness.test_warm import _new_conversation, _spare_boot, _starts
+
+from agenthost.plugins import sandbox as walls
+from agenthost.runners.external_harness.runner import ClaudeCodeRunner
+
+needs_bwrap = pytest.mark.skipif(walls.probe() is not None, reason=f"no working bubblewrap: {walls.probe()}")
+pytestmark = [pytest.mark.timeout(120), needs_bwrap]
+
+PLANT = (
+    "[sh] printf PLANTED-CLAUDE-MD > $CLAUDE_CONFIG_DIR/CLAUDE.md && "
+    """printf '{"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "touch /tmp/pwned"}]}]}}' """
+    "> $CLAUDE_CONFIG_DIR/settings.json && mkdir -p $CLAUDE_CONFIG_DIR/projects/planted && "
+    "printf PLANTED-TRANSCRIPT > $CLAUDE_CONFIG_DIR/projects/planted/a.jsonl && ls $CLAUDE_CONFIG_DIR/fake-sessions"
+)
+LOOK = (
+    "[sh] ls -A $CLAUDE_CONFIG_DIR; cat $CLAUDE_CONFIG_DIR/CLAUDE.md $CLAUDE_CONFIG_DIR/settings.json; "
+    "ls -AR $CLAUDE_CONFIG_DIR/projects $CLAUDE_CONFIG_DIR/fake-sessions $HOME; echo LOOKED"
+)
+
+
+def _reply(events) -> str:
+    assert kinds(events)[-1] == "completed", events[-1]
+    return events[-2].message.text
+
+
+@pytest.mark.parametrize("spare", [False, True], ids=["new-process", "spare"])
+async def test_what_one_conversation_plants_in_its_home_reaches_no_other(
+    spare,
+    tmp_path,
+    fake_host,  # noqa: F811
+    clean_env,  # noqa: F811
+) -> None:
+    runner = ClaudeCodeRunner(tmp_path / "data")
+    config = _config(tmp_path, spare_process=spare)
+    planted = _reply(await _collect(runner, fake_host.run_context(PLANT, config=config)))
+    session_a = fake_host.data.get_state("conversation", "external.session_id")
+    conversation_a, state_a = fake_host.data.conversation_id, dict(fake_host.data.state)
+    assert session_a in planted  # the command ran, and saw its own session store
+    if spare:
+        boot = await _spare_boot(runner, tmp_path)
+        # The spare started after the plant: it loaded nothing of it.
+        assert not {"CLAUDE.md", "settings.json", "projects"} & set(boot["config_files"]), boot
+
+    _new_conversation(fake_host, "conv-b")
+    looked = _reply(await _collect(runner, fake_host.run_context(LOOK, config=config)))
+    assert "LOOKED" in looked
+    for trace in ("PLANTED", "planted", "pwned", session_a):
+        assert trace not in looked, (trace, looked)
+    started_b = _starts(tmp_path)[-1]
+    if spare:
+        assert started_b["process"] == boot["boot"]  # B's first message went to the spare
+    assert not {"CLAUDE.md", "settings.json", "projects"} & set(started_b["config_files"]), started_b
+
+    # A's next message resumes A's session; what it planted in its own config dir is gone by then too (a new
+    # process starts, the config dir's files having changed since its kept process read them).
+    _new_conversation(fake_host, conversation_a)
+    fake_host.data.state.update(state_a)
+    again = _reply(await _collect(runner, fake_host.run_context(LOOK, config=config)))
+    assert again.startswith("echo[2]: ") and session_a in again, again
+    assert "PLANTED-CLAUDE-MD" not in again and "pwned" not in again
