@@ -10,6 +10,10 @@ Claude Code CLI run them through its Bash tool).
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import pytest
 
 # The harness tests' fixtures: the fake host API, a clean environment, and closing every runner a test made.
@@ -76,3 +80,84 @@ async def test_what_one_conversation_plants_in_its_home_reaches_no_other(
     again = _reply(await _collect(runner, fake_host.run_context(LOOK, config=config)))
     assert again.startswith("echo[2]: ") and session_a in again, again
     assert "PLANTED-CLAUDE-MD" not in again and "pwned" not in again
+
+
+# ---- the runner's writes into the working directory ----
+
+SKILLS = [{"name": "runbook", "description": "d", "body": "# Runbook"}]
+RUNNER_FILES = ("context.json", "mcp.json", "skills.json", "append-system-prompt.md", "SKILL.md", "runbook")
+
+
+def _tree(path: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(path)): p.read_bytes() if p.is_file() else None for p in sorted(path.rglob("*"))}
+
+
+def _plants(outside: Path, workdir: Path) -> dict[str, str]:
+    """Each attack: the shell command a model runs in one turn, against the runner's projection in the next."""
+    up = os.path.relpath(outside, workdir / ".claude" / "skills")
+    manifest = json.dumps({".claude/skills": {up: "x", "runbook": "x"}, ".agents/skills": {}})
+    return {
+        "agenthost-up": "rm -rf .agenthost && ln -s ../.. .agenthost",
+        "agenthost-out": f"rm -rf .agenthost && ln -s {outside} .agenthost",
+        "context-file": f"ln -sf {outside}/keep.txt .agenthost/context.json && ln -sf {outside} .agenthost/mcp.json",
+        "skills-dir": f"rm -rf .claude/skills && ln -s {outside} .claude/skills",
+        "skill-dir": f"rm -rf .claude/skills/runbook && ln -s {outside} .claude/skills/runbook",
+        "manifest-names": f"printf '%s' '{manifest}' > .agenthost/skills.json",
+    }
+
+
+# A symlinked directory on the way is refused (projection_error names it); a symlink in place of a file or a skill
+# directory the runner owns is replaced; a manifest name that is not a plain name is ignored.
+REFUSED = {"agenthost-up", "agenthost-out", "skills-dir"}
+
+
+ATTACKS = ["agenthost-up", "agenthost-out", "context-file", "skills-dir", "skill-dir", "manifest-names"]
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+async def test_the_runner_writes_through_no_symlink_a_model_planted(
+    attack,
+    tmp_path,
+    fake_host,  # noqa: F811
+    clean_env,  # noqa: F811
+) -> None:
+    runner = ClaudeCodeRunner(tmp_path / "data")
+    config = _config(tmp_path, skills=SKILLS, mcp_transport="http", append_system_prompt="Be brief.")
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "keep.txt").write_text("the runner's own file")
+    first = await _collect(runner, fake_host.run_context("hello", config=config))
+    workdir = Path(fake_host.data.get_state("conversation", "external.working_directory"))
+    up = workdir.parent.parent  # where `.agenthost -> ../..` points
+
+    def seen() -> dict[str, object]:
+        return {"outside": _tree(outside), "up": sorted(os.listdir(up)), "bot": sorted(os.listdir(workdir.parent))}
+
+    before = seen()
+    assert kinds(first)[-1] == "completed"
+
+    planted = await _collect(runner, fake_host.run_context("[sh] " + _plants(outside, workdir)[attack], config=config))
+    assert _reply(planted).startswith("echo[2]: sh"), planted[-2].message.text
+    planted_at = {"context-file": ".agenthost/context.json", "skill-dir": ".claude/skills/runbook"}
+    if attack != "manifest-names":
+        path = workdir / planted_at.get(attack, ".agenthost" if attack.startswith("agenthost") else ".claude/skills")
+        assert path.is_symlink(), path
+    assert seen() == before  # the command itself could not reach any of it: only its runner could
+
+    attacked = await _collect(runner, fake_host.run_context("next", config=config))
+    assert {
+        "outside": _tree(outside),
+        "up": sorted(os.listdir(up)),
+        "bot": sorted(os.listdir(workdir.parent)),
+    } == before
+    assert not any(name in RUNNER_FILES for name in os.listdir(up))
+    if attack in REFUSED:
+        assert kinds(attacked)[-1] == "failed", attacked[-1]
+        failed = attacked[-1].failed
+        assert failed.code == "projection_error" and "symlink" in failed.message and "remove it" in failed.message
+        return
+    assert _reply(attacked).startswith("echo[3]: next")
+    for name in ("context.json", "mcp.json", "skills.json"):
+        assert (workdir / ".agenthost" / name).is_file() and not (workdir / ".agenthost" / name).is_symlink()
+    skill = workdir / ".claude" / "skills" / "runbook"
+    assert not skill.is_symlink() and (skill / "SKILL.md").read_text().endswith("# Runbook\n")
