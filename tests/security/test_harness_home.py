@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 # The harness tests' fixtures: the fake host API, a clean environment, and closing every runner a test made.
-from external_harness.conftest import clean_env, close_runners, fake_host  # noqa: F401
+from external_harness.conftest import claude_bin, clean_env, close_runners, fake_host  # noqa: F401
+from external_harness.fake_apis import FakeAnthropic, Request
 from external_harness.helpers import kinds
 from external_harness.test_runner import _collect, _config
 from external_harness.test_warm import _new_conversation, _spare_boot, _starts
@@ -161,3 +163,58 @@ async def test_the_runner_writes_through_no_symlink_a_model_planted(
         assert (workdir / ".agenthost" / name).is_file() and not (workdir / ".agenthost" / name).is_symlink()
     skill = workdir / ".claude" / "skills" / "runbook"
     assert not skill.is_symlink() and (skill / "SKILL.md").read_text().endswith("# Runbook\n")
+
+
+# ---- the real Claude Code CLI: the plant as a Bash tool call ----
+
+
+@pytest.mark.slow
+async def test_claude_code_plants_in_its_config_dir_reach_no_other_conversation(
+    tmp_path,
+    fake_host,  # noqa: F811
+    clean_env,  # noqa: F811
+    claude_bin,  # noqa: F811
+    monkeypatch,
+) -> None:
+    """Claude Code loads `$CLAUDE_CONFIG_DIR/CLAUDE.md` into every session it starts (user memory) and keeps its
+    transcripts under `$CLAUDE_CONFIG_DIR/projects/`: a conversation's Bash tool writes the one and lists the other;
+    another conversation's model requests carry nothing of it and its listing shows none of A's sessions."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake-0123456789")
+    # The marker is assembled by the shell, so it is in the file and not in the command the session records.
+    plant = 'printf PLANTED-%s USER-MEMORY-77 > "$CLAUDE_CONFIG_DIR/CLAUDE.md"; ls -R "$CLAUDE_CONFIG_DIR/projects"'
+    look = 'ls -AR "$CLAUDE_CONFIG_DIR/projects"; cat "$CLAUDE_CONFIG_DIR/CLAUDE.md"; echo LOOKED'
+
+    def script(req: Request) -> list[dict[str, Any]]:
+        if req.steps == 0:
+            command = plant if "PLANT" in req.prompt else look
+            return [{"type": "tool", "name": "Bash", "input": {"command": command, "description": "look"}}]
+        return [{"type": "text", "text": f"REPORT {req.last_tool_result}"}]
+
+    with FakeAnthropic(script) as fake:
+        config = {
+            "command": claude_bin,
+            "base_url": f"http://127.0.0.1:{fake.port}",
+            "allowed_tools": ["Bash"],
+            "interrupt_grace_seconds": 1.0,
+        }
+        runner = ClaudeCodeRunner(tmp_path / "data")
+        planted = _reply(await _collect(runner, fake_host.run_context("PLANT it", config=config)))
+        session_a = fake_host.data.get_state("conversation", "external.session_id")
+        assert f"{session_a}.jsonl" in planted  # the tool ran, in A's own config dir
+        conversation_a, state_a = fake_host.data.conversation_id, dict(fake_host.data.state)
+
+        _new_conversation(fake_host, "conv-b")
+        n = len(fake.requests)
+        looked = _reply(await _collect(runner, fake_host.run_context("look around", config=config)))
+        assert not any("PLANTED-USER-MEMORY-77" in r.raw for r in fake.requests[n:])
+        assert "LOOKED" in looked and session_a not in looked and "USER-MEMORY" not in looked, looked
+
+        # A goes on in its own session; what it planted in its config dir is gone before its next turn.
+        _new_conversation(fake_host, conversation_a)
+        fake_host.data.state.update(state_a)
+        n = len(fake.requests)
+        again = _reply(await _collect(runner, fake_host.run_context("look again", config=config)))
+        assert fake_host.data.get_state("conversation", "external.session_id") == session_a
+        assert "PLANT it" in fake.requests[n].raw  # the resumed session's history went with the request
+        assert not any("PLANTED-USER-MEMORY-77" in r.raw for r in fake.requests[n:])  # not loaded as user memory
+        assert f"{session_a}.jsonl" in again and "USER-MEMORY" not in again, again
