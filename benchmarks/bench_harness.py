@@ -122,8 +122,8 @@ def bare_command(
         argv = [binary, "-p", "--output-format", "stream-json", "--verbose", "--strict-mcp-config", *session]
         if mcp is not None:
             env[TOKEN_ENV] = mcp.token
-            workspace = Workspace(working_dir=root / "mcp-config", bot_dir=root / "mcp-config")
-            workspace.agenthost_dir.mkdir(parents=True, exist_ok=True)
+            workspace = Workspace(working_dir=root / "mcp-config", harness_dir=root / "mcp-config", bot_dir=root)
+            workspace.working_dir.mkdir(parents=True, exist_ok=True)
             config = write_claude_mcp_config(workspace, HttpBridgeLaunch(url=mcp.url))
             if held:
                 doc = json.loads(config.read_text())
@@ -131,8 +131,8 @@ def bare_command(
                 config.write_text(json.dumps(doc))
             argv += ["--mcp-config", str(config), "--allowedTools", f"mcp__{MCP_SERVER_NAME}"]
         elif sdk:
-            workspace = Workspace(working_dir=root / "sdk-config", bot_dir=root / "sdk-config")
-            workspace.agenthost_dir.mkdir(parents=True, exist_ok=True)
+            workspace = Workspace(working_dir=root / "sdk-config", harness_dir=root / "sdk-config", bot_dir=root)
+            workspace.working_dir.mkdir(parents=True, exist_ok=True)
             config = write_claude_mcp_config(workspace, SdkBridgeLaunch())
             argv += ["--input-format", "stream-json", "--mcp-config", str(config)]
             argv += ["--allowedTools", f"mcp__{MCP_SERVER_NAME}"]

@@ -2,21 +2,21 @@
 
 Session model: Codex chooses the thread id and announces it in `thread.started`; later turns run
 `codex exec resume <id> -` from the same cwd and CODEX_HOME. Everything the runner configures is passed as
-`-c` overrides, so a user's `$CODEX_HOME/config.toml` (per bot) is never rewritten.
+`-c` overrides; `$CODEX_HOME` is the conversation's, and its `config.toml` is the bot's default one an operator put in
+`<data dir>/harness/<bot>/defaults/codex/` (or none), copied in before every turn (projection.project_home).
 """
 
 from __future__ import annotations
 
 import json
 import tomllib
-from pathlib import Path
 from typing import Any
 
 from agenthost.protos import common_pb2 as pb
 from agenthost.runners.external_harness.config import CodexConfig
-from agenthost.runners.external_harness.errors import HarnessReportedError
+from agenthost.runners.external_harness.errors import HarnessReportedError, ProjectionError
 from agenthost.runners.external_harness.process import build_env
-from agenthost.runners.external_harness.projection import SdkBridgeLaunch, codex_mcp_overrides
+from agenthost.runners.external_harness.projection import SdkBridgeLaunch, bot_default, codex_mcp_overrides
 from agenthost.runners.external_harness.sandboxing import resolve_codex
 from agenthost.runners.external_harness.turn import (
     Command,
@@ -31,6 +31,7 @@ from agenthost.runners.external_harness.turn import (
     loopback_bypass,
     secret_values,
 )
+from agenthost.runners.external_harness.workspace import Workspace
 from agenthost.runners.sdk import events
 
 SESSION_LOST_MARKERS = ("No saved session found", "no rollout found")
@@ -156,18 +157,18 @@ class CodexDriver:
     def auth_problem(self, message: str) -> str | None:
         return auth_problem(message, missing=MISSING_KEY_MARKERS, rejected=REJECTED_KEY_MARKERS)
 
-    def configured_model(self, config: CodexConfig, codex_home: Path) -> str:
+    def configured_model(self, config: CodexConfig, workspace: Workspace) -> str:
         """The model this turn uses, for usage events (Codex's JSON events never name it): the binding's, else
-        the per-bot config.toml's (a user may set it there), else ''."""
+        the bot's default config.toml's (an operator may set it there; projection.project_home), else ''."""
         if config.model:
             return config.model
         override = config.config_overrides.get("model")
         if isinstance(override, str):
             return override
         try:
-            with open(codex_home / "config.toml", "rb") as fh:
-                model = tomllib.load(fh).get("model")
-        except (OSError, tomllib.TOMLDecodeError):
+            found = bot_default(workspace, "codex", "config.toml")
+            model = tomllib.loads(found[0].decode()).get("model") if found is not None else None
+        except (OSError, ProjectionError, UnicodeDecodeError, tomllib.TOMLDecodeError):
             return ""
         return model if isinstance(model, str) else ""
 

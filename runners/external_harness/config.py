@@ -121,7 +121,7 @@ class HarnessConfig(_Strict):
     process_sandbox: bool = Field(
         default=True,
         description="Run the harness and everything it starts in a bubblewrap sandbox (own pid namespace; sees only "
-        "this conversation's working directory, the bot's harness home, its own install and, for the stdio "
+        "this conversation's working directory, its own harness home, its own install and, for the stdio "
         "bridge, the run API socket). "
         "false runs it without walls (logged as a warning); only for machines where bubblewrap cannot work.",
     )

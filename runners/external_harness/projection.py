@@ -19,14 +19,9 @@ Contract (versioned; README.md in this package documents it for users):
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import shutil
-import stat
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +32,8 @@ from agenthost.protos.json_values import to_jsonable
 from agenthost.runners.external_harness import mcp_bridge
 from agenthost.runners.external_harness.config import HarnessConfig
 from agenthost.runners.external_harness.errors import ProjectionError
-from agenthost.runners.external_harness.workspace import Workspace
+from agenthost.runners.external_harness.safe_fs import MAX_READ_BYTES, SafeDir, name_parts, open_dir
+from agenthost.runners.external_harness.workspace import AGENTHOST_DIR, Workspace
 from agenthost.runners.sdk.skills import Skill, skill_files
 
 SCHEMA = "agenthost.external_harness_context.v1"
@@ -53,23 +49,12 @@ USAGE_KEY = "external.usage_totals"
 
 Harness = Literal["claude-code", "codex"]
 CONTEXT_FILE: dict[str, str] = {"claude-code": "CLAUDE.md", "codex": "AGENTS.md"}
-# What the runner reads back from the working directory (CLAUDE.md with the user's text, its manifests).
-MAX_READ_BYTES = 4 * 1024 * 1024
 
 
 def atomic_write(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
-    """Readers (the harness, a user's editor) see the old file or the new one, never half of one."""
-    raw = data.encode() if isinstance(data, str) else data
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(raw)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Replaces `path` atomically; its parent is a directory the caller trusts (safe_fs.SafeDir.write)."""
+    with open_dir(path.parent) as parent:
+        parent.write(path.name, data, mode=mode)
 
 
 def read_regular(path: Path, *, limit: int = MAX_READ_BYTES) -> tuple[bytes, int] | None:
@@ -78,32 +63,27 @@ def read_regular(path: Path, *, limit: int = MAX_READ_BYTES) -> tuple[bytes, int
     The working directory is the harness's, so whatever is there may have been planted by a model's command. The
     runner reads it from outside the sandbox: a symlink would have it read (and copy into the workspace) what only
     the runner may see, and a FIFO would block its event loop, which serves every conversation. So: no following,
-    no waiting, no reading past `limit`; ProjectionError for anything else in that place."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:  # ELOOP: a symlink
-        raise ProjectionError(f"{path.name} is not a regular file ({exc.strerror}); refusing to read it") from None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ProjectionError(f"{path.name} is not a regular file; refusing to read it")
-        data = fh.read(limit + 1)
-    if len(data) > limit:
-        raise ProjectionError(f"{path.name} is over {limit} bytes; refusing to read it")
-    return data, stat.S_IMODE(st.st_mode)
+    no waiting, no reading past `limit`; ProjectionError for anything else in that place (safe_fs.SafeDir.read).
+    The parent is a directory the caller trusts."""
+    with open_dir(path.parent) as parent:
+        return parent.read(path.name, limit=limit)
 
 
 def write_if_changed(path: Path, data: str, *, mode: int = 0o644) -> None:
-    """`atomic_write`, skipped when `path` is already a regular file holding exactly `data` with `mode`: most turns
-    change nothing here, and a write is a temp file, a chmod and a rename on the way to starting the harness (and
-    a new inode, which a kept process's fingerprint would take for a change, warm.py)."""
-    raw = data.encode()
-    with contextlib.suppress(ProjectionError):  # anything but a regular file there is replaced
-        if read_regular(path, limit=len(raw)) == (raw, mode):
-            return
-    atomic_write(path, raw, mode=mode)
+    """`atomic_write`, skipped when `path` already holds exactly `data` with `mode` (SafeDir.write_if_changed)."""
+    with open_dir(path.parent) as parent:
+        parent.write_if_changed(path.name, data, mode=mode)
+
+
+def write_runner_file(workspace: Workspace, name: str, data: str, *, mode: int = 0o600, always: bool = False) -> Path:
+    """One of the runner's files in `.agenthost/`, reached from the working directory without following a symlink
+    (a model may have made `.agenthost` one, pointing out of the workspace): ProjectionError then."""
+    with open_dir(workspace.working_dir, AGENTHOST_DIR) as agenthost:
+        if always:
+            agenthost.write(name, data, mode=mode)
+        else:
+            agenthost.write_if_changed(name, data, mode=mode)
+    return workspace.agenthost_dir / name
 
 
 def granted_apis(ctx: runner_pb2.AgentRunContext) -> str | None:
@@ -194,12 +174,17 @@ def render_managed_block(
 
 def upsert_managed_block(path: Path, block: str) -> None:
     """Replaces the managed block in a user-owned file, or appends one; the rest of the file is untouched."""
+    with open_dir(path.parent) as parent:
+        _upsert(parent, path.name, block)
+
+
+def _upsert(parent: SafeDir, name: str, block: str) -> None:
     managed = f"{BEGIN_MARKER}\n{block.rstrip()}\n{END_MARKER}\n"
-    found = read_regular(path)
+    found = parent.read(name)
     try:
         current = found[0].decode("utf-8") if found is not None else ""
     except UnicodeDecodeError:
-        raise ProjectionError(f"{path.name} is not UTF-8 text; refusing to rewrite it") from None
+        raise ProjectionError(f"{name} is not UTF-8 text; refusing to rewrite it") from None
     begin = current.find(BEGIN_MARKER)
     end = current.find(END_MARKER, begin + len(BEGIN_MARKER)) if begin >= 0 else -1
     if begin >= 0 and end >= 0:
@@ -214,7 +199,7 @@ def upsert_managed_block(path: Path, block: str) -> None:
         sep = "" if not current or current.endswith("\n\n") else ("\n" if current.endswith("\n") else "\n\n")
         updated = current + sep + managed
     if updated != current or found is None:
-        atomic_write(path, updated)
+        parent.write(name, updated)
 
 
 def _digest(files: dict[str, str]) -> str:
@@ -224,10 +209,22 @@ def _digest(files: dict[str, str]) -> str:
     return h.hexdigest()
 
 
+def _skill_name(name: object) -> bool:
+    """A skill directory name the runner may have written: one plain component (the manifest it comes from sits in
+    the working directory, where a model may have rewritten it to name `../..`)."""
+    return isinstance(name, str) and bool(name) and "/" not in name and name not in (".", "..") and "\0" not in name
+
+
 def project_skills(workspace: Workspace, skills: list[Skill]) -> list[str]:
-    """Writes the bound skills into both skill dirs; returns warnings (skills left alone)."""
-    manifest_path = workspace.agenthost_dir / "skills.json"
-    found = read_regular(manifest_path)
+    """Writes the bound skills into both skill dirs; returns warnings (skills left alone). Every write and removal
+    goes by descriptor from the working directory (safe_fs): a symlinked `.claude`, skills dir or skill is refused
+    or removed, never followed."""
+    with open_dir(workspace.working_dir) as root, root.sub(AGENTHOST_DIR) as agenthost:
+        return _project_skills(root, agenthost, skills)
+
+
+def _project_skills(root: SafeDir, agenthost: SafeDir, skills: list[Skill]) -> list[str]:
+    found = agenthost.read("skills.json")
     try:
         managed: dict[str, dict[str, str]] = json.loads(found[0]) if found is not None else {}
         if not isinstance(managed, dict):
@@ -238,32 +235,40 @@ def project_skills(workspace: Workspace, skills: list[Skill]) -> list[str]:
     wanted = {s.name: skill_files(s) for s in skills}
     new_manifest: dict[str, dict[str, str]] = {}
     for skills_dir in SKILL_DIRS:
-        base = workspace.working_dir / skills_dir
-        ours: dict[str, str] = dict(managed.get(skills_dir, {}))
-        for name in list(ours):
-            if name not in wanted:  # unbound since the last turn
-                shutil.rmtree(base / name, ignore_errors=True)
-                del ours[name]
-        for name, files in wanted.items():
-            target = base / name
-            digest = _digest(files)
-            if target.exists() and name not in ours:
-                warnings.append(f"skill {name!r}: {skills_dir}/{name} exists and is not managed by agenthost; kept it")
-                continue
-            if ours.get(name) == digest and (target / "SKILL.md").is_file():
-                continue
-            staging = base / f".{name}.agenthost-new"
-            shutil.rmtree(staging, ignore_errors=True)
-            for rel, content in files.items():
-                dest = (staging / rel).resolve()
-                if not dest.is_relative_to(staging.resolve()):
-                    raise ProjectionError(f"skill {name!r} file {rel!r} escapes the skill directory")
-                atomic_write(dest, content)
-            shutil.rmtree(target, ignore_errors=True)
-            staging.rename(target)
-            ours[name] = digest
+        listed = managed.get(skills_dir)
+        listed = listed if isinstance(listed, dict) else {}
+        ours: dict[str, str] = {k: v for k, v in listed.items() if _skill_name(k) and isinstance(v, str)}
+        with root.sub(skills_dir) as base:
+            for name in list(ours):
+                if name not in wanted:  # unbound since the last turn
+                    base.remove(name)
+                    del ours[name]
+            for name, files in wanted.items():
+                if not _skill_name(name):
+                    raise ProjectionError(f"skill name {name!r} is not a plain directory name")
+                digest = _digest(files)
+                if base.lexists(name) and name not in ours:
+                    warnings.append(
+                        f"skill {name!r}: {skills_dir}/{name} exists and is not managed by agenthost; kept it"
+                    )
+                    continue
+                if ours.get(name) == digest and base.is_regular(f"{name}/SKILL.md"):
+                    continue
+                staging = f".{name}.agenthost-new"
+                base.remove(staging)
+                with base.sub(staging) as stage:
+                    for rel, content in files.items():
+                        try:
+                            *dirs, leaf = name_parts(rel)
+                        except (ProjectionError, ValueError):
+                            raise ProjectionError(f"skill {name!r} file {rel!r} escapes the skill directory") from None
+                        with stage.sub("/".join(dirs)) as parent:
+                            parent.write(leaf, content)
+                base.remove(name)
+                base.rename(staging, name)
+                ours[name] = digest
         new_manifest[skills_dir] = ours
-    write_if_changed(manifest_path, json.dumps(new_manifest, indent=1, sort_keys=True))
+    agenthost.write_if_changed("skills.json", json.dumps(new_manifest, indent=1, sort_keys=True))
     return warnings
 
 
@@ -326,10 +331,7 @@ def write_claude_mcp_config(
             "args": list(launch.args),
             "env": env,
         }
-    doc = {"mcpServers": servers}
-    path = workspace.agenthost_dir / "mcp.json"
-    write_if_changed(path, json.dumps(doc, indent=1), mode=0o600)
-    return path
+    return write_runner_file(workspace, "mcp.json", json.dumps({"mcpServers": servers}, indent=1))
 
 
 def codex_mcp_overrides(launch: BridgeLaunch | HttpBridgeLaunch) -> list[str]:
@@ -359,6 +361,37 @@ def codex_mcp_overrides(launch: BridgeLaunch | HttpBridgeLaunch) -> list[str]:
     ]
 
 
+# What each CLI loads from its config dir at start-up that an operator may set for every conversation of a bot:
+# (the config dir's name in the harness home and in the bot's defaults, the files).
+HOME_DEFAULTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "claude-code": ("claude", ("CLAUDE.md", "settings.json")),
+    "codex": ("codex", ("AGENTS.md", "config.toml")),
+}
+
+
+def bot_default(workspace: Workspace, harness: Harness, name: str) -> tuple[bytes, int] | None:
+    """The operator's `defaults/<config dir>/<name>` for the bot, or None."""
+    try:
+        return read_regular(workspace.defaults_dir / HOME_DEFAULTS[harness][0] / name)
+    except FileNotFoundError:  # no defaults dir at all
+        return None
+
+
+def project_home(workspace: Workspace, harness: Harness) -> None:
+    """Makes the start-up files of the harness's config dir the runner's, before every turn: the bot's default when
+    the operator set one, else none. The home is read-write in the sandbox, so a model's command may write
+    `settings.json` (whose hooks run commands) or `CLAUDE.md` there during a turn; it never reaches a later turn,
+    of this conversation or (the home being its own, workspace.py) of another."""
+    config_name, names = HOME_DEFAULTS[harness]
+    with open_dir(workspace.harness_dir, config_name) as config_dir:
+        for name in names:
+            found = bot_default(workspace, harness, name)
+            if found is None:
+                config_dir.remove(name)
+            else:
+                config_dir.write_if_changed(name, found[0], mode=0o600)
+
+
 def project_startup(
     ctx: runner_pb2.AgentRunContext,
     config: HarnessConfig,
@@ -367,8 +400,9 @@ def project_startup(
     harness: Harness,
     bridge_enabled: bool,
 ) -> list[str]:
-    """Writes what the harness reads when it starts, the context file's block and the skills, which hold nothing of
-    one conversation or message; returns warnings worth a progress note."""
+    """Writes what the harness reads when it starts, the context file's block, the skills and its config dir's files,
+    which hold nothing of one conversation or message; returns warnings worth a progress note."""
+    project_home(workspace, harness)
     upsert_managed_block(
         workspace.working_dir / CONTEXT_FILE[harness],
         render_managed_block(ctx, config, harness=harness, bridge_enabled=bridge_enabled),
@@ -400,4 +434,4 @@ def write_context(
 ) -> None:
     """context.json: this message's details, which the harness reads when it wants them, not at start-up."""
     doc = build_context(ctx, harness=harness, workspace=workspace, session_id=session_id, bridge_enabled=bridge_enabled)
-    atomic_write(workspace.agenthost_dir / "context.json", json.dumps(doc, indent=1, ensure_ascii=False), mode=0o600)
+    write_runner_file(workspace, "context.json", json.dumps(doc, indent=1, ensure_ascii=False), always=True)

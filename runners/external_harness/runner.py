@@ -62,7 +62,7 @@ from agenthost.runners.external_harness.projection import (
     project_startup,
     write_claude_mcp_config,
     write_context,
-    write_if_changed,
+    write_runner_file,
 )
 from agenthost.runners.external_harness.sandboxing import harness_sandbox
 from agenthost.runners.external_harness.turn import Driver, Install, TurnPlan, TurnState
@@ -542,7 +542,7 @@ class HarnessRunner(Runner):
         if (launch is not None or user_mcp is not None) and self.driver.name == "claude-code":
             write_claude_mcp_config(workspace, launch, user_mcp.claude if user_mcp is not None else None)
         if isinstance(config, ClaudeCodeConfig) and config.append_system_prompt:
-            write_if_changed(workspace.agenthost_dir / APPEND_PROMPT_FILE, config.append_system_prompt, mode=0o600)
+            write_runner_file(workspace, APPEND_PROMPT_FILE, config.append_system_prompt)
         return warnings, user_mcp
 
     async def _project_and_run(
@@ -593,7 +593,7 @@ class HarnessRunner(Runner):
                 stream_input=reuse.keep_seconds > 0 or isinstance(launch, SdkBridgeLaunch),
             )
             if isinstance(self.driver, CodexDriver) and isinstance(config, CodexConfig):
-                turn.model = self.driver.configured_model(config, workspace.codex_home)
+                turn.model = self.driver.configured_model(config, workspace)
             emitted = False
             async with contextlib.aclosing(
                 self._run_harness(plan, prompt, turn, deadline, run, stored, sandbox, reuse)

@@ -3,8 +3,9 @@ harness binaries (and what they need to run) live on this machine.
 
 A harness runs model-chosen shell commands, so everything it starts is as untrusted as the model. Inside the
 sandbox it sees the read-only system, its own install, the Python that runs the MCP bridge, the host's run API
-socket (a single file), and read-write only this conversation's working directory and the bot's harness home.
-The runner's data dir, other conversations' workspaces, the host's data dir and admin.sock are simply absent.
+socket (a single file), and read-write only this conversation's working directory and its harness home.
+The runner's data dir, other conversations' workspaces and harness homes (their session transcripts, what their
+CLIs load at start-up), the bot's defaults, the host's data dir and admin.sock are simply absent.
 A pid namespace ends every process of the run with the harness (or with the runner, if it dies first).
 """
 
@@ -179,7 +180,7 @@ def harness_sandbox(
     workdir = str(workspace.working_dir)
     return walls.Sandbox(
         ro=ro if commands.workdir_writable else [*ro, workdir],
-        rw=[workdir, str(workspace.bot_dir)] if commands.workdir_writable else [str(workspace.bot_dir)],
+        rw=[workdir, str(workspace.harness_dir)] if commands.workdir_writable else [str(workspace.harness_dir)],
         network=True,  # the harness needs its model API
         home=str(workspace.home),
         cwd=str(workspace.working_dir),

@@ -1,9 +1,17 @@
-"""Where a harness runs: a working directory per conversation and a config home per bot.
+"""Where a harness runs: a working directory and a harness home per conversation.
 
 Both harnesses key their saved sessions by (config dir, cwd): Claude Code under
 `$CLAUDE_CONFIG_DIR/projects/<cwd-slug>/`, Codex filters `exec resume` by cwd. So every turn of a conversation
 must run in the same directory with the same config dir, which is why both paths are pure functions of
 (bot id, conversation id) and never of the run.
+
+The harness home (`HOME`, `TMPDIR`, `CLAUDE_CONFIG_DIR`, `CODEX_HOME`) is the conversation's own, never the bot's:
+the sandbox shows it read-write, so a model's command can write there what the CLI loads at start-up
+(`CLAUDE.md`, `settings.json` hooks, `config.toml`) and read what the CLI keeps there (session transcripts). Shared
+by a bot, that would carry one conversation's plants into every later one and show it the others' transcripts.
+It is keyed by the resolved working directory, so a spare's slot (below) has its own from the start and it
+becomes the conversation's home with the slot. The bot's own directory holds only `defaults/`: files an operator
+puts there for every conversation (projection.project_home copies them in before each turn); no sandbox sees it.
 
 Ids come from the host but are still untrusted as path material: each becomes a readable, sanitised prefix plus
 a hash of the full id, so two ids never share a directory and none can climb out of the root.
@@ -28,9 +36,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agenthost.runners.external_harness.errors import HarnessConfigError
+from agenthost.runners.external_harness.safe_fs import open_dir
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 SPARES_DIR = ".spares"
+AGENTHOST_DIR = ".agenthost"
+HOME_DIRS = ("home", "tmp", "claude", "codex")
 
 
 def path_key(raw: str) -> str:
@@ -46,45 +57,55 @@ def _mkdir_private(path: Path) -> Path:
     return path
 
 
+def home_key(working_dir: Path) -> str:
+    """The name of a conversation's harness home: its resolved working directory's, readable, plus a hash of the
+    whole path (two workspace roots may hold the same conversation's directory name)."""
+    prefix = _UNSAFE.sub("-", working_dir.name).strip("-")[:40] or "ws"
+    return f"{prefix}-{hashlib.sha256(str(working_dir).encode()).hexdigest()[:12]}"
+
+
 @dataclass(frozen=True)
 class Workspace:
     """The directories one conversation's harness turns use."""
 
     working_dir: Path  # cwd of the harness; holds the projection
-    bot_dir: Path  # per bot: the harness's home, config dir and temp dir
+    harness_dir: Path  # per conversation: the harness's home, config dirs and temp dir
+    bot_dir: Path  # per bot, never in a sandbox: `defaults/`, the operator's files for every conversation
 
     @property
     def home(self) -> Path:
-        return self.bot_dir / "home"
+        return self.harness_dir / "home"
 
     @property
     def tmp(self) -> Path:
         # A private TMPDIR, or Claude Code leaves sockets and caches in the shared /tmp.
-        return self.bot_dir / "tmp"
+        return self.harness_dir / "tmp"
 
     @property
     def claude_config_dir(self) -> Path:
-        return self.bot_dir / "claude"
+        return self.harness_dir / "claude"
 
     @property
     def codex_home(self) -> Path:
-        return self.bot_dir / "codex"
+        return self.harness_dir / "codex"
+
+    @property
+    def defaults_dir(self) -> Path:
+        return self.bot_dir / "defaults"
 
     @property
     def agenthost_dir(self) -> Path:
-        """`.agenthost/` inside the working dir: the runner-owned part of the projection."""
-        return self.working_dir / ".agenthost"
+        """`.agenthost/` inside the working dir: the runner-owned part of the projection (written by descriptor,
+        safe_fs, because a model may have replaced it with a symlink)."""
+        return self.working_dir / AGENTHOST_DIR
 
     def ensure(self) -> Workspace:
-        for path in (
-            self.working_dir,
-            self.agenthost_dir,
-            self.home,
-            self.tmp,
-            self.claude_config_dir,
-            self.codex_home,
-        ):
-            _mkdir_private(path)
+        # Both paths are the runner's own (their parents are outside every sandbox); what is below the harness dir
+        # is the harness's, so it is made without following anything there.
+        _mkdir_private(self.working_dir)
+        _mkdir_private(self.harness_dir)
+        for name in HOME_DIRS:
+            open_dir(self.harness_dir, name).close()
         return self
 
 
@@ -136,9 +157,10 @@ class SpareSlot:
         return self.workspace.working_dir
 
     def discard(self) -> None:
-        """Removes the slot unless a conversation claimed it (then it is that conversation's directory)."""
+        """Removes the slot and its harness home unless a conversation claimed it (then they are its own)."""
         if not self.claimed:
             shutil.rmtree(self.path, ignore_errors=True)
+            shutil.rmtree(self.workspace.harness_dir, ignore_errors=True)
 
 
 class WorkspaceManager:
@@ -154,10 +176,15 @@ class WorkspaceManager:
             raise HarnessConfigError(f"workspace_root must be an absolute path, not {workspace_root!r}")
         return root
 
+    def _harness_dir(self, bot: str, resolved_working_dir: Path) -> Path:
+        bot_dir = Path(os.path.realpath(self.data_dir / "harness" / bot))
+        return bot_dir / "conversations" / home_key(resolved_working_dir)
+
     def _resolved(self, working_dir: Path, bot: str) -> Workspace:
         # Resolve symlinks once so the cwd we record equals the cwd the harness reports (and keys sessions by).
-        ws = Workspace(working_dir=working_dir, bot_dir=self.data_dir / "harness" / bot).ensure()
-        return Workspace(working_dir=Path(os.path.realpath(ws.working_dir)), bot_dir=Path(os.path.realpath(ws.bot_dir)))
+        resolved = Path(os.path.realpath(_mkdir_private(working_dir)))
+        bot_dir = Path(os.path.realpath(self.data_dir / "harness" / bot))
+        return Workspace(working_dir=resolved, harness_dir=self._harness_dir(bot, resolved), bot_dir=bot_dir).ensure()
 
     def _bot_path(self, bot_id: str, workspace_root: str | None) -> Path:
         return self._root(workspace_root) / path_key(bot_id or "default-bot")
@@ -217,6 +244,8 @@ class WorkspaceManager:
         for owner, slots in stale.items():
             for name in slots:
                 if name not in claimed:
+                    home = self._harness_dir(spares.parent.name, Path(os.path.realpath(spares / name)))
                     shutil.rmtree(spares / name, ignore_errors=True)
+                    shutil.rmtree(home, ignore_errors=True)
             with contextlib.suppress(OSError):
                 os.unlink(spares / f"{owner}.lock")

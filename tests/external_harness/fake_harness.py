@@ -6,7 +6,8 @@ Claude Code does. FAKE_HARNESS_MODE picks the behaviour; FAKE_HARNESS_LOG append
 relative path is taken from $HOME: the harness's sandbox shows it little else that outlives the run). With
 `--input-format stream-json` it answers one message per stdin line in the same process, and a prompt starting
 with "[hang]", "[noise]" or "[spawn]" misbehaves for that message only (hangs; prints after its result; leaves a
-process running).
+process running). A prompt "[sh] <command>" is a model that runs a shell command: the reply is its output.
+Every log entry names the files in $CLAUDE_CONFIG_DIR when it was made (`config_files`): what the process loaded.
 """
 
 import json
@@ -20,6 +21,10 @@ import uuid
 
 # Names this process in the log: pids repeat across sandboxes, each with its own pid namespace.
 PROCESS = uuid.uuid4().hex
+
+
+def config_files():
+    return sorted(os.listdir(os.environ["CLAUDE_CONFIG_DIR"]))
 
 
 def emit(obj):
@@ -36,7 +41,8 @@ def main():
     if "--input-format" in args and args[args.index("--input-format") + 1] == "stream-json":
         if os.environ.get("FAKE_HARNESS_LOG"):  # when it started: a spare starts before its first message
             with open(os.path.join(os.environ.get("HOME", "/"), os.environ["FAKE_HARNESS_LOG"]), "a") as fh:
-                fh.write(json.dumps({"boot": PROCESS, "at": time.time(), "cwd": os.getcwd()}) + "\n")
+                boot = {"boot": PROCESS, "at": time.time(), "cwd": os.getcwd(), "config_files": config_files()}
+                fh.write(json.dumps(boot) + "\n")
         # One JSON user message per line, one turn each, until stdin ends (as `claude -p --input-format
         # stream-json` does); the cost it reports is the process's running total, as Claude Code's is.
         session = None
@@ -65,6 +71,7 @@ def turn(args, prompt, resume, new_id, store, *, cost):
                         "prompt": prompt,
                         "cwd": os.getcwd(),
                         "env": sorted(os.environ),
+                        "config_files": config_files(),
                     }
                 )
                 + "\n"
@@ -115,6 +122,9 @@ def turn(args, prompt, resume, new_id, store, *, cost):
     with open(os.path.join(store, session)) as fh:
         turns = fh.read().count("\n")
     text = f"echo[{turns}]: {prompt}"
+    if prompt.startswith("[sh] "):  # not echoed: the reply is what the command printed
+        done = subprocess.run(["/bin/sh", "-c", prompt[5:]], capture_output=True, text=True, timeout=30)
+        text = f"echo[{turns}]: sh\n{done.stdout}{done.stderr}"
     if mode == "bigline":
         text = "B" * (3 * 1024 * 1024)
     msg = {"id": f"msg_{uuid.uuid4().hex}", "role": "assistant", "content": [{"type": "text", "text": text}]}

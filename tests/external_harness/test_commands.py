@@ -117,13 +117,16 @@ def test_retry_and_tool_search_defaults(tmp_path: Path) -> None:
 
 def test_codex_usage_names_the_model(tmp_path: Path) -> None:
     driver = CodexDriver()
-    home = tmp_path / "codex"
-    home.mkdir()
-    assert driver.configured_model(parse_config(CodexConfig, {"model": "gpt-x"}), home) == "gpt-x"
-    assert driver.configured_model(parse_config(CodexConfig, {"config_overrides": {"model": "gpt-o"}}), home) == "gpt-o"
-    assert driver.configured_model(parse_config(CodexConfig, {}), home) == ""
-    (home / "config.toml").write_text('model = "gpt-from-toml"\n')
-    assert driver.configured_model(parse_config(CodexConfig, {}), home) == "gpt-from-toml"
+    ws = WorkspaceManager(tmp_path).workspace("bot", "conv")
+    assert driver.configured_model(parse_config(CodexConfig, {"model": "gpt-x"}), ws) == "gpt-x"
+    assert driver.configured_model(parse_config(CodexConfig, {"config_overrides": {"model": "gpt-o"}}), ws) == "gpt-o"
+    assert driver.configured_model(parse_config(CodexConfig, {}), ws) == ""
+    # The conversation's own config.toml is the harness's to write; only the bot's default is the operator's word.
+    (ws.codex_home / "config.toml").write_text('model = "gpt-planted"\n')
+    assert driver.configured_model(parse_config(CodexConfig, {}), ws) == ""
+    (ws.defaults_dir / "codex").mkdir(parents=True)
+    (ws.defaults_dir / "codex" / "config.toml").write_text('model = "gpt-from-toml"\n')
+    assert driver.configured_model(parse_config(CodexConfig, {}), ws) == "gpt-from-toml"
     from agenthost.runners.external_harness.turn import TurnState
 
     turn = TurnState(model="gpt-x")

@@ -66,7 +66,9 @@ def test_workspace_is_stable_private_and_contained(tmp_path: Path) -> None:
     again = manager.workspace("bot/../../etc", "conv 1")
     other = manager.workspace("bot/../../etc", "conv 2")
     assert first == again and first.working_dir != other.working_dir
-    assert first.bot_dir == other.bot_dir  # one harness config dir per bot
+    # A harness home per conversation (the sandbox shows it read-write), beside the bot's defaults (never shown).
+    assert first.harness_dir != other.harness_dir and first.bot_dir == other.bot_dir
+    assert not first.harness_dir.is_relative_to(first.working_dir)
     root = (tmp_path / "workspaces").resolve()
     assert first.working_dir.is_relative_to(root)
     assert stat.S_IMODE(os.stat(first.working_dir).st_mode) == 0o700

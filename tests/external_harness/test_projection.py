@@ -194,3 +194,29 @@ def test_a_turn_that_changes_no_skill_leaves_the_skill_manifest_alone(workspace)
     assert manifest.stat().st_ino == inode
     project_skills(workspace, [])
     assert json.loads(manifest.read_text()) == {".agents/skills": {}, ".claude/skills": {}}
+
+
+def test_the_config_dirs_start_up_files_are_the_bots_defaults_or_none(workspace, tmp_path) -> None:
+    """What a model's command wrote into its home's config dir (Codex's config.toml can name commands to run) is
+    gone before the next turn; the operator's defaults for the bot are copied in; a symlinked config dir is
+    refused rather than followed."""
+    from agenthost.runners.external_harness.errors import ProjectionError
+    from agenthost.runners.external_harness.projection import project_home
+
+    (workspace.codex_home / "config.toml").write_text('notify = ["sh", "-c", "planted"]\n')
+    (workspace.codex_home / "AGENTS.md").write_text("planted")
+    (workspace.codex_home / "sessions").mkdir()  # Codex's own: left alone
+    project_home(workspace, "codex")
+    assert sorted(p.name for p in workspace.codex_home.iterdir()) == ["sessions"]
+    (workspace.defaults_dir / "codex").mkdir(parents=True)
+    (workspace.defaults_dir / "codex" / "config.toml").write_text('model = "gpt-default"\n')
+    (workspace.codex_home / "config.toml").write_text("planted = 1\n")
+    project_home(workspace, "codex")
+    assert (workspace.codex_home / "config.toml").read_text() == 'model = "gpt-default"\n'
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (workspace.harness_dir / "claude").rename(tmp_path / "moved")
+    (workspace.harness_dir / "claude").symlink_to(outside)
+    with pytest.raises(ProjectionError, match="symlink"):
+        project_home(workspace, "claude-code")
+    assert list(outside.iterdir()) == []

@@ -205,8 +205,10 @@ async def test_claude_projection_bridge_resume_and_skill(
         # The harness loses the session (cleanup, another machine): the next message starts fresh. The runner
         # restarts too, or its kept process (warm.py) would go on with the session it holds in memory.
         await runner.close()
-        config_dir = next((tmp_path / "data" / "harness").iterdir()) / "claude"
-        for transcript in config_dir.rglob(f"{session}.jsonl"):
+        (config_dir,) = (tmp_path / "data" / "harness").glob("*/conversations/*/claude")  # the conversation's own
+        transcripts = list(config_dir.rglob(f"{session}.jsonl"))
+        assert transcripts
+        for transcript in transcripts:
             transcript.unlink()
         fourth = await _collect(runner, fake_host.run_context("after the loss", config=config))
         assert kinds(fourth)[0] == "progress" and session in fourth[0].progress.message
@@ -445,8 +447,10 @@ async def test_codex_projection_bridge_and_resume(transport, tmp_path, fake_host
         assert fake_host.data.get_state("conversation", "external.session_id") == thread
 
         # A thread Codex no longer has starts fresh, with a note.
-        codex_home = next((tmp_path / "data" / "harness").iterdir()) / "codex"
-        for rollout in (codex_home / "sessions").rglob(f"*{thread}*.jsonl"):
+        (codex_home,) = (tmp_path / "data" / "harness").glob("*/conversations/*/codex")  # the conversation's own
+        rollouts = list((codex_home / "sessions").rglob(f"*{thread}*.jsonl"))
+        assert rollouts
+        for rollout in rollouts:
             rollout.unlink()
         third = await _collect(runner, fake_host.run_context("after the loss", config=config))
         notes = [e.progress.message for e in third if e.WhichOneof("kind") == "progress"]

@@ -26,7 +26,8 @@ async def _collect(runner, rc):
 def _config(tmp_path: Path, mode: str = "ok", **extra):
     return {
         "command": FAKE_HARNESS,
-        # Relative: the fake harness writes it under its $HOME, the bot's harness home, which its sandbox shows.
+        # Relative: the fake harness writes it under its $HOME, the conversation's harness home, which its sandbox
+        # shows.
         # The tag finds its processes from out here, whatever pid namespace they live in.
         "env": {"FAKE_HARNESS_MODE": mode, "FAKE_HARNESS_LOG": "harness.log", "FAKE_HARNESS_TAG": _tag(tmp_path)},
         "interrupt_grace_seconds": 0.3,
@@ -44,9 +45,11 @@ def _tag(tmp_path: Path) -> str:
 def _log(tmp_path: Path, *, boots: bool = False) -> list[dict]:
     """The fake harness's log: its turns, or (`boots`) when its stream-json processes started."""
     lines = []
-    for path in sorted((tmp_path / "data" / "harness").glob("*/home/harness.log")):
+    # One log per conversation (each has its own harness home): merged in the order things happened.
+    for path in (tmp_path / "data" / "harness").glob("*/conversations/*/home/harness.log"):
         lines += path.read_text().splitlines()
-    return [entry for entry in map(json.loads, lines) if ("boot" in entry) == boots]
+    entries = sorted(map(json.loads, lines), key=lambda e: e.get("start") or e.get("at") or e.get("end") or 0)
+    return [entry for entry in entries if ("boot" in entry) == boots]
 
 
 async def test_first_turn_assigns_a_session_and_the_next_resumes_it(tmp_path, fake_host, clean_env) -> None:

@@ -265,6 +265,9 @@ async def test_spares_are_per_binding_expire_and_leave_no_slot(tmp_path, fake_ho
         timeout=30,
     )
     await _until(lambda: not pids_with_env(_tag(tmp_path)), "every process stopped")
+    # Their harness homes too: what is left are the two conversations' own.
+    homes = list((tmp_path / "data" / "harness").glob("*/conversations/*"))
+    assert sorted(h.name.split("-")[0] for h in homes) == ["conv", "conv"], homes
 
 
 async def test_concurrent_first_messages_share_no_spare(tmp_path, fake_host, clean_env) -> None:
@@ -292,8 +295,11 @@ def test_slots_of_a_dead_runner_are_swept_and_claimed_ones_kept(tmp_path) -> Non
 
     root = tmp_path / "data" / "workspaces" / path_key("bot-1") / ".spares"
     dead_unclaimed, dead_claimed, alive = root / "dead-aaaa", root / "dead-bbbb", root / "alive-cccc"
+    homes = {}
     for slot in (dead_unclaimed, dead_claimed, alive):
         (slot / ".agenthost").mkdir(parents=True)
+        homes[slot] = WorkspaceManager(tmp_path / "data")._harness_dir(path_key("bot-1"), slot.resolve())
+        (homes[slot] / "claude").mkdir(parents=True)
     (root / "dead.lock").touch()  # its runner died: nothing holds the lock
     (root.parent / path_key("conv-old")).symlink_to(Path(".spares") / dead_claimed.name)
     # Another runner process, alive (in a pid namespace of its own, say): it holds its lock.
@@ -308,6 +314,8 @@ def test_slots_of_a_dead_runner_are_swept_and_claimed_ones_kept(tmp_path) -> Non
     assert sorted(p.name for p in root.iterdir()) == sorted(
         [dead_claimed.name, alive.name, "alive.lock", f"{_OWNER}.lock", live.path.name, other.path.name]
     )
+    # The swept slot's harness home went with it; the others' stay.
+    assert [slot for slot, home in homes.items() if not home.exists()] == [dead_unclaimed]
     # That runner is gone now (its lock released with its fd); this one is not.
     assert _owner_gone(root, "alive") and not _owner_gone(root, _OWNER)
     # A conversation that has a directory keeps it; a new one claims.

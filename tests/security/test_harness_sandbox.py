@@ -214,7 +214,7 @@ async def test_killed_runner_takes_the_sandbox_with_it(host, layout, tmp_path) -
     spec = {
         "env": probe_env(host_dir, layout, mark, PROBE_MODE="hang", PROBE_TAG=tag),
         "cwd": str(layout["ws"].working_dir),
-        "bot_dir": str(layout["ws"].bot_dir),
+        "harness_dir": str(layout["ws"].harness_dir),
         "data": str(layout["data"]),
         "address": fake.address,
         "probe": PROBE,
@@ -228,7 +228,7 @@ async def test_killed_runner_takes_the_sandbox_with_it(host, layout, tmp_path) -
         "from agenthost.runners.external_harness.workspace import Workspace\n"
         "spec = json.loads(sys.argv[1])\n"
         "async def main():\n"
-        "    ws = Workspace(working_dir=Path(spec['cwd']), bot_dir=Path(spec['bot_dir']))\n"
+        "    ws = Workspace(working_dir=Path(spec['cwd']), harness_dir=Path(spec['harness_dir']), bot_dir=Path('/'))\n"
         "    sb = harness_sandbox(workspace=ws, install=[spec['probe']], host_address=spec['address'],\n"
         "                         data_dir=Path(spec['data']))\n"
         "    p = HarnessProcess([spec['probe']], cwd=ws.working_dir, env=spec['env'], sandbox=sb)\n"
