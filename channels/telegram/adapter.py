@@ -43,9 +43,9 @@ CONFIG_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
+        # No default: only the operator names the key a channel is handed (`--set token_key=TELEGRAM_BOT_TOKEN`).
         "token_key": {
             "type": "string",
-            "default": "TELEGRAM_BOT_TOKEN",
             "description": "name of the bot token in the host's key store (agenthost keys set NAME)",
         },
         "api_url": {"type": "string", "default": "https://api.telegram.org", "pattern": "^https?://"},
@@ -64,6 +64,7 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "webhook_url": {"type": "string", "pattern": "^https?://", "description": "the public URL Telegram posts to"},
         "webhook_listen": {"type": "string", "default": "127.0.0.1:8443", "pattern": "^[^:]*:[0-9]{1,5}$"},
     },
+    "required": ["token_key"],
     "if": {"properties": {"mode": {"const": "webhook"}}, "required": ["mode"]},
     "then": {"required": ["webhook_url"]},
 }
@@ -83,7 +84,6 @@ class TelegramAdapter(ChannelAdapter):
 
     async def run(self, ctx: ChannelContext) -> None:
         cfg = {k: v.get("default") for k, v in CONFIG_SCHEMA["properties"].items()} | ctx.config
-        ctx.config.setdefault("token_key", cfg["token_key"])
         self.ctx = ctx
         self.cfg = cfg
         self.allowed = set(cfg.get("allowed_users") or ())
