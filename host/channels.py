@@ -3,10 +3,11 @@
 `agenthost channels add BOT ADAPTER --name N --config '{…}'` stores an instance in `<data>/channels.json` (0600):
 the bot, the adapter (`plugin/name`; `telegram` is agenthost's built-in `agenthost/telegram`), its settings, and
 the names of the key-store keys its secret settings name (a bot token is set with `agenthost keys set`, never
-put in the config). Only the operator names those keys: a default in the adapter's schema never selects one. The host runs each instance as a supervised, sandboxed process (agenthost.host.supervisor,
-kind "channel"); at each start it hands the process a freshly rotated `send` credential for that bot alone
-(`channel.<name>`; the previous token stops working), the keys its settings name, read from the key store at that
-moment, and the admin socket — never the admin token, never the run API. Removing the instance stops the process
+put in the config; only the operator names those keys: a default in the adapter's schema never selects one).
+The host runs each instance as a supervised, sandboxed process (agenthost.host.supervisor, kind "channel"); at
+each start it hands the process a freshly rotated `send` credential for that bot alone (`channel.<name>`; the
+previous token stops working), the keys its settings name, read from the key store at that moment, and the admin
+socket — never the admin token, never the run API. Removing the instance stops the process
 and revokes the credential.
 """
 
@@ -171,7 +172,7 @@ class Channels:
                 if setting in required or "default" in properties.get(setting, {}):
                     raise errors.InvalidArgument(
                         f"channel adapter {manifest.name} needs a key from the key store in its setting {setting!r}:"
-                        f" name it with `--set {setting}=NAME` (or {{\"{setting}\": \"NAME\"}} in --config), NAME"
+                        f' name it with `--set {setting}=NAME` (or {{"{setting}": "NAME"}} in --config), NAME'
                         " being a key stored with `agenthost keys set NAME`; the adapter's own default never picks"
                         " a key"
                     )
