@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agenthost.host.terminal import json_safe, terminal_safe
+from agenthost.protos.text import json_safe, terminal_safe
 
 if TYPE_CHECKING:
     from agenthost.host.client import HostClient

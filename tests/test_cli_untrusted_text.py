@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -109,3 +110,64 @@ async def test_plugin_channel_and_conversation_text_reaches_the_terminal_inert(
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+# What json.dumps(ensure_ascii=False) leaves raw in a log line: C1 (U+009B is CSI), DEL and bidi controls.
+LOG_RAW = ("\x9b", "\x7f", "\u202e", "\u2066", "\u200f")
+
+
+class Hostile(Runner):
+    """Fails with an error code and message of its choosing, and logs (in-process, through the host's handlers)
+    a line quoting them."""
+
+    manifest = RunnerManifest(name="hostile", description="fails with control characters")
+
+    async def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
+        logging.getLogger("hostile").warning("about to fail: %s", HOSTILE)
+        yield events.failed("code\x9b2J\u202eevil\x7f", HOSTILE)
+
+
+def _escaped_only(text: str) -> None:
+    for bad in LOG_RAW:
+        assert bad not in text, (bad, text)
+    assert "\\u009b" in text and "\\u202e" in text  # escaped, not dropped: the reader sees what was sent
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+async def test_host_log_and_stderr_escape_runner_errors_and_conversation_ids(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from agenthost.host import logs
+
+    # The serving process's stderr handler, as `agenthost serve` installs it.
+    to_stderr = logs.install(None, logging.INFO, stderr=True)
+    try:
+        async with HostHarness(tmp_path, runners=[Hostile], host_options={"log_level": logging.INFO}) as h:
+            conversation = "tg:\x9b2J\u202eevil\u2066"  # a client chooses it: anything but C0 and DEL passes
+            reply = await h.client.send(h.bot, "hi", conversation_id=conversation)
+            assert reply.run.status == "failed" and reply.run.error_code == "code\x9b2J\u202eevil\x7f"
+            data_dir = h.host.data_dir
+    finally:
+        to_stderr.close()
+    host_log = (data_dir / "logs" / "host.log").read_text(encoding="utf-8")
+    stderr = capfd.readouterr().err
+    for text in (host_log, stderr):
+        _escaped_only(text)
+        records = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+        # The same values, once decoded: escaping is lossless.
+        assert any(r.get("conversation_id") == conversation for r in records)
+        assert any(r.get("error_code") == "code\x9b2J\u202eevil\x7f" for r in records)
+        assert any(HOSTILE in r.get("msg", "") for r in records)
+
+
+def test_plain_text_log_lines_and_harness_stderr_use_the_one_rule() -> None:
+    from agenthost.protos.text import TerminalSafeFormatter, one_line, plain_text
+
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "user said %s", (HOSTILE,), None)
+    line = TerminalSafeFormatter("%(message)s").format(record)
+    _inert(line)
+    assert "fake" in line and "end" in line
+    # 8-bit CSI and bidi controls, which the harness runner's own rule used to let through, are gone too.
+    assert plain_text("\x9b31mred\x1b[0m \u202egnp.exe\x7f\n\tok") == "red gnp.exe\n\tok"
+    assert one_line("  \x9b2J\u202eboom\x7f \nnext") == "2Jboom"
