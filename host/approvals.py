@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 
 from agenthost.host import limits
 from agenthost.host.grants import ActiveRun
-from agenthost.host.terminal import UNSAFE_IN_A_LINE
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos import run_api_pb2 as api
+from agenthost.protos.text import UNSAFE_IN_A_LINE
 
 OPTIONS = (pb.ApprovalOption(id="approve", label="Approve"), pb.ApprovalOption(id="deny", label="Deny"))
 DECISIONS = {"approve": "approved", "deny": "denied"}

@@ -3,10 +3,11 @@
 `agenthost channels add BOT ADAPTER --name N --config '{…}'` stores an instance in `<data>/channels.json` (0600):
 the bot, the adapter (`plugin/name`; `telegram` is agenthost's built-in `agenthost/telegram`), its settings, and
 the names of the key-store keys its secret settings name (a bot token is set with `agenthost keys set`, never
-put in the config). The host runs each instance as a supervised, sandboxed process (agenthost.host.supervisor,
-kind "channel"); at each start it hands the process a freshly rotated `send` credential for that bot alone
-(`channel.<name>`; the previous token stops working), the keys its settings name, read from the key store at that
-moment, and the admin socket — never the admin token, never the run API. Removing the instance stops the process
+put in the config; only the operator names those keys: a default in the adapter's schema never selects one).
+The host runs each instance as a supervised, sandboxed process (agenthost.host.supervisor, kind "channel"); at
+each start it hands the process a freshly rotated `send` credential for that bot alone (`channel.<name>`; the
+previous token stops working), the keys its settings name, read from the key store at that moment, and the admin
+socket — never the admin token, never the run API. Removing the instance stops the process
 and revokes the credential.
 """
 
@@ -39,8 +40,6 @@ CHANNELS_FILE = "channels.json"
 PROCESS_PREFIX = "channel."  # supervisor key; plugin ids never contain a dot (they are canonical names)
 MODULE = "agenthost.channels.sdk"
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
-# A setting whose name says it holds a secret: secrets go through the key store, never into channels.json.
-
 
 BUILTIN = "agenthost"
 
@@ -123,7 +122,9 @@ class Channels:
             raise errors.InvalidArgument(f"config is not JSON: {exc}") from None
         if not isinstance(config, dict):
             raise errors.InvalidArgument("config must be a JSON object")
+        keys = self._keys(manifest, config)  # first: its refusal says what to pass, the schema's would not
         self._check_config(manifest, config)
+        self.host.keys.resolve(keys)  # a key the store lacks is refused now, not at the first start
         if name in self._doc:  # added by a concurrent call while this one described the adapter
             raise errors.AlreadyExists(f"channel {name!r} exists; remove it first")
         record = {
@@ -131,7 +132,7 @@ class Channels:
             "plugin_id": plugin_id,
             "adapter": adapter,
             "config": config,
-            "keys": self._keys(manifest, config),
+            "keys": keys,
             "network": plugin.builtin or (plugin.network and manifest.permissions.network),
             "created_at": time.time(),
         }
@@ -156,17 +157,30 @@ class Channels:
                 )
 
     def _keys(self, manifest: ChannelManifest, config: dict[str, Any]) -> list[str]:
-        """The key-store names this instance's secret settings name (defaults from the adapter's schema)."""
+        """The key-store names this instance's secret settings name. Only the operator names a key: a default in
+        the adapter's own schema would let the adapter pick which stored key it is handed (`"default":
+        "OPENAI_API_KEY"`), so defaults never count. A secret setting the operator left out is refused when the
+        adapter's schema requires it or offers a default for it (the adapter counts on a key there), and is
+        otherwise absent (the adapter gets no key for it)."""
         from agenthost.host.keys import check_name
 
+        properties = manifest.config_schema.get("properties", {})
+        required = set(manifest.config_schema.get("required", ()))
         names = []
         for setting in manifest.secret_settings:
-            value = config.get(setting, manifest.config_schema.get("properties", {}).get(setting, {}).get("default"))
+            if setting not in config:
+                if setting in required or "default" in properties.get(setting, {}):
+                    raise errors.InvalidArgument(
+                        f"channel adapter {manifest.name} needs a key from the key store in its setting {setting!r}:"
+                        f' name it with `--set {setting}=NAME` (or {{"{setting}": "NAME"}} in --config), NAME'
+                        " being a key stored with `agenthost keys set NAME`; the adapter's own default never picks"
+                        " a key"
+                    )
+                continue
+            value = config[setting]
             if not isinstance(value, str):
                 raise errors.InvalidArgument(f"setting {setting!r} must name a key in the key store")
             names.append(check_name(value))
-            config.setdefault(setting, value)
-        self.host.keys.resolve(names)  # a key the store lacks is refused now, not at the first start
         return names
 
     async def remove(self, name: str) -> None:

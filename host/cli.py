@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agenthost.host.terminal import json_safe, terminal_safe
+from agenthost.protos.text import json_safe, terminal_safe
 
 if TYPE_CHECKING:
     from agenthost.host.client import HostClient
@@ -75,13 +75,13 @@ def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
         say(text)
 
 
-def _config_pairs(pairs: list[str]) -> dict[str, Any]:
+def _config_pairs(pairs: list[str], flag: str = "--config") -> dict[str, Any]:
     """key=value pairs; a value that parses as JSON is taken as JSON (numbers, booleans, lists, null)."""
     config: dict[str, Any] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise SystemExit(f"error: --config takes key=value, got {pair!r}")
+            raise SystemExit(f"error: {flag} takes key=value, got {pair!r}")
         try:
             config[key] = json.loads(value)
         except ValueError:
@@ -418,11 +418,18 @@ async def cmd_channels(args: argparse.Namespace, c: HostClient) -> int:
     from agenthost.protos import host_pb2 as hpb
 
     if args.action == "add":
+        try:
+            config = json.loads(args.config)
+        except ValueError as exc:
+            raise SystemExit(f"error: --config is not JSON: {exc}") from None
+        if not isinstance(config, dict):
+            raise SystemExit("error: --config must be a JSON object")
+        config.update(_config_pairs(args.set, "--set"))
         request = hpb.AddChannelRequest(
             name=args.name or args.adapter.rpartition("/")[2],
             bot=args.bot,
             adapter=args.adapter,
-            config_json=args.config,
+            config_json=json.dumps(config),
         )
         info = await c.call("AddChannel", request, timeout=120)
         _emit(args, to_jsonable(info), f"channel {info.name}: {info.adapter} for bot {info.bot_id} ({info.state})")
@@ -1049,18 +1056,29 @@ def build_parser() -> argparse.ArgumentParser:
         sub,
         "channels",
         "chat platforms connected to bots (channel adapter plugins)",
-        'agenthost channels add support telegram --config \'{"token_key": "TELEGRAM_BOT_TOKEN"}\'',
+        "agenthost channels add support telegram --set token_key=TELEGRAM_BOT_TOKEN",
     )
     ca = chans.add(
         "add",
         "connect a bot to a platform; secrets go in the key store (`keys set`), the config names them",
-        'printf %s "$TOKEN" | agenthost keys set TELEGRAM_BOT_TOKEN && agenthost channels add support telegram',
-        "agenthost channels add support telegram --name tg-support --config '{\"allowed_users\": [12345]}'",
+        'printf %s "$TOKEN" | agenthost keys set TELEGRAM_BOT_TOKEN && '
+        "agenthost channels add support telegram --set token_key=TELEGRAM_BOT_TOKEN",
+        "agenthost channels add support telegram --set token_key=TG_TOKEN --name tg-support "
+        "--config '{\"allowed_users\": [12345]}'",
     )
     ca.add_argument("bot", help="bot id or name")
     ca.add_argument("adapter", help="PLUGIN/ADAPTER, or just ADAPTER for a built-in one (telegram)")
     ca.add_argument("--name", default="", help="the channel's name (default: the adapter's)")
     ca.add_argument("--config", default="{}", help="the adapter's settings as a JSON object")
+    ca.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SETTING=VALUE",
+        help="one setting, over --config (repeatable; a value that parses as JSON is JSON); name each key the "
+        "adapter is handed this way "
+        "(--set token_key=TELEGRAM_BOT_TOKEN): an adapter's default never picks a key",
+    )
     chans.add("list", "channels with their process state", "agenthost channels list --json")
     chans.add("remove", "stop a channel and revoke its credential", "agenthost channels remove telegram").add_argument(
         "name"

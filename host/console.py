@@ -8,10 +8,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agenthost.host.client import HostClient
-from agenthost.host.terminal import terminal_safe
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
+from agenthost.protos.text import terminal_safe
 
 
 class Printer:

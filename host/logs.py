@@ -5,7 +5,9 @@ code, a plugin's exit description, a conversation id). JSON escapes every value 
 value can end a line early or forge a `key=value` pair, and `jq` reads the result; logfmt has no single escaping
 rule to lean on.
 
-Every line passes a redactor before it is written: host token shapes (run, tool, plugin, admin and credential
+Every line is terminal-safe: control characters json.dumps keeps raw (DEL, C1, bidi controls) are written as
+`\\uXXXX` escapes, whoever's text a value is (agenthost.protos.text is the one rule). Every line passes a redactor
+before it is written: host token shapes (run, tool, plugin, admin and credential
 tokens) and the values of stored provider keys never reach a log, whoever put them in the message.
 
 Disk use is bounded by rotation: the host log rotates at HOST_LOG_MAX_BYTES keeping HOST_LOG_BACKUPS old files;
@@ -27,6 +29,8 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from agenthost.protos.text import json_safe
 
 LEVELS = ("debug", "info", "warning", "error")
 LEVEL_ENV = "AGENTHOST_LOG_LEVEL"
@@ -123,7 +127,9 @@ class JsonFormatter(logging.Formatter):
                 out.setdefault(key, value)
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return self.redactor.scrub(json.dumps(out, ensure_ascii=False, default=str))
+        # json_safe last: json.dumps leaves DEL, C1 (U+009B is CSI) and bidi controls raw, and every line is read on
+        # a terminal (the serving process's stderr, `tail host.log`) whoever wrote the text it quotes.
+        return json_safe(self.redactor.scrub(json.dumps(out, ensure_ascii=False, default=str)))
 
 
 class _PrivateRotatingHandler(logging.handlers.RotatingFileHandler):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from agenthost.protos import errors, runner_pb2
 from agenthost.protos import host_pb2 as hpb
+from agenthost.protos.text import UNSAFE_IN_A_LINE
 
 if TYPE_CHECKING:
     from agenthost.host.keys import KeyStore
@@ -28,7 +29,7 @@ CONCURRENCY = 8
 
 def _clip(text: str, limit: int = MAX_FIELD_CHARS) -> str:
     # Shown in a terminal: control characters from a runner could rewrite what the user sees.
-    cleaned = "".join(c if c.isprintable() else "?" for c in text[:limit])
+    cleaned = UNSAFE_IN_A_LINE.sub("?", text[:limit])
     return cleaned + ("…" if len(text) > limit else "")
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from agenthost.plugins import plugin_process
 from agenthost.plugins.plugin_process import read_config_line, watch_lifeline
+from agenthost.protos.text import TerminalSafeFormatter
 
 EXIT_DISCOVERY = 3
 EXIT_FAILED = 1
@@ -46,9 +47,9 @@ def _describe(distribution: str) -> int:
     return 0
 
 
-class MaskingFormatter(logging.Formatter):
-    """Writes `[redacted]` for the process's secrets in every line (a platform token can be part of a URL that an
-    exception or a library's message carries), tracebacks included."""
+class MaskingFormatter(TerminalSafeFormatter):
+    """Writes every line terminal-safe and with `[redacted]` for the process's secrets (a platform token can be part
+    of a URL that an exception or a library's message carries), tracebacks included."""
 
     def __init__(self, secrets: list[str]) -> None:
         super().__init__("%(asctime)s %(name)s %(levelname)s %(message)s")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from agenthost.protos.text import one_line
+
+__all__ = ["one_line", "split_text"]
+
 
 def split_text(text: str, limit: int) -> list[str]:
     """Splits `text` into pieces of at most `limit` characters, preferring a paragraph break, then a line break,
@@ -28,11 +32,3 @@ def split_text(text: str, limit: int) -> list[str]:
     if rest or not pieces:
         pieces.append(rest)
     return pieces
-
-
-def one_line(text: str, limit: int = 300) -> str:
-    """The first line of `text`, without control characters, at most `limit` characters: what a user is shown of
-    an error (the full text stays in the host's run record)."""
-    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    line = "".join(ch for ch in line if ch.isprintable())
-    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -7,7 +7,11 @@ recorded as in flight (durably) before it is sent to the host and the offset mov
 created its run. If the process dies in between, the next start asks the host whether a run for that
 conversation was created after the in-flight record: if so the update is done (and its reply is delivered from
 the run), if not Telegram still has it and delivers it again. Each reply being delivered is recorded as owed
-(`pending`) until it is; a restart finishes the owed ones from the runs' records. Updates that are malformed,
+(`pending`) until it is delivered or Telegram refuses it. Each Bot API call is tried again on a transient failure
+(TelegramSink); a reply still owed after that is delivered from the run's record by a background loop every
+`redeliver_interval` seconds while the process runs, and by the next start. Delivery is at least once: a reply
+confirmed delivered is never sent again, but one whose sending failed part way (or whose 5xx hid a message that
+did arrive) is sent again whole. Updates that are malformed,
 not for the bot, from a blocked user, commands or too long are settled at once (offset advanced) so none blocks
 the ones behind it.
 """
@@ -22,12 +26,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from telegram import Bot, User
-from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError, TimedOut
+from telegram.error import NetworkError, RetryAfter, TelegramError, TimedOut
 from telegram.request import HTTPXRequest
 
 from agenthost.channels.sdk import ChannelAdapter, ChannelContext, ChannelManifest, Limits, Pacer, deliver
 from agenthost.channels.telegram.approvals import OUTCOME_LINES, ApprovalBoard, Shown, render_outcome, who
-from agenthost.channels.telegram.sink import TelegramSink, _seconds
+from agenthost.channels.telegram.sink import TelegramSink, _seconds, transient
 from agenthost.channels.telegram.updates import Command, Ignore, Inbound, Press, Where, classify
 from agenthost.channels.telegram.webhook import Webhook
 from agenthost.protos import common_pb2 as pb
@@ -43,9 +47,9 @@ CONFIG_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "properties": {
+        # No default: only the operator names the key a channel is handed (`--set token_key=TELEGRAM_BOT_TOKEN`).
         "token_key": {
             "type": "string",
-            "default": "TELEGRAM_BOT_TOKEN",
             "description": "name of the bot token in the host's key store (agenthost keys set NAME)",
         },
         "api_url": {"type": "string", "default": "https://api.telegram.org", "pattern": "^https?://"},
@@ -60,10 +64,25 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "poll_timeout": {"type": "integer", "minimum": 0, "maximum": 50, "default": 25},
         "edit_interval": {"type": "number", "minimum": 0.05, "maximum": 10, "default": 1.0},
         "streaming": {"type": "boolean", "default": True},
+        "retry_delay": {
+            "type": "number",
+            "minimum": 0.01,
+            "maximum": 30,
+            "default": 0.5,
+            "description": "seconds before a Bot API call is tried again after a 5xx or timeout (doubled each time)",
+        },
+        "redeliver_interval": {
+            "type": "number",
+            "minimum": 0.1,
+            "maximum": 3600,
+            "default": 30,
+            "description": "seconds between attempts to deliver replies still owed after their retries failed",
+        },
         "mode": {"enum": ["polling", "webhook"], "default": "polling"},
         "webhook_url": {"type": "string", "pattern": "^https?://", "description": "the public URL Telegram posts to"},
         "webhook_listen": {"type": "string", "default": "127.0.0.1:8443", "pattern": "^[^:]*:[0-9]{1,5}$"},
     },
+    "required": ["token_key"],
     "if": {"properties": {"mode": {"const": "webhook"}}, "required": ["mode"]},
     "then": {"required": ["webhook_url"]},
 }
@@ -83,7 +102,6 @@ class TelegramAdapter(ChannelAdapter):
 
     async def run(self, ctx: ChannelContext) -> None:
         cfg = {k: v.get("default") for k, v in CONFIG_SCHEMA["properties"].items()} | ctx.config
-        ctx.config.setdefault("token_key", cfg["token_key"])
         self.ctx = ctx
         self.cfg = cfg
         self.allowed = set(cfg.get("allowed_users") or ())
@@ -100,6 +118,7 @@ class TelegramAdapter(ChannelAdapter):
         )
         self.pacer = Pacer(Limits(per_chat_interval=float(cfg["edit_interval"])))
         self.deliveries: set[asyncio.Task[None]] = set()
+        self.delivering: set[str] = set()  # runs whose reply a task is delivering now
         async with self.bot:
             self.me: User = self.bot.bot
             webhook = None
@@ -116,12 +135,14 @@ class TelegramAdapter(ChannelAdapter):
                 await self.bot.delete_webhook()  # getUpdates is refused while a webhook is set
             log.info("telegram adapter for @%s (bot %s): %s", self.me.username, ctx.bot, cfg["mode"])
             await self._recover()
+            owed = asyncio.create_task(self._owed_loop(float(cfg["redeliver_interval"])), name="owed")
             try:
                 if webhook is None:
                     await self._poll(poll)
                 else:
                     await ctx.stop.wait()
             finally:
+                owed.cancel()
                 if webhook is not None:
                     await webhook.stop()
                 if self.deliveries:
@@ -162,6 +183,17 @@ class TelegramAdapter(ChannelAdapter):
                     await self._handle(raw)
         finally:
             stop.cancel()
+
+    async def _owed_loop(self, interval: float) -> None:
+        """Replies still owed after their delivery failed (Telegram down longer than a call's retries) are tried
+        again while the process runs, not only at the next start."""
+        while not self.ctx.stop.is_set():
+            await self._pause(interval)
+            if not self.ctx.stop.is_set():
+                self._deliver_owed()
+
+    def _sink(self, where: Where, **options: Any) -> TelegramSink:
+        return TelegramSink(self.bot, self.pacer, where, retry_delay=float(self.cfg["retry_delay"]), **options)
 
     async def _pause(self, seconds: float) -> None:
         try:
@@ -215,7 +247,7 @@ class TelegramAdapter(ChannelAdapter):
         return await self._message(update_id, what)
 
     async def _command(self, command: Command) -> None:
-        sink = TelegramSink(self.bot, self.pacer, command.where, reply_to=command.message_id)
+        sink = self._sink(command.where, reply_to=command.message_id)
         try:
             if command.name == "new":
                 generations = dict(self.ctx.state.get("generations", {}))
@@ -234,13 +266,8 @@ class TelegramAdapter(ChannelAdapter):
         return f"{base}#{generation}" if generation else base
 
     async def _message(self, update_id: int, inbound: Inbound) -> str:
-        sink = TelegramSink(
-            self.bot,
-            self.pacer,
-            inbound.where,
-            reply_to=inbound.message_id,
-            fetch_artifact=self._fetch_artifact,
-            approvals=self.board,
+        sink = self._sink(
+            inbound.where, reply_to=inbound.message_id, fetch_artifact=self._fetch_artifact, approvals=self.board
         )
         limit = int(self.cfg["max_input_chars"])
         if len(inbound.text) > limit:
@@ -278,6 +305,7 @@ class TelegramAdapter(ChannelAdapter):
         async def started(run: hpb.RunInfo) -> None:
             nonlocal run_id
             run_id = run.run_id
+            self.delivering.add(run_id)
             # One write: the update is settled and its reply owed, so a crash mid-reply is finished after restart.
             pending = {**self.ctx.state.get("pending", {}), run.run_id: where}
             self.ctx.state.save(offset=max(self.offset, update_id + 1), inflight=None, pending=pending)
@@ -290,7 +318,8 @@ class TelegramAdapter(ChannelAdapter):
                 await deliver(self.ctx.send(request), sink, streaming=bool(self.cfg["streaming"]), on_started=started)
             except Exception as exc:
                 if _transient(exc):
-                    # Telegram unreachable: the reply stays owed, and a restart delivers it from the run's record.
+                    # Telegram unreachable past the sink's retries: the reply stays owed; _owed_loop (or a restart)
+                    # delivers it from the run's record.
                     log.warning("delivering the reply to update %d failed: %r", update_id, exc)
                 else:
                     # Telegram refused (the user blocked the bot, the chat is gone, …): trying again cannot help.
@@ -299,6 +328,7 @@ class TelegramAdapter(ChannelAdapter):
             else:
                 self._delivered(run_id)
             finally:
+                self.delivering.discard(run_id)
                 if not accepted.done():
                     # Refused by the host (the user was told) or failed before a run existed: nothing to redo.
                     self._settle(update_id)
@@ -419,10 +449,9 @@ class TelegramAdapter(ChannelAdapter):
             self.ctx.state.save(pending=pending)
 
     async def _finish(self, run_id: str, where: dict[str, Any]) -> None:
-        """Delivers the reply of a run whose delivery a previous process did not finish: its final text, whole."""
-        sink = TelegramSink(
-            self.bot,
-            self.pacer,
+        """Delivers the owed reply of a run whose delivery failed (here, or in a previous process): its final text,
+        whole."""
+        sink = self._sink(
             Where(int(where["chat_id"]), where.get("thread_id"), bool(where.get("group"))),
             reply_to=where.get("reply_to"),
             fetch_artifact=self._fetch_artifact,
@@ -437,14 +466,16 @@ class TelegramAdapter(ChannelAdapter):
                     return
             replayed = _replies_of(run)
             await deliver(replayed, sink, streaming=False)
-            log.info("delivered the reply of run %s after a restart", run_id)
+            log.info("delivered the owed reply of run %s", run_id)
         except errors.NotFound:
             log.warning("run %s is gone; its reply cannot be delivered", run_id)
         except (errors.AgentHostError, TelegramError) as exc:
             if _transient(exc):
-                log.warning("could not deliver the reply of run %s after a restart (kept): %r", run_id, exc)
+                log.warning("could not deliver the owed reply of run %s (kept): %r", run_id, exc)
                 return
-            log.warning("could not deliver the reply of run %s after a restart: %r", run_id, exc)
+            log.warning("could not deliver the owed reply of run %s: %r", run_id, exc)
+        finally:
+            self.delivering.discard(run_id)
         self._delivered(run_id)
 
     async def _recover(self) -> None:
@@ -464,11 +495,18 @@ class TelegramAdapter(ChannelAdapter):
                     if shown.approval_id not in still_open:
                         self.board.settle(shown)
                         await self._drop_keyboard(shown)
+        self._deliver_owed()
+
+    def _deliver_owed(self) -> None:
+        """Starts delivering each owed reply no task is delivering now (each at most once at a time)."""
         for run_id, where in dict(self.ctx.state.get("pending", {})).items():
+            if run_id in self.delivering:
+                continue
             if not isinstance(where, dict) or not isinstance(where.get("chat_id"), int):
                 log.warning("run %s is owed a reply to an unknown chat; dropped", run_id)
                 self._delivered(run_id)
                 continue
+            self.delivering.add(run_id)
             task = asyncio.create_task(self._finish(run_id, where), name=f"finish:{run_id}")
             self.deliveries.add(task)
             task.add_done_callback(self.deliveries.discard)
@@ -503,6 +541,4 @@ async def _replies_of(run: hpb.RunInfo) -> AsyncIterator[hpb.SendMessageReply]:
 
 def _transient(exc: BaseException) -> bool:
     """Telegram or the host unreachable for now (worth trying again later), as against a refusal."""
-    if isinstance(exc, BadRequest | Forbidden):  # python-telegram-bot files BadRequest under NetworkError
-        return False
-    return isinstance(exc, TimedOut | NetworkError | errors.Unavailable)
+    return transient(exc) or isinstance(exc, errors.Unavailable)

@@ -1,15 +1,21 @@
 """Replies into one Telegram chat (or forum topic): plain text (no parse mode, so nothing a model writes can break
-Telegram's markup or be read as it), paced per chat, with Telegram's 429 `retry_after` honoured."""
+Telegram's markup or be read as it), paced per chat, with Telegram's 429 `retry_after` honoured and transient
+failures (a 5xx, a timeout, a reset connection) tried again with bounded exponential backoff.
+
+A sendMessage retried after a 5xx or a timeout may already have been sent (the Bot API cannot say): delivery is
+at least once there, since a duplicate message is the lesser harm than a lost reply. A refusal (400, 403) is
+never retried."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from telegram import Bot, InputFile, ReplyParameters
-from telegram.error import BadRequest, RetryAfter
+from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TimedOut
 
 from agenthost.channels.sdk.throttle import Pacer
 from agenthost.channels.telegram.approvals import ApprovalBoard, render_outcome
@@ -19,7 +25,9 @@ from agenthost.protos import common_pb2 as pb
 log = logging.getLogger(__name__)
 
 MAX_CHARS = 4096  # Telegram's limit for one message's text
-RETRIES = 5
+RETRIES = 5  # attempts per call
+RETRY_DELAY = 0.5  # seconds before the second attempt after a transient failure, doubled each time after
+RETRY_DELAY_MAX = 8.0
 # Kinds that are the run's inner workings, not something to show a chat.
 QUIET_KINDS = frozenset({"tool_started", "tool_finished", "progress"})
 ArtifactFetcher = Callable[[pb.ArtifactRef], Awaitable[bytes | None]]
@@ -27,6 +35,14 @@ ArtifactFetcher = Callable[[pb.ArtifactRef], Awaitable[bytes | None]]
 
 def _seconds(value: int | dt.timedelta) -> float:
     return value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+
+
+def transient(exc: BaseException) -> bool:
+    """The Bot API unreachable for now (a 5xx, a timeout, a reset connection: worth trying again), as against a
+    refusal. python-telegram-bot raises NetworkError for a 5xx and files BadRequest under NetworkError too."""
+    if isinstance(exc, BadRequest | Forbidden):
+        return False
+    return isinstance(exc, TimedOut | NetworkError)
 
 
 class TelegramSink:
@@ -42,6 +58,7 @@ class TelegramSink:
         reply_to: int | None = None,
         fetch_artifact: ArtifactFetcher | None = None,
         approvals: ApprovalBoard | None = None,
+        retry_delay: float = RETRY_DELAY,
     ) -> None:
         self.bot = bot
         self.pacer = pacer
@@ -49,6 +66,7 @@ class TelegramSink:
         self.reply_to = reply_to
         self.fetch_artifact = fetch_artifact
         self.approvals = approvals
+        self.retry_delay = retry_delay
 
     async def _call(self, send: Callable[[], Awaitable[Any]]) -> Any:
         for attempt in range(RETRIES):
@@ -61,6 +79,12 @@ class TelegramSink:
                 self.pacer.retry_after(self.where.chat_id, wait)
                 if attempt == RETRIES - 1:
                     raise
+            except (TimedOut, NetworkError) as exc:
+                if not transient(exc) or attempt == RETRIES - 1:
+                    raise
+                delay = min(self.retry_delay * 2**attempt, RETRY_DELAY_MAX)
+                log.warning("telegram failed (%r); trying again in %.2fs", exc, delay)
+                await asyncio.sleep(delay)
         raise AssertionError("unreachable")
 
     def _reply_parameters(self) -> ReplyParameters | None:

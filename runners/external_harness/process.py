@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import sys
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agenthost.plugins.sandbox import Sandbox
+from agenthost.protos.text import plain_text
 from agenthost.runners.external_harness.errors import HarnessCrashed, HarnessNotFound
 from agenthost.runners.sdk import tool_walls
 
@@ -120,16 +120,6 @@ async def _drain_status(reader: asyncio.StreamReader, transport: asyncio.BaseTra
             pass
     finally:
         transport.close()
-
-
-# Terminal escape sequences (colours, cursor moves, OSC titles and links) and other control characters. An untrusted
-# harness's stderr must not be able to repaint or retitle the terminal of whoever reads the error.
-_ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)|[@-Z\\-_])|[\x00-\x08\x0b-\x1f\x7f]")
-
-
-def plain_text(text: str) -> str:
-    """`text` without escape sequences or control characters (newlines and tabs kept)."""
-    return _ESCAPES.sub("", text)
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:

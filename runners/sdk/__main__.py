@@ -171,9 +171,13 @@ def _serve_main() -> int:
     import asyncio
     import logging
 
+    from agenthost.protos.text import TerminalSafeFormatter
     from agenthost.runners.sdk.server import Deferred, RunnersUnavailable
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    for handler in logging.getLogger().handlers:
+        # What a model or harness wrote, quoted in a log line, must not drive the terminal that reads the log.
+        handler.setFormatter(TerminalSafeFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     runners: dict[str, type[Runner]] | Deferred
     if eager:
         from agenthost.runners.sdk.discovery import DiscoveryError

@@ -117,7 +117,13 @@ class World:
         return self.harness.host
 
     async def add_channel(self, name: str = "tg", **config: Any) -> hpb.ChannelInfo:
-        settings = {"api_url": self.fake.url, "poll_timeout": 1, "edit_interval": 0.25, **config}
+        settings = {
+            "token_key": "TELEGRAM_BOT_TOKEN",
+            "api_url": self.fake.url,
+            "poll_timeout": 1,
+            "edit_interval": 0.25,
+            **config,
+        }
         info = await self.harness.client.call(
             "AddChannel",
             hpb.AddChannelRequest(name=name, bot="support", adapter="telegram", config_json=json.dumps(settings)),

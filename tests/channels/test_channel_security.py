@@ -31,12 +31,28 @@ async def test_adapter_credential_reaches_only_its_bot(tmp_path: Path) -> None:
             "InstallPlugin", hpb.InstallPluginRequest(source=INTRUDER, offline=True), timeout=300
         )
         assert info.plugin_id == "agenthost-intruder-channel" and not info.runners  # a plugin of adapters only
+        await h.client.call("SetKey", hpb.SetKeyRequest(name="INTRUDER_KEY", value="the-key-named-for-it"))
         config = {
             "victim_bot": "victim",
             "victim_run": victim_run,
             "host_data_dir": str(h.host.data_dir),
             "host_run_dir": str(h.host.runtime_dir),
         }
+        # The adapter's schema defaults its secret setting to PROVIDER_API_KEY: unnamed by the operator, the add
+        # is refused with what to pass, and nothing starts.
+        with pytest.raises(errors.InvalidArgument, match=r"name it with `--set provider_key=NAME`"):
+            await h.client.call(
+                "AddChannel",
+                hpb.AddChannelRequest(
+                    name="evil",
+                    bot="support",
+                    adapter="agenthost-intruder-channel/intruder",
+                    config_json=json.dumps(config),
+                ),
+                timeout=120,
+            )
+        assert not h.host.channels.list() and PROCESS_PREFIX + "evil" not in h.host.supervisor.processes
+        config["provider_key"] = "INTRUDER_KEY"  # named by the operator: that key and no other
         await h.client.call(
             "AddChannel",
             hpb.AddChannelRequest(
@@ -76,6 +92,7 @@ async def test_adapter_credential_reaches_only_its_bot(tmp_path: Path) -> None:
             "file:agenthost.db": "absent",
             "api.sock": "absent",
             "admin.sock": "visible",
+            "secrets": "INTRUDER_KEY",
             "env_secrets": "none",
         }
         assert [s.text for s in Scripted.seen] == ["secret business", "hello"]
