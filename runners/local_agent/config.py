@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from agenthost.plugins.binding_paths import path_setting
 from agenthost.plugins.manifest import validation_problems
 from agenthost.runners.sdk.approvals import ApprovalsConfig
 from agenthost.runners.sdk.mcp_servers import McpServer, check_unique
@@ -190,7 +191,11 @@ class LocalAgentConfig(BaseModel):
     tool_result_max_chars: int = Field(default=20_000, ge=500, le=2_000_000)
     parallel_read_only_tools: bool = True
     workspace: str | None = Field(
-        default=None, description="Absolute directory used as every conversation's workspace root."
+        default=None,
+        description="Absolute directory of the host used as every conversation's workspace root (each conversation "
+        "works in a subdirectory); it must exist, outside agenthost's data dir, and hold no credentials. The host "
+        "shows it read-write to this runner's sandbox. Default: a directory per conversation in the runner's data dir.",
+        json_schema_extra=path_setting("rw"),
     )
     tools: list[str] | None = Field(default=None, description="Tool names to enable; default all.")
     shell: ShellConfig = ShellConfig()
