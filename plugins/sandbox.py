@@ -60,6 +60,9 @@ _ETC = (
     "/etc/alternatives",
     "/etc/mime.types",
 )
+# /dev/shm of every sandbox (POSIX shared memory, semaphores): a tmpfs of this size, not the machine's unsized one
+# (half its RAM), which a command could fill. Python's multiprocessing and Chromium need only a few MiB.
+SHM_SIZE_MIB = 64
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
 
 
@@ -239,6 +242,7 @@ class Sandbox:
         passwd, group = _identity_files()
         args += ["--ro-bind", passwd, "/etc/passwd", "--ro-bind", group, "/etc/group"]
         args += ["--dev", "/dev"]
+        args += ["--size", str(SHM_SIZE_MIB * 1024 * 1024), "--tmpfs", "/dev/shm"]
         args += ["--ro-bind", "/proc", "/proc"] if nested else ["--proc", "/proc"]
         args += ["--size", str(self.tmp_size_mib * 1024 * 1024), "--tmpfs", "/tmp"]
         for path in _minimal(self.ro):
