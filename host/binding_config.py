@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agenthost.protos import errors
@@ -108,10 +109,14 @@ async def runner_problems(supervisor: Supervisor, plugin_id: str, runner_name: s
     return [p[:MAX_PROBLEM_CHARS] for p in response.problems[:MAX_PROBLEMS]]
 
 
-async def check(supervisor: Supervisor, runner_id: str, schema: dict[str, Any], config_json: str) -> None:
-    """The schema first (cheap, and it is what the runner declared), then the runner's own rules."""
+async def check(
+    supervisor: Supervisor, runner_id: str, schema: dict[str, Any], config_json: str, host_problems: Sequence[str] = ()
+) -> None:
+    """The schema first (cheap, and it is what the runner declared), then the host's own findings (the host paths
+    the config names: agenthost.plugins.binding_paths), then the runner's own rules."""
     plugin_id, _, runner_name = runner_id.partition("/")
     refuse(runner_id, schema_problems(schema, json.loads(config_json or "{}")))
+    refuse(runner_id, list(host_problems))
     refuse(runner_id, await runner_problems(supervisor, plugin_id, runner_name, config_json))
 
 

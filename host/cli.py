@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agenthost.plugins import binding_paths
 from agenthost.protos.text import json_safe, terminal_safe
 
 if TYPE_CHECKING:
@@ -194,6 +195,12 @@ def config_fields(schema: dict[str, Any], prefix: str = "", defs: dict[str, Any]
         doc = prop.get("description") or resolved.get("description") or ""
         if prop.get("writeOnly") or resolved.get("writeOnly"):
             doc = (doc + " (secret: never shown)").strip()
+        mode = merged.get(binding_paths.PATH_KEY)
+        if mode in binding_paths.MODE_TEXT:
+            entry["host_path"] = mode
+            doc = (
+                doc + f" (host path: checked at bind time, shown {binding_paths.MODE_TEXT[mode]} to the runner)"
+            ).strip()
         entry["description"] = doc
         fields.append(entry)
         if resolved.get("type") == "object" and "properties" in resolved:
@@ -242,10 +249,23 @@ async def cmd_runners(args: argparse.Namespace, c: HostClient) -> int:
     return 0
 
 
-def _binding_line(b: hpb.Binding) -> str:
+def _binding_line(b: hpb.Binding, schemas: dict[str, dict[str, Any]] | None = None) -> str:
     conversations = b.conversation_pattern or "*"
     route = f"{b.event_pattern!r} conv={conversations!r} prio={b.priority}"
-    return f"{b.binding_id} {route} → {b.runner_id} {b.config_json}"
+    line = f"{b.binding_id} {route} → {b.runner_id} {b.config_json}"
+    schema = (schemas or {}).get(b.runner_id)
+    named = binding_paths.named_paths(schema, json.loads(b.config_json or "{}")) if schema else []
+    for n in named:
+        line += f"\n    host path {n.describe()}"
+    return line
+
+
+async def _config_schemas(c: HostClient) -> dict[str, dict[str, Any]]:
+    """Each runner's config_schema, to show the host paths bindings name."""
+    from agenthost.protos import host_pb2 as hpb
+
+    runners = (await c.call("ListRunners", hpb.ListRunnersRequest())).runners
+    return {r.runner_id: json.loads(r.manifest_json or "{}").get("config_schema", {}) for r in runners}
 
 
 async def cmd_bots(args: argparse.Namespace, c: HostClient) -> int:
@@ -284,13 +304,17 @@ async def cmd_bots(args: argparse.Namespace, c: HostClient) -> int:
             print_json(to_jsonable(binding))
         else:
             say(f"bound {args.runner} to {args.bot} for {binding.event_pattern!r} as {binding.binding_id}")
+            schema = (await _config_schemas(c)).get(binding.runner_id)
+            for n in binding_paths.named_paths(schema or {}, json.loads(binding.config_json or "{}")):
+                say(f"  host path {n.describe()}")
     elif args.action == "bindings":
         bindings = (await c.call("ListBindings", hpb.BotRequest(bot=args.bot))).bindings
         if args.json:
             print_json([to_jsonable(b) for b in bindings])
         else:
+            schemas = await _config_schemas(c)
             for b in bindings:
-                say(_binding_line(b))
+                say(_binding_line(b, schemas))
     elif args.action == "update-binding":
         request = hpb.UpdateBindingRequest(binding_id=args.binding_id)
         if args.config:

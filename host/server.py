@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import logging
@@ -54,8 +55,9 @@ from agenthost.host.store.runs import AuditLog, RunStore
 from agenthost.host.store.state import StateStore
 from agenthost.host.supervisor import PluginSpec, PluginStartError, Supervisor, SupervisorPolicy
 from agenthost.host.tracing import Tracing
+from agenthost.plugins import binding_paths, sandbox
 from agenthost.plugins import install as installer
-from agenthost.plugins import sandbox
+from agenthost.plugins.binding_paths import NamedPath
 from agenthost.plugins.manifest import RunnerManifest
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
@@ -416,7 +418,66 @@ class Host:
         return self.credentials.admin_token
 
     def _spec(self, plugin: PluginRecord) -> PluginSpec:
-        return PluginSpec(plugin.plugin_id, plugin.distribution, plugin.python, plugin.builtin, plugin.network)
+        return PluginSpec(
+            plugin.plugin_id,
+            plugin.distribution,
+            plugin.python,
+            plugin.builtin,
+            plugin.network,
+            paths=functools.partial(self._bound_paths, plugin.plugin_id),
+        )
+
+    def _named_paths(self, binding: hpb.Binding) -> list[NamedPath]:
+        manifest = self.runs.manifest_for(binding.runner_id)
+        return binding_paths.named_paths(manifest.config_schema, json.loads(binding.config_json or "{}"))
+
+    def _path_problems(self, named: list[NamedPath]) -> list[str]:
+        return binding_paths.problems(named, data_dir=self.data_dir, private=[self.runtime_dir])
+
+    def binding_path_problems(self, runner_id: str, config: dict[str, Any]) -> list[str]:
+        """Why the host would refuse the host paths this config names (the console asks before saving)."""
+        schema = self.runs.manifest_for(runner_id).config_schema
+        return self._path_problems(binding_paths.named_paths(schema, config))
+
+    def _bound_paths(self, plugin_id: str) -> list[NamedPath]:
+        """The host paths a plugin's sandbox shows: those its bindings name that still pass the bind-time checks
+        (a path removed, or swapped for a symlink, since is left out and the runner says so when a run needs it)."""
+        bound = []
+        for binding in self.registry.plugin_bindings(plugin_id):
+            try:
+                named = self._named_paths(binding)
+            except (errors.AgentHostError, ValueError):
+                continue  # a runner this plugin no longer describes
+            for n in named:
+                refused = self._path_problems([n])
+                if refused:
+                    log.warning("binding %s: not shown to %s: %s", binding.binding_id, plugin_id, refused[0])
+                else:
+                    bound.append(n)
+        return bound
+
+    async def _show_paths(self, binding: hpb.Binding) -> None:
+        """Restarts the binding's plugin when its sandbox does not show a path the binding names yet: mounts are
+        made when a sandbox starts. Runs in flight there end as runner_crashed (the same as a plugin restart)."""
+        plugin_id, _ = parse_runner_id(binding.runner_id)
+        pp = self.supervisor.processes.get(plugin_id)
+        wanted = {(n.path, n.mode) for n in self._named_paths(binding) if os.path.isabs(n.path)}
+        if (
+            pp is None
+            or pp.proc is None
+            or pp.state != "ready"
+            or wanted <= pp.bound_paths
+            or not self.supervisor.sandboxed
+        ):
+            return
+        log.info("restarting %s so its sandbox shows %s", plugin_id, sorted(p for p, _ in wanted - pp.bound_paths))
+        await self.supervisor.stop(plugin_id)
+        try:
+            await self.supervisor.start(plugin_id)
+        except PluginStartError as exc:
+            raise errors.FailedPrecondition(
+                f"the binding is saved, but {plugin_id} did not restart to show its paths: {exc}"
+            ) from None
 
     def _supervise(self, plugin: PluginRecord) -> None:
         """Starts a plugin in the background at host start; a failure is kept as the plugin's last_error."""
@@ -570,7 +631,9 @@ class Host:
         binding_config.validate_binding(binding)
         binding.bot_id = bot.bot_id
         await self._check_binding_config(binding)
-        return await self.registry.create_binding(binding)
+        created = await self.registry.create_binding(binding)
+        await self._show_paths(created)
+        return created
 
     async def _check_binding_config(self, binding: hpb.Binding) -> None:
         plugin_id, _ = parse_runner_id(binding.runner_id)
@@ -581,7 +644,11 @@ class Host:
             with contextlib.suppress(PluginStartError):
                 await self.supervisor.wait_ready(plugin_id, self.policy.start_timeout)
         manifest = self.runs.manifest_for(binding.runner_id)
-        await binding_config.check(self.supervisor, binding.runner_id, manifest.config_schema, binding.config_json)
+        # Host paths the binding names: checked here, by the trusted side, before any runner sees them.
+        paths = self._path_problems(self._named_paths(binding))
+        await binding_config.check(
+            self.supervisor, binding.runner_id, manifest.config_schema, binding.config_json, host_problems=paths
+        )
 
     async def update_binding(self, request: hpb.UpdateBindingRequest) -> hpb.Binding:
         """Changes a binding in place; the result passes the same checks as a new binding."""
@@ -601,7 +668,9 @@ class Host:
             binding.resource_policy.keys.extend(request.keys.values)
         binding_config.validate_binding(binding)
         await self._check_binding_config(binding)
-        return await self.registry.update_binding(binding)
+        updated = await self.registry.update_binding(binding)
+        await self._show_paths(updated)
+        return updated
 
     def status(self) -> hpb.HostStatus:
         return hpb.HostStatus(

@@ -50,7 +50,8 @@ from agenthost.host.logs import RotatingFile, pump
 from agenthost.host.observability import Observer
 from agenthost.host.resource_walls import PluginGroup, ResourceWalls, human_bytes
 from agenthost.host.store.db import Database
-from agenthost.plugins import sandbox
+from agenthost.plugins import binding_paths, sandbox
+from agenthost.plugins.binding_paths import NamedPath
 from agenthost.plugins.manifest import ManifestError, RunnerManifest
 from agenthost.protos import runner_pb2, runner_pb2_grpc, wire
 from agenthost.protos.wire import CHANNEL_OPTIONS, HANDSHAKE_PREFIX, PROTOCOL_VERSION, TOOLS_CGROUP_ENV
@@ -85,6 +86,10 @@ class PluginSpec:
     host_socket: str | None = None  # the one host socket the process sees; default: the run API's
     # Extra settings for the process's configuration line, made at each start (a fresh credential, named keys).
     prepare: Callable[[], Awaitable[dict[str, Any]]] | None = None
+    # The host paths its bindings name (checked again at each start: agenthost.plugins.binding_paths), bound into
+    # the sandbox: a plugin process serves every binding of its runners, so it sees the union; each run's own
+    # sandbox (tool commands, harness) is built by the runner from that run's binding and shows only its paths.
+    paths: Callable[[], list[NamedPath]] | None = None
 
     @property
     def health_service(self) -> str:
@@ -123,6 +128,7 @@ class PluginProcess:
     stopping: bool = False
     sock_dir: Path | None = None
     log_pump: asyncio.Task[None] | None = None  # copies the process's stderr into its rotating log
+    bound_paths: frozenset[tuple[str, str]] = frozenset()  # (path, mode) the running process's sandbox shows
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def set_state(self, state: str) -> None:
@@ -307,15 +313,20 @@ class Supervisor:
         tools_procs = group.tools_procs if group is not None else []
         if tools_procs:
             env[TOOLS_CGROUP_ENV] = ":".join(tools_procs)
+        named = spec.paths() if spec.paths is not None else []
+        pp.bound_paths = frozenset((n.path, n.mode) for n in named)
         if self.sandboxed:
             env[sandbox.INSIDE_ENV] = "1"
+            named_ro, named_rw = binding_paths.sandbox_paths(named)
             box = sandbox.Sandbox(
                 ro=[
                     *sandbox.python_paths(),
                     str(Path(spec.python).parent.parent),
                     *sandbox.extra_paths(sandbox.EXTRA_RO_ENV),
+                    *named_ro,
                 ],
                 rw=[
+                    *named_rw,
                     str(data_dir),
                     str(sock_dir),
                     host_socket.removeprefix("unix:"),

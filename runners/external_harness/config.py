@@ -12,6 +12,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from agenthost.plugins.binding_paths import path_setting
 from agenthost.plugins.manifest import validation_problems
 from agenthost.runners.external_harness.errors import HarnessConfigError
 from agenthost.runners.sdk.approvals import ApprovalsConfig
@@ -68,7 +69,10 @@ class HarnessConfig(_Strict):
     command: str | None = Field(
         default=None,
         description="Path of the harness executable. Default: $AGENTHOST_CLAUDE_BIN / $AGENTHOST_CODEX_BIN, "
-        "the repo-local .tools/npm install, then PATH.",
+        "the repo-local .tools/npm install, then PATH. An absolute path is checked at bind time and shown read-only "
+        "to the runner's sandbox (a harness installed with its dependencies elsewhere also needs them in "
+        "AGENTHOST_SANDBOX_RO).",
+        json_schema_extra=path_setting("exec"),
     )
     model: str | None = Field(default=None, description="Model name passed to the harness.")
     base_url: str | None = Field(
@@ -89,7 +93,11 @@ class HarnessConfig(_Strict):
         default_factory=dict, description="Literal environment for the harness (non-secret flags, proxies)."
     )
     workspace_root: str | None = Field(
-        default=None, description="Root of the per-conversation working directories. Default: <data dir>/workspaces."
+        default=None,
+        description="Absolute host directory holding the per-conversation working directories; it must exist, "
+        "outside agenthost's data dir, and hold no credentials. The host shows it read-write to the runner's sandbox. "
+        "Default: <data dir>/workspaces.",
+        json_schema_extra=path_setting("rw"),
     )
     instructions: str = Field(default="", max_length=32 * 1024, description="Bot instructions for CLAUDE.md/AGENTS.md.")
     skills: list[Skill] = Field(default_factory=list, max_length=MAX_SKILLS)

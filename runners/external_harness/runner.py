@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from agenthost.plugins.binding_paths import not_shown
 from agenthost.plugins.manifest import RunnerCapabilities, RunnerManifest
 from agenthost.plugins.sandbox import Sandbox
 from agenthost.protos import common_pb2 as pb
@@ -247,6 +248,11 @@ class HarnessRunner(Runner):
             config = parse_config(self.driver.config_model, run.config)
         except HarnessConfigError as exc:
             yield events.failed(exc.code, exc.message)
+            return
+        # A workspace_root the host did not bind would be made in the sandbox's scratch memory and lost.
+        unseen = config.workspace_root and not_shown(config.workspace_root, "workspace_root")
+        if unseen:
+            yield events.failed(HarnessConfigError.code, unseen)
             return
         prompt = build_prompt(run)
         if not prompt.strip():

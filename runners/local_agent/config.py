@@ -6,10 +6,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from agenthost.plugins.binding_paths import path_setting
 from agenthost.plugins.manifest import validation_problems
 from agenthost.runners.sdk.approvals import ApprovalsConfig
 from agenthost.runners.sdk.mcp_servers import McpServer, check_unique
 from agenthost.runners.sdk.skills import MAX_SKILLS, Skill, unique_names
+from agenthost.runners.sdk.workspace_budget import DEFAULT_MIB
 
 __all__ = ["ApprovalsConfig", "ConfigError", "LocalAgentConfig"]
 
@@ -190,7 +192,19 @@ class LocalAgentConfig(BaseModel):
     tool_result_max_chars: int = Field(default=20_000, ge=500, le=2_000_000)
     parallel_read_only_tools: bool = True
     workspace: str | None = Field(
-        default=None, description="Absolute directory used as every conversation's workspace root."
+        default=None,
+        description="Absolute directory of the host used as every conversation's workspace root (each conversation "
+        "works in a subdirectory); it must exist, outside agenthost's data dir, and hold no credentials. The host "
+        "shows it read-write to this runner's sandbox. Default: a directory per conversation in the runner's data dir.",
+        json_schema_extra=path_setting("rw"),
+    )
+    workspace_max_mib: int = Field(
+        default=DEFAULT_MIB,
+        ge=1,
+        le=1_048_576,
+        description="Size budget of each conversation's workspace, in MiB. A shell command is refused while the "
+        "workspace is over it and killed when it passes it while running (measured every 0.5 s); no single file a "
+        "command writes may be larger (RLIMIT_FSIZE).",
     )
     tools: list[str] | None = Field(default=None, description="Tool names to enable; default all.")
     shell: ShellConfig = ShellConfig()

@@ -34,6 +34,7 @@ from mcp.client.streamable_http import create_mcp_http_client, streamable_http_c
 from mcp.shared.exceptions import MCPError
 
 from agenthost.plugins import sandbox as sandboxing
+from agenthost.plugins.binding_paths import not_shown
 from agenthost.runners.local_agent.config import LocalAgentConfig
 from agenthost.runners.local_agent.tools.base import ToolError
 from agenthost.runners.local_agent.tools.mcp import McpTool, namespaced
@@ -391,6 +392,13 @@ def _open_cwd(server: McpServer, workspace: Path) -> int:
 
 def check_ro_paths(server: McpServer, data_dir: Path) -> None:
     problems = ro_path_problems(server, data_dir)
+    # A path the runner's own sandbox does not show would be dropped from the server's (bwrap cannot bind what
+    # is not there), and the server would fail on a file the user can see: say so instead.
+    problems += [
+        reason
+        for i, p in enumerate(server.ro_paths)
+        if (reason := not_shown(p, f"mcp_servers[{server.name}].ro_paths[{i}]")) is not None
+    ]
     if problems:
         raise McpServerError(problems[0])
 

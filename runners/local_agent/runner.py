@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from agenthost.plugins.binding_paths import not_shown
 from agenthost.plugins.manifest import RunnerCapabilities, RunnerManifest
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors as host_errors
@@ -223,11 +224,20 @@ class LocalAgentRunner(Runner):
         return self._windows[key]
 
     def _workspace(self, config: LocalAgentConfig, conversation_id: str) -> Path:
-        root = Path(config.workspace) if config.workspace else self.data_dir / "workspaces"
-        if config.workspace and not root.is_absolute():
+        if not config.workspace:
+            path = self.data_dir / "workspaces" / safe_name(conversation_id)
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        root = Path(config.workspace)
+        if not root.is_absolute():
             raise ConfigError(f"workspace {config.workspace!r} must be an absolute path")
+        # Never made here: a binding's workspace the host did not bind would be made in the sandbox's scratch
+        # memory, and every file the agent "wrote" would vanish with the process.
+        reason = not_shown(str(root), "workspace")
+        if reason is not None:
+            raise ConfigError(reason)
         path = root / safe_name(conversation_id)
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(exist_ok=True)
         return path
 
     async def _session(

@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agenthost.plugins.binding_paths import path_setting
+
 SERVER_NAME = re.compile(r"^[a-z0-9_-]{1,32}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
@@ -62,7 +64,9 @@ class McpServer(BaseModel):
     network: bool = Field(default=False, description="stdio (local agent): let the server use the network.")
     ro_paths: list[str] = Field(
         default_factory=list,
-        description="stdio (local agent): absolute paths the server's sandbox sees read-only (its install, a venv).",
+        description="stdio (local agent): absolute paths the server's sandbox sees read-only (its install, a venv); "
+        "the host checks them at bind time and shows them to the runner's sandbox.",
+        json_schema_extra=path_setting("ro"),
     )
 
     @field_validator("name")

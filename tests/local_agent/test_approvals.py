@@ -23,6 +23,7 @@ pytestmark = pytest.mark.timeout(90)
 
 
 def cfg(server: FakeProviderServer, tmp_path: Path, **approvals: Any) -> dict[str, Any]:
+    (tmp_path / "ws").mkdir(exist_ok=True)  # a binding's workspace must exist: the host checks it at bind time
     return {
         "model": "vllm/m",
         "base_url": server.url + "/v1",

@@ -312,3 +312,40 @@ async def test_explicit_opt_out_runs_unsandboxed_with_a_warning(
     assert r.content.strip() == str(os.getpid())  # no pid namespace: the walls are really gone
     warnings = [rec for rec in caplog.records if "WITHOUT a sandbox" in rec.getMessage()]
     assert len(warnings) == 2  # one per command
+
+
+# ---------------------------------------------------------------- disk and shared memory (issue 25 item 15)
+
+
+async def test_a_command_filling_the_workspace_is_killed_and_the_next_refused(layout: Layout) -> None:
+    ctx = layout.ctx
+    ctx.config = LocalAgentConfig(workspace_max_mib=8)
+    # 1 MiB files, each under the per-file cap: only the workspace budget can stop this before its 64 MiB.
+    fill = "for i in $(seq 64); do head -c 1048576 /dev/zero > fill$i || exit 3; sleep 0.05; done; echo finished"
+    r = await shell(ctx, fill, timeout_seconds=600)
+    assert r.is_error and "command killed: workspace quota exceeded" in r.content, r.content
+    assert "> 8 MiB; binding setting workspace_max_mib" in r.content and "timed out" not in r.content
+    used = sum(p.stat().st_size for p in layout.workspace.iterdir())
+    assert 8 * 2**20 < used < 64 * 2**20 and "finished" not in r.content
+
+    refused = await shell(ctx, "echo ran")
+    assert refused.is_error and "command not started: workspace quota exceeded" in refused.content
+    assert "ran" not in refused.content
+    for p in layout.workspace.glob("fill*"):
+        p.unlink()
+    again = await shell(ctx, "echo ran")
+    assert not again.is_error and again.content.strip() == "ran"
+
+
+async def test_one_file_past_the_budget_is_stopped_by_the_file_size_cap(layout: Layout) -> None:
+    ctx = layout.ctx
+    ctx.config = LocalAgentConfig(workspace_max_mib=4)
+    r = await shell(ctx, "head -c 6291456 /dev/zero > big; echo exit=$?")
+    assert (layout.workspace / "big").stat().st_size == 4 * 2**20, r.content  # RLIMIT_FSIZE, not the poll
+    assert "exit=153" in r.content  # 128 + SIGXFSZ
+
+
+async def test_dev_shm_is_a_small_tmpfs_of_its_own(layout: Layout) -> None:
+    over = (sandboxing.SHM_SIZE_MIB + 1) * 2**20
+    r = await shell(layout.ctx, f"df -m /dev/shm | tail -1; head -c {over} /dev/zero > /dev/shm/x; echo exit=$?")
+    assert "No space left on device" in r.content and "exit=1" in r.content, r.content

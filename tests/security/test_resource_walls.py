@@ -361,14 +361,15 @@ def test_an_undelegated_v2_cgroup_turns_the_walls_off_with_the_reason(tmp_path, 
 
 def test_a_command_that_cannot_join_the_tools_group_does_not_run(tmp_path, monkeypatch):
     """tool_walls fails closed: a command whose cgroup cannot be joined (the file gone, or not writable) exits 125
-    naming it, and none of it runs; with every file joinable it runs, once; without the variable, as it is."""
+    naming it, and none of it runs; with every file joinable it runs, once; without the variable, with only the
+    file-size cap in front."""
     from agenthost.protos.wire import TOOLS_CGROUP_ENV
     from agenthost.runners.sdk import tool_walls
 
     marker = tmp_path / "ran"
     argv = ["/bin/sh", "-c", f"echo once >> {marker}"]
     monkeypatch.delenv(TOOLS_CGROUP_ENV, raising=False)
-    assert tool_walls.command(argv) == argv
+    assert tool_walls.command(argv)[-3:] == argv and "ulimit -f" in tool_walls.command(argv)[2]
 
     joinable = tmp_path / "tools.procs"  # a file standing in for cgroup.procs: writing 0 into it succeeds
     missing = tmp_path / "gone" / "cgroup.procs"

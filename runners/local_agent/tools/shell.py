@@ -34,7 +34,7 @@ from typing import Any
 from agenthost.plugins import sandbox as sandboxing
 from agenthost.runners.local_agent.config import ShellConfig
 from agenthost.runners.local_agent.tools.base import Tool, ToolContext, ToolError
-from agenthost.runners.sdk import tool_walls
+from agenthost.runners.sdk import tool_walls, workspace_budget
 from agenthost.runners.sdk.mcp_servers import SECRET_SHAPED
 
 log = logging.getLogger("agenthost.local_agent")
@@ -103,6 +103,7 @@ class ShellResult:
     output: str
     timed_out: bool
     omitted_chars: int
+    quota_error: str | None = None  # the workspace passed its budget and the command was killed
 
 
 def build_env(config: ShellConfig, workspace: Path, source: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -171,6 +172,7 @@ async def run_command(
     max_output_chars: int,
     ledger: ProcessLedger | None = None,
     sandbox: sandboxing.Sandbox | None = None,
+    budget: workspace_budget.Budget | None = None,
 ) -> ShellResult:
     argv = ["/bin/sh", "-c", command]
     info_r = info_w = -1
@@ -181,7 +183,7 @@ async def run_command(
         os.set_blocking(info_r, False)
         argv = replace(sandbox, extra=(*sandbox.extra, "--info-fd", str(info_w))).argv(argv)
         ledger = None  # nothing to sweep after a crash: --die-with-parent and the pid namespace cover it
-    argv = tool_walls.command(argv)
+    argv = tool_walls.command(argv, **({"max_file_bytes": budget.limit_bytes} if budget else {}))
     # subprocess.Popen rather than asyncio's: asyncio's Process.wait() also waits for the pipes to close, so a
     # background child (`cmd &`) holding stdout would make a finished command look like it is still running.
     # Started from the loop's thread, not a worker: bwrap's --die-with-parent watches the thread that forked it.
@@ -230,6 +232,8 @@ async def run_command(
             eof.set()
 
     loop.add_reader(fd, on_readable)
+    over: list[str] = []
+    watcher = asyncio.create_task(_watch(budget, proc.pid, over)) if budget is not None else None
     timed_out = False
     try:
         try:
@@ -242,6 +246,8 @@ async def run_command(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(eof.wait(), DRAIN_GRACE_SECONDS)
     finally:
+        if watcher is not None:
+            watcher.cancel()
         # Always: the group may hold background children of a finished shell, or we are being cancelled.
         _kill_group(proc.pid)
         loop.remove_reader(fd)
@@ -260,7 +266,23 @@ async def run_command(
             ledger.forget(proc.pid)
     capture.feed(b"", final=True)
     code = TIMEOUT_EXIT if timed_out else (proc.returncode if proc.returncode is not None else -1)
-    return ShellResult(exit_code=code, output=capture.render(), timed_out=timed_out, omitted_chars=capture.omitted)
+    return ShellResult(
+        exit_code=code,
+        output=capture.render(),
+        timed_out=timed_out,
+        omitted_chars=capture.omitted,
+        quota_error=over[0] if over else None,
+    )
+
+
+async def _watch(budget: workspace_budget.Budget, pid: int, over: list[str]) -> None:
+    """Measures the workspace every POLL_SECONDS while the command runs; kills its group once over budget."""
+    step = workspace_budget.poller(budget, over.append)
+    while True:
+        if await asyncio.to_thread(step):
+            _kill_group(pid)
+            return
+        await asyncio.sleep(workspace_budget.POLL_SECONDS)  # a periodic measurement, not a wait for a condition
 
 
 def _wait_namespace_gone(info_fd: int, deadline: float) -> None:
@@ -371,6 +393,12 @@ class Shell(Tool):
         check_blocklist(command, cfg.extra_blocklist)
         timeout = min(float(args.get("timeout_seconds", cfg.timeout_seconds)), 3600.0)
         ctx.workspace.mkdir(parents=True, exist_ok=True)
+        budget = workspace_budget.Budget(
+            ctx.workspace, ctx.config.workspace_max_mib * workspace_budget.MIB, "workspace_max_mib"
+        )
+        refusal = await asyncio.to_thread(budget.check)
+        if refusal is not None:
+            raise ToolError(f"command not started: {refusal}")
         sandbox = command_sandbox(cfg, ctx.workspace)
         workspace = Path(sandbox.cwd) if sandbox is not None and sandbox.cwd else ctx.workspace
         result = await run_command(
@@ -381,7 +409,10 @@ class Shell(Tool):
             max_output_chars=cfg.max_output_chars,
             ledger=ctx.ledger,
             sandbox=sandbox,
+            budget=budget,
         )
+        if result.quota_error is not None:
+            raise ToolError(f"command killed: {result.quota_error}\n{result.output}")
         if result.timed_out:
             raise ToolError(
                 f"command timed out after {timeout:g}s and was killed (exit {TIMEOUT_EXIT}); "

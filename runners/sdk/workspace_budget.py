@@ -1,0 +1,80 @@
+"""A conversation's workspace has a size budget: without root there is no quota filesystem, so the runner keeps
+it. Before a tool command starts, the workspace is measured and the command refused when it is over; while the
+command runs, the workspace is measured every POLL_SECONDS and the command's whole process group killed once it
+passes the budget. One file is also capped by RLIMIT_FSIZE on everything the runner starts (tool_walls), so a
+single write cannot outrun the poll by more than the budget.
+
+A measurement walks the tree with os.scandir (no symlink followed) and stops as soon as the total is over the
+budget or MAX_ENTRIES entries were seen, so its cost is bounded whatever a model made there.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_MIB = 1024
+POLL_SECONDS = 0.5
+MAX_ENTRIES = 200_000
+# What one directory entry costs at least, however small: a million empty files is not an empty workspace.
+ENTRY_BYTES = 4096
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Budget:
+    root: Path
+    limit_bytes: int
+    setting: str  # the binding setting that sets it, named in every refusal
+
+    def exceeded(self, used: int) -> str:
+        return (
+            f"workspace quota exceeded ({used // MIB} MiB > {self.limit_bytes // MIB} MiB; binding setting "
+            f"{self.setting}): free space by deleting files in the workspace, or raise {self.setting}"
+        )
+
+    def check(self) -> str | None:
+        """The refusal when the workspace is over budget now, else None."""
+        used = usage(self.root, self.limit_bytes)
+        return self.exceeded(used) if used > self.limit_bytes else None
+
+
+def usage(root: Path, stop_above: int) -> int:
+    """Bytes the tree under `root` takes (allocated blocks, at least ENTRY_BYTES an entry), counted until the
+    total passes `stop_above` or MAX_ENTRIES entries were seen (then reported as just over `stop_above`)."""
+    total = 0
+    seen = 0
+    stack = [str(root)]
+    while stack:
+        try:
+            it = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with it:
+            for entry in it:
+                seen += 1
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += max(st.st_blocks * 512, ENTRY_BYTES)
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                if total > stop_above or seen > MAX_ENTRIES:
+                    return max(total, stop_above + 1)
+    return total
+
+
+def poller(budget: Budget, on_exceeded: Callable[[str], None]) -> Callable[[], bool]:
+    """One poll step for a watcher thread or task: True (and `on_exceeded(message)`) once over budget."""
+
+    def step() -> bool:
+        used = usage(budget.root, budget.limit_bytes)
+        if used > budget.limit_bytes:
+            on_exceeded(budget.exceeded(used))
+            return True
+        return False
+
+    return step
