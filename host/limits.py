@@ -134,9 +134,16 @@ RUNS_MAX_QUEUED_PER_BOT = 4096
 # Of those, one conversation may hold this many: its runs execute one at a time, so a deeper queue only makes
 # its last message wait longer.
 RUNS_MAX_QUEUED_PER_CONVERSATION = 256
-# Bytes of input (message text and event data) that queued runs carry: what a burst of large messages may make
-# the host hold before their runs start.
+# Bytes of input (message text, event data and attachments) that queued runs carry: what a burst of large messages
+# may make the host hold before their runs start.
 RUNS_MAX_QUEUED_INPUT_BYTES = 256 * MiB
+# Of those, one bot's queued runs may hold a quarter: a bot whose runs are slow and whose senders attach large
+# files fills its own share and is refused, while the other bots' messages still queue.
+RUNS_MAX_QUEUED_INPUT_BYTES_PER_BOT = 64 * MiB
+# One sender (the credential a message came with: an HTTP key, a channel's, the CLI's) may hold this many queued
+# runs and this many bytes of their input, whichever bots they are for: one key cannot take a bot's whole share.
+RUNS_MAX_QUEUED_PER_SENDER = 1024
+RUNS_MAX_QUEUED_INPUT_BYTES_PER_SENDER = 32 * MiB
 # The retry hint of an admission refusal (trailing metadata `retry-after-ms`) stays within these bounds.
 RUNS_RETRY_MIN_MS = 250
 RUNS_RETRY_MAX_MS = 60_000

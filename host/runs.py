@@ -279,13 +279,13 @@ class RunManager:
 
         conversation = (bot.bot_id, conversation_id)
         input_bytes = text_bytes + len(data_json.encode()) + file_bytes
-        self.admission.reserve(bot.bot_id, conversation, input_bytes)
+        self.admission.reserve(bot.bot_id, conversation, input_bytes, origin)
         try:
             if files:
                 refs.extend(await self._store_attachments(files, conversation_id, info.run_id))
             event = await self.registry.db.write(record)
         except BaseException:
-            self.admission.release(bot.bot_id, conversation, input_bytes)
+            self.admission.release(bot.bot_id, conversation, input_bytes, origin)
             raise
         st = RunState(info=info)
         st.start = QueuedStart(bot, binding, manifest, event, actor, token, timeout, input_bytes, origin)
@@ -410,7 +410,9 @@ class RunManager:
         while (st := self.admission.next_to_start()) is not None:
             start, st.start = st.start, None
             assert start is not None
-            self.admission.release(st.info.bot_id, (st.info.bot_id, st.info.conversation_id), start.input_bytes)
+            self.admission.release(
+                st.info.bot_id, (st.info.bot_id, st.info.conversation_id), start.input_bytes, start.origin
+            )
             st.task = asyncio.create_task(self._execute(st, start), name=f"run:{st.info.run_id}")
             st.task.add_done_callback(functools.partial(self._check_ended, st))
 
@@ -433,7 +435,9 @@ class RunManager:
             start, st.start = st.start, None
             self.admission.remove(st)
             if start is not None:
-                self.admission.release(st.info.bot_id, (st.info.bot_id, st.info.conversation_id), start.input_bytes)
+                self.admission.release(
+                    st.info.bot_id, (st.info.bot_id, st.info.conversation_id), start.input_bytes, start.origin
+                )
             self._set_outcome(st, status, code, message)
             st.ending = asyncio.ensure_future(self._finish(st))
             st.ending.add_done_callback(lambda _: self._pump())
