@@ -60,6 +60,7 @@ class Gateway:
         self.bind, self.port = parse_address(address)
         self._runner: web.AppRunner | None = None
         self.console: Console | None = None
+        self.body_slots = bodies.BodySlots()
 
     @property
     def address(self) -> str:
@@ -68,6 +69,7 @@ class Gateway:
 
     async def start(self) -> None:
         app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._errors])
+        app[bodies.SLOTS] = self.body_slots
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_post("/v1/responses", self.responses)
         app.router.add_get("/v1/models", self.models)
@@ -105,6 +107,7 @@ class Gateway:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        await self.body_slots.close()
 
     # ---- cross-cutting ----
 
@@ -232,7 +235,7 @@ class Gateway:
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         principal = self._principal(request)
-        chat = oa.parse_chat(await bodies.json_object(request, MAX_BODY_BYTES))
+        chat = await bodies.json_object(request, MAX_BODY_BYTES, key=principal.name, then=oa.parse_chat)
         bot = self._bot(principal, chat.model)
         conversation = self._conversation(request, principal, chat.user)
         endpoint = "chat.completions"
@@ -299,7 +302,7 @@ class Gateway:
 
     async def responses(self, request: web.Request) -> web.StreamResponse:
         principal = self._principal(request)
-        req = oa.parse_responses(await bodies.json_object(request, MAX_BODY_BYTES))
+        req = await bodies.json_object(request, MAX_BODY_BYTES, key=principal.name, then=oa.parse_responses)
         previous = ""
         if req.previous_response_id:
             # The run behind the previous response is the mapping: (bot, conversation) are recorded on it, in the
