@@ -176,6 +176,8 @@ GATEWAY_HEADER_SECONDS = 15.0
 # gateway's. admin.sock (reachable by this user only: its directory is 0700) has no cap, so the operator's CLI
 # still gets in when the gateway and api.sock are flooded.
 API_MAX_CONNECTIONS = 1024
+# Connections open at once to the Prometheus endpoint (--metrics): a scraper needs one; past this they are closed.
+METRICS_MAX_CONNECTIONS = 64
 
 # ---- human approval of tool calls (agenthost.host.approvals) ----
 

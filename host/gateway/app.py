@@ -24,9 +24,11 @@ from urllib.parse import quote, unquote
 from aiohttp import web
 
 from agenthost.host import attachments as attachment_checks
+from agenthost.host import limits
 from agenthost.host.credentials import Principal
 from agenthost.host.gateway import bodies, parse_address
 from agenthost.host.gateway import openai_api as oa
+from agenthost.host.gateway.connections import CappedSite
 from agenthost.host.gateway.errors import NO_RETRY, GatewayError, bad_request, from_host_error, model_not_found
 from agenthost.host.gateway.sse import EventStream, encode
 from agenthost.host.runs import MAX_INPUT_BYTES
@@ -75,10 +77,18 @@ class Gateway:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/v1/models/{model}", self.model)
         self._mount_console(app)
-        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=SHUTDOWN_SECONDS)
+        runner = web.AppRunner(
+            app,
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=SHUTDOWN_SECONDS,
+            # aiohttp arms this when a connection opens and after each response, and closes a connection that has
+            # not sent a whole request head by then: the request-head (slowloris) timeout.
+            keepalive_timeout=limits.GATEWAY_HEADER_SECONDS,
+        )
         await runner.setup()
         try:
-            site = web.TCPSite(runner, self.bind, self.port, reuse_address=True)
+            site = CappedSite(runner, self.bind, self.port, reuse_address=True)
             await site.start()
         except BaseException:
             await runner.cleanup()
