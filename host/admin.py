@@ -169,6 +169,7 @@ class AdminServicer(host_grpc.AgentHostServicer):
             stream = self.host.runs.send(
                 request,
                 origin=current().name,
+                trusted=current().is_admin,
                 own_conversation=_own_only() is not None,
                 encoded=self._encoded_replies,
             )

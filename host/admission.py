@@ -49,11 +49,13 @@ class Admission:
 
     def reserve(self, bot_id: str, conversation: tuple[str, str], input_bytes: int, sender: str) -> None:
         """Counts a new run as queued, or refuses it. Called before the run is recorded; `release` undoes it.
-        `sender`: the credential the message came with (the run's origin)."""
+        `sender`: the credential the message came with (the run's origin); "" for an admin credential, which is
+        trusted (the operator's CLI, a benchmark) and has no sender share (its bots' shares still apply)."""
         queued_conv = self._queued_by_conversation.get(conversation, 0)
-        queued_sender = self._queued_by_sender.get(sender, 0)
+        shared = bool(sender)
+        queued_sender = self._queued_by_sender.get(sender, 0) if shared else 0
         bot_bytes = self._bytes_by_bot.get(bot_id, 0)
-        sender_bytes = self._bytes_by_sender.get(sender, 0)
+        sender_bytes = self._bytes_by_sender.get(sender, 0) if shared else 0
         refusal = ""
         if self.queued >= limits.RUNS_MAX_QUEUED:
             refusal = f"the host has {self.queued} runs queued (RUNS_MAX_QUEUED = {limits.RUNS_MAX_QUEUED})"
@@ -64,7 +66,7 @@ class Admission:
                 f" (RUNS_MAX_QUEUED_PER_BOT = {limits.RUNS_MAX_QUEUED_PER_BOT})"
             )
             ahead = max(1, limits.RUNS_MAX_QUEUED_PER_BOT // 10)
-        elif queued_sender >= limits.RUNS_MAX_QUEUED_PER_SENDER:
+        elif shared and queued_sender >= limits.RUNS_MAX_QUEUED_PER_SENDER:
             refusal = (
                 f"sender {sender!r} has {queued_sender} runs queued"
                 f" (RUNS_MAX_QUEUED_PER_SENDER = {limits.RUNS_MAX_QUEUED_PER_SENDER})"
@@ -105,9 +107,10 @@ class Admission:
         self.queued_input_bytes += input_bytes
         _add(self._queued_by_bot, bot_id, 1)
         _add(self._queued_by_conversation, conversation, 1)
-        _add(self._queued_by_sender, sender, 1)
         _add(self._bytes_by_bot, bot_id, input_bytes)
-        _add(self._bytes_by_sender, sender, input_bytes)
+        if shared:
+            _add(self._queued_by_sender, sender, 1)
+            _add(self._bytes_by_sender, sender, input_bytes)
 
     def release(self, bot_id: str, conversation: tuple[str, str], input_bytes: int, sender: str) -> None:
         """A run leaves the queue: it starts, ends while queued, or was never recorded."""
@@ -115,9 +118,10 @@ class Admission:
         self.queued_input_bytes -= input_bytes
         _add(self._queued_by_bot, bot_id, -1)
         _add(self._queued_by_conversation, conversation, -1)
-        _add(self._queued_by_sender, sender, -1)
         _add(self._bytes_by_bot, bot_id, -input_bytes)
-        _add(self._bytes_by_sender, sender, -input_bytes)
+        if sender:
+            _add(self._queued_by_sender, sender, -1)
+            _add(self._bytes_by_sender, sender, -input_bytes)
 
     def retry_after_ms(self, ahead: int) -> int:
         """About how long until `ahead` runs have finished (0: until the oldest running run of a conversation

@@ -140,8 +140,9 @@ RUNS_MAX_QUEUED_INPUT_BYTES = 256 * MiB
 # Of those, one bot's queued runs may hold a quarter: a bot whose runs are slow and whose senders attach large
 # files fills its own share and is refused, while the other bots' messages still queue.
 RUNS_MAX_QUEUED_INPUT_BYTES_PER_BOT = 64 * MiB
-# One sender (the credential a message came with: an HTTP key, a channel's, the CLI's) may hold this many queued
-# runs and this many bytes of their input, whichever bots they are for: one key cannot take a bot's whole share.
+# One sender (the credential a message came with: an HTTP key, a channel's, a scoped CLI credential) may hold this
+# many queued runs and this many bytes of their input, whichever bots they are for: one key cannot take a bot's whole
+# share. An admin credential (the operator's CLI, a benchmark: trusted) has no sender share; its bots' still apply.
 RUNS_MAX_QUEUED_PER_SENDER = 1024
 RUNS_MAX_QUEUED_INPUT_BYTES_PER_SENDER = 32 * MiB
 # The retry hint of an admission refusal (trailing metadata `retry-after-ms`) stays within these bounds.

@@ -222,7 +222,7 @@ class Gateway:
     ) -> tuple[hpb.RunInfo, AsyncGenerator[hpb.SendMessageReply, None]]:
         """Records the message and starts its run; a refusal here is an HTTP error with no run behind it. The run and
         its message event record the gateway key's credential as their sender, as SendMessage does for gRPC callers."""
-        stream = self.host.runs.send(send, origin=principal.name)
+        stream = self.host.runs.send(send, origin=principal.name, trusted=principal.is_admin)
         try:
             first = await anext(stream)
         except BaseException:

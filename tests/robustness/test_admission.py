@@ -371,6 +371,7 @@ async def test_one_tenants_backlog_fills_its_own_share_and_other_bots_still_queu
         # Another bot still gets in, with as large a message, far below the host-wide cap.
         info, other = await _open(host.client, _request(host, big, "o", bot="other"))
         assert info.status == "queued"
+        assert "admin" not in admission._bytes_by_sender  # an admin credential (the operator) has no sender share
         streams.append(other)
         Gate.release.set()
         finished = await asyncio.wait_for(asyncio.gather(*(_finish(s) for s in streams)), 60)
