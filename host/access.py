@@ -31,7 +31,13 @@ def send(
     actor = principal.actor(request.actor if request.HasField("actor") else None)
     if actor is not None:
         request.actor.CopyFrom(actor)
-    return runs.send(request, origin=principal.name, own_conversation=principal.own_only is not None, encoded=encoded)
+    return runs.send(
+        request,
+        origin=principal.name,
+        trusted=principal.is_admin,
+        own_conversation=principal.own_only is not None,
+        encoded=encoded,
+    )
 
 
 def run(run_store: RunStore, principal: Principal, run_id: str) -> hpb.RunInfo:

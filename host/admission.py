@@ -6,10 +6,13 @@ import contextlib
 import random
 import time
 from collections import deque
+from typing import TypeVar
 
 from agenthost.host import limits
 from agenthost.host.run_state import RunState
 from agenthost.protos.errors import ResourceExhausted
+
+_K = TypeVar("_K")
 
 
 class Admission:
@@ -20,7 +23,8 @@ class Admission:
     get the free slots round-robin, so a bot with a thousand queued runs delays a bot with one by at most one
     run per other bot. A waiting run is a RunState with its QueuedStart: no task, no RPC.
 
-    The queue is bounded host-wide, per bot and per conversation (and in the bytes of input it holds). A run
+    The queue is bounded host-wide, per bot, per sender (credential) and per conversation, in runs and in the bytes
+    of input it holds (host-wide, per bot, per sender): one tenant's backlog refuses that tenant only. A run
     past a bound is refused with ResourceExhausted carrying a retry hint (`retry_after_ms`), derived from how
     fast runs have been finishing. The refusal comes before anything is recorded, so a refused run leaves no
     trace but the client's error: it never existed.
@@ -32,6 +36,9 @@ class Admission:
         self.queued_input_bytes = 0
         self._queued_by_bot: dict[str, int] = {}
         self._queued_by_conversation: dict[tuple[str, str], int] = {}
+        self._queued_by_sender: dict[str, int] = {}
+        self._bytes_by_bot: dict[str, int] = {}
+        self._bytes_by_sender: dict[str, int] = {}
         # Per conversation, its recorded runs in arrival order; the head is executing or ready. Lists, not deques:
         # most lines hold one run, and a deque costs a 600-byte block from its first item (popping the head of a
         # list is O(n), and n is at most RUNS_MAX_QUEUED_PER_CONVERSATION).
@@ -40,9 +47,15 @@ class Admission:
         self._ready: dict[str, deque[RunState]] = {}
         self._ended: deque[tuple[float, float]] = deque(maxlen=512)  # (monotonic end, seconds it executed)
 
-    def reserve(self, bot_id: str, conversation: tuple[str, str], input_bytes: int) -> None:
-        """Counts a new run as queued, or refuses it. Called before the run is recorded; `release` undoes it."""
+    def reserve(self, bot_id: str, conversation: tuple[str, str], input_bytes: int, sender: str) -> None:
+        """Counts a new run as queued, or refuses it. Called before the run is recorded; `release` undoes it.
+        `sender`: the credential the message came with (the run's origin); "" for an admin credential, which is
+        trusted (the operator's CLI, a benchmark) and has no sender share (its bots' shares still apply)."""
         queued_conv = self._queued_by_conversation.get(conversation, 0)
+        shared = bool(sender)
+        queued_sender = self._queued_by_sender.get(sender, 0) if shared else 0
+        bot_bytes = self._bytes_by_bot.get(bot_id, 0)
+        sender_bytes = self._bytes_by_sender.get(sender, 0) if shared else 0
         refusal = ""
         if self.queued >= limits.RUNS_MAX_QUEUED:
             refusal = f"the host has {self.queued} runs queued (RUNS_MAX_QUEUED = {limits.RUNS_MAX_QUEUED})"
@@ -53,18 +66,38 @@ class Admission:
                 f" (RUNS_MAX_QUEUED_PER_BOT = {limits.RUNS_MAX_QUEUED_PER_BOT})"
             )
             ahead = max(1, limits.RUNS_MAX_QUEUED_PER_BOT // 10)
+        elif shared and queued_sender >= limits.RUNS_MAX_QUEUED_PER_SENDER:
+            refusal = (
+                f"sender {sender!r} has {queued_sender} runs queued"
+                f" (RUNS_MAX_QUEUED_PER_SENDER = {limits.RUNS_MAX_QUEUED_PER_SENDER})"
+            )
+            ahead = max(1, queued_sender // 10)
         elif queued_conv >= limits.RUNS_MAX_QUEUED_PER_CONVERSATION:
             refusal = (
                 f"this conversation has {queued_conv} runs queued"
                 f" (RUNS_MAX_QUEUED_PER_CONVERSATION = {limits.RUNS_MAX_QUEUED_PER_CONVERSATION})"
             )
             ahead = 0
+        # A run alone in its scope is let in whatever its size (a message is already capped on its own), so a
+        # scope's bytes cap never refuses the only run that could drain it.
         elif self.queued and self.queued_input_bytes + input_bytes > limits.RUNS_MAX_QUEUED_INPUT_BYTES:
             refusal = (
                 f"queued runs hold {self.queued_input_bytes} bytes of input"
                 f" (RUNS_MAX_QUEUED_INPUT_BYTES = {limits.RUNS_MAX_QUEUED_INPUT_BYTES})"
             )
             ahead = max(1, self.queued // 10)
+        elif bot_bytes and bot_bytes + input_bytes > limits.RUNS_MAX_QUEUED_INPUT_BYTES_PER_BOT:
+            refusal = (
+                f"this bot's queued runs hold {bot_bytes} bytes of input"
+                f" (RUNS_MAX_QUEUED_INPUT_BYTES_PER_BOT = {limits.RUNS_MAX_QUEUED_INPUT_BYTES_PER_BOT})"
+            )
+            ahead = max(1, self._queued_by_bot.get(bot_id, 0) // 10)
+        elif sender_bytes and sender_bytes + input_bytes > limits.RUNS_MAX_QUEUED_INPUT_BYTES_PER_SENDER:
+            refusal = (
+                f"queued runs of sender {sender!r} hold {sender_bytes} bytes of input"
+                f" (RUNS_MAX_QUEUED_INPUT_BYTES_PER_SENDER = {limits.RUNS_MAX_QUEUED_INPUT_BYTES_PER_SENDER})"
+            )
+            ahead = max(1, queued_sender // 10)
         if refusal:
             hint = self.retry_after_ms(ahead)
             raise ResourceExhausted(
@@ -72,19 +105,23 @@ class Admission:
             )
         self.queued += 1
         self.queued_input_bytes += input_bytes
-        self._queued_by_bot[bot_id] = self._queued_by_bot.get(bot_id, 0) + 1
-        self._queued_by_conversation[conversation] = queued_conv + 1
+        _add(self._queued_by_bot, bot_id, 1)
+        _add(self._queued_by_conversation, conversation, 1)
+        _add(self._bytes_by_bot, bot_id, input_bytes)
+        if shared:
+            _add(self._queued_by_sender, sender, 1)
+            _add(self._bytes_by_sender, sender, input_bytes)
 
-    def release(self, bot_id: str, conversation: tuple[str, str], input_bytes: int) -> None:
+    def release(self, bot_id: str, conversation: tuple[str, str], input_bytes: int, sender: str) -> None:
         """A run leaves the queue: it starts, ends while queued, or was never recorded."""
         self.queued -= 1
         self.queued_input_bytes -= input_bytes
-        for counts, key in ((self._queued_by_bot, bot_id), (self._queued_by_conversation, conversation)):
-            left = counts[key] - 1  # type: ignore[index]
-            if left:
-                counts[key] = left  # type: ignore[index]
-            else:
-                del counts[key]  # type: ignore[arg-type]
+        _add(self._queued_by_bot, bot_id, -1)
+        _add(self._queued_by_conversation, conversation, -1)
+        _add(self._bytes_by_bot, bot_id, -input_bytes)
+        if sender:
+            _add(self._queued_by_sender, sender, -1)
+            _add(self._bytes_by_sender, sender, -input_bytes)
 
     def retry_after_ms(self, ahead: int) -> int:
         """About how long until `ahead` runs have finished (0: until the oldest running run of a conversation
@@ -151,3 +188,12 @@ class Admission:
             if not ready:
                 del self._ready[st.info.bot_id]
         self.ended(st, None)
+
+
+def _add(counts: dict[_K, int], key: _K, delta: int) -> None:
+    """Adds to a per-scope count; a scope back at zero leaves the dict (a finished tenant costs nothing)."""
+    left = counts.get(key, 0) + delta
+    if left:
+        counts[key] = left
+    else:
+        counts.pop(key, None)

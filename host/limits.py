@@ -24,7 +24,7 @@ KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
 
-__all__ = ["MAX_BATCH_BYTES", "MAX_EVENT_BYTES", "MAX_MESSAGE_BYTES", "raise_fd_limit"]
+__all__ = ["MAX_BATCH_BYTES", "MAX_EVENT_BYTES", "MAX_MESSAGE_BYTES", "listener_caps", "raise_fd_limit"]
 
 
 def _env_int(name: str, default: int, *, minimum: int) -> int:
@@ -134,12 +134,51 @@ RUNS_MAX_QUEUED_PER_BOT = 4096
 # Of those, one conversation may hold this many: its runs execute one at a time, so a deeper queue only makes
 # its last message wait longer.
 RUNS_MAX_QUEUED_PER_CONVERSATION = 256
-# Bytes of input (message text and event data) that queued runs carry: what a burst of large messages may make
-# the host hold before their runs start.
+# Bytes of input (message text, event data and attachments) that queued runs carry: what a burst of large messages
+# may make the host hold before their runs start.
 RUNS_MAX_QUEUED_INPUT_BYTES = 256 * MiB
+# Of those, one bot's queued runs may hold a quarter: a bot whose runs are slow and whose senders attach large
+# files fills its own share and is refused, while the other bots' messages still queue.
+RUNS_MAX_QUEUED_INPUT_BYTES_PER_BOT = 64 * MiB
+# One sender (the credential a message came with: an HTTP key, a channel's, a scoped CLI credential) may hold this
+# many queued runs and this many bytes of their input, whichever bots they are for: one key cannot take a bot's whole
+# share. An admin credential (the operator's CLI, a benchmark: trusted) has no sender share; its bots' still apply.
+RUNS_MAX_QUEUED_PER_SENDER = 1024
+RUNS_MAX_QUEUED_INPUT_BYTES_PER_SENDER = 32 * MiB
 # The retry hint of an admission refusal (trailing metadata `retry-after-ms`) stays within these bounds.
 RUNS_RETRY_MIN_MS = 250
 RUNS_RETRY_MAX_MS = 60_000
+
+# ---- the HTTP gateway (agenthost.host.gateway) ----
+
+# A request body larger than this is parsed off the event loop (in a parser process) and needs a large-body slot:
+# parsing 12 MiB of JSON takes 20-150 ms of CPU and the parsed object several times its bytes in memory.
+GATEWAY_LARGE_BODY_BYTES = 256 * KiB
+# Large bodies being read and parsed at once, host-wide and per key: past either, 429 with Retry-After, so what a
+# burst makes the gateway hold is bounded (a few times 12 MiB raw plus its parsed objects), and one key's burst
+# leaves slots for the others.
+GATEWAY_MAX_LARGE_BODIES = 4
+GATEWAY_MAX_LARGE_BODIES_PER_KEY = 2
+# Processes that parse large bodies (json.loads holds the GIL for a whole document: in a thread it would still
+# stall the loop). Each is a spare Python process of about 40 MiB, started at the first large body.
+GATEWAY_BODY_PARSERS = 2
+# HTTP connections open at once. Past this a new connection is answered 503 (Retry-After) and closed at once, so
+# a flood of idle connections costs the host at most this many descriptors. Lowered at start to a quarter of the
+# process's descriptor limit (listener_caps), leaving the rest to runs, plugins and the operator's admin.sock.
+GATEWAY_MAX_CONNECTIONS = 1024
+# A connection must send a complete request head within this many seconds of opening (or of its previous
+# response): a client that connects and stays silent, or trickles its headers (slowloris), is closed.
+GATEWAY_HEADER_SECONDS = 15.0
+
+# ---- the gRPC listeners ----
+
+# Connections open at once to api.sock (runners: a plugin process needs a couple). Sandboxed plugins reach it,
+# and plugins are untrusted: past this, grpc-core closes new connections at once. Lowered at start like the
+# gateway's. admin.sock (reachable by this user only: its directory is 0700) has no cap, so the operator's CLI
+# still gets in when the gateway and api.sock are flooded.
+API_MAX_CONNECTIONS = 1024
+# Connections open at once to the Prometheus endpoint (--metrics): a scraper needs one; past this they are closed.
+METRICS_MAX_CONNECTIONS = 64
 
 # ---- human approval of tool calls (agenthost.host.approvals) ----
 
@@ -227,3 +266,15 @@ def raise_fd_limit() -> tuple[int, int]:
         log.warning("could not raise the descriptor limit from %d to %d: %s", soft, target, exc)
         return soft, hard
     return target, hard
+
+
+def listener_caps(open_files: int | None = None) -> tuple[int, int]:
+    """(gateway connections, api.sock connections) for a process allowed `open_files` descriptors (default: its
+    soft RLIMIT_NOFILE now). Each listener gets at most a quarter, so even both flooded at once leave half the
+    descriptors to the database, plugins' pipes, uploads and the operator's admin.sock."""
+    if open_files is None:
+        open_files, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if open_files == resource.RLIM_INFINITY:
+        open_files = 1 << 20
+    share = max(16, open_files // 4)
+    return min(GATEWAY_MAX_CONNECTIONS, share), min(API_MAX_CONNECTIONS, share)

@@ -17,6 +17,8 @@ import logging
 import math
 from collections.abc import Callable
 
+from agenthost.host import limits
+
 log = logging.getLogger(__name__)
 
 # Run durations span a trivial reply (milliseconds) to a long agent session (the 24 h deadline cap).
@@ -195,6 +197,7 @@ class MetricsServer:
         self.host = host
         self.port = port
         self._server: asyncio.Server | None = None
+        self._open = 0
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, self.host, self.port, limit=MAX_REQUEST_BYTES)
@@ -206,6 +209,10 @@ class MetricsServer:
         return f"{host}:{self.port}"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._open >= limits.METRICS_MAX_CONNECTIONS:  # a scraper needs one; a flood gets closed at once
+            writer.close()
+            return
+        self._open += 1
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT):
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -225,6 +232,7 @@ class MetricsServer:
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
             pass
         finally:
+            self._open -= 1
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

@@ -29,6 +29,7 @@ class QueuedStart:
     timeout: float
     input_bytes: int
     origin: str = ""
+    share: str = ""  # the sender whose queue share the run counts against; "" for an admin credential's (none)
 
 
 @dataclass

@@ -161,13 +161,20 @@ class RunManager:
         request: hpb.SendMessageRequest,
         *,
         origin: str = "",
+        trusted: bool = False,
         own_conversation: bool = False,
         encoded: Literal[False] = False,
     ) -> AsyncIterator[hpb.SendMessageReply]: ...
 
     @overload
     def send(
-        self, request: hpb.SendMessageRequest, *, origin: str = "", own_conversation: bool = False, encoded: bool
+        self,
+        request: hpb.SendMessageRequest,
+        *,
+        origin: str = "",
+        trusted: bool = False,
+        own_conversation: bool = False,
+        encoded: bool,
     ) -> AsyncIterator[hpb.SendMessageReply | bytes]: ...
 
     async def send(
@@ -175,15 +182,17 @@ class RunManager:
         request: hpb.SendMessageRequest,
         *,
         origin: str = "",
+        trusted: bool = False,
         own_conversation: bool = False,
         encoded: bool = False,
     ) -> AsyncIterator[hpb.SendMessageReply | bytes]:
         """Called by the AgentHost servicer for SendMessage, and by the HTTP gateway. Yields run_started, event
         batches, run_finished. Raises ResourceExhausted (with `retry_after_ms`) before recording anything when the
         run queue is full. `origin` is the caller's credential name (ActiveRun.origin), recorded on the event and
-        the run. `own_conversation`: the conversation must be new or one `origin` started; PermissionDenied
-        otherwise. `encoded`: event batches the host numbered as bytes come as a serialized SendMessageReply, for
-        a gRPC stream to send as they are (see Inbox.take)."""
+        the run; `trusted`: it is an admin credential, with no sender share of the queue. `own_conversation`: the
+        conversation must be new or one `origin` started; PermissionDenied otherwise. `encoded`: event batches the
+        host numbered as bytes come as a serialized SendMessageReply, for a gRPC stream to send as they are (see
+        Inbox.take)."""
         if self._closing:
             raise Unavailable("the host is stopping; send again once it is back")
         bot = self.registry.bot(request.bot)
@@ -279,16 +288,17 @@ class RunManager:
 
         conversation = (bot.bot_id, conversation_id)
         input_bytes = text_bytes + len(data_json.encode()) + file_bytes
-        self.admission.reserve(bot.bot_id, conversation, input_bytes)
+        share = "" if trusted else origin
+        self.admission.reserve(bot.bot_id, conversation, input_bytes, share)
         try:
             if files:
                 refs.extend(await self._store_attachments(files, conversation_id, info.run_id))
             event = await self.registry.db.write(record)
         except BaseException:
-            self.admission.release(bot.bot_id, conversation, input_bytes)
+            self.admission.release(bot.bot_id, conversation, input_bytes, share)
             raise
         st = RunState(info=info)
-        st.start = QueuedStart(bot, binding, manifest, event, actor, token, timeout, input_bytes, origin)
+        st.start = QueuedStart(bot, binding, manifest, event, actor, token, timeout, input_bytes, origin, share)
         inbox = Inbox(info.run_id)
         st.subscribers.append(inbox)
         self._live[info.run_id] = st
@@ -411,7 +421,9 @@ class RunManager:
         while (st := self.admission.next_to_start()) is not None:
             start, st.start = st.start, None
             assert start is not None
-            self.admission.release(st.info.bot_id, (st.info.bot_id, st.info.conversation_id), start.input_bytes)
+            self.admission.release(
+                st.info.bot_id, (st.info.bot_id, st.info.conversation_id), start.input_bytes, start.share
+            )
             st.task = asyncio.create_task(self._execute(st, start), name=f"run:{st.info.run_id}")
             st.task.add_done_callback(functools.partial(self._check_ended, st))
 
@@ -434,7 +446,9 @@ class RunManager:
             start, st.start = st.start, None
             self.admission.remove(st)
             if start is not None:
-                self.admission.release(st.info.bot_id, (st.info.bot_id, st.info.conversation_id), start.input_bytes)
+                self.admission.release(
+                    st.info.bot_id, (st.info.bot_id, st.info.conversation_id), start.input_bytes, start.share
+                )
             self._set_outcome(st, status, code, message)
             st.ending = asyncio.ensure_future(self._finish(st))
             st.ending.add_done_callback(lambda _: self._pump())

@@ -133,7 +133,13 @@ class Host:
         # Everything the host creates from here on (database, WAL, logs, artifacts, sockets) is its user's alone.
         os.umask(0o077)
         sandbox.harden_process()
-        limits.raise_fd_limit()
+        soft, hard = limits.raise_fd_limit()
+        log.info(
+            "descriptor limit %d (hard %d); connection caps: gateway %d, api.sock %d",
+            soft,
+            hard,
+            *limits.listener_caps(soft),
+        )
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._acquire_lock()
         try:
@@ -317,8 +323,11 @@ class Host:
     async def _serve(self) -> None:
         for address in (self.api_address, self.admin_address):
             Path(address.removeprefix("unix:")).unlink(missing_ok=True)
+        _, api_connections = limits.listener_caps()
         api_server = grpc.aio.server(
-            options=SERVER_OPTIONS,
+            # grpc-core closes connections past this at once (per server: admin.sock, below, has no cap, so the
+            # operator's CLI gets in while plugins flood api.sock).
+            options=[*SERVER_OPTIONS, ("grpc.max_allowed_incoming_connections", api_connections)],
             maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
             # Only when tracing is on: off, the run API's calls go through no interceptor at all.
             interceptors=[self.tracing.interceptor()] if self.tracing is not None and self.tracing.on else None,

@@ -23,11 +23,12 @@ from urllib.parse import quote, unquote
 
 from aiohttp import web
 
-from agenthost.host import access
+from agenthost.host import access, limits
 from agenthost.host import attachments as attachment_checks
 from agenthost.host.credentials import Principal
 from agenthost.host.gateway import bodies, parse_address
 from agenthost.host.gateway import openai_api as oa
+from agenthost.host.gateway.connections import CappedSite
 from agenthost.host.gateway.errors import NO_RETRY, GatewayError, bad_request, from_host_error, model_not_found
 from agenthost.host.gateway.sse import EventStream, encode
 from agenthost.host.runs import MAX_INPUT_BYTES
@@ -61,6 +62,7 @@ class Gateway:
         self.bind, self.port = parse_address(address)
         self._runner: web.AppRunner | None = None
         self.console: Console | None = None
+        self.body_slots = bodies.BodySlots()
 
     @property
     def address(self) -> str:
@@ -69,15 +71,24 @@ class Gateway:
 
     async def start(self) -> None:
         app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._errors])
+        app[bodies.SLOTS] = self.body_slots
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_post("/v1/responses", self.responses)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/v1/models/{model}", self.model)
         self._mount_console(app)
-        runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=SHUTDOWN_SECONDS)
+        runner = web.AppRunner(
+            app,
+            handle_signals=False,
+            access_log=None,
+            shutdown_timeout=SHUTDOWN_SECONDS,
+            # aiohttp arms this when a connection opens and after each response, and closes a connection that has
+            # not sent a whole request head by then: the request-head (slowloris) timeout.
+            keepalive_timeout=limits.GATEWAY_HEADER_SECONDS,
+        )
         await runner.setup()
         try:
-            site = web.TCPSite(runner, self.bind, self.port, reuse_address=True)
+            site = CappedSite(runner, self.bind, self.port, reuse_address=True)
             await site.start()
         except BaseException:
             await runner.cleanup()
@@ -106,6 +117,7 @@ class Gateway:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        await self.body_slots.close()
 
     # ---- cross-cutting ----
 
@@ -234,7 +246,7 @@ class Gateway:
 
     async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         principal = self._principal(request)
-        chat = oa.parse_chat(await bodies.json_object(request, MAX_BODY_BYTES))
+        chat = await bodies.json_object(request, MAX_BODY_BYTES, key=principal.name, then=oa.parse_chat)
         bot = self._bot(principal, chat.model)
         conversation = self._conversation(request, principal, chat.user)
         endpoint = "chat.completions"
@@ -301,7 +313,7 @@ class Gateway:
 
     async def responses(self, request: web.Request) -> web.StreamResponse:
         principal = self._principal(request)
-        req = oa.parse_responses(await bodies.json_object(request, MAX_BODY_BYTES))
+        req = await bodies.json_object(request, MAX_BODY_BYTES, key=principal.name, then=oa.parse_responses)
         previous = ""
         if req.previous_response_id:
             # The run behind the previous response is the mapping: (bot, conversation) are recorded on it, in the

@@ -176,7 +176,7 @@ class Console:
         return web.json_response({"name": session.principal.name, "csrf": session.csrf})
 
     async def sign_in(self, request: web.Request) -> web.StreamResponse:
-        token = (await bodies.json_object(request, MAX_BODY_BYTES, require_json_type=True)).get("token")
+        token = (await _json(request)).get("token")
         if not isinstance(token, str) or not token.strip() or len(token) > MAX_TOKEN_CHARS:
             raise bad_request("give the admin token (in <data dir>/admin.token) or an admin-scoped key", "token")
         session_id, session = self.sessions.sign_in(token)
@@ -203,7 +203,7 @@ class Console:
         return web.json_response({"bots": [to_jsonable(b) for b in reply.bots]})
 
     async def create_bot(self, request: web.Request) -> web.StreamResponse:
-        body = await bodies.json_object(request, MAX_BODY_BYTES, require_json_type=True)
+        body = await _json(request)
         name, description = body.get("name", ""), body.get("description", "")
         if not isinstance(name, str) or not isinstance(description, str):
             raise bad_request("name and description are strings")
@@ -240,7 +240,7 @@ class Console:
         return web.json_response({"runners": out})
 
     async def create_binding(self, request: web.Request) -> web.StreamResponse:
-        body = await bodies.json_object(request, MAX_BODY_BYTES, require_json_type=True)
+        body = await _json(request)
         config = body.get("config", {})
         if not isinstance(config, dict):
             raise bad_request("config must be a JSON object", "config")
@@ -258,7 +258,7 @@ class Console:
         return web.json_response(_binding_json(created), status=201)
 
     async def update_binding(self, request: web.Request) -> web.StreamResponse:
-        body = await bodies.json_object(request, MAX_BODY_BYTES, require_json_type=True)
+        body = await _json(request)
         update = hpb.UpdateBindingRequest(binding_id=request.match_info["binding"])
         patch = body.get("config_patch")
         if patch is not None:
@@ -282,7 +282,7 @@ class Console:
         """The problems a config would be refused for, one per setting, before anything is saved: the runner's JSON
         Schema, then the runner's own ValidateConfig, as CreateBinding/UpdateBinding check them. For an existing
         binding the patch is merged into its stored config (whose secrets the browser never saw)."""
-        body = await bodies.json_object(request, MAX_BODY_BYTES, require_json_type=True)
+        body = await _json(request)
         if body.get("binding_id"):
             binding = self.host.registry.binding(_string(body, "binding_id"))
             patch = body.get("config_patch", {})
@@ -310,7 +310,7 @@ class Console:
         RunEvent (every kind, including ones this console does not know yet), `run_finished`. A refusal before the
         run starts is a JSON error with its status. Leaving the page does not stop the run."""
         session = _session.get()
-        body = await bodies.json_object(request, MAX_BODY_BYTES, require_json_type=True)
+        body = await _json(request)
         text = _string(body, "text")
         if not text.strip():
             raise bad_request("the message is empty", "text")
@@ -401,7 +401,7 @@ class Console:
     async def decide_approval(self, request: web.Request) -> web.StreamResponse:
         """One decision: `decision` is one of the request's option ids. Deciding twice is the servicer's
         FAILED_PRECONDITION (409 here), an unknown id its NOT_FOUND (404)."""
-        body = await bodies.json_object(request, MAX_BODY_BYTES, require_json_type=True)
+        body = await _json(request)
         decision = _string(body, "decision")
         if not decision:
             raise bad_request("decision is required (one of the approval's options, e.g. approve or deny)", "decision")
@@ -426,7 +426,7 @@ class Console:
         return web.json_response({"plugins": out})
 
     async def set_plugin_enabled(self, request: web.Request) -> web.StreamResponse:
-        enabled = (await bodies.json_object(request, MAX_BODY_BYTES, require_json_type=True)).get("enabled")
+        enabled = (await _json(request)).get("enabled")
         if not isinstance(enabled, bool):
             raise bad_request("enabled must be true or false", "enabled")
         info = await self._call(
@@ -497,3 +497,11 @@ def _query_int(query: Any, key: str, default: int) -> int:
     if not 0 <= value < 2**31:
         raise bad_request(f"{key} is out of range", key)
     return value
+
+
+async def _json(request: web.Request) -> dict[str, Any]:
+    """A console request's JSON body; its share of large-body slots is the signed-in credential's (none before
+    sign-in). Console bodies are small (MAX_BODY_BYTES), so they seldom need one."""
+    session = _session.get(None)
+    key = f"console:{session.principal.name}" if session is not None else "console"
+    return await bodies.json_object(request, MAX_BODY_BYTES, key=key, require_json_type=True)

@@ -28,6 +28,10 @@ class GatewayError(Exception):
     def __post_init__(self) -> None:
         super().__init__(self.message)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Raised in the gateway's body parser processes too (bodies.BodySlots), and pickled back from there.
+        return (type(self), (self.status, self.message, self.type, self.code, self.param, self.headers))
+
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 

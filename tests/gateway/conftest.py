@@ -15,7 +15,12 @@ from .helpers import Talker, World
 
 
 @pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
+def gateway_limits() -> None:
+    """Caps the host reads once, at start, set before it starts: a test module overrides this fixture."""
+
+
+@pytest.fixture
+async def world(tmp_path: Path, gateway_limits: None) -> AsyncIterator[World]:
     Talker.seen = []
     Talker.release = asyncio.Event()
     Talker.holding = asyncio.Event()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from agenthost.protos import common_pb2 as pb
@@ -79,3 +79,12 @@ class World:
             if time.monotonic() > deadline:
                 raise AssertionError(f"run {run_id} did not finish within {timeout}s: {info}")
             await asyncio.sleep(0.02)
+
+
+async def until(predicate: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    """Until `predicate()` holds: a bounded wait on a condition, not a tuned sleep."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s: {what}")
+        await asyncio.sleep(0.01)

@@ -322,3 +322,63 @@ async def test_a_run_cancelled_between_admission_and_its_first_step_still_ends(h
     assert (await asyncio.wait_for(_finish(next_stream), 10)).status == "completed"
     assert Gate.order == ["next"]
     assert (runs.admission.running, runs.admission.queued) == (0, 0)
+
+
+async def test_one_tenants_backlog_fills_its_own_share_and_other_bots_still_queue(
+    host: HostHarness, monkeypatch
+) -> None:
+    """Issue 25 item 13: a key whose large messages queue behind a slow run used to take the whole host's queued
+    input bytes, and every other bot got RESOURCE_EXHAUSTED. Now each sender (credential) and each bot has a share:
+    past it that tenant alone is refused, with the cap named, and the others still queue and run."""
+    monkeypatch.setattr(limits, "RUNS_MAX_ACTIVE", 1)
+    monkeypatch.setattr(limits, "RUNS_MAX_QUEUED_INPUT_BYTES", 400_000)
+    monkeypatch.setattr(limits, "RUNS_MAX_QUEUED_INPUT_BYTES_PER_BOT", 90_000)
+    monkeypatch.setattr(limits, "RUNS_MAX_QUEUED_INPUT_BYTES_PER_SENDER", 50_000)
+    await host.client.call("CreateBot", hpb.CreateBotRequest(name="other"))
+    await host.client.bind("other", "test/gate")
+    keys = {}
+    for name in ("k1", "k2"):
+        created = await host.client.call(
+            "CreateCredential", hpb.CreateCredentialRequest(name=name, scope="send", bots=["testbot"])
+        )
+        keys[name] = HostClient(host.host.admin_address, token=created.token)
+    Gate.release.clear()
+    _, hold = await _open(host.client, _request(host, "hold", "slow"))  # the slow run everything queues behind
+    assert await asyncio.wait_for(Gate.started.get(), 10) == "hold"
+    streams = [hold]
+    big = "x" * 20_000  # with "{}" of event data: 20,002 bytes of queued input each
+    refusals: dict[str, str] = {}
+    try:
+        for name, client in keys.items():
+            for i in range(3):
+                try:
+                    info, stream = await _open(client, _request(host, big, f"{name}-{i}"))
+                except errors.ResourceExhausted as exc:
+                    refusals[name] = exc.message
+                    assert exc.retry_after_ms >= limits.RUNS_RETRY_MIN_MS
+                    break
+                assert info.status == "queued"
+                streams.append(stream)
+        admission = host.host.runs.admission
+        print(
+            f"\nqueued input bytes: host {admission.queued_input_bytes}, by bot {admission._bytes_by_bot}, "
+            f"by sender {admission._bytes_by_sender}; refusals: {refusals}"
+        )
+        # k1 filled its own share; k2 (same bot) got in until the bot's share was full.
+        assert "RUNS_MAX_QUEUED_INPUT_BYTES_PER_SENDER = 50000" in refusals["k1"], refusals
+        assert "RUNS_MAX_QUEUED_INPUT_BYTES_PER_BOT = 90000" in refusals["k2"], refusals
+        assert len(streams) == 1 + 4
+        # Another bot still gets in, with as large a message, far below the host-wide cap.
+        info, other = await _open(host.client, _request(host, big, "o", bot="other"))
+        assert info.status == "queued"
+        assert "admin" not in admission._bytes_by_sender  # an admin credential (the operator) has no sender share
+        streams.append(other)
+        Gate.release.set()
+        finished = await asyncio.wait_for(asyncio.gather(*(_finish(s) for s in streams)), 60)
+        assert [f.status for f in finished] == ["completed"] * 6
+        assert (admission.queued, admission.queued_input_bytes) == (0, 0)
+        assert not admission._bytes_by_bot and not admission._bytes_by_sender and not admission._queued_by_sender
+    finally:
+        Gate.release.set()
+        for client in keys.values():
+            await client.close()
