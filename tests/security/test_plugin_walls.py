@@ -11,9 +11,11 @@ import asyncio
 import hashlib
 import json
 import os
+import shutil
 import socket
 import stat
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -279,11 +281,14 @@ async def test_everything_the_host_writes_is_private(tmp_path):
 
 
 async def test_a_squatted_socket_dir_is_never_used(tmp_path, monkeypatch):
-    # A data dir deep enough that the sockets go under the temp dir, where another user could prepare the name.
+    # A data dir deep enough that the sockets go under the temp dir, where another user could prepare the name. The
+    # temp dir is a short one of the test's own: pytest's tmp_path (longer under xdist) would leave no room for a
+    # socket name within the 107 bytes a unix socket path may have.
     deep = tmp_path / ("d" * 60) / ("e" * 40)
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    shared_tmp = Path(tempfile.mkdtemp(prefix="sq", dir="/tmp"))
+    monkeypatch.setattr("tempfile.tempdir", str(shared_tmp))
     digest = hashlib.sha256(str(deep.resolve()).encode()).hexdigest()[:12]
-    squatted = tmp_path / f"agenthost-{os.getuid()}-{digest}"
+    squatted = shared_tmp / f"agenthost-{os.getuid()}-{digest}"
     squatted.mkdir(mode=0o777)
     squatted.chmod(0o777)
     (squatted / "admin.sock").write_text("a trap")
@@ -291,6 +296,7 @@ async def test_a_squatted_socket_dir_is_never_used(tmp_path, monkeypatch):
         runtime = Path(h.admin_address.removeprefix("unix:")).parent
         assert runtime != squatted and private_dir(runtime)
     assert (squatted / "admin.sock").read_text() == "a trap"
+    shutil.rmtree(shared_tmp)
 
 
 # ---- keys ----
