@@ -48,6 +48,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import os
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -122,8 +123,13 @@ class McpHttpEndpoint:
         tools: tuple[str, ...] = TOOL_NAMES,
         unavailable_reason: str = "",
         host: str = "127.0.0.1",
+        unix_path: str | None = None,
     ) -> None:
         self._bridge = bridge
+        # Also served on this unix socket: a harness in a network namespace of its own reaches the endpoint
+        # through it (its in-sandbox forwarder listens at the same port, so `url` holds there too; egress.py).
+        self.unix_path = unix_path
+        self._unix_server: asyncio.Server | None = None
         self._tools = tools
         self._unavailable_reason = unavailable_reason
         self._host = host
@@ -159,6 +165,9 @@ class McpHttpEndpoint:
         self.port = self._server.sockets[0].getsockname()[1]
         self._hosts = {f"{self._host}:{self.port}".encode(), f"localhost:{self.port}".encode()}
         self._origins = {f"http://{h.decode()}".encode() for h in self._hosts}
+        if self.unix_path is not None:
+            self._unix_server = await asyncio.start_unix_server(self._accept, self.unix_path, limit=READ_CHUNK)
+            os.chmod(self.unix_path, 0o600)
 
     async def attach(self, bridge: BridgeSource | None, *, unavailable_reason: str = "") -> None:
         """Hands the endpoint, with its open sessions, to another run: a kept harness's next turn (`bridge`), or to
@@ -176,6 +185,10 @@ class McpHttpEndpoint:
         self._closed = True
         if self._server is not None:
             self._server.close()
+        if self._unix_server is not None:
+            self._unix_server.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self.unix_path or "")
         for writer in list(self._writers):
             writer.transport.abort()
         tasks = list(self._connections)
