@@ -243,9 +243,7 @@ class EgressProxy:
             writer.write(_response("403 Forbidden", message))
             return
         try:
-            up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(address, port, limit=RELAY_CHUNK), CONNECT_TIMEOUT
-            )
+            up_reader, up_writer = await asyncio.wait_for(open_upstream(address, port), CONNECT_TIMEOUT)
         except (OSError, TimeoutError) as exc:
             writer.write(_response("502 Bad Gateway", f"agenthost egress proxy: cannot reach {host}:{port}: {exc}"))
             return
@@ -272,16 +270,26 @@ class EgressProxy:
         if why is not None:
             return None, why
         try:
-            infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            addresses = await lookup(host, port)
         except OSError as exc:
             return None, f"the name does not resolve ({exc})"
-        addresses = [str(info[4][0]) for info in infos]
         if self.policy.is_endpoint(host, port):
             return (addresses[0], "") if addresses else (None, "the name does not resolve")
         for address in addresses:
             if _public(address):
                 return address, ""
         return None, _NOT_PUBLIC.format(what=f"it resolves to {', '.join(sorted(set(addresses)))},")
+
+
+async def lookup(host: str, port: int) -> list[str]:
+    """The addresses `host` resolves to, in the resolver's order."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [str(info[4][0]) for info in infos]
+
+
+async def open_upstream(address: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to the address the proxy checked (never the name again: it could resolve elsewhere now)."""
+    return await asyncio.open_connection(address, port, limit=RELAY_CHUNK)
 
 
 async def _relay(

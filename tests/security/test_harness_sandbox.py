@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -586,6 +587,42 @@ async def test_claude_bash_tool_is_walled_in(host, layout, monkeypatch) -> None:
             assert await gone(mark), "a setsid process from the Bash tool outlived the run"
         finally:
             kill_marked(mark)
+
+
+def _network_attack(port: int, abstract: str) -> str:
+    code = (
+        "import socket, urllib.request, urllib.error\n"
+        "def attempt(what, connect):\n"
+        "    try:\n        connect(); print(what + '=open')\n"
+        "    except urllib.error.HTTPError as e:\n        print(what + '=http-' + str(e.code), e.read().decode())\n"
+        "    except OSError as e:\n        print(what + '=closed', e)\n"
+        f"attempt('LOOPBACK', lambda: socket.create_connection(('127.0.0.1', {port}), timeout=5).close())\n"
+        f"attempt('ABSTRACT', lambda: socket.socket(socket.AF_UNIX).connect('\\0{abstract}'))\n"
+        "attempt('ELSEWHERE', lambda: urllib.request.urlopen('http://elsewhere.invalid/', timeout=20))\n"
+    )
+    return f"python3 -c {shlex.quote(code)}"
+
+
+@pytest.mark.slow
+@needs_bwrap
+async def test_claude_bash_tool_reaches_neither_the_hosts_loopback_nor_its_abstract_sockets(
+    host, layout, abstract_socket, monkeypatch
+) -> None:
+    """The real Claude Code, its model API on the host's loopback, runs the attack through its Bash tool: another
+    port of that loopback and an abstract unix socket of the host are closed, a host off the allow list gets the
+    proxy's 403, and the turn itself (two model requests through the proxy) completes."""
+    fake_host, host_dir = host
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake-0123456789")
+    async with _Service("HOST-GATEWAY") as other:
+        socket.create_connection(("127.0.0.1", other.port), timeout=5).close()  # control
+        with FakeAnthropic(_attack_script(_network_attack(other.port, abstract_socket))) as fake:
+            config = _claude_attack_config(fake, host_dir, layout)
+            events = [e async for e in ClaudeCodeRunner(layout["data"]).run(fake_host.run_context("go", config=config))]
+    assert kinds(events)[-1] == "completed", events[-1]
+    report = events[-2].message.text
+    assert "LOOPBACK=closed" in report and "ABSTRACT=closed" in report, report
+    assert "ELSEWHERE=http-403" in report and "elsewhere.invalid:80" in report, report
+    assert "network.allowed_domains" in report, report
 
 
 @pytest.mark.slow

@@ -360,19 +360,17 @@ async def test_network_reaches_an_allowed_host_through_the_proxy(
 
     server = await asyncio.start_server(answer, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    real_open = asyncio.open_connection
     seen: list[str] = []
 
-    async def fake_getaddrinfo(host: str, *args: object, **kwargs: object) -> list:
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", 80))]
+    async def lookup(host: str, p: int) -> list[str]:
+        return ["93.184.215.14"] if host == "api.example.org" else []
 
-    async def redirected(host: str, p: int, **kwargs: object):  # type: ignore[no-untyped-def]
-        seen.append(f"{host}:{p}")
-        return await real_open("127.0.0.1", port, **kwargs)
+    async def redirected(address: str, p: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        seen.append(f"{address}:{p}")
+        return await asyncio.open_connection("127.0.0.1", port)
 
-    loop = asyncio.get_running_loop()
-    monkeypatch.setattr(loop, "getaddrinfo", fake_getaddrinfo)
-    monkeypatch.setattr(egress.asyncio, "open_connection", redirected)
+    monkeypatch.setattr(egress, "lookup", lookup)
+    monkeypatch.setattr(egress, "open_upstream", redirected)
     try:
         layout.ctx.config = LocalAgentConfig(shell=ShellConfig(network=True, allowed_domains=["api.example.org"]))
         r = await shell(layout.ctx, proxied_get("http://api.example.org/"))
