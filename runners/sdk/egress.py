@@ -384,7 +384,8 @@ class EgressSandbox(Sandbox):
         base["network"] = False  # its own namespace: the forwarder is the only way out
         base["ro"] = [*self.ro, *forwarder_paths(), *{s for _, s, _ in spec}]
         base["extra"] = (*self.extra, *(arg for name, value in env for arg in ("--setenv", name, value)))
-        forwarder = [os.path.realpath(sys.executable), "-I", "-S", FORWARDER, json.dumps(spec), "--"]
+        forwarder = [os.path.realpath(sys.executable), "-I", "-S", FORWARDER]
+        forwarder += [str(arg) or "-" for entry in spec for arg in entry] + ["--"]
         return Sandbox(**base).argv([*forwarder, *command], bwrap=bwrap)
 
 
