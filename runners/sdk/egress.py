@@ -31,6 +31,7 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import sys
@@ -56,6 +57,7 @@ HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 30.0
 RELAY_CHUNK = 64 * 1024
+_HOST_NAME = re.compile(r"^[a-z0-9._-]{1,253}$")
 _PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 _HOP_HEADERS = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"proxy-authorization", b"te", b"upgrade"})
@@ -102,7 +104,7 @@ def check_domain_pattern(pattern: str) -> str:
         raise ValueError(f"{pattern!r}: the port must be a number from 1 to 65535")
     bare = host[2:] if host.startswith("*.") else host
     labels = bare.split(".")
-    if not bare or any(not label or len(label) > 63 for label in labels) or "*" in bare or "/" in bare:
+    if not _HOST_NAME.match(bare) or any(not label or len(label) > 63 for label in labels):
         raise ValueError(f"{pattern!r} is not a host name, `*.example.com`, or either with `:port`")
     return value
 
@@ -403,18 +405,13 @@ async def egress_sandbox(
     """`sandbox` with the network replaced by the proxy for `policy`; every configured endpoint on the host's
     loopback is forwarded at its own port, so its URL works unchanged inside."""
     proxy = await proxy_for(policy)
-    loopback = [(h, p) for h, p in policy.endpoints if is_loopback_name(h)]
-    ports = {p for _, p in loopback}
-    forwards = tuple(
-        (p, proxy.path, f"[{h}]:{p}" if ":" in h else f"{h}:{p}") for h, p in sorted(loopback) if p in ports
-    )
-    # One forward per port: two names on the loopback at one port are the same service.
-    seen: set[int] = set()
-    forwards = tuple(f for f in forwards if not (f[0] in seen or seen.add(f[0])))
+    # One forward per port: two names of the loopback at one port are the same service.
+    loopback = {p: h for h, p in sorted(policy.endpoints, reverse=True) if is_loopback_name(h)}
+    forwards = tuple((p, proxy.path, f"[{h}]:{p}" if ":" in h else f"{h}:{p}") for p, h in sorted(loopback.items()))
     base = {f.name: getattr(sandbox, f.name) for f in dataclasses.fields(Sandbox)}
     return EgressSandbox(
         **base,
         egress_socket=proxy.path,
-        proxy_port=free_port([*ports, *reserved_ports]),
+        proxy_port=free_port([*loopback, *reserved_ports]),
         forwards=forwards,
     )

@@ -125,7 +125,10 @@ async def test_the_allow_list_by_name_and_port() -> None:
     assert "loopback" in (anything.refusal("10.1.2.3", 443) or "")
 
 
-@pytest.mark.parametrize("bad", ["", "*", "*.", "http://x.org", "a..b", "x.org:0", "x.org:http", "*.*.org"])
+BAD_ENTRIES = ["", "*", "*.", "http://x.org", "a..b", "x.org:0", "x.org:http", "*.*.org", "::1", "a b.org"]
+
+
+@pytest.mark.parametrize("bad", BAD_ENTRIES)
 def test_bad_allow_list_entries_are_refused(bad: str) -> None:
     with pytest.raises(ValueError):
         egress.check_domain_pattern(bad)
