@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -209,7 +210,12 @@ async def _call_between_turns(bridge: McpControl | McpHttpEndpoint, call: dict[s
     """A tools/call sent to a kept process's bridge the way its harness would send it, over the bridge's transport."""
     message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call}
     if isinstance(bridge, McpHttpEndpoint):
-        async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+        # A sandboxed harness's endpoint listens on no TCP port of the machine, only on its unix socket.
+        assert bridge.unix_path
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", bridge.port), timeout=5).close()
+        transport = httpx.AsyncHTTPTransport(uds=bridge.unix_path)
+        async with httpx.AsyncClient(timeout=30, trust_env=False, transport=transport) as client:
             raw = Raw(bridge, client)
             await raw.initialize("2025-11-25")
             return (await raw.post(message)).json()
