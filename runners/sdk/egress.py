@@ -57,6 +57,8 @@ HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 30.0
 RELAY_CHUNK = 64 * 1024
+# Connections one proxy relays at once: a sandbox opening sockets in a loop stops here, not at the runner's fds.
+MAX_CONNECTIONS = 256
 _HOST_NAME = re.compile(r"^[a-z0-9._-]{1,253}$")
 _PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -199,6 +201,16 @@ class EgressProxy:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._tasks) >= MAX_CONNECTIONS:
+            writer.write(
+                _response(
+                    "503 Service Unavailable",
+                    f"agenthost egress proxy: over {MAX_CONNECTIONS} "
+                    "connections at once from this sandbox's binding; close some and retry",
+                )
+            )
+            writer.close()
+            return
         self._tasks.add(task)
         try:
             await self._serve(reader, writer)

@@ -6,7 +6,7 @@ test_local_agent_shell.py."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -139,3 +139,25 @@ async def test_neither_a_malformed_nor_an_origin_form_request_gets_through() -> 
     assert (await exchange(proxy, b"GET / HTTP/1.1\r\nHost: example.com\r\n\r\n")).startswith(b"HTTP/1.1 400")
     assert (await exchange(proxy, b"garbage\r\n\r\n")).startswith(b"HTTP/1.1 400")
     assert (await exchange(proxy, b"CONNECT example.com HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 400")
+
+
+async def test_a_flood_of_connections_stops_at_the_cap(monkeypatch) -> None:
+    monkeypatch.setattr(egress, "MAX_CONNECTIONS", 3)
+    proxy = await egress.proxy_for(egress.EgressPolicy(any_public=True))
+    held = [await asyncio.open_unix_connection(proxy.path) for _ in range(3)]  # each waits for its request line
+    try:
+        await until(lambda: len(proxy._tasks) == 3)  # the proxy takes them asynchronously
+        reader, writer = await asyncio.open_unix_connection(proxy.path)
+        assert (await asyncio.wait_for(reader.read(), 20)).startswith(b"HTTP/1.1 503")
+        writer.close()
+    finally:
+        for _, held_writer in held:
+            held_writer.close()
+    await until(lambda: not proxy._tasks)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "never happened"
+        await asyncio.sleep(0.02)
