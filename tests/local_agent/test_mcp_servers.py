@@ -110,6 +110,7 @@ async def test_model_sees_namespaced_tools_and_calls_one(tmp_path: Path) -> None
                 == sorted(mcp_names)
                 == [
                     "mcp__fx__add",
+                    "mcp__fx__connect",
                     "mcp__fx__crash",
                     "mcp__fx__echo",
                     "mcp__fx__fail",
