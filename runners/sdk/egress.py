@@ -37,7 +37,7 @@ import socket
 import sys
 import tempfile
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -411,9 +411,7 @@ def free_port(taken: Iterable[int], start: int = PROXY_PORT) -> int:
     return port
 
 
-async def egress_sandbox(
-    sandbox: Sandbox, policy: EgressPolicy, *, reserved_ports: Sequence[int] = ()
-) -> EgressSandbox:
+async def egress_sandbox(sandbox: Sandbox, policy: EgressPolicy) -> EgressSandbox:
     """`sandbox` with the network replaced by the proxy for `policy`; every configured endpoint on the host's
     loopback is forwarded at its own port, so its URL works unchanged inside."""
     proxy = await proxy_for(policy)
@@ -424,6 +422,6 @@ async def egress_sandbox(
     return EgressSandbox(
         **base,
         egress_socket=proxy.path,
-        proxy_port=free_port([*loopback, *reserved_ports]),
+        proxy_port=free_port(loopback),
         forwards=forwards,
     )
