@@ -16,6 +16,7 @@ from agenthost.plugins.binding_paths import path_setting
 from agenthost.plugins.manifest import validation_problems
 from agenthost.runners.external_harness.errors import HarnessConfigError
 from agenthost.runners.sdk.approvals import ApprovalsConfig
+from agenthost.runners.sdk.egress import check_domain_pattern
 from agenthost.runners.sdk.mcp_servers import REFERENCE, McpServer, check_unique
 from agenthost.runners.sdk.skills import MAX_SKILLS, Skill, unique_names
 
@@ -61,6 +62,24 @@ _HTTP_AND_STDIO = (
     "(no process to start, so no start-up cost per message). 'stdio': a bridge process the harness starts every "
     "turn, holding the run's tool token."
 )
+
+
+class NetworkConfig(_Strict):
+    """Where the harness's sandbox may connect (runners/sdk/egress.py). Always: the model endpoint (base_url, else
+    the provider's API host) and the binding's own http MCP servers."""
+
+    allowed_domains: list[str] = Field(
+        default_factory=list,
+        max_length=256,
+        description="More hosts the harness and its commands may reach through the runner's egress proxy: "
+        "`example.com`, `*.example.com` (its subdomains), either with `:port` (else ports 80 and 443). Public "
+        "addresses only: loopback, private and link-local addresses are refused unless they are the model endpoint.",
+    )
+
+    @field_validator("allowed_domains")
+    @classmethod
+    def _patterns(cls, patterns: list[str]) -> list[str]:
+        return [check_domain_pattern(p) for p in patterns]
 
 
 class HarnessConfig(_Strict):
@@ -125,6 +144,11 @@ class HarnessConfig(_Strict):
     )
     interrupt_grace_seconds: float = Field(
         default=3.0, ge=0, le=60, description="After an interrupt, how long the harness may wind down before SIGKILL."
+    )
+    network: NetworkConfig = Field(
+        default_factory=NetworkConfig,
+        description="The sandbox's network: a namespace of its own whose only way out is the runner's egress proxy, "
+        "to the model endpoint and `allowed_domains`. Never the host's loopback.",
     )
     process_sandbox: bool = Field(
         default=True,

@@ -9,10 +9,13 @@ stdio bridge's protocol core) from its own event loop, and the harness connects 
 
 The walls:
 
-* **Credential.** The harness sandbox shares the runner's network namespace, so anything on this machine's
-  loopback can reach the port. Every request must carry `Authorization: Bearer <token>`, a fresh random token
-  made for this one harness process and handed only to it (in its environment, never argv or a file).
-  Another conversation's harness holds another token, for another port. Compared in constant time.
+* **Credential.** A sandboxed harness has a network namespace of its own (runners/sdk/egress.py): its endpoint
+  listens on no TCP port of the machine at all, only on a unix socket (0600, in the runner's private directory) that
+  the sandbox's forwarder relays to at the port the URL names. Unsandboxed (`process_sandbox: false`) it listens on
+  the machine's loopback, where anything can reach the port. Either way every request must carry `Authorization:
+  Bearer <token>`, a fresh random token made for this one harness process and handed only to it (in its environment,
+  never argv or a file). Another conversation's harness holds another token, for another port. Compared in constant
+  time.
 * **Lifetime.** The endpoint is opened before the harness starts and closed when the harness process ends: the
   listener, every open connection and every session's in-flight host call go with it. A kept process's endpoint
   outlives a turn, but not the turn's authority: when the turn ends, however it ends, the runner detaches the run
@@ -48,6 +51,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import os
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -122,8 +126,13 @@ class McpHttpEndpoint:
         tools: tuple[str, ...] = TOOL_NAMES,
         unavailable_reason: str = "",
         host: str = "127.0.0.1",
+        unix_path: str | None = None,
     ) -> None:
         self._bridge = bridge
+        # Served on this unix socket instead of loopback TCP: a harness in a network namespace of its own reaches
+        # the endpoint through it (its in-sandbox forwarder listens at `port`, so `url` holds there; egress.py).
+        self.unix_path = unix_path
+        self._unix_server: asyncio.Server | None = None
         self._tools = tools
         self._unavailable_reason = unavailable_reason
         self._host = host
@@ -159,6 +168,13 @@ class McpHttpEndpoint:
         self.port = self._server.sockets[0].getsockname()[1]
         self._hosts = {f"{self._host}:{self.port}".encode(), f"localhost:{self.port}".encode()}
         self._origins = {f"http://{h.decode()}".encode() for h in self._hosts}
+        if self.unix_path is not None:
+            # The port was only for a number no configured endpoint on loopback is using; nothing listens on it.
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+            self._unix_server = await asyncio.start_unix_server(self._accept, self.unix_path, limit=READ_CHUNK)
+            os.chmod(self.unix_path, 0o600)
 
     async def attach(self, bridge: BridgeSource | None, *, unavailable_reason: str = "") -> None:
         """Hands the endpoint, with its open sessions, to another run: a kept harness's next turn (`bridge`), or to
@@ -176,6 +192,10 @@ class McpHttpEndpoint:
         self._closed = True
         if self._server is not None:
             self._server.close()
+        if self._unix_server is not None:
+            self._unix_server.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self.unix_path or "")
         for writer in list(self._writers):
             writer.transport.abort()
         tasks = list(self._connections)

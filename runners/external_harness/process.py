@@ -105,6 +105,18 @@ def _pdeathsig_prefix() -> list[str]:
     return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
 
 
+def _inner_pid(pid: int) -> int | None:
+    """`pid`'s number in its innermost pid namespace (the last NSpid field), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def _child_pid(line: bytes) -> int | None:
     """The `child-pid` of bwrap's first --json-status-fd line, or None (bwrap failed before making a sandbox)."""
     try:
@@ -305,6 +317,9 @@ class HarnessProcess:
         if children:
             allowed.add(children[0][1])
         allowed |= {pid for pid, start in self.startup_processes or () if procs.get(pid, (0, -1))[1] == start}
+        # The sandbox's own helpers (the egress forwarder), known by their pid inside it.
+        helpers = getattr(self.sandbox, "helper_pids", ())
+        allowed |= {pid for pid in procs if helpers and _inner_pid(pid) in helpers}
         return set(procs) - allowed
 
     async def end_input(self) -> None:

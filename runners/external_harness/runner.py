@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import time
 import uuid
@@ -65,13 +66,13 @@ from agenthost.runners.external_harness.projection import (
     write_context,
     write_runner_file,
 )
-from agenthost.runners.external_harness.sandboxing import harness_sandbox
+from agenthost.runners.external_harness.sandboxing import harness_egress, harness_sandbox, with_bridge
 from agenthost.runners.external_harness.turn import Driver, Install, TurnPlan, TurnState
 from agenthost.runners.external_harness.user_mcp import UserMcp
 from agenthost.runners.external_harness.user_mcp import plan as plan_user_mcp
 from agenthost.runners.external_harness.warm import MAX_SPARES, KeptHarness, KeptHarnesses, RunnerBridge, fingerprint
 from agenthost.runners.external_harness.workspace import SpareSlot, Workspace, WorkspaceManager
-from agenthost.runners.sdk import events
+from agenthost.runners.sdk import egress, events
 from agenthost.runners.sdk.mcp_servers import McpServerError
 from agenthost.runners.sdk.runner import RunContext, Runner
 
@@ -162,7 +163,12 @@ async def _new_bridge(config: HarnessConfig, creds: dict[str, str]) -> RunnerBri
     tools = tools_for(creds["AGENTHOST_APIS"], creds["AGENTHOST_APPROVALS"])
     if config.mcp_transport == "sdk":
         return McpControl(tools=tools)
-    endpoint = McpHttpEndpoint(None, tools=tools)
+    # In a sandbox the harness has a network namespace of its own: it reaches the endpoint through a unix socket
+    # its forwarder relays to (sandboxing.with_bridge).
+    unix_path = None
+    if config.process_sandbox:
+        unix_path = os.path.join(egress.private_dir(), f"mcp-{secrets.token_hex(8)}.sock")
+    endpoint = McpHttpEndpoint(None, tools=tools, unix_path=unix_path)
     await endpoint.start()
     return endpoint
 
@@ -366,6 +372,7 @@ class HarnessRunner(Runner):
                     data_dir=self.data_dir,
                     commands=config.command_walls(),
                 )
+                sandbox = await harness_egress(sandbox, config, self.driver.name)
             else:
                 log.warning(
                     "running %s for run %s WITHOUT a sandbox (process_sandbox: false)", self.driver.name, run.run_id
@@ -394,6 +401,7 @@ class HarnessRunner(Runner):
                     reuse.bridge = await _new_bridge(config, creds)
                 await reuse.bridge.attach(lambda: bridge_from_env(creds))
                 launch, harness_bridge_env = _bridge_launch(reuse.bridge)
+                sandbox = with_bridge(sandbox, reuse.bridge)
             elif bridge_env is not None:
                 launch = BridgeLaunch()
                 harness_bridge_env = bridge_env
@@ -476,6 +484,7 @@ class HarnessRunner(Runner):
                     data_dir=self.data_dir,
                     commands=config.command_walls(),
                 )
+                sandbox = with_bridge(await harness_egress(sandbox, config, self.driver.name), bridge)
                 plan = dataclasses.replace(
                     started,
                     workspace=workspace,

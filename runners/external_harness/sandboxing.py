@@ -7,6 +7,9 @@ socket (a single file), and read-write only this conversation's working director
 The runner's data dir, other conversations' workspaces and harness homes (their session transcripts, what their
 CLIs load at start-up), the bot's defaults, the host's data dir and admin.sock are simply absent.
 A pid namespace ends every process of the run with the harness (or with the runner, if it dies first).
+Its network is a namespace of its own whose only way out is the runner's egress proxy (`harness_egress`,
+agenthost.runners.sdk.egress): to the binding's model endpoint, its http MCP servers and
+`network.allowed_domains`, never the host's loopback or its abstract unix sockets.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ import shutil
 from pathlib import Path
 
 from agenthost.plugins import sandbox as walls
-from agenthost.runners.external_harness.config import CommandWalls
+from agenthost.runners.external_harness.config import CommandWalls, HarnessConfig
 from agenthost.runners.external_harness.errors import HarnessNotFound, HarnessSandboxError
 from agenthost.runners.external_harness.workspace import Workspace
+from agenthost.runners.sdk import egress
 
 # Installed under these, a path is already visible through the sandbox's read-only system.
 _SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib/", "/lib64/", "/opt/")
@@ -181,7 +185,35 @@ def harness_sandbox(
     return walls.Sandbox(
         ro=ro if commands.workdir_writable else [*ro, workdir],
         rw=[workdir, str(workspace.harness_dir)] if commands.workdir_writable else [str(workspace.harness_dir)],
-        network=True,  # the harness needs its model API
+        network=False,  # its own namespace; harness_egress adds the one way out
         home=str(workspace.home),
         cwd=str(workspace.working_dir),
     )
+
+
+# Where each harness sends its model requests when the binding names no base_url.
+DEFAULT_API = {"claude-code": "https://api.anthropic.com", "codex": "https://api.openai.com"}
+
+
+def egress_policy(config: HarnessConfig, harness: str) -> egress.EgressPolicy:
+    """The binding's allow list: its model endpoint, its own http MCP servers, and `network.allowed_domains`."""
+    urls = [config.base_url or DEFAULT_API.get(harness, "")]
+    urls += [s.url for s in config.mcp_servers if s.transport == "http" and s.url]
+    # A base URL the binding sets through `env` is as much the binding's endpoint as `base_url`.
+    urls += [value for name, value in config.env.items() if name.endswith("_BASE_URL")]
+    endpoints = tuple(sorted({e for u in urls if (e := egress.url_endpoint(u)) is not None}))
+    return egress.EgressPolicy(endpoints=endpoints, domains=tuple(config.network.allowed_domains))
+
+
+async def harness_egress(sandbox: walls.Sandbox, config: HarnessConfig, harness: str) -> egress.EgressSandbox:
+    """`sandbox` (harness_sandbox's) with its one way out: the runner's egress proxy for this binding."""
+    return await egress.egress_sandbox(sandbox, egress_policy(config, harness))
+
+
+def with_bridge(sandbox: walls.Sandbox | None, bridge: object) -> walls.Sandbox | None:
+    """The sandbox with the runner's loopback MCP endpoint forwarded in at its own port (its URL then holds inside
+    the sandbox's namespace too). Unchanged for any other bridge, or without a sandbox."""
+    port, path = getattr(bridge, "port", 0), getattr(bridge, "unix_path", None)
+    if isinstance(sandbox, egress.EgressSandbox) and port and path:
+        return sandbox.with_forward(port, path)
+    return sandbox

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from agenthost.plugins.binding_paths import path_setting
 from agenthost.plugins.manifest import validation_problems
 from agenthost.runners.sdk.approvals import ApprovalsConfig
+from agenthost.runners.sdk.egress import EgressPolicy, check_domain_pattern
 from agenthost.runners.sdk.mcp_servers import McpServer, check_unique
 from agenthost.runners.sdk.skills import MAX_SKILLS, Skill, unique_names
 from agenthost.runners.sdk.workspace_budget import DEFAULT_MIB
@@ -33,9 +34,29 @@ class ShellConfig(BaseModel):
     extra_blocklist: list[str] = Field(default_factory=list, description="Regexes of commands to refuse.")
     network: bool = Field(
         default=False,
-        description="Let commands use the network (the runner's network namespace). Off: only a loopback of "
-        "their own, so nothing is reachable, not even services on the host's loopback.",
+        description="Let commands (and stdio MCP servers with `network: true`) reach the network through the "
+        "runner's egress proxy (HTTPS_PROXY/HTTP_PROXY are set for them): the hosts of `allowed_domains`, or any "
+        "public host on ports 80 and 443 when that list is empty. Never the host's loopback, private or "
+        "link-local addresses, nor its abstract unix sockets: commands have a network namespace of their own. "
+        "Off: only that namespace's own loopback, so nothing is reachable.",
     )
+    allowed_domains: list[str] = Field(
+        default_factory=list,
+        max_length=256,
+        description="With `network`: the only hosts commands may reach: `example.com`, `*.example.com` (its "
+        "subdomains), either with `:port` (else ports 80 and 443). Public addresses only. Empty: any public host.",
+    )
+
+    @field_validator("allowed_domains")
+    @classmethod
+    def _patterns(cls, patterns: list[str]) -> list[str]:
+        return [check_domain_pattern(p) for p in patterns]
+
+    def egress_policy(self) -> EgressPolicy:
+        """What a networked command may reach (agenthost.runners.sdk.egress)."""
+        domains = tuple(self.allowed_domains)
+        return EgressPolicy(domains=domains, any_public=not domains, setting="shell.allowed_domains")
+
     sandbox: bool = Field(
         default=True,
         description="Run every command in a bubblewrap sandbox (workspace writable, system read-only, nothing "

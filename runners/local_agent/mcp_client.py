@@ -38,7 +38,7 @@ from agenthost.plugins.binding_paths import not_shown
 from agenthost.runners.local_agent.config import LocalAgentConfig
 from agenthost.runners.local_agent.tools.base import ToolError
 from agenthost.runners.local_agent.tools.mcp import McpTool, namespaced
-from agenthost.runners.sdk import tool_walls
+from agenthost.runners.sdk import egress, tool_walls
 from agenthost.runners.sdk.mcp_servers import McpServer, McpServerError, ro_path_problems
 
 log = logging.getLogger("agenthost.local_agent")
@@ -417,6 +417,8 @@ def _stdio_opener(
     async def open_() -> AsyncIterator[Any]:
         if config.shell.sandbox:
             box = stdio_sandbox(server, workspace, data_dir)
+            if server.network:  # the shell's allow list, through the runner's egress proxy
+                box = await egress.egress_sandbox(box, config.shell.egress_policy())
             argv = box.argv(command)
             cwd = box.cwd
         else:

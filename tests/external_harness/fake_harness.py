@@ -6,13 +6,15 @@ Claude Code does. FAKE_HARNESS_MODE picks the behaviour; FAKE_HARNESS_LOG append
 relative path is taken from $HOME: the harness's sandbox shows it little else that outlives the run). With
 `--input-format stream-json` it answers one message per stdin line in the same process, and a prompt starting
 with "[hang]", "[noise]" or "[spawn]" misbehaves for that message only (hangs; prints after its result; leaves a
-process running). A prompt "[sh] <command>" is a model that runs a shell command: the reply is its output.
-Every log entry names the files in $CLAUDE_CONFIG_DIR when it was made (`config_files`): what the process loaded.
+process running); one starting with "[net]" tries 127.0.0.1:$FAKE_HARNESS_NET_PORT and says `net=open|closed`.
+A prompt "[sh] <command>" is a model that runs a shell command: the reply is its output. Every log entry names
+the files in $CLAUDE_CONFIG_DIR when it was made (`config_files`): what the process loaded.
 """
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -125,6 +127,12 @@ def turn(args, prompt, resume, new_id, store, *, cost):
     if prompt.startswith("[sh] "):  # not echoed: the reply is what the command printed
         done = subprocess.run(["/bin/sh", "-c", prompt[5:]], capture_output=True, text=True, timeout=30)
         text = f"echo[{turns}]: sh\n{done.stdout}{done.stderr}"
+    elif prompt.startswith("[net]"):  # a command reaching for a port on the host's loopback
+        try:
+            socket.create_connection(("127.0.0.1", int(os.environ["FAKE_HARNESS_NET_PORT"])), timeout=5).close()
+            text += " net=open"
+        except OSError:
+            text += " net=closed"
     if mode == "bigline":
         text = "B" * (3 * 1024 * 1024)
     msg = {"id": f"msg_{uuid.uuid4().hex}", "role": "assistant", "content": [{"type": "text", "text": text}]}

@@ -87,3 +87,27 @@ def test_workspace_root_must_be_absolute(tmp_path: Path) -> None:
         WorkspaceManager(tmp_path).workspace("b", "c", workspace_root="relative/dir")
     ws = WorkspaceManager(tmp_path).workspace("b", "c", workspace_root=str(tmp_path / "elsewhere"))
     assert ws.working_dir.is_relative_to((tmp_path / "elsewhere").resolve())
+
+
+def test_the_egress_allow_list_of_a_binding() -> None:
+    """What a harness sandbox may reach: its model endpoint (base_url, a `*_BASE_URL` in env, else the provider's
+    API host), its http MCP servers, and `network.allowed_domains`, whose entries are checked at bind time."""
+    from agenthost.runners.external_harness.sandboxing import egress_policy
+
+    default = egress_policy(parse_config(ClaudeCodeConfig, {}), "claude-code")
+    assert default.endpoints == (("api.anthropic.com", 443),) and default.domains == ()
+    assert egress_policy(parse_config(CodexConfig, {}), "codex").endpoints == (("api.openai.com", 443),)
+    config = parse_config(
+        ClaudeCodeConfig,
+        {
+            "base_url": "http://127.0.0.1:8080/v1",
+            "env": {"OTHER_BASE_URL": "https://gw.internal:8443"},
+            "mcp_servers": [{"name": "docs", "transport": "http", "url": "https://mcp.example.com/mcp"}],
+            "network": {"allowed_domains": ["*.PyPI.org", "github.com:22"]},
+        },
+    )
+    policy = egress_policy(config, "claude-code")
+    assert set(policy.endpoints) == {("127.0.0.1", 8080), ("gw.internal", 8443), ("mcp.example.com", 443)}
+    assert policy.domains == ("*.pypi.org", "github.com:22")
+    with pytest.raises(HarnessConfigError, match="allowed_domains"):
+        parse_config(ClaudeCodeConfig, {"network": {"allowed_domains": ["https://example.com"]}})

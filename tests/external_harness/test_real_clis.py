@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import re
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -220,7 +221,12 @@ async def _call_between_turns(bridge: McpControl | McpHttpEndpoint, call: dict[s
     """A tools/call sent to a kept process's bridge the way its harness would send it, over the bridge's transport."""
     message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call}
     if isinstance(bridge, McpHttpEndpoint):
-        async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
+        # A sandboxed harness's endpoint listens on no TCP port of the machine, only on its unix socket.
+        assert bridge.unix_path
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", bridge.port), timeout=5).close()
+        transport = httpx.AsyncHTTPTransport(uds=bridge.unix_path)
+        async with httpx.AsyncClient(timeout=30, trust_env=False, transport=transport) as client:
             raw = Raw(bridge, client)
             await raw.initialize("2025-11-25")
             return (await raw.post(message)).json()
@@ -543,3 +549,57 @@ async def test_codex_commands_run_inside_agenthosts_walls(
     assert "cat .agenthost/context.json" in started.arguments_json
     assert "agenthost.external_harness_context.v1" in finished.result
     assert _message(events).startswith("FINAL-SHELL") and host_view(events) == _message(events)
+
+
+# ---- the network: only through the runner's egress proxy ----
+
+MODEL_HOST = "model-api.agenthost.test"  # resolvable by the runner's proxy alone (below), never in the sandbox
+
+
+@pytest.fixture
+def proxy_resolves_model_host(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The egress proxy (in this process: the runner is) resolves MODEL_HOST to the fake API on loopback, as DNS
+    would resolve a real API host; every name it resolves is recorded."""
+    from agenthost.runners.sdk import egress
+
+    asked: list[str] = []
+    real = egress.lookup
+
+    async def lookup(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return await real("127.0.0.1" if host == MODEL_HOST else host, port)
+
+    monkeypatch.setattr(egress, "lookup", lookup)
+    return asked
+
+
+@pytest.mark.parametrize("harness", ["claude", "codex"])
+async def test_the_cli_reaches_a_named_model_api_only_through_the_egress_proxy(
+    harness, tmp_path, fake_host, clean_env, claude_bin, codex_bin, monkeypatch, proxy_resolves_model_host
+):
+    """The real CLIs honour the sandbox's HTTPS_PROXY/HTTP_PROXY: a base_url naming a host the sandbox cannot
+    resolve (it has no network but its own loopback) is reached through the runner's egress proxy, which
+    resolves it and lets it through as the binding's endpoint."""
+    if harness == "claude":
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake-0123456789")
+        runner: Any = ClaudeCodeRunner(tmp_path / "data")
+        fake: Any = FakeAnthropic(claude_script)
+        make = _claude_config
+        command, path = claude_bin, ""
+    else:
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-fake-0123456789")
+        runner, fake, make, command, path = (
+            CodexRunner(tmp_path / "data"),
+            FakeOpenAI(codex_script),
+            _codex_config,
+            codex_bin,
+            "/v1",
+        )
+    with fake:
+        config = make(fake, command=command, base_url=f"http://{MODEL_HOST}:{fake.port}{path}", keep_warm_seconds=0)
+        if harness == "codex":
+            config.pop("keep_warm_seconds")
+        events = await _collect(runner, fake_host.run_context("hello through the proxy", config=config))
+        assert kinds(events)[-1] == "completed", events[-1]
+        assert "ANSWER to 'hello through the proxy'" in _message(events)
+        assert fake.requests and MODEL_HOST in proxy_resolves_model_host

@@ -4,6 +4,7 @@ harness: when a process is reused, when it must not be, and that nothing of it o
 from __future__ import annotations
 
 import asyncio
+import socket
 from pathlib import Path
 
 import pytest
@@ -222,6 +223,29 @@ async def test_a_new_conversation_gets_the_spare_started_after_another_ones_mess
     # The unclaimed spare's slot went with it (the runner process's lock file stays until the process ends).
     assert [p.name for p in slot.parent.iterdir() if p.suffix != ".lock"] == [slot.name]
     await _until(lambda: not pids_with_env(_tag(tmp_path)), "every process stopped with the runner")
+
+
+async def test_spares_and_kept_processes_have_no_way_to_the_hosts_loopback(tmp_path, fake_host, clean_env) -> None:
+    """A process started ahead (a spare) and one kept between messages are sandboxes like any turn's: their
+    network is a namespace of their own, so a port on the host's loopback stays closed to what runs in them."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    config = _spared(tmp_path)
+    config["env"] = {**config["env"], "FAKE_HARNESS_NET_PORT": str(port)}
+    runner = ClaudeCodeRunner(tmp_path / "data")
+    try:
+        await _collect(runner, fake_host.run_context("one", config=config))
+        spare_boot = await _spare_boot(runner, tmp_path)
+        _new_conversation(fake_host, "conv-2")
+        in_spare = await _collect(runner, fake_host.run_context("[net] two", config=config))
+        assert _starts(tmp_path)[-1]["process"] == spare_boot["boot"]
+        kept = await _collect(runner, fake_host.run_context("[net] three", config=config))
+        assert _starts(tmp_path)[-1]["process"] == spare_boot["boot"]
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()  # control: open from out here
+    finally:
+        listener.close()
+    assert in_spare[-2].message.text == "echo[1]: [net] two net=closed", in_spare[-2]
+    assert kept[-2].message.text == "echo[2]: [net] three net=closed", kept[-2]
 
 
 @pytest.mark.parametrize("change", ["key", "claude_md_outside_the_block"])

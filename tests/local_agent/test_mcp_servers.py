@@ -110,6 +110,7 @@ async def test_model_sees_namespaced_tools_and_calls_one(tmp_path: Path) -> None
                 == sorted(mcp_names)
                 == [
                     "mcp__fx__add",
+                    "mcp__fx__connect",
                     "mcp__fx__crash",
                     "mcp__fx__echo",
                     "mcp__fx__fail",
@@ -287,6 +288,25 @@ async def test_stdio_server_is_sandboxed(tmp_path: Path, monkeypatch: pytest.Mon
             results = [f.result for f in finished(r)]
             assert results[:3] == ["unreadable:FileNotFoundError"] * 3, results
             assert results[3] == "content:mine-ok"
+
+
+@needs_sandbox
+async def test_a_stdio_server_granted_network_still_never_reaches_the_hosts_loopback(tmp_path: Path) -> None:
+    """`network: true` on a stdio server is the shell's network: the runner's egress proxy, never the host's
+    loopback (before, the server shared the runner's namespace and reached any port there)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    try:
+        async with FakeProviderServer() as model:
+            config = cfg(model, stdio_server(network=True))
+            async with HostHarness(tmp_path, runners=[LocalAgentRunner], config=config) as h:
+                model.push(openai_tool_calls([("c1", "mcp__fx__connect", {"port": port})]), openai_text("done"))
+                r = await h.send("connect")
+                assert r.run.status == "completed", r.run.error_message
+                socket.create_connection(("127.0.0.1", port), timeout=5).close()  # control: open from out here
+        assert finished(r)[0].result == "refused:Connection refused", finished(r)
+    finally:
+        listener.close()
 
 
 # ---- streamable HTTP on loopback ----

@@ -5,6 +5,9 @@ reports what it saw as a Claude Code stream-json result (so a runner takes it as
 PROBE_HOST_DIR: the host's data dir (api.sock, admin.sock, a database); PROBE_DATA_DIR: the runner's data dir;
 PROBE_OTHER_WS: another conversation's working directory; PROBE_LIST: a directory to list; PROBE_MARK: the argument
 of the `sleep` it leaves behind; PROBE_MODE=hang: report, then keep running and ignore SIGINT (only a kill ends it).
+Network (each optional): PROBE_TCP_PORT, a port on the host's loopback to connect to directly; PROBE_ABSTRACT, an
+abstract unix socket's name; PROBE_FETCH, space-separated URLs to GET the way tools do (through the proxy the
+environment names, or directly for NO_PROXY hosts).
 """
 
 import json
@@ -14,6 +17,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 
 def connect(path):
@@ -27,6 +32,35 @@ def connect(path):
         return f"refused: {exc.strerror}"
     finally:
         s.close()
+
+
+def tcp(port):
+    try:
+        socket.create_connection(("127.0.0.1", int(port)), timeout=5).close()
+        return "connected"
+    except OSError as exc:
+        return f"refused: {exc.strerror or exc}"
+
+
+def abstract(name):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect("\0" + name)
+        return "connected"
+    except OSError as exc:
+        return f"refused: {exc.strerror}"
+    finally:
+        s.close()
+
+
+def fetch(url):
+    try:
+        with urllib.request.urlopen(url, timeout=20) as response:
+            return f"{response.status} {response.read().decode(errors='replace')}"
+    except urllib.error.HTTPError as exc:
+        return f"{exc.code} {exc.read().decode(errors='replace')}"
+    except OSError as exc:
+        return f"failed: {exc}"
 
 
 def listing(path):
@@ -53,6 +87,12 @@ def main():
         "listed": listing(os.environ.get("PROBE_LIST", "/nonexistent")),
         "proc_pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
     }
+    if os.environ.get("PROBE_TCP_PORT"):
+        report["tcp"] = tcp(os.environ["PROBE_TCP_PORT"])
+    if os.environ.get("PROBE_ABSTRACT"):
+        report["abstract"] = abstract(os.environ["PROBE_ABSTRACT"])
+    report["fetched"] = {url: fetch(url) for url in os.environ.get("PROBE_FETCH", "").split()}
+
     try:
         with open("probe-wrote-here", "w") as fh:
             fh.write("ok")

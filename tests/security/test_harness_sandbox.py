@@ -9,9 +9,11 @@ tool against a fake model API on loopback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -391,6 +393,95 @@ async def test_http_bridge_hands_the_harness_only_a_turn_token(host, layout, mon
     assert tokens[0] != tokens[1]  # a fresh credential every turn
 
 
+class _Service:
+    """A plain HTTP service on the host's loopback that answers every request with `answer` (the model API a
+    binding names, or something else running on the machine: a gateway, a database's HTTP port)."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer.encode()
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> _Service:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(self.answer))
+                writer.write(self.answer)
+                await writer.drain()
+            writer.close()
+
+        self._server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+
+@pytest.fixture
+def abstract_socket() -> Iterator[str]:
+    """A listener on an abstract unix socket of the host's network namespace (D-Bus, X11, dev servers use them)."""
+    name = f"agenthost-test-{secrets.token_hex(6)}"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind("\0" + name)
+    server.listen(8)
+    try:
+        yield name
+    finally:
+        server.close()
+
+
+@needs_bwrap
+@pytest.mark.parametrize("transport", ["sdk", "http"])
+async def test_the_harness_reaches_its_model_endpoint_and_nothing_else_of_the_hosts_network(
+    host, layout, abstract_socket, transport
+) -> None:
+    """What the harness and its commands reach: the binding's model endpoint on the host's loopback (at its own
+    URL), through the runner's egress proxy; not another port on that loopback, not an abstract unix socket of
+    the host, and not a host off the allow list (a 403 naming it and the setting). Before: the sandbox shared
+    the runner's network namespace, and all of those answered."""
+    fake, host_dir = host
+    mark = new_mark()
+    async with _Service("MODEL-API") as api, _Service("HOST-GATEWAY") as other:
+        probe = socket.socket(socket.AF_UNIX)
+        probe.connect("\0" + abstract_socket)  # controls: both answer from out here
+        probe.close()
+        socket.create_connection(("127.0.0.1", other.port), timeout=5).close()
+        config = _probe_config(
+            host_dir,
+            layout,
+            mark,
+            base_url=f"http://127.0.0.1:{api.port}",
+            mcp_transport=transport,
+            keep_warm_seconds=0,
+            network={"allowed_domains": ["*.example.org"]},
+        )
+        config["env"].update(
+            PROBE_TCP_PORT=str(other.port),
+            PROBE_ABSTRACT=abstract_socket,
+            PROBE_FETCH=f"http://127.0.0.1:{api.port}/v1/models http://localhost:{api.port}/ "
+            f"http://127.0.0.1:{other.port}/ http://elsewhere.invalid/",
+        )
+        try:
+            events = [e async for e in ClaudeCodeRunner(layout["data"]).run(fake.run_context("probe", config=config))]
+            assert kinds(events)[-1] == "completed", events[-1]
+            report = json.loads(events[-2].message.text)
+        finally:
+            kill_marked(mark)
+    assert report["tcp"].startswith("refused"), report["tcp"]
+    assert report["abstract"].startswith("refused"), report["abstract"]
+    fetched = report["fetched"]
+    assert fetched[f"http://127.0.0.1:{api.port}/v1/models"] == "200 MODEL-API", fetched
+    assert fetched[f"http://localhost:{api.port}/"] == "200 MODEL-API", fetched
+    assert fetched[f"http://127.0.0.1:{other.port}/"].startswith("failed"), fetched
+    refused = fetched["http://elsewhere.invalid/"]
+    assert refused.startswith("403 agenthost egress proxy refused elsewhere.invalid:80"), refused
+    assert f"127.0.0.1:{api.port}" in refused and "*.example.org" in refused and "network.allowed_domains" in refused
+    assert report["env"]["HTTPS_PROXY"] == report["env"]["http_proxy"] and report["env"]["HTTPS_PROXY"]
+
+
 async def test_no_bwrap_refuses_the_run_unless_opted_out(host, layout, monkeypatch, caplog) -> None:
     fake, host_dir = host
     monkeypatch.setattr(walls, "probe", lambda: "bubblewrap is not installed (simulated)")
@@ -496,6 +587,42 @@ async def test_claude_bash_tool_is_walled_in(host, layout, monkeypatch) -> None:
             assert await gone(mark), "a setsid process from the Bash tool outlived the run"
         finally:
             kill_marked(mark)
+
+
+def _network_attack(port: int, abstract: str) -> str:
+    code = (
+        "import socket, urllib.request, urllib.error\n"
+        "def attempt(what, connect):\n"
+        "    try:\n        connect(); print(what + '=open')\n"
+        "    except urllib.error.HTTPError as e:\n        print(what + '=http-' + str(e.code), e.read().decode())\n"
+        "    except OSError as e:\n        print(what + '=closed', e)\n"
+        f"attempt('LOOPBACK', lambda: socket.create_connection(('127.0.0.1', {port}), timeout=5).close())\n"
+        f"attempt('ABSTRACT', lambda: socket.socket(socket.AF_UNIX).connect('\\0{abstract}'))\n"
+        "attempt('ELSEWHERE', lambda: urllib.request.urlopen('http://elsewhere.invalid/', timeout=20))\n"
+    )
+    return f"python3 -c {shlex.quote(code)}"
+
+
+@pytest.mark.slow
+@needs_bwrap
+async def test_claude_bash_tool_reaches_neither_the_hosts_loopback_nor_its_abstract_sockets(
+    host, layout, abstract_socket, monkeypatch
+) -> None:
+    """The real Claude Code, its model API on the host's loopback, runs the attack through its Bash tool: another
+    port of that loopback and an abstract unix socket of the host are closed, a host off the allow list gets the
+    proxy's 403, and the turn itself (two model requests through the proxy) completes."""
+    fake_host, host_dir = host
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-fake-0123456789")
+    async with _Service("HOST-GATEWAY") as other:
+        socket.create_connection(("127.0.0.1", other.port), timeout=5).close()  # control
+        with FakeAnthropic(_attack_script(_network_attack(other.port, abstract_socket))) as fake:
+            config = _claude_attack_config(fake, host_dir, layout)
+            events = [e async for e in ClaudeCodeRunner(layout["data"]).run(fake_host.run_context("go", config=config))]
+    assert kinds(events)[-1] == "completed", events[-1]
+    report = events[-2].message.text
+    assert "LOOPBACK=closed" in report and "ABSTRACT=closed" in report, report
+    assert "ELSEWHERE=http-403" in report and "elsewhere.invalid:80" in report, report
+    assert "network.allowed_domains" in report, report
 
 
 @pytest.mark.slow

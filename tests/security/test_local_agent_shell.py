@@ -284,10 +284,100 @@ async def test_network_is_off_by_default(layout: Layout, listener: int) -> None:
     assert "NO-NETWORK" in r.content and "CONNECTED" not in r.content.replace("NO-NETWORK", ""), r.content
 
 
-async def test_network_when_the_binding_opts_in(layout: Layout, listener: int) -> None:
+@pytest.fixture
+def abstract_listener() -> Iterator[str]:
+    """A service on an abstract unix socket of the host's network namespace (as D-Bus, X11 or a dev server use)."""
+    name = f"agenthost-test-{secrets.token_hex(6)}"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind("\0" + name)
+    server.listen(8)
+    try:
+        yield name
+    finally:
+        server.close()
+
+
+def abstract_connect_command(name: str) -> str:
+    code = (
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n"
+        f"    s.connect('\\0{name}'); print('CONNECTED')\n"
+        "except OSError as e:\n    print('NO-NETWORK', e)\n"
+    )
+    return f"python3 -c {shlex.quote(code)}"
+
+
+def proxied_get(url: str) -> str:
+    """A command fetching `url` the way tools do: through the proxy its environment names (HTTP(S)_PROXY)."""
+    code = (
+        "import urllib.request, urllib.error\ntry:\n"
+        f"    print('FETCHED', urllib.request.urlopen({url!r}, timeout=20).read().decode())\n"
+        "except urllib.error.HTTPError as e:\n    print('HTTP', e.code, e.read().decode())\n"
+        "except OSError as e:\n    print('FAILED', e)\n"
+    )
+    return f"python3 -c {shlex.quote(code)}"
+
+
+async def test_network_when_the_binding_opts_in_still_never_reaches_the_hosts_loopback(
+    layout: Layout, listener: int, abstract_listener: str
+) -> None:
+    """`network: true` is the network through the runner's egress proxy, not the host's namespace: neither a
+    port on the host's loopback (the gateway, a database) nor an abstract unix socket is reachable, directly or
+    through the proxy. (Before: the command shared the runner's namespace and connected to both.)"""
+    probe = socket.socket(socket.AF_UNIX)
+    probe.connect("\0" + abstract_listener)  # control: both answer from out here
+    probe.close()
+    socket.create_connection(("127.0.0.1", listener), timeout=5).close()
     layout.ctx.config = LocalAgentConfig(shell=ShellConfig(network=True))
     r = await shell(layout.ctx, connect_command(listener))
-    assert r.content.strip() == "CONNECTED", r.content
+    assert "NO-NETWORK" in r.content and "Connection refused" in r.content, r.content
+    r = await shell(layout.ctx, abstract_connect_command(abstract_listener))
+    assert "NO-NETWORK" in r.content, r.content
+    r = await shell(layout.ctx, proxied_get(f"http://127.0.0.1:{listener}/"))
+    assert "HTTP 403" in r.content and f"127.0.0.1:{listener}" in r.content, r.content
+    assert "loopback, private or link-local address, which a sandbox never reaches" in r.content, r.content
+
+
+async def test_network_allow_list_names_the_refused_host_and_the_setting(layout: Layout) -> None:
+    layout.ctx.config = LocalAgentConfig(shell=ShellConfig(network=True, allowed_domains=["*.example.org"]))
+    r = await shell(layout.ctx, proxied_get("http://not-allowed.invalid/"))
+    assert "HTTP 403" in r.content and "not-allowed.invalid:80" in r.content, r.content
+    assert "not on this sandbox's allow list (*.example.org)" in r.content and "shell.allowed_domains" in r.content
+
+
+async def test_network_reaches_an_allowed_host_through_the_proxy(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The way out works: an allowed name, which the proxy resolves (here to a public-looking address it then
+    connects to: a hermetic test cannot reach the internet, so the connection itself is redirected to a local
+    server, after the proxy's checks)."""
+    from agenthost.runners.sdk import egress
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    seen: list[str] = []
+
+    async def lookup(host: str, p: int) -> list[str]:
+        return ["93.184.215.14"] if host == "api.example.org" else []
+
+    async def redirected(address: str, p: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        seen.append(f"{address}:{p}")
+        return await asyncio.open_connection("127.0.0.1", port)
+
+    monkeypatch.setattr(egress, "lookup", lookup)
+    monkeypatch.setattr(egress, "open_upstream", redirected)
+    try:
+        layout.ctx.config = LocalAgentConfig(shell=ShellConfig(network=True, allowed_domains=["api.example.org"]))
+        r = await shell(layout.ctx, proxied_get("http://api.example.org/"))
+        assert r.content.strip() == "FETCHED hello", r.content
+        assert seen == ["93.184.215.14:80"]  # the address it checked, not the name again
+    finally:
+        server.close()
 
 
 # ---------------------------------------------------------------- no sandbox

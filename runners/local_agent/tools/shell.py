@@ -1,10 +1,11 @@
 """The shell tool and its isolated executor.
 
 Every command runs in a bubblewrap sandbox of its own (`agenthost.plugins.sandbox`): the conversation's workspace
-read-write at its own path (also $HOME and the working directory), the read-only system, a private /tmp, no
-network unless the binding grants it, and nothing of the runner's data dir, other workspaces, the host's files or
-sockets. Its own pid namespace means the command cannot outlive the call: when the command's main process exits,
-bwrap exits, and with it the namespace's init, which makes the kernel kill every process left inside (a
+read-write at its own path (also $HOME and the working directory), the read-only system, a private /tmp, a network
+namespace of its own (with `network: true`, its only way out is the runner's egress proxy, to `allowed_domains` or
+any public host: agenthost.runners.sdk.egress), and nothing of the runner's data dir, other workspaces, the host's
+files or sockets. Its own pid namespace means the command cannot outlive the call: when the command's main process
+exits, bwrap exits, and with it the namespace's init, which makes the kernel kill every process left inside (a
 `setsid cmd &`, a double fork, a daemon). A timeout or cancel kills bwrap, with the same effect, and so does the
 runner's own death (`--die-with-parent`).
 
@@ -34,7 +35,7 @@ from typing import Any
 from agenthost.plugins import sandbox as sandboxing
 from agenthost.runners.local_agent.config import ShellConfig
 from agenthost.runners.local_agent.tools.base import Tool, ToolContext, ToolError
-from agenthost.runners.sdk import tool_walls, workspace_budget
+from agenthost.runners.sdk import egress, tool_walls, workspace_budget
 from agenthost.runners.sdk.mcp_servers import SECRET_SHAPED
 
 log = logging.getLogger("agenthost.local_agent")
@@ -400,6 +401,8 @@ class Shell(Tool):
         if refusal is not None:
             raise ToolError(f"command not started: {refusal}")
         sandbox = command_sandbox(cfg, ctx.workspace)
+        if sandbox is not None and cfg.network:
+            sandbox = await egress.egress_sandbox(sandbox, cfg.egress_policy())
         workspace = Path(sandbox.cwd) if sandbox is not None and sandbox.cwd else ctx.workspace
         result = await run_command(
             command,
