@@ -135,7 +135,11 @@ def problems(
             found.append(f"{where} must be an absolute path (the host shows it to the runner at that path)")
             continue
         real = os.path.realpath(n.path)
-        if os.path.normpath(n.path) != real:
+        # A command in the system dirs (`npm i -g` links /usr/local/bin/claude into /usr/local/lib) is visible in
+        # every sandbox, link and target alike; anywhere else the host binds the named path alone, so a link there
+        # would lead the runner to a target it cannot see.
+        linked_in_system = n.mode == "exec" and all(any(_inside(p, s) for s in SYSTEM) for p in (n.path, real))
+        if os.path.normpath(n.path) != real and not linked_in_system:
             found.append(f"{where} is or passes through a symlink; name the real path {real!r}")
             continue
         if not os.path.exists(real):

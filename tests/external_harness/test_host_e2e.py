@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agenthost.protos import errors
 from agenthost.runners.external_harness.runner import ClaudeCodeRunner, CodexRunner
 from agenthost.runners.sdk.testing import HostHarness
 
@@ -89,7 +90,10 @@ async def test_builtin_plugin_process_serves_both_runners(tmp_path, clean_env, m
         assert first.run.runner_id == "agenthost/claude-code", first.run
         assert (first.run.status, first.text) == ("completed", "echo[1]: hello"), first.run.error_message
         assert (again.run.status, again.text) == ("completed", "echo[2]: again"), again.run.error_message
-        await h.bind("agenthost/codex", {"command": str(tmp_path / "no-codex-here")}, priority=20)
+        # A path that does not exist is refused at bind time; a bare name is looked up on the runner's PATH.
+        with pytest.raises(errors.InvalidArgument, match="does not exist"):
+            await h.bind("agenthost/codex", {"command": str(tmp_path / "no-codex-here")}, priority=20)
+        await h.bind("agenthost/codex", {"command": "no-codex-here"}, priority=20)
         missing = await h.send("hi", conversation_id="c2")
         assert missing.run.runner_id == "agenthost/codex"
         assert (missing.run.status, missing.run.error_code) == ("failed", "harness_not_found")

@@ -156,3 +156,18 @@ def test_named_paths_follow_refs_and_lists() -> None:
     ]
     harness = binding_paths.named_paths(ClaudeCodeConfig.model_json_schema(), {"workspace_root": "/w", "command": "c"})
     assert {(n.setting, n.mode) for n in harness} == {("workspace_root", "rw"), ("command", "exec")}
+
+
+def test_a_command_linked_within_the_system_dirs_is_taken_and_one_linked_from_elsewhere_is_refused(
+    tmp_path: Path,
+) -> None:
+    """`npm i -g` links /usr/local/bin/claude into /usr/local/lib: link and target are both in the system every sandbox
+    shows, so the binding names the link. A link outside them would lead to a target the plugin's sandbox lacks."""
+    NamedPath, problems = binding_paths.NamedPath, binding_paths.problems
+    linked = "/bin/sh"  # /bin is itself a link into /usr on merged-/usr systems; either way both ends are system
+    assert problems([NamedPath("command", linked, "exec")], data_dir=tmp_path / "data") == []
+    elsewhere = tmp_path / "bin" / "tool"
+    elsewhere.parent.mkdir()
+    elsewhere.symlink_to("/bin/sh")
+    (found,) = problems([NamedPath("command", str(elsewhere), "exec")], data_dir=tmp_path / "data")
+    assert "symlink" in found and os.path.realpath("/bin/sh") in found
