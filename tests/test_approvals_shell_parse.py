@@ -80,6 +80,8 @@ BYPASSES = [
     "git push",
     "git $SUB origin",  # $SUB may be push
     "git push$X",
+    "r\\\nm x",  # bash joins a backslash-newline inside a word: `rm x`
+    "echo \\\\\nrm x",  # an escaped backslash, then a newline: two commands
 ]
 FAIL_CLOSED = [
     "$X x",  # a variable in command position
@@ -106,6 +108,10 @@ FAIL_CLOSED = [
     "echo 'unterminated",
     "bash -c 'if; then'",
     "! if true; then rm x; fi",  # the grammar reads `if` here as a command name: distrusted
+    'echo "${x:-`rm x`}"',  # backticks the grammar leaves as a word
+    "cat <<END\n\t$(rm x)\nEND",  # a here-document line starting with a tab: the grammar skips it
+    "echo `echo \\`rm x\\``",  # nested backticks
+    " && ".join(["true"] * 600) + " && rm x",  # past MAX_COMMANDS
 ]
 BENIGN = [
     "ls -la",
@@ -131,6 +137,13 @@ BENIGN = [
     "bash -c 'ls; echo rm x'",
     "rmdir empty",
     "rm",  # 'rm *' needs an argument
+    "docker run \\\n  -v a:b \\\n  img",
+    "echo \\\nrm x",  # a line continuation: `echo rm x`
+    "cat > s.sh <<'EOF'\necho $(date) `id`\nEOF",  # a quoted here-document runs nothing
+    "cat <<EOF\nhello $(date), don't\nEOF",
+    'echo "it\'s $(date)"',
+    "ls  # $(rm x)",
+    "echo $'\\'' $(date)",
 ]
 
 

@@ -40,6 +40,7 @@ Template = tuple[Piece, ...]  # one simple command as text: literal strings and 
 
 MAX_DEPTH = 6  # nested `bash -c` strings / wrappers before it gives up (and asks)
 MAX_COMMANDS = 500
+MAX_MATCH_STATES = 1_000_000  # pattern × command length, for a command with DYN stretches
 
 # Run their arguments as a program. The program may start at any later argument that is not an option or an
 # assignment: every such suffix is a candidate, so an option taking a value the table does not know can only make
@@ -94,29 +95,126 @@ def parse(line: str) -> Commands:
     return out
 
 
-def _parse_line(line: str, out: Commands, depth: int) -> None:
+def _parse_line(line: str, out: Commands, depth: int, *, joined: bool = False) -> None:
     if depth > MAX_DEPTH:
         out.unresolved.append(f"nested more than {MAX_DEPTH} levels deep")
         return
-    tree = _parser().parse(line.encode("utf-8", "surrogatepass"))
+    data = line.encode("utf-8", "surrogatepass")
+    tree = _parser().parse(data)
     if tree.root_node.has_error:
         out.unresolved.append("the shell parser could not read it")
         return
-    _walk(tree.root_node, out, depth)
+    walked = _walk(tree.root_node, out, depth)
+    # A second opinion on the grammar, from the text: it misses some substitutions bash runs (backticks inside
+    # ${x:-…}, a here-document line that starts with a tab) and splits a word at a backslash-newline that bash
+    # joins (`r\<newline>m x` is `rm x`).
+    scan = _Scan(data, walked.skip, walked.heredocs)
+    if scan.escaped_backtick:
+        out.unresolved.append("it nests backticks")
+    elif scan.substitutions > walked.substitutions:
+        out.unresolved.append("it has a substitution the shell parser did not read")
+    if scan.joined != data:
+        if joined:
+            out.unresolved.append("it continues lines inside words")
+        else:
+            _parse_line(scan.joined.decode("utf-8", "surrogatepass"), out, depth, joined=True)
 
 
-def _walk(node: Any, out: Commands, depth: int) -> None:
-    if len(out.commands) > MAX_COMMANDS:
-        out.unresolved.append(f"more than {MAX_COMMANDS} commands")
-        return
-    kind = node.type
-    if kind == "function_definition":
-        out.unresolved.append("it defines a function")
-    elif kind == "command":
-        _command(node, out, depth)
-    # Every node's children: substitutions run wherever they appear (arguments, assignments, here-documents).
-    for child in node.children:
-        _walk(child, out, depth)
+@dataclass
+class _Walked:
+    substitutions: int = 0  # $(…), `…`, <(…), >(…) the grammar found
+    skip: list[tuple[int, int]] = field(default_factory=list)  # byte ranges the text scan leaves alone
+    heredocs: list[tuple[int, int]] = field(default_factory=list)  # unquoted here-document bodies
+
+
+def _walk(root: Any, out: Commands, depth: int) -> _Walked:
+    """Every node (iteratively: `a && b && …` nests as deep as it is long), recording each simple command.
+    Substitutions run wherever they appear (arguments, assignments, redirections, here-documents)."""
+    walked = _Walked()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        kind = node.type
+        if kind == "function_definition":
+            out.unresolved.append("it defines a function")
+        elif kind == "command":
+            if len(out.commands) > MAX_COMMANDS:
+                out.unresolved.append(f"more than {MAX_COMMANDS} commands")
+                return walked
+            _command(node, out, depth)
+        elif kind in ("command_substitution", "process_substitution"):
+            walked.substitutions += 1
+        elif kind == "comment":
+            walked.skip.append((node.start_byte, node.end_byte))
+        elif kind == "heredoc_redirect":
+            start = next((c for c in node.children if c.type == "heredoc_start"), None)
+            quoted = start is not None and any(q in start.text for q in (b"'", b'"', b"\\"))
+            for body in (c for c in node.children if c.type == "heredoc_body"):
+                walked.skip.append((body.start_byte, body.end_byte))
+                if not quoted:
+                    walked.heredocs.append((body.start_byte, body.end_byte))
+        stack.extend(reversed(node.children))
+    return walked
+
+
+class _Scan:
+    """Counts the substitutions bash would run in `data` by its quoting rules alone, and joins its
+    backslash-newlines (outside single quotes). `skip`: comments and here-document bodies (the unquoted ones are
+    scanned on their own, where quotes mean nothing)."""
+
+    def __init__(self, data: bytes, walked_skip: list[tuple[int, int]], heredocs: list[tuple[int, int]] = ()) -> None:
+        self.substitutions = 0
+        self.escaped_backtick = False
+        self._backticks = 0
+        self.joined = self._scan(data, sorted(walked_skip), quotes=True)
+        for start, end in heredocs:
+            self._scan(data[start:end], [], quotes=False)
+        self.substitutions += (self._backticks + 1) // 2
+
+    def _scan(self, data: bytes, skip: list[tuple[int, int]], *, quotes: bool) -> bytes:
+        kept = bytearray()
+        i, n, dquote = 0, len(data), False
+        skips = iter(skip)
+        next_skip = next(skips, None)
+        while i < n:
+            if next_skip is not None and i >= next_skip[0]:
+                kept += data[i : next_skip[1]]
+                i = max(i, next_skip[1])
+                next_skip = next(skips, None)
+                continue
+            char = data[i : i + 1]
+            if char == b"\\" and i + 1 < n:
+                following = data[i + 1 : i + 2]
+                if following == b"`":
+                    self.escaped_backtick = True
+                if following != b"\n":
+                    kept += data[i : i + 2]
+                i += 2
+                continue
+            if quotes and not dquote and char == b"'":
+                end = data.find(b"'", i + 1)
+                end = n if end < 0 else end + 1
+                kept += data[i:end]
+                i = end
+                continue
+            if quotes and not dquote and data.startswith(b"$'", i):
+                end = i + 2
+                while end < n and data[end : end + 1] != b"'":
+                    end += 2 if data[end : end + 1] == b"\\" else 1
+                kept += data[i : end + 1]
+                i = end + 1
+                continue
+            if quotes and char == b'"':
+                dquote = not dquote
+            elif data.startswith(b"$(", i) and not data.startswith(b"$((", i):
+                self.substitutions += 1
+            elif char == b"`":
+                self._backticks += 1
+            elif quotes and not dquote and data[i : i + 2] in (b"<(", b">("):
+                self.substitutions += 1
+            kept += char
+            i += 1
+        return bytes(kept)
 
 
 def _command(node: Any, out: Commands, depth: int) -> None:
@@ -298,6 +396,8 @@ def could_match(pattern: str, template: Template) -> bool:
             chars.extend(piece)
         elif not chars or chars[-1] is not None:
             chars.append(None)
+    if len(tokens) * len(chars) > MAX_MATCH_STATES:
+        return True  # too long to decide in time: it may match
     return _intersects(tokens, chars)
 
 
