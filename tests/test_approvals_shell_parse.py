@@ -61,6 +61,10 @@ BYPASSES = [
     "echo x | xargs rm",
     "echo x | xargs -0 -n1 rm",
     "find . -exec rm {} +",
+    "env -S 'rm -rf' x",
+    "su -c 'rm x' root",
+    "flock /tmp/lock -c 'rm x'",
+    "script -qc 'rm x' /dev/null",
     "watch -n 1 rm x",
     "coproc rm x",
     "bash -c 'rm x'",
@@ -92,6 +96,8 @@ FAIL_CLOSED = [
     "r* x",  # a glob in command position may name any file
     "/bin/r? x",
     "{rm,x} y",
+    "rm{,} x",  # brace expansion: `rm rm x`
+    "r{m,} x",
     "eval rm x",
     "eval 'ls'",
     "alias r=rm",
@@ -136,6 +142,9 @@ BENIGN = [
     "env A=1 python -m pytest",
     "bash -c 'ls; echo rm x'",
     "rmdir empty",
+    "ls | xargs -I{} mv {} dir",
+    "find . -exec grep -l x {} +",
+    "echo {a,b} {1..3} {}",
     "rm",  # 'rm *' needs an argument
     "docker run \\\n  -v a:b \\\n  img",
     "echo \\\nrm x",  # a line continuation: `echo rm x`

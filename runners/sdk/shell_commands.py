@@ -23,6 +23,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,7 @@ WRAPPERS = frozenset(
         "command", "exec", "builtin", "nohup", "time", "env", "sudo", "doas", "nice", "timeout", "xargs",
         "stdbuf", "setsid", "ionice", "chrt", "taskset", "flock", "unbuffer", "strace", "ltrace", "busybox",
         "coproc", "nsenter", "unshare", "chroot", "runuser", "caffeinate", "proxychains", "torsocks",
+        "su", "script", "ssh",
     }
 )  # fmt: skip
 # Appends arguments read from stdin to its command.
@@ -68,7 +70,7 @@ RESERVED = frozenset(
 )  # fmt: skip
 FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 
-_GLOB_OR_BRACE = re.compile(r"[*?\[\]{}]")
+_GLOB = frozenset("*?[")
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
 _DOUBLE_QUOTE_ESCAPES = re.compile(r"\\([$`\"\\\n])")
 
@@ -246,6 +248,13 @@ def _argv(argv: list[Template], out: Commands, depth: int, *, appended: bool = F
         return
     rest = argv[1:] + ([(DYN,)] if appended else [])
     out.commands.append(_join([(program,), *rest]))
+    if is_literal(head) and any(c.isspace() for c in show(head)):
+        # No program has such a name, but what splits a string into a command (env -S, su -c, flock -c, script
+        # -c …) runs it as one: read it as a line too.
+        if all(is_literal(a) for a in argv[1:]):
+            _parse_line(" ".join([show(head), *(shlex.quote(show(a)) for a in argv[1:])]), out, depth + 1)
+        else:
+            out.unresolved.append(f"{show(head)!r} may be split into a command only known when it runs")
     if program in OPAQUE:
         out.unresolved.append(f"{program!r} runs code that cannot be seen in the line")
     elif program in SHELLS:
@@ -338,11 +347,14 @@ def _word(node: Any) -> Template:
 _SPLIT = Dynamic()  # an unquoted expansion: the word's boundaries are unknown
 
 
-def _pieces(node: Any, *, quoted: bool) -> list[Piece]:
+def _pieces(node: Any, *, quoted: bool, braces: bool | None = None) -> list[Piece]:
+    """`braces`: whether the whole word may brace-expand (the grammar splits `rm{,}` into `rm`, `{`, `,`, `}`)."""
     kind = node.type
     text = node.text.decode("utf-8", "surrogatepass")
+    if braces is None:
+        braces = "{" in text and ("," in text or ".." in text)  # `{}` alone (find -exec, xargs -I{}) is literal
     if kind in ("word", "number"):
-        return _unquoted(text)
+        return _unquoted(text, braces=braces)
     if kind == "raw_string":
         return [text[1:-1]]
     if kind in ("string", "translated_string"):
@@ -354,12 +366,12 @@ def _pieces(node: Any, *, quoted: bool) -> list[Piece]:
                 inner.extend(_pieces(child, quoted=True))
         return inner
     if kind == "concatenation":
-        return [p for child in node.children for p in _pieces(child, quoted=quoted)]
+        return [p for child in node.children for p in _pieces(child, quoted=quoted, braces=braces)]
     # Expansions, substitutions, $'…' and anything this does not know: filled in at run time.
     return [DYN] if quoted else [DYN, _SPLIT]
 
 
-def _unquoted(text: str) -> list[Piece]:
+def _unquoted(text: str, *, braces: bool) -> list[Piece]:
     pieces: list[Piece] = []
     literal = ""
     i = 0
@@ -374,7 +386,7 @@ def _unquoted(text: str) -> list[Piece]:
                 literal += text[i + 1]
             i += 2
             continue
-        if _GLOB_OR_BRACE.match(char):
+        if char in _GLOB or (braces and char in "{}"):
             # pathname or brace expansion: any file name, or several words
             pieces.extend([literal, DYN, _SPLIT])
             literal = ""
