@@ -97,6 +97,8 @@ FAIL_CLOSED = [
     "/bin/r? x",
     "{rm,x} y",
     "rm{,} x",  # brace expansion: `rm rm x`
+    "PS4='$(rm x)' bash -xc ls",  # a shell runs PS4 when tracing
+    "env BASH_ENV=x.sh bash -c ls",
     "r{m,} x",
     "eval rm x",
     "eval 'ls'",
@@ -142,6 +144,7 @@ BENIGN = [
     "env A=1 python -m pytest",
     "bash -c 'ls; echo rm x'",
     "rmdir empty",
+    "ENVIRONMENT=prod make",
     "ls | xargs -I{} mv {} dir",
     "find . -exec grep -l x {} +",
     "echo {a,b} {1..3} {}",

@@ -9,9 +9,13 @@ backslashes removed, so `/bin/rm`, `./rm`, `\\rm` and `'rm'` are all `rm`.
 
 It fails closed: what it cannot resolve is reported in `Commands.unresolved`, and the caller asks a person rather
 than guess. That covers a parse error, a program name built from a variable, a glob, braces or `$'…'`, `eval`,
-`source`, `alias`, `trap`, a function defined in the line, a shell reading a script or stdin, and nesting deeper
-than `MAX_DEPTH`. An argument made from an expansion, a glob or braces is kept as a wildcard (`Dynamic`): a
-pattern that could match it once filled in asks too (`could_match`).
+`source`, `alias`, `trap`, a function defined in the line, a shell reading a script or stdin, an assignment to a
+variable a shell runs (PS4, BASH_ENV, PROMPT_COMMAND …), and nesting deeper than `MAX_DEPTH`. The grammar is not
+bash, so the text gets a second opinion: a substitution bash would run that the grammar did not read, or a reserved
+word the grammar took for a program, asks too; backslash-newlines inside words are joined as bash joins them.
+
+An argument made from an expansion, a glob or braces is kept as a wildcard (`Dynamic`): a pattern that could match
+it once filled in asks too (`could_match`).
 
 A filter on names, not a wall: a copy of a program under another name, an interpreter (`python -c`), or a script
 written by one call and run by the next is beyond what any reading of one line can see; `approvals.tools:
@@ -68,6 +72,9 @@ RESERVED = frozenset(
     {"if", "then", "else", "elif", "fi", "do", "done", "case", "esac", "while", "until", "for", "select", "in",
      "function", "{", "}", "[[", "]]", "!"}
 )  # fmt: skip
+# Variables whose value a shell runs or sources (PS4 under `-x`, BASH_ENV at start, exported functions): an
+# assignment to one is code that cannot be seen.
+CODE_VARIABLES = re.compile(r"(BASH_ENV|ENV|PS[0-4]|PROMPT_COMMAND|SHELLOPTS|BASHOPTS|BASH_FUNC_.*)\+?=?$")
 FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 
 _GLOB = frozenset("*?[")
@@ -148,6 +155,8 @@ def _walk(root: Any, out: Commands, depth: int) -> _Walked:
             walked.substitutions += 1
         elif kind == "comment":
             walked.skip.append((node.start_byte, node.end_byte))
+        elif kind == "variable_assignment":
+            _assignment(node.text.decode("utf-8", "surrogatepass").split("=", 1)[0], out)
         elif kind == "heredoc_redirect":
             start = next((c for c in node.children if c.type == "heredoc_start"), None)
             quoted = start is not None and any(q in start.text for q in (b"'", b'"', b"\\"))
@@ -275,9 +284,17 @@ def _argv(argv: list[Template], out: Commands, depth: int, *, appended: bool = F
         for start in range(1, len(argv)):
             word = argv[start]
             text = word[0] if len(word) == 1 and isinstance(word[0], str) else None
-            if text is not None and (text.startswith("-") or _ASSIGNMENT.match(text)):
+            if text is not None and _ASSIGNMENT.match(text):
+                _assignment(text.split("=", 1)[0], out)
+                continue
+            if text is not None and text.startswith("-"):
                 continue
             _argv(argv[start:], out, depth + 1, appended=appended or program in APPENDS_INPUT)
+
+
+def _assignment(name: str, out: Commands) -> None:
+    if CODE_VARIABLES.match(name):
+        out.unresolved.append(f"it sets {name.rstrip('+')}, which a shell runs as code")
 
 
 def _shell(program: str, args: list[Template], out: Commands, depth: int) -> None:
