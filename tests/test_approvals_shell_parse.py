@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from agenthost.runners.sdk.approval_rules import approval_reason
 from agenthost.runners.sdk.approvals import ApprovalsConfig
-from agenthost.runners.sdk.shell_commands import DYN, could_match
+from agenthost.runners.sdk.shell_commands import DYN, MAX_COMMANDS, MAX_LINE_BYTES, could_match, parse
 
 POLICY = ApprovalsConfig(commands=["rm *", "git push*"])
 
@@ -192,6 +192,13 @@ def test_regex_patterns_see_the_normalised_program_and_ask_when_the_run_fills_in
 
 def test_without_command_patterns_nothing_is_parsed() -> None:
     assert not asks("eval $X", ApprovalsConfig(tools=["write_*"]))
+
+
+def test_work_is_bounded_and_what_is_past_the_bound_asks() -> None:
+    """Wrapper candidates multiply (every suffix of `command command … x` is one): the work stops at the bound."""
+    line = "command " * 3000 + "ls"
+    assert parse(line).steps <= MAX_COMMANDS + 1 and asks(line)
+    assert "longer than" in asks("ls " + "x " * MAX_LINE_BYTES)
 
 
 def test_could_match_fills_dynamic_stretches() -> None:

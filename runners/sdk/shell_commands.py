@@ -45,6 +45,7 @@ Template = tuple[Piece, ...]  # one simple command as text: literal strings and 
 
 MAX_DEPTH = 6  # nested `bash -c` strings / wrappers before it gives up (and asks)
 MAX_COMMANDS = 500
+MAX_LINE_BYTES = 64 * 1024  # a person reads a longer command anyway; parsing it would hold the event loop
 MAX_MATCH_STATES = 1_000_000  # pattern × command length, for a command with DYN stretches
 
 # Run their arguments as a program. The program may start at any later argument that is not an option or an
@@ -88,6 +89,7 @@ class Commands:
 
     commands: list[Template] = field(default_factory=list)
     unresolved: list[str] = field(default_factory=list)
+    steps: int = 0  # simple commands and wrapper candidates looked at, against MAX_COMMANDS
 
 
 @functools.cache
@@ -109,6 +111,9 @@ def _parse_line(line: str, out: Commands, depth: int, *, joined: bool = False) -
         out.unresolved.append(f"nested more than {MAX_DEPTH} levels deep")
         return
     data = line.encode("utf-8", "surrogatepass")
+    if len(data) > MAX_LINE_BYTES:
+        out.unresolved.append(f"it is longer than {MAX_LINE_BYTES // 1024} KiB")
+        return
     tree = _parser().parse(data)
     if tree.root_node.has_error:
         out.unresolved.append("the shell parser could not read it")
@@ -147,9 +152,8 @@ def _walk(root: Any, out: Commands, depth: int) -> _Walked:
         if kind == "function_definition":
             out.unresolved.append("it defines a function")
         elif kind == "command":
-            if len(out.commands) > MAX_COMMANDS:
-                out.unresolved.append(f"more than {MAX_COMMANDS} commands")
-                return walked
+            if out.steps > MAX_COMMANDS:
+                return walked  # _argv said so
             _command(node, out, depth)
         elif kind in ("command_substitution", "process_substitution"):
             walked.substitutions += 1
@@ -247,6 +251,12 @@ def _command(node: Any, out: Commands, depth: int) -> None:
 
 def _argv(argv: list[Template], out: Commands, depth: int, *, appended: bool = False) -> None:
     """One simple command: record it under its program's basename, then follow what it runs in turn."""
+    out.steps += 1
+    if out.steps > MAX_COMMANDS:
+        # wrapper candidates multiply (`command command … x`): a bound on the work, not only on the result
+        if out.steps == MAX_COMMANDS + 1:
+            out.unresolved.append(f"more than {MAX_COMMANDS} commands")
+        return
     if depth > MAX_DEPTH:
         out.unresolved.append(f"nested more than {MAX_DEPTH} levels deep")
         return
@@ -282,6 +292,8 @@ def _argv(argv: list[Template], out: Commands, depth: int, *, appended: bool = F
                 _argv(argv[i + 1 :], out, depth + 1)
     elif program in WRAPPERS:
         for start in range(1, len(argv)):
+            if out.steps > MAX_COMMANDS:
+                return
             word = argv[start]
             text = word[0] if len(word) == 1 and isinstance(word[0], str) else None
             if text is not None and _ASSIGNMENT.match(text):
