@@ -101,14 +101,18 @@ class PluginStartError(RuntimeError):
 
 
 def describe_exit(returncode: int | None, *, sandboxed: bool = False) -> str:
+    """How a process ended: its exit code, or the signal that killed it (a negative returncode: the process the
+    host started, bwrap itself, was killed; under bwrap also 128 + N, its report of the sandboxed child's death)."""
     if returncode is None:
         return "still running"
+    signum = -returncode if returncode < 0 else 0
     if sandboxed and 128 < returncode < 128 + 65:
-        returncode = 128 - returncode  # bwrap reports its child's death by signal N as exit code 128 + N
+        signum = returncode - 128
+    if signum:
         try:
-            return f"killed by signal {signal.Signals(-returncode).name}"
+            return f"killed by {signal.Signals(signum).name}"
         except ValueError:
-            return f"killed by signal {-returncode}"
+            return f"killed by signal {signum}"
     return f"exited with code {returncode}"
 
 
@@ -429,8 +433,8 @@ class Supervisor:
         if self.out_of_memory(proc):
             cap = self._groups[proc].caps.memory_max_bytes
             return (
-                "was killed by the kernel's out-of-memory killer: its processes passed the per-plugin memory cap "
-                f"PLUGIN_MEMORY_MAX_BYTES = {human_bytes(cap)}"
+                "killed by SIGKILL from the kernel's out-of-memory killer: its processes passed the per-plugin "
+                f"memory cap PLUGIN_MEMORY_MAX_BYTES = {human_bytes(cap)}"
             )
         how = describe_exit(proc.returncode, sandboxed=self.sandboxed)
         group = self._groups.get(proc)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from robustness.pids import outer_pid
 
 from agenthost.host.client import HostClient
 from agenthost.host.server import Host
-from agenthost.host.supervisor import SupervisorPolicy
+from agenthost.host.supervisor import SupervisorPolicy, describe_exit
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 
@@ -103,6 +104,31 @@ async def test_crash_mid_run_fails_the_run_and_the_plugin_restarts(host):
     ok = await client.send("b", "after")  # the supervisor restarted it
     assert ok.run.status == "completed" and ok.text == "ok: after", ok.run.error_message
     assert h.supervisor.processes["agenthost-faulty"].proc.pid != first_pid
+
+
+async def test_a_runner_killed_by_a_signal_is_reported_by_its_signal(host):
+    """`kill -9` of the plugin's process (the pid the supervisor started, bwrap when sandboxed) mid-run: the run
+    says which signal, not "exited with code -9"."""
+    h, client = host
+    await install_and_bind(h, client)
+    pid = h.supervisor.processes["agenthost-faulty"].proc.pid
+    sending = asyncio.create_task(client.send("b", "sleep"))
+    deadline = time.monotonic() + 30
+    while not any(st.info.status == "running" for st in h.runs._live.values()):
+        assert time.monotonic() < deadline and not sending.done(), "the run never started"
+        await asyncio.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    result = await asyncio.wait_for(sending, 30)
+    assert result.run.status == "failed" and result.run.error_code == "runner_crashed"
+    assert result.run.error_message == "runner process killed by SIGKILL during the run", result.run.error_message
+
+
+def test_exit_descriptions_name_the_signal() -> None:
+    assert describe_exit(-signal.SIGKILL) == "killed by SIGKILL"
+    assert describe_exit(-signal.SIGTERM, sandboxed=True) == "killed by SIGTERM"
+    assert describe_exit(128 + signal.SIGSEGV, sandboxed=True) == "killed by SIGSEGV"  # bwrap's report
+    assert describe_exit(137) == "exited with code 137"  # unsandboxed, 137 is just a code
+    assert describe_exit(3) == "exited with code 3" and describe_exit(None) == "still running"
 
 
 async def test_cancel_and_deadline(host):

@@ -73,6 +73,7 @@ from agenthost.runners.external_harness.user_mcp import plan as plan_user_mcp
 from agenthost.runners.external_harness.warm import MAX_SPARES, KeptHarness, KeptHarnesses, RunnerBridge, fingerprint
 from agenthost.runners.external_harness.workspace import SpareSlot, Workspace, WorkspaceManager
 from agenthost.runners.sdk import egress, events
+from agenthost.runners.sdk.keys import how_to_give_key
 from agenthost.runners.sdk.mcp_servers import McpServerError
 from agenthost.runners.sdk.runner import RunContext, Runner
 
@@ -635,11 +636,7 @@ class HarnessRunner(Runner):
             return None
         name = self.driver.name
         key = plan.config.api_key_env or self.driver.default_key_env
-        how = (
-            f"Store the key with `agenthost keys set {key}` and give it to the binding with `agenthost bots bind "
-            f"<bot> --runner agenthost/{name} --key {key}` (or set the binding's api_key_env to the name of another "
-            "stored key)"
-        )
+        how = how_to_give_key(key, f"agenthost/{name}")
         if problem == "missing":
             if key in plan.inherited_env:
                 return None  # the key was there: the harness means something else (its own login, a provider)

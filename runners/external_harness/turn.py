@@ -150,6 +150,7 @@ def forwarded_secrets(plan: TurnPlan, default_key_env: str) -> dict[str, str]:
     that fails later with an authentication message that does not say which variable was missing.
     """
     from agenthost.runners.external_harness.errors import HarnessConfigError
+    from agenthost.runners.sdk.keys import how_to_give_key
 
     out: dict[str, str] = {}
     key_env = plan.config.api_key_env or default_key_env
@@ -157,8 +158,7 @@ def forwarded_secrets(plan: TurnPlan, default_key_env: str) -> dict[str, str]:
         out[key_env] = plan.inherited_env[key_env]
     elif plan.config.api_key_env:
         raise HarnessConfigError(
-            f"api_key_env names {key_env}, which neither the binding's keys (`agenthost keys set {key_env}`, then "
-            f"`bots bind … --key {key_env}`) nor the runner's environment provide"
+            f"api_key_env names {key_env}, which this binding does not provide. {how_to_give_key(key_env)}."
         )
     for name in plan.config.pass_env:
         if name in plan.inherited_env:

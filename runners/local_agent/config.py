@@ -90,7 +90,7 @@ class ModelRoute(BaseModel):
 
     model: str = Field(description="provider/model, e.g. 'anthropic/claude-sonnet-4-5'.")
     base_url: str | None = Field(default=None, description="Overrides the provider's default endpoint.")
-    api_key_env: str | None = Field(default=None, description="Environment variable (or binding key) with the key.")
+    api_key_env: str | None = Field(default=None, description="Name of the binding's stored key.")
     api_key: SecretStr | None = Field(default=None, description="Inline key; prefer api_key_env.")
     context_window: int | None = Field(default=None, ge=1_024, le=10_000_000, description="Tokens; else probed.")
 
@@ -186,7 +186,10 @@ class LocalAgentConfig(BaseModel):
         "'vllm/meta-llama/Llama-3.1-8B', 'demo/offline'.",
     )
     base_url: str | None = Field(default=None, description="Overrides the provider's default endpoint.")
-    api_key_env: str | None = Field(default=None, description="Environment variable holding the key (preferred).")
+    api_key_env: str | None = Field(
+        default=None,
+        description="Name of a stored key the binding names (`agenthost keys set NAME`, `bots bind --key NAME`).",
+    )
     api_key: SecretStr | None = Field(
         default=None, description="Inline key; prefer api_key_env so the key stays out of the DB."
     )

@@ -13,11 +13,6 @@ class Policy(Protocol):
     commands: list[str]
 
 
-# Shell control operators: a pattern is matched against each simple command they separate, so "ls; rm -rf x"
-# still asks under "rm *".
-_SEGMENTS = re.compile(r"\|\||&&|[;&|()`\n]|\$\(")
-
-
 def _matches(pattern: str, text: str) -> bool:
     if pattern.startswith("re:"):
         return re.search(pattern[3:], text) is not None
@@ -33,12 +28,30 @@ def approval_reason(
         if _matches(pattern, tool_name):
             return f"tool {tool_name!r} matches approvals.tools {pattern!r}"
     command = args.get("command") if tool_name in shell_tools else None
-    if isinstance(command, str) and config.commands:
-        parts = [command.strip(), *(p.strip() for p in _SEGMENTS.split(command))]
-        for pattern in config.commands:
+    if config.commands and tool_name in shell_tools and command is not None:
+        return _command_reason(config.commands, command)
+    return ""
+
+
+def _command_reason(patterns: list[str], command: Any) -> str:
+    """Each pattern against the whole line and against every program it would run (shell_commands: parsed, the
+    program by its basename); what the parse cannot resolve asks too (fail closed)."""
+    from agenthost.runners.sdk import shell_commands
+
+    if not isinstance(command, str):
+        return "the command is not a string, so approvals.commands cannot be checked"
+    parsed = shell_commands.parse(command)
+    for pattern in patterns:
+        if _matches(pattern, command.strip()):
+            return f"command matches approvals.commands {pattern!r}"
+        for simple in parsed.commands:
             if pattern.startswith("re:"):
-                if _matches(pattern, command):
-                    return f"command matches approvals.commands {pattern!r}"
-            elif any(p and _matches(pattern, p) for p in parts):
-                return f"command matches approvals.commands {pattern!r}"
+                # a regular expression cannot be checked against text only the run fills in
+                hit = _matches(pattern, shell_commands.show(simple)) if shell_commands.is_literal(simple) else True
+            else:
+                hit = shell_commands.could_match(pattern, simple)
+            if hit:
+                return f"command matches approvals.commands {pattern!r} ({shell_commands.show(simple)!r})"
+    if parsed.unresolved:
+        return f"approvals.commands cannot be checked against this command: {parsed.unresolved[0]}"
     return ""

@@ -30,10 +30,12 @@ class ApprovalsConfig(BaseModel):
     commands: list[str] = Field(
         default_factory=list,
         max_length=100,
-        description="Shell commands that ask first: a glob matched against the whole command and each part of it "
-        "between ; & | && || ( ) ` and newlines (e.g. 'rm *', 'git push*'), or 're:<regex>' searched anywhere in "
-        "the command. A filter for convenience, not a wall: a command can hide what it runs (sh -c, eval, "
-        "variables); list 'shell' under tools to ask for every command.",
+        description="Shell commands that ask first: a glob matched against each program the command would run "
+        "(parsed as bash: lists, pipelines, if/while/for/case bodies, subshells, $(…), `…`, <(…), wrappers such as "
+        "command, env, sudo, xargs, and bash -c strings), named by its basename with its arguments (e.g. 'rm *', "
+        "'git push*'), or 're:<regex>' searched in the whole command and in each of those. Fails closed: what "
+        "cannot be resolved (a variable or glob as the program, eval, source, alias, a function, a parse error) "
+        "asks. It matches names: list 'shell' under tools to ask for every command.",
     )
     timeout_seconds: float = Field(
         default=APPROVAL_DEFAULT_SECONDS,

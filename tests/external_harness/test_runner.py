@@ -200,6 +200,8 @@ async def test_bad_input_is_a_typed_failure(tmp_path, fake_host, clean_env, monk
         runner, fake_host.run_context("x", config=_config(tmp_path, api_key_env="NOT_SET_ANYWHERE"))
     )
     assert unset_key[-1].failed.code == "harness_config" and "NOT_SET_ANYWHERE" in unset_key[-1].failed.message
+    assert "`agenthost keys set NOT_SET_ANYWHERE`" in unset_key[-1].failed.message  # the shared wording
+    assert "--key NOT_SET_ANYWHERE`" in unset_key[-1].failed.message
     assert not os.environ.get("NOT_SET_ANYWHERE")
 
 

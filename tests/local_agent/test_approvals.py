@@ -154,6 +154,22 @@ async def test_shell_command_patterns_and_cancel_while_waiting(tmp_path: Path) -
             assert list(pending.approvals) == []
 
 
+async def test_a_command_hidden_in_an_if_still_asks_and_does_not_run_when_denied(tmp_path: Path) -> None:
+    """The line is parsed, not split on operators: `if …; then rm x; fi` has no part that starts with `rm`."""
+    async with FakeProviderServer() as server:
+        config = cfg(server, tmp_path, commands=["rm *"], timeout_seconds=120)
+        async with HostHarness(tmp_path, runners=[LocalAgentRunner], config=config) as h:
+            line = "touch keep; if true; then rm keep; fi"
+            server.push(openai_tool_calls([("c1", "shell", {"command": line})]), openai_text("Understood."))
+            w = Watch(h, "clean up", "i")
+            req = await w.request()
+            assert req.summary == line and req.reason == "command matches approvals.commands 'rm *' ('rm keep')"
+            await decide(h, req.approval_id, "deny")
+            run = await w.finished()
+            assert run.status == "completed" and "the user denied it" in last_tool_message(server)
+            assert not list((tmp_path / "ws").rglob("keep"))  # nothing of the line ran, not even its `touch`
+
+
 def test_matching_rules() -> None:
     c = ApprovalsConfig(tools=["write_*", "re:^mcp__"], commands=["rm *", "git push*", "re:curl\\s"])
     assert approval_reason(c, "write_file", {})

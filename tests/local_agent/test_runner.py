@@ -92,6 +92,31 @@ async def test_bad_config_fails_with_typed_reason(
     await runner.close()
 
 
+@pytest.mark.parametrize(
+    ("config", "name"),
+    [
+        ({"model": "openai/gpt-4o", "api_key_env": "MY_PROVIDER_KEY"}, "MY_PROVIDER_KEY"),
+        ({"model": "openai/gpt-4o"}, "OPENAI_API_KEY"),
+    ],
+)
+async def test_missing_key_says_how_to_give_it_to_the_binding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, config: dict, name: str
+) -> None:
+    """The key set where `serve` runs does not reach a run (the runner's environment is its own): the message
+    must not send the operator to set an environment variable they already set, but to the key store."""
+    monkeypatch.setenv(name, "sk-in-serve-environment")
+    runner = new_runner(tmp_path, env={})  # what a runner process sees: not the host's environment
+    failed = terminal(await send(runner, FakeRunAPI(), "hi", config)).failed
+    assert failed.code == "config_error"
+    assert f"{name} (api_key_env of openai/gpt-4o) is not set for this binding" in failed.message or (
+        f"{name} is not set for this binding" in failed.message
+    ), failed.message
+    assert f"`agenthost keys set {name}`" in failed.message, failed.message
+    assert f"`agenthost bots bind <bot> --runner agenthost/local-agent --key {name}`" in failed.message
+    assert "environment variable" not in failed.message
+    await runner.close()
+
+
 async def test_unknown_context_window_is_an_error_not_a_guess(tmp_path: Path) -> None:
     runner = new_runner(tmp_path)
     async with FakeProviderServer() as server:

@@ -139,7 +139,10 @@ async def test_a_memory_hog_is_killed_with_a_clear_error_and_the_runner_comes_ba
     hog = await client.send("b", "hog 1024")
     assert hog.run.status == "failed"
     assert hog.run.error_code == "runner_out_of_memory", hog.run.error_message
-    assert "PLUGIN_MEMORY_MAX_BYTES = 256 MiB" in hog.run.error_message
+    assert hog.run.error_message == (
+        "runner process killed by SIGKILL from the kernel's out-of-memory killer: its processes passed the "
+        "per-plugin memory cap PLUGIN_MEMORY_MAX_BYTES = 256 MiB during the run"
+    ), hog.run.error_message
 
     after = await client.send("b", "after")  # the supervisor started a fresh process, in a fresh group
     assert after.run.status == "completed" and after.text == "ok: after"

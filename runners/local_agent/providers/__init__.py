@@ -14,6 +14,7 @@ from agenthost.runners.local_agent.providers.anthropic import AnthropicProvider
 from agenthost.runners.local_agent.providers.base import Provider
 from agenthost.runners.local_agent.providers.demo import DemoProvider
 from agenthost.runners.local_agent.providers.openai import OpenAICompatProvider
+from agenthost.runners.sdk.keys import how_to_give_key
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ ROUTES: dict[str, Route] = {
     "anthropic-compatible": Route("anthropic", None, None),
     "demo": Route("demo", None, None),
 }
+RUNNER_NAME = "agenthost/local-agent"  # what `bots bind --runner` takes, for the key hint
 ALIASES = {"llama.cpp": "llamacpp", "llama-cpp": "llamacpp", "lm-studio": "lmstudio", "compat": "openai-compatible"}
 
 # With a key in the environment but no model named, these are used; without any key the offline demo runs.
@@ -106,10 +108,17 @@ def build_provider(
         key_env = route.api_key_env or spec.key_env
         if key_env:
             key = env.get(key_env)
+            # A run sees only the keys its binding names from the host's key store, never the host's environment.
             if not key and route.api_key_env:
-                raise ConfigError(f"environment variable {route.api_key_env} (api_key_env of {route.model}) is not set")
+                raise ConfigError(
+                    f"{route.api_key_env} (api_key_env of {route.model}) is not set for this binding. "
+                    f"{how_to_give_key(route.api_key_env, RUNNER_NAME)}."
+                )
             if not key and spec.base_url and spec.base_url.startswith("https://"):
-                raise ConfigError(f"provider {provider_id!r} needs a key: set {key_env} or api_key_env")
+                raise ConfigError(
+                    f"provider {provider_id!r} needs a key: {key_env} is not set for this binding. "
+                    f"{how_to_give_key(key_env, RUNNER_NAME)}."
+                )
     timeout = config.request_timeout_seconds
     if spec.protocol == "anthropic":
         return AnthropicProvider(
