@@ -44,7 +44,7 @@ def timed(argv: list[str], repeats: int, env: dict[str, str], expect: int | None
 
 def imports_grpc(flag: str, env: dict[str, str]) -> bool:
     code = (
-        "import sys\nfrom agenthost.host import cli\n"
+        "import sys\nfrom agenthost.host.cli import main as cli\n"
         f"try:\n    cli.main([{flag!r}])\nexcept SystemExit:\n    pass\n"
         "sys.stderr.write(str(any(m == 'grpc' or m.startswith('grpc.') for m in sys.modules)))"
     )

@@ -85,7 +85,7 @@ async def measure(info: dict[str, str], n: int) -> None:
     import aiohttp
     from openai import AsyncOpenAI
 
-    from agenthost.host.client import HostClient
+    from agenthost.host.api.client import HostClient
 
     grpc_client = HostClient(info["admin"], token=info["admin_token"])
     headers = {"Authorization": f"Bearer {info['key']}"}

@@ -38,7 +38,7 @@ SUSTAINED_DELTAS = 100_000
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agenthost.host.client import HostClient  # noqa: E402
+from agenthost.host.api.client import HostClient  # noqa: E402
 from agenthost.protos import host_pb2 as hpb  # noqa: E402
 from agenthost.protos import runner_pb2, runner_pb2_grpc  # noqa: E402
 from agenthost.protos.wire import CHANNEL_OPTIONS, MAX_BATCH  # noqa: E402

@@ -34,7 +34,7 @@ from corpus import DOCUMENTS, QUERIES  # noqa: E402
 from fake_embeddings import embed  # noqa: E402
 
 from agenthost.host import knowledge  # noqa: E402
-from agenthost.host.keys import KeyStore  # noqa: E402
+from agenthost.host.access.keys import KeyStore  # noqa: E402
 from agenthost.host.knowledge import EmbeddingsConfig, KnowledgeBase, normalize  # noqa: E402
 from agenthost.host.store.artifacts import ArtifactStore  # noqa: E402
 from agenthost.host.store.db import Database  # noqa: E402

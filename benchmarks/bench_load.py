@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agenthost.host.client import HostClient  # noqa: E402
+from agenthost.host.api.client import HostClient  # noqa: E402
 from agenthost.protos import errors  # noqa: E402
 from agenthost.protos import host_pb2 as hpb  # noqa: E402
 

@@ -232,7 +232,7 @@ class AgentHostSide:
     async def start(self) -> None:
         import grpc
 
-        from agenthost.host.client import HostClient
+        from agenthost.host.api.client import HostClient
         from agenthost.protos import common_pb2 as pb
         from agenthost.protos import host_pb2 as hpb
         from agenthost.protos import run_api_pb2 as api

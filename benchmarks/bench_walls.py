@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FAULTY = str(ROOT / "tests" / "fixtures" / "faulty-plugin")
 PLUGIN = "agenthost-faulty"
 
-from agenthost.host.client import HostClient  # noqa: E402
+from agenthost.host.api.client import HostClient  # noqa: E402
 from agenthost.host.server import Host  # noqa: E402
 from agenthost.plugins import sandbox  # noqa: E402
 from agenthost.protos import host_pb2 as hpb  # noqa: E402

@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agenthost.host.keys import KeyStore, check_name
+from agenthost.host.access.keys import KeyStore, check_name
 from agenthost.host.store.artifacts import ArtifactStore
 from agenthost.host.store.knowledge import HOST_WIDE, KnowledgeStore, NewChunk
 from agenthost.plugins.manifest import validation_problems

@@ -71,7 +71,7 @@ UPLOAD_HEADER_SECONDS = 10.0
 # Longest pause between two chunks of an upload: a trickling client must not hold a slot forever.
 UPLOAD_IDLE_SECONDS = 30.0
 
-# ---- message attachments (SendMessageRequest.attachments, agenthost.host.attachments) ----
+# ---- message attachments (SendMessageRequest.attachments, agenthost.host.runs.attachments) ----
 
 # The wire contract's (agenthost.protos.media: channels and runners shape what they send by them), named here with
 # every other cap. Attachments also count, while the run is queued, against RUNS_MAX_QUEUED_INPUT_BYTES.
@@ -118,7 +118,7 @@ INBOX_MAX_BYTES = 64 * MiB
 # The same bound in replies, for floods of tiny events (each reply costs memory beyond its bytes).
 INBOX_MAX_REPLIES = 100_000
 
-# ---- run admission (agenthost.host.runs) ----
+# ---- run admission (agenthost.host.runs.manager) ----
 
 # Runs executing at once, host-wide. Each holds a runner RPC, a task, its grant and stream buffers, and takes
 # event-loop time from every other; one host process gains no throughput past a few hundred (bench_load.py, 5,000
@@ -149,7 +149,7 @@ RUNS_MAX_QUEUED_INPUT_BYTES_PER_SENDER = 32 * MiB
 RUNS_RETRY_MIN_MS = 250
 RUNS_RETRY_MAX_MS = 60_000
 
-# ---- the HTTP gateway (agenthost.host.gateway) ----
+# ---- the HTTP gateway (agenthost.host.api.gateway) ----
 
 # A request body larger than this is parsed off the event loop (in a parser process) and needs a large-body slot:
 # parsing 12 MiB of JSON takes 20-150 ms of CPU and the parsed object several times its bytes in memory.
@@ -180,7 +180,7 @@ API_MAX_CONNECTIONS = 1024
 # Connections open at once to the Prometheus endpoint (--metrics): a scraper needs one; past this they are closed.
 METRICS_MAX_CONNECTIONS = 64
 
-# ---- human approval of tool calls (agenthost.host.approvals) ----
+# ---- human approval of tool calls (agenthost.host.runs.approvals) ----
 
 # Approvals one run may hold open at once. Each is a held-open RequestApproval call (a gRPC slot, a task) and a
 # prompt in front of a person; a model asking for a dozen tools in one step still fits, a plugin flooding does not.
@@ -227,7 +227,7 @@ WRITE_QUEUE_MAX_BYTES = 64 * MiB
 WRITE_GROUP_COMMIT_SECONDS = 0.003
 
 
-# ---- plugin processes (agenthost.host.resource_walls) ----
+# ---- plugin processes (agenthost.host.processes.resource_walls) ----
 
 # Each plugin process, with everything it starts (bwrap, tool commands, harness CLIs), lives in its own cgroup
 # when the host can manage cgroups. Memory (RAM and swap) it may use: past this the kernel's OOM killer ends its

@@ -6,7 +6,7 @@
 Sockets: `api.sock` (AgentRunAPIProxy, for runners) and `admin.sock` (AgentHost, for the CLI) live in a
 directory only this user can enter; its path is written to `<data_dir>/host.json` for clients. One host per data
 dir, enforced with an exclusive lock on `<data_dir>/host.lock`. Every admin call carries a credential
-(agenthost.host.credentials); everything the host writes is private to its user (umask 077, and an existing data
+(agenthost.host.access.credentials); everything the host writes is private to its user (umask 077, and an existing data
 dir is tightened at start).
 """
 
@@ -30,21 +30,24 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from agenthost.host import binding_config, limits
-from agenthost.host.admin import add_admin_servicer
-from agenthost.host.channels import Channels
-from agenthost.host.credentials import Credentials
-from agenthost.host.grants import RunRegistry
-from agenthost.host.keys import KEYS_FILE, KeyStore
+from agenthost.host import limits
+from agenthost.host.access.credentials import AuthInterceptor, Credentials
+from agenthost.host.access.grants import RunRegistry
+from agenthost.host.access.keys import KEYS_FILE, KeyStore
+from agenthost.host.access.private_files import make_private_dir, tighten
+from agenthost.host.api.admin import add_admin_servicer
+from agenthost.host.api.run_api import RunAPIServicer, add_servicer
 from agenthost.host.knowledge import KnowledgeBase
-from agenthost.host.logs import HostLogging, Redactor
-from agenthost.host.logs import install as install_logging
-from agenthost.host.metrics import MetricsServer, parse_address
-from agenthost.host.observability import Observer, observed_auth
-from agenthost.host.private_files import make_private_dir, tighten
-from agenthost.host.resource_walls import ENABLE_HINT, Caps, ResourceWalls
-from agenthost.host.run_api import RunAPIServicer, add_servicer
-from agenthost.host.runs import RunManager, parse_runner_id
+from agenthost.host.ops.logs import HostLogging, Redactor
+from agenthost.host.ops.logs import install as install_logging
+from agenthost.host.ops.metrics import MetricsServer, parse_address
+from agenthost.host.ops.observability import Observer
+from agenthost.host.ops.tracing import Tracing
+from agenthost.host.processes import binding_config
+from agenthost.host.processes.channels import Channels
+from agenthost.host.processes.resource_walls import ENABLE_HINT, Caps, ResourceWalls
+from agenthost.host.processes.supervisor import PluginSpec, PluginStartError, Supervisor, SupervisorPolicy
+from agenthost.host.runs.manager import RunManager, parse_runner_id
 from agenthost.host.store.artifacts import ArtifactStore
 from agenthost.host.store.conversations import Conversations
 from agenthost.host.store.cursors import CursorCodec
@@ -53,8 +56,6 @@ from agenthost.host.store.knowledge import KnowledgeStore
 from agenthost.host.store.registry import PluginRecord, Registry
 from agenthost.host.store.runs import AuditLog, RunStore
 from agenthost.host.store.state import StateStore
-from agenthost.host.supervisor import PluginSpec, PluginStartError, Supervisor, SupervisorPolicy
-from agenthost.host.tracing import Tracing
 from agenthost.plugins import binding_paths, sandbox
 from agenthost.plugins import install as installer
 from agenthost.plugins.binding_paths import NamedPath
@@ -109,7 +110,7 @@ class Host:
         self.metrics_address = metrics_address
         self.otlp_endpoint = otlp_endpoint
         self.tracing = tracing
-        # The HTTP gateway (agenthost.host.gateway), off unless given HOST:PORT; aiohttp is imported only then.
+        # The HTTP gateway (agenthost.host.api.gateway), off unless given HOST:PORT; aiohttp is imported only then.
         self.gateway_address = gateway_address
         self.gateway: Any = None
         self.metrics_server: MetricsServer | None = None
@@ -348,7 +349,8 @@ class Host:
             api_server,
         )
         admin_server = grpc.aio.server(
-            options=SERVER_OPTIONS, interceptors=[observed_auth(self.credentials, self.observer)]
+            options=SERVER_OPTIONS,
+            interceptors=[AuthInterceptor(self.credentials, on_refused=self.observer.admin_refused)],
         )
         add_admin_servicer(self, admin_server)
         self._health = health.aio.HealthServicer()
@@ -364,7 +366,7 @@ class Host:
             await self.metrics_server.start()
             log.info("metrics on http://%s/metrics", self.metrics_server.address)
         if self.gateway_address:
-            from agenthost.host.gateway.app import Gateway
+            from agenthost.host.api.gateway.app import Gateway
 
             self.gateway = Gateway(self, self.gateway_address)
             await self.gateway.start()
@@ -600,7 +602,9 @@ class Host:
         await self.registry.put_plugin(record)
         self.observer.plugin_installed(record.plugin_id, record.version, record.source)
         if not installed.manifests:
-            return self._info(record.plugin_id)  # channel adapters only: they run per channel (agenthost.host.channels)
+            return self._info(
+                record.plugin_id
+            )  # channel adapters only: they run per channel (agenthost.host.processes.channels)
         self.supervisor.add(self._spec(record))
         try:
             await self.supervisor.start(record.plugin_id)

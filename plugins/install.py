@@ -105,7 +105,7 @@ _PIP_CONFIG = ("/etc/pip.conf", "/etc/xdg/pip", "~/.config/pip", "~/.pip")
 
 class _Walls:
     """How install steps run: inside a sandbox writing only `staging`, or (the user opted out) as before; then
-    through `contain`, the host's resource walls for the install (agenthost.host.resource_walls)."""
+    through `contain`, the host's resource walls for the install (agenthost.host.processes.resource_walls)."""
 
     def __init__(self, staging: Path, *, sandboxed: bool, contain: Callable[[list[str]], list[str]] | None) -> None:
         self.staging = staging

@@ -29,7 +29,7 @@ API_METHODS: dict[str, tuple[str, ...]] = {
 }
 ALL_APIS: tuple[str, ...] = tuple(API_METHODS)
 # Run API methods every run may call whatever its grant: asking a person to approve a tool call reads nothing and
-# grants the runner nothing (agenthost.host.approvals bounds how much it may ask).
+# grants the runner nothing (agenthost.host.runs.approvals bounds how much it may ask).
 ALWAYS_GRANTED_METHODS: frozenset[str] = frozenset({"RequestApproval"})
 StateScopeName = Literal["run", "conversation", "actor", "binding", "runner"]
 BootstrapMode = Literal["none", "current_event", "recent_tail", "summary_tail"]

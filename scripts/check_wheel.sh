@@ -62,7 +62,7 @@ check_one() {  # $1 = interpreter; runs in a subshell, which stops the host it s
   # (this machine's pip configuration may name local mirrors that do not exist: pip warns about each, noise)
   venv/bin/python -m pip install --quiet --disable-pip-version-check "$WHEEL" 2>&1 | grep -v "^WARNING: Location" \
     || true
-  venv/bin/python -c "import agenthost.host.cli" || { echo "FAIL: the wheel did not install" >&2; return 1; }
+  venv/bin/python -c "import agenthost.host.cli.main" || { echo "FAIL: the wheel did not install" >&2; return 1; }
   export PATH="$dir/venv/bin:$PATH"
   say "agenthost --version"
   agenthost --version
@@ -81,7 +81,7 @@ check_one() {  # $1 = interpreter; runs in a subshell, which stops the host it s
   agenthost status
 
   # The example ships inside the package; a user starting a plugin copies it, then installs it by relative path.
-  cp -r "$(venv/bin/python -c 'import agenthost.host.demo as d; print(d.example_plugin())')" ./notes-runner
+  cp -r "$(venv/bin/python -c 'import agenthost.host.cli.demo as d; print(d.example_plugin())')" ./notes-runner
   say "agenthost plugins install ./notes-runner --offline"
   agenthost plugins install ./notes-runner --offline
   say "agenthost runners show agenthost-notes/notes"

@@ -16,7 +16,7 @@ from conftest import TOKEN, Scripted, World  # noqa: E402
 from fake_telegram import FakeTelegram  # noqa: E402
 from test_telegram_files import png  # noqa: E402
 
-from agenthost.host.supervisor import SupervisorPolicy  # noqa: E402
+from agenthost.host.processes.supervisor import SupervisorPolicy  # noqa: E402
 from agenthost.protos import host_pb2 as hpb  # noqa: E402
 from agenthost.runners.sdk.testing import HostHarness  # noqa: E402
 

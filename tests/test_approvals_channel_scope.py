@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agenthost.host.client import HostClient
-from agenthost.host.credentials import CHANNEL_PREFIX
+from agenthost.host.access.credentials import CHANNEL_PREFIX
+from agenthost.host.api.client import HostClient
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 from agenthost.runners.sdk.testing import HostHarness

@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agenthost.host.console import approval_line
+from agenthost.host.cli.render import approval_line
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos import run_api_pb2_grpc as api_grpc
@@ -68,7 +68,7 @@ async def test_a_tool_token_request_is_marked_and_shown_as_from_the_sandbox(h: H
     from agenthost.channels.telegram.approvals import render_request
 
     assert LABEL in render_request(from_sandbox, False, None) and LABEL not in render_request(from_runner, False, None)
-    script = (Path(__file__).parents[1] / "host" / "gateway" / "console_static" / "approvals.js").read_text()
+    script = (Path(__file__).parents[1] / "host" / "api" / "gateway" / "console_static" / "approvals.js").read_text()
     assert "request.from_sandbox" in script and LABEL in script
 
     await decide(h.client, from_sandbox.approval_id, "deny")

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from agenthost.host import limits
-from agenthost.host.attachments import sanitize_name, sniff_image
+from agenthost.host.runs.attachments import sanitize_name, sniff_image
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb

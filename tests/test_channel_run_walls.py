@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from agenthost.host.client import HostClient, SendResult
-from agenthost.host.credentials import CHANNEL_PREFIX
+from agenthost.host.access.credentials import CHANNEL_PREFIX
+from agenthost.host.api.client import HostClient, SendResult
 from agenthost.host.store import migrations
 from agenthost.host.store.conversations import Conversations
 from agenthost.host.store.db import Database

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, Field
 
-from agenthost.host import binding_config
-from agenthost.host.cli import RUN_STATUSES, STATE_SCOPE_NAMES, build_parser, config_fields, to_jsonable, version
+from agenthost.host.cli.main import RUN_STATUSES, STATE_SCOPE_NAMES, build_parser, config_fields, to_jsonable, version
+from agenthost.host.processes import binding_config
 from agenthost.protos import errors
 from tests.cli_process import CLI, acli, cli_env
 
@@ -43,7 +43,7 @@ def test_version_is_the_installed_distributions() -> None:
 @pytest.mark.parametrize("flag", ["--help", "--version"])
 def test_help_and_version_do_not_import_grpc(flag: str) -> None:
     code = (
-        "import sys\nfrom agenthost.host import cli\ntry:\n"
+        "import sys\nfrom agenthost.host.cli import main as cli\ntry:\n"
         f"    cli.main([{flag!r}])\nexcept SystemExit:\n    pass\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'google', 'pydantic'))\n"
         "sys.stderr.write('HEAVY=' + ','.join(heavy))"
@@ -294,7 +294,7 @@ async def test_relative_paths_are_the_users(host: Path, tmp_path: Path) -> None:
     """`plugins install ./dir` and `--data-dir rel` resolve against the CLI's working directory, not the host's."""
     import shutil
 
-    from agenthost.host.demo import example_plugin
+    from agenthost.host.cli.demo import example_plugin
 
     work = tmp_path / "work"
     work.mkdir()

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from agenthost.host import cli
+from agenthost.host.cli import main as cli
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
 from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
@@ -140,7 +140,7 @@ def _escaped_only(text: str) -> None:
 async def test_host_log_and_stderr_escape_runner_errors_and_conversation_ids(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    from agenthost.host import logs
+    from agenthost.host.ops import logs
 
     # The serving process's stderr handler, as `agenthost serve` installs it.
     to_stderr = logs.install(None, logging.INFO, stderr=True)

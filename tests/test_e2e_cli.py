@@ -27,7 +27,11 @@ def env(tmp_path):
 
 def cli(env, *args, check=True, timeout=120):
     proc = subprocess.run(
-        [sys.executable, "-m", "agenthost.host.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "agenthost.host.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"agenthost {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")

@@ -18,9 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agenthost.host import limits, text_deltas
-from agenthost.host.run_writer import RunWriter
+from agenthost.host import limits
+from agenthost.host.runs.writer import RunWriter
 from agenthost.host.store import runs as runs_store
+from agenthost.host.store import text_deltas
 from agenthost.host.store.db import Database
 from agenthost.host.store.runs import DELTA_RUN, RunStore, row_events
 from agenthost.protos import common_pb2 as pb

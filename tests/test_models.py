@@ -124,7 +124,7 @@ async def test_models_of_every_binding_with_errors_per_binding(tmp_path: Path) -
 
 async def test_scoped_credential_cannot_list_models(tmp_path: Path) -> None:
     """The call hands the bindings' keys to runners: a send-scoped credential is refused."""
-    from agenthost.host.client import HostClient
+    from agenthost.host.api.client import HostClient
 
     async with HostHarness(tmp_path, runners=[LocalAgentRunner], config={"model": "demo/offline"}) as h:
         created = await h.client.call(

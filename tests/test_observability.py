@@ -19,10 +19,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agenthost.host import logs
-from agenthost.host.logs import RefusalLimiter, RotatingFile
-from agenthost.host.metrics import Metrics
-from agenthost.host.tracing import Tracing
+from agenthost.host.ops import logs
+from agenthost.host.ops.logs import RefusalLimiter, RotatingFile
+from agenthost.host.ops.metrics import Metrics
+from agenthost.host.ops.tracing import Tracing
 from agenthost.plugins.manifest import RunnerManifest
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
@@ -214,7 +214,7 @@ async def test_plugin_lifecycle_logged_and_crash_counted(tmp_path: Path) -> None
 
 def test_breaker_and_restart_lines() -> None:
     """The breaker's line is an error carrying the count and reason; restarts are counted per plugin."""
-    from agenthost.host.observability import Observer
+    from agenthost.host.ops.observability import Observer
 
     obs = Observer(metrics=Metrics())
     records: list[logging.LogRecord] = []
@@ -304,7 +304,7 @@ def test_logs_command_prints_the_tail_without_grpc(tmp_path: Path) -> None:
     )
     assert bad.returncode == 1 and "not a plugin id" in bad.stderr
     code = (
-        "import sys\nfrom agenthost.host import cli\n"
+        "import sys\nfrom agenthost.host.cli import main as cli\n"
         f"cli.main(['--data-dir', {str(tmp_path)!r}, 'logs', '-n', '1'])\n"
         "sys.stderr.write(str(sorted(m for m in sys.modules if m.split('.')[0] in ('grpc', 'google'))))"
     )

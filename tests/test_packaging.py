@@ -25,7 +25,7 @@ def test_a_project_with_its_own_plugins_protos_runners_imports_them_beside_agent
         (tmp_path / name / "__init__.py").write_text(f"MARK = 'project {name}'\n")
     code = (
         "import json, host, plugins, protos, runners\n"
-        "import agenthost.host.cli, agenthost.host.client, agenthost.protos.host_pb2\n"
+        "import agenthost.host.cli.main, agenthost.host.api.client, agenthost.protos.host_pb2\n"
         "from agenthost.runners.sdk import Runner\n"
         "from agenthost.plugins.manifest import RunnerManifest\n"
         "print(json.dumps({m.__name__: m.MARK for m in (host, plugins, protos, runners)}))"
@@ -43,7 +43,7 @@ def test_version_lives_in_pyproject_only() -> None:
 
     assert version("agenthost") == PYPROJECT["project"]["version"]
     literal = re.compile(r"""version\s*=\s*["']\d+\.\d+""")
-    for path in [ROOT / "host" / "cli.py", ROOT / "host" / "demo.py"]:
+    for path in [ROOT / "host" / "cli" / "main.py", ROOT / "host" / "cli" / "demo.py"]:
         assert not literal.search(path.read_text()), path
 
 
@@ -102,7 +102,7 @@ def test_the_wheel_carries_the_example_plugin_typing_markers_and_license(tmp_pat
 
 @pytest.mark.slow
 async def test_a_plugin_shipping_its_own_protos_module_installs_and_runs(tmp_path: Path) -> None:
-    from agenthost.host.client import HostClient
+    from agenthost.host.api.client import HostClient
     from agenthost.host.server import Host
     from agenthost.protos import host_pb2 as hpb
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agenthost.host.client import HostClient
+from agenthost.host.api.client import HostClient
 from agenthost.host.server import Host
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb

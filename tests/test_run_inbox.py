@@ -1,4 +1,4 @@
-"""A subscriber's inbox (host/run_inbox.py) merges what piled up into few replies: events as objects and text deltas
+"""A subscriber's inbox (host/runs/inbox.py) merges what piled up into few replies: events as objects and text deltas
 numbered as bytes, in any order. Whatever the mix, the client gets every event once, in order, each reply within
 the caps, and the bytes a gRPC stream sends parse to the same replies the in-process consumers get."""
 
@@ -9,8 +9,8 @@ import asyncio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agenthost.host import text_deltas
-from agenthost.host.run_inbox import Inbox, Published
+from agenthost.host.runs.inbox import Inbox, Published
+from agenthost.host.store import text_deltas
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos.wire import MAX_BATCH, batch_entry

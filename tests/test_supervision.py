@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from robustness.pids import outer_pid
 
-from agenthost.host.client import HostClient
+from agenthost.host.api.client import HostClient
+from agenthost.host.processes.supervisor import SupervisorPolicy, describe_exit
 from agenthost.host.server import Host
-from agenthost.host.supervisor import SupervisorPolicy, describe_exit
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 

@@ -1,6 +1,6 @@
-"""The host's fast path for batches of plain text deltas (host/text_deltas.py) against the general path it stands in
-for: for any runner message, it either declines or gives exactly the events, seq numbers, created_at and texts the
-general path would; it takes every batch the runner SDK makes of yielded `str` deltas (else streaming silently
+"""The host's fast path for batches of plain text deltas (host/store/text_deltas.py) against the general path it
+stands in for: for any runner message, it either declines or gives exactly the events, seq numbers, created_at and
+texts the general path would; it takes every batch the runner SDK makes of yielded `str` deltas (else streaming silently
 loses its speed); and it declines anything a hostile runner could hide behind a text delta."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agenthost.host import text_deltas
+from agenthost.host.store import text_deltas
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos.wire import MAX_BATCH, SHORT_TEXT_BYTES, batch_entry
 from agenthost.runners.sdk import events

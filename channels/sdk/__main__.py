@@ -74,7 +74,7 @@ async def _serve(config: dict[str, Any], adapter_cls: Any) -> int:
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
     from agenthost.channels.sdk.adapter import ChannelContext
-    from agenthost.host.client import HostClient
+    from agenthost.host.api.client import HostClient
     from agenthost.protos import wire
     from agenthost.protos.wire import HANDSHAKE_PREFIX, PROTOCOL_VERSION
 

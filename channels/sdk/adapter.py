@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agenthost.channels.sdk.state import AdapterState
-from agenthost.host.client import HostClient
+from agenthost.host.api.client import HostClient
 from agenthost.plugins.manifest import ChannelManifest
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb

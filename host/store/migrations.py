@@ -281,7 +281,7 @@ CREATE TRIGGER kb_embeddings_bot_delete AFTER DELETE ON bots BEGIN
 END;
 """
 
-# Message attachments (host/attachments.py): the refs of the artifacts a message event carries, a JSON list of
+# Message attachments (host/runs/attachments.py): the refs of the artifacts a message event carries, a JSON list of
 # ArtifactRef fields (the transcript has had the same column, unused, since v1).
 _V6 = """
 ALTER TABLE events ADD COLUMN attachments_json TEXT NOT NULL DEFAULT '[]';
@@ -295,7 +295,7 @@ CREATE INDEX runs_parent ON runs(parent_run_id, created_at) WHERE parent_run_id 
 """
 
 # Each transcript item carries the seq of the event whose turn it belongs to (its run's event), so a run reads its
-# conversation as of its own event (host/run_api.py): a message queued behind it is recorded when it arrives, but
+# conversation as of its own event (host/api/run_api.py): a message queued behind it is recorded when it arrives, but
 # is the run's future. Items of unknown events get 0 (visible to every run). The index serves counting what lies
 # past a run's event, and every page: SQLite ends an index with the rowid, so it is (bot, conversation, event_seq,
 # seq), the transcript's turn order (Conversations.page_history).
@@ -307,7 +307,7 @@ CREATE INDEX transcript_turn ON transcript(bot_id, conversation_id, event_seq);
 
 # Who sent what: the admin-API credential name ("admin", "channel.tg", a send credential's name) that sent the
 # message a run answers, and that sent each message event. A channel adapter's credential sees only its own runs
-# and writes only into conversations it started (host/admin.py). Rows of older hosts have '' (sender unknown):
+# and writes only into conversations it started (host/api/admin.py). Rows of older hosts have '' (sender unknown):
 # no channel's. The index serves a channel listing its runs (bot, origin, newest first).
 _V9 = """
 ALTER TABLE runs ADD COLUMN origin TEXT NOT NULL DEFAULT '';

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from agenthost.host import limits
 from agenthost.host.store.db import Database
-from agenthost.host.text_deltas import TextDeltas
+from agenthost.host.store.text_deltas import TextDeltas
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos.wire import batch_entry

@@ -52,7 +52,7 @@ from agenthost.runners.sdk.runner import RunContext, Runner
 log = logging.getLogger("agenthost.runner")
 
 _END = object()
-# Below the host's own deadline for the call (agenthost.host.models), so the runner's answer says what happened.
+# Below the host's own deadline for the call (agenthost.host.api.models), so the runner's answer says what happened.
 LIST_MODELS_TIMEOUT = 20.0
 
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from agenthost.host.client import HostClient, SendResult
+from agenthost.host.api.client import HostClient, SendResult
+from agenthost.host.processes.supervisor import SupervisorPolicy
 from agenthost.host.server import Host
 from agenthost.host.store.registry import PluginRecord
-from agenthost.host.supervisor import SupervisorPolicy
 from agenthost.protos import host_pb2 as hpb
 from agenthost.runners.sdk.runner import Runner
 from agenthost.runners.sdk.server import serve

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from agenthost.host.channels import PROCESS_PREFIX
-from agenthost.host.supervisor import SupervisorPolicy
+from agenthost.host.processes.channels import PROCESS_PREFIX
+from agenthost.host.processes.supervisor import SupervisorPolicy
 from agenthost.protos import host_pb2 as hpb
 from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
 from agenthost.runners.sdk.testing import HostHarness

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import Scripted
 
-from agenthost.host.channels import PROCESS_PREFIX
+from agenthost.host.processes.channels import PROCESS_PREFIX
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 from agenthost.runners.sdk.testing import HostHarness

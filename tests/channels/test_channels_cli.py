@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from conftest import World
 
-from agenthost.host.channels import PROCESS_PREFIX
+from agenthost.host.processes.channels import PROCESS_PREFIX
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agenthost.host.client import HostClient
+from agenthost.host.api.client import HostClient
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
 from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events

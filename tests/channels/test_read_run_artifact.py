@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import Scripted
 
-from agenthost.host.client import HostClient
+from agenthost.host.api.client import HostClient
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from agenthost.host import logs
-from agenthost.host.gateway import console_auth
+from agenthost.host.api.gateway import console_auth
+from agenthost.host.ops import logs
 from agenthost.protos import host_pb2 as hpb
 from agenthost.runners.sdk.testing import TEST_PLUGIN
 

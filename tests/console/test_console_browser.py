@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agenthost.host import logs
+from agenthost.host.ops import logs
 from agenthost.runners.sdk.testing import TEST_PLUGIN
 
 from .conftest import Console

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import agenthost.host.gateway as gateway
+import agenthost.host.api.gateway as gateway
 
 NODE = shutil.which("node")
 DOM = Path(gateway.__file__).parent / "console_static" / "dom.js"

@@ -16,8 +16,8 @@ import pytest
 from openai import AsyncOpenAI
 
 from agenthost.host import limits
-from agenthost.host.gateway import app as gateway_app
-from agenthost.host.gateway import parse_address
+from agenthost.host.api.gateway import app as gateway_app
+from agenthost.host.api.gateway import parse_address
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 
@@ -425,7 +425,7 @@ async def test_a_reader_that_stops_reading_does_not_hold_the_run(world: World, m
 
 
 def test_the_gateway_is_not_imported_unless_enabled() -> None:
-    code = "import sys, agenthost.host.server, agenthost.host.cli; sys.exit('aiohttp' in sys.modules)"
+    code = "import sys, agenthost.host.server, agenthost.host.cli.main; sys.exit('aiohttp' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
 
 
@@ -439,7 +439,7 @@ def test_addresses_default_to_loopback() -> None:
 
 
 def test_serve_flag() -> None:
-    from agenthost.host.cli import build_parser
+    from agenthost.host.cli.main import build_parser
 
     assert build_parser().parse_args(["serve", "--gateway", "127.0.0.1:8080"]).gateway == "127.0.0.1:8080"
     assert build_parser().parse_args(["serve"]).gateway is None

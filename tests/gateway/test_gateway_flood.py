@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from agenthost.host import limits
-from agenthost.host.gateway import parse_address
+from agenthost.host.api.gateway import parse_address
 from tests.cli_process import acli
 
 from .helpers import World, until

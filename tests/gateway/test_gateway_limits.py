@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from agenthost.host import limits
-from agenthost.host.gateway import parse_address
+from agenthost.host.api.gateway import parse_address
 from agenthost.protos import host_pb2 as hpb
 
 from .helpers import World, until

@@ -1,4 +1,4 @@
-"""A credential's walls hold through the HTTP gateway as on the gRPC admin surface (both ask agenthost.host.access):
+"""A credential's walls hold through the HTTP gateway as on the gRPC admin surface (both ask agenthost.host.api.access):
 a channel adapter's or an application's key writes only into the conversations it started and continues, reads and
 answers only its own runs, unless the operator granted it all of its bots' conversations; and the end users a key
 names (`user`) are its own, in memory as in conversations. Driven with the official `openai` client and gRPC."""
@@ -13,10 +13,10 @@ import openai
 import pytest
 from openai import AsyncOpenAI
 
-from agenthost.host.client import HostClient
-from agenthost.host.credentials import CHANNEL_PREFIX, Credentials
-from agenthost.host.gateway.openai_api import response_id
-from agenthost.host.private_files import write_json
+from agenthost.host.access.credentials import CHANNEL_PREFIX, Credentials
+from agenthost.host.access.private_files import write_json
+from agenthost.host.api.client import HostClient
+from agenthost.host.api.gateway.openai_api import response_id
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb

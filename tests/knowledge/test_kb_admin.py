@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from agenthost.host import cli
 from agenthost.host import knowledge as kb_module
-from agenthost.host.client import HostClient
+from agenthost.host.api.client import HostClient
+from agenthost.host.cli import main as cli
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 from agenthost.runners.sdk.testing import HostHarness

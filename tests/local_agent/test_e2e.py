@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from agenthost.host.supervisor import SupervisorPolicy
+from agenthost.host.processes.supervisor import SupervisorPolicy
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
 from agenthost.runners.local_agent.providers.demo import DEMO_LABEL

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from agenthost.host import limits
-from agenthost.host.client import HostClient
+from agenthost.host.api.client import HostClient
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb

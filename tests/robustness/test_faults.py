@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from agenthost.host.client import HostClient
+from agenthost.host.api.client import HostClient
+from agenthost.host.processes.supervisor import SupervisorPolicy
 from agenthost.host.server import Host
 from agenthost.host.store.runs import row_events
-from agenthost.host.supervisor import SupervisorPolicy
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
 

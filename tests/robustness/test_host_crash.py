@@ -188,7 +188,16 @@ def test_kill9_host_mid_run_and_restart(env):
         #    run. (Without a sandbox, the startup sweep is what kills such a runner.)
         senders.append(
             subprocess.Popen(
-                [sys.executable, "-m", "agenthost.host.cli", "send", "b", "stall_ignore_term", "--conversation", "b"],
+                [
+                    sys.executable,
+                    "-m",
+                    "agenthost.host.cli",
+                    "send",
+                    "b",
+                    "stall_ignore_term",
+                    "--conversation",
+                    "b",
+                ],
                 env=env,
                 cwd=ROOT,
                 stdout=subprocess.DEVNULL,

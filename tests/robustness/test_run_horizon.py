@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agenthost.host.client import HostClient
+from agenthost.host.api.client import HostClient
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agenthost.host.cli import _binding_line, _config_schemas
+from agenthost.host.cli.main import _binding_line, _config_schemas
 from agenthost.plugins import binding_paths, sandbox
 from agenthost.protos import errors
 from agenthost.runners.local_agent.testing import FakeProviderServer, openai_text, openai_tool_calls

@@ -22,8 +22,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agenthost.host.client import HostClient
-from agenthost.host.private_files import private_dir
+from agenthost.host.access.private_files import private_dir
+from agenthost.host.api.client import HostClient
 from agenthost.host.server import Host
 from agenthost.plugins import sandbox
 from agenthost.protos import errors, host_pb2_grpc

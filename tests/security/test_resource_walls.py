@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from agenthost.host import limits
-from agenthost.host.client import HostClient
-from agenthost.host.resource_walls import ResourceWalls
+from agenthost.host.api.client import HostClient
+from agenthost.host.processes.resource_walls import ResourceWalls
+from agenthost.host.processes.supervisor import SupervisorPolicy
 from agenthost.host.server import Host
-from agenthost.host.supervisor import SupervisorPolicy
 from agenthost.protos import host_pb2 as hpb
 from agenthost.runners.local_agent.testing import FakeProviderServer, openai_text, openai_tool_calls
 
@@ -295,7 +295,7 @@ async def test_without_cgroups_the_host_runs_plugins_with_rlimits_and_says_so(ho
 def test_cgroup_v2_layout_on_a_stand_in_hierarchy(tmp_path, monkeypatch):
     """The v2 steps (this machine mounts v1 controllers) against a directory standing in for a delegated cgroup:
     the host moves itself into a leaf, enables the controllers, and each plugin group gets its caps."""
-    from agenthost.host import resource_walls as rw
+    from agenthost.host.processes import resource_walls as rw
 
     monkeypatch.delenv("AGENTHOST_NO_CGROUPS", raising=False)
     mount = tmp_path / "cgroup"
@@ -349,7 +349,7 @@ def test_cgroup_v2_layout_on_a_stand_in_hierarchy(tmp_path, monkeypatch):
 
 
 def test_an_undelegated_v2_cgroup_turns_the_walls_off_with_the_reason(tmp_path, monkeypatch):
-    from agenthost.host import resource_walls as rw
+    from agenthost.host.processes import resource_walls as rw
 
     monkeypatch.delenv("AGENTHOST_NO_CGROUPS", raising=False)
     scope = tmp_path / "cgroup" / "session.scope"

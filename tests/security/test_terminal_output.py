@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agenthost.host.console import Printer
+from agenthost.host.cli.render import Printer
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
 from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
@@ -27,7 +27,7 @@ def _inert(out: str) -> None:
 
 
 def test_terminal_safe_keeps_text_tabs_and_newlines() -> None:
-    from agenthost.host.console import terminal_safe
+    from agenthost.host.cli.render import terminal_safe
 
     assert terminal_safe("line one\n\tline two ✓") == "line one\n\tline two ✓"
     assert terminal_safe("a\r\nb\x1b[0m") == "a\nb\ufffd[0m"
@@ -101,7 +101,7 @@ def test_logs_prints_a_plugins_stderr_inert(tmp_path: Path) -> None:
     """`agenthost logs --plugin P` shows what the plugin wrote to stderr; it reads the file, no host needed."""
     import subprocess
 
-    from agenthost.host import logs
+    from agenthost.host.ops import logs
 
     data = tmp_path / "data"
     path = logs.plugin_log_path(data, "evil-plugin")

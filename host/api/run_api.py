@@ -1,0 +1,554 @@
+"""The AgentRunAPIProxy servicer: every runner's only door to host data, one run at a time.
+
+Each method authorizes through `RunRegistry.authorize`, validates its arguments against the caps below, does
+its bounded read or awaited write, and is audited (allowed or refused). A refused call raises before it changes
+anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import message as pb_message
+
+from agenthost.host import limits
+from agenthost.host.access.grants import ActiveRun, RunRegistry, hash_secret
+from agenthost.host.knowledge import KnowledgeBase
+from agenthost.host.ops.observability import Observer
+from agenthost.host.runs.approvals import Approvals
+from agenthost.host.runs.child_runs import ChildRuns
+from agenthost.host.store.artifacts import ArtifactStore
+from agenthost.host.store.conversations import MAX_PAGE, MAX_TOP_K, Conversations
+from agenthost.host.store.runs import AuditLog, RunStore
+from agenthost.host.store.state import MAX_LIST, StateStore, check_key
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import errors
+from agenthost.protos import run_api_pb2 as api
+from agenthost.protos import run_api_pb2_grpc as api_grpc
+from agenthost.protos.handlers import method_handlers
+
+log = logging.getLogger(__name__)
+_current_run: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar("agenthost_run", default=None)
+# Whether the call being served presented its run's tool token (RunRegistry.authorize); set with _current_run.
+_by_tool_token: contextvars.ContextVar[bool] = contextvars.ContextVar("agenthost_by_tool_token", default=False)
+R = TypeVar("R")
+
+MAX_READ_RANGE = 1024 * 1024
+DEFAULT_READ_RANGE = 64 * 1024
+STREAM_CHUNK = 256 * 1024
+MAX_QUERY_CHARS = 1000
+MAX_FILTERS = 16
+
+
+def _limit(value: int, default: int, cap: int, what: str) -> int:
+    if value == 0:
+        return default
+    if value < 0 or value > cap:
+        raise errors.OutOfRange(f"{what} must be between 1 and {cap}, got {value}")
+    return value
+
+
+def _check_offset(ref: pb.ArtifactRef, offset: int) -> None:
+    if offset < 0 or offset > ref.size_bytes:
+        raise errors.OutOfRange(f"offset must be between 0 and {ref.size_bytes}")
+
+
+def _token_key(metadata: tuple[Any, ...]) -> str:
+    """What an upload slot is counted against: the presented bearer token (a run's token, or its tool token)."""
+    for key, value in metadata:
+        if key == "authorization" and isinstance(value, str):
+            return hash_secret(value)
+    return ""
+
+
+def _forward(direction: int) -> bool:
+    if direction in (pb.DIRECTION_UNSPECIFIED, pb.BACKWARD):
+        return False
+    if direction == pb.FORWARD:
+        return True
+    raise errors.InvalidArgument(f"unknown direction {direction}")
+
+
+class Malformed:
+    """What a request that does not parse as its message type deserializes to. gRPC itself would answer such
+    bytes with UNKNOWN before any handler (or the audit log) saw them; the handlers refuse this with
+    INVALID_ARGUMENT instead."""
+
+    run_id = ""
+
+    def __init__(self, type_name: str, error: Exception) -> None:
+        self.message = f"request is not a valid {type_name}: {error}"
+
+
+def _tolerant(message_class: Any) -> Callable[[bytes], Any]:
+    type_name = message_class.DESCRIPTOR.full_name
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return message_class.FromString(data)
+        except pb_message.DecodeError as exc:
+            return Malformed(type_name, exc)
+
+    return deserialize
+
+
+def add_servicer(servicer: RunAPIServicer, server: grpc.aio.Server) -> None:
+    """Like the generated add_AgentRunAPIProxyServicer_to_server, but with deserializers that never raise, so a
+    malformed request reaches the handler, is refused with INVALID_ARGUMENT and is audited; and behind a gate
+    that refuses calls without a valid run token before their request is read (see `_Gate`)."""
+    service = api.DESCRIPTOR.services_by_name["AgentRunAPIProxy"]
+    handlers = {
+        f"/{service.full_name}/{name}": handler
+        for name, handler in method_handlers(service, servicer, deserializer=_tolerant).items()
+    }
+    server.add_generic_rpc_handlers((_Gate(servicer, handlers),))
+
+
+class _Gate(grpc.GenericRpcHandler):
+    """Refuses a call whose metadata carries no valid run token as soon as it arrives, before its request message
+    is read. gRPC would otherwise hold the call (and one of the server's maximum_concurrent_rpcs slots) until the
+    client sent its message, which an idle client never does: a few thousand such calls from any local process
+    would lock every runner out. The refusal is handed back as a client-streaming handler because that is the
+    shape gRPC starts without waiting for a message; the client sees UNAUTHENTICATED either way. Everything past
+    the token (run id, plugin secret, grant) is checked by the method itself once the request is in."""
+
+    def __init__(self, servicer: RunAPIServicer, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self._servicer = servicer
+        self._handlers = handlers
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        handler = self._handlers.get(handler_call_details.method)
+        if handler is None:
+            return None
+        name = handler_call_details.method.rsplit("/", 1)[-1]
+        try:
+            self._servicer.registry.token_run(handler_call_details.invocation_metadata or ())
+        except errors.Unauthenticated as exc:
+            return grpc.stream_unary_rpc_method_handler(functools.partial(self._servicer.refuse_early, name, exc))
+        return handler
+
+
+async def _drain(request_iterator: AsyncIterator[Any], seconds: float = 5.0) -> None:
+    """Reads and discards what a client is still uploading before the call is refused. Ending a client-streaming
+    call while the client still writes makes gRPC hand it a bare INTERNAL ("Internal error from Core") instead of
+    our status; the client has already committed those bytes to the wire, so reading them costs little."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(seconds):
+            async for _ in request_iterator:
+                pass
+
+
+def _run_scoped(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
+    """A unary method of the run API: authorizes the call for the method's own name, hands the handler its
+    ActiveRun, maps domain errors to statuses, and audits the outcome either way. An unexpected exception is a
+    host bug: it is logged with the run id, audited and answered with INTERNAL instead of gRPC's opaque UNKNOWN."""
+    method = fn.__name__
+
+    @functools.wraps(fn)
+    async def wrapper(self: RunAPIServicer, request: Any, context: grpc.aio.ServicerContext) -> R:
+        run_id = getattr(request, "run_id", "")
+        try:
+            if isinstance(request, Malformed):
+                raise errors.InvalidArgument(request.message)
+            run = self._authorize(context, run_id, method)
+            result = await fn(self, run, request)
+        except Exception as exc:
+            await self._refuse(context, run_id, method, exc)
+            raise  # unreachable: abort raises
+        self.audit.record(run_id, run.plugin_id, method, "OK")
+        self.observer.api_call(method, "OK")
+        return result
+
+    return wrapper
+
+
+async def _first_header(messages: AsyncIterator[Any], method: str) -> Any:
+    """The first message of a client stream that opens with a `header` part (ArtifactCreate, ChildRun), read under
+    UPLOAD_HEADER_SECONDS: a stream that never sends it must not hold a server slot."""
+    try:
+        async with asyncio.timeout(limits.UPLOAD_HEADER_SECONDS):
+            first = await anext(messages, None)
+    except TimeoutError:
+        raise errors.DeadlineExceeded(
+            f"the {method} header did not arrive within UPLOAD_HEADER_SECONDS = {limits.UPLOAD_HEADER_SECONDS}s"
+        ) from None
+    if isinstance(first, Malformed):
+        raise errors.InvalidArgument(first.message)
+    if first is None or first.WhichOneof("part") != "header":
+        raise errors.InvalidArgument(f"the first {method} message must be the header")
+    return first
+
+
+class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
+    def __init__(
+        self,
+        registry: RunRegistry,
+        runs: RunStore,
+        conversations: Conversations,
+        artifacts: ArtifactStore,
+        state: StateStore,
+        audit: AuditLog,
+        observer: Observer | None = None,
+        knowledge: KnowledgeBase | None = None,
+        approvals: Approvals | None = None,
+        children: ChildRuns | None = None,
+    ) -> None:
+        self.registry = registry
+        self.approvals = approvals
+        self.children = children
+        self.knowledge = knowledge
+        self.observer = observer or Observer()
+        self.runs = runs
+        self.conversations = conversations
+        self.artifacts = artifacts
+        self.state = state
+        self.audit = audit
+        # Uploads in flight, host-wide and by presented token (limits.MAX_CONCURRENT_UPLOADS, MAX_UPLOADS_PER_RUN).
+        self._uploads = 0
+        self._uploads_by_token: dict[str, int] = {}
+
+    async def refuse_early(
+        self, method: str, error: errors.AgentHostError, request_iterator: Any, context: grpc.aio.ServicerContext
+    ) -> None:
+        """The behaviour `_Gate` hands a call it refuses on its metadata alone: audited, ended, nothing read."""
+        self.audit.record("", "", method, error.code.name, error.message)
+        self.observer.api_call(method, error.code.name)
+        await errors.abort_with(context, error)
+
+    async def _refuse(self, context: grpc.aio.ServicerContext, run_id: str, method: str, exc: Exception) -> None:
+        """Ends a failed call, audited either way: a domain error with its own status; anything else is a host bug,
+        logged with the run id and answered INTERNAL rather than gRPC's opaque UNKNOWN. Raises (abort does)."""
+        if isinstance(exc, errors.AgentHostError):
+            self.audit.record(run_id, self._caller(context), method, exc.code.name, exc.message)
+            self.observer.api_call(method, exc.code.name)
+            await errors.abort_with(context, exc)
+        log.error("run API %s failed for run %s", method, run_id[:128], exc_info=exc)
+        self.audit.record(run_id, self._caller(context), method, "INTERNAL", f"{type(exc).__name__}: {exc}")
+        self.observer.api_call(method, "INTERNAL")
+        await errors.abort_with(context, errors.Internal(f"the host failed to serve {method}; see its log"))
+
+    def _caller(self, context: grpc.aio.ServicerContext) -> str:
+        active = _current_run.get()
+        return active.plugin_id if active else ""
+
+    def _authorize(self, context: grpc.aio.ServicerContext, run_id: str, method: str) -> ActiveRun:
+        run, by_tool_token = self.registry.authorize(
+            context.invocation_metadata() or (), run_id, method, lambda rid: self.runs.get(rid) is not None
+        )
+        _current_run.set(run)  # each RPC runs in its own task, so this is per call; read for the audit row
+        _by_tool_token.set(by_tool_token)
+        return run
+
+    # ---- history and events ----
+
+    @_run_scoped
+    async def HistoryPage(self, run: ActiveRun, request: api.HistoryPageRequest) -> api.HistoryPageResponse:
+        conversation = run.conversation(request.conversation_id)
+        limit = _limit(request.limit, 50, MAX_PAGE, "limit")
+        page = self.conversations.page_history(
+            run.bot_id,
+            conversation,
+            cursor=request.cursor,
+            forward=_forward(request.direction),
+            limit=limit,
+            through_event=run.horizon(conversation),
+        )
+        return api.HistoryPageResponse(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
+
+    @_run_scoped
+    async def HistorySearch(self, run: ActiveRun, request: api.HistorySearchRequest) -> api.HistorySearchResponse:
+        conversation = run.conversation(request.conversation_id)
+        top_k = _limit(request.top_k, 10, MAX_TOP_K, "top_k")
+        if len(request.query) > MAX_QUERY_CHARS:
+            raise errors.InvalidArgument(f"query is longer than {MAX_QUERY_CHARS} characters")
+        if len(request.roles) > MAX_FILTERS or len(request.item_types) > MAX_FILTERS:
+            raise errors.InvalidArgument(f"at most {MAX_FILTERS} role and item type filters")
+        items = self.conversations.search(
+            run.bot_id,
+            conversation,
+            request.query,
+            roles=list(request.roles),
+            item_types=list(request.item_types),
+            top_k=top_k,
+            through_event=run.horizon(conversation),
+        )
+        return api.HistorySearchResponse(items=items)
+
+    @_run_scoped
+    async def EventGet(self, run: ActiveRun, request: api.EventGetRequest) -> pb.EventRecord:
+        if not request.event_id or len(request.event_id) > 128:
+            raise errors.InvalidArgument("event_id must be 1-128 characters")
+        event = self.conversations.get_event(request.event_id)
+        if event is None:
+            raise errors.NotFound(f"no event {request.event_id!r}")
+        if not run.may_read(event.bot_id, event.conversation_id):
+            raise errors.PermissionDenied("that event belongs to a conversation this run may not read")
+        horizon = run.horizon(event.conversation_id)
+        if horizon is not None and event.seq > horizon:
+            raise errors.NotFound(f"no event {request.event_id!r}")  # queued behind this run: its future
+        return event
+
+    @_run_scoped
+    async def EventPage(self, run: ActiveRun, request: api.EventPageRequest) -> api.EventPageResponse:
+        conversation = run.conversation(request.conversation_id)
+        limit = _limit(request.limit, 50, MAX_PAGE, "limit")
+        if len(request.event_types) > MAX_FILTERS:
+            raise errors.InvalidArgument(f"at most {MAX_FILTERS} event type filters")
+        page = self.conversations.page_events(
+            run.bot_id,
+            conversation,
+            cursor=request.cursor,
+            forward=_forward(request.direction),
+            limit=limit,
+            event_types=list(request.event_types),
+            through_event=run.horizon(conversation),
+        )
+        return api.EventPageResponse(events=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
+
+    # ---- artifacts ----
+
+    def _artifact(self, run: ActiveRun, artifact_id: str) -> pb.ArtifactRef:
+        if not artifact_id or len(artifact_id) > 128:
+            raise errors.InvalidArgument("artifact_id must be 1-128 characters")
+        found = self.artifacts.get(artifact_id)
+        if found is None:
+            raise errors.NotFound(f"no artifact {artifact_id!r}")
+        ref, bot_id = found
+        if not run.may_read(bot_id, ref.conversation_id):
+            raise errors.PermissionDenied("that artifact belongs to a conversation this run may not read")
+        return ref
+
+    @_run_scoped
+    async def ArtifactMetadata(self, run: ActiveRun, request: api.ArtifactMetadataRequest) -> pb.ArtifactRef:
+        return self._artifact(run, request.artifact_id)
+
+    @_run_scoped
+    async def ArtifactReadRange(self, run: ActiveRun, request: api.ArtifactReadRangeRequest) -> api.ArtifactChunk:
+        ref = self._artifact(run, request.artifact_id)
+        length = _limit(int(request.length), DEFAULT_READ_RANGE, MAX_READ_RANGE, "length")
+        _check_offset(ref, request.offset)
+        data = self.artifacts.read(ref.sha256, request.offset, length)
+        return api.ArtifactChunk(
+            data=data,
+            offset=request.offset,
+            eof=request.offset + len(data) >= ref.size_bytes,
+            size_bytes=ref.size_bytes,
+        )
+
+    async def ArtifactRead(
+        self, request: api.ArtifactReadRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[api.ArtifactChunk]:
+        try:
+            if isinstance(request, Malformed):
+                raise errors.InvalidArgument(request.message)
+            run = self._authorize(context, request.run_id, "ArtifactRead")
+            ref = self._artifact(run, request.artifact_id)
+            _check_offset(ref, request.offset)
+        except Exception as exc:
+            await self._refuse(context, request.run_id, "ArtifactRead", exc)
+            return
+        self.audit.record(request.run_id, run.plugin_id, "ArtifactRead", "OK")
+        self.observer.api_call("ArtifactRead", "OK")
+        offset = request.offset
+        while True:
+            data = self.artifacts.read(ref.sha256, offset, STREAM_CHUNK)
+            eof = offset + len(data) >= ref.size_bytes
+            yield api.ArtifactChunk(data=data, offset=offset, eof=eof, size_bytes=ref.size_bytes)
+            offset += len(data)
+            if eof or not data:
+                return
+
+    async def ArtifactCreate(
+        self, request_iterator: AsyncIterator[api.ArtifactUpload], context: grpc.aio.ServicerContext
+    ) -> pb.ArtifactRef:
+        metadata = tuple(context.invocation_metadata() or ())
+        slot = _token_key(metadata)
+        try:
+            # The gate let only a valid token through; still, an upload holds a temp file, a descriptor and a
+            # task, so how many may be open at once is capped before anything is read (and without waiting).
+            if self._uploads >= limits.MAX_CONCURRENT_UPLOADS:
+                raise errors.ResourceExhausted(
+                    f"the host has MAX_CONCURRENT_UPLOADS = {limits.MAX_CONCURRENT_UPLOADS} uploads in flight; retry"
+                )
+            if self._uploads_by_token.get(slot, 0) >= limits.MAX_UPLOADS_PER_RUN:
+                raise errors.ResourceExhausted(
+                    f"this run has MAX_UPLOADS_PER_RUN = {limits.MAX_UPLOADS_PER_RUN} uploads in flight"
+                )
+        except errors.AgentHostError as exc:
+            await self._refuse(context, "", "ArtifactCreate", exc)
+            raise
+        self._uploads += 1
+        self._uploads_by_token[slot] = self._uploads_by_token.get(slot, 0) + 1
+        try:
+            return await self._artifact_create(request_iterator, context)
+        finally:
+            self._uploads -= 1
+            left = self._uploads_by_token.pop(slot) - 1
+            if left:
+                self._uploads_by_token[slot] = left
+
+    async def _artifact_create(
+        self, request_iterator: AsyncIterator[api.ArtifactUpload], context: grpc.aio.ServicerContext
+    ) -> pb.ArtifactRef:
+        run_id = ""
+        messages = aiter(request_iterator)
+        try:
+            first = await _first_header(messages, "ArtifactCreate")
+            header = first.header
+            run_id = header.run_id
+            run = self._authorize(context, header.run_id, "ArtifactCreate")
+
+            async def chunks() -> AsyncIterator[bytes]:
+                while True:
+                    try:
+                        async with asyncio.timeout(limits.UPLOAD_IDLE_SECONDS):
+                            message = await anext(messages)
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError:
+                        raise errors.DeadlineExceeded(
+                            f"no upload data for UPLOAD_IDLE_SECONDS = {limits.UPLOAD_IDLE_SECONDS}s;"
+                            " nothing was stored"
+                        ) from None
+                    if isinstance(message, Malformed):
+                        raise errors.InvalidArgument(message.message)
+                    if message.WhichOneof("part") != "data":
+                        raise errors.InvalidArgument("only data messages may follow the header")
+                    yield message.data
+                # grpc.aio ends the request iterator the same way whether the client half-closed or gRPC failed
+                # the call underneath (a message over the size cap, a broken connection), so a cut upload would
+                # look complete. Sending the initial metadata fails on a dead call: the upload is discarded.
+                try:
+                    await context.send_initial_metadata(())
+                except asyncio.CancelledError:
+                    raise errors.Cancelled("the upload was cut before it ended; nothing was stored") from None
+
+            ref = await self.artifacts.create(
+                chunks(),
+                name=header.name,
+                mime_type=header.mime_type,
+                metadata_json=header.metadata_json or "{}",
+                bot_id=run.bot_id,
+                conversation_id=run.conversation_id,
+                run_id=run.run_id,
+                expected_size=header.expected_size,
+            )
+        except Exception as exc:
+            # A client still writing gets our status only if we read what it sent (see _drain); one that went
+            # quiet (a deadline) or whose call is gone has nothing to read.
+            if isinstance(exc, errors.AgentHostError) and not isinstance(
+                exc, (errors.Cancelled, errors.DeadlineExceeded)
+            ):
+                await _drain(request_iterator)
+            await self._refuse(context, run_id, "ArtifactCreate", exc)
+            raise
+        self.audit.record(run_id, run.plugin_id, "ArtifactCreate", "OK", ref.artifact_id)
+        self.observer.api_call("ArtifactCreate", "OK")
+        return ref
+
+    # ---- state ----
+
+    @_run_scoped
+    async def StateGet(self, run: ActiveRun, request: api.StateGetRequest) -> api.StateValue:
+        scope_key = run.scope_key(request.scope)
+        check_key(request.key)
+        stored = self.state.get(scope_key, request.key)
+        if stored is None:
+            return api.StateValue(found=False)
+        return api.StateValue(
+            found=True, value_json=stored.value_json, version=stored.version, updated_at=stored.updated_at
+        )
+
+    @_run_scoped
+    async def StateSet(self, run: ActiveRun, request: api.StateSetRequest) -> api.StateValue:
+        scope_key = run.scope_key(request.scope)
+        if_version = request.if_version if request.HasField("if_version") else None
+        stored = await self.state.set(scope_key, request.key, request.value_json, if_version)
+        return api.StateValue(
+            found=True, value_json=stored.value_json, version=stored.version, updated_at=stored.updated_at
+        )
+
+    @_run_scoped
+    async def StateDelete(self, run: ActiveRun, request: api.StateDeleteRequest) -> api.StateDeleteResponse:
+        return api.StateDeleteResponse(deleted=await self.state.delete(run.scope_key(request.scope), request.key))
+
+    @_run_scoped
+    async def StateList(self, run: ActiveRun, request: api.StateListRequest) -> api.StateListResponse:
+        scope_key = run.scope_key(request.scope)
+        limit = _limit(request.limit, MAX_LIST, MAX_LIST, "limit")
+        if len(request.prefix) > 256 or len(request.cursor) > 256:
+            raise errors.InvalidArgument("prefix and cursor are at most 256 characters")
+        keys, has_more = self.state.list(scope_key, request.prefix, request.cursor, limit)
+        return api.StateListResponse(keys=keys, next_cursor=keys[-1] if has_more else "", has_more=has_more)
+
+    # ---- knowledge base ----
+
+    @_run_scoped
+    async def KbSearch(self, run: ActiveRun, request: api.KbSearchRequest) -> api.KbSearchResponse:
+        if self.knowledge is None:
+            raise errors.Unavailable("this host serves no knowledge base")
+        # Always the run's own bot: the request cannot name another.
+        return await self.knowledge.search(run.bot_id, request.query, request.top_k)
+
+    # ---- approvals ----
+
+    @_run_scoped
+    async def RequestApproval(self, run: ActiveRun, request: api.ApprovalRequest) -> api.ApprovalDecision:
+        if self.approvals is None:
+            raise errors.Unavailable("this host serves no approvals")
+        # Always the caller's own run: authorize() refused any other run id before this line. With the tool token,
+        # the caller is whatever runs in the run's sandbox (a harness, or a command the model ran): the request is
+        # marked so, for the person who reads it.
+        return await self.approvals.request(run, request, from_sandbox=_by_tool_token.get())
+
+    # ---- child runs (subagents) ----
+
+    async def ChildRun(
+        self, request_iterator: AsyncIterator[api.ChildRunRequest], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[api.ChildRunReply]:
+        run_id = ""
+        messages = aiter(request_iterator)
+        try:
+            first = await _first_header(messages, "ChildRun")
+            run_id = first.header.run_id
+            run = self._authorize(context, run_id, "ChildRun")
+            if self.children is None:
+                raise errors.Unavailable("this host records no child runs")
+            child = await self.children.open(run, first.header)
+        except Exception as exc:
+            await self._refuse(context, run_id, "ChildRun", exc)
+            return
+        info = child.st.info
+        self.audit.record(run_id, run.plugin_id, "ChildRun", "OK", info.run_id)
+        self.observer.api_call("ChildRun", "OK")
+        error: errors.AgentHostError | None = None
+        try:
+            yield api.ChildRunReply(started=api.ChildRunStarted(child_run_id=info.run_id, deadline_at=info.deadline_at))
+            error = await self.children.stream(child, messages)
+        except (asyncio.CancelledError, GeneratorExit):
+            self.children.runner_cancelled(child)
+            raise
+        finally:
+            ending = self.children.end(child)
+        await asyncio.shield(ending)
+        if error is not None:  # the runner broke the protocol: refused like any bad request
+            await errors.abort_with(context, error)
+            return
+        # Every recorded end, the host's own (a cancel request, the parent's end, the deadline) included, is told
+        # in-band and the call ends OK: a status sent while the runner writes can reach it as INTERNAL (child_runs).
+        yield api.ChildRunReply(
+            finished=api.ChildRunFinished(
+                child_run_id=info.run_id,
+                status=info.status,
+                error_code=info.error_code,
+                error_message=info.error_message,
+                usage=info.usage,
+            )
+        )

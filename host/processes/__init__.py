@@ -1,0 +1,1 @@
+"""The processes the host runs: plugin supervision, their resource walls, channel adapters."""

@@ -1,0 +1,1 @@
+"""The run path: admission, routing, recording, streaming, child runs and approvals of one run."""

@@ -1,0 +1,70 @@
+"""A streaming run's way to the database: its numbered events and transcript items, appended per runner batch on
+the event loop, written by one queued job that takes everything appended until it runs.
+
+Why not one writer job per runner batch: every job costs the writer thread a SAVEPOINT, its statements and a
+RELEASE, and each of those gives the GIL away and has to win it back from a busy event loop, so under a fast
+stream the writer fell behind by whole seconds while mostly waiting. One job per run in the queue, however many
+batches arrived meanwhile, makes that a per-commit cost; consecutive text deltas then go out as one row (RunStore).
+
+Order and durability are those of the queue: a run's job sits in the FIFO ahead of anything queued after the
+batches it holds (its end, in particular), and it commits with the group like any other job."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Sequence
+
+from agenthost.host.store.conversations import Conversations, NewItem
+from agenthost.host.store.db import Database
+from agenthost.host.store.runs import EventPart, RunStore
+from agenthost.host.store.text_deltas import TextDeltas
+from agenthost.protos import common_pb2 as pb
+
+
+class RunWriter:
+    def __init__(self, db: Database, *, run_id: str, bot_id: str, conversation_id: str, event_id: str) -> None:
+        self._db = db
+        self._run = (run_id, bot_id, conversation_id, event_id)
+        # The loop appends and the writer thread takes: both under the lock, held for a few list operations.
+        self._lock = threading.Lock()
+        self._events: list[EventPart] = []
+        self._items: list[NewItem] = []
+        self._weight = 0
+        self._queued = False
+
+    def add(
+        self,
+        events: Sequence[pb.RunEvent] | TextDeltas,
+        items: list[NewItem],
+        weight: int,
+        deltas: pb.RunEventBatch | None = None,
+    ) -> None:
+        """Queues `events` (numbered, never mutated again, or numbered as bytes) and `items` for writing; never
+        waits. `weight` counts toward the writer queue's byte bound until written, so the producer's backpressure
+        sees it. `deltas`: the batch whose `events` these are, when all of them are text deltas (it is then
+        serialized whole)."""
+        with self._lock:
+            self._events.append(events if isinstance(events, TextDeltas) else (events, deltas))
+            if items:
+                self._items.extend(items)
+            self._weight += weight
+            queue = not self._queued
+            self._queued = True
+        self._db.charge(weight)
+        if queue:
+            self._db.enqueue(self._write)
+
+    def _write(self, conn: sqlite3.Connection) -> None:
+        with self._lock:
+            events, self._events = self._events, []
+            items, self._items = self._items, []
+            weight, self._weight = self._weight, 0
+            self._queued = False
+        self._db.charge(-weight)
+        run_id, bot_id, conversation_id, event_id = self._run
+        RunStore.insert_events(conn, run_id, events)
+        if items:
+            Conversations.insert_items(
+                conn, bot_id=bot_id, conversation_id=conversation_id, run_id=run_id, event_id=event_id, items=items
+            )
