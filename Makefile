@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: demo test bench bench-cli check-wheel
+.PHONY: demo test docs docs-serve bench bench-cli check-wheel
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,17 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	bash scripts/install_harness_clis.sh
 	$(PY) -m pytest -q
+
+$(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install --quiet -e '.[docs]'
+	touch $@
+
+# The documentation site, built with --strict (mkdocs.yml): a broken link, anchor or reference fails the build.
+docs: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_host.py

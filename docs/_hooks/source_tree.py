@@ -1,0 +1,19 @@
+"""MkDocs hook: the repository's top-level folders are the subpackages of the `agenthost` namespace only once
+installed (pyproject's package-dir), so mkdocstrings, which reads source files, is given a tree that spells that
+mapping out: build/docs-src/agenthost/<part> -> <repo>/<part>. Made when the hook is loaded, which is before any
+plugin reads its configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parents[2]
+_PARTS = ("channels", "host", "plugins", "protos", "runners")
+
+tree = _REPO / "build" / "docs-src" / "agenthost"
+tree.mkdir(parents=True, exist_ok=True)
+(tree / "__init__.py").touch()
+for part in _PARTS:
+    link = tree / part
+    if not link.is_symlink():
+        link.symlink_to(_REPO / part, target_is_directory=True)
