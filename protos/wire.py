@@ -123,7 +123,7 @@ APPROVAL_DEFAULT_SECONDS = 300.0
 APPROVAL_MAX_SECONDS = 3600.0
 
 # State scope names and their wire values; the one table the SDK, the host's grants and the CLI share.
-STATE_SCOPES: dict[str, int] = {
+STATE_SCOPES: dict[str, pb.StateScope] = {
     "run": pb.RUN,
     "conversation": pb.CONVERSATION,
     "actor": pb.ACTOR,

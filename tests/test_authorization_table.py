@@ -1,4 +1,5 @@
-"""The README's "Authorization" table, one test per row, through a real host with raw gRPC stubs (not the SDK).
+"""The "Authorization" table of the docs (docs/security.md), one test per row, through a real host with raw gRPC
+stubs (not the SDK).
 
 Each refusal is checked for its exact status, for an audit row naming the method and outcome, and where the call
 could have written something, for an unchanged database. The credentials used are the ones a hostile caller can

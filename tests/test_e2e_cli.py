@@ -1,4 +1,5 @@
-"""The README's user flow, as a user runs it: `agenthost serve` and the CLI as separate real processes."""
+"""The user flow of the docs' Getting started, as a user runs it: `agenthost serve` and the CLI as separate real
+processes."""
 
 from __future__ import annotations
 

@@ -43,7 +43,11 @@ def _describe(distribution: str) -> int:
         print(json.dumps({"error": str(exc)}))
         return EXIT_DISCOVERY
     dist = metadata.distribution(distribution)
-    print(json.dumps({"version": dist.version, "summary": dist.metadata.get("Summary") or "", "channels": channels}))
+    print(
+        json.dumps(
+            {"version": dist.version, "summary": (dist.metadata.get_all("Summary") or [""])[0], "channels": channels}
+        )
+    )
     return 0
 
 

@@ -60,7 +60,7 @@ def _describe(distribution: str) -> int:
         print(json.dumps({"error": str(exc)}))
         return EXIT_DISCOVERY
     dist = metadata.distribution(distribution)
-    described = {"version": dist.version, "summary": dist.metadata.get("Summary") or "", "runners": runners}
+    described = {"version": dist.version, "summary": (dist.metadata.get_all("Summary") or [""])[0], "runners": runners}
     print(json.dumps(described))
     return 0
 

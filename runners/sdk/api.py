@@ -29,7 +29,7 @@ UPLOAD_CHUNK = 256 * 1024
 DEFAULT_CALL_TIMEOUT = 30.0
 
 
-def _direction(direction: Direction) -> int:
+def _direction(direction: Direction) -> pb.Direction:
     if direction == "backward":
         return pb.BACKWARD
     if direction == "forward":

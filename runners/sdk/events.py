@@ -15,7 +15,7 @@ from agenthost.protos.wire import STATE_SCOPES
 
 RunEvent = pb.RunEvent
 
-_SCOPE_NAMES = {v: k for k, v in STATE_SCOPES.items()}
+_SCOPE_NAMES: dict[int, str] = {v: k for k, v in STATE_SCOPES.items()}
 
 
 def text(delta: str) -> pb.RunEvent:
@@ -107,7 +107,7 @@ def is_terminal(event: pb.RunEvent) -> bool:
     return event.WhichOneof("kind") in TERMINAL_KINDS
 
 
-def scope_value(scope: str) -> int:
+def scope_value(scope: str) -> pb.StateScope:
     """Maps a scope name ("conversation", ...) to its wire enum; raises ValueError for unknown names."""
     try:
         return STATE_SCOPES[scope]

@@ -389,7 +389,11 @@ async def _drive(runner: Runner, run: RunContext, channel: _EventChannel) -> Non
                     terminal = True
                     break
         finally:
-            await agen.aclose()
+            # `run` is declared to return an AsyncIterator: an async generator (the usual case) is closed here, so
+            # its own `finally` runs now, not whenever the garbage collector gets to it.
+            aclose = getattr(agen, "aclose", None)
+            if aclose is not None:
+                await aclose()
         if not terminal:
             await channel.put(_encoded(events.completed()))
     except asyncio.CancelledError:

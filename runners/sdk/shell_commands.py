@@ -28,6 +28,7 @@ import fnmatch
 import functools
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,7 +178,9 @@ class _Scan:
     backslash-newlines (outside single quotes). `skip`: comments and here-document bodies (the unquoted ones are
     scanned on their own, where quotes mean nothing)."""
 
-    def __init__(self, data: bytes, walked_skip: list[tuple[int, int]], heredocs: list[tuple[int, int]] = ()) -> None:
+    def __init__(
+        self, data: bytes, walked_skip: list[tuple[int, int]], heredocs: Sequence[tuple[int, int]] = ()
+    ) -> None:
         self.substitutions = 0
         self.escaped_backtick = False
         self._backticks = 0
