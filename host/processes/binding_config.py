@@ -137,6 +137,17 @@ def redact_config(value: Any) -> Any:
     return value
 
 
+def config_object(text: str) -> dict[str, Any]:
+    """A config as given to a bind or a channel add: a JSON object (empty text is {}), else InvalidArgument."""
+    try:
+        config = json.loads(text or "{}")
+    except ValueError as exc:
+        raise errors.InvalidArgument(f"config is not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise errors.InvalidArgument("config must be a JSON object")
+    return config
+
+
 def validate_binding(binding: hpb.Binding) -> None:
     """Shape checks the host makes before a binding reaches the store (the runner's own schema comes after)."""
     if not binding.runner_id:
@@ -149,10 +160,4 @@ def validate_binding(binding: hpb.Binding) -> None:
         raise errors.InvalidArgument("timeout_seconds must be between 0 (default) and 86400")
     if not -1000 <= binding.priority <= 1000:
         raise errors.InvalidArgument("priority must be between -1000 and 1000")
-    try:
-        config = json.loads(binding.config_json or "{}")
-    except ValueError as exc:
-        raise errors.InvalidArgument(f"config is not valid JSON: {exc}") from None
-    if not isinstance(config, dict):
-        raise errors.InvalidArgument("config must be a JSON object")
-    binding.config_json = json.dumps(config)
+    binding.config_json = json.dumps(config_object(binding.config_json))

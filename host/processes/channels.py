@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agenthost.host.access.credentials import CHANNEL_PREFIX
 from agenthost.host.access.private_files import read_json, write_json
+from agenthost.host.processes import binding_config
 from agenthost.host.processes.supervisor import PluginSpec
 from agenthost.plugins import sandbox
 from agenthost.plugins.manifest import ChannelManifest, ManifestError
@@ -136,12 +137,7 @@ class Channels:
         manifest = (await self.describe(plugin)).get(adapter)
         if manifest is None:
             raise errors.NotFound(f"plugin {plugin_id} has no channel adapter {adapter!r}")
-        try:
-            config = json.loads(request.config_json or "{}")
-        except ValueError as exc:
-            raise errors.InvalidArgument(f"config is not JSON: {exc}") from None
-        if not isinstance(config, dict):
-            raise errors.InvalidArgument("config must be a JSON object")
+        config = binding_config.config_object(request.config_json)
         keys = self._keys(manifest, config)  # first: its refusal says what to pass, the schema's would not
         self._check_config(manifest, config)
         self.host.keys.resolve(keys)  # a key the store lacks is refused now, not at the first start
@@ -161,7 +157,6 @@ class Channels:
         return self.info(name)
 
     def _check_config(self, manifest: ChannelManifest, config: dict[str, Any]) -> None:
-        from agenthost.host.processes import binding_config
 
         problems = binding_config.schema_problems(manifest.config_schema, config)
         if problems:
