@@ -27,6 +27,7 @@ import ctypes
 import functools
 import importlib.util
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -73,7 +74,10 @@ _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt
 # What a plugin process inherits from the host's environment, by name; everything else (provider keys above all:
 # those reach a run only through RunRequest.secrets, when its binding names them) stays behind.
 _ENV_NAMES = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "NO_COLOR", "SSL_CERT_FILE", "SSL_CERT_DIR")
-_SECRET_NAME = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "AUTH", "COOKIE")
+# An environment variable whose name looks like it holds a secret: the one rule for what a plugin process never
+# inherits (below) and for what a binding's MCP servers and shell commands may only get by reference to the binding's
+# keys (agenthost.runners.sdk.mcp_servers, the local agent's shell tool).
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 _HOST_ONLY = ("AGENTHOST_HOME", "AGENTHOST_INTERNAL")
 
 
@@ -83,7 +87,7 @@ def plugin_environment(inherited: Mapping[str, str], home: Path) -> dict[str, st
     URLs, never a name that looks like a secret."""
     env = {name: inherited[name] for name in _ENV_NAMES if name in inherited}
     for name, value in inherited.items():
-        if any(word in name.upper() for word in _SECRET_NAME) or name.startswith(_HOST_ONLY):
+        if SECRET_NAME.search(name) or name.startswith(_HOST_ONLY):
             continue
         if name.startswith(("LC_", "AGENTHOST_")) or name.endswith("_BASE_URL"):
             env[name] = value

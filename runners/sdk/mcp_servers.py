@@ -18,14 +18,12 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agenthost.plugins.binding_paths import path_setting
+from agenthost.plugins.sandbox import SECRET_NAME
 
 SERVER_NAME = re.compile(r"^[a-z0-9_-]{1,32}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$")
 REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]{0,127})\}")
-# Names whose values are credentials: here they may only be given as ${KEY} references; the local agent's shell
-# never passes such variables through to commands.
-SECRET_SHAPED = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 MAX_SERVERS = 16
 # Names the runner sets itself in a stdio server's environment.
 RESERVED_ENV = frozenset({"HOME", "PWD", "PATH"})
@@ -151,7 +149,7 @@ class McpServer(BaseModel):
 def _check_value(where: str, name: str, value: str) -> None:
     if "\0" in value or "\r" in value or "\n" in value:
         raise ValueError(f"{where} contains a control character")
-    if SECRET_SHAPED.search(name) and not REFERENCE.search(value):
+    if SECRET_NAME.search(name) and not REFERENCE.search(value):
         raise ValueError(
             f"{where} looks like a credential, and binding configs are stored in the clear: store the value with "
             "`agenthost keys set NAME`, add NAME to the binding's keys, and write ${NAME} here"

@@ -36,7 +36,6 @@ from agenthost.plugins import sandbox as sandboxing
 from agenthost.runners.local_agent.config import ShellConfig
 from agenthost.runners.local_agent.tools.base import Tool, ToolContext, ToolError
 from agenthost.runners.sdk import egress, tool_walls, workspace_budget
-from agenthost.runners.sdk.mcp_servers import SECRET_SHAPED
 
 log = logging.getLogger("agenthost.local_agent")
 
@@ -115,7 +114,7 @@ def build_env(config: ShellConfig, workspace: Path, source: Mapping[str, str] | 
     env["TERM"] = "dumb"
     env["PAGER"] = "cat"
     for name in config.env_passthrough:
-        if SECRET_SHAPED.search(name):
+        if sandboxing.SECRET_NAME.search(name):
             continue
         if name in source:
             env[name] = source[name]
