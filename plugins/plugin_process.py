@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     import asyncio
 
     import pluggy
+
+
+T = TypeVar("T")
 
 
 class DiscoveryError(RuntimeError):
@@ -85,6 +88,36 @@ def load_entry_points(distribution: str, group: str) -> pluggy.PluginManager:
             raise DiscoveryError(f"entry point {ep.name} = {ep.value} failed to import: {exc!r}") from exc
         pm.register(plugin, name=f"{prefix}:{group}:{ep.name}")
     return pm
+
+
+def registered_classes(
+    distribution: str, group: str, hook: str, base: type[T], manifest_type: type[Any], kind: str
+) -> dict[str, type[T]]:
+    """The classes `distribution` registers through `hook` of its `group` entry points, by manifest name: the one
+    discovery of both SDKs (runners: agenthost_register_runners, channel adapters: agenthost_register_channels).
+    Whatever is registered must subclass `base` and carry a `manifest` of `manifest_type` with a name of its own;
+    a failure anywhere is a DiscoveryError that says what is wrong, never a skip or a bare traceback."""
+    found: dict[str, type[T]] = {}
+
+    def register(cls: type[T]) -> None:
+        if not (isinstance(cls, type) and issubclass(cls, base)):
+            raise DiscoveryError(f"{cls!r} is not a subclass of {base.__module__.rsplit('.', 1)[0]}.{base.__name__}")
+        manifest: Any = getattr(cls, "manifest", None)
+        if not isinstance(manifest, manifest_type):
+            raise DiscoveryError(f"{cls.__qualname__} has no `manifest = {manifest_type.__name__}(...)`")
+        if manifest.name in found:
+            raise DiscoveryError(f"two {kind} are named {manifest.name!r}")
+        found[manifest.name] = cls
+
+    try:
+        getattr(load_entry_points(distribution, group).hook, hook)(register=register)
+    except DiscoveryError:
+        raise
+    except Exception as exc:
+        raise DiscoveryError(f"registering the {kind} failed: {exc!r}") from exc
+    if not found:
+        raise DiscoveryError(f"the plugin registered no {kind}")
+    return found
 
 
 def main(argv: list[str], prog: str, serve: Callable[[], int], describe: Callable[[str], int]) -> int:
