@@ -100,15 +100,25 @@ class Principal:
         """The actor a message from this caller is recorded under, and so whose `actor` state (personal memory) its
         run reads. A send key names its end users within its own namespace, `<credential>/<id>` (the credential
         itself with no id), as it names their conversations: two applications' "alice", or a key claiming a
-        Telegram user's `tg:<id>`, never reach one another's memory. The host's trusted callers (admin) and its
-        channel adapters (naming their platform's users) name actors outright; None: the host's default."""
-        if self.is_admin or self.is_channel:
+        Telegram user's `tg:<id>`, never reach one another's memory. The admin (trusted) names actors outright; None:
+        the host's default (`local`). A channel adapter names its platform's users (`tg:<id>`) but is an untrusted
+        plugin: never an actor a credential's name could be or head (`local`, `app`, `app/alice`: the CLI user's or a
+        key's memory); naming none, it is itself."""
+        if self.is_admin:
             return requested
         actor = pb.Actor(actor_type="user")
         if requested is not None:
             actor.CopyFrom(requested)
         actor.actor_type = actor.actor_type or "user"
-        actor.actor_id = f"{self.name}/{actor.actor_id}" if actor.actor_id else self.name
+        if not self.is_channel:
+            actor.actor_id = f"{self.name}/{actor.actor_id}" if actor.actor_id else self.name
+        elif not actor.actor_id:
+            actor.actor_id = self.name
+        elif _NAME.fullmatch(actor.actor_id.partition("/")[0]):
+            raise errors.InvalidArgument(
+                f"a channel names its platform's users as <platform>:<id> (tg:42), not {actor.actor_id[:64]!r}: that"
+                " is a host credential's own actor"
+            )
         return actor
 
 
