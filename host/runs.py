@@ -67,8 +67,10 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = 300.0
 MAX_INPUT_BYTES = 256 * 1024
 MAX_ASSISTANT_TEXT = 4 * 1024 * 1024
-_CONVERSATION_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,512}$")
-_EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+# Matched whole (fullmatch: `$` would let a trailing newline through). An actor id, like a conversation id, ends up
+# in logs, terminals, state keys and every event row.
+_CONVERSATION_ID = re.compile(r"[^\x00-\x1f\x7f]{1,512}")
+_ACTOR_TYPE = _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 # Events only the host writes into a run (approvals, subagent links); a runner sending one is ignored, so a plugin
 # cannot put a forged approval prompt in front of a person or link a run that is not its child.
 HOST_ONLY_EVENTS = frozenset({"approval_requested", "approval_resolved", "subagent_started", "subagent_finished"})
@@ -198,9 +200,9 @@ class RunManager:
         bot = self.registry.bot(request.bot)
         conversation_id = request.conversation_id or "default"
         event_type = request.event_type or "message.received"
-        if not _CONVERSATION_ID.match(conversation_id):
+        if not _CONVERSATION_ID.fullmatch(conversation_id):
             raise InvalidArgument("conversation_id must be 1-512 characters without control characters")
-        if not _EVENT_TYPE.match(event_type):
+        if not _EVENT_TYPE.fullmatch(event_type):
             raise InvalidArgument("event_type must look like 'message.received'")
         text_bytes = len(request.text.encode())
         if text_bytes > MAX_INPUT_BYTES:
@@ -226,6 +228,10 @@ class RunManager:
         actor = request.actor if request.HasField("actor") else pb.Actor(actor_type="user", actor_id="local")
         if not actor.actor_id:
             actor.actor_id = "local"
+        if not _CONVERSATION_ID.fullmatch(actor.actor_id) or not _ACTOR_TYPE.fullmatch(actor.actor_type or "user"):
+            raise InvalidArgument(
+                "actor: actor_id must be 1-512 characters without control characters, actor_type like 'user'"
+            )
         timeout = binding.timeout_seconds or DEFAULT_TIMEOUT
         now = time.time()
         info = hpb.RunInfo(
