@@ -58,6 +58,8 @@ CHANNEL_PREFIX = "channel."
 # key of that name would own the CLI's conversations and runs), "local" the actor of messages that name none (a send
 # key of that name, with no end user named, would be that actor: Principal.actor).
 RESERVED_NAMES = frozenset({"admin", "local"})
+# The conversation the gateway gives a key's end user who names none (`user:<key>/<user>`: Principal.user_conversation).
+USER_CONVERSATION = "user:"
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,18 @@ class Principal:
         if self.is_admin or (self.all_conversations and not self.is_channel):
             return None
         return self.name
+
+    def user_conversation(self, user: str) -> str:
+        """The one conversation of this key's end user `user` with a bot, in the key's namespace as its actor is."""
+        return f"{USER_CONVERSATION}{self.name}/{user}"
+
+    def may_start(self, conversation_id: str) -> bool:
+        """Whether this caller may be the one to start `conversation_id`. A key's end user's conversation is that
+        key's to start: started by another sender (another key, one granted all conversations, a channel) it would
+        be that sender's, and the end user, who has no other, refused in it for good. The admin may."""
+        if self.is_admin or not conversation_id.startswith(USER_CONVERSATION):
+            return True
+        return conversation_id.startswith(self.user_conversation(""))
 
     def actor(self, requested: pb.Actor | None) -> pb.Actor | None:
         """The actor a message from this caller is recorded under, and so whose `actor` state (personal memory) its

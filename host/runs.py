@@ -165,6 +165,7 @@ class RunManager:
         origin: str = "",
         trusted: bool = False,
         own_conversation: bool = False,
+        may_start: bool = True,
         encoded: Literal[False] = False,
     ) -> AsyncIterator[hpb.SendMessageReply]: ...
 
@@ -176,6 +177,7 @@ class RunManager:
         origin: str = "",
         trusted: bool = False,
         own_conversation: bool = False,
+        may_start: bool = True,
         encoded: bool,
     ) -> AsyncIterator[hpb.SendMessageReply | bytes]: ...
 
@@ -186,13 +188,15 @@ class RunManager:
         origin: str = "",
         trusted: bool = False,
         own_conversation: bool = False,
+        may_start: bool = True,
         encoded: bool = False,
     ) -> AsyncIterator[hpb.SendMessageReply | bytes]:
         """Called by the AgentHost servicer for SendMessage, and by the HTTP gateway. Yields run_started, event
         batches, run_finished. Raises ResourceExhausted (with `retry_after_ms`) before recording anything when the
         run queue is full. `origin` is the caller's credential name (ActiveRun.origin), recorded on the event and
         the run; `trusted`: it is an admin credential, with no sender share of the queue. `own_conversation`: the
-        conversation must be new or one `origin` started; PermissionDenied otherwise. `encoded`: event batches the
+        conversation must be new or one `origin` started; PermissionDenied otherwise. `may_start`: False, the
+        conversation must exist (credentials.Principal.may_start). `encoded`: event batches the
         host numbered as bytes come as a serialized SendMessageReply, for a gRPC stream to send as they are (see
         Inbox.take)."""
         if self._closing:
@@ -215,8 +219,11 @@ class RunManager:
         except (ValueError, RecursionError):
             raise InvalidArgument("data_json is not valid JSON") from None
         files = attachment_checks.check(list(request.attachments))
-        if own_conversation:  # early, before attachments are stored; checked again in the recording transaction
-            self._check_starter(self.registry.db.reader, bot.bot_id, conversation_id, origin)
+        check = own_conversation or not may_start
+        if check:  # early, before attachments are stored; checked again in the recording transaction
+            self._check_starter(
+                self.registry.db.reader, bot.bot_id, conversation_id, origin, own_conversation, may_start
+            )
         if files and self.artifacts is None:
             raise FailedPrecondition("this host stores no attachments")
         binding = self.route(bot.bot_id, event_type, conversation_id)
@@ -256,8 +263,8 @@ class RunManager:
         refs: list[pb.ArtifactRef] = []
 
         def record(conn: sqlite3.Connection) -> pb.EventRecord:
-            if own_conversation:
-                self._check_starter(conn, bot.bot_id, conversation_id, origin)
+            if check:
+                self._check_starter(conn, bot.bot_id, conversation_id, origin, own_conversation, may_start)
             for ref in refs:
                 ArtifactStore.insert_row(conn, ref, bot.bot_id)
             event = Conversations.insert_event(
@@ -327,11 +334,19 @@ class RunManager:
                 st.subscribers.remove(inbox)
 
     @staticmethod
-    def _check_starter(conn: sqlite3.Connection, bot_id: str, conversation_id: str, origin: str) -> None:
-        """Refuses a message into a conversation someone other than `origin` started (or a host before migration
-        _V9 recorded, sender unknown): the run would read that conversation's history to answer it."""
+    def _check_starter(
+        conn: sqlite3.Connection, bot_id: str, conversation_id: str, origin: str, own: bool, may_start: bool
+    ) -> None:
+        """`own`: refuses a message into a conversation someone other than `origin` started (or a host before
+        migration _V9 recorded, sender unknown): the run would read that conversation's history to answer it. Not
+        `may_start`: refuses to start the conversation (another key's end user's: Principal.may_start)."""
         starter = Conversations.starter(conn, bot_id, conversation_id)
-        if starter is not None and starter != origin:
+        if starter is None and not may_start:
+            raise PermissionDenied(
+                f"conversation {conversation_id[:64]!r} is another key's end user's conversation; {origin!r}"
+                " may not start it: name another"
+            )
+        if own and starter is not None and starter != origin:
             raise PermissionDenied(
                 f"conversation {conversation_id[:64]!r} was started by another sender; {origin!r} may write only"
                 " into conversations it started: name a new one (an operator may grant a send credential all of"

@@ -215,3 +215,29 @@ async def test_a_channel_names_only_its_platforms_users_not_the_hosts_or_a_keys(
         for row in world.host.db.query("SELECT actor_json FROM events WHERE origin = ?", ("channel.tg",))
     }
     assert actors == {"channel.tg", "tg:42"}
+
+
+async def test_no_other_sender_takes_a_keys_end_user_conversation_first(world: World) -> None:
+    """`user:<key>/<user>` is the conversation the gateway gives a key's end user (no header): the only one that user
+    has. Another key, a key granted all conversations, or a channel starting it first (by header or over gRPC) would
+    make it another's for good, and the user's every message refused; they may not start it."""
+    app2 = await _key(world, "app2")
+    granted = await _key(world, "ops-app", all_conversations=True)
+    for key in (app2, granted):
+        async with client(world, key) as c:
+            with pytest.raises(openai.PermissionDeniedError, match="another key's end user's conversation"):
+                await _chat(c, "squat", "user:app/alice")
+        async with HostClient(world.host.admin_address, token=key) as grpc_client:
+            with pytest.raises(errors.PermissionDenied, match="another key's end user's conversation"):
+                await grpc_client.send("testbot", "squat", conversation_id="user:app/bob")
+    async with HostClient(world.host.admin_address, token=_channel_key(world, "tg")) as tg:
+        with pytest.raises(errors.PermissionDenied, match="another key's end user's conversation"):
+            await tg.send("testbot", "squat", conversation_id="user:app/carol")
+    assert _in(world, "user:app/alice") == _in(world, "user:app/bob") == _in(world, "user:app/carol") == []
+    async with client(world, world.key) as a:
+        for user in ("alice", "bob", "carol"):
+            said = await _chat(a, "hi", user=user)
+            assert said.choices[0].message.content == "Hello world"
+        # The key itself may name its own users' conversations by header too.
+        await _chat(a, "again", "user:app/alice")
+    assert [r.origin for r in _in(world, "user:app/alice")] == ["app", "app"]
