@@ -12,7 +12,7 @@ SIGN_IN_CSRF, as there is no session yet). A cross-site page cannot set a custom
 which the console never answers, and cannot read the token; an Origin header naming another origin is refused
 outright. Reads need it because a browser sends a cookie to every port of a host: a page another local user serves
 on 127.0.0.1:<any port> receives the console's cookie, and with it alone could read everything the console shows.
-The token lives in the console page's sessionStorage, which is its origin's alone (port included).
+The token lives in the console page's localStorage, which is its origin's alone (port included).
 """
 
 from __future__ import annotations

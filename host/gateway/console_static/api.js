@@ -1,15 +1,15 @@
 // The console's only door to the host: JSON over fetch with the session cookie (HttpOnly: this code never sees it)
-// and, on every request, the token the server handed out at sign-in. The token is kept in this tab's
-// sessionStorage, which is this origin's alone (a browser sends the cookie to every port of the host, so the
-// cookie alone opens nothing); a reload resumes with it, a new tab signs in.
+// and, on every request, the token the server handed out at sign-in. The token is kept in localStorage, which is
+// this origin's alone, port included (a browser sends the cookie to every port of the host, so the cookie alone
+// opens nothing); the console's other tabs and a reload resume with it.
 const CSRF_HEADER = "X-Agenthost-CSRF";
 const STORED = "agenthost-console-csrf";
-let csrf = sessionStorage.getItem(STORED) || "";
+let csrf = localStorage.getItem(STORED) || "";
 
 function keep(token) {
   csrf = token;
-  if (token) sessionStorage.setItem(STORED, token);
-  else sessionStorage.removeItem(STORED);
+  if (token) localStorage.setItem(STORED, token);
+  else localStorage.removeItem(STORED);
 }
 
 export class ApiError extends Error {
