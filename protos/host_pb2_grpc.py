@@ -477,7 +477,7 @@ class AgentHostServicer:
 
     def AddChannel(self, request, context):
         """Channel instances (admin only): a channel adapter plugin connecting a bot to a chat platform, run by the host
-        as a supervised, sandboxed process holding a `send` credential for that bot alone (agenthost.host.channels).
+        as a supervised, sandboxed process holding a `send` credential for that bot alone (agenthost.host.processes.channels).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -220,3 +220,23 @@ async def test_bootstrap_summary_tail_starts_at_the_latest_compaction(h):
     inlined = json.loads((await h.send("later", conversation_id="s")).text)
     assert inlined[0] == ["compaction", "the user likes tea"]
     assert ["message", "early"] not in inlined and inlined[-1] == ["message", "later"]
+
+
+async def test_names_a_message_carries_are_bounded_and_free_of_control_characters(h):
+    """A conversation id, an event type and an actor id end up in logs, terminals, state keys and every event row:
+    a trailing newline (which `$` let through) or an escape sequence is refused, as is an actor id of megabytes."""
+    bad = [
+        {"conversation_id": "c1\n"},
+        {"event_type": "message.received\n"},
+        {"actor": pb.Actor(actor_type="user", actor_id="alice\n")},
+        {"actor": pb.Actor(actor_type="user", actor_id="al\x1b[2Jice")},
+        {"actor": pb.Actor(actor_type="user", actor_id="a" * 513)},
+        {"actor": pb.Actor(actor_type="user\n", actor_id="alice")},
+    ]
+    for fields in bad:
+        fields.setdefault("conversation_id", "c1")
+        with pytest.raises(errors.InvalidArgument):
+            await h.client.send(h.bot, "hi", **fields)
+    assert h.host.run_store.list(bot_id="", conversation_id="", status="", limit=10) == []
+    said = await h.client.send(h.bot, "hi", conversation_id="c1", actor=pb.Actor(actor_type="user", actor_id="a" * 512))
+    assert said.run.status == "completed"

@@ -58,6 +58,8 @@ CHANNEL_PREFIX = "channel."
 # key of that name would own the CLI's conversations and runs), "local" the actor of messages that name none (a send
 # key of that name, with no end user named, would be that actor: Principal.actor).
 RESERVED_NAMES = frozenset({"admin", "local"})
+# The conversation the gateway gives a key's end user who names none (`user:<key>/<user>`: Principal.user_conversation).
+USER_CONVERSATION = "user:"
 
 
 @dataclass(frozen=True)
@@ -102,19 +104,41 @@ class Principal:
             return None
         return self.name
 
+    def user_conversation(self, user: str) -> str:
+        """The one conversation of this key's end user `user` with a bot, in the key's namespace as its actor is."""
+        return f"{USER_CONVERSATION}{self.name}/{user}"
+
+    def may_start(self, conversation_id: str) -> bool:
+        """Whether this caller may be the one to start `conversation_id`. A key's end user's conversation is that
+        key's to start: started by another sender (another key, one granted all conversations, a channel) it would
+        be that sender's, and the end user, who has no other, refused in it for good. The admin may."""
+        if self.is_admin or not conversation_id.startswith(USER_CONVERSATION):
+            return True
+        return conversation_id.startswith(self.user_conversation(""))
+
     def actor(self, requested: pb.Actor | None) -> pb.Actor | None:
         """The actor a message from this caller is recorded under, and so whose `actor` state (personal memory) its
         run reads. A send key names its end users within its own namespace, `<credential>/<id>` (the credential
         itself with no id), as it names their conversations: two applications' "alice", or a key claiming a
-        Telegram user's `tg:<id>`, never reach one another's memory. The host's trusted callers (admin) and its
-        channel adapters (naming their platform's users) name actors outright; None: the host's default."""
-        if self.is_admin or self.is_channel:
+        Telegram user's `tg:<id>`, never reach one another's memory. The admin (trusted) names actors outright; None:
+        the host's default (`local`). A channel adapter names its platform's users (`tg:<id>`) but is an untrusted
+        plugin: never an actor a credential's name could be or head (`local`, `app`, `app/alice`: the CLI user's or a
+        key's memory); naming none, it is itself."""
+        if self.is_admin:
             return requested
         actor = pb.Actor(actor_type="user")
         if requested is not None:
             actor.CopyFrom(requested)
         actor.actor_type = actor.actor_type or "user"
-        actor.actor_id = f"{self.name}/{actor.actor_id}" if actor.actor_id else self.name
+        if not self.is_channel:
+            actor.actor_id = f"{self.name}/{actor.actor_id}" if actor.actor_id else self.name
+        elif not actor.actor_id:
+            actor.actor_id = self.name
+        elif _NAME.fullmatch(actor.actor_id.partition("/")[0]):
+            raise errors.InvalidArgument(
+                f"a channel names its platform's users as <platform>:<id> (tg:42), not {actor.actor_id[:64]!r}: that"
+                " is a host credential's own actor"
+            )
         return actor
 
 

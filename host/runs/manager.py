@@ -68,8 +68,10 @@ log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = 300.0
 MAX_INPUT_BYTES = 256 * 1024
 MAX_ASSISTANT_TEXT = 4 * 1024 * 1024
-_CONVERSATION_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,512}$")
-_EVENT_TYPE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+# Matched whole (fullmatch: `$` would let a trailing newline through). An actor id, like a conversation id, ends up
+# in logs, terminals, state keys and every event row.
+_CONVERSATION_ID = re.compile(r"[^\x00-\x1f\x7f]{1,512}")
+_ACTOR_TYPE = _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 # Events only the host writes into a run (approvals, subagent links); a runner sending one is ignored, so a plugin
 # cannot put a forged approval prompt in front of a person or link a run that is not its child.
 HOST_ONLY_EVENTS = frozenset({"approval_requested", "approval_resolved", "subagent_started", "subagent_finished"})
@@ -164,6 +166,7 @@ class RunManager:
         origin: str = "",
         trusted: bool = False,
         own_conversation: bool = False,
+        may_start: bool = True,
         encoded: Literal[False] = False,
     ) -> AsyncIterator[hpb.SendMessageReply]: ...
 
@@ -175,6 +178,7 @@ class RunManager:
         origin: str = "",
         trusted: bool = False,
         own_conversation: bool = False,
+        may_start: bool = True,
         encoded: bool,
     ) -> AsyncIterator[hpb.SendMessageReply | bytes]: ...
 
@@ -185,13 +189,15 @@ class RunManager:
         origin: str = "",
         trusted: bool = False,
         own_conversation: bool = False,
+        may_start: bool = True,
         encoded: bool = False,
     ) -> AsyncIterator[hpb.SendMessageReply | bytes]:
         """Called by the AgentHost servicer for SendMessage, and by the HTTP gateway. Yields run_started, event
         batches, run_finished. Raises ResourceExhausted (with `retry_after_ms`) before recording anything when the
         run queue is full. `origin` is the caller's credential name (ActiveRun.origin), recorded on the event and
         the run; `trusted`: it is an admin credential, with no sender share of the queue. `own_conversation`: the
-        conversation must be new or one `origin` started; PermissionDenied otherwise. `encoded`: event batches the
+        conversation must be new or one `origin` started; PermissionDenied otherwise. `may_start`: False, the
+        conversation must exist (credentials.Principal.may_start). `encoded`: event batches the
         host numbered as bytes come as a serialized SendMessageReply, for a gRPC stream to send as they are (see
         Inbox.take)."""
         if self._closing:
@@ -199,9 +205,9 @@ class RunManager:
         bot = self.registry.bot(request.bot)
         conversation_id = request.conversation_id or "default"
         event_type = request.event_type or "message.received"
-        if not _CONVERSATION_ID.match(conversation_id):
+        if not _CONVERSATION_ID.fullmatch(conversation_id):
             raise InvalidArgument("conversation_id must be 1-512 characters without control characters")
-        if not _EVENT_TYPE.match(event_type):
+        if not _EVENT_TYPE.fullmatch(event_type):
             raise InvalidArgument("event_type must look like 'message.received'")
         text_bytes = len(request.text.encode())
         if text_bytes > MAX_INPUT_BYTES:
@@ -214,8 +220,11 @@ class RunManager:
         except (ValueError, RecursionError):
             raise InvalidArgument("data_json is not valid JSON") from None
         files = attachment_checks.check(list(request.attachments))
-        if own_conversation:  # early, before attachments are stored; checked again in the recording transaction
-            self._check_starter(self.registry.db.reader, bot.bot_id, conversation_id, origin)
+        check = own_conversation or not may_start
+        if check:  # early, before attachments are stored; checked again in the recording transaction
+            self._check_starter(
+                self.registry.db.reader, bot.bot_id, conversation_id, origin, own_conversation, may_start
+            )
         if files and self.artifacts is None:
             raise FailedPrecondition("this host stores no attachments")
         binding = self.route(bot.bot_id, event_type, conversation_id)
@@ -227,6 +236,10 @@ class RunManager:
         actor = request.actor if request.HasField("actor") else pb.Actor(actor_type="user", actor_id="local")
         if not actor.actor_id:
             actor.actor_id = "local"
+        if not _CONVERSATION_ID.fullmatch(actor.actor_id) or not _ACTOR_TYPE.fullmatch(actor.actor_type or "user"):
+            raise InvalidArgument(
+                "actor: actor_id must be 1-512 characters without control characters, actor_type like 'user'"
+            )
         timeout = binding.timeout_seconds or DEFAULT_TIMEOUT
         now = time.time()
         info = hpb.RunInfo(
@@ -251,8 +264,8 @@ class RunManager:
         refs: list[pb.ArtifactRef] = []
 
         def record(conn: sqlite3.Connection) -> pb.EventRecord:
-            if own_conversation:
-                self._check_starter(conn, bot.bot_id, conversation_id, origin)
+            if check:
+                self._check_starter(conn, bot.bot_id, conversation_id, origin, own_conversation, may_start)
             for ref in refs:
                 ArtifactStore.insert_row(conn, ref, bot.bot_id)
             event = Conversations.insert_event(
@@ -322,11 +335,19 @@ class RunManager:
                 st.subscribers.remove(inbox)
 
     @staticmethod
-    def _check_starter(conn: sqlite3.Connection, bot_id: str, conversation_id: str, origin: str) -> None:
-        """Refuses a message into a conversation someone other than `origin` started (or a host before migration
-        _V9 recorded, sender unknown): the run would read that conversation's history to answer it."""
+    def _check_starter(
+        conn: sqlite3.Connection, bot_id: str, conversation_id: str, origin: str, own: bool, may_start: bool
+    ) -> None:
+        """`own`: refuses a message into a conversation someone other than `origin` started (or a host before
+        migration _V9 recorded, sender unknown): the run would read that conversation's history to answer it. Not
+        `may_start`: refuses to start the conversation (another key's end user's: Principal.may_start)."""
         starter = Conversations.starter(conn, bot_id, conversation_id)
-        if starter is not None and starter != origin:
+        if starter is None and not may_start:
+            raise PermissionDenied(
+                f"conversation {conversation_id[:64]!r} is another key's end user's conversation; {origin!r}"
+                " may not start it: name another"
+            )
+        if own and starter is not None and starter != origin:
             raise PermissionDenied(
                 f"conversation {conversation_id[:64]!r} was started by another sender; {origin!r} may write only"
                 " into conversations it started: name a new one (an operator may grant a send credential all of"

@@ -42,7 +42,7 @@ async def test_sign_in_sets_a_locked_down_cookie_and_headers(console: Console) -
         assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/console" in cookie
         assert "Secure" not in cookie  # plain loopback HTTP: a Secure cookie would never come back
         assert console.host.admin_token not in cookie and console.host.admin_token not in json.dumps(body)
-        async with c.get(f"{console.url}/api/bots") as r:
+        async with c.get(f"{console.url}/api/bots", headers={CSRF: body["csrf"]}) as r:
             assert r.status == 200
             assert [b["name"] for b in (await r.json())["bots"]] == ["testbot"]
             assert r.headers["Cache-Control"] == "no-store"
@@ -73,16 +73,18 @@ async def test_requests_without_a_live_session_are_refused(console: Console) -> 
             f"{console.url}/api/bots", headers={"Authorization": f"Bearer {console.host.admin_token}"}
         ) as r:
             assert r.status == 401
-        await console.sign_in(c)
-        async with c.get(f"{console.url}/api/bots") as r:
+        csrf = await console.sign_in(c)
+        async with c.get(f"{console.url}/api/bots", headers={CSRF: csrf}) as r:
             assert r.status == 200
         sessions = console.host.gateway.console.sessions
         start = time.monotonic()
         sessions.clock = lambda: start + console_auth.IDLE_SECONDS + 1
-        async with c.get(f"{console.url}/api/bots") as r:
+        async with c.get(f"{console.url}/api/bots", headers={CSRF: csrf}) as r:
             assert r.status == 401
         sessions.clock = time.monotonic
-        async with c.get(f"{console.url}/api/bots") as r:  # gone for good, not just while the clock was ahead
+        async with c.get(
+            f"{console.url}/api/bots", headers={CSRF: csrf}
+        ) as r:  # gone for good, not just while the clock was ahead
             assert r.status == 401
 
 
@@ -150,11 +152,11 @@ async def test_only_admin_credentials_sign_in(console: Console) -> None:
             assert r.status == 403
         async with c.get(f"{console.url}/api/bots") as r:
             assert r.status == 401
-        await console.sign_in(c, admin.token)
-        async with c.get(f"{console.url}/api/session") as r:
+        csrf = await console.sign_in(c, admin.token)
+        async with c.get(f"{console.url}/api/session", headers={CSRF: csrf}) as r:
             assert (await r.json())["name"] == "ops"
         await client.call("RevokeCredential", hpb.RevokeCredentialRequest(name="ops"))
-        async with c.get(f"{console.url}/api/bots") as r:
+        async with c.get(f"{console.url}/api/bots", headers={CSRF: csrf}) as r:
             assert r.status == 401  # the session died with its credential
 
 
@@ -164,21 +166,21 @@ async def test_a_session_dies_with_the_very_credential_it_signed_in_with(console
     client = console.harness.client
     old = await client.call("CreateCredential", hpb.CreateCredentialRequest(name="ops", scope="admin"))
     async with console.session() as stale, console.session() as fresh:
-        await console.sign_in(stale, old.token)
-        async with stale.get(f"{console.url}/api/bots") as r:
+        stale_csrf = await console.sign_in(stale, old.token)
+        async with stale.get(f"{console.url}/api/bots", headers={CSRF: stale_csrf}) as r:
             assert r.status == 200
         await client.call("RevokeCredential", hpb.RevokeCredentialRequest(name="ops"))
         new = await client.call("CreateCredential", hpb.CreateCredentialRequest(name="ops", scope="admin"))
-        async with stale.get(f"{console.url}/api/bots") as r:
+        async with stale.get(f"{console.url}/api/bots", headers={CSRF: stale_csrf}) as r:
             assert r.status == 401 and (await r.json())["error"]["code"] == "signed_out"
         async with stale.post(f"{console.url}/api/session", json={"token": old.token}, headers={CSRF: "sign-in"}) as r:
             assert r.status == 401  # the old key itself is dead too
-        await console.sign_in(fresh, new.token)
-        async with fresh.get(f"{console.url}/api/session") as r:
+        fresh_csrf = await console.sign_in(fresh, new.token)
+        async with fresh.get(f"{console.url}/api/session", headers={CSRF: fresh_csrf}) as r:
             assert r.status == 200 and (await r.json())["name"] == "ops"
         # And the new issue's sessions die with it, at their very next request.
         await client.call("RevokeCredential", hpb.RevokeCredentialRequest(name="ops"))
-        async with fresh.get(f"{console.url}/api/session") as r:
+        async with fresh.get(f"{console.url}/api/session", headers={CSRF: fresh_csrf}) as r:
             assert r.status == 401
 
 
@@ -218,7 +220,7 @@ async def test_bindings_are_checked_by_schema_and_runner_and_shown_redacted(cons
     async with console.session() as c:
         csrf = await console.sign_in(c)
         h = {CSRF: csrf}
-        async with c.get(f"{console.url}/api/runners") as r:
+        async with c.get(f"{console.url}/api/runners", headers={CSRF: csrf}) as r:
             (runner,) = (await r.json())["runners"]
         assert runner["runner_id"] == f"{TEST_PLUGIN}/helper" and runner["config_schema"]["properties"]["max_tools"]
         validate = f"{console.url}/api/validate-config"
@@ -240,7 +242,7 @@ async def test_bindings_are_checked_by_schema_and_runner_and_shown_redacted(cons
             assert r.status == 201, await r.text()
             created = await r.json()
         assert created["config"] == {"greeting": "Hi!", "api_key": "[redacted]"}
-        async with c.get(f"{console.url}/api/bots/testbot") as r:
+        async with c.get(f"{console.url}/api/bots/testbot", headers={CSRF: h[CSRF]}) as r:
             page = await r.json()
         assert "s3cret-value" not in json.dumps(page)
         assert {b["binding_id"] for b in page["bindings"]} >= {created["binding_id"]}
@@ -284,16 +286,16 @@ async def test_chat_streams_the_run_as_it_happens_and_the_run_page_has_it_all(co
         assert finished and finished[0]["status"] == "completed" and finished[0]["usage"]["input_tokens"] == 12
         text = "".join(e["text_delta"]["text"] for k, e in seen if k == "run_event" and "text_delta" in e)
         assert text == "Let me look. The answer is 42."
-        async with c.get(f"{console.url}/api/runs?bot=testbot") as r:
+        async with c.get(f"{console.url}/api/runs?bot=testbot", headers={CSRF: csrf}) as r:
             assert [x["run_id"] for x in (await r.json())["runs"]] == [run_id]
-        async with c.get(f"{console.url}/api/runs/{run_id}") as r:
+        async with c.get(f"{console.url}/api/runs/{run_id}", headers={CSRF: csrf}) as r:
             detail = await r.json()
         assert detail["run"]["conversation_id"] == "c1" and detail["run"]["usage"]["model"] == "fake-model"
         kinds = [next(k for k in e if k not in ("seq", "created_at")) for e in detail["events"]]
         assert "tool_started" in kinds and "tool_finished" in kinds and kinds[-1] == "completed"
         async with c.post(f"{console.url}/api/bots/nobot/chat", json={"text": "hi"}, headers={CSRF: csrf}) as r:
             assert r.status == 404 and "nobot" in (await r.json())["error"]["message"]
-        async with c.get(f"{console.url}/api/runs/run_nope") as r:
+        async with c.get(f"{console.url}/api/runs/run_nope", headers={CSRF: csrf}) as r:
             assert r.status == 404
         validate = f"{console.url}/api/validate-config"
         for body in ({"runner_id": "nope/none"}, {"runner_id": ""}, {"binding_id": "bind_nope"}):
@@ -308,16 +310,16 @@ async def test_plugins_list_toggle_and_logs_with_secrets_masked(console: Console
     path.write_text("".join(f"line {i}\n" for i in range(30)) + f"oops {leaked}\n")
     async with console.session() as c:
         csrf = await console.sign_in(c)
-        async with c.get(f"{console.url}/api/plugins") as r:
+        async with c.get(f"{console.url}/api/plugins", headers={CSRF: csrf}) as r:
             (plugin,) = (await r.json())["plugins"]
         assert plugin["plugin_id"] == TEST_PLUGIN and plugin["state"] == "ready" and plugin["restarts"] == 0
-        async with c.get(f"{console.url}/api/plugins/{TEST_PLUGIN}/logs?lines=3") as r:
+        async with c.get(f"{console.url}/api/plugins/{TEST_PLUGIN}/logs?lines=3", headers={CSRF: csrf}) as r:
             lines = (await r.json())["lines"]
         assert lines == ["line 28", "line 29", "oops [redacted]"]
         for bad in ("lines=0", "lines=5000", "lines=x"):
-            async with c.get(f"{console.url}/api/plugins/{TEST_PLUGIN}/logs?{bad}") as r:
+            async with c.get(f"{console.url}/api/plugins/{TEST_PLUGIN}/logs?{bad}", headers={CSRF: csrf}) as r:
                 assert r.status == 400
-        async with c.get(f"{console.url}/api/plugins/no-such/logs") as r:
+        async with c.get(f"{console.url}/api/plugins/no-such/logs", headers={CSRF: csrf}) as r:
             assert r.status == 404
         async with c.post(
             f"{console.url}/api/plugins/no-such/enabled", json={"enabled": False}, headers={CSRF: csrf}
@@ -327,3 +329,24 @@ async def test_plugins_list_toggle_and_logs_with_secrets_masked(console: Console
             f"{console.url}/api/plugins/{TEST_PLUGIN}/enabled", json={"enabled": "no"}, headers={CSRF: csrf}
         ) as r:
             assert r.status == 400
+
+
+async def test_the_cookie_alone_opens_nothing(console: Console) -> None:
+    """A browser sends a cookie to every port of its host (and SameSite counts 127.0.0.1:9999 as the same site): a
+    page another local user serves on the operator's machine receives the console's cookie. The cookie alone, sent
+    back to the console as that user would, reads nothing: neither the session's token nor any page of the admin
+    surface. The token, which the console page keeps in its origin's own storage, is needed for reads too."""
+    async with console.session() as c:
+        csrf = await console.sign_in(c)
+        (cookie,) = [m.value for m in c.cookie_jar if m.key == console_auth.COOKIE]
+    paths = ("session", "status", "bots", "bots/testbot", "runs?bot=testbot", "plugins", f"plugins/{TEST_PLUGIN}/logs")
+    async with console.session() as thief:
+        for path in paths:
+            async with thief.get(f"{console.url}/api/{path}", cookies={console_auth.COOKIE: cookie}) as r:
+                body = await r.text()
+                assert r.status == 403 and json.loads(body)["error"]["code"] == "csrf", path
+                assert csrf not in body
+        async with thief.get(
+            f"{console.url}/api/session", cookies={console_auth.COOKIE: cookie}, headers={CSRF: csrf}
+        ) as r:
+            assert r.status == 200  # with the token: the console page itself

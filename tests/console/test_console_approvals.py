@@ -80,17 +80,17 @@ async def test_approve_from_the_console_reaches_the_runner_and_a_second_decision
             approval_id = asked["approval_id"]
             run_id = chat.seen[0][1]["run_id"]
 
-            async with c.get(f"{console.url}/api/approvals") as r:
+            async with c.get(f"{console.url}/api/approvals", headers={CSRF: csrf}) as r:
                 assert r.status == 200
                 (pending,) = (await r.json())["approvals"]
             assert pending["approval_id"] == approval_id and pending["status"] == "pending"
             assert pending["run_id"] == run_id and pending["bot_name"] == "testbot"
             assert pending["request"]["summary"] == "look up 'ask about orders'"
-            async with c.get(f"{console.url}/api/approvals?bot=testbot&run={run_id}") as r:
+            async with c.get(f"{console.url}/api/approvals?bot=testbot&run={run_id}", headers={CSRF: csrf}) as r:
                 assert [a["approval_id"] for a in (await r.json())["approvals"]] == [approval_id]
-            async with c.get(f"{console.url}/api/approvals?run=run_other") as r:
+            async with c.get(f"{console.url}/api/approvals?run=run_other", headers={CSRF: csrf}) as r:
                 assert (await r.json())["approvals"] == []
-            async with c.get(f"{console.url}/api/approvals?bot=nobot") as r:
+            async with c.get(f"{console.url}/api/approvals?bot=nobot", headers={CSRF: csrf}) as r:
                 assert r.status == 404
 
             url = f"{console.url}/api/approvals/{approval_id}"
@@ -129,10 +129,10 @@ async def test_approve_from_the_console_reaches_the_runner_and_a_second_decision
         (resolved,) = chat.events("approval_resolved")
         assert resolved["outcome"] == "approved" and resolved["note"] == "once"
         assert chat.events("tool_finished") and chat.text().endswith("The answer is 42.")
-        async with c.get(f"{console.url}/api/approvals") as r:
+        async with c.get(f"{console.url}/api/approvals", headers={CSRF: csrf}) as r:
             assert (await r.json())["approvals"] == []
         # The run page has both events, in order, for the card to be drawn decided.
-        async with c.get(f"{console.url}/api/runs/{run_id}") as r:
+        async with c.get(f"{console.url}/api/runs/{run_id}", headers={CSRF: csrf}) as r:
             kinds = [next(k for k in e if k not in ("seq", "created_at")) for e in (await r.json())["events"]]
         assert kinds.index("approval_requested") < kinds.index("approval_resolved") < kinds.index("tool_started")
 

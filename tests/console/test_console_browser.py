@@ -235,7 +235,7 @@ async def test_a_person_approves_a_tool_call_in_the_chat_and_denies_one_from_the
     other = await page.context.new_page()
     other.on("pageerror", lambda e: page.problems.append(str(e)))
     other.shots_dir = page.shots_dir  # type: ignore[attr-defined]
-    await other.goto(f"{console.url}/#/bots")  # the same session: the cookie is the browser's, not the tab's
+    await other.goto(f"{console.url}/#/bots")  # one session: cookie and token (localStorage) are the browser's
     await other.click("nav >> text=Pending approvals")
     listed = other.locator("#approvals .approval")
     await expect(listed).to_have_count(1)

@@ -184,3 +184,60 @@ async def test_a_key_cannot_take_the_name_the_cli_sends_or_acts_under(world: Wor
     for name in ("admin", "local"):
         with pytest.raises(errors.InvalidArgument, match="is the host's own"):
             await _key(world, name)
+
+
+async def test_a_channel_names_only_its_platforms_users_not_the_hosts_or_a_keys(world: World) -> None:
+    """A channel adapter is an untrusted plugin: it names its platform's users (`tg:<id>`), but not the CLI's actor
+    (`local`, also what a message naming no actor would get), nor a key's end users (`<key>/<id>`) or a key itself,
+    whose personal memory its run would otherwise read — over gRPC or by the gateway's `user`."""
+    await world.harness.client.send("testbot", "remember the operator's PIN is 1234", conversation_id="cli:1")
+    async with client(world, world.key) as a:
+        await _chat(a, "remember alice's card is 4242", user="alice")
+    tg = _channel_key(world, "tg")
+    async with HostClient(world.host.admin_address, token=tg) as grpc_tg:
+        for n, actor_id in enumerate(("local", "app/alice", "app", "channel.other", "admin")):
+            actor = pb.Actor(actor_type="user", actor_id=actor_id)
+            with pytest.raises(errors.InvalidArgument, match="<platform>:<id>"):
+                await grpc_tg.send("testbot", "recall", conversation_id=f"tg:{n}", actor=actor)
+        # Naming no actor, the channel is its own (not the CLI's `local`).
+        assert (await grpc_tg.send("testbot", "recall", conversation_id="tg:9")).text == "note: "
+        said = await grpc_tg.send(
+            "testbot", "recall", conversation_id="tg:8", actor=pb.Actor(actor_type="user", actor_id="tg:42")
+        )
+        assert said.text == "note: "
+    async with client(world, tg) as c:
+        with pytest.raises(openai.BadRequestError, match="<platform>:<id>"):
+            await _chat(c, "recall", "tg:10", user="local")
+        assert (await _chat(c, "recall", "tg:11")).choices[0].message.content == "note: "
+    # Nothing recorded under the refused names.
+    actors = {
+        json.loads(row[0])["actor_id"]
+        for row in world.host.db.query("SELECT actor_json FROM events WHERE origin = ?", ("channel.tg",))
+    }
+    assert actors == {"channel.tg", "tg:42"}
+
+
+async def test_no_other_sender_takes_a_keys_end_user_conversation_first(world: World) -> None:
+    """`user:<key>/<user>` is the conversation the gateway gives a key's end user (no header): the only one that user
+    has. Another key, a key granted all conversations, or a channel starting it first (by header or over gRPC) would
+    make it another's for good, and the user's every message refused; they may not start it."""
+    app2 = await _key(world, "app2")
+    granted = await _key(world, "ops-app", all_conversations=True)
+    for key in (app2, granted):
+        async with client(world, key) as c:
+            with pytest.raises(openai.PermissionDeniedError, match="another key's end user's conversation"):
+                await _chat(c, "squat", "user:app/alice")
+        async with HostClient(world.host.admin_address, token=key) as grpc_client:
+            with pytest.raises(errors.PermissionDenied, match="another key's end user's conversation"):
+                await grpc_client.send("testbot", "squat", conversation_id="user:app/bob")
+    async with HostClient(world.host.admin_address, token=_channel_key(world, "tg")) as tg:
+        with pytest.raises(errors.PermissionDenied, match="another key's end user's conversation"):
+            await tg.send("testbot", "squat", conversation_id="user:app/carol")
+    assert _in(world, "user:app/alice") == _in(world, "user:app/bob") == _in(world, "user:app/carol") == []
+    async with client(world, world.key) as a:
+        for user in ("alice", "bob", "carol"):
+            said = await _chat(a, "hi", user=user)
+            assert said.choices[0].message.content == "Hello world"
+        # The key itself may name its own users' conversations by header too.
+        await _chat(a, "again", "user:app/alice")
+    assert [r.origin for r in _in(world, "user:app/alice")] == ["app", "app"]

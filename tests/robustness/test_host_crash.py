@@ -7,12 +7,16 @@ what they had streamed is consistently persisted; the new host serves.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -52,11 +56,11 @@ def cli(env, *args, check=True, timeout=120):
 
 
 class Served:
-    def __init__(self, env):
+    def __init__(self, env, *serve_args):
         self.env = env
         self.home = Path(env["AGENTHOST_HOME"])
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agenthost.host.cli", "serve"],
+            [sys.executable, "-m", "agenthost.host.cli", "serve", *serve_args],
             env=env,
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
@@ -227,4 +231,40 @@ def test_kill9_host_mid_run_and_restart(env):
             p.wait(5)
         for pid in stray:
             if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_kill9_host_leaves_no_gateway_body_parser(env):
+    """The gateway parses a large body in a parser process (gateway.bodies): one that outlived a host killed with
+    -9 would keep the host's environment and memory for ever, one more each crash."""
+    port = _free_port()
+    host = Served(env, "--gateway", f"127.0.0.1:{port}")
+    parsers: list[int] = []
+    try:
+        cli(env, "bots", "create", "b")
+        key = cli(env, "credentials", "create", "k", "--scope", "send", "--bot", "b").stdout.split()[-1]
+        body = json.dumps({"model": "b", "messages": [{"role": "user", "content": "x" * (300 * 1024)}]}).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/chat/completions",
+            data=body,
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        )
+        with contextlib.suppress(urllib.error.HTTPError):  # parsed, then refused for want of a binding
+            urllib.request.urlopen(request, timeout=60).close()
+        parsers = [
+            p for p in _descendants(host.proc.pid) if b"multiprocessing" in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]
+        assert parsers, "the large body started no parser process"
+        host.kill()
+        assert all(wait_gone(p, 30) for p in parsers), "a body parser outlived its host"
+    finally:
+        host.kill()
+        for pid in parsers:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

@@ -189,7 +189,7 @@ class Gateway:
                 raise bad_request(f"{CONVERSATION_HEADER} is empty")
             return conversation
         if user:
-            return f"user:{principal.name}/{user}"
+            return principal.user_conversation(user)
         return f"conv_{uuid.uuid4().hex}"
 
     def _send_request(

@@ -8,8 +8,11 @@ key neither holds the event loop through every parse in turn nor makes the host 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import multiprocessing
+import os
+import signal
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -22,6 +25,7 @@ from agenthost.host.api.gateway.errors import GatewayError, bad_request
 
 BODY_SECONDS = 30.0  # to read a request body: a trickling client holds a socket briefly
 RETRY_SECONDS = 1  # a large body's slot is held for one read and parse: they turn over within about a second
+PR_SET_PDEATHSIG = 1
 
 T = TypeVar("T")
 
@@ -73,7 +77,10 @@ class BodySlots:
         body, even if the request is cancelled meanwhile (the parse goes on, and so does the memory it holds)."""
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
-                limits.GATEWAY_BODY_PARSERS, mp_context=multiprocessing.get_context("spawn")
+                limits.GATEWAY_BODY_PARSERS,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_die_with_host,
+                initargs=(os.getpid(),),
             )
         pool = self._pool
         try:
@@ -103,6 +110,16 @@ class BodySlots:
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await asyncio.to_thread(pool.shutdown, True, cancel_futures=True)
+
+
+def _die_with_host(host_pid: int) -> None:
+    """A parser process's first act: the kernel kills it when the host's thread that started it (the event loop's,
+    at submit) ends, a kill -9 of the host too. Otherwise it would wait on its queue for ever, with the host's
+    environment, one more after each crash; and so would multiprocessing's resource tracker, which it keeps open."""
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != host_pid:  # the host died before the line above
+        os._exit(1)
 
 
 SLOTS = web.AppKey("body_slots", BodySlots)

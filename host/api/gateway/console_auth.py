@@ -7,10 +7,12 @@ credential. Only admin credentials may sign in: the console is the admin surface
 clients. A session ends when it has been idle for IDLE_SECONDS, at MAX_AGE_SECONDS, on sign-out, or as soon as
 the admin-scoped credential it was opened with is revoked (a new credential of the same name is another one).
 
-Every state-changing request must carry CSRF_HEADER with the session's own token (the sign-in request carries
+Every API request, reads too, must carry CSRF_HEADER with the session's own token (the sign-in request carries
 SIGN_IN_CSRF, as there is no session yet). A cross-site page cannot set a custom header without a CORS preflight,
 which the console never answers, and cannot read the token; an Origin header naming another origin is refused
-outright.
+outright. Reads need it because a browser sends a cookie to every port of a host: a page another local user serves
+on 127.0.0.1:<any port> receives the console's cookie, and with it alone could read everything the console shows.
+The token lives in the console page's localStorage, which is its origin's alone (port included).
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ SIGN_IN_CSRF = "sign-in"
 IDLE_SECONDS = 60 * 60
 MAX_AGE_SECONDS = 12 * 60 * 60
 MAX_SESSIONS = 64  # the oldest is dropped past this: sessions are for a few operators, not a crowd
-SAFE_METHODS = frozenset({"GET", "HEAD"})
 
 # Scripts, styles, images and fetches from the console's own origin only: no inline script or style can run, so
 # text a plugin or a model wrote cannot become code even if a renderer slipped; no framing (clickjacking).
@@ -124,8 +125,7 @@ class Sessions:
             raise GatewayError(
                 401, "sign in to the console first (the session is missing or expired)", code="signed_out"
             )
-        if request.method not in SAFE_METHODS:
-            check_csrf(request, session.csrf)
+        check_csrf(request, session.csrf)
         return session
 
 

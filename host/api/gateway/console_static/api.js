@@ -1,7 +1,16 @@
 // The console's only door to the host: JSON over fetch with the session cookie (HttpOnly: this code never sees it)
-// and the CSRF token the server handed out at sign-in, kept in memory only.
+// and, on every request, the token the server handed out at sign-in. The token is kept in localStorage, which is
+// this origin's alone, port included (a browser sends the cookie to every port of the host, so the cookie alone
+// opens nothing); the console's other tabs and a reload resume with it.
 const CSRF_HEADER = "X-Agenthost-CSRF";
-let csrf = "";
+const STORED = "agenthost-console-csrf";
+let csrf = localStorage.getItem(STORED) || "";
+
+function keep(token) {
+  csrf = token;
+  if (token) localStorage.setItem(STORED, token);
+  else localStorage.removeItem(STORED);
+}
 
 export class ApiError extends Error {
   constructor(status, body) {
@@ -13,7 +22,7 @@ export class ApiError extends Error {
 
 async function request(method, path, body, token) {
   const headers = {};
-  if (method !== "GET") headers[CSRF_HEADER] = token || csrf;
+  headers[CSRF_HEADER] = token || csrf;
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const response = await fetch(`/console/api/${path}`, {
     method,
@@ -38,19 +47,18 @@ export const del = (path) => json("DELETE", path);
 
 export async function signIn(token) {
   const data = await json("POST", "session", { token }, "sign-in");
-  csrf = data.csrf;
+  keep(data.csrf);
   return data;
 }
 
 export async function resume() {
-  const data = await get("session");
-  csrf = data.csrf;
-  return data;
+  if (!csrf) throw new ApiError(401, null);
+  return await get("session");
 }
 
 export async function signOut() {
   await del("session").catch(() => {});
-  csrf = "";
+  keep("");
 }
 
 // POSTs a message and calls onEvent(kind, data) for each server-sent event of the run as it arrives.
