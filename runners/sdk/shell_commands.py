@@ -5,7 +5,8 @@ would run one: in lists and pipelines, if/while/until/for/select/case bodies, su
 backticks and `<(…)`/`>(…)` (in arguments, assignments, redirections and here-documents alike), behind the
 wrappers that run their arguments as a program (`command`, `exec`, `env A=1`, `sudo`, `nice`, `timeout`, `xargs`,
 `find -exec` …) and inside the string of `bash -c` / `sh -c`. A program is named by its basename with quotes and
-backslashes removed, so `/bin/rm`, `./rm`, `\\rm` and `'rm'` are all `rm`.
+backslashes removed, so `/bin/rm`, `./rm`, `\\rm` and `'rm'` are all `rm`. A command is also matched without its
+leading options, so `git -C . push` meets a pattern `git push*`.
 
 It fails closed: what it cannot resolve is reported in `Commands.unresolved`, and the caller asks a person rather
 than guess. That covers a parse error, a program name built from a variable, a glob, braces or `$'…'`, `eval`,
@@ -56,13 +57,17 @@ WRAPPERS = frozenset(
         "command", "exec", "builtin", "nohup", "time", "env", "sudo", "doas", "nice", "timeout", "xargs",
         "stdbuf", "setsid", "ionice", "chrt", "taskset", "flock", "unbuffer", "strace", "ltrace", "busybox",
         "coproc", "nsenter", "unshare", "chroot", "runuser", "caffeinate", "proxychains", "torsocks",
-        "su", "script", "ssh",
+        "su", "script", "ssh", "toybox", "parallel", "prlimit", "setpriv", "fakeroot", "valgrind", "setarch",
+        "linux32", "linux64", "i386", "x86_64", "perf", "gdb", "sg", "start-stop-daemon",
     }
 )  # fmt: skip
 # Appends arguments read from stdin to its command.
-APPENDS_INPUT = frozenset({"xargs"})
-# `-c STRING` runs STRING as shell code; without it they read a script or stdin (not visible here).
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "posh", "fish", "csh", "tcsh"})
+APPENDS_INPUT = frozenset({"xargs", "parallel"})
+# `-c STRING` runs STRING as shell code; without it they read a script or stdin (not visible here). capsh passes
+# what follows its `--` to bash.
+SHELLS = frozenset(
+    {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "posh", "fish", "csh", "tcsh", "capsh"}
+)  # fmt: skip
 # Join their arguments into one string a shell runs.
 JOINS_FOR_SHELL = frozenset({"watch"})
 # Run shell code from a string or a file, or change what a later name runs.
@@ -267,6 +272,7 @@ def _argv(argv: list[Template], out: Commands, depth: int, *, appended: bool = F
         return
     rest = argv[1:] + ([(DYN,)] if appended else [])
     out.commands.append(_join([(program,), *rest]))
+    _without_leading_options(program, rest, out)
     if is_literal(head) and any(c.isspace() for c in show(head)):
         # No program has such a name, but what splits a string into a command (env -S, su -c, flock -c, script
         # -c …) runs it as one: read it as a line too.
@@ -302,6 +308,26 @@ def _argv(argv: list[Template], out: Commands, depth: int, *, appended: bool = F
             if text is not None and text.startswith("-"):
                 continue
             _argv(argv[start:], out, depth + 1, appended=appended or program in APPENDS_INPUT)
+
+
+def _without_leading_options(program: str, rest: list[Template], out: Commands) -> None:
+    """The command again without each run of its leading options (`git -C . push` is also `git push`, `npm
+    --prefix . install x` also `npm install x`), so a pattern naming a subcommand finds it behind a program's
+    global options. A word after an option may be its value and an expansion may be an option: both are skipped
+    too, which can only make it ask more."""
+    after_option = False
+    for k, word in enumerate(rest):
+        text = word[0] if len(word) == 1 and isinstance(word[0], str) else None
+        option = text is None or text.startswith("-")
+        if not (option or after_option) or text == "--":
+            return
+        out.steps += 1
+        if out.steps > MAX_COMMANDS:
+            if out.steps == MAX_COMMANDS + 1:
+                out.unresolved.append(f"more than {MAX_COMMANDS} commands")
+            return
+        out.commands.append(_join([(program,), *rest[k + 1 :]]))
+        after_option = option
 
 
 def _assignment(name: str, out: Commands) -> None:
