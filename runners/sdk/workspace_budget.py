@@ -5,12 +5,15 @@ passes the budget. One file is also capped by RLIMIT_FSIZE on everything the run
 single write cannot outrun the poll by more than the budget.
 
 A measurement walks the tree with os.scandir (no symlink followed) and stops as soon as the total is over the
-budget or MAX_ENTRIES entries were seen, so its cost is bounded whatever a model made there.
+budget or MAX_ENTRIES entries were seen, so its cost is bounded whatever a model made there. A directory its
+owner may not list or enter (`chmod 300 d` still lets a command write files in it by name) would hide what it
+holds: it gets u+rx back before it is read, and one that still cannot be read counts as over the budget.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,23 +51,46 @@ def usage(root: Path, stop_above: int) -> int:
     seen = 0
     stack = [str(root)]
     while stack:
+        path = stack.pop()
+        _make_readable(path)
         try:
-            it = os.scandir(stack.pop())
+            it = os.scandir(path)
+        except FileNotFoundError:
+            continue  # removed while measured
         except OSError:
-            continue
+            return stop_above + 1  # what it holds cannot be seen: not taken for nothing
         with it:
             for entry in it:
                 seen += 1
                 try:
                     st = entry.stat(follow_symlinks=False)
-                except OSError:
+                except FileNotFoundError:
                     continue
+                except OSError:
+                    return stop_above + 1
                 total += max(st.st_blocks * 512, ENTRY_BYTES)
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
                 if total > stop_above or seen > MAX_ENTRIES:
                     return max(total, stop_above + 1)
     return total
+
+
+def _make_readable(path: str) -> None:
+    """Gives a directory its owner's r and x back (bits only added), through a descriptor of the directory itself
+    so a symlink swapped in on the way is never followed."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        if mode & 0o500 != 0o500:
+            os.chmod(f"/proc/self/fd/{fd}", mode | 0o500)
+    except OSError:
+        pass  # then scandir fails and the tree counts as over
+    finally:
+        os.close(fd)
 
 
 def poller(budget: Budget, on_exceeded: Callable[[str], None]) -> Callable[[], bool]:

@@ -200,3 +200,30 @@ async def test_a_tool_command_sees_nothing_of_another_conversations_command(tmp_
                     (workspace / "release").touch()
                 done_b = await asyncio.wait_for(b, 120)
             assert done_b.run.status == "completed", done_b.run.error_message
+
+
+async def test_files_hidden_in_a_directory_made_unreadable_still_count_against_the_workspace(tmp_path: Path) -> None:
+    """`chmod 300 d` lets a command keep writing into d by name while its owner may not list it, and the runner
+    (sandboxed: no capability overrides permissions) measured nothing there, so each command could add a budget's
+    worth. The runner gives the directory u+rx back and counts it: the third command is refused."""
+    async with FakeProviderServer() as server:
+        async with HostHarness(tmp_path / "h", builtin=True) as h:
+            config = {
+                "model": "vllm/m",
+                "base_url": server.url + "/v1",
+                "context_window": 32_000,
+                "max_retries": 1,
+                "workspace_max_mib": 8,
+            }
+            await h.bind("agenthost/local-agent", config, priority=10)
+            for n in (1, 2):
+                hide = f"mkdir d{n} && head -c 5242880 /dev/zero > d{n}/f; chmod 300 d{n}; echo wrote"
+                server.push(openai_tool_calls([(f"c{n}", "shell", {"command": hide})], text="Writing."))
+            server.push(
+                openai_tool_calls([("c3", "shell", {"command": "echo ran"})], text="Again."), openai_text("Ok.")
+            )
+            result = await h.send("fill it")
+            assert result.run.status == "completed", result.run.error_message
+            tools = [m["content"] for m in server.model_requests[-1].json()["messages"] if m["role"] == "tool"]
+            assert "wrote" in tools[0], tools
+            assert "command not started: workspace quota exceeded" in tools[-1], tools
