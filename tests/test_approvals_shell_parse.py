@@ -143,6 +143,12 @@ FAIL_CLOSED = [
     "cat <<END\n\t$(rm x)\nEND",  # a here-document line starting with a tab: the grammar skips it
     "echo `echo \\`rm x\\``",  # nested backticks
     " && ".join(["true"] * 600) + " && rm x",  # past MAX_COMMANDS
+    "git -c alias.x=push x",  # git's own alias: `git push` under another name
+    "git -calias.x=push x",
+    "git --config-env=alias.x=V x",
+    'git -c "$A" x',
+    "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=alias.x GIT_CONFIG_VALUE_0=push git x",
+    "env GIT_CONFIG_KEY_0=alias.x git x",
 ]
 BENIGN = [
     "ls -la",
@@ -155,6 +161,8 @@ BENIGN = [
     "git status && git diff | head -5 > out.txt 2>&1",
     "git pull --rebase",
     "git commit -m push",  # a word after the subcommand is not taken for it
+    'git commit -m "$MSG"',
+    "git -c user.name=x commit",
     "git -C . pull",
     'for f in *.py; do echo "$f"; done',
     'echo $((1+2)) "$HOME" ${X:-y} $HOME',

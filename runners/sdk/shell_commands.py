@@ -11,7 +11,7 @@ leading options, so `git -C . push` meets a pattern `git push*`.
 It fails closed: what it cannot resolve is reported in `Commands.unresolved`, and the caller asks a person rather
 than guess. That covers a parse error, a program name built from a variable, a glob, braces or `$'…'`, `eval`,
 `source`, `alias`, `trap`, a function defined in the line, a shell reading a script or stdin, an assignment to a
-variable a shell runs (PS4, BASH_ENV, PROMPT_COMMAND …), and nesting deeper than `MAX_DEPTH`. The grammar is not
+variable a shell runs (PS4, BASH_ENV, PROMPT_COMMAND …), a git alias defined in the line, and nesting deeper than `MAX_DEPTH`. The grammar is not
 bash, so the text gets a second opinion: a substitution bash would run that the grammar did not read, or a reserved
 word the grammar took for a program, asks too; backslash-newlines inside words are joined as bash joins them.
 
@@ -78,12 +78,16 @@ RESERVED = frozenset(
     {"if", "then", "else", "elif", "fi", "do", "done", "case", "esac", "while", "until", "for", "select", "in",
      "function", "{", "}", "[[", "]]", "!"}
 )  # fmt: skip
-# Variables whose value a shell runs or sources (PS4 under `-x`, BASH_ENV at start, exported functions): an
-# assignment to one is code that cannot be seen.
-CODE_VARIABLES = re.compile(r"(BASH_ENV|ENV|PS[0-4]|PROMPT_COMMAND|SHELLOPTS|BASHOPTS|BASH_FUNC_.*)\+?=?$")
+# Variables whose value a shell runs or sources (PS4 under `-x`, BASH_ENV at start, exported functions), or that
+# give git configuration (an alias among it): an assignment to one is code that cannot be seen.
+CODE_VARIABLES = re.compile(
+    r"(BASH_ENV|ENV|PS[0-4]|PROMPT_COMMAND|SHELLOPTS|BASHOPTS|BASH_FUNC_.*|GIT_CONFIG_(COUNT|KEY_.*|VALUE_.*|PARAMETERS))"
+    r"\+?=?$"
+)
 FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 
 _GLOB = frozenset("*?[")
+_GIT_ALIAS = re.compile(r"(-c|--config-env=)alias\.", re.IGNORECASE)
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
 _DOUBLE_QUOTE_ESCAPES = re.compile(r"\\([$`\"\\\n])")
 
@@ -292,6 +296,9 @@ def _argv(argv: list[Template], out: Commands, depth: int, *, appended: bool = F
             else:
                 out.unresolved.append(f"{program!r} runs a string only known when it runs")
                 return
+    elif program == "git" and _git_alias(argv[1:]):
+        # `git -c alias.x=push x` runs `git push` under another name (the line's own alias, like bash's `alias`)
+        out.unresolved.append("it defines a git alias, which runs a command the line names otherwise")
     elif program == "find":
         for i, word in enumerate(argv):
             if word in {(flag,) for flag in FIND_EXEC} and i + 1 < len(argv):
@@ -328,6 +335,17 @@ def _without_leading_options(program: str, rest: list[Template], out: Commands) 
             return
         out.commands.append(_join([(program,), *rest[k + 1 :]]))
         after_option = option
+
+
+def _git_alias(args: list[Template]) -> bool:
+    """Whether git's own options define an alias (`-c alias.x=…`, `-calias.x=…`, `--config-env=alias.x=…`) or a
+    configuration only known when it runs (`-c "$X"`)."""
+    for i, word in enumerate(args):
+        text = show(word)
+        after_c = i > 0 and show(args[i - 1]) == "-c"
+        if _GIT_ALIAS.match(text) or (after_c and (not is_literal(word) or text.lower().startswith("alias."))):
+            return True
+    return False
 
 
 def _assignment(name: str, out: Commands) -> None:
