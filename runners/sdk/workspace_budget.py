@@ -31,6 +31,17 @@ class Budget:
     root: Path
     limit_bytes: int
     setting: str  # the binding setting that sets it, named in every refusal
+    # More trees the same budget covers: a harness's home and TMPDIR, which its commands write as freely.
+    also: tuple[Path, ...] = ()
+
+    def used(self) -> int:
+        """Bytes the trees take, counted until the total passes the budget."""
+        total = 0
+        for root in (self.root, *self.also):
+            total += usage(root, self.limit_bytes - total)
+            if total > self.limit_bytes:
+                break
+        return total
 
     def exceeded(self, used: int) -> str:
         return (
@@ -40,7 +51,7 @@ class Budget:
 
     def check(self) -> str | None:
         """The refusal when the workspace is over budget now, else None."""
-        used = usage(self.root, self.limit_bytes)
+        used = self.used()
         return self.exceeded(used) if used > self.limit_bytes else None
 
 
@@ -97,7 +108,7 @@ def poller(budget: Budget, on_exceeded: Callable[[str], None]) -> Callable[[], b
     """One poll step for a watcher thread or task: True (and `on_exceeded(message)`) once over budget."""
 
     def step() -> bool:
-        used = usage(budget.root, budget.limit_bytes)
+        used = budget.used()
         if used > budget.limit_bytes:
             on_exceeded(budget.exceeded(used))
             return True
