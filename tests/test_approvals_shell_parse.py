@@ -86,6 +86,29 @@ BYPASSES = [
     "git push$X",
     "r\\\nm x",  # bash joins a backslash-newline inside a word: `rm x`
     "echo \\\\\nrm x",  # an escaped backslash, then a newline: two commands
+    # programs on a stock Debian that run their arguments as a program (found by the issue 25 review)
+    "toybox rm x",
+    "parallel rm ::: x",
+    "echo x | parallel rm",
+    "prlimit --nofile=10 rm x",
+    "setpriv --reuid=1 rm x",
+    "fakeroot -- rm x",
+    "valgrind rm x",
+    "setarch x86_64 rm x",
+    "linux64 rm x",
+    "perf stat rm x",
+    "gdb --args rm x",
+    "sg root 'rm x'",
+    "sg root -c 'rm x'",
+    "capsh -- -c 'rm x'",
+    "start-stop-daemon --start --exec /bin/rm -- x",
+    # a program's own options before the subcommand a pattern names
+    "git -C . push",
+    "git --git-dir=.git push",
+    "git -c a=b push",
+    "git --no-pager push",
+    "git -C . -c a=b push origin",
+    "sudo git -C . push",
 ]
 FAIL_CLOSED = [
     "$X x",  # a variable in command position
@@ -120,6 +143,12 @@ FAIL_CLOSED = [
     "cat <<END\n\t$(rm x)\nEND",  # a here-document line starting with a tab: the grammar skips it
     "echo `echo \\`rm x\\``",  # nested backticks
     " && ".join(["true"] * 600) + " && rm x",  # past MAX_COMMANDS
+    "git -c alias.x=push x",  # git's own alias: `git push` under another name
+    "git -calias.x=push x",
+    "git --config-env=alias.x=V x",
+    'git -c "$A" x',
+    "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=alias.x GIT_CONFIG_VALUE_0=push git x",
+    "env GIT_CONFIG_KEY_0=alias.x git x",
 ]
 BENIGN = [
     "ls -la",
@@ -131,6 +160,10 @@ BENIGN = [
     "cat <<'END'\nrm x\nEND",
     "git status && git diff | head -5 > out.txt 2>&1",
     "git pull --rebase",
+    "git commit -m push",  # a word after the subcommand is not taken for it
+    'git commit -m "$MSG"',
+    "git -c user.name=x commit",
+    "git -C . pull",
     'for f in *.py; do echo "$f"; done',
     'echo $((1+2)) "$HOME" ${X:-y} $HOME',
     "x=(a b); echo ${x[@]}",

@@ -401,6 +401,12 @@ class Supervisor:
             proc.stdin.write((json.dumps(config) + "\n").encode())
             await proc.stdin.drain()
             await self._handshake(pp, proc, listen, log_path)
+            if self.sandboxed:
+                # Before any run: what the runner starts for one conversation must not see another's processes.
+                try:
+                    await asyncio.to_thread(sandbox.hide_foreign_processes, proc.pid)
+                except sandbox.SandboxUnavailable as exc:
+                    raise PluginStartError(f"cannot sandbox the {spec.kind} process: {exc}") from None
             pp.channel = grpc.aio.insecure_channel(listen, options=CHANNEL_OPTIONS)
             await self._await_health(pp)
             if spec.kind == "runner":

@@ -19,6 +19,7 @@ from agenthost.runners.sdk.approvals import ApprovalsConfig
 from agenthost.runners.sdk.egress import check_domain_pattern
 from agenthost.runners.sdk.mcp_servers import REFERENCE, McpServer, check_unique
 from agenthost.runners.sdk.skills import MAX_SKILLS, Skill, unique_names
+from agenthost.runners.sdk.workspace_budget import DEFAULT_MIB
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Names the runner sets itself; a binding overriding them would break isolation or session resume.
@@ -144,6 +145,14 @@ class HarnessConfig(_Strict):
     )
     interrupt_grace_seconds: float = Field(
         default=3.0, ge=0, le=60, description="After an interrupt, how long the harness may wind down before SIGKILL."
+    )
+    workspace_max_mib: int = Field(
+        default=DEFAULT_MIB,
+        ge=1,
+        le=1_048_576,
+        description="Size budget of each conversation's working directory and harness home (with its TMPDIR) "
+        "together, in MiB. A message is refused while they are over it, and the harness stopped when its turn "
+        "passes it (measured every 0.5 s).",
     )
     network: NetworkConfig = Field(
         default_factory=NetworkConfig,

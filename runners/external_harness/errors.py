@@ -54,3 +54,10 @@ class HarnessSandboxError(HarnessError):
     data dir); the run is refused rather than started without walls."""
 
     code = "harness_sandbox"
+
+
+class WorkspaceQuotaError(HarnessError):
+    """The conversation's working directory and harness home passed `workspace_max_mib`: the message says how much
+    and what to do."""
+
+    code = "workspace_quota"

@@ -45,6 +45,7 @@ from agenthost.runners.external_harness.errors import (
     HarnessError,
     HarnessNotFound,
     HarnessReportedError,
+    WorkspaceQuotaError,
 )
 from agenthost.runners.external_harness.mcp_bridge import bridge_from_env, tools_for
 from agenthost.runners.external_harness.mcp_control import McpControl, is_control
@@ -72,7 +73,7 @@ from agenthost.runners.external_harness.user_mcp import UserMcp
 from agenthost.runners.external_harness.user_mcp import plan as plan_user_mcp
 from agenthost.runners.external_harness.warm import MAX_SPARES, KeptHarness, KeptHarnesses, RunnerBridge, fingerprint
 from agenthost.runners.external_harness.workspace import SpareSlot, Workspace, WorkspaceManager
-from agenthost.runners.sdk import egress, events
+from agenthost.runners.sdk import egress, events, workspace_budget
 from agenthost.runners.sdk.keys import how_to_give_key
 from agenthost.runners.sdk.mcp_servers import McpServerError
 from agenthost.runners.sdk.runner import RunContext, Runner
@@ -719,6 +720,20 @@ class HarnessRunner(Runner):
         reuse: _Reuse,
     ) -> AsyncIterator[pb.RunEvent]:
         cmd = self.driver.command(plan)
+        # What the harness and its commands write to disk: the working dir and the harness home (TMPDIR too).
+        budget = workspace_budget.Budget(
+            plan.workspace.working_dir,
+            plan.config.workspace_max_mib * workspace_budget.MIB,
+            "workspace_max_mib",
+            also=(plan.workspace.harness_dir,),
+        )
+        refusal = await asyncio.to_thread(budget.check)
+        if refusal is not None:
+            if reuse.kept is not None:
+                await reuse.kept.proc.stop()
+                reuse.kept = None
+            raise WorkspaceQuotaError(f"message not sent to {self.driver.name}: {refusal}")
+        over: list[str] = []
         stamp = ""
         if plan.stream_input:
             stamp = fingerprint(cmd.argv, cmd.env, workspace=plan.workspace, sandbox=sandbox)
@@ -784,12 +799,14 @@ class HarnessRunner(Runner):
         keep = False
         _LIVE.add(proc)
         pump_task: asyncio.Task[None] | None = None
+        watcher: asyncio.Task[None] | None = None
         try:
             if kept is not None:
                 await proc.send(stdin_message(prompt))
             else:
                 await proc.start()
             pump_task = asyncio.create_task(pump())
+            watcher = asyncio.create_task(_watch_budget(budget, proc, over))
             loop = asyncio.get_running_loop()
             while True:
                 timeout = None if deadline is None else deadline - loop.time()
@@ -824,7 +841,7 @@ class HarnessRunner(Runner):
                 reuse.keep_seconds > 0
                 and turn.finished
                 and turn.error is None
-                and not (timed_out or pump_errors)
+                and not (timed_out or pump_errors or over)
                 and bool(turn.session_id)
                 and proc.running
                 # Nothing the model started may outlive its run: a turn that left a process in the sandbox (a
@@ -846,17 +863,21 @@ class HarnessRunner(Runner):
                 reuse.started = plan
                 exit_code = 0
             else:
-                if plan.stream_input:
+                if plan.stream_input and not over:
                     await proc.end_input()  # it ends at the end of its input, as a one-message process does
                 exit_code = await proc.wait()
         finally:
             if pump_task is not None and not pump_task.done():
                 pump_task.cancel()
+            if watcher is not None:
+                watcher.cancel()
             if not keep:
                 await proc.stop()
             _LIVE.discard(proc)
 
         stderr = proc.stderr_tail()
+        if over:
+            raise WorkspaceQuotaError(f"{self.driver.name} stopped: {over[0]}")
         if pump_errors:
             raise pump_errors[0]
         if timed_out:
@@ -893,6 +914,17 @@ class HarnessRunner(Runner):
         if turn.final_text:
             yield events.message(turn.final_text)
         yield events.completed()
+
+
+async def _watch_budget(budget: workspace_budget.Budget, proc: HarnessProcess, over: list[str]) -> None:
+    """Measures the turn's trees every POLL_SECONDS; stops the harness (its whole sandbox) once over budget, which
+    ends the turn: the pump reaches the end of its output."""
+    step = workspace_budget.poller(budget, over.append)
+    while True:
+        if await asyncio.to_thread(step):
+            await proc.stop()
+            return
+        await asyncio.sleep(workspace_budget.POLL_SECONDS)  # a periodic measurement, not a wait for a condition
 
 
 def _manifest(name: str, description: str, config_model: type[HarnessConfig]) -> RunnerManifest:

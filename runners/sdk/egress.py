@@ -91,10 +91,24 @@ def is_loopback_name(host: str) -> bool:
     return False
 
 
+# IPv6 prefixes whose last 32 bits are an IPv4 address that a gateway or the kernel may deliver to: NAT64's
+# well-known and local-use prefixes (RFC 6052, 8215: an IPv6-only network's NAT64 translates 64:ff9b::10.0.0.1 to
+# 10.0.0.1), IPv4-compatible (::/96) and SIIT's IPv4-translated (::ffff:0:0:0/96). Python 3.11 calls them global.
+_EMBEDS_IPV4 = tuple(ipaddress.ip_network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96", "::ffff:0:0:0/96"))
+
+
 def _public(address: str) -> bool:
+    """Whether an address is public, and so is every IPv4 address it carries (mapped, NAT64, 6to4, Teredo …):
+    a private or loopback address is never reached through a translation of it."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = [ip.ipv4_mapped, ip.sixtofour, *(ip.teredo or ())]
+        if any(ip in net for net in _EMBEDS_IPV4):
+            embedded.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+        if any(v4 is not None and not _public(str(v4)) for v4 in embedded):
+            return False
+        if ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped
     return ip.is_global and not ip.is_multicast
 
 

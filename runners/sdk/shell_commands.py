@@ -5,14 +5,16 @@ would run one: in lists and pipelines, if/while/until/for/select/case bodies, su
 backticks and `<(…)`/`>(…)` (in arguments, assignments, redirections and here-documents alike), behind the
 wrappers that run their arguments as a program (`command`, `exec`, `env A=1`, `sudo`, `nice`, `timeout`, `xargs`,
 `find -exec` …) and inside the string of `bash -c` / `sh -c`. A program is named by its basename with quotes and
-backslashes removed, so `/bin/rm`, `./rm`, `\\rm` and `'rm'` are all `rm`.
+backslashes removed, so `/bin/rm`, `./rm`, `\\rm` and `'rm'` are all `rm`. A command is also matched without its
+leading options, so `git -C . push` meets a pattern `git push*`.
 
 It fails closed: what it cannot resolve is reported in `Commands.unresolved`, and the caller asks a person rather
 than guess. That covers a parse error, a program name built from a variable, a glob, braces or `$'…'`, `eval`,
 `source`, `alias`, `trap`, a function defined in the line, a shell reading a script or stdin, an assignment to a
-variable a shell runs (PS4, BASH_ENV, PROMPT_COMMAND …), and nesting deeper than `MAX_DEPTH`. The grammar is not
-bash, so the text gets a second opinion: a substitution bash would run that the grammar did not read, or a reserved
-word the grammar took for a program, asks too; backslash-newlines inside words are joined as bash joins them.
+variable a shell runs (PS4, BASH_ENV, PROMPT_COMMAND …), a git alias defined in the line, and nesting deeper than
+`MAX_DEPTH`. The grammar is not bash, so the text gets a second opinion: a substitution bash would run that the
+grammar did not read, or a reserved word the grammar took for a program, asks too; backslash-newlines inside words
+are joined as bash joins them.
 
 An argument made from an expansion, a glob or braces is kept as a wildcard (`Dynamic`): a pattern that could match
 it once filled in asks too (`could_match`).
@@ -57,13 +59,17 @@ WRAPPERS = frozenset(
         "command", "exec", "builtin", "nohup", "time", "env", "sudo", "doas", "nice", "timeout", "xargs",
         "stdbuf", "setsid", "ionice", "chrt", "taskset", "flock", "unbuffer", "strace", "ltrace", "busybox",
         "coproc", "nsenter", "unshare", "chroot", "runuser", "caffeinate", "proxychains", "torsocks",
-        "su", "script", "ssh",
+        "su", "script", "ssh", "toybox", "parallel", "prlimit", "setpriv", "fakeroot", "valgrind", "setarch",
+        "linux32", "linux64", "i386", "x86_64", "perf", "gdb", "sg", "start-stop-daemon",
     }
 )  # fmt: skip
 # Appends arguments read from stdin to its command.
-APPENDS_INPUT = frozenset({"xargs"})
-# `-c STRING` runs STRING as shell code; without it they read a script or stdin (not visible here).
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "posh", "fish", "csh", "tcsh"})
+APPENDS_INPUT = frozenset({"xargs", "parallel"})
+# `-c STRING` runs STRING as shell code; without it they read a script or stdin (not visible here). capsh passes
+# what follows its `--` to bash.
+SHELLS = frozenset(
+    {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "posh", "fish", "csh", "tcsh", "capsh"}
+)  # fmt: skip
 # Join their arguments into one string a shell runs.
 JOINS_FOR_SHELL = frozenset({"watch"})
 # Run shell code from a string or a file, or change what a later name runs.
@@ -74,12 +80,16 @@ RESERVED = frozenset(
     {"if", "then", "else", "elif", "fi", "do", "done", "case", "esac", "while", "until", "for", "select", "in",
      "function", "{", "}", "[[", "]]", "!"}
 )  # fmt: skip
-# Variables whose value a shell runs or sources (PS4 under `-x`, BASH_ENV at start, exported functions): an
-# assignment to one is code that cannot be seen.
-CODE_VARIABLES = re.compile(r"(BASH_ENV|ENV|PS[0-4]|PROMPT_COMMAND|SHELLOPTS|BASHOPTS|BASH_FUNC_.*)\+?=?$")
+# Variables whose value a shell runs or sources (PS4 under `-x`, BASH_ENV at start, exported functions), or that
+# give git configuration (an alias among it): an assignment to one is code that cannot be seen.
+CODE_VARIABLES = re.compile(
+    r"(BASH_ENV|ENV|PS[0-4]|PROMPT_COMMAND|SHELLOPTS|BASHOPTS|BASH_FUNC_.*|GIT_CONFIG_(COUNT|KEY_.*|VALUE_.*|PARAMETERS))"
+    r"\+?=?$"
+)
 FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 
 _GLOB = frozenset("*?[")
+_GIT_ALIAS = re.compile(r"(-c|--config-env=)alias\.", re.IGNORECASE)
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
 _DOUBLE_QUOTE_ESCAPES = re.compile(r"\\([$`\"\\\n])")
 
@@ -270,6 +280,7 @@ def _argv(argv: list[Template], out: Commands, depth: int, *, appended: bool = F
         return
     rest = argv[1:] + ([(DYN,)] if appended else [])
     out.commands.append(_join([(program,), *rest]))
+    _without_leading_options(program, rest, out)
     if is_literal(head) and any(c.isspace() for c in show(head)):
         # No program has such a name, but what splits a string into a command (env -S, su -c, flock -c, script
         # -c …) runs it as one: read it as a line too.
@@ -289,6 +300,9 @@ def _argv(argv: list[Template], out: Commands, depth: int, *, appended: bool = F
             else:
                 out.unresolved.append(f"{program!r} runs a string only known when it runs")
                 return
+    elif program == "git" and _git_alias(argv[1:]):
+        # `git -c alias.x=push x` runs `git push` under another name (the line's own alias, like bash's `alias`)
+        out.unresolved.append("it defines a git alias, which runs a command the line names otherwise")
     elif program == "find":
         for i, word in enumerate(argv):
             if word in {(flag,) for flag in FIND_EXEC} and i + 1 < len(argv):
@@ -305,6 +319,37 @@ def _argv(argv: list[Template], out: Commands, depth: int, *, appended: bool = F
             if text is not None and text.startswith("-"):
                 continue
             _argv(argv[start:], out, depth + 1, appended=appended or program in APPENDS_INPUT)
+
+
+def _without_leading_options(program: str, rest: list[Template], out: Commands) -> None:
+    """The command again without each run of its leading options (`git -C . push` is also `git push`, `npm
+    --prefix . install x` also `npm install x`), so a pattern naming a subcommand finds it behind a program's
+    global options. A word after an option may be its value and an expansion may be an option: both are skipped
+    too, which can only make it ask more."""
+    after_option = False
+    for k, word in enumerate(rest):
+        text = word[0] if len(word) == 1 and isinstance(word[0], str) else None
+        option = text is None or text.startswith("-")
+        if not (option or after_option) or text == "--":
+            return
+        out.steps += 1
+        if out.steps > MAX_COMMANDS:
+            if out.steps == MAX_COMMANDS + 1:
+                out.unresolved.append(f"more than {MAX_COMMANDS} commands")
+            return
+        out.commands.append(_join([(program,), *rest[k + 1 :]]))
+        after_option = option
+
+
+def _git_alias(args: list[Template]) -> bool:
+    """Whether git's own options define an alias (`-c alias.x=…`, `-calias.x=…`, `--config-env=alias.x=…`) or a
+    configuration only known when it runs (`-c "$X"`)."""
+    for i, word in enumerate(args):
+        text = show(word)
+        after_c = i > 0 and show(args[i - 1]) == "-c"
+        if _GIT_ALIAS.match(text) or (after_c and (not is_literal(word) or text.lower().startswith("alias."))):
+            return True
+    return False
 
 
 def _assignment(name: str, out: Commands) -> None:

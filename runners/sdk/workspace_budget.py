@@ -5,12 +5,15 @@ passes the budget. One file is also capped by RLIMIT_FSIZE on everything the run
 single write cannot outrun the poll by more than the budget.
 
 A measurement walks the tree with os.scandir (no symlink followed) and stops as soon as the total is over the
-budget or MAX_ENTRIES entries were seen, so its cost is bounded whatever a model made there.
+budget or MAX_ENTRIES entries were seen, so its cost is bounded whatever a model made there. A directory its
+owner may not list or enter (`chmod 300 d` still lets a command write files in it by name) would hide what it
+holds: it gets u+rx back before it is read, and one that still cannot be read counts as over the budget.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +31,17 @@ class Budget:
     root: Path
     limit_bytes: int
     setting: str  # the binding setting that sets it, named in every refusal
+    # More trees the same budget covers: a harness's home and TMPDIR, which its commands write as freely.
+    also: tuple[Path, ...] = ()
+
+    def used(self) -> int:
+        """Bytes the trees take, counted until the total passes the budget."""
+        total = 0
+        for root in (self.root, *self.also):
+            total += usage(root, self.limit_bytes - total)
+            if total > self.limit_bytes:
+                break
+        return total
 
     def exceeded(self, used: int) -> str:
         return (
@@ -37,7 +51,7 @@ class Budget:
 
     def check(self) -> str | None:
         """The refusal when the workspace is over budget now, else None."""
-        used = usage(self.root, self.limit_bytes)
+        used = self.used()
         return self.exceeded(used) if used > self.limit_bytes else None
 
 
@@ -48,17 +62,23 @@ def usage(root: Path, stop_above: int) -> int:
     seen = 0
     stack = [str(root)]
     while stack:
+        path = stack.pop()
+        _make_readable(path)
         try:
-            it = os.scandir(stack.pop())
+            it = os.scandir(path)
+        except FileNotFoundError:
+            continue  # removed while measured
         except OSError:
-            continue
+            return stop_above + 1  # what it holds cannot be seen: not taken for nothing
         with it:
             for entry in it:
                 seen += 1
                 try:
                     st = entry.stat(follow_symlinks=False)
-                except OSError:
+                except FileNotFoundError:
                     continue
+                except OSError:
+                    return stop_above + 1
                 total += max(st.st_blocks * 512, ENTRY_BYTES)
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
@@ -67,11 +87,28 @@ def usage(root: Path, stop_above: int) -> int:
     return total
 
 
+def _make_readable(path: str) -> None:
+    """Gives a directory its owner's r and x back (bits only added), through a descriptor of the directory itself
+    so a symlink swapped in on the way is never followed."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        mode = stat.S_IMODE(os.fstat(fd).st_mode)
+        if mode & 0o500 != 0o500:
+            os.chmod(f"/proc/self/fd/{fd}", mode | 0o500)
+    except OSError:
+        pass  # then scandir fails and the tree counts as over
+    finally:
+        os.close(fd)
+
+
 def poller(budget: Budget, on_exceeded: Callable[[str], None]) -> Callable[[], bool]:
     """One poll step for a watcher thread or task: True (and `on_exceeded(message)`) once over budget."""
 
     def step() -> bool:
-        used = usage(budget.root, budget.limit_bytes)
+        used = budget.used()
         if used > budget.limit_bytes:
             on_exceeded(budget.exceeded(used))
             return True

@@ -207,3 +207,25 @@ async def test_a_run_past_its_deadline_is_timed_out(who: str, tmp_path, clean_en
             break
         await asyncio.sleep(0.05)
     assert not pids_with_env(tag)
+
+
+async def test_a_harness_turn_filling_the_workspace_or_its_home_is_stopped_and_the_next_refused(
+    tmp_path, clean_env
+) -> None:
+    """Issue 25 item 15 for harnesses: a command the harness runs writes past `workspace_max_mib`, in the working
+    dir or in its home and TMPDIR (on disk, beside the conversation's harness config). The turn is stopped, the
+    run fails naming the setting, and the conversation's next message is refused until space is freed."""
+    config = {"command": FAKE_HARNESS, "workspace_max_mib": 4}
+    fill = "for i in $(seq 64); do head -c 1048576 /dev/zero > f$i || exit 3; sleep 0.05; done; echo finished"
+    home = "head -c 3145728 /dev/zero > $TMPDIR/a; head -c 3145728 /dev/zero > $HOME/b; echo wrote"
+    async with HostHarness(tmp_path, runners=[ClaudeCodeRunner], config=config) as h:
+        for conversation, command in (("work", fill), ("home", home)):
+            first = await h.send(f"[sh] {command}", conversation_id=conversation)
+            if conversation == "work":
+                assert first.run.status == "failed" and first.run.error_code == "workspace_quota", first.run
+                assert "workspace quota exceeded" in first.run.error_message
+                assert "binding setting workspace_max_mib" in first.run.error_message
+            refused = await h.send("[sh] echo ran", conversation_id=conversation)
+            assert refused.run.status == "failed" and refused.run.error_code == "workspace_quota", refused.run
+            assert refused.run.error_message.startswith("message not sent to"), refused.run.error_message
+            assert "ran" not in refused.text

@@ -108,6 +108,40 @@ async def test_an_allowed_name_that_resolves_to_a_private_address_is_refused(ups
     assert allowed.endswith(b"UPSTREAM") and connected == [("93.184.215.14", 443)]
 
 
+# IPv6 forms that carry a loopback or private IPv4 address a translator delivers to (NAT64 on an IPv6-only
+# network, 6to4, IPv4-compatible, SIIT); Python 3.11's is_global calls each of them global.
+TRANSLATED = [
+    "64:ff9b::7f00:1",
+    "64:ff9b::a00:1",
+    "64:ff9b:1::a9fe:a9fe",
+    "::7f00:1",
+    "2002:a00:1::1",
+    "::ffff:0:a00:1",
+]
+
+
+@pytest.mark.parametrize("address", TRANSLATED)
+async def test_an_ipv6_address_carrying_a_private_ipv4_one_is_refused(address: str, monkeypatch) -> None:
+    """By literal and by a name resolving to it, with any public host allowed: never connected to."""
+    connected: list[str] = []
+
+    async def lookup(host: str, p: int) -> list[str]:
+        return [address]
+
+    async def open_upstream(a: str, p: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        connected.append(a)
+        raise OSError("the test connects nowhere")
+
+    monkeypatch.setattr(egress, "lookup", lookup)
+    monkeypatch.setattr(egress, "open_upstream", open_upstream)
+    proxy = await egress.proxy_for(egress.EgressPolicy(any_public=True))
+    for target in (f"[{address}]:443", "translated.example.org:443"):
+        answer = await connect_then_get(proxy, target)
+        assert answer.startswith(b"HTTP/1.1 403 Forbidden") and b"loopback, private" in answer, (target, answer)
+    assert connected == []
+    assert egress._public("64:ff9b::5db8:d70e") and egress._public("2606:4700::1111")  # public ones still are
+
+
 async def test_the_allow_list_by_name_and_port() -> None:
     policy = egress.EgressPolicy(
         endpoints=(("api.anthropic.com", 443),), domains=("*.example.org", "pypi.org", "git.example.com:2222")

@@ -94,13 +94,9 @@ async def test_an_injected_model_reaches_nothing_through_the_shell_tool(tmp_path
     assert json.dumps(messages).count("SECRET-OF-ANOTHER-CONVERSATION") == 0
 
 
-@pytest.mark.skipif(
-    os.geteuid() == 0,
-    reason="the host runs as root: bwrap then covers /proc/irq and /proc/bus in the plugin's sandbox, and the kernel "
-    "refuses a nested fresh /proc (mount_too_revealing), so tool commands see the runner's pid (not its memory)",
-)
 async def test_a_tool_commands_proc_lists_no_runner(tmp_path: Path) -> None:
-    """Issue 25 item 18: a tool command nested in the runner's sandbox gets a /proc of its own."""
+    """Issue 25 item 18: a tool command nested in the runner's sandbox gets a /proc of its own (a non-root host), or
+    the plugin's /proc showing only what the command could trace (a root host: hidepid=ptraceable)."""
     async with FakeProviderServer() as server:
         async with HostHarness(tmp_path / "h", builtin=True) as h:
             config = {"model": "vllm/m", "base_url": server.url + "/v1", "context_window": 32_000, "max_retries": 1}
@@ -163,3 +159,71 @@ def test_a_nested_sandbox_mounts_a_fresh_proc_only_when_the_outer_one_is_fully_v
         "514 512 0:98 /bus /proc/bus ro,nosuid,nodev,noexec,relatime - proc proc rw\n"
     )
     assert sandbox.proc_fully_visible(user) and not sandbox.proc_fully_visible(root)
+
+
+async def test_a_tool_command_sees_nothing_of_another_conversations_command(tmp_path: Path) -> None:
+    """Two conversations served by one runner process: while B's command runs, A's command lists every process
+    its /proc shows. B's command line (text a model wrote for another user) must not be among them, nor can A
+    read B's environment. Before hidepid, a root host's nested sandboxes bound the plugin's whole /proc."""
+    mark = f"B-SECRET-{uuid.uuid4().hex}"
+    async with FakeProviderServer() as server:
+        async with HostHarness(tmp_path / "h", builtin=True) as h:
+            config = {"model": "vllm/m", "base_url": server.url + "/v1", "context_window": 32_000, "max_retries": 1}
+            await h.bind("agenthost/local-agent", config, priority=10)
+            # B waits for a file in its own workspace, which the test makes once A is done.
+            wait = f"echo {mark} >/dev/null; while [ ! -e release ]; do sleep 0.1; done; echo released"
+            server.push(openai_tool_calls([("b1", "shell", {"command": wait})], text="Waiting."))
+            b = asyncio.create_task(h.send("wait", conversation_id="conv-b"))
+            try:
+                for _ in range(600):
+                    if _pgrep(mark) or b.done():
+                        break
+                    await asyncio.sleep(0.1)
+                assert _pgrep(mark), "B's command never started"
+                probe = (
+                    "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; "
+                    "tr '\\0' '\\n' < $p/environ 2>/dev/null | grep -c . | sed 's/^/ENV=/'; done; echo PROBED"
+                )
+                server.push(openai_tool_calls([("a1", "shell", {"command": probe})], text="Looking."))
+                server.push(openai_text("Ok."))
+                result = await h.send("look", conversation_id="conv-a")
+                assert result.run.status == "completed", result.run.error_message
+                output = next(
+                    m["content"] for m in reversed(server.model_requests[-1].json()["messages"]) if m["role"] == "tool"
+                )
+                assert "PROBED" in output and "for p in" in output, output
+                assert mark not in output, output
+            finally:
+                server.push(openai_text("Done."))
+                workspaces = h.host.data_dir / "plugins" / "agenthost" / "data" / "local-agent" / "workspaces"
+                for workspace in workspaces.glob("*conv-b*"):
+                    (workspace / "release").touch()
+                done_b = await asyncio.wait_for(b, 120)
+            assert done_b.run.status == "completed", done_b.run.error_message
+
+
+async def test_files_hidden_in_a_directory_made_unreadable_still_count_against_the_workspace(tmp_path: Path) -> None:
+    """`chmod 300 d` lets a command keep writing into d by name while its owner may not list it, and the runner
+    (sandboxed: no capability overrides permissions) measured nothing there, so each command could add a budget's
+    worth. The runner gives the directory u+rx back and counts it: the third command is refused."""
+    async with FakeProviderServer() as server:
+        async with HostHarness(tmp_path / "h", builtin=True) as h:
+            config = {
+                "model": "vllm/m",
+                "base_url": server.url + "/v1",
+                "context_window": 32_000,
+                "max_retries": 1,
+                "workspace_max_mib": 8,
+            }
+            await h.bind("agenthost/local-agent", config, priority=10)
+            for n in (1, 2):
+                hide = f"mkdir d{n} && head -c 5242880 /dev/zero > d{n}/f; chmod 300 d{n}; echo wrote"
+                server.push(openai_tool_calls([(f"c{n}", "shell", {"command": hide})], text="Writing."))
+            server.push(
+                openai_tool_calls([("c3", "shell", {"command": "echo ran"})], text="Again."), openai_text("Ok.")
+            )
+            result = await h.send("fill it")
+            assert result.run.status == "completed", result.run.error_message
+            tools = [m["content"] for m in server.model_requests[-1].json()["messages"] if m["role"] == "tool"]
+            assert "wrote" in tools[0], tools
+            assert "command not started: workspace quota exceeded" in tools[-1], tools
