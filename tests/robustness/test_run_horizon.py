@@ -107,8 +107,13 @@ class Recorder(Runner):
             allowed=allowed,
             refused=refused,
         )
+        first = f"{WORD} first reply to {run.text}"
+        yield events.message(first)
+        # "Between its replies" begins once the host has recorded the first: a message sent on `started` must land
+        # after it, however long the reply takes to reach the store on a loaded machine.
+        while first not in [i.text for i in (await api.history_page(limit=5)).items]:
+            await asyncio.sleep(0.01)
         Recorder.event(Recorder.started, run.text).set()
-        yield events.message(f"{WORD} first reply to {run.text}")
         await Recorder.event(Recorder.release, run.text).wait()
         yield events.message(f"{WORD} second reply to {run.text}")
 
