@@ -110,8 +110,9 @@ class Recorder(Runner):
         first = f"{WORD} first reply to {run.text}"
         yield events.message(first)
         # "Between its replies" begins once the host has recorded the first: a message sent on `started` must land
-        # after it, however long the reply takes to reach the store on a loaded machine.
-        while first not in [i.text for i in (await api.history_page(limit=5)).items]:
+        # after it, however long the reply takes to reach the store on a loaded machine. The host's store has no
+        # event a runner could wait on, so the runner reads its history until the reply is there.
+        while first not in [i.text for i in (await api.history_page(limit=5)).items]:  # noqa: ASYNC110
             await asyncio.sleep(0.01)
         Recorder.event(Recorder.started, run.text).set()
         await Recorder.event(Recorder.release, run.text).wait()
