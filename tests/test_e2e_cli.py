@@ -60,13 +60,27 @@ def start_host(env):
     raise AssertionError("host did not come up")
 
 
-def runner_pids():
+def runner_pids() -> set[int]:
     out = subprocess.run(["pgrep", "-f", "agenthost.runners.sdk serve"], capture_output=True, text=True).stdout
     return {int(p) for p in out.split()}
 
 
+def _descendants(root: int) -> set[int]:
+    parent = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue  # gone meanwhile
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
 def test_user_flow_kill_and_restart(env):
-    before = runner_pids()
     host = start_host(env)
     try:
         assert "another agenthost" in cli(env, "serve", check=False).stderr
@@ -107,8 +121,12 @@ def test_user_flow_kill_and_restart(env):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        time.sleep(1.5)
-        ours = runner_pids() - before
+        # Wait until the run is in flight (the faulty runner sleeps through it). Only this host's runners count:
+        # tests on other workers start runners of their own meanwhile.
+        deadline = time.time() + 30
+        while "running" not in cli(env, "runs", "list", "--status", "running").stdout and time.time() < deadline:
+            time.sleep(0.1)
+        ours = runner_pids() & _descendants(host.pid)
         assert len(ours) >= 2
     finally:
         host.send_signal(signal.SIGKILL)
