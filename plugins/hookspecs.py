@@ -10,7 +10,7 @@ Two extension points:
 * channel adapters (`agenthost_register_channels`): the code that connects a chat platform to a bot; one
   supervised, sandboxed process per configured instance (`agenthost channels add`); reaches the host only through
   the admin socket with a `send` credential limited to its bot, so it can send messages and read the runs they
-  start, nothing else. See channels/README.md for writing one.
+  start, nothing else. See docs/writing/channel-adapter.md for writing one.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     from agenthost.channels.sdk import ChannelAdapter, ChannelContext, ChannelManifest, hookimpl
 
-See channels/README.md.
+See docs/writing/channel-adapter.md.
 """
 
 from agenthost.channels.sdk.adapter import ChannelAdapter, ChannelContext

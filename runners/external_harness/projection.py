@@ -1,6 +1,6 @@
 """Projection: what the runner writes into the working directory before each harness turn.
 
-Contract (versioned; README.md in this package documents it for users):
+Contract (versioned; docs/runners/external-harness.md documents it for users):
 
 * `.agenthost/context.json` — schema `agenthost.external_harness_context.v1`, rewritten atomically every turn:
   the run, event, actor, conversation, input, delivery, resources, context access and state pointers.
