@@ -1,7 +1,8 @@
 """`agenthost demo`: the whole system on its embedded defaults, in a scratch data dir, with no accounts.
 
 It starts a real host (the built-in runners as supervised processes), binds the local agent to a bot, talks to
-it, then installs the example plugin into its own environment and uses it — the flow of the docs' Getting started, end to end.
+it, then installs the example plugin into its own environment and uses it — the flow of the docs' Getting started,
+end to end.
 With a provider key in the environment (ANTHROPIC_API_KEY / OPENAI_API_KEY) the local agent uses that model;
 with none it uses its offline demo model, which says so in every reply.
 """

@@ -199,8 +199,8 @@ APPROVE_SPEC: dict[str, Any] = {
 # search defers other tools (the managed block names these tools; finding them by search would cost a model round
 # trip). Set per tool rather than as the server's `alwaysLoad` in mcp.json, which would also make the CLI wait for
 # the connection before the rest of its start-up (57-65 ms in its own start-up profile): per tool, it connects while
-# it starts and waits only before the first request (see docs/runners/external-harness.md). Other clients ignore the key (`_meta` is the
-# spec's).
+# it starts and waits only before the first request (see docs/runners/external-harness.md). Other clients ignore the key
+# (`_meta` is the spec's).
 LISTED_TOOLS = tuple({**spec, "_meta": {"anthropic/alwaysLoad": True}} for spec in (*TOOLS, APPROVE_SPEC))
 # The grant each tool needs (agenthost.plugins.manifest.API_METHODS names). A tool the run may not use is not offered:
 # a model shown a tool that always fails keeps trying it.
