@@ -92,7 +92,7 @@ def test_the_wheel_carries_the_example_plugin_typing_markers_and_license(tmp_pat
     example = "agenthost/plugins/examples/notes-runner/"
     assert {f"{example}pyproject.toml", f"{example}README.md", f"{example}agenthost_notes/__init__.py"} <= names
     assert {f"agenthost/{name}/py.typed" for name in SUBPACKAGES} <= names
-    console = "agenthost/host/gateway/console_static/"
+    console = "agenthost/host/api/gateway/console_static/"
     assert {f"{console}index.html", f"{console}app.js", f"{console}style.css"} <= names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     assert not any("/build/" in n or ".egg-info" in n or "__pycache__" in n for n in names)
