@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -69,6 +70,7 @@ def _flattened(replies: list[hpb.SendMessageReply | bytes | None]) -> list[pb.Ru
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(steps=st.lists(_step, min_size=1, max_size=30))
 def test_merged_replies_carry_every_event_once_in_order_within_the_caps(steps: list[tuple[str, int]]) -> None:

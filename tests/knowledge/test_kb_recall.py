@@ -17,6 +17,7 @@ from .fake_embeddings import FakeEmbeddings
 pytestmark = pytest.mark.timeout(120)
 
 
+@pytest.mark.slow
 async def test_recall_at_5_keyword_only_vs_hybrid(host: HostHarness, embeddings: FakeEmbeddings) -> None:
     h = host
     assert len(DOCUMENTS) >= 30 and len(QUERIES) >= 20

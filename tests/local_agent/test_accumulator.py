@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +17,7 @@ args_strategy = st.dictionaries(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     calls=st.lists(st.tuples(st.sampled_from(["read_file", "grep", "shell"]), args_strategy), min_size=1, max_size=3),

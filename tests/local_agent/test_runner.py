@@ -250,6 +250,7 @@ async def test_memory_is_frozen_into_the_system_prompt(tmp_path: Path) -> None:
         await runner.close()
 
 
+@pytest.mark.slow
 async def test_compaction_checkpoint_lets_a_fresh_runner_continue(tmp_path: Path) -> None:
     api = FakeRunAPI()
     async with FakeProviderServer() as server:

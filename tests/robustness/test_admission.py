@@ -278,6 +278,7 @@ async def test_queued_runs_end_interrupted_when_the_host_stops(tmp_path, monkeyp
     assert Gate.order == ["hold"]
 
 
+@pytest.mark.slow
 async def test_a_burst_far_past_the_queue_gets_only_typed_answers(host: HostHarness, monkeypatch) -> None:
     """1500 sends at once with room for 4 running and 200 queued: each either completes or is refused with a
     retry hint. Nothing ends with gRPC's bare CANCELLED, nothing with any other error."""

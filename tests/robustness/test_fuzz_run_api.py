@@ -35,7 +35,8 @@ from agenthost.runners.sdk import RunContext
 from .conftest import SC, Parked, World, status_of
 from .test_adversarial_api import TRAVERSAL
 
-pytestmark = pytest.mark.timeout(300)
+# Fuzzing every method takes a minute of a core: in `make test` and CI, not in `make check`.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 ALLOWED = {
     SC.OK,

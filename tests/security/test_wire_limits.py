@@ -109,6 +109,7 @@ async def host(tmp_path: Path) -> AsyncIterator[HostHarness]:
             Worker.release.set()
 
 
+@pytest.mark.slow
 async def test_idle_unauthenticated_streams_do_not_lock_runners_out(host: HostHarness) -> None:
     hold = 4_200  # more than the host's maximum_concurrent_rpcs (4096)
     proc = await asyncio.create_subprocess_exec(
