@@ -917,14 +917,10 @@ class HarnessRunner(Runner):
 
 
 async def _watch_budget(budget: workspace_budget.Budget, proc: HarnessProcess, over: list[str]) -> None:
-    """Measures the turn's trees every POLL_SECONDS; stops the harness (its whole sandbox) once over budget, which
-    ends the turn: the pump reaches the end of its output."""
-    step = workspace_budget.poller(budget, over.append)
-    while True:
-        if await asyncio.to_thread(step):
-            await proc.stop()
-            return
-        await asyncio.sleep(workspace_budget.POLL_SECONDS)  # a periodic measurement, not a wait for a condition
+    """Stops the harness (its whole sandbox) once the turn's trees pass the budget, which ends the turn: the pump
+    reaches the end of its output."""
+    over.append(await workspace_budget.watch(budget))
+    await proc.stop()
 
 
 def _manifest(name: str, description: str, config_model: type[HarnessConfig]) -> RunnerManifest:

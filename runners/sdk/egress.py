@@ -193,8 +193,6 @@ class EgressProxy:
         self.path = path
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        # For tests and diagnostics: the refusals so far, by host:port.
-        self.refused: list[str] = []
 
     async def start(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -265,7 +263,6 @@ class EgressProxy:
             path = (split.path or "/") + (f"?{split.query}" if split.query else "")
         address, why = await self._resolve(host, port)
         if address is None:
-            self.refused.append(f"{host}:{port}")
             message = f"agenthost egress proxy refused {host}:{port}: {why}."
             log.info("%s", message)
             writer.write(_response("403 Forbidden", message))

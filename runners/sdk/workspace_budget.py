@@ -12,9 +12,9 @@ holds: it gets u+rx back before it is read, and one that still cannot be read co
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,14 +104,12 @@ def _make_readable(path: str) -> None:
         os.close(fd)
 
 
-def poller(budget: Budget, on_exceeded: Callable[[str], None]) -> Callable[[], bool]:
-    """One poll step for a watcher thread or task: True (and `on_exceeded(message)`) once over budget."""
-
-    def step() -> bool:
-        used = budget.used()
+async def watch(budget: Budget) -> str:
+    """Returns the refusal once the trees pass the budget, measured every POLL_SECONDS off the event loop (a walk
+    may take a while, and the loop serves every conversation). The caller stops what was writing: the local
+    agent's shell tool the command's process group, the harness runner the harness."""
+    while True:
+        used = await asyncio.to_thread(budget.used)
         if used > budget.limit_bytes:
-            on_exceeded(budget.exceeded(used))
-            return True
-        return False
-
-    return step
+            return budget.exceeded(used)
+        await asyncio.sleep(POLL_SECONDS)  # a periodic measurement, not a wait for a condition

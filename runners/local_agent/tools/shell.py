@@ -276,13 +276,9 @@ async def run_command(
 
 
 async def _watch(budget: workspace_budget.Budget, pid: int, over: list[str]) -> None:
-    """Measures the workspace every POLL_SECONDS while the command runs; kills its group once over budget."""
-    step = workspace_budget.poller(budget, over.append)
-    while True:
-        if await asyncio.to_thread(step):
-            _kill_group(pid)
-            return
-        await asyncio.sleep(workspace_budget.POLL_SECONDS)  # a periodic measurement, not a wait for a condition
+    """Kills the command's group once the workspace passes its budget."""
+    over.append(await workspace_budget.watch(budget))
+    _kill_group(pid)
 
 
 def _wait_namespace_gone(info_fd: int, deadline: float) -> None:
