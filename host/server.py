@@ -38,9 +38,10 @@ from agenthost.host.access.private_files import make_private_dir, tighten
 from agenthost.host.api.admin import add_admin_servicer
 from agenthost.host.api.run_api import RunAPIServicer, add_servicer
 from agenthost.host.knowledge import KnowledgeBase
+from agenthost.host.ops.addresses import parse_address
 from agenthost.host.ops.logs import HostLogging, Redactor
 from agenthost.host.ops.logs import install as install_logging
-from agenthost.host.ops.metrics import MetricsServer, parse_address
+from agenthost.host.ops.metrics import MetricsServer
 from agenthost.host.ops.observability import Observer
 from agenthost.host.ops.tracing import Tracing
 from agenthost.host.processes import binding_config
@@ -361,7 +362,7 @@ class Host:
             self._servers.append(server)
         await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
         if self.metrics_address:
-            bind, port = parse_address(self.metrics_address)
+            bind, port = parse_address(self.metrics_address, what="metrics", example="127.0.0.1:9464")
             self.metrics_server = MetricsServer(self.observer.metrics, bind, port)
             await self.metrics_server.start()
             log.info("metrics on http://%s/metrics", self.metrics_server.address)

@@ -173,21 +173,6 @@ class Metrics:
         return "\n".join(lines) + "\n"
 
 
-def parse_address(text: str) -> tuple[str, int]:
-    """`HOST:PORT`, `:PORT` (loopback) or `PORT` (loopback); `[::1]:PORT` for IPv6."""
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = "", text
-    host = host.strip("[]") or "127.0.0.1"
-    try:
-        number = int(port)
-    except ValueError:
-        raise ValueError(f"metrics address must look like 127.0.0.1:9464, got {text!r}") from None
-    if not 0 <= number <= 65535:
-        raise ValueError(f"port out of range in {text!r}")
-    return host, number
-
-
 class MetricsServer:
     """A minimal HTTP/1.1 server: `GET /metrics` answers the exposition, anything else 404, one request per
     connection. Requests are bounded in size and time, so a slow or hostile client holds one socket briefly."""

@@ -18,19 +18,9 @@ This module imports nothing heavy: the host imports `app` (and with it aiohttp) 
 
 from __future__ import annotations
 
-DEFAULT_BIND = "127.0.0.1"
+from agenthost.host.ops.addresses import parse_address as _parse_address
 
 
 def parse_address(text: str) -> tuple[str, int]:
-    """`HOST:PORT`, `:PORT` or `PORT` (both loopback), `[::1]:PORT` for IPv6. Port 0 picks a free port."""
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        host, port = "", text
-    host = host.strip("[]") or DEFAULT_BIND
-    try:
-        number = int(port)
-    except ValueError:
-        raise ValueError(f"gateway address must look like 127.0.0.1:8080, got {text!r}") from None
-    if not 0 <= number <= 65535:
-        raise ValueError(f"gateway port out of range in {text!r}")
-    return host, number
+    """The gateway's `--gateway` value; the forms are `host.ops.addresses.parse_address`'s."""
+    return _parse_address(text, what="gateway", example="127.0.0.1:8080")
