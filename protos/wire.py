@@ -4,6 +4,7 @@ runner SDK and clients import these from here, so neither side reaches into the 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from agenthost.protos import common_pb2 as pb
@@ -73,11 +74,25 @@ def varint(n: int) -> bytes:
 
 def batch_entry(event: bytes) -> bytes:
     """A serialized RunEvent as one `events` entry of a serialized RunEventBatch: concatenated entries are a
-    RunEventBatch. The runner SDK sends batches built so; the host stores runs of text deltas so."""
+    RunEventBatch. The runner SDK sends batches built so; the host stores runs of text deltas so. (Any serialized
+    message as an entry of a repeated field 1: page_message uses it for items.)"""
     n = len(event)
     if n < 128:
         return _SHORT_ENTRY_PREFIX[n] + event
     return b"\x0a" + varint(n) + event
+
+
+def page_message(entries: Iterable[bytes], next_cursor: str, has_more: bool) -> bytes:
+    """A serialized HistoryPageResponse (GetHistoryResponse has the same fields: items = 1, next_cursor = 2,
+    has_more = 3) from its items already serialized as `items` entries (batch_entry), as the host stores them: no
+    item is parsed or rebuilt."""
+    parts = list(entries)
+    if next_cursor:
+        cursor = next_cursor.encode()
+        parts.append(b"\x12" + varint(len(cursor)) + cursor)
+    if has_more:
+        parts.append(b"\x18\x01")
+    return b"".join(parts)
 
 
 def events_reply(batch: bytes) -> bytes:

@@ -22,6 +22,8 @@ from agenthost.host import limits
 from agenthost.host.runs.writer import RunWriter
 from agenthost.host.store import runs as runs_store
 from agenthost.host.store import text_deltas
+from agenthost.host.store.conversations import Conversations
+from agenthost.host.store.cursors import CursorCodec
 from agenthost.host.store.db import Database
 from agenthost.host.store.runs import DELTA_RUN, RunStore, row_events
 from agenthost.protos import common_pb2 as pb
@@ -221,7 +223,9 @@ async def test_a_run_writer_coalesces_what_arrives_while_the_writer_is_busy(tmp_
     try:
         gate = threading.Event()
         db.enqueue(lambda conn: gate.wait(10))  # holds the writer thread
-        writer = RunWriter(db, run_id="run_x", bot_id="b", conversation_id="c", event_id="e")
+        writer = RunWriter(
+            Conversations(db, CursorCodec(b"k" * 32)), run_id="run_x", bot_id="b", conversation_id="c", event_id="e"
+        )
         seq = 0
         for size in (3, 1, 70, 129):  # crosses the 64-, 32-, ... row statements
             part = []
@@ -300,7 +304,9 @@ async def test_mixed_batches_become_delta_runs_and_single_rows_and_page_seq_exac
     db = Database(tmp_path / "db.sqlite")
     await db.open()
     try:
-        writer = RunWriter(db, run_id="r", bot_id="b", conversation_id="c", event_id="e")
+        writer = RunWriter(
+            Conversations(db, CursorCodec(b"k" * 32)), run_id="r", bot_id="b", conversation_id="c", event_id="e"
+        )
         whole = pb.RunEventBatch(events=_numbered(1, *(_delta(f"w{i}") for i in range(5))))
         writer.add(whole.events, [], 1, whole)  # deltas only, handed over whole
         mixed = _numbered(
@@ -355,7 +361,9 @@ async def test_delta_runs_close_at_their_byte_cap_and_rows_of_older_hosts_read_t
     db = Database(tmp_path / "db.sqlite")
     await db.open()
     try:
-        writer = RunWriter(db, run_id="new", bot_id="b", conversation_id="c", event_id="e")
+        writer = RunWriter(
+            Conversations(db, CursorCodec(b"k" * 32)), run_id="new", bot_id="b", conversation_id="c", event_id="e"
+        )
         writer.add(deltas, [], 1)
         await db.flush()
         assert _stored(db, "new") == deltas

@@ -30,6 +30,7 @@ from agenthost.runners.sdk.testing import HostHarness
 
 pytestmark = [pytest.mark.timeout(120)]
 BOT, CONV, OTHER = "b", "c", "other"
+CODEC = CursorCodec(b"k" * 32)
 
 
 @dataclass
@@ -62,7 +63,7 @@ async def _message(db: Database, t: Transcript, conversation: str = CONV) -> int
             text=text,
             data_json="{}",
         )
-        Conversations.insert_items(
+        Conversations(db, CODEC).insert_items(
             conn,
             bot_id=BOT,
             conversation_id=conversation,
@@ -83,7 +84,7 @@ async def _output(db: Database, t: Transcript, event_seq: int, n: int) -> None:
     texts = [f"{t.turns[event_seq][0]}.a{len(t.turns[event_seq]) - 1 + i}" for i in range(n)]
     items = [NewItem(role="assistant", item_type="message", text=x) for x in texts]
     await db.write(
-        lambda c: Conversations.insert_items(
+        lambda c: Conversations(db, CODEC).insert_items(
             c, bot_id=BOT, conversation_id=CONV, run_id="r", event_id=t.event_ids[event_seq], items=items
         )
     )
@@ -94,7 +95,7 @@ async def _legacy(db: Database, t: Transcript) -> None:
     text = f"legacy{len(t.legacy)}"
     items = [NewItem(role="assistant", item_type="message", text=text)]
     await db.write(
-        lambda c: Conversations.insert_items(
+        lambda c: Conversations(db, CODEC).insert_items(
             c, bot_id=BOT, conversation_id=CONV, run_id="r", event_id="gone", items=items
         )
     )
@@ -157,7 +158,7 @@ async def _play(root: Path, steps: list[tuple[str, int]]) -> None:
     db = Database(root / "t.db")
     await db.open()
     try:
-        conv = Conversations(db, CursorCodec(b"k" * 32))
+        conv = Conversations(db, CODEC)
         t = Transcript()
         running = 0  # index, among this conversation's events, of the run executing now
         for kind, n in steps:
@@ -201,7 +202,7 @@ async def burst(tmp_path: Path):  # noqa: ANN201
     await _message(db, t, OTHER)
     for seq in seqs:
         await _output(db, t, seq, 2)
-    yield Conversations(db, CursorCodec(b"k" * 32)), t, db
+    yield Conversations(db, CODEC), t, db
     await db.close()
 
 
@@ -347,7 +348,7 @@ async def _play_tail(root: Path, steps: list[tuple[str, int]]) -> None:
     db = Database(root / "t.db")
     await db.open()
     try:
-        conv = Conversations(db, CursorCodec(b"k" * 32))
+        conv = Conversations(db, CODEC)
         t = Transcript()
         running, cursor, seen = 0, "", []
         for kind, n in steps:

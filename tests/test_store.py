@@ -141,7 +141,7 @@ async def test_conversation_stats_follow_the_transcript_and_survive_migration(tm
     assert conv.history_stats("b", "c")[0] == 1
     items = [NewItem(role="user", item_type="message", text=f"m{i}") for i in range(3)]
     await db.write(
-        lambda c: Conversations.insert_items(c, bot_id="b", conversation_id="c", run_id="r", event_id="e", items=items)
+        lambda c: conv.insert_items(c, bot_id="b", conversation_id="c", run_id="r", event_id="e", items=items)
     )
     count, latest = conv.history_stats("b", "c")
     assert count == 4
@@ -187,3 +187,72 @@ async def test_transcript_items_learn_their_turn_on_migration(tmp_path):
     assert conv.history_stats("b", "c", 1)[0] == 2
     assert [i.text for i in conv.page_history("b", "c", cursor="", forward=True, limit=10).items] == ["i3", "i1", "i2"]
     await db.close()
+
+
+async def test_stored_items_read_as_the_items_their_columns_make(db):
+    """Each transcript row stores its item serialized, seq and cursor included (migration _V12), and a page is those
+    bytes joined; a row without them (an older host's) is built from its columns. Both read the same, to the byte,
+    in pages, search and recent, and the response made of the stored bytes parses as the one built. The seqs written
+    are AUTOINCREMENT's: never the seq of a deleted row, which an old cursor may still name."""
+    from agenthost.host.store.conversations import Conversations, NewItem, conversation_scope
+    from agenthost.protos import common_pb2 as pb
+    from agenthost.protos import run_api_pb2 as api
+    from agenthost.protos.wire import page_message
+
+    conv = Conversations(db, CursorCodec(b"k" * 32))
+    ref = pb.ArtifactRef(
+        artifact_id="ar_1", name="a.png", mime_type="image/png", size_bytes=3, sha256="ab", conversation_id="c"
+    )
+    event = await db.write(
+        lambda c: Conversations.insert_event(
+            c,
+            bot_id="b",
+            conversation_id="c",
+            event_type="message.received",
+            source="test",
+            actor=pb.Actor(actor_type="user", actor_id="u"),
+            text="hello",
+            data_json="{}",
+        )
+    )
+
+    async def add(*items: NewItem) -> None:
+        await db.write(
+            lambda c: conv.insert_items(
+                c, bot_id="b", conversation_id="c", run_id="r", event_id=event.event_id, items=items
+            )
+        )
+
+    await add(NewItem(role="user", item_type="message", text="hello ünïcode", attachments=[ref]))
+    await add(
+        NewItem(role="tool", item_type="tool_result", text="x" * 300, data_json='{"k": 1}', tool_call_id="t1"),
+        NewItem(role="assistant", item_type="message", text="gone", is_error=True),
+    )
+    await db.write(lambda c: c.execute("DELETE FROM transcript WHERE text = 'gone'"))
+    await add(NewItem(role="assistant", item_type="message", text="hello again"))
+
+    def read() -> tuple[object, ...]:
+        first = conv.page_history_encoded("b", "c", cursor="", forward=True, limit=2)
+        rest = conv.page_history_encoded("b", "c", cursor=first.next_cursor, forward=True, limit=2)
+        return (
+            first,
+            rest,
+            conv.page_history("b", "c", cursor="", forward=False, limit=10),
+            conv.search("b", "c", "hello", roles=[], item_types=[], top_k=5),
+            conv.recent("b", "c", 10),
+        )
+
+    stored = read()
+    items = stored[2].items
+    assert [i.text for i in items] == ["hello again", "x" * 300, "hello ünïcode"]
+    assert items[0].seq == items[1].seq + 2  # past the deleted row's seq
+    assert items[2].attachments[0].name == "a.png"
+    scope = conversation_scope("b", "c")
+    assert all(i.cursor == conv.cursors.encode("history", scope, event.seq, i.seq) for i in items)
+    first = stored[0]
+    assert api.HistoryPageResponse.FromString(
+        page_message(first.items, first.next_cursor, first.has_more)
+    ) == api.HistoryPageResponse(items=items[:0:-1], next_cursor=items[1].cursor, has_more=True)
+
+    await db.write(lambda c: c.execute("UPDATE transcript SET item_pb = NULL"))  # as an older host left them
+    assert read() == stored

@@ -32,7 +32,8 @@ from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import run_api_pb2 as api
 from agenthost.protos import run_api_pb2_grpc as api_grpc
-from agenthost.protos.handlers import method_handlers
+from agenthost.protos.handlers import method_handlers, pass_encoded
+from agenthost.protos.wire import page_message
 
 log = logging.getLogger(__name__)
 _current_run: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar("agenthost_run", default=None)
@@ -106,7 +107,9 @@ def add_servicer(servicer: RunAPIServicer, server: grpc.aio.Server) -> None:
     service = api.DESCRIPTOR.services_by_name["AgentRunAPIProxy"]
     handlers = {
         f"/{service.full_name}/{name}": handler
-        for name, handler in method_handlers(service, servicer, deserializer=_tolerant).items()
+        for name, handler in method_handlers(
+            service, servicer, deserializer=_tolerant, serializers={"HistoryPage": pass_encoded}
+        ).items()
     }
     server.add_generic_rpc_handlers((_Gate(servicer, handlers),))
 
@@ -249,10 +252,11 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
     # ---- history and events ----
 
     @_run_scoped
-    async def HistoryPage(self, run: ActiveRun, request: api.HistoryPageRequest) -> api.HistoryPageResponse:
+    async def HistoryPage(self, run: ActiveRun, request: api.HistoryPageRequest) -> bytes:
+        """Answered with the serialized HistoryPageResponse, made of the items as stored (pass_encoded sends it)."""
         conversation = run.conversation(request.conversation_id)
         limit = _limit(request.limit, 50, MAX_PAGE, "limit")
-        page = self.conversations.page_history(
+        page = self.conversations.page_history_encoded(
             run.bot_id,
             conversation,
             cursor=request.cursor,
@@ -260,7 +264,7 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             limit=limit,
             through_event=run.horizon(conversation),
         )
-        return api.HistoryPageResponse(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
+        return page_message(page.items, page.next_cursor, page.has_more)
 
     @_run_scoped
     async def HistorySearch(self, run: ActiveRun, request: api.HistorySearchRequest) -> api.HistorySearchResponse:

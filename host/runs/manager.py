@@ -282,7 +282,7 @@ class RunManager:
             )
             info.event_id = event.event_id
             if event_type.startswith("message.") and (request.text or refs):
-                Conversations.insert_items(
+                self.conversations.insert_items(
                     conn,
                     bot_id=bot.bot_id,
                     conversation_id=conversation_id,
@@ -632,7 +632,7 @@ class RunManager:
         if st.writer is None:
             info = st.info
             st.writer = RunWriter(
-                self.registry.db,
+                self.conversations,
                 run_id=info.run_id,
                 bot_id=info.bot_id,
                 conversation_id=info.conversation_id,
@@ -826,7 +826,7 @@ class RunManager:
 
         def write(conn: sqlite3.Connection) -> None:
             if leftover:
-                Conversations.insert_items(
+                self.conversations.insert_items(
                     conn,
                     bot_id=info.bot_id,
                     conversation_id=info.conversation_id,

@@ -23,8 +23,11 @@ from agenthost.protos import common_pb2 as pb
 
 
 class RunWriter:
-    def __init__(self, db: Database, *, run_id: str, bot_id: str, conversation_id: str, event_id: str) -> None:
-        self._db = db
+    def __init__(
+        self, conversations: Conversations, *, run_id: str, bot_id: str, conversation_id: str, event_id: str
+    ) -> None:
+        self._conversations = conversations
+        self._db: Database = conversations.db
         self._run = (run_id, bot_id, conversation_id, event_id)
         # The loop appends and the writer thread takes: both under the lock, held for a few list operations.
         self._lock = threading.Lock()
@@ -65,6 +68,6 @@ class RunWriter:
         run_id, bot_id, conversation_id, event_id = self._run
         RunStore.insert_events(conn, run_id, events)
         if items:
-            Conversations.insert_items(
+            self._conversations.insert_items(
                 conn, bot_id=bot_id, conversation_id=conversation_id, run_id=run_id, event_id=event_id, items=items
             )

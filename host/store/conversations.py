@@ -16,9 +16,11 @@ from typing import Any, TypeVar
 from agenthost.host.store.cursors import CursorCodec
 from agenthost.host.store.db import Database
 from agenthost.protos import common_pb2 as pb
+from agenthost.protos import run_api_pb2 as api
 from agenthost.protos.errors import InvalidArgument
+from agenthost.protos.wire import batch_entry
 
-R = TypeVar("R", sqlite3.Row, tuple)
+T = TypeVar("T")
 MAX_PAGE = 100
 MAX_TOP_K = 50
 # Pages are capped in bytes as well as items: 50 long assistant messages would not fit one gRPC message (8 MiB),
@@ -26,15 +28,21 @@ MAX_TOP_K = 50
 MAX_PAGE_BYTES = 4 * 1024 * 1024
 
 
-# Transcript reads select these columns in this order and build items by position (the page hot path).
+# An item's columns in this order build it by position: for rows stored without their encoding (before migration
+# _V12, or written by hand), and for writing that encoding.
 _ITEM_COLUMNS = (
     "seq, item_id, conversation_id, run_id, event_id, role, item_type, text, data_json, tool_call_id, tool_name,"
     " is_error, created_at, attachments_json, event_seq"
 )
-_ITEM_COLUMNS_OF_T = ", ".join(f"t.{c.strip()}" for c in _ITEM_COLUMNS.split(","))
 # Where text and data_json sit, in _ITEM_COLUMNS and in `SELECT * FROM events` alike.
 _TEXT, _DATA = 7, 8
 _SEQ, _EVENT_SEQ = 0, 14
+# What transcript reads select (the page hot path): the item's place in turn order and its stored encoding: the
+# serialized TranscriptItem, cursor included, framed as an entry of a repeated field 1, which is where every list of
+# items sits (HistoryPageResponse, HistorySearchResponse, GetHistoryResponse); NULL for older rows.
+_PAGE_COLUMNS = "event_seq, seq, item_pb"
+_PAGE_COLUMNS_OF_T = "t.event_seq, t.seq, t.item_pb"
+_P_TURN, _P_SEQ, _P_ENCODED = 0, 1, 2
 # The transcript's one order (turn order): by the event each item belongs to, then by seq. See page_history.
 _TURN_ORDER = {True: "ORDER BY event_seq, seq", False: "ORDER BY event_seq DESC, seq DESC"}
 # Just past the first turn of a conversation (parameters: bot_id, conversation_id) whose run has not ended, or past
@@ -46,11 +54,17 @@ _PAST_SETTLED = (
 )
 
 
-def _within_budget(rows: list[R], limit: int) -> tuple[list[R], bool]:
-    """The first rows (at most `limit`) whose text and data fit MAX_PAGE_BYTES; True if any were cut for size."""
+def _event_size(row: sqlite3.Row) -> int:
+    return len(row[_TEXT]) + len(row[_DATA]) + 512
+
+
+def _within_budget(rows: list[T], limit: int, size_of: Callable[[T], int]) -> tuple[list[T], bool]:
+    """The first rows (at most `limit`) whose sizes fit MAX_PAGE_BYTES; True if any were cut for size."""
+    if sum(map(size_of, rows[:limit])) <= MAX_PAGE_BYTES:  # nearly every page
+        return rows[:limit], False
     size = 0
     for i, row in enumerate(rows[:limit]):
-        size += len(row[_TEXT]) + len(row[_DATA]) + 512
+        size += size_of(row)
         if size > MAX_PAGE_BYTES and i > 0:
             return rows[:i], True
     return rows[:limit], False
@@ -74,9 +88,23 @@ def conversation_scope(bot_id: str, conversation_id: str) -> str:
     return f"{bot_id}\x1f{conversation_id}"
 
 
+def _parsed(encoded: list[bytes]) -> list[pb.TranscriptItem]:
+    """Encoded items (see _PAGE_COLUMNS) as messages, parsed in one call as the list they make."""
+    return list(api.HistorySearchResponse.FromString(b"".join(encoded)).items)
+
+
 @dataclass(frozen=True)
 class Page:
     items: list
+    next_cursor: str
+    has_more: bool
+
+
+@dataclass(frozen=True)
+class EncodedPage:
+    """A transcript page as its items' serialized TranscriptItems (wire.page_message makes the response of it)."""
+
+    items: list[bytes]  # each framed as an entry of a repeated field 1 (see _PAGE_COLUMNS)
     next_cursor: str
     has_more: bool
 
@@ -225,7 +253,7 @@ class Conversations:
         rows = self.db.query(
             f"SELECT * FROM events WHERE {' AND '.join(where)} ORDER BY seq {order} LIMIT ?", (*params, limit + 1)
         )
-        kept, cut = _within_budget(rows, limit)
+        kept, cut = _within_budget(rows, limit, _event_size)
         has_more = cut or len(rows) > limit
         cursor_of = self._cursor_encoder("events", bot_id, conversation_id)
         items = [self._event(r, cursor_of) for r in kept]
@@ -233,8 +261,8 @@ class Conversations:
 
     # ---- transcript ----
 
-    @staticmethod
     def insert_items(
+        self,
         conn: sqlite3.Connection,
         *,
         bot_id: str,
@@ -243,39 +271,51 @@ class Conversations:
         event_id: str,
         items: Iterable[NewItem],
     ) -> None:
+        """Writer-thread half of an append. Each row also stores its item serialized, seq and cursor included
+        (item_pb, migration _V12): every field is known here and never changes (the transcript is append-only), so a
+        page is read as bytes instead of being built and MAC-ed item by item on every read."""
         now = time.time()
         # The turn the items belong to (see migration _V8): one lookup by the events' unique index per call.
         found = conn.execute("SELECT seq FROM events WHERE event_id = ?", (event_id,)).fetchone()
         event_seq = found[0] if found else 0
+        # The seqs AUTOINCREMENT would give, assigned here because the encoding holds them: past every seq ever
+        # given (sqlite_sequence; never one of a deleted row) and every row. Writes are the writer thread's alone,
+        # inside its transaction, so nothing takes them between this read and the insert.
+        seq = conn.execute(
+            "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'transcript'), 0),"
+            " COALESCE((SELECT MAX(seq) FROM transcript), 0))"
+        ).fetchone()[0]
+        cursor_of = self._cursor_encoder("history", bot_id, conversation_id)
+        rows = []
+        for it in items:
+            seq += 1
+            row = (
+                seq,
+                f"it_{uuid.uuid4().hex}",
+                conversation_id,
+                run_id,
+                event_id,
+                it.role,
+                it.item_type,
+                it.text,
+                it.data_json,
+                it.tool_call_id,
+                it.tool_name,
+                int(it.is_error),
+                now,
+                refs_to_json(it.attachments),
+                event_seq,
+            )
+            rows.append((*row, bot_id, batch_entry(self._item(row, cursor_of).SerializeToString())))
         conn.executemany(
-            "INSERT INTO transcript(item_id, bot_id, conversation_id, run_id, event_id, role, item_type, text,"
-            " data_json, tool_call_id, tool_name, is_error, attachments_json, created_at, event_seq)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [
-                (
-                    f"it_{uuid.uuid4().hex}",
-                    bot_id,
-                    conversation_id,
-                    run_id,
-                    event_id,
-                    it.role,
-                    it.item_type,
-                    it.text,
-                    it.data_json,
-                    it.tool_call_id,
-                    it.tool_name,
-                    int(it.is_error),
-                    refs_to_json(it.attachments),
-                    now,
-                    event_seq,
-                )
-                for it in items
-            ],
+            f"INSERT INTO transcript({_ITEM_COLUMNS}, bot_id, item_pb) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            rows,
         )
 
     @staticmethod
     def _item(row: tuple[Any, ...], cursor_of: Callable[..., str]) -> pb.TranscriptItem:
-        """Builds an item from a row of _ITEM_COLUMNS; its cursor names its place in turn order."""
+        """Builds an item from a row of _ITEM_COLUMNS; its cursor names its place in turn order. (Attachments go
+        through their JSON, so an item built at insert and one built from its row are the same.)"""
         return pb.TranscriptItem(
             seq=row[0],
             item_id=row[1],
@@ -320,13 +360,13 @@ class Conversations:
         through_event: int | None,
         settled: bool = False,
     ) -> list[tuple[Any, ...]]:
-        """Up to `limit` rows past `position` in turn order, each read off transcript_turn: that index is on
-        (bot_id, conversation_id, event_seq) and, like every SQLite index of a rowid table, ends in the rowid
-        (seq), so it holds the rows in exactly this order. A row-value bound `(event_seq, seq) > (?, ?)` would
+        """Up to `limit` rows of _PAGE_COLUMNS past `position` in turn order, each read off transcript_turn: that
+        index is on (bot_id, conversation_id, event_seq) and, like every SQLite index of a rowid table, ends in the
+        rowid (seq), so it holds the rows in exactly this order. A row-value bound `(event_seq, seq) > (?, ?)` would
         seek on event_seq alone and walk the cursor's whole turn, so the rest of the cursor's turn and the turns
         past it are two seeks, merged."""
         base = (
-            f"SELECT {_ITEM_COLUMNS} FROM transcript INDEXED BY transcript_turn"
+            f"SELECT {_PAGE_COLUMNS} FROM transcript INDEXED BY transcript_turn"
             " WHERE bot_id = ? AND conversation_id = ?"
         )
         key = (bot_id, conversation_id)
@@ -369,6 +409,24 @@ class Conversations:
             (*first_params, *rest_params, limit),
         )
 
+    def _encoded(self, bot_id: str, conversation_id: str, rows: Sequence[tuple[Any, ...]]) -> list[bytes]:
+        """The encoded items of rows of _PAGE_COLUMNS: as stored, or built from the columns of a row stored without
+        its encoding."""
+        encoded = [r[_P_ENCODED] for r in rows]
+        older = [r[_P_SEQ] for r in rows if r[_P_ENCODED] is None]
+        if older:
+            cursor_of = self._cursor_encoder("history", bot_id, conversation_id)
+            built = {
+                row[_SEQ]: batch_entry(self._item(row, cursor_of).SerializeToString())
+                for row in self.db.query_tuples(
+                    f"SELECT {_ITEM_COLUMNS} FROM transcript WHERE bot_id = ? AND conversation_id = ?"
+                    f" AND seq IN ({','.join('?' * len(older))})",
+                    (bot_id, conversation_id, *older),
+                )
+            }
+            encoded = [built[r[_P_SEQ]] if e is None else e for r, e in zip(rows, encoded, strict=True)]
+        return encoded
+
     def page_history(
         self,
         bot_id: str,
@@ -380,6 +438,29 @@ class Conversations:
         through_event: int | None = None,
         settled: bool = False,
     ) -> Page:
+        """page_history_encoded, its items parsed."""
+        page = self.page_history_encoded(
+            bot_id,
+            conversation_id,
+            cursor=cursor,
+            forward=forward,
+            limit=limit,
+            through_event=through_event,
+            settled=settled,
+        )
+        return Page(_parsed(page.items), page.next_cursor, page.has_more)
+
+    def page_history_encoded(
+        self,
+        bot_id: str,
+        conversation_id: str,
+        *,
+        cursor: str,
+        forward: bool,
+        limit: int,
+        through_event: int | None = None,
+        settled: bool = False,
+    ) -> EncodedPage:
         """A page in turn order: by the event each item belongs to (a user message's own event; a run's output,
         its run's event), then by seq. Seq is recording order, and a message is recorded when it arrives: in a
         burst m1 m2 A1 A2. Turn order reads m1 A1 m2 A2, the conversation as it went, for every reader (runs,
@@ -401,11 +482,16 @@ class Conversations:
             through_event=through_event,
             settled=settled,
         )
-        kept, cut = _within_budget(rows, limit)
+        # Each item counts against MAX_PAGE_BYTES with its encoding's size.
+        kept, cut = _within_budget(self._encoded(bot_id, conversation_id, rows), limit, len)
         has_more = cut or len(rows) > limit
-        cursor_of = self._cursor_encoder("history", bot_id, conversation_id)
-        items = [self._item(r, cursor_of) for r in kept]
-        return Page(items, items[-1].cursor if has_more else "", has_more)
+        next_cursor = ""
+        if has_more:
+            last = rows[len(kept) - 1]
+            next_cursor = self.cursors.encode(
+                "history", conversation_scope(bot_id, conversation_id), last[_P_TURN], last[_P_SEQ]
+            )
+        return EncodedPage(kept, next_cursor, has_more)
 
     def search(
         self,
@@ -438,13 +524,12 @@ class Conversations:
         rows = self.db.query_tuples(
             # NOT INDEXED: rows are fetched by rowid for each match; with the event_seq bound SQLite would otherwise
             # walk transcript_turn over the whole conversation and probe the FTS index per row.
-            f"SELECT {_ITEM_COLUMNS_OF_T} FROM transcript_fts JOIN transcript t NOT INDEXED"
+            f"SELECT {_PAGE_COLUMNS_OF_T} FROM transcript_fts JOIN transcript t NOT INDEXED"
             " ON t.seq = transcript_fts.rowid"
             f" WHERE {' AND '.join(where)} ORDER BY bm25(transcript_fts) LIMIT ?",
             (*params, top_k),
         )
-        cursor_of = self._cursor_encoder("history", bot_id, conversation_id)
-        return [self._item(r, cursor_of) for r in _within_budget(rows, top_k)[0]]
+        return _parsed(_within_budget(self._encoded(bot_id, conversation_id, rows), top_k, len)[0])
 
     def history_stats(self, bot_id: str, conversation_id: str, through_event: int | None = None) -> tuple[int, str]:
         """(item count, cursor of the newest item in turn order) — what ContextAccess tells a runner; with
@@ -480,8 +565,7 @@ class Conversations:
         rows = self._turn_rows(
             bot_id, conversation_id, position=None, forward=False, limit=limit, through_event=through_event
         )
-        cursor_of = self._cursor_encoder("history", bot_id, conversation_id)
-        return [self._item(r, cursor_of) for r in reversed(rows)]
+        return _parsed(self._encoded(bot_id, conversation_id, rows[::-1]))
 
     def list_conversations(self, bot_id: str) -> list[tuple[str, int, float]]:
         rows = self.db.query(

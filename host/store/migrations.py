@@ -327,7 +327,15 @@ _V11 = """
 CREATE INDEX runs_open ON runs(bot_id, conversation_id) WHERE status IN ('queued', 'running');
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11]
+# Each transcript item stored serialized as well, its seq and cursor included, framed as an entry of a list of items
+# (Conversations.insert_items): a history page is then its rows' bytes joined, not fifty items built and MAC-ed on
+# every read. Rows of older hosts keep NULL and are built from their columns when read. Anything that ever changes a
+# stored item's columns (or the cursor secret in meta) must set it to NULL.
+_V12 = """
+ALTER TABLE transcript ADD COLUMN item_pb BLOB;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12]
 
 
 def migrate(conn: sqlite3.Connection) -> int:
