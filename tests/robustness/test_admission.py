@@ -435,3 +435,30 @@ async def test_one_tenants_backlog_fills_its_own_share_and_other_bots_still_queu
         Gate.release.set()
         for client in keys.values():
             await client.close()
+
+
+@pytest.mark.slow
+async def test_the_cli_says_a_send_is_queued_and_when_it_starts(host: HostHarness, monkeypatch) -> None:
+    """`agenthost send` (the real CLI process) prints the `queued` line with the run's place at once, then a
+    started line, then the reply: a person at a terminal is never left waiting in silence."""
+    from tests.cli_process import acli
+
+    monkeypatch.setattr(limits, "RUNS_MAX_ACTIVE", 1)
+    Gate.release.clear()
+    _, hold = await _open(host.client, _request(host, "hold", "h"))
+    assert await asyncio.wait_for(Gate.started.get(), 10) == "hold"
+    sent = asyncio.ensure_future(acli(host.data_dir / "host", "send", host.bot, "waiting", "--conversation", "w"))
+    admission = host.host.runs.admission
+    for _ in range(3000):  # until the CLI's message is recorded and waiting (a bounded wait on a condition)
+        if admission.queued == 1 or sent.done():
+            break
+        await asyncio.sleep(0.02)
+    assert admission.queued == 1, await sent
+    Gate.release.set()
+    code, out, err = await asyncio.wait_for(sent, 90)
+    assert code == 0, err
+    [queued, started, reply] = out.splitlines()
+    run_id = queued.split()[1]
+    assert queued == (f"[run {run_id} queued: every host slot is busy (position 1 among this bot's waiting runs)]"), out
+    assert started == f"[run {run_id} started]" and reply == "done waiting", out
+    await _finish(hold)
