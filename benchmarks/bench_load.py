@@ -1,7 +1,7 @@
 """Load: many concurrent runs across several runner processes, each streaming events, against a real host.
 
     python benchmarks/bench_load.py [--runs 500] [--plugins 4] [--deltas 20] [--pause-ms 20] [--rounds 1]
-                                    [--deadline 300]
+                                    [--deadline 300] [--profile host.prof]
 
 Processes, as in production: `agenthost serve` (the host), N runner plugin processes (copies of the faulty test
 plugin under distinct names, installed offline like any plugin; each run makes a HistoryPage and a StateSet call
@@ -65,6 +65,7 @@ class LoadHost:
     """A real `agenthost serve` in a temp home with `plugins` runner processes, each bound to bot load<i>."""
 
     plugins: int = 4
+    profile: Path | None = None  # the host runs under cProfile and writes its stats here when it stops
     work: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="ahload-")))
     proc: subprocess.Popen | None = None
     client: HostClient | None = None
@@ -72,8 +73,9 @@ class LoadHost:
     async def __aenter__(self) -> LoadHost:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTHOST_TEST", "ANTHROPIC", "OPENAI"))}
         env["AGENTHOST_HOME"] = str(self.work / "home")
+        profiler = ["-m", "cProfile", "-o", str(self.profile)] if self.profile else []
         self.proc = subprocess.Popen(  # noqa: ASYNC220
-            [sys.executable, "-m", "agenthost.host.cli", "serve"],
+            [sys.executable, *profiler, "-m", "agenthost.host.cli", "serve"],
             env=env,
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
@@ -116,24 +118,45 @@ class LoadHost:
         return [int(p) for p in out.split()]
 
 
+@dataclass
+class Answer:
+    """The host's first answer to one send: `kind` (run_started, queued or refusal), `seconds` after the call was
+    made, and `reached` seconds until the host took the message up (RunInfo.created_at, stamped when the host's
+    RunManager.send reads it; -1 for a refusal, which carries no run)."""
+
+    kind: str
+    seconds: float
+    reached: float = -1.0
+
+
 async def one_run(
-    client: HostClient, bot: str, conversation: str, deltas: int, pause_ms: float, answered: list[float] | None = None
+    client: HostClient,
+    bot: str,
+    conversation: str,
+    deltas: int,
+    pause_ms: float,
+    answered: list[Answer] | None = None,
 ) -> tuple[float, str, int]:
     """(latency, status, text deltas received). status is the run's, or `refused <ms>` when the host refused to
-    admit it with a retry hint (any other failed call raises). `answered` gets the seconds until the host's first
-    answer (run_started or the refusal): how long the call waited to be taken up."""
+    admit it with a retry hint (any other failed call raises). `answered` gets the host's first answer (run_started,
+    queued, or the refusal): how long the call waited to learn what became of it."""
     t0 = time.perf_counter()
+    wall0 = time.time()
     got = 0
     status = "no_outcome"
+    first = True
     try:
         async for reply in client.stream(
             hpb.SendMessageRequest(bot=bot, text=f"load {deltas} {pause_ms}", conversation_id=conversation),
             timeout=600,
         ):
             kind = reply.WhichOneof("kind")
-            if kind == "run_started" and answered is not None:
-                answered.append(time.perf_counter() - t0)
-            elif kind == "events":
+            if first and answered is not None:
+                first = False
+                # A host from before the `queued` reply answers run_started (its RunInfo may say queued).
+                run = reply.queued.run if kind == "queued" else reply.run_started
+                answered.append(Answer(kind, time.perf_counter() - t0, max(0.0, run.created_at - wall0)))
+            if kind == "events":
                 got += sum(1 for e in reply.events.events if e.WhichOneof("kind") == "text_delta")
             elif kind == "run_finished":
                 status = reply.run_finished.status
@@ -143,9 +166,30 @@ async def one_run(
         if exc.retry_after_ms <= 0 or got or status != "no_outcome":
             raise
         if answered is not None:
-            answered.append(time.perf_counter() - t0)
+            answered.append(Answer("refusal", time.perf_counter() - t0))
         return time.perf_counter() - t0, f"refused {exc.retry_after_ms}", 0
     return time.perf_counter() - t0, status, got
+
+
+def spread(values: list[float]) -> tuple[float, float, float]:
+    """(p50, p90, max) of `values`, zeros when empty."""
+    if not values:
+        return (0.0, 0.0, 0.0)
+    values = sorted(values)
+    return statistics.median(values), values[min(len(values) - 1, int(len(values) * 0.9))], values[-1]
+
+
+def answer_figures(answered: list[Answer]) -> dict[str, tuple[int, tuple[float, float, float]]]:
+    """Per first-answer kind (and `all`, and `reached`: until the host took the message up): (count, spread)."""
+    out: dict[str, tuple[int, tuple[float, float, float]]] = {
+        "all": (len(answered), spread([a.seconds for a in answered]))
+    }
+    for kind in ("run_started", "queued", "refusal"):
+        times = [a.seconds for a in answered if a.kind == kind]
+        out[kind] = (len(times), spread(times))
+    reached = [a.reached for a in answered if a.reached >= 0]
+    out["reached"] = (len(reached), spread(reached))
+    return out
 
 
 async def run_load(
@@ -163,7 +207,7 @@ async def run_load(
     `deadline` seconds are cancelled and count as errors."""
     assert lh.client is not None
     t0 = time.perf_counter()
-    answered: list[float] = []
+    answered: list[Answer] = []
     tasks = [
         asyncio.ensure_future(one_run(lh.client, f"load{i % lh.plugins}", f"{tag}-{i}", deltas, pause_ms, answered))
         for i in range(runs)
@@ -200,7 +244,7 @@ async def run_load(
             ok += 1
     latencies.sort()
     hints.sort()
-    answered.sort()
+    answers = answer_figures(answered)
     return {
         "runs": runs,
         "ok": ok,
@@ -213,8 +257,9 @@ async def run_load(
         "events": events,
         "p50_s": statistics.median(latencies) if latencies else 0.0,
         "p99_s": latencies[max(0, int(len(latencies) * 0.99) - 1)] if latencies else 0.0,
-        "answer_p50_s": statistics.median(answered) if answered else 0.0,
-        "answer_max_s": answered[-1] if answered else 0.0,
+        "answer_p50_s": answers["all"][1][0],
+        "answer_max_s": answers["all"][1][2],
+        "answers": answers,
         "errors": problems,
     }
 
@@ -227,7 +272,7 @@ def show(label: str, fig: dict[str, float]) -> str:
 
 
 async def main(args: argparse.Namespace) -> int:
-    async with LoadHost(plugins=args.plugins) as lh:
+    async with LoadHost(plugins=args.plugins, profile=args.profile) as lh:
         await run_load(lh, min(20, args.runs), args.deltas, args.pause_ms, tag="warm")
         before = lh.figures()
         print(f"host pid {lh.proc.pid}; child processes (runner plugins + the built-in one): {lh.runner_pids()}")
@@ -248,9 +293,11 @@ async def main(args: argparse.Namespace) -> int:
             )
             print(
                 f"   {res['runs_per_s']:.0f} runs/s, {res['events_per_s']:.0f} deltas/s to the client, "
-                f"run latency p50 {res['p50_s']:.2f}s p99 {res['p99_s']:.2f}s, first answer (run_started or refusal) "
-                f"p50 {res['answer_p50_s']:.2f}s max {res['answer_max_s']:.2f}s"
+                f"run latency p50 {res['p50_s']:.2f}s p99 {res['p99_s']:.2f}s"
             )
+            for kind, (count, (p50, p90, top)) in res["answers"].items():
+                label = "took up" if kind == "reached" else f"first answer {kind}"
+                print(f"   {label:26} n {count:5}  p50 {p50:6.2f}s  p90 {p90:6.2f}s  max {top:6.2f}s")
             for e in res["errors"][:5]:
                 print("   error:", e)
             print(show("after", after))
@@ -267,5 +314,6 @@ if __name__ == "__main__":
     parser.add_argument("--deltas", type=int, default=20)
     parser.add_argument("--pause-ms", type=float, default=20)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--profile", type=Path, help="run the host under cProfile; its stats go to this file")
     parser.add_argument("--deadline", type=float, default=300, help="seconds a round may take (then it is cut off)")
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -436,14 +436,28 @@ class RunInfo(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., bot_id: _Optional[str] = ..., conversation_id: _Optional[str] = ..., binding_id: _Optional[str] = ..., runner_id: _Optional[str] = ..., event_id: _Optional[str] = ..., status: _Optional[str] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ..., created_at: _Optional[float] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., deadline_at: _Optional[float] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., text: _Optional[str] = ..., parent_run_id: _Optional[str] = ..., child_run_ids: _Optional[_Iterable[str]] = ..., origin: _Optional[str] = ...) -> None: ...
 
 class SendMessageReply(_message.Message):
-    __slots__ = ("run_started", "events", "run_finished")
+    __slots__ = ("run_started", "events", "run_finished", "queued")
     RUN_STARTED_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     RUN_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
     run_started: RunInfo
     events: _common_pb2.RunEventBatch
     run_finished: RunInfo
-    def __init__(self, run_started: _Optional[_Union[RunInfo, _Mapping]] = ..., events: _Optional[_Union[_common_pb2.RunEventBatch, _Mapping]] = ..., run_finished: _Optional[_Union[RunInfo, _Mapping]] = ...) -> None: ...
+    queued: RunQueued
+    def __init__(self, run_started: _Optional[_Union[RunInfo, _Mapping]] = ..., events: _Optional[_Union[_common_pb2.RunEventBatch, _Mapping]] = ..., run_finished: _Optional[_Union[RunInfo, _Mapping]] = ..., queued: _Optional[_Union[RunQueued, _Mapping]] = ...) -> None: ...
+
+class RunQueued(_message.Message):
+    __slots__ = ("run", "waiting_on", "position", "bots_waiting")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    WAITING_ON_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    BOTS_WAITING_FIELD_NUMBER: _ClassVar[int]
+    run: RunInfo
+    waiting_on: str
+    position: int
+    bots_waiting: int
+    def __init__(self, run: _Optional[_Union[RunInfo, _Mapping]] = ..., waiting_on: _Optional[str] = ..., position: _Optional[int] = ..., bots_waiting: _Optional[int] = ...) -> None: ...
 
 class RunRequestById(_message.Message):
     __slots__ = ("run_id",)

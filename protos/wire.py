@@ -5,9 +5,12 @@ runner SDK and clients import these from here, so neither side reaches into the 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agenthost.protos import common_pb2 as pb
+
+if TYPE_CHECKING:  # a runner process never loads the host API's descriptors
+    from agenthost.protos import host_pb2 as hpb
 
 
 def __getattr__(name: str) -> Any:
@@ -145,3 +148,9 @@ STATE_SCOPES: dict[str, pb.StateScope] = {
     "binding": pb.BINDING,
     "runner": pb.RUNNER,
 }
+
+
+def accepted_run(reply: hpb.SendMessageReply) -> hpb.RunInfo:
+    """The run a SendMessage stream's first reply names: it is recorded, and either waits (`queued`) or started
+    (`run_started`). Every client that needs the run id before the run's output reads it through here."""
+    return reply.queued.run if reply.HasField("queued") else reply.run_started

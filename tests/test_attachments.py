@@ -175,13 +175,13 @@ async def test_attachment_bytes_count_against_the_queue(tmp_path: Path, monkeypa
         monkeypatch.setattr(limits, "RUNS_MAX_QUEUED_INPUT_BYTES", len(PNG) + 100)
         first = h.client.stream(hpb.SendMessageRequest(bot=h.bot, text="one", attachments=[_att(PNG)]))
         started = await anext(first)
-        assert started.run_started.status == "queued"
+        assert started.queued.run.status == "queued"
         before = await _footprint(h)
         with pytest.raises(errors.ResourceExhausted) as exc:
             await h.send("two", conversation_id="other", attachments=[_att(JPEG)])
         assert "RUNS_MAX_QUEUED_INPUT_BYTES" in exc.value.message
         assert await _footprint(h) == before
-        await h.client.call("CancelRun", hpb.RunRequestById(run_id=started.run_started.run_id))
+        await h.client.call("CancelRun", hpb.RunRequestById(run_id=started.queued.run.run_id))
         await first.aclose()
 
 

@@ -19,6 +19,7 @@ from agenthost.channels.sdk.text import one_line, split_text
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
+from agenthost.protos.wire import accepted_run
 
 log = logging.getLogger(__name__)
 # The run's bookkeeping: the SDK handles the end itself and no chat has a use for the rest (a subagent's work
@@ -166,10 +167,11 @@ async def deliver(
     try:
         async for reply in replies:
             kind = reply.WhichOneof("kind")
-            if kind == "run_started":
+            if kind in ("queued", "run_started"):
+                # The first of these says the host recorded the message (a queued run starts later by itself).
+                if not started and on_started is not None:
+                    await on_started(accepted_run(reply))
                 started = True
-                if on_started is not None:
-                    await on_started(reply.run_started)
             elif kind == "events":
                 for event in reply.events.events:
                     which = event.WhichOneof("kind")

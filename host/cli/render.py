@@ -52,6 +52,21 @@ class Printer:
             self._line(f"  {'✓' if r.outcome == 'approved' else '✗'} approval {r.outcome}{who}{note}")
         self.out.flush()
 
+    def queued(self, q: hpb.RunQueued) -> None:
+        """A run waiting its turn: said at once, so a person knows the host took the message and why nothing comes."""
+        if q.waiting_on == "conversation":
+            why = f"behind earlier runs of this conversation (position {q.position})"
+        else:
+            others = f"; {q.bots_waiting - 1} other bots waiting take turns" if q.bots_waiting > 1 else ""
+            why = f"every host slot is busy (position {q.position} among this bot's waiting runs{others})"
+        self._line(f"[run {q.run.run_id} queued: {why}]")
+        self.out.flush()
+
+    def started(self, run: hpb.RunInfo, waited: bool) -> None:
+        if waited:  # only after a `queued` line: an immediate start needs no line of its own
+            self._line(f"[run {run.run_id} started]")
+            self.out.flush()
+
     def finished(self, run: hpb.RunInfo, streamed_text: bool) -> None:
         if not streamed_text and run.text:
             self._line(run.text)
@@ -92,9 +107,15 @@ async def stream_reply(
     printer = Printer()
     streamed = False
     finished: hpb.RunInfo | None = None
+    waited = False
     async for reply in client.stream(request):
         kind = reply.WhichOneof("kind")
-        if kind == "events":
+        if kind == "queued":
+            waited = True
+            printer.queued(reply.queued)
+        elif kind == "run_started":
+            printer.started(reply.run_started, waited)
+        elif kind == "events":
             for ev in reply.events.events:
                 streamed |= ev.WhichOneof("kind") == "text_delta"
                 printer.event(ev)

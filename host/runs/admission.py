@@ -6,13 +6,23 @@ import contextlib
 import random
 import time
 from collections import deque
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from agenthost.host import limits
 from agenthost.host.runs.state import RunState
 from agenthost.protos.errors import ResourceExhausted
 
 _K = TypeVar("_K")
+
+
+class Place(NamedTuple):
+    """Where a run joined the queue: what it waits on ("host" or "conversation") and its 1-based place in that
+    line (see hpb.RunQueued); `bots_waiting`: bots with runs waiting for a slot. A run given a slot at once
+    never learns its place: it starts."""
+
+    waiting_on: str
+    position: int
+    bots_waiting: int
 
 
 class Admission:
@@ -139,13 +149,17 @@ class Admission:
         ms *= random.uniform(0.8, 1.2)
         return int(min(max(ms, limits.RUNS_RETRY_MIN_MS), limits.RUNS_RETRY_MAX_MS))
 
-    def enqueue(self, st: RunState) -> None:
-        """A recorded run joins its conversation's line (and the ready line, if it is the head)."""
+    def enqueue(self, st: RunState) -> Place:
+        """A recorded run joins its conversation's line (and the ready line, if it is the head). Returns where it
+        stands (O(1): a queued reply per send must not cost the length of the queue)."""
         key = (st.info.bot_id, st.info.conversation_id)
         line = self._conversations.setdefault(key, [])
         line.append(st)
-        if len(line) == 1:
-            self._ready.setdefault(st.info.bot_id, deque()).append(st)
+        if len(line) > 1:
+            return Place("conversation", len(line) - 1, 0)
+        ready = self._ready.setdefault(st.info.bot_id, deque())
+        ready.append(st)
+        return Place("host", len(ready), len(self._ready))
 
     def next_to_start(self) -> RunState | None:
         """The next ready run if a slot is free (the slot is taken), round-robin over bots; else None."""

@@ -192,14 +192,15 @@ class RunManager:
         may_start: bool = True,
         encoded: bool = False,
     ) -> AsyncIterator[hpb.SendMessageReply | bytes]:
-        """Called by the AgentHost servicer for SendMessage, and by the HTTP gateway. Yields run_started, event
-        batches, run_finished. Raises ResourceExhausted (with `retry_after_ms`) before recording anything when the
-        run queue is full. `origin` is the caller's credential name (ActiveRun.origin), recorded on the event and
-        the run; `trusted`: it is an admin credential, with no sender share of the queue. `own_conversation`: the
-        conversation must be new or one `origin` started; PermissionDenied otherwise. `may_start`: False, the
-        conversation must exist (credentials.Principal.may_start). `encoded`: event batches the
-        host numbered as bytes come as a serialized SendMessageReply, for a gRPC stream to send as they are (see
-        Inbox.take)."""
+        """Called by the AgentHost servicer for SendMessage, and by the HTTP gateway. Yields `queued` (if the run
+        must wait for a slot or its conversation's turn) or at once `run_started`, then event batches, then
+        run_finished (see hpb.SendMessageReply). Raises ResourceExhausted (with `retry_after_ms`) before recording
+        anything when the run queue is full. `origin` is the caller's credential name (ActiveRun.origin), recorded
+        on the event and the run; `trusted`: it is an admin credential, with no sender share of the queue.
+        `own_conversation`: the conversation must be new or one `origin` started; PermissionDenied otherwise.
+        `may_start`: False, the conversation must exist (credentials.Principal.may_start). `encoded`: event batches
+        the host numbered as bytes come as a serialized SendMessageReply, for a gRPC stream to send as they are
+        (see Inbox.take)."""
         if self._closing:
             raise Unavailable("the host is stopping; send again once it is back")
         bot = self.registry.bot(request.bot)
@@ -316,14 +317,15 @@ class RunManager:
         inbox = Inbox(info.run_id)
         st.subscribers.append(inbox)
         self._live[info.run_id] = st
-        self.admission.enqueue(st)
+        place = self.admission.enqueue(st)
+        queued = hpb.RunQueued(waiting_on=place.waiting_on, position=place.position, bots_waiting=place.bots_waiting)
+        queued.run.CopyFrom(info)
         if self._closing:  # the host began stopping while the run was being recorded
             self._end_queued(st, "interrupted", "host_shutdown", "the host stopped before this run started")
         else:
-            self._pump()
-        started = hpb.RunInfo()
-        started.CopyFrom(info)
-        yield hpb.SendMessageReply(run_started=started)
+            self._pump()  # a run given a slot at once has its run_started in the inbox already
+        if st.task is None:  # it waits (or ended waiting): the client hears so now, not when a slot frees
+            yield hpb.SendMessageReply(queued=queued)
         try:
             while True:
                 for reply in await inbox.take(encoded=encoded):
@@ -446,8 +448,15 @@ class RunManager:
             self.admission.release(
                 st.info.bot_id, (st.info.bot_id, st.info.conversation_id), start.input_bytes, start.share
             )
-            st.task = asyncio.create_task(self._execute(st, start), name=f"run:{st.info.run_id}")
+            info = st.info
+            info.status = "running"
+            info.started_at = time.time()
+            info.deadline_at = info.started_at + start.timeout
+            st.task = asyncio.create_task(self._execute(st, start), name=f"run:{info.run_id}")
             st.task.add_done_callback(functools.partial(self._check_ended, st))
+            started = hpb.RunInfo()
+            started.CopyFrom(info)
+            self._publish(st, hpb.SendMessageReply(run_started=started), started.ByteSize())
 
     def _check_ended(self, st: RunState, task: asyncio.Task[None]) -> None:
         """A task cancelled before its first step never runs its body, nor the `finally` that writes the run's
@@ -488,12 +497,9 @@ class RunManager:
         began = time.monotonic()
         try:
             bot, binding, manifest, event, actor = start.bot, start.binding, start.manifest, start.event, start.actor
-            token, timeout = start.token, start.timeout
+            token = start.token
             grant = Grant.freeze(manifest, binding.resource_policy)  # as recorded at send, from the same inputs
             plugin_id, runner_name = parse_runner_id(binding.runner_id)
-            info.status = "running"
-            info.started_at = time.time()
-            info.deadline_at = info.started_at + timeout
             await self.runs.mark_running(info.run_id, info.started_at, info.deadline_at)
             self.observer.run_started(info)
             tool_token = new_token("tt")  # never stored: it lives for this run's life only

@@ -350,3 +350,32 @@ async def test_the_cookie_alone_opens_nothing(console: Console) -> None:
             f"{console.url}/api/session", cookies={console_auth.COOKIE: cookie}, headers={CSRF: csrf}
         ) as r:
             assert r.status == 200  # with the token: the console page itself
+
+
+async def test_chat_says_queued_at_once_behind_a_run_of_the_same_conversation(console: Console) -> None:
+    """Issue 26: a message that waits for its turn gets a `queued` event (its place in line) before anything else,
+    then `run_started` once the run ahead ends."""
+    async with console.session() as c:
+        csrf = await console.sign_in(c)
+        url = f"{console.url}/api/bots/testbot/chat"
+        async with c.post(url, json={"text": "hold", "conversation_id": "q"}, headers={CSRF: csrf}) as first:
+            assert first.status == 200
+            async with c.post(url, json={"text": "next", "conversation_id": "q"}, headers={CSRF: csrf}) as r:
+                assert r.status == 200
+                kind = ""
+                while True:  # the first event arrives while the first run still holds
+                    line = (await r.content.readline()).decode().rstrip("\n")
+                    if line.startswith("event: "):
+                        kind = line[7:]
+                    elif line.startswith("data: "):
+                        queued = json.loads(line[6:])
+                        break
+                assert not Helper.release.is_set()
+                assert kind == "queued" and queued["waiting_on"] == "conversation" and queued["position"] == 1
+                assert queued["run"]["status"] == "queued"
+                Helper.release.set()
+                rest = await sse_events(r)
+            await sse_events(first)
+        kinds = [k for k, _ in rest]
+        assert kinds[0] == "run_started" and rest[0][1]["run_id"] == queued["run"]["run_id"]
+        assert kinds[-1] == "run_finished" and rest[-1][1]["status"] == "completed"

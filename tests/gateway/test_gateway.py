@@ -443,3 +443,43 @@ def test_serve_flag() -> None:
 
     assert build_parser().parse_args(["serve", "--gateway", "127.0.0.1:8080"]).gateway == "127.0.0.1:8080"
     assert build_parser().parse_args(["serve"]).gateway is None
+
+
+async def test_a_queued_run_is_an_sse_comment_the_openai_client_skips(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26: a request that must wait for a slot hears so at once, on the stream it opened: `queued` (its place)
+    and then `run_started` as SSE comment lines, which the OpenAI wire format has no field for and which the
+    `openai` client library skips: its chunks and events are exactly those of a run that never waited."""
+    monkeypatch.setattr(limits, "RUNS_MAX_ACTIVE", 1)
+    headers = {"Authorization": f"Bearer {world.key}"}
+    hold = {"model": "testbot", "messages": history("hold"), "stream": True, "user": "holder"}
+    body = {"model": "testbot", "messages": history("hello"), "stream": True, "user": "waiter"}
+    async with httpx.AsyncClient(base_url=world.base_url, timeout=20) as http, client(world) as c:
+        async with http.stream("POST", "/chat/completions", json=hold, headers=headers) as held:
+            await asyncio.wait_for(Talker.holding.wait(), 10)  # the only slot is taken
+            async with http.stream("POST", "/chat/completions", json=body, headers=headers) as r:
+                lines = r.aiter_lines()
+                async for line in lines:  # before any slot frees: the run is still held
+                    if line.startswith(":"):
+                        break
+                run_id = r.headers["x-agenthost-run"]
+                assert line == f": agenthost queued run={run_id} waiting_on=host position=1 bots_waiting=1"
+                # The official client, queued behind both: chat completions and the Responses API.
+                chat = await c.chat.completions.create(
+                    model="testbot", messages=history("hi"), stream=True, user="third"
+                )
+                responses = await c.responses.create(model="testbot", input="hey", stream=True, user="fourth")
+                Talker.release.set()
+                rest = [line async for line in lines]
+            assert f": agenthost run_started run={run_id}" in rest
+            assert rest[-2:] == ["data: [DONE]", ""]
+            await held.aread()
+        chunks = [chunk async for chunk in chat]
+        events = [event async for event in responses]
+    content = [ch.choices[0].delta.content for ch in chunks if ch.choices and ch.choices[0].delta.content]
+    assert content == list(DELTAS) and chunks[0].choices[0].delta.role == "assistant"
+    assert [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason] == ["stop"]
+    assert events[0].type == "response.created" and events[-1].type == "response.completed"
+    assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == REPLY
+    assert sorted(r.status for r in world.runs()) == ["completed"] * 4

@@ -199,8 +199,8 @@ async def play(root: Path, bursts: list[list[Message]], spacing: float = 0.0) ->
                     request = hpb.SendMessageRequest(bot=h.bot, text=text, conversation_id=CONVERSATION, source="api")
                     finished = None
                     async for reply in h.client.stream(request, timeout=30):
-                        if reply.WhichOneof("kind") == "run_started":
-                            seen.set()  # the host replies run_started after recording the message
+                        if reply.WhichOneof("kind") in ("queued", "run_started"):
+                            seen.set()  # the host's first reply comes once the message is recorded
                         elif reply.WhichOneof("kind") == "run_finished":
                             finished = reply.run_finished
                     assert finished is not None

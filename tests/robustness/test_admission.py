@@ -16,6 +16,7 @@ from agenthost.host.api.client import HostClient
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
+from agenthost.protos.wire import accepted_run
 from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
 from agenthost.runners.sdk.testing import HostHarness
 
@@ -71,7 +72,7 @@ async def _open(client: HostClient, request: hpb.SendMessageRequest) -> tuple[hp
     """Starts a run and waits for the host's first answer, so the order of arrival is the order of these calls."""
     stream = client.stream(request, timeout=60)
     first = await asyncio.wait_for(anext(stream), 30)
-    return first.run_started, stream
+    return accepted_run(first), stream
 
 
 async def _finish(stream: AsyncIterator) -> hpb.RunInfo:
@@ -107,7 +108,7 @@ async def test_burst_beyond_admitted_runs_queues_and_runs_in_order(host: HostHar
         for conv in ("a", "b", "c"):
             text = f"hold {conv}{i}"
             infos[text], streams[text] = await _open(host.client, _request(host, text, conv))
-            assert infos[text].status == "queued"
+            assert infos[text].status == ("running" if text in ("hold a0", "hold b0") else "queued")
     # Two slots: the heads of a and b run; c's head waits for a slot although its conversation is idle.
     assert {await asyncio.wait_for(Gate.started.get(), 10) for _ in range(2)} == {"hold a0", "hold b0"}
     assert (admission.running, admission.queued) == (2, 10)
@@ -129,6 +130,57 @@ async def test_burst_beyond_admitted_runs_queues_and_runs_in_order(host: HostHar
     assert [texts[r] for r in admitted[:3]] == ["hold a0", "hold b0", "hold c0"], [texts[r] for r in admitted]
     assert (admission.running, admission.queued) == (0, 0)
     assert not admission._conversations and not admission._ready
+
+
+async def test_a_waiting_run_hears_queued_with_its_place_then_run_started(host: HostHarness, monkeypatch) -> None:
+    """Issue 26: a send that must wait is told so at once (`queued`, its place in line), not left silent until a
+    slot frees; `run_started` follows when it starts. One slot, three sends: the first starts, the others are
+    queued at positions 1 and 2 and start in that order, each stream saying run_started exactly once."""
+    monkeypatch.setattr(limits, "RUNS_MAX_ACTIVE", 1)
+    Gate.release.clear()
+    streams = [host.client.stream(_request(host, f"hold {i}", f"c{i}"), timeout=60) for i in range(3)]
+    firsts = [await asyncio.wait_for(anext(s), 30) for s in streams]  # before any run ends
+    assert [f.WhichOneof("kind") for f in firsts] == ["run_started", "queued", "queued"]
+    assert firsts[0].run_started.status == "running" and firsts[0].run_started.started_at > 0
+    assert [(f.queued.waiting_on, f.queued.position, f.queued.bots_waiting) for f in firsts[1:]] == [
+        ("host", 1, 1),
+        ("host", 2, 1),
+    ]
+    assert all(f.queued.run.status == "queued" and f.queued.run.run_id for f in firsts[1:])
+    # The queued runs are recorded before the client hears of them: a reconnecting client reads the same fact.
+    recorded = await host.client.call("GetRun", hpb.RunRequestById(run_id=firsts[2].queued.run.run_id))
+    assert recorded.status == "queued"
+    assert await asyncio.wait_for(Gate.started.get(), 10) == "hold 0"
+
+    started_at: dict[int, float] = {}
+
+    async def rest(i: int) -> list[str]:
+        kinds = []
+        async for reply in streams[i]:
+            kind = reply.WhichOneof("kind")
+            kinds.append(kind)
+            if kind == "run_started":
+                assert reply.run_started.run_id == firsts[i].queued.run.run_id
+                started_at[i] = reply.run_started.started_at
+        return kinds
+
+    Gate.release.set()
+    kinds = await asyncio.wait_for(asyncio.gather(*(rest(i) for i in (1, 2))), 60)
+    for k in kinds:
+        assert k[0] == "run_started" and k.count("run_started") == 1 and k[-1] == "run_finished", k
+    assert started_at[1] < started_at[2]
+    assert [t for t in Gate.order] == ["hold 0", "hold 1", "hold 2"]
+
+
+async def test_a_run_waiting_on_its_conversation_says_so(host: HostHarness, monkeypatch) -> None:
+    Gate.release.clear()
+    streams = [host.client.stream(_request(host, f"hold {i}", "same"), timeout=60) for i in range(3)]
+    firsts = [await asyncio.wait_for(anext(s), 30) for s in streams]
+    assert firsts[0].WhichOneof("kind") == "run_started"
+    assert [(f.queued.waiting_on, f.queued.position) for f in firsts[1:]] == [("conversation", 1), ("conversation", 2)]
+    Gate.release.set()
+    for s in streams:
+        assert [r.WhichOneof("kind") async for r in s][-1] == "run_finished"
 
 
 async def test_slots_go_round_robin_across_bots(host: HostHarness, monkeypatch) -> None:
@@ -383,3 +435,30 @@ async def test_one_tenants_backlog_fills_its_own_share_and_other_bots_still_queu
         Gate.release.set()
         for client in keys.values():
             await client.close()
+
+
+@pytest.mark.slow
+async def test_the_cli_says_a_send_is_queued_and_when_it_starts(host: HostHarness, monkeypatch) -> None:
+    """`agenthost send` (the real CLI process) prints the `queued` line with the run's place at once, then a
+    started line, then the reply: a person at a terminal is never left waiting in silence."""
+    from tests.cli_process import acli
+
+    monkeypatch.setattr(limits, "RUNS_MAX_ACTIVE", 1)
+    Gate.release.clear()
+    _, hold = await _open(host.client, _request(host, "hold", "h"))
+    assert await asyncio.wait_for(Gate.started.get(), 10) == "hold"
+    sent = asyncio.ensure_future(acli(host.data_dir / "host", "send", host.bot, "waiting", "--conversation", "w"))
+    admission = host.host.runs.admission
+    for _ in range(3000):  # until the CLI's message is recorded and waiting (a bounded wait on a condition)
+        if admission.queued == 1 or sent.done():
+            break
+        await asyncio.sleep(0.02)
+    assert admission.queued == 1, await sent
+    Gate.release.set()
+    code, out, err = await asyncio.wait_for(sent, 90)
+    assert code == 0, err
+    [queued, started, reply] = out.splitlines()
+    run_id = queued.split()[1]
+    assert queued == (f"[run {run_id} queued: every host slot is busy (position 1 among this bot's waiting runs)]"), out
+    assert started == f"[run {run_id} started]" and reply == "done waiting", out
+    await _finish(hold)

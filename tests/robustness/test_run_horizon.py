@@ -29,6 +29,7 @@ from agenthost.host.api.client import HostClient
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
+from agenthost.protos.wire import accepted_run
 from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
 from agenthost.runners.sdk.testing import HostHarness
 
@@ -157,10 +158,11 @@ def check_view(view: View, earlier: list[str]) -> None:
 
 
 async def _send(h: HostHarness, text: str) -> tuple[hpb.RunInfo, asyncio.Task[hpb.RunInfo]]:
-    """Sends `text`; returns once the host has recorded it (run_started), with a task that ends with the run."""
+    """Sends `text`; returns once the host has recorded it (its first reply), with a task that ends with the run."""
     stream = h.client.stream(hpb.SendMessageRequest(bot=h.bot, text=text, conversation_id=CONVERSATION), timeout=120)
     first = await asyncio.wait_for(anext(stream), 30)
-    Recorder.event_ids[text] = first.run_started.event_id
+    run = accepted_run(first)
+    Recorder.event_ids[text] = run.event_id
 
     async def rest() -> hpb.RunInfo:
         async for reply in stream:
@@ -168,7 +170,7 @@ async def _send(h: HostHarness, text: str) -> tuple[hpb.RunInfo, asyncio.Task[hp
                 return reply.run_finished
         raise AssertionError(f"the run of {text} never finished")
 
-    return first.run_started, asyncio.create_task(rest())
+    return run, asyncio.create_task(rest())
 
 
 # When each next message arrives: at once (it queues behind every held run), while the oldest held run is between

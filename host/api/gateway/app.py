@@ -30,12 +30,13 @@ from agenthost.host.api.gateway import bodies, parse_address
 from agenthost.host.api.gateway import openai_api as oa
 from agenthost.host.api.gateway.connections import CappedSite
 from agenthost.host.api.gateway.errors import NO_RETRY, GatewayError, bad_request, from_host_error, model_not_found
-from agenthost.host.api.gateway.sse import EventStream, encode
+from agenthost.host.api.gateway.sse import EventStream, comment, encode
 from agenthost.host.runs import attachments as attachment_checks
 from agenthost.host.runs.manager import MAX_INPUT_BYTES
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
+from agenthost.protos.wire import accepted_run
 
 if TYPE_CHECKING:
     from agenthost.host.api.gateway.console_api import Console
@@ -232,7 +233,7 @@ class Gateway:
         except BaseException:
             await stream.aclose()
             raise
-        return first.run_started, stream
+        return accepted_run(first), _queue_notes(first, stream)
 
     # ---- endpoints ----
 
@@ -282,7 +283,10 @@ class Gateway:
             try:
                 async for reply in stream:
                     kind = reply.WhichOneof("kind")
-                    if kind == "events":
+                    note = queue_note(reply)
+                    if note is not None:
+                        await sse.send([note])
+                    elif kind == "events":
                         out = []
                         for event in reply.events.events:
                             if event.WhichOneof("kind") in ("completed", "failed"):
@@ -372,7 +376,10 @@ class Gateway:
             try:
                 async for reply in stream:
                     kind = reply.WhichOneof("kind")
-                    if kind == "events":
+                    note = queue_note(reply)
+                    if note is not None:
+                        await sse.send([note])
+                    elif kind == "events":
                         out = []
                         for event in reply.events.events:
                             delta = text.feed(event)
@@ -419,6 +426,34 @@ async def _collect(
     raise GatewayError(
         503, f"the host ended run {run.run_id}'s stream early", type="server_error", headers={**headers, **NO_RETRY}
     )
+
+
+async def _queue_notes(
+    first: hpb.SendMessageReply, stream: AsyncGenerator[hpb.SendMessageReply, None]
+) -> AsyncGenerator[hpb.SendMessageReply, None]:
+    """The run's stream from its first reply on, `queued` included: the OpenAI streams pass `queued` and
+    `run_started` on as SSE comments (queue_note), the non-streaming calls skip them."""
+    try:
+        if first.HasField("queued"):
+            yield first
+        async for reply in stream:
+            yield reply
+    finally:
+        await stream.aclose()
+
+
+def queue_note(reply: hpb.SendMessageReply) -> bytes | None:
+    """`queued` / `run_started` as an SSE comment line (an extension an OpenAI client skips), else None."""
+    kind = reply.WhichOneof("kind")
+    if kind == "queued":
+        q = reply.queued
+        return comment(
+            f"agenthost queued run={q.run.run_id} waiting_on={q.waiting_on} position={q.position}"
+            f" bots_waiting={q.bots_waiting}"
+        )
+    if kind == "run_started":
+        return comment(f"agenthost run_started run={reply.run_started.run_id}")
+    return None
 
 
 def _run_headers(run: hpb.RunInfo) -> dict[str, str]:

@@ -45,6 +45,7 @@ from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos.json_values import to_jsonable
+from agenthost.protos.wire import accepted_run
 
 if TYPE_CHECKING:
     from agenthost.host.api.services import HostServices
@@ -307,7 +308,8 @@ class Console:
     # ---- chat ----
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        """One message to the bot, its run streamed back as server-sent events: `run_started`, a `run_event` per
+        """One message to the bot, its run streamed back as server-sent events: `queued` (while it waits for a slot:
+        the hpb.RunQueued, its place in line), `run_started`, a `run_event` per
         RunEvent (every kind, including ones this console does not know yet), `run_finished`. A refusal before the
         run starts is a JSON error with its status. Leaving the page does not stop the run."""
         session = _session.get()
@@ -327,19 +329,25 @@ class Console:
         stream = self.admin.stream(session.principal, "SendMessage", send)
         async with contextlib.aclosing(stream):
             first = await anext(stream)
-            return await self._stream_run(request, first.run_started, stream)
+            return await self._stream_run(request, first, stream)
 
     async def _stream_run(
-        self, request: web.Request, run: hpb.RunInfo, stream: AsyncIterator[hpb.SendMessageReply]
+        self, request: web.Request, first: hpb.SendMessageReply, stream: AsyncIterator[hpb.SendMessageReply]
     ) -> web.StreamResponse:
         sse = EventStream(request, {})
+        run = accepted_run(first)
         try:
             await sse.open()
-            await sse.send([encode(to_jsonable(run), "run_started")])
+            if first.HasField("queued"):
+                await sse.send([encode(to_jsonable(first.queued), "queued")])
+            else:
+                await sse.send([encode(to_jsonable(run), "run_started")])
             try:
                 async for reply in stream:
                     kind = reply.WhichOneof("kind")
-                    if kind == "events":
+                    if kind == "run_started":
+                        await sse.send([encode(to_jsonable(reply.run_started), "run_started")])
+                    elif kind == "events":
                         await sse.send([encode(to_jsonable(e), "run_event") for e in reply.events.events])
                     elif kind == "run_finished":
                         await sse.send([encode(to_jsonable(reply.run_finished), "run_finished")])

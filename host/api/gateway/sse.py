@@ -29,6 +29,12 @@ def encode(data: dict[str, Any] | str, event: str | None = None) -> bytes:
     return f"{head}data: {payload}\n\n".encode()
 
 
+def comment(text: str) -> bytes:
+    """An SSE comment line: every conforming reader (the `openai` client library's included) skips it, so it can
+    carry what the OpenAI wire format has no field for, such as a run waiting in the host's queue."""
+    return f": {' '.join(text.splitlines())}\n\n".encode()
+
+
 class EventStream:
     def __init__(self, request: web.Request, headers: dict[str, str]) -> None:
         self.request = request

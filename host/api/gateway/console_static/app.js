@@ -187,7 +187,10 @@ function chatPanel(bot) {
     const view = eventView(reply);
     try {
       await api.streamChat(bot, { text, conversation_id: conversation }, (kind, data) => {
-        if (kind === "run_started") meta.replaceChildren("run ", h("a", { href: `#/runs/${data.run_id}` }, data.run_id), " · running…");
+        if (kind === "queued") {
+          const line = data.waiting_on === "conversation" ? "behind this conversation's earlier runs" : "for a free slot";
+          meta.replaceChildren("run ", h("a", { href: `#/runs/${data.run.run_id}` }, data.run.run_id), ` · queued ${line}, position ${data.position}…`);
+        } else if (kind === "run_started") meta.replaceChildren("run ", h("a", { href: `#/runs/${data.run_id}` }, data.run_id), " · running…");
         else if (kind === "run_event") view.add(data);
         else if (kind === "run_finished") {
           meta.replaceChildren("run ", h("a", { href: `#/runs/${data.run_id}` }, data.run_id),
