@@ -320,8 +320,8 @@ class CodexConfig(HarnessConfig):
         default=True,
         description="After a message, start one `codex exec` ahead for this binding's next new conversation, in a "
         "fresh directory and Codex home of its own, waiting for its prompt: Codex's start-up in a new home "
-        "(creating and migrating its state databases, about 0.3-0.5 s) and its MCP handshake are then done before "
-        "the message arrives. Needs process_sandbox. It holds about 40 MiB while it waits, at most "
+        "(creating and migrating its state databases, about 0.3-0.5 s) is then done before the message arrives. "
+        "Needs process_sandbox. It holds about 60 MiB resident (10 MiB of its own) while it waits, at most "
         "spare_seconds.",
     )
     spare_seconds: float = Field(

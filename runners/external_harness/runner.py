@@ -357,6 +357,8 @@ class HarnessRunner(Runner):
         in_runner = bridge_env is not None and config.mcp_transport in ("sdk", "http")
         reuse = _Reuse()
         spare_key: tuple[str, str] | None = None
+        # The stored session is a few host round trips: read while the sandbox and the bridge are set up.
+        loading = asyncio.create_task(self._load_session(run))
         try:
             kept = await self.kept.take((run.bot_id, run.conversation_id))
             if (
@@ -403,7 +405,7 @@ class HarnessRunner(Runner):
                     "running %s for run %s WITHOUT a sandbox (process_sandbox: false)", self.driver.name, run.run_id
                 )
                 yield events.progress("the harness runs without a sandbox (process_sandbox: false in the binding)")
-            stored = await self._load_session(run)
+            stored = await loading
             if not stored.readable:
                 yield events.progress("conversation state is not readable for this run; using the run's state snapshot")
 
@@ -449,6 +451,10 @@ class HarnessRunner(Runner):
                 async for event in turn_events:
                     yield event
         finally:
+            if not loading.done():
+                loading.cancel()
+            elif not loading.cancelled():
+                loading.exception()  # read, so a turn that failed before needing it leaves no unread error
             if reuse.kept is not None:  # taken, never used: the turn failed (or was cancelled) before its harness ran
                 await reuse.kept.stop()
             if reuse.bridge is not None and reuse.started is None:
@@ -761,7 +767,8 @@ class HarnessRunner(Runner):
             raise WorkspaceQuotaError(f"message not sent to {self.driver.name}: {refusal}")
         over: list[str] = []
         stamp = ""
-        if plan.stream_input or reuse.kept is not None:
+        # Only for a process that was or may be kept (a spare computes its own when it starts).
+        if reuse.kept is not None or reuse.keep_seconds > 0:
             stamp = fingerprint(cmd.argv, cmd.env, workspace=plan.workspace, sandbox=sandbox)
         kept, reuse.kept = reuse.kept, None
         if kept is not None and (

@@ -47,9 +47,10 @@ another's through it.
 Codex is not kept: `codex exec` answers one prompt per process. It gets spares alone (CodexConfig.spare_process,
 after every clean turn): `codex exec -` reads its whole prompt from stdin, and before the prompt has come it has
 done its start-up, which in a new conversation's own Codex home is mostly creating and migrating its state
-databases (0.3-0.5 s of a 0.4 s bare turn, measured 2026-11-27), and connected to its MCP servers. The claiming
-turn writes the prompt and closes stdin. The same rules hold: no run attached to its bridge, no message seen, a
-fresh slot and home of its own, the fingerprint (its AGENTS.md files and config.toml among the start-up files).
+databases (0.3-0.5 s of a 0.4 s bare turn, measured 2026-11-27); it connects to its MCP servers only once the
+prompt has come. The claiming turn writes the prompt and closes stdin. The same rules hold: no run attached to its
+bridge, no message seen, a fresh slot and home of its own, the fingerprint (its AGENTS.md files, config.toml and
+.agents/skills among the start-up files).
 """
 
 from __future__ import annotations
