@@ -308,10 +308,10 @@ async def bench(
         else:
             base |= {"base_url": f"http://127.0.0.1:{fake.port}/v1", "model": "gpt-fake"}
         hosts = {}
-        # Claude Code's own settings (Codex bindings have neither; those hosts then go unused).
-        claude_only: dict[str, dict[str, Any]] = {"cold": {"keep_warm_seconds": 0}, "http": {"mcp_transport": "http"}}
+        # Settings of one harness: no process waiting (`cold`), the http bridge (Claude Code only).
+        own_settings: dict[str, dict[str, Any]] = {"cold": {"keep_warm_seconds": 0}, "http": {"mcp_transport": "http"}}
         if harness != "claude-code":
-            claude_only = {"cold": {"spare_seconds": 0}, "http": {}}
+            own_settings = {"cold": {"spare_seconds": 0}, "http": {}}
         async with (
             # Listing works with no host behind it; a tool call would be answered "unavailable" (none is made).
             McpHttpEndpoint(None, unavailable_reason="benchmark control: no host") as mcp,
@@ -321,8 +321,8 @@ async def bench(
             HostHarness(
                 Path(tmp) / "search-off", runners=[runner_cls], config=base | {"env": {"ENABLE_TOOL_SEARCH": "false"}}
             ) as search_off,
-            HostHarness(Path(tmp) / "cold", runners=[runner_cls], config=base | claude_only["cold"]) as cold,
-            HostHarness(Path(tmp) / "http", runners=[runner_cls], config=base | claude_only["http"]) as http,
+            HostHarness(Path(tmp) / "cold", runners=[runner_cls], config=base | own_settings["cold"]) as cold,
+            HostHarness(Path(tmp) / "http", runners=[runner_cls], config=base | own_settings["http"]) as http,
             HostHarness(Path(tmp) / "plugin", builtin=True) as plugin,
         ):
             await plugin.client.call("SetKey", hpb.SetKeyRequest(name=key_env, value="sk-bench"))
