@@ -359,6 +359,7 @@ class HarnessRunner(Runner):
         spare_key: tuple[str, str] | None = None
         # The stored session is a few host round trips: read while the sandbox and the bridge are set up.
         loading = asyncio.create_task(self._load_session(run))
+        await asyncio.sleep(0)  # lets it send its reads before the synchronous set-up below
         try:
             kept = await self.kept.take((run.bot_id, run.conversation_id))
             if (
