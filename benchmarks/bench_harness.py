@@ -11,6 +11,10 @@ is agenthost with `keep_warm_seconds: 0` (a new process resuming the session, as
 
 * bare       the CLI alone: the same binary, flags and fake API, started by this script with no agenthost around it,
              with the variables the runner passes through from its environment (PATH, locale, CA bundles, proxies)
+             For Codex that is the native binary the runner execs (with the two variables npm's node launcher
+             would set), not the launcher: until 2026-11-27 bare ran `bin/codex.js`, a node start-up the runner
+             never pays, which is where the 0.67-0.84x of earlier figures came from
+* bare-launcher (Codex, only with --paths) the bare CLI through npm's node launcher, the baseline until 2026-11-27
 * bare-sdk   (Claude Code) the bare CLI with the bridge's tools on its own stdin and stdout, answered by this script
              (an MCP server of type `sdk`, mcp_control.py, no host behind it): what the CLI spends on having the
              bridge the way agenthost gives it by default; `agenthost` against `bare-sdk` is agenthost's own cost
@@ -34,8 +38,9 @@ is agenthost with `keep_warm_seconds: 0` (a new process resuming the session, as
              bridge's per-tool flag (bare-mcp) lets it connect alongside and wait only before its first request
 * search-off (only with --paths) the default path with `ENABLE_TOOL_SEARCH=false`, as the runner set it until
              2026-11-26: every built-in tool inlined into the request instead of the bridge's tools alone
-* cold       (Claude Code) the default path with `keep_warm_seconds: 0`: no kept process and no spare, so every
-             message starts a CLI, as before kept processes (2026-11-27). With `--turn first`, `agenthost` answers in
+* cold       the default path with no process waiting: for Claude Code `keep_warm_seconds: 0` (no kept process and
+             no spare, so every message starts a CLI, as before kept processes, 2026-11-27), for Codex
+             `spare_seconds: 0` (as before Codex spares, 2026-11-27). With `--turn first`, `agenthost` answers in
              the spare started after the previous round's message (warm.py), and `cold` is a bot's first message
 
 Between two timed turns the script waits until every process under it is idle (a spare starting after a message, a
@@ -78,6 +83,7 @@ from agenthost.runners.external_harness.projection import (  # noqa: E402
     write_claude_mcp_config,
 )
 from agenthost.runners.external_harness.runner import ClaudeCodeRunner, CodexRunner  # noqa: E402
+from agenthost.runners.external_harness.sandboxing import resolve_codex  # noqa: E402
 from agenthost.runners.external_harness.workspace import Workspace  # noqa: E402
 from agenthost.runners.sdk.testing import HostHarness  # noqa: E402
 from tests.external_harness.fake_apis import FakeAnthropic, FakeOpenAI, Request  # noqa: E402
@@ -100,6 +106,7 @@ def bare_command(
     held: bool = False,
     sdk: bool = False,
     session: list[str] = (),  # type: ignore[assignment]
+    launcher: bool = False,
 ) -> tuple[list[str], dict[str, str]]:
     # One home and config dir for every bare run, as agenthost keeps one per bot: a fresh one each time would
     # charge the bare CLI its first-run set-up (config files, Codex's state databases) and flatter agenthost.
@@ -140,6 +147,11 @@ def bare_command(
     env |= {"CODEX_HOME": str(root / "config"), "OPENAI_API_KEY": "sk-bench"}
     from agenthost.runners.external_harness.codex import BASE_OVERRIDES, toml_value
 
+    if not launcher:
+        # The native binary the runner execs, with what npm's launcher would have set: the same program both ways.
+        binary, launcher_env, _ = resolve_codex(binary, env["PATH"])
+        env |= launcher_env
+
     overrides = dict(BASE_OVERRIDES) | {
         "sandbox_mode": "read-only",
         "model_provider": "bench",
@@ -170,8 +182,11 @@ async def time_bare(
     held: bool = False,
     sdk: bool = False,
     session: list[str] = (),  # type: ignore[assignment]
+    launcher: bool = False,
 ) -> float:
-    argv, env = bare_command(harness, binary, port, root, inherit=inherit, mcp=mcp, held=held, sdk=sdk, session=session)
+    argv, env = bare_command(
+        harness, binary, port, root, inherit=inherit, mcp=mcp, held=held, sdk=sdk, session=session, launcher=launcher
+    )
     # A fresh working directory: a new session, like a conversation's first message (or its second, resumed here).
     work.mkdir(parents=True, exist_ok=bool(session))
     started = time.perf_counter()
@@ -224,7 +239,8 @@ REPLY_LINE = {"claude-code": "result", "codex": "turn.completed"}
 
 
 PATHS = ("bare", "bare-sdk", "bare-mcp", "bare-noenv", "agenthost", "http", "plugin", "stdio", "no-bridge", "cold")
-CLAUDE_ONLY = ("bare-sdk", "http", "cold")
+CLAUDE_ONLY = ("bare-sdk", "http")
+CODEX_ONLY = ("bare-launcher",)
 
 
 def _cpu_ticks_under(root: int) -> int:
@@ -270,6 +286,9 @@ async def bench(
     binary = str(BIN / ("claude" if harness == "claude-code" else "codex"))
     if not os.access(binary, os.X_OK):
         raise SystemExit(f"{binary} missing: run scripts/install_harness_clis.sh")
+    # The real file, as a binding names it (the host refuses a command that passes through a symlink, and npm's
+    # .bin entries are symlinks).
+    binary = os.path.realpath(binary)
     fake_cls = FakeAnthropic if harness == "claude-code" else FakeOpenAI
     runner_cls = ClaudeCodeRunner if harness == "claude-code" else CodexRunner
     key_env = "ANTHROPIC_API_KEY" if harness == "claude-code" else "OPENAI_API_KEY"
@@ -289,10 +308,10 @@ async def bench(
         else:
             base |= {"base_url": f"http://127.0.0.1:{fake.port}/v1", "model": "gpt-fake"}
         hosts = {}
-        # Claude Code's own settings (Codex bindings have neither; those hosts then go unused).
-        claude_only: dict[str, dict[str, Any]] = {"cold": {"keep_warm_seconds": 0}, "http": {"mcp_transport": "http"}}
+        # Settings of one harness: no process waiting (`cold`), the http bridge (Claude Code only).
+        own_settings: dict[str, dict[str, Any]] = {"cold": {"keep_warm_seconds": 0}, "http": {"mcp_transport": "http"}}
         if harness != "claude-code":
-            claude_only = {name: {} for name in claude_only}
+            own_settings = {"cold": {"spare_seconds": 0}, "http": {}}
         async with (
             # Listing works with no host behind it; a tool call would be answered "unavailable" (none is made).
             McpHttpEndpoint(None, unavailable_reason="benchmark control: no host") as mcp,
@@ -302,8 +321,8 @@ async def bench(
             HostHarness(
                 Path(tmp) / "search-off", runners=[runner_cls], config=base | {"env": {"ENABLE_TOOL_SEARCH": "false"}}
             ) as search_off,
-            HostHarness(Path(tmp) / "cold", runners=[runner_cls], config=base | claude_only["cold"]) as cold,
-            HostHarness(Path(tmp) / "http", runners=[runner_cls], config=base | claude_only["http"]) as http,
+            HostHarness(Path(tmp) / "cold", runners=[runner_cls], config=base | own_settings["cold"]) as cold,
+            HostHarness(Path(tmp) / "http", runners=[runner_cls], config=base | own_settings["http"]) as http,
             HostHarness(Path(tmp) / "plugin", builtin=True) as plugin,
         ):
             await plugin.client.call("SetKey", hpb.SetKeyRequest(name=key_env, value="sk-bench"))
@@ -325,6 +344,7 @@ async def bench(
                         "mcp": mcp if name.startswith("bare-mcp") else None,
                         "held": name == "bare-mcp-held",
                         "sdk": name == "bare-sdk",
+                        "launcher": name == "bare-launcher",
                     }
                     root, work = Path(tmp) / name, Path(tmp) / f"{name}-work-{i}"
                     session: list[str] = []
@@ -387,7 +407,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--harness", nargs="+", default=["claude-code", "codex"], choices=["claude-code", "codex"])
-    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=[*PATHS, "bare-mcp-held", "search-off"])
+    parser.add_argument(
+        "--paths", nargs="+", default=list(PATHS), choices=[*PATHS, "bare-mcp-held", "search-off", *CODEX_ONLY]
+    )
     parser.add_argument("--turn", choices=["first", "next"], default="first")
     args = parser.parse_args()
     if args.turn == "next" and args.harness != ["claude-code"]:
@@ -404,6 +426,8 @@ async def main() -> None:
         paths = tuple(args.paths) if "bare" in args.paths else ("bare", *args.paths)  # ratios need the baseline
         if harness != "claude-code":
             paths = tuple(p for p in paths if p not in CLAUDE_ONLY)
+        else:
+            paths = tuple(p for p in paths if p not in CODEX_ONLY)
         times = await bench(harness, args.runs, paths, turn=args.turn)
         bare = statistics.median(times["bare"])
         for name, values in times.items():

@@ -182,6 +182,20 @@ def _bridge_launch(bridge: RunnerBridge) -> tuple[Launch, dict[str, str]]:
     return HttpBridgeLaunch(url=bridge.url, token_env=MCP_TOKEN_ENV), {MCP_TOKEN_ENV: bridge.token}
 
 
+def _grant(config: HarnessConfig, bridge_env: dict[str, str] | None) -> str:
+    """The bridge's transport and what it lists (granted APIs, approvals): what a harness took in at start-up of
+    its bridge, so a kept process or a spare serves only a turn with the same."""
+    if bridge_env is None:
+        return ""
+    return "\n".join((config.mcp_transport, bridge_env["AGENTHOST_APIS"], bridge_env["AGENTHOST_APPROVALS"]))
+
+
+def _spare_key(run: RunContext, grant: str) -> tuple[str, str]:
+    """One spare per binding (its config) and grant."""
+    binding = json.dumps([run.config, grant], sort_keys=True, default=str)
+    return (run.bot_id, hashlib.sha256(binding.encode()).hexdigest())
+
+
 def build_prompt(run: RunContext) -> str:
     text = run.text
     attachments = list(run.context.input.attachments)
@@ -207,6 +221,8 @@ class _Reuse:
     # How this turn's process started, once it is kept (None until then): its bridge went with it, so the turn
     # must not close that; a spare repeats it.
     started: TurnPlan | None = None
+    # How a clean turn's process started, for a spare to repeat when the process itself is not kept (Codex).
+    template: TurnPlan | None = None
 
 
 @dataclass
@@ -341,6 +357,9 @@ class HarnessRunner(Runner):
         in_runner = bridge_env is not None and config.mcp_transport in ("sdk", "http")
         reuse = _Reuse()
         spare_key: tuple[str, str] | None = None
+        # The stored session is a few host round trips: read while the sandbox and the bridge are set up.
+        loading = asyncio.create_task(self._load_session(run))
+        await asyncio.sleep(0)  # lets it send its reads before the synchronous set-up below
         try:
             kept = await self.kept.take((run.bot_id, run.conversation_id))
             if (
@@ -350,15 +369,22 @@ class HarnessRunner(Runner):
                 and (bridge_env is None or in_runner)  # a stdio bridge holds one run's token for its whole life
             ):
                 reuse.keep_seconds = config.keep_warm_seconds
-                if bridge_env is not None:
-                    reuse.grant = "\n".join(
-                        (config.mcp_transport, bridge_env["AGENTHOST_APIS"], bridge_env["AGENTHOST_APPROVALS"])
-                    )
+                reuse.grant = _grant(config, bridge_env)
                 if kept is not None and kept.grant == reuse.grant:
                     reuse.kept, kept = kept, None
                 if config.spare_process and config.process_sandbox:
-                    binding = json.dumps([run.config, reuse.grant], sort_keys=True, default=str)
-                    spare_key = (run.bot_id, hashlib.sha256(binding.encode()).hexdigest())
+                    spare_key = _spare_key(run, reuse.grant)
+            elif (
+                isinstance(config, CodexConfig)
+                and config.spare_process
+                and config.spare_seconds > 0
+                and config.process_sandbox
+                and (bridge_env is None or in_runner)  # a stdio bridge holds one run's token for its whole life
+            ):
+                # `codex exec` answers one prompt per process, so none is kept; a spare waits for a new
+                # conversation's first prompt on stdin, its start-up done.
+                reuse.grant = _grant(config, bridge_env)
+                spare_key = _spare_key(run, reuse.grant)
             if kept is not None:
                 await kept.stop()
             if spare_key is not None and reuse.kept is None:
@@ -380,7 +406,7 @@ class HarnessRunner(Runner):
                     "running %s for run %s WITHOUT a sandbox (process_sandbox: false)", self.driver.name, run.run_id
                 )
                 yield events.progress("the harness runs without a sandbox (process_sandbox: false in the binding)")
-            stored = await self._load_session(run)
+            stored = await loading
             if not stored.readable:
                 yield events.progress("conversation state is not readable for this run; using the run's state snapshot")
 
@@ -426,13 +452,18 @@ class HarnessRunner(Runner):
                 async for event in turn_events:
                     yield event
         finally:
+            if not loading.done():
+                loading.cancel()
+            elif not loading.cancelled():
+                loading.exception()  # read, so a turn that failed before needing it leaves no unread error
             if reuse.kept is not None:  # taken, never used: the turn failed (or was cancelled) before its harness ran
                 await reuse.kept.stop()
             if reuse.bridge is not None and reuse.started is None:
                 # The turn is over, however it ended: the bridge, its sessions and their host calls go with it.
                 await reuse.bridge.close()
-            if reuse.started is not None and spare_key is not None and spare_key not in self.spares:
-                self._start_spare(spare_key, run, config, install, bridge_env, reuse.grant, reuse.started)
+            template = reuse.started or reuse.template
+            if template is not None and spare_key is not None and spare_key not in self.spares:
+                self._start_spare(spare_key, run, config, install, bridge_env, reuse.grant, template)
 
     async def _claim_spare(self, run: RunContext, config: HarnessConfig, key: tuple[str, str]) -> KeptHarness | None:
         """For a conversation's first message (it has no directory yet): the binding's spare, whose slot is then the
@@ -487,14 +518,16 @@ class HarnessRunner(Runner):
                     commands=config.command_walls(),
                 )
                 sandbox = with_bridge(await harness_egress(sandbox, config, self.driver.name), bridge)
+                claude = self.driver.name == "claude-code"
                 plan = dataclasses.replace(
                     started,
                     workspace=workspace,
                     resume_session_id=None,
-                    new_session_id=str(uuid.uuid4()),
+                    # Codex names its thread itself, once its prompt has come.
+                    new_session_id=str(uuid.uuid4()) if claude else None,
                     bridge=launch,
                     bridge_env=bridge_env,
-                    stream_input=True,
+                    stream_input=claude,
                 )
                 cmd = self.driver.command(plan)
                 proc = HarnessProcess(
@@ -509,16 +542,16 @@ class HarnessRunner(Runner):
                 if isinstance(bridge, McpControl):
                     bridge.send = proc.send
                 await proc.start()
-                assert plan.new_session_id is not None
                 spare = KeptHarness(
                     proc,
                     bridge,
                     fingerprint=fingerprint(cmd.argv, cmd.env, workspace=workspace, sandbox=sandbox),
-                    session_id=plan.new_session_id,
+                    session_id=plan.new_session_id or "",
                     grant=grant,
                     slot=slot,
                 )
-                await self.spares.put(key, spare, config.keep_warm_seconds)
+                wait = config.spare_seconds if isinstance(config, CodexConfig) else config.keep_warm_seconds
+                await self.spares.put(key, spare, wait)
             except BaseException as exc:
                 if proc is not None:
                     await proc.stop()
@@ -735,12 +768,13 @@ class HarnessRunner(Runner):
             raise WorkspaceQuotaError(f"message not sent to {self.driver.name}: {refusal}")
         over: list[str] = []
         stamp = ""
-        if plan.stream_input:
+        # Only for a process that was or may be kept (a spare computes its own when it starts).
+        if reuse.kept is not None or reuse.keep_seconds > 0:
             stamp = fingerprint(cmd.argv, cmd.env, workspace=plan.workspace, sandbox=sandbox)
         kept, reuse.kept = reuse.kept, None
         if kept is not None and (
             kept.fingerprint != stamp
-            or kept.session_id != (plan.resume_session_id or plan.new_session_id)
+            or kept.session_id != (plan.resume_session_id or plan.new_session_id or "")
             or not kept.proc.running
         ):
             # Something it read at start-up changed (or its session did): a new process resumes the session.
@@ -801,8 +835,12 @@ class HarnessRunner(Runner):
         pump_task: asyncio.Task[None] | None = None
         watcher: asyncio.Task[None] | None = None
         try:
-            if kept is not None:
+            if kept is not None and plan.stream_input:
                 await proc.send(stdin_message(prompt))
+            elif kept is not None:
+                # A spare `codex exec -`: its prompt is all of its stdin.
+                await proc.send(prompt.encode())
+                await proc.end_input()
             else:
                 await proc.start()
             pump_task = asyncio.create_task(pump())
@@ -866,6 +904,8 @@ class HarnessRunner(Runner):
                 if plan.stream_input and not over:
                     await proc.end_input()  # it ends at the end of its input, as a one-message process does
                 exit_code = await proc.wait()
+                if turn.finished and turn.error is None and not (timed_out or pump_errors or over):
+                    reuse.template = plan
         finally:
             if pump_task is not None and not pump_task.done():
                 pump_task.cancel()

@@ -44,7 +44,13 @@ kept process if it prints anything else or exits, stops after the binding's `kee
 its slot goes with it. A spare holds no run's credentials and has seen no message, so no conversation can reach
 another's through it.
 
-Codex is not kept: `codex exec` answers one prompt per process.
+Codex is not kept: `codex exec` answers one prompt per process. It gets spares alone (CodexConfig.spare_process,
+after every clean turn): `codex exec -` reads its whole prompt from stdin, and before the prompt has come it has
+done its start-up, which in a new conversation's own Codex home is mostly creating and migrating its state
+databases (0.3-0.5 s of a 0.4 s bare turn, measured 2026-11-27); it connects to its MCP servers only once the
+prompt has come. The claiming turn writes the prompt and closes stdin. The same rules hold: no run attached to its
+bridge, no message seen, a fresh slot and home of its own, the fingerprint (its AGENTS.md files, config.toml and
+.agents/skills among the start-up files).
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ from agenthost.runners.external_harness.claude_code import APPEND_PROMPT_FILE
 from agenthost.runners.external_harness.mcp_control import McpControl, is_control
 from agenthost.runners.external_harness.mcp_http import McpHttpEndpoint
 from agenthost.runners.external_harness.process import HarnessProcess
+from agenthost.runners.external_harness.projection import SKILL_DIRS
 from agenthost.runners.external_harness.workspace import SpareSlot, Workspace
 
 # The bridges a runner serves itself, which a kept process keeps and each turn attaches to its run.
@@ -75,9 +82,16 @@ BETWEEN_TURNS = "no message is being answered: host tools work only during a tur
 
 
 def startup_files(workspace: Workspace) -> list[Path]:
-    """What Claude Code reads once when it starts and not again for a later message of the same process."""
+    """What Claude Code reads once when it starts and not again for a later message of the same process, and what
+    a spare Codex may have read before its prompt came (its AGENTS.md files and config.toml)."""
     ws, agenthost, config = workspace.working_dir, workspace.agenthost_dir, workspace.claude_config_dir
+    codex = workspace.codex_home
     return [
+        ws / "AGENTS.md",
+        ws / "AGENTS.override.md",
+        codex / "AGENTS.md",
+        codex / "AGENTS.override.md",
+        codex / "config.toml",
         ws / "CLAUDE.md",
         ws / "CLAUDE.local.md",
         ws / ".claude" / "CLAUDE.md",
@@ -111,8 +125,9 @@ def fingerprint(argv: list[str], env: dict[str, str], *, workspace: Workspace, s
     # writes them only when their content changes, and a read is no part of it: nothing here can be made to block
     # (a FIFO a model planted) or to read what a symlink points out of the workspace. The skill files too: the
     # manifest names only the runner's own, and a user's may sit beside them.
-    skills = workspace.working_dir / ".claude" / "skills"
-    paths = startup_files(workspace) + (sorted(skills.rglob("*")) if skills.is_dir() else [])
+    paths = startup_files(workspace)
+    for skills in (workspace.working_dir / name for name in SKILL_DIRS):
+        paths += sorted(skills.rglob("*")) if skills.is_dir() else []
     for path in paths:
         digest.update(b"\0" + str(path).encode() + b"\0")
         with contextlib.suppress(OSError):

@@ -453,7 +453,8 @@ async def test_codex_projection_bridge_and_resume(transport, tmp_path, fake_host
         assert fake_host.data.get_state("conversation", "external.session_id") == thread
 
         # A thread Codex no longer has starts fresh, with a note.
-        (codex_home,) = (tmp_path / "data" / "harness").glob("*/conversations/*/codex")  # the conversation's own
+        # The conversation's own (a spare waiting for the next new conversation has another).
+        codex_home = runner.workspaces.workspace("bot-1", fake_host.data.conversation_id).codex_home
         rollouts = list((codex_home / "sessions").rglob(f"*{thread}*.jsonl"))
         assert rollouts
         for rollout in rollouts:
@@ -463,6 +464,71 @@ async def test_codex_projection_bridge_and_resume(transport, tmp_path, fake_host
         assert any(thread in note and "new session" in note for note in notes), notes
         assert kinds(third)[-1] == "completed"
         assert fake_host.data.get_state("conversation", "external.session_id") != thread
+
+
+@pytest.mark.parametrize("operator_edit", [False, True], ids=["spare", "config-changed"])
+async def test_codex_spare_answers_a_new_conversations_first_message_with_that_runs_bridge(
+    operator_edit, tmp_path, fake_host, clean_env, codex_bin, monkeypatch
+):
+    """After a message, a spare `codex exec` starts for the binding (warm.py), its start-up in a new Codex home done
+    while it waits for its prompt on stdin; a new conversation's first message goes to it: it holds nothing of the
+    first conversation (its own directory and home), and its bridge calls reach the host as the new run. An
+    operator's new default config.toml, written after the spare started, is not missed: a new process answers."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-fake-0123456789")
+    started: list[Path] = []
+    start = runner_mod.HarnessProcess.start
+
+    async def recording_start(self: runner_mod.HarnessProcess) -> None:
+        started.append(Path(self.cwd))
+        await start(self)
+
+    monkeypatch.setattr(runner_mod.HarnessProcess, "start", recording_start)
+    fake_host.data.add_item("user", "an earlier question with MARKER-HOST-HISTORY-99")
+    runner = CodexRunner(tmp_path / "data")
+    with FakeOpenAI(codex_script) as fake:
+        config = _codex_config(fake, command=codex_bin)
+        first = await _collect(runner, fake_host.run_context("MARKER-FIRST-CONVERSATION hello", config=config))
+        assert kinds(first)[-1] == "completed", first[-1]
+        first_home = runner.workspaces.workspace("bot-1", fake_host.data.conversation_id).codex_home
+        loop = asyncio.get_running_loop()
+        end = loop.time() + 60
+        while len(runner.spares) == 0:  # it starts in the background, after the turn
+            assert loop.time() < end, "no spare started"
+            await asyncio.sleep(0.05)
+        (spare,) = runner.spares._kept.values()
+        assert spare.slot is not None and spare.proc.running
+        # Its start-up is done before any prompt: its state databases are there, no thread yet.
+        spare_home = spare.slot.workspace.codex_home
+        while not list(spare_home.glob("state_*.sqlite")):
+            assert loop.time() < end and spare.proc.running, "the spare never set up its Codex home"
+            await asyncio.sleep(0.05)
+        assert spare_home != first_home and not (spare_home / "sessions").exists()
+        # Between its start and its first message the spare reaches nothing at the host.
+        reply = await _call_between_turns(spare.bridge, {"name": "history_page", "arguments": {"limit": 1}})
+        assert reply["result"]["isError"] and BETWEEN_TURNS in json.dumps(reply)
+        if operator_edit:
+            defaults = spare.slot.workspace.defaults_dir / "codex"
+            defaults.mkdir(parents=True, exist_ok=True)
+            (defaults / "config.toml").write_text("hide_agent_reasoning = true\n")
+        fake_host.data.conversation_id, fake_host.data.run_id = "conv-second", "run-second"
+        fake_host.data.tool_token = "tool-token-of-the-second-run"
+        fake_host.data.state.clear()
+        n = len(fake.requests)
+        second = await _collect(runner, fake_host.run_context("HISTORY-PLEASE second", config=config))
+        assert kinds(second)[-1] == "completed", second[-1]
+        assert "MARKER-HOST-HISTORY-99" in _message(second)  # reached the host with the second run's token
+        # The conversation's directory is the spare's slot, and the spare has ended with the turn.
+        slot_dir = spare.slot.workspace.working_dir
+        assert fake_host.data.get_state("conversation", "external.working_directory") == str(slot_dir)
+        assert not spare.proc.running
+        # The spare answered (one process ever started there), unless its start-up files changed (a new one did).
+        assert started.count(slot_dir) == (2 if operator_edit else 1), started
+        request = fake.requests[n].raw
+        assert "MARKER-FIRST-CONVERSATION" not in request  # nothing of the other conversation
+        assert INSTRUCTIONS in request and "MARKER-SKILL-DESC" in request  # the managed block and skill
+        thread = fake_host.data.get_state("conversation", "external.session_id")
+        assert list((spare_home / "sessions").rglob(f"*{thread}*.jsonl"))  # its thread, in its own home
+        assert not list((first_home / "sessions").rglob(f"*{thread}*.jsonl"))
 
 
 async def test_codex_cancel_leaves_no_process(tmp_path, fake_host, clean_env, codex_bin, monkeypatch):
