@@ -178,6 +178,35 @@ def test_rotating_file_bounds_disk_use(tmp_path: Path) -> None:
         assert p.read_bytes().endswith(b"\n") and p.stat().st_size <= 10_000  # whole lines, each under the cap
 
 
+def test_the_host_log_rotates_whole_private_lines_each_formatted_once(tmp_path: Path) -> None:
+    """host.log keeps to its cap in whole JSON lines, 0600, and each record is formatted (and so redacted) once:
+    the standard handler formatted it twice, a tenth of the host's CPU under a burst of runs."""
+    asked: list[int] = []
+
+    def secrets() -> list[str]:  # the redactor asks for the secrets once per line it formats
+        asked.append(1)
+        return ["s3cret-value-1234"]
+
+    installed = logs.install(tmp_path, logging.INFO, redactor=logs.Redactor(secrets), max_bytes=4_000, backups=2)
+    log = logging.getLogger("agenthost.test.rotation")
+    try:
+        for n in range(200):
+            logs.event(log, logging.INFO, "test.line", n=n, key="s3cret-value-1234")
+    finally:
+        installed.close()
+    assert len(asked) == 200
+    folder = logs.logs_dir(tmp_path)
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["host.log", "host.log.1", "host.log.2"]
+    for p in folder.iterdir():
+        assert p.stat().st_mode & 0o777 == 0o600 and p.stat().st_size <= 4_000
+        for text in p.read_text().splitlines():
+            line = json.loads(text)
+            assert line["msg"] == "test.line" and line["key"] == logs.REDACTED
+    newest = [json.loads(t)["n"] for t in (folder / "host.log").read_text().splitlines()]
+    assert newest[-1] == 199 and newest == list(range(newest[0], 200))
+
+
 async def test_plugin_stderr_through_the_pipe_is_rotated(tmp_path: Path) -> None:
     """What the supervisor does with a child's stderr: a child writing 2 MB leaves at most the budget on disk."""
     sink = RotatingFile(tmp_path / "plugin.log", max_bytes=64 * 1024, backups=1)
