@@ -234,9 +234,11 @@ def registered_classes(
     return found
 
 
-def main(argv: list[str], prog: str, serve: Callable[[], int], describe: Callable[[str], int]) -> int:
-    """The command line of both SDK entry points: `serve` (what the host spawns) or `describe --distribution D`.
-    `serve` is matched without argparse, which an idle plugin process would otherwise hold for nothing."""
+def main(prog: str, serve: Callable[[], int], describe: Callable[[str], int], argv: list[str] | None = None) -> int:
+    """The command line of both SDK entry points: `serve` (what the host spawns) or `describe --distribution D`
+    (`argv`, or the process's own). `serve` is matched without argparse, which an idle plugin process would
+    otherwise hold for nothing."""
+    argv = sys.argv[1:] if argv is None else argv
     if argv == ["serve"]:
         return serve()
     import argparse

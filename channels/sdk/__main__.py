@@ -132,9 +132,7 @@ def _serve_main() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return plugin_process.main(
-        sys.argv[1:] if argv is None else argv, "python -m agenthost.channels.sdk", _serve_main, _describe
-    )
+    return plugin_process.main("python -m agenthost.channels.sdk", _serve_main, _describe, argv)
 
 
 if __name__ == "__main__":
