@@ -30,6 +30,28 @@ pytestmark = pytest.mark.timeout(60)
 SC = grpc.StatusCode
 
 
+class HeldSend:
+    """A hook on a client call's core half (grpcio's cython call): its send waits for `go` after it was entered,
+    that is after grpcio's own "has the call ended?" check, so the test can end the call with a write in flight.
+    `failed` is what core's send raised once let go."""
+
+    def __init__(self, inner: Any, entered: asyncio.Event, go: asyncio.Event) -> None:
+        self._inner, self._entered, self._go = inner, entered, go
+        self.failed: BaseException | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def send_serialized_message(self, message: bytes) -> None:
+        self._entered.set()
+        await self._go.wait()
+        try:
+            await self._inner.send_serialized_message(message)
+        except BaseException as exc:
+            self.failed = exc
+            raise
+
+
 class Parent(Runner):
     """Behaviour chosen by the message text. Parked runs hand their context to the test."""
 
@@ -78,6 +100,17 @@ class Parent(Runner):
                     await child.emit(events.text("late"))
                     await asyncio.sleep(0.5)
                     await child.emit(events.text("later"))
+                except errors.AgentHostError as exc:
+                    Parent.outcome["error"] = exc
+                    raise
+            yield events.text("unreachable")
+        elif text == "write in flight":
+            async with run.child_run("its write meets the host's end") as child:
+                Parent.outcome["child"], Parent.outcome["child_id"] = child, child.run_id
+                Parent.outcome["hook"] = hook = HeldSend(child._call._cython_call, Parent.child_open, Parent.release)
+                child._call._cython_call = hook
+                try:
+                    await child.emit(events.text("in flight"))
                 except errors.AgentHostError as exc:
                     Parent.outcome["error"] = exc
                     raise
@@ -274,6 +307,23 @@ async def test_host_ending_a_child_mid_write_tells_the_runner_why(h: HostHarness
     assert Parent.outcome["result"].status == status and Parent.outcome["result"].child_run_id == child_id
     assert r.run.status == "completed" and r.kinds()[-2:] == ["text_delta", "completed"]
     assert (await h.client.call("GetRun", hpb.RunRequestById(run_id=child_id))).status == status
+
+
+async def test_a_write_in_flight_when_the_host_ends_the_child_tells_the_runner_why(h: HostHarness) -> None:
+    """The race of the flood test above, forced: the runner's write is past grpcio's check and waiting in core's
+    send while the host cancels the child and ends the call; the send then fails in core, and grpcio reports it as
+    INTERNAL and overwrites the call's status with it (grpc/grpc#36066), so neither the write's error nor the
+    call's status can say why. The host's in-band last reply does: the runner sees errors.Cancelled."""
+    task, child_id = await _wait_child(h, "f", "write in flight")
+    child = Parent.outcome["child"]
+    await h.client.call("CancelRun", hpb.RunRequestById(run_id=child_id))
+    await asyncio.wait_for(asyncio.shield(child._end), 10)  # the host's end reached the runner: its call is over
+    Parent.release.set()
+    r = await asyncio.wait_for(task, 10)
+    assert Parent.outcome["hook"].failed is not None  # the write did meet the ended call in core
+    assert isinstance(Parent.outcome.get("error"), errors.Cancelled), Parent.outcome
+    assert r.run.status == "failed"  # the runner let its subagent's error end the run
+    assert (await h.client.call("GetRun", hpb.RunRequestById(run_id=child_id))).status == "cancelled"
 
 
 # ---- attacks, with raw stubs ----

@@ -367,3 +367,15 @@ async def test_lifeline_eof_ends_the_process(plugin, in_flight):
     assert p.proc.stdin is not None
     p.proc.stdin.close()
     assert await p.exit_code() == 0
+
+
+@pytest.mark.parametrize(
+    ("module", "kind"), [("agenthost.runners.sdk", "runner"), ("agenthost.channels.sdk", "channel")]
+)
+def test_a_bad_configuration_line_ends_either_kind_with_code_2(module: str, kind: str) -> None:
+    """Both SDKs' serve read their line through plugin_process.start: a key that is not a string is said and exit 2."""
+    out = subprocess.run(
+        [sys.executable, "-m", module, "serve"], input='{"plugin_id": 1}\n', capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 2, out.stderr
+    assert f"agenthost {kind}: bad configuration line on stdin: KeyError('plugin_id')" in out.stderr

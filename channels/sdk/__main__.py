@@ -12,43 +12,30 @@ describe: `--distribution NAME` prints the distribution's channel adapter manife
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from agenthost.plugins import plugin_process
-from agenthost.plugins.plugin_process import read_config_line, watch_lifeline
+from agenthost.plugins.plugin_process import EXIT_DISCOVERY
 from agenthost.protos.text import TerminalSafeFormatter
 
-EXIT_DISCOVERY = 3
 EXIT_FAILED = 1
 STOP_GRACE = 3.0
 _KEYS = ("plugin_id", "distribution", "adapter", "instance", "listen", "host", "credential", "bot", "data_dir")
 
 
 def _describe(distribution: str) -> int:
-    from importlib import metadata
-
-    from agenthost.channels.sdk.discovery import DiscoveryError, channel_classes
+    from agenthost.channels.sdk.discovery import channel_classes
     from agenthost.plugins.manifest import skip_schema_check
 
     skip_schema_check()
-    try:
-        channels = [cls.manifest.model_dump(mode="json") for cls in channel_classes(distribution).values()]
-    except DiscoveryError as exc:
-        print(json.dumps({"error": str(exc)}))
-        return EXIT_DISCOVERY
-    dist = metadata.distribution(distribution)
-    print(
-        json.dumps(
-            {"version": dist.version, "summary": (dist.metadata.get_all("Summary") or [""])[0], "channels": channels}
-        )
+    return plugin_process.describe(
+        distribution,
+        "channels",
+        lambda: [cls.manifest.model_dump(mode="json") for cls in channel_classes(distribution).values()],
     )
-    return 0
 
 
 class MaskingFormatter(TerminalSafeFormatter):
@@ -66,37 +53,25 @@ class MaskingFormatter(TerminalSafeFormatter):
         return text
 
 
-def _read_config() -> dict[str, Any]:
-    config = read_config_line(_KEYS)
+def _check_config(config: dict[str, Any]) -> None:
     if not isinstance(config.get("config"), dict) or not isinstance(config.get("secrets"), dict):
         raise KeyError("config/secrets")
-    return config
 
 
 async def _serve(config: dict[str, Any], adapter_cls: Any) -> int:
-    import grpc
-    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+    from agenthost.protos import wire
 
+    stop = plugin_process.host_stop()
+    # Health only: the host reaches the adapter through nothing else; the adapter reaches the host as a client.
+    async with plugin_process.serving(config["listen"], wire.CHANNEL_HEALTH_SERVICE, grace=0.5):
+        return await _run_adapter(config, adapter_cls, stop)
+
+
+async def _run_adapter(config: dict[str, Any], adapter_cls: Any, stop: asyncio.Event) -> int:
+    """Runs the adapter until `stop` (it gets STOP_GRACE to finish) or its own end: 0, or EXIT_FAILED when it
+    failed or ended unasked."""
     from agenthost.channels.sdk.adapter import ChannelContext
     from agenthost.host.api.client import HostClient
-    from agenthost.protos import wire
-    from agenthost.protos.wire import HANDSHAKE_PREFIX, PROTOCOL_VERSION
-
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    watch_lifeline(loop, stop)
-    server = grpc.aio.server()
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    server.add_insecure_port(config["listen"])
-    await server.start()
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    await health_servicer.set(wire.CHANNEL_HEALTH_SERVICE, health_pb2.HealthCheckResponse.SERVING)
-    sys.stdout.write(f"{HANDSHAKE_PREFIX}|{PROTOCOL_VERSION}|{config['listen']}\n")
-    sys.stdout.flush()
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
 
     host = HostClient(config["host"], token=config["credential"])
     ctx = ChannelContext(
@@ -131,24 +106,15 @@ async def _serve(config: dict[str, Any], adapter_cls: Any) -> int:
     finally:
         stopper.cancel()
         await host.close()
-        await server.stop(grace=0.5)
     return code
 
 
 def _serve_main() -> int:
-    from agenthost.plugins.sandbox import harden_process
-
-    # The process holds its credential and platform token in memory; nothing it starts may read them.
-    harden_process()
-    try:
-        config = _read_config()
-    except (ValueError, KeyError) as exc:
-        print(f"agenthost channel: bad configuration line on stdin: {exc!r}", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    masked = [str(v) for v in config["secrets"].values()] + [config["credential"]]
-    for handler in logging.getLogger().handlers:
-        handler.setFormatter(MaskingFormatter(masked))
+    # Hardened first: the process holds its credential and platform token in memory.
+    config = plugin_process.start("channel", _KEYS, _check_config)
+    plugin_process.log_to_stderr(
+        MaskingFormatter([str(v) for v in config["secrets"].values()] + [config["credential"]])
+    )
     # Libraries that log each request would write the bot token (it is in Telegram's URLs) into the log.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     from agenthost.channels.sdk.discovery import DiscoveryError, channel_classes
@@ -166,9 +132,7 @@ def _serve_main() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return plugin_process.main(
-        sys.argv[1:] if argv is None else argv, "python -m agenthost.channels.sdk", _serve_main, _describe
-    )
+    return plugin_process.main("python -m agenthost.channels.sdk", _serve_main, _describe, argv)
 
 
 if __name__ == "__main__":

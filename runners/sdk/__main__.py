@@ -24,14 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agenthost.plugins import plugin_process
-from agenthost.plugins.plugin_process import read_config_line, watch_lifeline
+from agenthost.plugins.plugin_process import EXIT_DISCOVERY
 
 if TYPE_CHECKING:
     from agenthost.runners.sdk.runner import Runner
 
 EAGER_ENV = "AGENTHOST_RUNNER_EAGER"
-# A describe child that fails says so with this exit code (the same as a discovery error always had).
-EXIT_DISCOVERY = 3
+# (A describe child that fails says so with EXIT_DISCOVERY, the code a discovery error always had.)
 # The serving process could not load (import, check or set up) its runners at first use.
 EXIT_UNAVAILABLE = 4
 
@@ -50,19 +49,7 @@ def _manifests(distribution: str) -> list[dict[str, Any]]:
 
 
 def _describe(distribution: str) -> int:
-    from importlib import metadata
-
-    from agenthost.runners.sdk.discovery import DiscoveryError
-
-    try:
-        runners = _manifests(distribution)
-    except DiscoveryError as exc:
-        print(json.dumps({"error": str(exc)}))
-        return EXIT_DISCOVERY
-    dist = metadata.distribution(distribution)
-    described = {"version": dist.version, "summary": (dist.metadata.get_all("Summary") or [""])[0], "runners": runners}
-    print(json.dumps(described))
-    return 0
+    return plugin_process.describe(distribution, "runners", lambda: _manifests(distribution))
 
 
 def _describe_child(distribution: str) -> tuple[int, int]:
@@ -127,16 +114,8 @@ def _await_describe_child(pid: int, read_end: int) -> tuple[int, dict[str, Any]]
 
 
 async def _serve(config: dict[str, Any], runners: dict[str, type[Runner]] | Any) -> None:
-    import asyncio
-    import signal
-
     from agenthost.runners.sdk.server import serve
 
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    watch_lifeline(loop, stop)
     await serve(
         runners,
         plugin_id=config["plugin_id"],
@@ -144,23 +123,14 @@ async def _serve(config: dict[str, Any], runners: dict[str, type[Runner]] | Any)
         host_address=config["host"],
         plugin_secret=config["secret"],
         data_dir=Path(config["data_dir"]),
-        stop=stop,
+        stop=plugin_process.host_stop(),
         handshake=True,
     )
 
 
 def _serve_main() -> int:
-    from agenthost.plugins.sandbox import harden_process
-
-    # Before the secret arrives: the process holds it (and every run's token) in memory, and what the process
-    # starts (a model's commands) runs as the same uid; non-dumpable closes /proc/<pid>/mem and ptrace to them.
-    # A forked describe child inherits it.
-    harden_process()
-    try:
-        config = read_config_line(("plugin_id", "distribution", "listen", "host", "secret", "data_dir"))
-    except (ValueError, KeyError) as exc:
-        print(f"agenthost runner: bad configuration line on stdin: {exc!r}", file=sys.stderr)
-        return 2
+    # A forked describe child inherits the hardening.
+    config = plugin_process.start("runner", ("plugin_id", "distribution", "listen", "host", "secret", "data_dir"))
     distribution = config["distribution"]
     eager = os.environ.get(EAGER_ENV) == "1"
     if not eager:
@@ -169,15 +139,12 @@ def _serve_main() -> int:
 
         lean.defer_ssl()
     import asyncio
-    import logging
 
     from agenthost.protos.text import TerminalSafeFormatter
     from agenthost.runners.sdk.server import Deferred, RunnersUnavailable
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
-    for handler in logging.getLogger().handlers:
-        # What a model or harness wrote, quoted in a log line, must not drive the terminal that reads the log.
-        handler.setFormatter(TerminalSafeFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    # What a model or harness wrote, quoted in a log line, must not drive the terminal that reads the log.
+    plugin_process.log_to_stderr(TerminalSafeFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     runners: dict[str, type[Runner]] | Deferred
     if eager:
         from agenthost.runners.sdk.discovery import DiscoveryError
@@ -208,9 +175,7 @@ def _serve_main() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return plugin_process.main(
-        sys.argv[1:] if argv is None else argv, "python -m agenthost.runners.sdk", _serve_main, _describe
-    )
+    return plugin_process.main("python -m agenthost.runners.sdk", _serve_main, _describe, argv)
 
 
 if __name__ == "__main__":

@@ -19,22 +19,19 @@ import contextlib
 import inspect
 import json
 import logging
-import os
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from agenthost.plugins import plugin_process
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors, runner_pb2, runner_pb2_grpc
 from agenthost.protos import run_api_pb2_grpc as api_grpc
 from agenthost.protos.handlers import add_service, pass_encoded
 from agenthost.protos.wire import (
     CHANNEL_OPTIONS,
-    HANDSHAKE_PREFIX,
     MAX_BATCH,
     MAX_BATCH_BYTES,
     MAX_EVENT_BYTES,
@@ -445,30 +442,23 @@ async def serve(
                 await runners.get(next(iter(classes)))
         if runners.failure:
             raise RunnersUnavailable(runners.failure)
-    server = grpc.aio.server(options=SERVER_OPTIONS)
     service = RunnerService(
         plugin_id=plugin_id, runners=runners, host_address=host_address, plugin_secret=plugin_secret, on_shutdown=stop
     )
-    _add_runner_service(service, server)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    if server.add_insecure_port(listen) == 0:
-        raise RuntimeError(f"could not listen on {listen}")
-    await server.start()
-    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    await health_servicer.set(RUNNER_HEALTH_SERVICE, health_pb2.HealthCheckResponse.SERVING)
-    if handshake:
-        sys.stdout.write(f"{HANDSHAKE_PREFIX}|{PROTOCOL_VERSION}|{listen}\n")
-        sys.stdout.flush()
-        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    if ready is not None:
-        ready.set()
     try:
-        await stop.wait()
+        async with plugin_process.serving(
+            listen,
+            RUNNER_HEALTH_SERVICE,
+            lambda server: _add_runner_service(service, server),
+            options=SERVER_OPTIONS,
+            handshake=handshake,
+            grace=1.0,
+            closing=service.close,
+        ):
+            if ready is not None:
+                ready.set()
+            await stop.wait()
     finally:
-        await health_servicer.enter_graceful_shutdown()
-        await service.close()
-        await server.stop(grace=1.0)
         await runners.close()
     if runners.failure:
         raise RunnersUnavailable(runners.failure)
