@@ -136,23 +136,26 @@ def test_exit_descriptions_name_the_signal() -> None:
 
 
 async def test_cancel_and_deadline(host):
+    """A cancel ends a running run at once (cancelled, not left to run out its deadline); a deadline ends one that
+    runs past it (timed_out). The run sleeps far longer than the test waits, so its status says which ended it: no
+    clock is read, and a loaded machine changes nothing."""
     h, client = host
-    await install_and_bind(h, client, timeout=1.5)
+    await install_and_bind(h, client, timeout=300)
     task = asyncio.create_task(client.send("b", "sleep"))
-    for _ in range(100):
+    for _ in range(1000):
         live = h.runs._live
         if live and next(iter(live.values())).info.status == "running":
             break
         await asyncio.sleep(0.02)
     run_id = next(iter(h.runs._live))
-    t0 = time.monotonic()
     cancelled = await client.call("CancelRun", hpb.RunRequestById(run_id=run_id))
     assert cancelled.status == "cancelled"
-    assert time.monotonic() - t0 < 1.0
-    assert (await task).run.status == "cancelled"
+    assert (await asyncio.wait_for(task, 60)).run.status == "cancelled"
     with pytest.raises(errors.FailedPrecondition):
         await client.call("CancelRun", hpb.RunRequestById(run_id=run_id))
-    timed = await client.send("b", "sleep")
+    await client.call("CreateBot", hpb.CreateBotRequest(name="short"))
+    await client.bind("short", "agenthost-faulty/faulty", timeout_seconds=1.5)
+    timed = await client.send("short", "sleep")
     assert timed.run.status == "timed_out"
 
 
