@@ -5,6 +5,9 @@ loses its speed); and it declines anything a hostile runner could hide behind a 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from pathlib import Path
+
 import pytest
 from google.protobuf.message import DecodeError
 from hypothesis import given, settings
@@ -13,7 +16,7 @@ from hypothesis import strategies as st
 from agenthost.host.store import text_deltas
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos.wire import MAX_BATCH, SHORT_TEXT_BYTES, batch_entry
-from agenthost.runners.sdk import events
+from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
 from agenthost.runners.sdk import server as sdk_server
 
 CREATED_AT = 1_790_000_000.25
@@ -121,3 +124,46 @@ def test_the_largest_qualifying_batch_takes_the_fast_path_and_one_delta_more_doe
     fast = text_deltas.number(data, 1, CREATED_AT)
     assert fast is not None and fast.texts == [longest] * MAX_BATCH
     assert text_deltas.number(data + sdk_server._text_entry("x"), 1, CREATED_AT) is None
+
+
+class _Recording:
+    """Stands in for the SDK's event channel: keeps every framed event the run loop pushes."""
+
+    def __init__(self) -> None:
+        self.items: list[object] = []
+
+    def push(self, item: object) -> bool:
+        self.items.append(item)
+        return False
+
+    async def full(self) -> None:
+        pass
+
+    async def put(self, item: object) -> None:
+        self.items.append(item)
+
+
+@pytest.mark.parametrize("terminal", [events.completed(), events.failed("x", "y")])
+async def test_event_objects_are_framed_as_their_str_twins_and_a_short_terminal_still_ends_the_run(
+    terminal: pb.RunEvent,
+) -> None:
+    """The SDK's fast path for text deltas made as objects (events.text): the same bytes as a yielded `str` of the
+    same text, the general encoding for anything else (empty, long, a runner-set field), and a short event of
+    another kind, such as a terminal one of a few bytes, is still looked at: the run ends there."""
+    texts = ["a", "é" * 61 + "x", "x" * SHORT_TEXT_BYTES, "x" * (SHORT_TEXT_BYTES + 1), "", "x" * 300]
+    odd = pb.RunEvent(seq=7, text_delta=pb.TextDelta(text="seq set by the runner"))
+    sent = [*(events.text(t) for t in texts), odd, terminal, events.text("after the end")]
+
+    class Objects(Runner):
+        manifest = RunnerManifest(name="objects")
+
+        async def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
+            for event in sent:
+                yield event
+
+    channel = _Recording()
+    await sdk_server._drive(Objects(Path("/nonexistent")), None, channel)  # type: ignore[arg-type]
+    assert channel.items[-1] is sdk_server._END
+    framed = channel.items[:-1]
+    assert framed == [batch_entry(e.SerializeToString()) for e in [*sent[:-1]]]
+    assert framed[:4] == [sdk_server._text_entry(t) for t in texts[:4]]

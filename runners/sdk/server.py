@@ -41,6 +41,7 @@ from agenthost.protos.wire import (
     PROTOCOL_VERSION,
     RUNNER_HEALTH_SERVICE,
     SERVER_OPTIONS,
+    SHORT_ENTRY_PREFIX,
     SHORT_TEXT_BYTES,
     SHORT_TEXT_HEADS,
     batch_entry,
@@ -336,6 +337,9 @@ def _batches(items: list[bytes]) -> Iterator[bytes]:
     yield b"".join(items[start:])
 
 
+# An encoded RunEvent whose first byte is this tag (field 1, length-delimited) holds a text_delta: a oneof has one
+# member set, so whatever an encoder writes first, this byte there means the event's kind is text_delta.
+_TEXT_DELTA_TAG = b"\x0a"
 # A short text delta's batch entry, by its text's length (see wire.SHORT_TEXT_BYTES).
 _SHORT_TEXT_PREFIX = [bytes((0x0A, n + 4)) + head for n, head in enumerate(SHORT_TEXT_HEADS)]
 
@@ -350,12 +354,13 @@ def _text_entry(text: str) -> bytes:
     return _encoded(events.text(text))  # longer, empty, or over MAX_EVENT_BYTES (the failure event)
 
 
-def _encoded(event: pb.RunEvent) -> bytes:
-    """The event encoded as one entry of a RunEventBatch, or the `failed` event that replaces an event too large
-    for one message. Batches are then plain concatenations, sent as they are (`handlers.pass_encoded`): encoding
-    each small event once costs a third of building a batch message from them, which copies every event into it
-    and then encodes the whole."""
-    data = event.SerializeToString()
+def _encoded(event: pb.RunEvent, data: bytes | None = None) -> bytes:
+    """The event (`data`: its encoding, when the caller has it) encoded as one entry of a RunEventBatch, or the
+    `failed` event that replaces an event too large for one message. Batches are then plain concatenations, sent
+    as they are (`handlers.pass_encoded`): encoding each small event once costs a third of building a batch message
+    from them, which copies every event into it and then encodes the whole."""
+    if data is None:
+        data = event.SerializeToString()
     if len(data) <= MAX_EVENT_BYTES:
         return batch_entry(data)
     return _encoded(
@@ -374,20 +379,28 @@ async def _drive(runner: Runner, run: RunContext, channel: _EventChannel) -> Non
         agen = runner.run(run)
         try:
             async for event in agen:  # per event: encoded, kept to a size and a kind; the rest is per batch
-                if isinstance(event, str):  # a text delta, the hot path of streaming (see Runner.run)
+                if type(event) is pb.RunEvent:
+                    data = event.SerializeToString()
+                    if len(data) < 128 and data[:1] == _TEXT_DELTA_TAG:
+                        # A short text delta made as an object (events.text), the other hot path of streaming:
+                        # framed from its encoding as it is, with no look at its kind (a text delta is never
+                        # terminal, and under 128 bytes never too large).
+                        if channel.push(SHORT_ENTRY_PREFIX[len(data)] + data):
+                            await channel.full()
+                        continue
+                    if channel.push(_encoded(event, data)):
+                        await channel.full()
+                    if event.WhichOneof("kind") in events.TERMINAL_KINDS:
+                        terminal = True
+                        break
+                elif isinstance(event, str):  # a text delta, the hot path of streaming (see Runner.run)
                     if channel.push(_text_entry(event)):
                         await channel.full()
-                    continue
-                if type(event) is not pb.RunEvent:
+                else:
                     raise TypeError(
                         f"{type(runner).__name__}.run yielded a {type(event).__name__}; a runner yields RunEvents"
                         " (made with agenthost.runners.sdk.events) or a str for a text delta"
                     )
-                if channel.push(_encoded(event)):
-                    await channel.full()
-                if event.WhichOneof("kind") in events.TERMINAL_KINDS:
-                    terminal = True
-                    break
         finally:
             # `run` is declared to return an AsyncIterator: an async generator (the usual case) is closed here, so
             # its own `finally` runs now, not whenever the garbage collector gets to it.
