@@ -355,6 +355,32 @@ def test_only_asyncio_learns_that_ssl_is_missing():
     assert all(name.startswith("asyncio.") for name in found), found
 
 
+# Imported by a run only when it needs them (a tool call's arguments checked, a malformed argument text repaired):
+# a runner process that loads the built-in plugin's classes must not hold them (issue 26: runner RSS).
+RUN_TIME_ONLY = ("jsonschema", "json_repair")
+
+
+def test_loading_the_built_in_runners_imports_nothing_only_a_run_may_need():
+    code = textwrap.dedent(
+        f"""
+        import json, sys
+        from agenthost.runners.sdk.__main__ import _runner_classes
+        assert len(_runner_classes("agenthost")) >= 3  # the local agent and the harness runners
+        held = [m for m in {RUN_TIME_ONLY!r} if m in sys.modules]
+        from agenthost.runners.local_agent.providers.tool_args import repair_arguments
+        from agenthost.runners.local_agent.tools.base import ToolRegistry
+        from agenthost.runners.local_agent.tools.todo import TodoWrite
+        ToolRegistry([TodoWrite()])
+        repair_arguments("{{'a': True,}}")
+        print(json.dumps([held, [m for m in {RUN_TIME_ONLY!r} if m in sys.modules]]))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    held, after_use = json.loads(out.stdout)
+    assert held == []
+    assert after_use == list(RUN_TIME_ONLY)  # the probe sees them once a run uses them
+
+
 @pytest.mark.parametrize("in_flight", [False, True])
 async def test_lifeline_eof_ends_the_process(plugin, in_flight):
     """The host's end of stdin closing (the host died) ends the process, idle or with a run streaming; the loop
