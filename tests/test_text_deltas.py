@@ -93,7 +93,8 @@ def test_the_fast_path_numbers_exactly_what_the_general_path_would_or_declines(
         return
     assert general is not None
     assert list(pb.RunEventBatch.FromString(fast.batch).events) == general
-    assert fast.texts == [e.text_delta.text for e in general]
+    assert fast.text == "".join(e.text_delta.text for e in general)
+    assert fast.count == len(general)
     assert fast.first_seq == first_seq
 
 
@@ -103,7 +104,7 @@ def test_every_batch_the_sdk_makes_of_yielded_strings_takes_the_fast_path(texts:
     data = b"".join(sdk_server._text_entry(t) for t in texts)
     fast = text_deltas.number(data, 1, CREATED_AT)
     assert fast is not None
-    assert fast.texts == texts
+    assert fast.text == "".join(texts) and fast.count == len(texts)
     assert list(pb.RunEventBatch.FromString(data).events) == [events.text(t) for t in texts]
 
 
@@ -117,12 +118,25 @@ def test_a_character_split_across_deltas_is_refused_by_both_paths() -> None:
         pb.RunEventBatch.FromString(data)
 
 
+def test_bytes_between_the_entries_cannot_make_a_split_character_whole() -> None:
+    # The fast path checks UTF-8 over the whole batch at once, which holds only when nothing but the entries'
+    # ASCII framing sits between the texts. An unknown batch field whose tag is a UTF-8 continuation byte (0xA9,
+    # field 21, fixed64) after a text ending in a lead byte (0xC3) would decode as "é" if it were let in.
+    first = bytes((0x0A, 6, 0x0A, 4, 0x0A, 2)) + b"a\xc3"
+    unknown = b"\xa9\x01" + b"12345678"
+    data = batch_entry(first) + unknown + sdk_server._text_entry("b")
+    data.decode()  # as a whole it is valid UTF-8
+    with pytest.raises(DecodeError):
+        pb.RunEventBatch.FromString(data)
+    assert text_deltas.number(data, 1, CREATED_AT) is None
+
+
 def test_the_largest_qualifying_batch_takes_the_fast_path_and_one_delta_more_does_not() -> None:
     # MAX_BATCH deltas of SHORT_TEXT_BYTES each: the size guard that skips big messages must not reach it.
     longest = "é" * (SHORT_TEXT_BYTES // 2) + "x"
     data = b"".join(sdk_server._text_entry(longest) for _ in range(MAX_BATCH))
     fast = text_deltas.number(data, 1, CREATED_AT)
-    assert fast is not None and fast.texts == [longest] * MAX_BATCH
+    assert fast is not None and fast.text == longest * MAX_BATCH and fast.count == MAX_BATCH
     assert text_deltas.number(data + sdk_server._text_entry("x"), 1, CREATED_AT) is None
 
 
