@@ -246,6 +246,61 @@ async def test_idle_process_holds_no_plugin_code_until_the_first_call(plugin):
     assert importers(p.env) == [*child, p.proc.pid]  # loaded once
 
 
+OTHER = """
+import os
+from agenthost.runners.sdk import Runner, RunnerManifest, events, hookimpl
+
+with open(os.environ["LAZYPLUG_MARKS"] + ".other", "a") as f:
+    f.write(f"{os.getpid()}\\n")
+
+
+class Other(Runner):
+    manifest = RunnerManifest(name="other")
+
+    def validate_config(self, config):
+        return ["other checked it"]
+
+
+@hookimpl
+def agenthost_register_runners(register):
+    register(Other)
+"""
+
+
+async def test_a_call_loads_only_the_entry_point_of_the_runner_it_names(plugin, tmp_path):
+    # Two entry points, as the built-in plugin has (the local agent, the harness runners): a process serving
+    # one runner must not hold the other's modules (issue 26: runner RSS).
+    site = tmp_path / "site"
+    (site / "lazyplug_other.py").write_text(OTHER)
+    (site / "lazyplug-0.1.dist-info" / "entry_points.txt").write_text(
+        "[agenthost.runners]\nlazy = lazyplug\nother = lazyplug_other\n"
+    )
+    p = process(plugin)
+    stub = await p.serving()
+    described = await stub.Describe(runner_pb2.DescribeRequest(), timeout=10)
+    assert sorted(json.loads(m)["name"] for m in described.manifests_json) == ["lazy", "other"]
+    other_marks = Path(p.env["LAZYPLUG_MARKS"] + ".other")
+    child = importers(p.env)
+    assert len(child) == 1 and other_marks.read_text().split() == [str(child[0])]  # the describe child's
+    checked = await stub.ValidateConfig(
+        runner_pb2.ValidateConfigRequest(runner_name="lazy", config_json='{"n": 1}'), timeout=30
+    )
+    assert list(checked.problems) == ["n must be even"]
+    assert importers(p.env) == [*child, p.proc.pid]
+    assert other_marks.read_text().split() == [str(child[0])]
+    text, terminal = await run_texts(stub, "hi")
+    assert text == f"pid={p.proc.pid} " and terminal[0].WhichOneof("kind") == "completed"
+    assert other_marks.read_text().split() == [str(child[0])]
+    # The other runner's call loads its entry point, once, in the same process; the first stays loaded.
+    for _ in range(2):
+        checked = await stub.ValidateConfig(
+            runner_pb2.ValidateConfigRequest(runner_name="other", config_json="{}"), timeout=30
+        )
+        assert list(checked.problems) == ["other checked it"]
+    assert other_marks.read_text().split() == [str(child[0]), str(p.proc.pid)]
+    assert importers(p.env) == [*child, p.proc.pid]
+
+
 async def test_concurrent_first_runs_share_one_load(plugin):
     p = process(plugin)
     stub = await p.serving()

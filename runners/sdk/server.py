@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,18 +63,27 @@ class RunnersUnavailable(RuntimeError):
 
 class Deferred:
     """A plugin's runners before their classes are imported: their manifests as JSON (what Describe answers), the
-    SDK version to report, and `load`, which imports the classes. Called at the first call that needs a runner."""
+    SDK version to report, `load`, which imports the classes of the named entry points (all of them for None), and
+    `origins`, the entry point that registers each runner (empty: unknown, so everything is loaded at once). Called
+    at the first call that needs a runner, for that runner's entry point alone: a process serving the harness
+    runners does not hold the local agent's modules, nor the other way round."""
 
     def __init__(
-        self, manifests_json: list[str], sdk_version: str, load: Callable[[], dict[str, type[Runner]]]
+        self,
+        manifests_json: list[str],
+        sdk_version: str,
+        load: Callable[[Collection[str] | None], dict[str, type[Runner]]],
+        origins: dict[str, str] | None = None,
     ) -> None:
         self.manifests_json = manifests_json
         self.sdk_version = sdk_version
         self.load = load
+        self.origins = origins or {}
 
 
 class _Runners:
-    """The plugin's runner instances by name, made (and set up) once, on first use or at start."""
+    """The plugin's runner instances by name, made (and set up) once, on first use or at start, an entry point's
+    at a time."""
 
     def __init__(self, deferred: Deferred, data_dir: Path) -> None:
         self._deferred = deferred
@@ -82,26 +91,33 @@ class _Runners:
         self.described = {json.loads(raw)["name"]: raw for raw in deferred.manifests_json}
         self.sdk_version = deferred.sdk_version
         self.ready: dict[str, Runner] = {}
-        self._loading: asyncio.Future[None] | None = None
+        # By entry point; None when the origins are unknown or incomplete: then one load makes every runner.
+        origins = deferred.origins
+        self._origin: dict[str, str | None] = {
+            name: origins.get(name) if set(origins) == set(self.described) else None for name in self.described
+        }
+        self._loading: dict[str | None, asyncio.Future[None]] = {}
         self.failure = ""
 
     def __contains__(self, name: str) -> bool:
         return name in self.described
 
     async def get(self, name: str) -> Runner:
-        """The runner `name` (which must be described), loading every runner of the plugin the first time."""
-        if self._loading is None:
-            self._loading = asyncio.ensure_future(self._load())
+        """The runner `name` (which must be described), loading its entry point's runners the first time."""
+        origin = self._origin[name]
+        loading = self._loading.get(origin)
+        if loading is None:
+            loading = self._loading[origin] = asyncio.ensure_future(self._load(origin))
         # Shielded: the first caller's cancellation (a cancelled run) must not abort the load other calls wait on.
-        await asyncio.shield(self._loading)
+        await asyncio.shield(loading)
         return self.ready[name]
 
-    async def _load(self) -> None:
+    async def _load(self, origin: str | None) -> None:
         made: list[Runner] = []
         try:
-            classes = self._deferred.load()
+            classes = self._deferred.load(None if origin is None else [origin])
             loaded = {name: cls.manifest.model_dump(mode="json") for name, cls in classes.items()}
-            described = {name: json.loads(raw) for name, raw in self.described.items()}
+            described = {name: json.loads(raw) for name, raw in self.described.items() if self._origin[name] == origin}
             if loaded != described:
                 # The plugin changed on disk since the process described it (an upgrade in place): the host
                 # authorised runs against the described manifests, so these classes are not the ones it knows.
@@ -124,7 +140,7 @@ class _Runners:
                     await runner.close()
             self.failure = str(exc) if isinstance(exc, RunnersUnavailable) else f"{type(exc).__name__}: {exc}"
             raise RunnersUnavailable(f"the plugin's runners could not be loaded: {self.failure}") from exc
-        self.ready = runners
+        self.ready.update(runners)
 
     async def close(self) -> None:
         for runner in self.ready.values():
@@ -451,7 +467,7 @@ async def serve(
 
         classes = dict(runner_classes)
         manifests = [cls.manifest.model_dump_json() for cls in classes.values()]
-        runners = _Runners(Deferred(manifests, VERSION, lambda: classes), data_dir)
+        runners = _Runners(Deferred(manifests, VERSION, lambda entry_points: classes), data_dir)
         # Before serving, as a runner author expects of classes in hand: a failing setup is a failed start.
         if classes:
             with contextlib.suppress(RunnersUnavailable):
