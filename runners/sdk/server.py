@@ -397,11 +397,11 @@ async def _drive(runner: Runner, run: RunContext, channel: _EventChannel) -> Non
             async for event in agen:  # per event: encoded, kept to a size and a kind; the rest is per batch
                 if type(event) is pb.RunEvent:
                     data = event.SerializeToString()
-                    if len(data) < 128 and data[:1] == _TEXT_DELTA_TAG:
+                    if (n := len(data)) < 128 and data[:1] == _TEXT_DELTA_TAG:
                         # A short text delta made as an object (events.text), the other hot path of streaming:
                         # framed from its encoding as it is, with no look at its kind (a text delta is never
                         # terminal, and under 128 bytes never too large).
-                        if channel.push(SHORT_ENTRY_PREFIX[len(data)] + data):
+                        if channel.push(SHORT_ENTRY_PREFIX[n] + data):
                             await channel.full()
                         continue
                     if channel.push(_encoded(event, data)):
