@@ -448,3 +448,29 @@ async def test_lifeline_eof_ends_the_process(plugin, in_flight):
     assert p.proc.stdin is not None
     p.proc.stdin.close()
     assert await p.exit_code() == 0
+
+
+def test_trim_heap_returns_freed_memory_to_the_kernel():
+    """What a runner process's load and runs free is handed back when it goes idle (issue 26: runner RSS)."""
+    code = textwrap.dedent(
+        """
+        import json
+        from agenthost.runners.sdk import lean
+
+        def anon():
+            status = open("/proc/self/status").read()
+            return int(status.split("RssAnon:")[1].split()[0]) / 1024
+
+        assert lean.tune_malloc()
+        # ~50 MiB of blocks malloc serves from its heap (above pymalloc's 512 bytes, below the mmap threshold)
+        garbage = [bytes(1000) + bytes([i % 256]) for i in range(50_000)]
+        pin = bytes(1000) + b"pin"  # a live block at the top of the heap: free() alone cannot shrink it
+        del garbage
+        held = anon()
+        lean.trim_heap()
+        print(json.dumps([held, anon()]))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    held, trimmed = json.loads(out.stdout)
+    assert held - trimmed > 20, (held, trimmed)

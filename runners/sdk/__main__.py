@@ -169,10 +169,12 @@ def _serve_main() -> int:
         return 2
     distribution = config["distribution"]
     eager = os.environ.get(EAGER_ENV) == "1"
+    from agenthost.runners.sdk import lean
+
+    # Before gRPC starts its threads (and before the describe child, which inherits it).
+    lean.tune_malloc()
     if not eager:
         child = _describe_child(distribution)
-        from agenthost.runners.sdk import lean
-
         lean.defer_ssl()
     import asyncio
     import logging

@@ -46,7 +46,7 @@ from agenthost.protos.wire import (
     SHORT_TEXT_HEADS,
     batch_entry,
 )
-from agenthost.runners.sdk import events
+from agenthost.runners.sdk import events, lean
 from agenthost.runners.sdk.api import RunAPI
 from agenthost.runners.sdk.runner import RunContext, Runner
 
@@ -141,6 +141,7 @@ class _Runners:
             self.failure = str(exc) if isinstance(exc, RunnersUnavailable) else f"{type(exc).__name__}: {exc}"
             raise RunnersUnavailable(f"the plugin's runners could not be loaded: {self.failure}") from exc
         self.ready.update(runners)
+        lean.trim_heap()  # what importing and checking the classes freed
 
     async def close(self) -> None:
         for runner in self.ready.values():
@@ -326,6 +327,8 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
             with contextlib.suppress(BaseException):
                 await task
             self.tasks.discard(task)
+            if not self.tasks:
+                lean.trim_heap()  # idle: what the runs allocated and freed goes back to the kernel
 
     async def close(self) -> None:
         for task in list(self.tasks):
@@ -492,6 +495,7 @@ async def serve(
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     if ready is not None:
         ready.set()
+    lean.trim_heap()  # start-up's garbage (the describe report, gRPC's set-up)
     try:
         await stop.wait()
     finally:
