@@ -1,19 +1,17 @@
-"""Idle memory of a runner process, next to the floors it cannot go below, in one run.
+"""Memory of a runner process: idle, after its first call and after its first real run, next to the floors.
 
-    python benchmarks/bench_runner_rss.py
+    python benchmarks/bench_runner_rss.py [--rounds 3] [--no-floors]
 
-Starts a host on a scratch data dir with the built-in plugin (the local agent and the harness runners), exactly as
-`agenthost serve` does (sandboxed when bubblewrap works here), waits until the plugin is ready, and reads the
-runner's python process from /proc: VmRSS (the figure the target is set in: 40 MiB), RssAnon (memory the process
-alone holds) and Pss (its fair share of pages shared with other processes, such as the host mapping the same
-grpc library). It does so twice in the same run: before (AGENTHOST_RUNNER_EAGER=1: the runner classes imported in
-the serving process at start, as it used to be) and after (the default: a describe child imports them, the
-serving process loads them at the first call), and for each also once loaded (after one ValidateConfig, to
-`claude-code`; the target is 45 MiB), and a third process loaded by a first call to `local-agent` (a call loads
-only the entry point of the runner it names).
-Then, for scale, the same figures for interpreters that import only `asyncio + grpc` and the runner protocol's
-floor (grpc, health, the stubs) with and without `ssl`, which asyncio imports when it can and an idle runner
-now defers; and where the loaded runner's memory comes from: each import, in one interpreter, in order.
+For each of `claude-code` and `local-agent`, interleaved, --rounds times: a fresh host on a scratch data dir with
+the built-in plugin, exactly as `agenthost serve` starts it (sandboxed when bubblewrap works here); the runner's
+python process read from /proc (VmRSS, the figure the targets are set in: 40 MiB idle, 45 MiB after the first run
+(issue 26); RssAnon, memory the process alone holds; Pss, its fair share of pages shared with other processes)
+idle, after its first call (ValidateConfig, which loads the runner's entry point: the figure this benchmark used to
+report as "loaded") and after its first run through the host: "ping" -> one model request -> "pong", against a
+scripted OpenAI-compatible API (local agent) or the real Claude Code CLI against a fake Anthropic API, both on
+loopback. Medians and ranges. Also the idle process with AGENTHOST_RUNNER_EAGER=1 (the classes imported at start),
+and, for scale, interpreters importing only the runner protocol's floor with and without ssl, and what each import
+adds, in order.
 """
 
 from __future__ import annotations
