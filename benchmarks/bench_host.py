@@ -1,6 +1,6 @@
 """Host benchmark: run-scoped API calls and delta streaming through agenthost, next to raw grpc.aio, in one run.
 
-    python benchmarks/bench_host.py [--calls 2000] [--deltas 50000] [--repeats 5] [--sustained 4]
+    python benchmarks/bench_host.py [--calls 2000] [--deltas 50000] [--repeats 5] [--sustained 4] [--only-sustained]
 
 Processes, as in production: `agenthost serve` (host), the bench runner plugin (installed like any plugin), this
 script as the client, and raw grpc.aio servers serving the same protos from memory (the baselines): one that streams
@@ -118,7 +118,37 @@ async def measured(run, pids: list[int], n: int) -> tuple[float, tuple[float, fl
     return rate, ((trees + client) * 1e6 / n, own * 1e6 / n, client * 1e6 / n)
 
 
-async def main(calls: int, deltas: int, repeats: int = REPEATS, sustained: int = 4) -> None:
+async def sustained_rounds(c: HostClient, host_pid: int, sustained: int) -> None:
+    """Back-to-back streams at the SDK's cap, RunEvent objects and `str` alternated, with CPU per delta."""
+    print(
+        f"\n== sustained: {sustained} streams of {SUSTAINED_DELTAS} deltas at {MAX_BATCH} per message for"
+        " each way the runner yields them, alternated, back to back, one conversation (no raw rounds) =="
+    )
+    results: dict[str, list[tuple[float, float, float, float]]] = {OBJECTS: [], STRINGS: []}
+    for i in range(sustained):
+        for command, label in ((OBJECTS, "RunEvent"), (STRINGS, "str")):
+            rate, (total, host_own, client) = await measured(
+                host_deltas(c, SUSTAINED_DELTAS, MAX_BATCH, conversation_id="sustained", command=command),
+                [host_pid],
+                SUSTAINED_DELTAS,
+            )
+            results[command].append((rate, host_own, total - host_own - client, client))
+            print(
+                f"stream {i + 1}, {label:8}: {rate / 1000:6.1f}k/s   CPU per delta, µs: host"
+                f" {host_own:.2f} + runner {total - host_own - client:.2f} + client {client:.2f}"
+            )
+    for command, label in ((OBJECTS, "yielded as RunEvent"), (STRINGS, "yielded as str")):
+        medians = [statistics.median(column) for column in zip(*results[command], strict=True)]
+        print(
+            f"median, {label:19}: {medians[0] / 1000:.1f}k/s (target >= 250k/s:"
+            f" {'met' if medians[0] >= 250_000 else 'missed'}); host {medians[1]:.2f} + runner"
+            f" {medians[2]:.2f} + client {medians[3]:.2f} µs per delta"
+        )
+
+
+async def main(
+    calls: int, deltas: int, repeats: int = REPEATS, sustained: int = 4, only_sustained: bool = False
+) -> None:
     work = Path(tempfile.mkdtemp(prefix="ahbench-"))
     # The bench runner calls the raw server's socket from inside its sandbox: expose the work dir to it.
     env = {**os.environ, "AGENTHOST_HOME": str(work / "home"), "AGENTHOST_SANDBOX_RW": str(work)}
@@ -155,6 +185,9 @@ async def main(calls: int, deltas: int, repeats: int = REPEATS, sustained: int =
             await c.bind("bench", "agenthost-bench/bench", timeout_seconds=3600)
             for i in range(30):  # 60 transcript items, so a page of 50 is full
                 await c.send("bench", f"seed message {i}")
+            if only_sustained:
+                await sustained_rounds(c, host.pid, sustained)
+                return
             result = await c.send("bench", f"api {raw_address} {calls}")
             if result.run.status != "completed":
                 raise SystemExit(
@@ -230,30 +263,7 @@ async def main(calls: int, deltas: int, repeats: int = REPEATS, sustained: int =
                 f" @{MAX_BATCH}: {rates[('host', MAX_BATCH)] / 1000:.1f}k/s"
             )
             if sustained:
-                print(
-                    f"\n== sustained: {sustained} streams of {SUSTAINED_DELTAS} deltas at {MAX_BATCH} per message for"
-                    " each way the runner yields them, alternated, back to back, one conversation (no raw rounds) =="
-                )
-                results: dict[str, list[tuple[float, float, float, float]]] = {OBJECTS: [], STRINGS: []}
-                for i in range(sustained):
-                    for command, label in ((OBJECTS, "RunEvent"), (STRINGS, "str")):
-                        rate, (total, host_own, client) = await measured(
-                            host_deltas(c, SUSTAINED_DELTAS, MAX_BATCH, conversation_id="sustained", command=command),
-                            [host.pid],
-                            SUSTAINED_DELTAS,
-                        )
-                        results[command].append((rate, host_own, total - host_own - client, client))
-                        print(
-                            f"stream {i + 1}, {label:8}: {rate / 1000:6.1f}k/s   CPU per delta, µs: host"
-                            f" {host_own:.2f} + runner {total - host_own - client:.2f} + client {client:.2f}"
-                        )
-                for command, label in ((OBJECTS, "yielded as RunEvent"), (STRINGS, "yielded as str")):
-                    medians = [statistics.median(column) for column in zip(*results[command], strict=True)]
-                    print(
-                        f"median, {label:19}: {medians[0] / 1000:.1f}k/s (target >= 250k/s:"
-                        f" {'met' if medians[0] >= 250_000 else 'missed'}); host {medians[1]:.2f} + runner"
-                        f" {medians[2]:.2f} + client {medians[3]:.2f} µs per delta"
-                    )
+                await sustained_rounds(c, host.pid, sustained)
             runs = await c.call("ListRuns", hpb.ListRunsRequest(bot="bench", limit=1))
             events = await c.call("ListRunEvents", hpb.ListRunEventsRequest(run_id=runs.runs[0].run_id, limit=5000))
             print(
@@ -276,5 +286,10 @@ if __name__ == "__main__":
     parser.add_argument(
         "--sustained", type=int, default=4, help=f"back-to-back streams of {SUSTAINED_DELTAS} deltas at the SDK's cap"
     )
+    parser.add_argument(
+        "--only-sustained",
+        action="store_true",
+        help="skip the API calls and the raw rounds: only the sustained streams",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.calls, args.deltas, args.repeats, args.sustained))
+    asyncio.run(main(args.calls, args.deltas, args.repeats, args.sustained, args.only_sustained))

@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
@@ -175,10 +175,10 @@ def describe(distribution: str, key: str, manifests: Callable[[], list[dict[str,
     return 0
 
 
-def load_entry_points(distribution: str, group: str) -> pluggy.PluginManager:
+def load_entry_points(distribution: str, group: str, only: Collection[str] | None = None) -> pluggy.PluginManager:
     """A plugin manager holding the entry points of `group` that `distribution` declares, and no one else's
-    (discovery is execution: a plugin process must not import its neighbours' code). An entry point that fails to
-    import is a DiscoveryError naming it, never a skip."""
+    (discovery is execution: a plugin process must not import its neighbours' code); of those, only the ones named
+    in `only` when given. An entry point that fails to import is a DiscoveryError naming it, never a skip."""
     from importlib import metadata
 
     import pluggy
@@ -194,6 +194,11 @@ def load_entry_points(distribution: str, group: str) -> pluggy.PluginManager:
     eps = [ep for ep in dist.entry_points if ep.group == group]
     if not eps:
         raise DiscoveryError(f"{distribution} declares no [{group}] entry points")
+    if only is not None:
+        missing = set(only) - {ep.name for ep in eps}
+        if missing:
+            raise DiscoveryError(f"{distribution} no longer declares the [{group}] entry points {sorted(missing)}")
+        eps = [ep for ep in eps if ep.name in only]
     prefix = distribution.lower().replace("_", "-").replace(".", "-")
     for ep in eps:
         try:
@@ -205,13 +210,26 @@ def load_entry_points(distribution: str, group: str) -> pluggy.PluginManager:
 
 
 def registered_classes(
-    distribution: str, group: str, hook: str, base: type[T], manifest_type: type[Any], kind: str
+    distribution: str,
+    group: str,
+    hook: str,
+    base: type[T],
+    manifest_type: type[Any],
+    kind: str,
+    *,
+    only: Collection[str] | None = None,
+    origins: dict[str, str] | None = None,
 ) -> dict[str, type[T]]:
     """The classes `distribution` registers through `hook` of its `group` entry points, by manifest name: the one
     discovery of both SDKs (runners: agenthost_register_runners, channel adapters: agenthost_register_channels).
     Whatever is registered must subclass `base` and carry a `manifest` of `manifest_type` with a name of its own;
-    a failure anywhere is a DiscoveryError that says what is wrong, never a skip or a bare traceback."""
+    a failure anywhere is a DiscoveryError that says what is wrong, never a skip or a bare traceback.
+
+    `only` limits discovery to the named entry points. `origins`, when given, is filled with the entry point that
+    registered each class (left empty when a hook wrapper makes that unknowable): a runner process that knows it
+    imports only the entry point of the runner a call names."""
     found: dict[str, type[T]] = {}
+    source: list[str] = [""]
 
     def register(cls: type[T]) -> None:
         if not (isinstance(cls, type) and issubclass(cls, base)):
@@ -222,9 +240,20 @@ def registered_classes(
         if manifest.name in found:
             raise DiscoveryError(f"two {kind} are named {manifest.name!r}")
         found[manifest.name] = cls
+        if origins is not None and source[0]:
+            origins[manifest.name] = source[0]
 
     try:
-        getattr(load_entry_points(distribution, group).hook, hook)(register=register)
+        caller = getattr(load_entry_points(distribution, group, only).hook, hook)
+        impls = caller.get_hookimpls()
+        if origins is None or any(impl.hookwrapper or impl.wrapper for impl in impls):
+            caller(register=register)
+        else:
+            # pluggy's own call, one implementation at a time (last registered first), to know whose it is.
+            prefix = f":{group}:"
+            for impl in reversed(impls):
+                source[0] = impl.plugin_name.split(prefix, 1)[-1]
+                impl.function(**{arg: register for arg in impl.argnames})
     except DiscoveryError:
         raise
     except Exception as exc:

@@ -53,7 +53,7 @@ MAX_EVENT_BYTES = MAX_MESSAGE_BYTES - 64 * 1024
 
 # The tag of RunEventBatch.events (field 1, length-delimited) and a short entry's length (under 128 bytes, which
 # most text deltas are), precomputed: batch_entry runs once per streamed event.
-_SHORT_ENTRY_PREFIX = [bytes((0x0A, n)) for n in range(128)]
+SHORT_ENTRY_PREFIX = [bytes((0x0A, n)) for n in range(128)]
 
 
 # A text delta of 1 to SHORT_TEXT_BYTES bytes of UTF-8 is encoded with one-byte lengths: `0A n+2 0A n <text>` as a
@@ -81,7 +81,7 @@ def batch_entry(event: bytes) -> bytes:
     message as an entry of a repeated field 1: page_message uses it for items.)"""
     n = len(event)
     if n < 128:
-        return _SHORT_ENTRY_PREFIX[n] + event
+        return SHORT_ENTRY_PREFIX[n] + event
     return b"\x0a" + varint(n) + event
 
 

@@ -87,5 +87,5 @@ def test_merged_replies_carry_every_event_once_in_order_within_the_caps(steps: l
     # Consecutive batches that fit one message together travel as one.
     for (a, _), (b, _) in zip(items, items[1:], strict=False):
         if isinstance(a, text_deltas.TextDeltas) and isinstance(b, text_deltas.TextDeltas):
-            if len(a.texts) + len(b.texts) <= MAX_BATCH:
+            if a.count + b.count <= MAX_BATCH:
                 assert len(as_bytes) < len(items)

@@ -246,6 +246,61 @@ async def test_idle_process_holds_no_plugin_code_until_the_first_call(plugin):
     assert importers(p.env) == [*child, p.proc.pid]  # loaded once
 
 
+OTHER = """
+import os
+from agenthost.runners.sdk import Runner, RunnerManifest, events, hookimpl
+
+with open(os.environ["LAZYPLUG_MARKS"] + ".other", "a") as f:
+    f.write(f"{os.getpid()}\\n")
+
+
+class Other(Runner):
+    manifest = RunnerManifest(name="other")
+
+    def validate_config(self, config):
+        return ["other checked it"]
+
+
+@hookimpl
+def agenthost_register_runners(register):
+    register(Other)
+"""
+
+
+async def test_a_call_loads_only_the_entry_point_of_the_runner_it_names(plugin, tmp_path):
+    # Two entry points, as the built-in plugin has (the local agent, the harness runners): a process serving
+    # one runner must not hold the other's modules (issue 26: runner RSS).
+    site = tmp_path / "site"
+    (site / "lazyplug_other.py").write_text(OTHER)
+    (site / "lazyplug-0.1.dist-info" / "entry_points.txt").write_text(
+        "[agenthost.runners]\nlazy = lazyplug\nother = lazyplug_other\n"
+    )
+    p = process(plugin)
+    stub = await p.serving()
+    described = await stub.Describe(runner_pb2.DescribeRequest(), timeout=10)
+    assert sorted(json.loads(m)["name"] for m in described.manifests_json) == ["lazy", "other"]
+    other_marks = Path(p.env["LAZYPLUG_MARKS"] + ".other")
+    child = importers(p.env)
+    assert len(child) == 1 and other_marks.read_text().split() == [str(child[0])]  # the describe child's
+    checked = await stub.ValidateConfig(
+        runner_pb2.ValidateConfigRequest(runner_name="lazy", config_json='{"n": 1}'), timeout=30
+    )
+    assert list(checked.problems) == ["n must be even"]
+    assert importers(p.env) == [*child, p.proc.pid]
+    assert other_marks.read_text().split() == [str(child[0])]
+    text, terminal = await run_texts(stub, "hi")
+    assert text == f"pid={p.proc.pid} " and terminal[0].WhichOneof("kind") == "completed"
+    assert other_marks.read_text().split() == [str(child[0])]
+    # The other runner's call loads its entry point, once, in the same process; the first stays loaded.
+    for _ in range(2):
+        checked = await stub.ValidateConfig(
+            runner_pb2.ValidateConfigRequest(runner_name="other", config_json="{}"), timeout=30
+        )
+        assert list(checked.problems) == ["other checked it"]
+    assert other_marks.read_text().split() == [str(child[0]), str(p.proc.pid)]
+    assert importers(p.env) == [*child, p.proc.pid]
+
+
 async def test_concurrent_first_runs_share_one_load(plugin):
     p = process(plugin)
     stub = await p.serving()
@@ -355,6 +410,32 @@ def test_only_asyncio_learns_that_ssl_is_missing():
     assert all(name.startswith("asyncio.") for name in found), found
 
 
+# Imported by a run only when it needs them (a tool call's arguments checked, a malformed argument text repaired):
+# a runner process that loads the built-in plugin's classes must not hold them (issue 26: runner RSS).
+RUN_TIME_ONLY = ("jsonschema", "json_repair")
+
+
+def test_loading_the_built_in_runners_imports_nothing_only_a_run_may_need():
+    code = textwrap.dedent(
+        f"""
+        import json, sys
+        from agenthost.runners.sdk.__main__ import _runner_classes
+        assert len(_runner_classes("agenthost")) >= 3  # the local agent and the harness runners
+        held = [m for m in {RUN_TIME_ONLY!r} if m in sys.modules]
+        from agenthost.runners.local_agent.providers.tool_args import repair_arguments
+        from agenthost.runners.local_agent.tools.base import ToolRegistry
+        from agenthost.runners.local_agent.tools.todo import TodoWrite
+        ToolRegistry([TodoWrite()])
+        repair_arguments("{{'a': True,}}")
+        print(json.dumps([held, [m for m in {RUN_TIME_ONLY!r} if m in sys.modules]]))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    held, after_use = json.loads(out.stdout)
+    assert held == []
+    assert after_use == list(RUN_TIME_ONLY)  # the probe sees them once a run uses them
+
+
 @pytest.mark.parametrize("in_flight", [False, True])
 async def test_lifeline_eof_ends_the_process(plugin, in_flight):
     """The host's end of stdin closing (the host died) ends the process, idle or with a run streaming; the loop
@@ -379,3 +460,29 @@ def test_a_bad_configuration_line_ends_either_kind_with_code_2(module: str, kind
     )
     assert out.returncode == 2, out.stderr
     assert f"agenthost {kind}: bad configuration line on stdin: KeyError('plugin_id')" in out.stderr
+
+
+def test_trim_heap_returns_freed_memory_to_the_kernel():
+    """What a runner process's load and runs free is handed back when it goes idle (issue 26: runner RSS)."""
+    code = textwrap.dedent(
+        """
+        import json
+        from agenthost.runners.sdk import lean
+
+        def anon():
+            status = open("/proc/self/status").read()
+            return int(status.split("RssAnon:")[1].split()[0]) / 1024
+
+        assert lean.tune_malloc()
+        # ~50 MiB of blocks malloc serves from its heap (above pymalloc's 512 bytes, below the mmap threshold)
+        garbage = [bytes(1000) + bytes([i % 256]) for i in range(50_000)]
+        pin = bytes(1000) + b"pin"  # a live block at the top of the heap: free() alone cannot shrink it
+        del garbage
+        held = anon()
+        lean.trim_heap()
+        print(json.dumps([held, anon()]))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    held, trimmed = json.loads(out.stdout)
+    assert held - trimmed > 20, (held, trimmed)

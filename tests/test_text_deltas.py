@@ -5,6 +5,9 @@ loses its speed); and it declines anything a hostile runner could hide behind a 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from pathlib import Path
+
 import pytest
 from google.protobuf.message import DecodeError
 from hypothesis import given, settings
@@ -13,7 +16,7 @@ from hypothesis import strategies as st
 from agenthost.host.store import text_deltas
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos.wire import MAX_BATCH, SHORT_TEXT_BYTES, batch_entry
-from agenthost.runners.sdk import events
+from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
 from agenthost.runners.sdk import server as sdk_server
 
 CREATED_AT = 1_790_000_000.25
@@ -90,7 +93,8 @@ def test_the_fast_path_numbers_exactly_what_the_general_path_would_or_declines(
         return
     assert general is not None
     assert list(pb.RunEventBatch.FromString(fast.batch).events) == general
-    assert fast.texts == [e.text_delta.text for e in general]
+    assert fast.text == "".join(e.text_delta.text for e in general)
+    assert fast.count == len(general)
     assert fast.first_seq == first_seq
 
 
@@ -100,7 +104,7 @@ def test_every_batch_the_sdk_makes_of_yielded_strings_takes_the_fast_path(texts:
     data = b"".join(sdk_server._text_entry(t) for t in texts)
     fast = text_deltas.number(data, 1, CREATED_AT)
     assert fast is not None
-    assert fast.texts == texts
+    assert fast.text == "".join(texts) and fast.count == len(texts)
     assert list(pb.RunEventBatch.FromString(data).events) == [events.text(t) for t in texts]
 
 
@@ -114,10 +118,66 @@ def test_a_character_split_across_deltas_is_refused_by_both_paths() -> None:
         pb.RunEventBatch.FromString(data)
 
 
+def test_bytes_between_the_entries_cannot_make_a_split_character_whole() -> None:
+    # The fast path checks UTF-8 over the whole batch at once, which holds only when nothing but the entries'
+    # ASCII framing sits between the texts. An unknown batch field whose tag is a UTF-8 continuation byte (0xA9,
+    # field 21, fixed64) after a text ending in a lead byte (0xC3) would decode as "é" if it were let in.
+    first = bytes((0x0A, 6, 0x0A, 4, 0x0A, 2)) + b"a\xc3"
+    unknown = b"\xa9\x01" + b"12345678"
+    data = batch_entry(first) + unknown + sdk_server._text_entry("b")
+    data.decode()  # as a whole it is valid UTF-8
+    with pytest.raises(DecodeError):
+        pb.RunEventBatch.FromString(data)
+    assert text_deltas.number(data, 1, CREATED_AT) is None
+
+
 def test_the_largest_qualifying_batch_takes_the_fast_path_and_one_delta_more_does_not() -> None:
     # MAX_BATCH deltas of SHORT_TEXT_BYTES each: the size guard that skips big messages must not reach it.
     longest = "é" * (SHORT_TEXT_BYTES // 2) + "x"
     data = b"".join(sdk_server._text_entry(longest) for _ in range(MAX_BATCH))
     fast = text_deltas.number(data, 1, CREATED_AT)
-    assert fast is not None and fast.texts == [longest] * MAX_BATCH
+    assert fast is not None and fast.text == longest * MAX_BATCH and fast.count == MAX_BATCH
     assert text_deltas.number(data + sdk_server._text_entry("x"), 1, CREATED_AT) is None
+
+
+class _Recording:
+    """Stands in for the SDK's event channel: keeps every framed event the run loop pushes."""
+
+    def __init__(self) -> None:
+        self.items: list[object] = []
+
+    def push(self, item: object) -> bool:
+        self.items.append(item)
+        return False
+
+    async def full(self) -> None:
+        pass
+
+    async def put(self, item: object) -> None:
+        self.items.append(item)
+
+
+@pytest.mark.parametrize("terminal", [events.completed(), events.failed("x", "y")])
+async def test_event_objects_are_framed_as_their_str_twins_and_a_short_terminal_still_ends_the_run(
+    terminal: pb.RunEvent,
+) -> None:
+    """The SDK's fast path for text deltas made as objects (events.text): the same bytes as a yielded `str` of the
+    same text, the general encoding for anything else (empty, long, a runner-set field), and a short event of
+    another kind, such as a terminal one of a few bytes, is still looked at: the run ends there."""
+    texts = ["a", "é" * 61 + "x", "x" * SHORT_TEXT_BYTES, "x" * (SHORT_TEXT_BYTES + 1), "", "x" * 300]
+    odd = pb.RunEvent(seq=7, text_delta=pb.TextDelta(text="seq set by the runner"))
+    sent = [*(events.text(t) for t in texts), odd, terminal, events.text("after the end")]
+
+    class Objects(Runner):
+        manifest = RunnerManifest(name="objects")
+
+        async def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
+            for event in sent:
+                yield event
+
+    channel = _Recording()
+    await sdk_server._drive(Objects(Path("/nonexistent")), None, channel)  # type: ignore[arg-type]
+    assert channel.items[-1] is sdk_server._END
+    framed = channel.items[:-1]
+    assert framed == [batch_entry(e.SerializeToString()) for e in [*sent[:-1]]]
+    assert framed[:4] == [sdk_server._text_entry(t) for t in texts[:4]]

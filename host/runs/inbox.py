@@ -63,13 +63,13 @@ class Inbox:
         count = 0  # their events
         for reply, size in items:
             if isinstance(reply, TextDeltas):
-                full = count + len(reply.texts) > MAX_CLIENT_BATCH or merged + size > limits.CLIENT_BATCH_BYTES
+                full = count + reply.count > MAX_CLIENT_BATCH or merged + size > limits.CLIENT_BATCH_BYTES
                 if batches and full:
                     out.append(_events_reply(batches, encoded))
                 if not batches or full:
                     batches, count, merged = [], 0, 0
                 batches.append(reply.batch)
-                count += len(reply.texts)
+                count += reply.count
                 merged += size
                 continue
             if batches:

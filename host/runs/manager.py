@@ -615,7 +615,7 @@ class RunManager:
         """One message off a runner's Run stream, a serialized RunEventBatch: numbered as bytes when it is plain
         text deltas (host/store/text_deltas.py, the hot path of streaming), else parsed and read event by event."""
         deltas = text_deltas.number(data, st.seq + 1, time.time()) if st.terminal is None else None
-        if deltas is None or self._over_quota(st, len(deltas.texts), len(data)):
+        if deltas is None or self._over_quota(st, deltas.count, len(data)):
             reply = hpb.SendMessageReply()
             try:
                 reply.events.MergeFromString(data)
@@ -624,13 +624,13 @@ class RunManager:
                 reply = hpb.SendMessageReply(events=pb.RunEventBatch(events=[pb.RunEvent(failed=failed)]))
             self._ingest(st, reply, len(data))
             return
-        count = len(deltas.texts)
+        count = deltas.count
         st.event_count += count
         st.event_bytes += len(data)
         st.seq += count
         if st.text_len < MAX_ASSISTANT_TEXT:
-            st.text_parts += deltas.texts
-            st.text_len += sum(map(len, deltas.texts))
+            st.text_parts.append(deltas.text)
+            st.text_len += len(deltas.text)
         self._writer(st).add(deltas, [], len(data))
         self._publish(st, deltas, len(deltas.batch))
 

@@ -73,7 +73,7 @@ def row_events(kind: str, payload: bytes) -> list[pb.RunEvent]:
 def _deltas_only(part: EventPart) -> tuple[bytes, int, int] | None:
     """(RunEventBatch bytes, events, last seq) of a part that is text deltas only and comes whole; else None."""
     if isinstance(part, TextDeltas):
-        return part.batch, len(part.texts), part.first_seq + len(part.texts) - 1
+        return part.batch, part.count, part.first_seq + part.count - 1
     events, batch = part
     if batch is None or not events:
         return None

@@ -28,8 +28,9 @@ from agenthost.protos.wire import MAX_BATCH, SHORT_TEXT_BYTES, SHORT_TEXT_HEADS,
 # A short text delta `0A <n+2> 0A <n> <text>` (wire.SHORT_TEXT_BYTES) is n + 4 bytes long: the first four bytes it
 # must have, by its length; None where n is out of range (0, or too long for one-byte lengths).
 _LONGEST = SHORT_TEXT_BYTES + 4
-_HEAD: list[bytes | None] = [None] * 5 + SHORT_TEXT_HEADS[1:]
-_head = itemgetter(slice(0, 4))
+# Where n is out of range, a prefix longer than any such event, which no event of that length starts with.
+_NEVER = b"\xff" * 8
+_HEAD: list[bytes] = [_NEVER] * 5 + SHORT_TEXT_HEADS[1:]
 _text = itemgetter(slice(4, None))
 
 # RunEvent.seq (field 20, varint) and RunEvent.created_at (field 21, fixed64 double), appended to each event: a
@@ -49,7 +50,8 @@ _LARGEST_BATCH = MAX_BATCH * (2 + _LONGEST)
 class TextDeltas(NamedTuple):
     """A runner's batch of plain text deltas, numbered: what the host publishes and stores instead of objects."""
 
-    texts: list[str]
+    count: int  # events
+    text: str  # their texts, joined: all the host keeps of them beside the batch (the run's text)
     batch: bytes  # the numbered events, a serialized RunEventBatch
     first_seq: int
 
@@ -82,12 +84,21 @@ def number(data: bytes, first_seq: int, created_at: float) -> TextDeltas | None:
     if not events or len(events) > MAX_BATCH:
         return None
     lengths = list(map(len, events))
-    if max(lengths) > _LONGEST or list(map(_head, events)) != list(map(_HEAD.__getitem__, lengths)):
+    # The batch must be its entries and nothing else (no unknown field between them, no length written long):
+    # the UTF-8 check below reads it whole.
+    if sum(lengths) + 2 * len(events) != len(data):
         return None
-    try:
-        texts = list(map(bytes.decode, map(_text, events)))  # strict UTF-8, as a parser checks a string field
-    except UnicodeDecodeError:
+    if max(lengths) > _LONGEST or not all(map(bytes.startswith, events, map(_HEAD.__getitem__, lengths))):
         return None
+    # Each text must be valid UTF-8 on its own, as a parser checks a string field. Every byte around the texts is
+    # below 0x80 (a tag, or a length under 128), and no UTF-8 sequence spans such a byte, so the
+    # batch decodes as a whole exactly when each text does: one check instead of one per event (none when ASCII).
+    if not data.isascii():
+        try:
+            data.decode()
+        except UnicodeDecodeError:
+            return None
+    text = b"".join(map(_text, events)).decode()
     # Each entry is four pieces: its framing, the event as the runner sent it, its seq, its created_at (the same
     # ten bytes for all). Filled in by slice assignment, the cheapest interleave in CPython.
     seqs = _seq_fields(first_seq, len(events))
@@ -95,4 +106,4 @@ def number(data: bytes, first_seq: int, created_at: float) -> TextDeltas | None:
     pieces[0::4] = list(map(_ENTRY_OF_EVENT_AND_SEQ.__getitem__, map(add, lengths, map(len, seqs))))
     pieces[1::4] = events
     pieces[2::4] = seqs
-    return TextDeltas(texts, b"".join(pieces), first_seq)
+    return TextDeltas(len(events), text, b"".join(pieces), first_seq)

@@ -27,6 +27,8 @@ from agenthost.plugins import plugin_process
 from agenthost.plugins.plugin_process import EXIT_DISCOVERY
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from agenthost.runners.sdk.runner import Runner
 
 EAGER_ENV = "AGENTHOST_RUNNER_EAGER"
@@ -35,17 +37,19 @@ EAGER_ENV = "AGENTHOST_RUNNER_EAGER"
 EXIT_UNAVAILABLE = 4
 
 
-def _runner_classes(distribution: str) -> dict[str, type[Runner]]:
+def _runner_classes(
+    distribution: str, only: Collection[str] | None = None, origins: dict[str, str] | None = None
+) -> dict[str, type[Runner]]:
     from agenthost.plugins.manifest import skip_schema_check
     from agenthost.runners.sdk.discovery import runner_classes
 
     # The host checks every manifest's config_schema when it reads it; this process need not hold jsonschema.
     skip_schema_check()
-    return runner_classes(distribution)
+    return runner_classes(distribution, only=only, origins=origins)
 
 
-def _manifests(distribution: str) -> list[dict[str, Any]]:
-    return [cls.manifest.model_dump(mode="json") for cls in _runner_classes(distribution).values()]
+def _manifests(distribution: str, origins: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    return [cls.manifest.model_dump(mode="json") for cls in _runner_classes(distribution, origins=origins).values()]
 
 
 def _describe(distribution: str) -> int:
@@ -68,7 +72,9 @@ def _describe_child(distribution: str) -> tuple[int, int]:
         try:
             from agenthost.protos.wire import VERSION
 
-            report = {"sdk_version": VERSION, "runners": _manifests(distribution)}
+            # Which entry point registered each runner: the serving process imports only the one a call needs.
+            origins: dict[str, str] = {}
+            report = {"sdk_version": VERSION, "runners": _manifests(distribution, origins), "origins": origins}
         except DiscoveryError as exc:
             code, report = EXIT_DISCOVERY, {"error": str(exc)}
     except SystemExit as exc:
@@ -133,10 +139,12 @@ def _serve_main() -> int:
     config = plugin_process.start("runner", ("plugin_id", "distribution", "listen", "host", "secret", "data_dir"))
     distribution = config["distribution"]
     eager = os.environ.get(EAGER_ENV) == "1"
+    from agenthost.runners.sdk import lean
+
+    # Before gRPC starts its threads (and before the describe child, which inherits it).
+    lean.tune_malloc()
     if not eager:
         child = _describe_child(distribution)
-        from agenthost.runners.sdk import lean
-
         lean.defer_ssl()
     import asyncio
 
@@ -161,11 +169,17 @@ def _serve_main() -> int:
             print(f"agenthost runner: {reason}", file=sys.stderr)
             return code or EXIT_DISCOVERY
 
-        def load() -> dict[str, type[Runner]]:
+        def load(entry_points: Collection[str] | None) -> dict[str, type[Runner]]:
             lean.restore_ssl()
-            return _runner_classes(distribution)
+            return _runner_classes(distribution, entry_points)
 
-        runners = Deferred([json.dumps(m) for m in report["runners"]], str(report.get("sdk_version", "")), load)
+        origins = report.get("origins")
+        runners = Deferred(
+            [json.dumps(m) for m in report["runners"]],
+            str(report.get("sdk_version", "")),
+            load,
+            origins if isinstance(origins, dict) else {},
+        )
     try:
         asyncio.run(_serve(config, runners))
     except RunnersUnavailable as exc:

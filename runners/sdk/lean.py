@@ -1,4 +1,4 @@
-"""Keeping `ssl` out of an idle runner process.
+"""Keeping an idle runner process small: `ssl` out of it until a runner is loaded, and freed heap returned.
 
 grpc imports asyncio, and asyncio imports `ssl` if it can — Python's `_ssl` and the system's libssl and libcrypto,
 ~4 MiB of a process that serves gRPC over a unix socket and needs no TLS until it loads a runner (a model client
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 _deferred_at: set[str] | None = None
 
@@ -67,3 +68,37 @@ def modules_without_ssl() -> list[str]:
         if "import ssl" in source or "from ssl" in source:
             found.append(name)
     return found
+
+
+# glibc's malloc, reached through ctypes (~0.3 MiB, imported only by a runner process that asked for it):
+# `malloc_trim` hands freed heap pages back to the kernel; without it, the garbage a runner's load and a run leave
+# behind (a parsed manifest, a model reply) stays resident for the process's life.
+_M_ARENA_MAX = -8  # mallopt's parameter number (malloc.h)
+_libc: Any = None
+
+
+def _glibc() -> Any:
+    """libc when it is glibc (it has malloc_trim), else None (musl: nothing to do)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+
+
+def tune_malloc(arenas: int = 2) -> bool:
+    """For a long-lived runner process, before it starts a thread: at most `arenas` malloc arenas (each of gRPC's
+    threads would otherwise get its own, whose touched pages stay resident), and `trim_heap` from now on. False
+    (and nothing changed) where libc is not glibc."""
+    global _libc
+    _libc = _glibc()
+    if _libc is None:
+        return False
+    _libc.mallopt(_M_ARENA_MAX, arenas)
+    return True
+
+
+def trim_heap() -> None:
+    """Returns the heap's free pages to the kernel; for the moments the process goes idle (its runners loaded, its
+    last run ended). A no-op unless `tune_malloc` took effect (an in-process test host's heap is not ours)."""
+    if _libc is not None:
+        _libc.malloc_trim(0)

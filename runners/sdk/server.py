@@ -19,7 +19,7 @@ import contextlib
 import inspect
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +38,12 @@ from agenthost.protos.wire import (
     PROTOCOL_VERSION,
     RUNNER_HEALTH_SERVICE,
     SERVER_OPTIONS,
+    SHORT_ENTRY_PREFIX,
     SHORT_TEXT_BYTES,
     SHORT_TEXT_HEADS,
     batch_entry,
 )
-from agenthost.runners.sdk import events
+from agenthost.runners.sdk import events, lean
 from agenthost.runners.sdk.api import RunAPI
 from agenthost.runners.sdk.runner import RunContext, Runner
 
@@ -59,18 +60,27 @@ class RunnersUnavailable(RuntimeError):
 
 class Deferred:
     """A plugin's runners before their classes are imported: their manifests as JSON (what Describe answers), the
-    SDK version to report, and `load`, which imports the classes. Called at the first call that needs a runner."""
+    SDK version to report, `load`, which imports the classes of the named entry points (all of them for None), and
+    `origins`, the entry point that registers each runner (empty: unknown, so everything is loaded at once). Called
+    at the first call that needs a runner, for that runner's entry point alone: a process serving the harness
+    runners does not hold the local agent's modules, nor the other way round."""
 
     def __init__(
-        self, manifests_json: list[str], sdk_version: str, load: Callable[[], dict[str, type[Runner]]]
+        self,
+        manifests_json: list[str],
+        sdk_version: str,
+        load: Callable[[Collection[str] | None], dict[str, type[Runner]]],
+        origins: dict[str, str] | None = None,
     ) -> None:
         self.manifests_json = manifests_json
         self.sdk_version = sdk_version
         self.load = load
+        self.origins = origins or {}
 
 
 class _Runners:
-    """The plugin's runner instances by name, made (and set up) once, on first use or at start."""
+    """The plugin's runner instances by name, made (and set up) once, on first use or at start, an entry point's
+    at a time."""
 
     def __init__(self, deferred: Deferred, data_dir: Path) -> None:
         self._deferred = deferred
@@ -78,26 +88,33 @@ class _Runners:
         self.described = {json.loads(raw)["name"]: raw for raw in deferred.manifests_json}
         self.sdk_version = deferred.sdk_version
         self.ready: dict[str, Runner] = {}
-        self._loading: asyncio.Future[None] | None = None
+        # By entry point; None when the origins are unknown or incomplete: then one load makes every runner.
+        origins = deferred.origins
+        self._origin: dict[str, str | None] = {
+            name: origins.get(name) if set(origins) == set(self.described) else None for name in self.described
+        }
+        self._loading: dict[str | None, asyncio.Future[None]] = {}
         self.failure = ""
 
     def __contains__(self, name: str) -> bool:
         return name in self.described
 
     async def get(self, name: str) -> Runner:
-        """The runner `name` (which must be described), loading every runner of the plugin the first time."""
-        if self._loading is None:
-            self._loading = asyncio.ensure_future(self._load())
+        """The runner `name` (which must be described), loading its entry point's runners the first time."""
+        origin = self._origin[name]
+        loading = self._loading.get(origin)
+        if loading is None:
+            loading = self._loading[origin] = asyncio.ensure_future(self._load(origin))
         # Shielded: the first caller's cancellation (a cancelled run) must not abort the load other calls wait on.
-        await asyncio.shield(self._loading)
+        await asyncio.shield(loading)
         return self.ready[name]
 
-    async def _load(self) -> None:
+    async def _load(self, origin: str | None) -> None:
         made: list[Runner] = []
         try:
-            classes = self._deferred.load()
+            classes = self._deferred.load(None if origin is None else [origin])
             loaded = {name: cls.manifest.model_dump(mode="json") for name, cls in classes.items()}
-            described = {name: json.loads(raw) for name, raw in self.described.items()}
+            described = {name: json.loads(raw) for name, raw in self.described.items() if self._origin[name] == origin}
             if loaded != described:
                 # The plugin changed on disk since the process described it (an upgrade in place): the host
                 # authorised runs against the described manifests, so these classes are not the ones it knows.
@@ -120,7 +137,8 @@ class _Runners:
                     await runner.close()
             self.failure = str(exc) if isinstance(exc, RunnersUnavailable) else f"{type(exc).__name__}: {exc}"
             raise RunnersUnavailable(f"the plugin's runners could not be loaded: {self.failure}") from exc
-        self.ready = runners
+        self.ready.update(runners)
+        lean.trim_heap()  # what importing and checking the classes freed
 
     async def close(self) -> None:
         for runner in self.ready.values():
@@ -306,6 +324,8 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
             with contextlib.suppress(BaseException):
                 await task
             self.tasks.discard(task)
+            if not self.tasks:
+                lean.trim_heap()  # idle: what the runs allocated and freed goes back to the kernel
 
     async def close(self) -> None:
         for task in list(self.tasks):
@@ -333,6 +353,9 @@ def _batches(items: list[bytes]) -> Iterator[bytes]:
     yield b"".join(items[start:])
 
 
+# An encoded RunEvent whose first byte is this tag (field 1, length-delimited) holds a text_delta: a oneof has one
+# member set, so whatever an encoder writes first, this byte there means the event's kind is text_delta.
+_TEXT_DELTA_TAG = b"\x0a"
 # A short text delta's batch entry, by its text's length (see wire.SHORT_TEXT_BYTES).
 _SHORT_TEXT_PREFIX = [bytes((0x0A, n + 4)) + head for n, head in enumerate(SHORT_TEXT_HEADS)]
 
@@ -347,12 +370,13 @@ def _text_entry(text: str) -> bytes:
     return _encoded(events.text(text))  # longer, empty, or over MAX_EVENT_BYTES (the failure event)
 
 
-def _encoded(event: pb.RunEvent) -> bytes:
-    """The event encoded as one entry of a RunEventBatch, or the `failed` event that replaces an event too large
-    for one message. Batches are then plain concatenations, sent as they are (`handlers.pass_encoded`): encoding
-    each small event once costs a third of building a batch message from them, which copies every event into it
-    and then encodes the whole."""
-    data = event.SerializeToString()
+def _encoded(event: pb.RunEvent, data: bytes | None = None) -> bytes:
+    """The event (`data`: its encoding, when the caller has it) encoded as one entry of a RunEventBatch, or the
+    `failed` event that replaces an event too large for one message. Batches are then plain concatenations, sent
+    as they are (`handlers.pass_encoded`): encoding each small event once costs a third of building a batch message
+    from them, which copies every event into it and then encodes the whole."""
+    if data is None:
+        data = event.SerializeToString()
     if len(data) <= MAX_EVENT_BYTES:
         return batch_entry(data)
     return _encoded(
@@ -371,20 +395,28 @@ async def _drive(runner: Runner, run: RunContext, channel: _EventChannel) -> Non
         agen = runner.run(run)
         try:
             async for event in agen:  # per event: encoded, kept to a size and a kind; the rest is per batch
-                if isinstance(event, str):  # a text delta, the hot path of streaming (see Runner.run)
+                if type(event) is pb.RunEvent:
+                    data = event.SerializeToString()
+                    if (n := len(data)) < 128 and data[:1] == _TEXT_DELTA_TAG:
+                        # A short text delta made as an object (events.text), the other hot path of streaming:
+                        # framed from its encoding as it is, with no look at its kind (a text delta is never
+                        # terminal, and under 128 bytes never too large).
+                        if channel.push(SHORT_ENTRY_PREFIX[n] + data):
+                            await channel.full()
+                        continue
+                    if channel.push(_encoded(event, data)):
+                        await channel.full()
+                    if event.WhichOneof("kind") in events.TERMINAL_KINDS:
+                        terminal = True
+                        break
+                elif isinstance(event, str):  # a text delta, the hot path of streaming (see Runner.run)
                     if channel.push(_text_entry(event)):
                         await channel.full()
-                    continue
-                if type(event) is not pb.RunEvent:
+                else:
                     raise TypeError(
                         f"{type(runner).__name__}.run yielded a {type(event).__name__}; a runner yields RunEvents"
                         " (made with agenthost.runners.sdk.events) or a str for a text delta"
                     )
-                if channel.push(_encoded(event)):
-                    await channel.full()
-                if event.WhichOneof("kind") in events.TERMINAL_KINDS:
-                    terminal = True
-                    break
         finally:
             # `run` is declared to return an AsyncIterator: an async generator (the usual case) is closed here, so
             # its own `finally` runs now, not whenever the garbage collector gets to it.
@@ -435,7 +467,7 @@ async def serve(
 
         classes = dict(runner_classes)
         manifests = [cls.manifest.model_dump_json() for cls in classes.values()]
-        runners = _Runners(Deferred(manifests, VERSION, lambda: classes), data_dir)
+        runners = _Runners(Deferred(manifests, VERSION, lambda entry_points: classes), data_dir)
         # Before serving, as a runner author expects of classes in hand: a failing setup is a failed start.
         if classes:
             with contextlib.suppress(RunnersUnavailable):
@@ -457,6 +489,7 @@ async def serve(
         ):
             if ready is not None:
                 ready.set()
+            lean.trim_heap()  # start-up's garbage (the describe report, gRPC's set-up)
             await stop.wait()
     finally:
         await runners.close()

@@ -13,8 +13,6 @@ import json
 import re
 from typing import Any
 
-from json_repair import repair_json
-
 _NAME_OK = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 
@@ -94,6 +92,10 @@ def _second_stage(text: str) -> dict[str, Any] | None:
         return None  # prose with no object in it: reporting the error beats inventing arguments
     if split_concatenated(text) is not None:
         return None  # several calls merged into one slot: the caller splits them
+    # Imported here, at the first argument text the fast path could not parse: most runs never get one, and the
+    # package is ~1 MiB of every runner process that loads the local agent.
+    from json_repair import repair_json
+
     try:
         value = repair_json(text, return_objects=True)
     except Exception:  # noqa: BLE001 — a third-party parser's failure is just "not repairable"

@@ -10,15 +10,18 @@ import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
-
-import jsonschema
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from agenthost.runners.local_agent import approvals
 from agenthost.runners.local_agent.config import LocalAgentConfig
 from agenthost.runners.local_agent.images import ToolOutput
 from agenthost.runners.local_agent.messages import ImagePart, ToolCall, ToolResult
 from agenthost.runners.local_agent.providers.base import ToolSpec
+
+if TYPE_CHECKING:
+    # Imported by the first registry a run builds, not with the runner's class: a runner process that only
+    # validates configs or runs the harness runners beside it does not hold jsonschema (~2 MiB).
+    import jsonschema
 
 
 class ToolError(Exception):
@@ -109,6 +112,8 @@ _ANY_OBJECT = {"type": "object"}
 
 
 def _validator(tool: Tool) -> jsonschema.Draft202012Validator:
+    import jsonschema
+
     if tool.dynamic_schema:
         key = json.dumps(tool.parameters, sort_keys=True, default=str)
         v = _SCHEMA_VALIDATORS.get(key)
