@@ -17,11 +17,11 @@ demo: $(VENV)/.installed
 # The whole suite, slow end-to-end tests included (what CI runs), on every core.
 test: $(VENV)/.installed
 	bash scripts/install_harness_clis.sh
-	$(PY) -m pytest -q -n auto
+	$(PY) -m pytest -q -n auto --dist worksteal
 
 # The everyday loop: lint, format, the public surfaces' types, and every test not marked slow.
 check: lint
-	$(PY) -m pytest -q -n auto -m "not slow"
+	$(PY) -m pytest -q -n auto --dist worksteal -m "not slow"
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -2,6 +2,14 @@
 line after each awaited write, until the parent kills it with SIGKILL.
 
     python writer_child.py DB_PATH FIRST_ID
+    python writer_child.py --zygote      # the test's way: one interpreter, a forked writer per kill
+
+A zygote has imported everything (an interpreter and these imports cost ~0.3 s; a fork costs milliseconds) and forks
+one writer per request, so each kill lands in the writer's own work (open, migrations, schema, writes) rather than
+mostly in interpreter start-up. It stays single-threaded (the database's writer thread starts only in a forked
+writer), so forking it is safe. Protocol on its stdin/stdout, one request at a time: the test sends the writer's
+ack pipe (SCM_RIGHTS) with "DB_PATH FIRST_ID"; the zygote answers the writer's pid, then, once the writer died,
+its wait status.
 
 Writes per item n (several items in flight at once, so group commit batches them):
   state     StateStore.set on key k<n>                       → "ack state <n> <version>"
@@ -14,7 +22,10 @@ plus unawaited audit-like rows (enqueue) that are never acknowledged.
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import sys
+import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -62,6 +73,7 @@ async def item(db: Database, state: StateStore, n: int) -> None:
 
 
 async def main(path: str, first: int) -> None:
+    ack("opening")  # not an ack: tells the test that a kill before "ready" landed in open, migrations or schema
     db = Database(Path(path))
     await db.open()
     for sql in SCHEMA:
@@ -74,5 +86,33 @@ async def main(path: str, first: int) -> None:
         n += 6
 
 
+def zygote(sock: socket.socket) -> None:
+    while True:
+        msg, fds, _, _ = socket.recv_fds(sock, 4096, 1)
+        if not msg:
+            return  # the test is done
+        path, first = msg.decode().split()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                sock.close()
+                os.dup2(fds[0], 1)  # acks and any traceback go to the test's pipe
+                os.dup2(fds[0], 2)
+                os.close(fds[0])
+                asyncio.run(main(path, int(first)))
+            except BaseException:
+                traceback.print_exc()
+                sys.stderr.flush()
+            finally:
+                os._exit(1)  # never back into the zygote's loop
+        os.close(fds[0])
+        sock.sendall(f"{pid}\n".encode())
+        _, status = os.waitpid(pid, 0)
+        sock.sendall(f"{status}\n".encode())
+
+
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+    if sys.argv[1] == "--zygote":
+        zygote(socket.socket(fileno=0))
+    else:
+        asyncio.run(main(sys.argv[1], int(sys.argv[2])))
