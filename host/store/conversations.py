@@ -419,7 +419,9 @@ class Conversations:
             built = {
                 row[_SEQ]: batch_entry(self._item(row, cursor_of).SerializeToString())
                 for row in self.db.query_tuples(
-                    f"SELECT {_ITEM_COLUMNS} FROM transcript WHERE bot_id = ? AND conversation_id = ?"
+                    # NOT INDEXED: by seq, the rowid. With an index usable for bot and conversation, SQLite
+                    # walked the whole conversation's entries in it to find the 50 (12 ms at 50k items).
+                    f"SELECT {_ITEM_COLUMNS} FROM transcript NOT INDEXED WHERE bot_id = ? AND conversation_id = ?"
                     f" AND seq IN ({','.join('?' * len(older))})",
                     (bot_id, conversation_id, *older),
                 )
