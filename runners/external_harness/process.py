@@ -465,12 +465,17 @@ class HarnessProcess:
         self._signal_group(signal.SIGKILL)
         await self._exited()
 
-    async def stop(self) -> None:
-        """Idempotent; safe to call from `finally` while the surrounding task is being cancelled."""
+    async def stop(self, *, wind_down: bool = True) -> None:
+        """Idempotent; safe to call from `finally` while the surrounding task is being cancelled. `wind_down`
+        False: SIGKILL at once, for a process that was never handed a message (a spare), which has no turn to end
+        cleanly: the interrupt's grace would only be waited out (a runner's close waited 10 s for one)."""
         if self.proc is None:
             return
         try:
-            if self.proc.returncode is None:
+            if self.proc.returncode is None and not wind_down:
+                self._signal_group(signal.SIGKILL)
+                await self._exited()
+            elif self.proc.returncode is None:
                 await self.interrupt()
             else:
                 self._signal_group(signal.SIGKILL)  # stragglers of a harness that exited on its own

@@ -554,7 +554,7 @@ class HarnessRunner(Runner):
                 await self.spares.put(key, spare, wait)
             except BaseException as exc:
                 if proc is not None:
-                    await proc.stop()
+                    await proc.stop(wind_down=False)
                 if bridge is not None:
                     await bridge.close()
                 if slot is not None:

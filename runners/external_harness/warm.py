@@ -167,7 +167,8 @@ class KeptHarness:
         if self._watch is not None and not self._watch.done():
             self._watch.cancel()
         try:
-            await self.proc.stop()
+            # A spare no conversation claimed has had no message: nothing to wind down.
+            await self.proc.stop(wind_down=self.slot is None or self.slot.claimed)
         finally:
             try:
                 if self.bridge is not None:
