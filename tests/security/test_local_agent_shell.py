@@ -237,7 +237,13 @@ async def test_cancelled_call_kills_the_whole_sandbox(layout: Layout) -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert alive(m) == []
+        left = alive(m)
+        assert left == [], subprocess.run(  # noqa: ASYNC221 — only on failure, to say what was left
+            ["ps", "-o", "pid,ppid,pgid,stat,etime,args", "-p", ",".join(left)],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
     finally:
         kill_leftovers(m)
 

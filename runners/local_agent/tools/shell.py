@@ -43,8 +43,10 @@ TIMEOUT_EXIT = 124
 # Grandchildren started with `cmd &` keep the pipe open after the shell exits; stop reading shortly after.
 DRAIN_GRACE_SECONDS = 0.3
 # A sandbox's pid namespace is torn down by the kernel once bwrap is gone; its pipe reaches EOF when the last
-# process in it has exited, which is how the call knows nothing is left. Bounded in case that never comes.
-SANDBOX_EXIT_SECONDS = 3.0
+# process in it has exited, which is how the call knows nothing is left. Bounded in case that never comes; the
+# bound is generous because it is only reached when the kernel is slow to tear down (a loaded machine, a fork bomb
+# next door), and returning before then would let the call end with its processes still alive.
+SANDBOX_EXIT_SECONDS = 10.0
 
 DEFAULT_BLOCKLIST = [
     r"\brm\s+(-[a-zA-Z]*\s+)*-[a-zA-Z]*[rR][a-zA-Z]*\s+(-[a-zA-Z]*\s+)*(/|~|\$HOME)(\s|$|\*)",
