@@ -247,10 +247,13 @@ class HarnessRunner(Runner):
         self._spares_starting: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     async def close(self) -> None:
-        for task in list(self._spares_starting.values()):
+        # A spare still starting is let finish (about a second) and then stopped with the others: cancelled inside
+        # asyncio's subprocess_exec, its start waited out the whole timeout below, and could outlive it.
+        starting = list(self._spares_starting.values())
+        if starting:
+            await asyncio.wait(starting, timeout=10)
+        for task in starting:
             task.cancel()
-        if self._spares_starting:
-            await asyncio.wait(list(self._spares_starting.values()), timeout=10)
         await self.spares.close()
         await self.kept.close()
         for proc in list(_LIVE):
