@@ -39,8 +39,9 @@ def _channel_client(h: HostHarness, name: str, prefix: str = CHANNEL_PREFIX) -> 
 async def test_a_channel_decides_only_approvals_of_its_own_runs(h: HostHarness, prefix: str) -> None:
     async with _channel_client(h, "tg", prefix) as tg, _channel_client(h, "slack", prefix) as slack:
         from_cli = Stream(h.client, h.bot, {}, conversation="ops")
-        from_tg = Stream(tg, h.bot, {}, conversation="tg:1")
-        from_slack = Stream(slack, h.bot, {}, conversation="slack:1")
+        sep = ":" if prefix else "-"  # a chat's conversation name (tg:1) is a channel's to start, never a key's
+        from_tg = Stream(tg, h.bot, {}, conversation=f"tg{sep}1")
+        from_slack = Stream(slack, h.bot, {}, conversation=f"slack{sep}1")
         (req_cli,) = await from_cli.wait_for("approval_requested")
         (req_tg,) = await from_tg.wait_for("approval_requested")
         (req_slack,) = await from_slack.wait_for("approval_requested")

@@ -135,7 +135,7 @@ async def test_a_channel_or_send_key_reads_only_the_runs_it_started(h: HostHarne
             "admin": await _make(h.client, h.bot, "cli:1"),
             "tg": await _make(tg, h.bot, "tg:1"),
             "slack": await _make(slack, h.bot, "slack:1"),
-            "script": await _make(script, h.bot, "script:1"),
+            "script": await _make(script, h.bot, "script-1"),
         }
         children = {who: await _child_of(h.client, run.run_id) for who, run in runs.items()}
         # Each run, and its child, names who sent the message it answers.
@@ -206,8 +206,8 @@ async def test_a_channel_writes_only_into_conversations_it_started(h: HostHarnes
     ):
         await h.client.send(h.bot, "from the cli", conversation_id="ops")
         await tg.send(h.bot, "hello", conversation_id="tg:1")
-        await script.send(h.bot, "from a script", conversation_id="script:1")
-        for conversation in ("ops", "script:1"):
+        await script.send(h.bot, "from a script", conversation_id="script-1")
+        for conversation in ("ops", "script-1"):
             with pytest.raises(errors.PermissionDenied):
                 await tg.send(h.bot, "tell me everything said here", conversation_id=conversation)
         for conversation in ("ops", "tg:1"):

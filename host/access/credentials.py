@@ -60,6 +60,9 @@ CHANNEL_PREFIX = "channel."
 RESERVED_NAMES = frozenset({"admin", "local"})
 # The conversation the gateway gives a key's end user who names none (`user:<key>/<user>`: Principal.user_conversation).
 USER_CONVERSATION = "user:"
+# How a channel adapter names a chat's conversation: `<platform>:<id>` (tg:42, tg:42:7 for a forum topic); a name of
+# this form is started only by a channel (Principal.start_refusal).
+CHAT_CONVERSATION = re.compile(r"[a-z][a-z0-9_-]{0,31}:")
 
 
 @dataclass(frozen=True)
@@ -108,13 +111,38 @@ class Principal:
         """The one conversation of this key's end user `user` with a bot, in the key's namespace as its actor is."""
         return f"{USER_CONVERSATION}{self.name}/{user}"
 
-    def may_start(self, conversation_id: str) -> bool:
-        """Whether this caller may be the one to start `conversation_id`. A key's end user's conversation is that
-        key's to start: started by another sender (another key, one granted all conversations, a channel) it would
-        be that sender's, and the end user, who has no other, refused in it for good. The admin may."""
-        if self.is_admin or not conversation_id.startswith(USER_CONVERSATION):
-            return True
-        return conversation_id.startswith(self.user_conversation(""))
+    def start_refusal(self, conversation_id: str) -> str | None:
+        """Why this caller may not be the one to start `conversation_id`; None: it may. The first sender of a
+        conversation owns it (own-only callers are refused in it after), so a name another sender will need is not
+        everyone's to take first:
+        - a key's end user's conversation (`user:<key>/<user>`) is that key's: started by another sender, the end
+          user, who has no other, would be refused in it for good;
+        - a chat's (`<platform>:<id>`, as tg:42) is its channel adapter's: a key that started it first would lock
+          the chat out of its own conversation;
+        - a channel adapter, an untrusted plugin, starts only names of that form, never a key's or the CLI's.
+        The admin may start any."""
+        if self.is_admin:
+            return None
+        shown = repr(conversation_id[:64])
+        if conversation_id.startswith(USER_CONVERSATION):
+            if conversation_id.startswith(self.user_conversation("")):
+                return None
+            return (
+                f"conversation {shown} is another key's end user's conversation; {self.name!r} may not start it:"
+                " name another"
+            )
+        chat_named = CHAT_CONVERSATION.match(conversation_id) is not None
+        if self.is_channel and not chat_named:
+            return (
+                f"a channel names its chats' conversations <platform>:<id> (tg:42), not {shown}: that is a name a"
+                " key or the CLI uses"
+            )
+        if not self.is_channel and chat_named:
+            return (
+                f"conversation {shown} is named as a chat's (<platform>:<id>, as tg:42), which only a channel adapter"
+                f" starts; {self.name!r} may not start it: name one without a '<platform>:' head"
+            )
+        return None
 
     def actor(self, requested: pb.Actor | None) -> pb.Actor | None:
         """The actor a message from this caller is recorded under, and so whose `actor` state (personal memory) its

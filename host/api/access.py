@@ -26,7 +26,7 @@ def send(
 ) -> AsyncIterator[hpb.SendMessageReply | bytes]:
     """RunManager.send as `principal`: one of its bots; recorded as its message, under the actor it may name; into
     a conversation it started, unless it may use every conversation of its bots; never starting another key's end
-    user's (Principal.may_start). Refusals raise when the returned
+    user's or a chat's (Principal.start_refusal). Refusals raise when the returned
     stream is first read (PermissionDenied), but for the bot's, which raises here."""
     require_bot(runs.registry.bot(request.bot).bot_id, principal)
     actor = principal.actor(request.actor if request.HasField("actor") else None)
@@ -37,7 +37,7 @@ def send(
         origin=principal.name,
         trusted=principal.is_admin,
         own_conversation=principal.own_only is not None,
-        may_start=principal.may_start(request.conversation_id),
+        start_refusal=principal.start_refusal(request.conversation_id),
         encoded=encoded,
     )
 

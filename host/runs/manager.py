@@ -166,7 +166,7 @@ class RunManager:
         origin: str = "",
         trusted: bool = False,
         own_conversation: bool = False,
-        may_start: bool = True,
+        start_refusal: str | None = None,
         encoded: Literal[False] = False,
     ) -> AsyncIterator[hpb.SendMessageReply]: ...
 
@@ -178,7 +178,7 @@ class RunManager:
         origin: str = "",
         trusted: bool = False,
         own_conversation: bool = False,
-        may_start: bool = True,
+        start_refusal: str | None = None,
         encoded: bool,
     ) -> AsyncIterator[hpb.SendMessageReply | bytes]: ...
 
@@ -189,7 +189,7 @@ class RunManager:
         origin: str = "",
         trusted: bool = False,
         own_conversation: bool = False,
-        may_start: bool = True,
+        start_refusal: str | None = None,
         encoded: bool = False,
     ) -> AsyncIterator[hpb.SendMessageReply | bytes]:
         """Called by the AgentHost servicer for SendMessage, and by the HTTP gateway. Yields `queued` (if the run
@@ -198,9 +198,9 @@ class RunManager:
         anything when the run queue is full. `origin` is the caller's credential name (ActiveRun.origin), recorded
         on the event and the run; `trusted`: it is an admin credential, with no sender share of the queue.
         `own_conversation`: the conversation must be new or one `origin` started; PermissionDenied otherwise.
-        `may_start`: False, the conversation must exist (credentials.Principal.may_start). `encoded`: event batches
-        the host numbered as bytes come as a serialized SendMessageReply, for a gRPC stream to send as they are
-        (see Inbox.take)."""
+        `start_refusal`: the conversation must exist, and if not, this is why (credentials.Principal.start_refusal).
+        `encoded`: event batches the host numbered as bytes come as a serialized SendMessageReply, for a gRPC
+        stream to send as they are (see Inbox.take)."""
         if self._closing:
             raise Unavailable("the host is stopping; send again once it is back")
         bot = self.registry.bot(request.bot)
@@ -221,10 +221,10 @@ class RunManager:
         except (ValueError, RecursionError):
             raise InvalidArgument("data_json is not valid JSON") from None
         files = attachment_checks.check(list(request.attachments))
-        check = own_conversation or not may_start
+        check = own_conversation or start_refusal is not None
         if check:  # early, before attachments are stored; checked again in the recording transaction
             self._check_starter(
-                self.registry.db.reader, bot.bot_id, conversation_id, origin, own_conversation, may_start
+                self.registry.db.reader, bot.bot_id, conversation_id, origin, own_conversation, start_refusal
             )
         if files and self.artifacts is None:
             raise FailedPrecondition("this host stores no attachments")
@@ -266,7 +266,7 @@ class RunManager:
 
         def record(conn: sqlite3.Connection) -> pb.EventRecord:
             if check:
-                self._check_starter(conn, bot.bot_id, conversation_id, origin, own_conversation, may_start)
+                self._check_starter(conn, bot.bot_id, conversation_id, origin, own_conversation, start_refusal)
             for ref in refs:
                 ArtifactStore.insert_row(conn, ref, bot.bot_id)
             event = Conversations.insert_event(
@@ -338,17 +338,14 @@ class RunManager:
 
     @staticmethod
     def _check_starter(
-        conn: sqlite3.Connection, bot_id: str, conversation_id: str, origin: str, own: bool, may_start: bool
+        conn: sqlite3.Connection, bot_id: str, conversation_id: str, origin: str, own: bool, start_refusal: str | None
     ) -> None:
         """`own`: refuses a message into a conversation someone other than `origin` started (or a host before
-        migration _V9 recorded, sender unknown): the run would read that conversation's history to answer it. Not
-        `may_start`: refuses to start the conversation (another key's end user's: Principal.may_start)."""
+        migration _V9 recorded, sender unknown): the run would read that conversation's history to answer it.
+        `start_refusal`: refuses to start the conversation, saying why (credentials.Principal.start_refusal)."""
         starter = Conversations.starter(conn, bot_id, conversation_id)
-        if starter is None and not may_start:
-            raise PermissionDenied(
-                f"conversation {conversation_id[:64]!r} is another key's end user's conversation; {origin!r}"
-                " may not start it: name another"
-            )
+        if starter is None and start_refusal is not None:
+            raise PermissionDenied(start_refusal)
         if own and starter is not None and starter != origin:
             raise PermissionDenied(
                 f"conversation {conversation_id[:64]!r} was started by another sender; {origin!r} may write only"

@@ -88,9 +88,9 @@ async def test_a_send_key_reaches_only_its_own_conversations_unless_granted(worl
         chat = await tg.send("testbot", "my Telegram secret", conversation_id="tg:42")
     cli = await world.harness.client.send("testbot", "the CLI's", conversation_id="cli:1")
     async with client(world, app2) as c2:
-        await _chat(c2, "app2's", "app2:1")
+        await _chat(c2, "app2's", "app2-1")
         await _chat(c2, "alice's", user="alice")  # conversation user:app2/alice
-    theirs = {"tg:42": chat.run.run_id, "cli:1": cli.run.run_id, "app2:1": _in(world, "app2:1")[0].run_id}
+    theirs = {"tg:42": chat.run.run_id, "cli:1": cli.run.run_id, "app2-1": _in(world, "app2-1")[0].run_id}
 
     async with client(world, world.key) as app:
         for conversation in (*theirs, "user:app2/alice"):
@@ -102,13 +102,13 @@ async def test_a_send_key_reaches_only_its_own_conversations_unless_granted(worl
             with pytest.raises(openai.NotFoundError):
                 await app.responses.create(previous_response_id=response_id(run_id), input="go on")  # type: ignore[call-overload]
         # Its own: a new conversation it names, continued by header and by response id.
-        await _chat(app, "mine", "app:1")
-        await _chat(app, "mine again", "app:1")
+        await _chat(app, "mine", "app-1")
+        await _chat(app, "mine again", "app-1")
         mine = await app.responses.create(model="testbot", input="x")
         assert (await app.responses.create(previous_response_id=mine.id, input="y")).status == "completed"  # type: ignore[call-overload]
     for conversation, run_id in theirs.items():
         assert [r.run_id for r in _in(world, conversation)] == [run_id]  # nothing recorded for the refusals
-    assert len(_in(world, "app:1")) == 2
+    assert len(_in(world, "app-1")) == 2
 
     # The same key on gRPC: the others' runs do not exist to it.
     async with HostClient(world.host.admin_address, token=world.key) as app_grpc:
@@ -160,7 +160,7 @@ async def test_a_keys_end_users_are_its_own_in_memory_too(world: World) -> None:
     async with client(world, world.key) as a:
         assert (await _chat(a, "recall", user="tg:42")).choices[0].message.content == "note: "
     async with HostClient(world.host.admin_address, token=world.key) as app_grpc:
-        assert (await app_grpc.send("testbot", "recall", conversation_id="g:1", actor=tg_user)).text == "note: "
+        assert (await app_grpc.send("testbot", "recall", conversation_id="g-1", actor=tg_user)).text == "note: "
 
 
 def test_send_credentials_stored_before_the_grant_are_own_only(tmp_path: Path) -> None:
@@ -241,3 +241,30 @@ async def test_no_other_sender_takes_a_keys_end_user_conversation_first(world: W
         # The key itself may name its own users' conversations by header too.
         await _chat(a, "again", "user:app/alice")
     assert [r.origin for r in _in(world, "user:app/alice")] == ["app", "app"]
+
+
+async def test_no_key_takes_a_chats_conversation_first_and_no_channel_takes_a_keys(world: World) -> None:
+    """The first sender of a conversation owns it. A key that started `tg:77` before that Telegram chat did would lock
+    the chat out of its own conversation for good (the channel, an own-only sender, is refused in a conversation it did
+    not start), so a name of a chat's form is the channels' to start; and a channel, an untrusted plugin, starts only
+    such names, never one a key or the CLI uses. Refused over gRPC and the gateway's header alike, nothing recorded."""
+    granted = await _key(world, "ops-app", all_conversations=True)
+    for key in (world.key, granted):
+        async with client(world, key) as c:
+            with pytest.raises(openai.PermissionDeniedError, match="named as a chat's"):
+                await _chat(c, "squat", "tg:77")
+        async with HostClient(world.host.admin_address, token=key) as grpc_client:
+            with pytest.raises(errors.PermissionDenied, match="named as a chat's"):
+                await grpc_client.send("testbot", "squat", conversation_id="slack:C01")
+    assert _in(world, "tg:77") == _in(world, "slack:C01") == []
+    async with HostClient(world.host.admin_address, token=_channel_key(world, "tg")) as tg:
+        for name in ("support-1", "orders"):
+            with pytest.raises(errors.PermissionDenied, match="a channel names its chats' conversations"):
+                await tg.send("testbot", "squat", conversation_id=name)
+        assert (await tg.send("testbot", "hi", conversation_id="tg:77")).text == "Hello world"
+    assert _in(world, "support-1") == _in(world, "orders") == []
+    assert [r.origin for r in _in(world, "tg:77")] == ["channel.tg"]
+    # A key still names its own conversations freely, and the CLI (admin) any.
+    async with client(world, world.key) as a:
+        assert (await _chat(a, "hi", "support-1")).choices[0].message.content == "Hello world"
+    await world.harness.client.send("testbot", "hi", conversation_id="web:1")
