@@ -318,7 +318,12 @@ class RunManager:
         st.subscribers.append(inbox)
         self._live[info.run_id] = st
         place = self.admission.enqueue(st)
-        queued = hpb.RunQueued(waiting_on=place.waiting_on, position=place.position, bots_waiting=place.bots_waiting)
+        queued = hpb.RunQueued(waiting_on=place.waiting_on)
+        if trusted or place.waiting_on == "conversation":
+            # A place in the host's line counts other senders' runs and bots: their load is not a narrow key's to
+            # learn. A conversation's line holds only runs its sender may see.
+            queued.position = place.position
+            queued.bots_waiting = place.bots_waiting
         queued.run.CopyFrom(info)
         if self._closing:  # the host began stopping while the run was being recorded
             self._end_queued(st, "interrupted", "host_shutdown", "the host stopped before this run started")

@@ -447,10 +447,9 @@ def queue_note(reply: hpb.SendMessageReply) -> bytes | None:
     kind = reply.WhichOneof("kind")
     if kind == "queued":
         q = reply.queued
-        return comment(
-            f"agenthost queued run={q.run.run_id} waiting_on={q.waiting_on} position={q.position}"
-            f" bots_waiting={q.bots_waiting}"
-        )
+        place = f" position={q.position}" if q.position else ""  # 0: not told to this key (hpb.RunQueued)
+        waiting = f" bots_waiting={q.bots_waiting}" if q.bots_waiting else ""
+        return comment(f"agenthost queued run={q.run.run_id} waiting_on={q.waiting_on}{place}{waiting}")
     if kind == "run_started":
         return comment(f"agenthost run_started run={reply.run_started.run_id}")
     return None
