@@ -111,6 +111,16 @@ BYPASSES = [
     "sudo git -C . push",
 ]
 FAIL_CLOSED = [
+    # A program named by a path outside the system's program directories may be anything under any name (a copy of
+    # rm made by this line or an earlier call), and a line that sets PATH makes a plain name such a file.
+    "cp /bin/rm ./tidy && ./tidy -rf x",
+    "/tmp/tidy -rf x",
+    "bin/tidy x",
+    "cd /tmp && ./tidy x",
+    "/usr/bin/../../tmp/tidy x",
+    "PATH=/tmp tidy x",
+    "export PATH=/tmp:$PATH; tidy x",
+    "env PATH=. tidy x",
     "$X x",  # a variable in command position
     "${X} x",
     "$(echo rm) x",
@@ -151,6 +161,9 @@ FAIL_CLOSED = [
     "env GIT_CONFIG_KEY_0=alias.x git x",
 ]
 BENIGN = [
+    "/usr/bin/env python3 -V",
+    "/usr/local/bin/jq . f.json",
+    "/bin/ls -la",
     "ls -la",
     "echo rm",
     "echo rm x",

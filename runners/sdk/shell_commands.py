@@ -19,15 +19,18 @@ are joined as bash joins them.
 An argument made from an expansion, a glob or braces is kept as a wildcard (`Dynamic`): a pattern that could match
 it once filled in asks too (`could_match`).
 
-A filter on names, not a wall: a copy of a program under another name, an interpreter (`python -c`), or a script
-written by one call and run by the next is beyond what any reading of one line can see; `approvals.tools:
-["shell"]` asks for every command.
+A name is only as good as the file behind it, so a program run by a path outside the system's program directories
+(`./x`, `/tmp/x`, `bin/x`: a file a model may have written, or a copy of `rm` under another name) asks, and so does a
+line that sets PATH (after which a plain name may run such a file). What stays beyond any reading of one line: an
+interpreter (`python -c`), and a program on the system's PATH that runs another by a name the line never shows;
+`approvals.tools: ["shell"]` asks for every command.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import functools
+import posixpath
 import re
 import shlex
 from collections.abc import Sequence
@@ -83,10 +86,13 @@ RESERVED = frozenset(
 # Variables whose value a shell runs or sources (PS4 under `-x`, BASH_ENV at start, exported functions), or that
 # give git configuration (an alias among it): an assignment to one is code that cannot be seen.
 CODE_VARIABLES = re.compile(
-    r"(BASH_ENV|ENV|PS[0-4]|PROMPT_COMMAND|SHELLOPTS|BASHOPTS|BASH_FUNC_.*|GIT_CONFIG_(COUNT|KEY_.*|VALUE_.*|PARAMETERS))"
+    r"(PATH|BASH_ENV|ENV|PS[0-4]|PROMPT_COMMAND|SHELLOPTS|BASHOPTS|BASH_FUNC_.*|GIT_CONFIG_(COUNT|KEY_.*|VALUE_.*|PARAMETERS))"
     r"\+?=?$"
 )
 FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+# Where a sandbox's programs live, bound read-only from the system: a program named by a path elsewhere is a file a
+# command could have written or copied, whose name says nothing of what it does.
+SYSTEM_PROGRAM_DIRS = frozenset({"/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"})
 
 _GLOB = frozenset("*?[")
 _GIT_ALIAS = re.compile(r"(-c|--config-env=)alias\.", re.IGNORECASE)
@@ -278,6 +284,9 @@ def _argv(argv: list[Template], out: Commands, depth: int, *, appended: bool = F
     if program is None:
         out.unresolved.append(f"the program {show(head)!r} is only known when it runs")
         return
+    path = show(head)
+    if "/" in path and (not is_literal(head) or posixpath.dirname(posixpath.normpath(path)) not in SYSTEM_PROGRAM_DIRS):
+        out.unresolved.append(f"the program {path!r} is a file outside the system's program directories")
     rest = argv[1:] + ([(DYN,)] if appended else [])
     out.commands.append(_join([(program,), *rest]))
     _without_leading_options(program, rest, out)
