@@ -194,6 +194,7 @@ def test_the_sdk_wire_constants_are_agenthosts():
         "MAX_EVENT_BYTES": wire.MAX_EVENT_BYTES,
         "RUNNER_HEALTH_SERVICE": wire.RUNNER_HEALTH_SERVICE,
         "APPROVAL_DEFAULT_SECONDS": wire.APPROVAL_DEFAULT_SECONDS,
+        "SHORT_TEXT_BYTES": wire.SHORT_TEXT_BYTES,
         "EXIT_BAD_CONFIG": plugin_process.EXIT_BAD_CONFIG,
         "EXIT_DISCOVERY": plugin_process.EXIT_DISCOVERY,
         "EXIT_UNAVAILABLE": sdk_main.EXIT_UNAVAILABLE,

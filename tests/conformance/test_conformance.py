@@ -73,6 +73,14 @@ async def test_lifecycle_and_coalesced_streaming(target):
     assert run.status == "completed"
 
 
+@pytest.mark.parametrize("text", ["é—☃ ", "x" * 123, "y" * 124, "z" * 5000])
+async def test_deltas_of_every_size_and_alphabet(target, text):
+    """Non-ASCII text, the largest delta framed with one-byte lengths, the smallest that is not, and a long one."""
+    result = await target.send({"op": "deltas", "n": 3, "text": text})
+    assert observed(result) == [3]
+    assert [e.text_delta.text for e in result.events if e.WhichOneof("kind") == "text_delta"] == [text] * 3
+
+
 async def test_a_runner_that_throws_fails_the_run(target):
     result = await target.send({"op": "deltas", "n": 1, "text": "a"}, {"op": "fail", "message": "boom"})
     assert result.run.status == "failed" and result.run.error_code == "runner_error"

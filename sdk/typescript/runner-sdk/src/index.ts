@@ -8,7 +8,7 @@ export * as events from "./events";
 export type { RunEvent, Scope } from "./events";
 export { main, readConfigLine, hostStop } from "./plugin";
 export { RunContext, Runner, sleep, type RunnerClass, type RunnerManifest } from "./runner";
-export { serve, SDK_VERSION, type ServeOptions } from "./server";
+export { batching, serve, SDK_VERSION, type ServeOptions } from "./server";
 export * as wire from "./wire";
 export type { ArtifactRef, EventRecord, TranscriptItem } from "./gen/agenthost/protos/common";
 export type {

@@ -27,9 +27,20 @@ import {
 } from "./gen/agenthost/protos/runner";
 import { Health, ServingStatus } from "./health";
 import { type Runner, type RunnerClass, RunContext } from "./runner";
-import { CHANNEL_OPTIONS, MAX_BATCH, MAX_BATCH_BYTES, MAX_EVENT_BYTES, PROTOCOL_VERSION, RUNNER_HEALTH_SERVICE } from "./wire";
+import {
+  CHANNEL_OPTIONS,
+  MAX_BATCH,
+  MAX_BATCH_BYTES,
+  MAX_EVENT_BYTES,
+  PROTOCOL_VERSION,
+  RUNNER_HEALTH_SERVICE,
+  SHORT_TEXT_BYTES,
+} from "./wire";
 
 export const SDK_VERSION = "typescript-0.1.0";
+/** The batch cut, in events: wire.MAX_BATCH. Benchmarks lower it to compare SDKs at equal batch sizes (as
+ * benchmarks/bench-plugin sets the Python SDK's server.MAX_BATCH); runners leave it alone. */
+export const batching = { maxEvents: MAX_BATCH };
 /** Below the host's own deadline for the call, so the runner's answer says what happened. */
 const LIST_MODELS_TIMEOUT_MS = 20_000;
 
@@ -67,6 +78,24 @@ function encoded(event: RunEvent | string): Buffer {
   );
 }
 
+/** A text delta yielded as a plain string, framed as its batch entry directly: what `encoded(events.text(s))`
+ * returns, at a fraction of its cost (no RunEvent object, no generic encoder), because streamed text is most of
+ * what runners send. The framing is the wire contract's (agenthost.protos.wire.SHORT_TEXT_BYTES: RunEvent.text_delta
+ * and TextDelta.text are both field 1); longer texts take the generated encoder. */
+function textEntry(text: string): Buffer {
+  const n = Buffer.byteLength(text);
+  if (n === 0 || n > SHORT_TEXT_BYTES) return encoded(text);
+  const out = Buffer.allocUnsafe(n + 6);
+  out[0] = 0x0a; // RunEventBatch.events
+  out[1] = n + 4;
+  out[2] = 0x0a; // RunEvent.text_delta
+  out[3] = n + 2;
+  out[4] = 0x0a; // TextDelta.text
+  out[5] = n;
+  out.write(text, 6);
+  return out;
+}
+
 /** Encoded events → the Run call, coalesced: what piled up until the producer yields to the event loop goes out
  * as one message (cut at MAX_BATCH / MAX_BATCH_BYTES). `push` returns a promise when the caller must wait (HTTP/2
  * flow control: the host reads slower than the runner produces). */
@@ -81,7 +110,7 @@ class Batches {
   push(entry: Buffer): Promise<void> | null {
     if (
       this.pending.length > 0 &&
-      (this.pending.length >= MAX_BATCH || this.bytes + entry.length > MAX_BATCH_BYTES)
+      (this.pending.length >= batching.maxEvents || this.bytes + entry.length > MAX_BATCH_BYTES)
     ) {
       this.flush();
     }
@@ -115,35 +144,58 @@ class Batches {
   }
 }
 
-/** Runs one runner generator to its terminal event; a throw becomes a `failed` event. Stops at once (and returns
- * the generator) when `signal` is aborted: the host cancelled the call, nothing more is written. */
+/** Runs one runner generator to its terminal event; a throw becomes a `failed` event. Returns at once when `signal`
+ * is aborted (the host cancelled the call; nothing more is written), even from a runner that ignores the signal:
+ * its generator is then returned, which runs its `finally` when it next resumes. */
 async function drive(runner: Runner, run: RunContext, out: Batches, signal: AbortSignal): Promise<void> {
-  const aborted = new Promise<"aborted">((resolve) => {
-    if (signal.aborted) resolve("aborted");
-    else signal.addEventListener("abort", () => resolve("aborted"), { once: true });
+  let onAbort: (() => void) | undefined;
+  // One race for the whole run: a race per event would pile a reaction per event onto the abort's promise.
+  const aborted = new Promise<void>((resolve) => {
+    onAbort = () => resolve();
+    if (signal.aborted) resolve();
+    else signal.addEventListener("abort", onAbort, { once: true });
   });
-  let iterator: AsyncIterator<RunEvent | string> | undefined;
-  let terminal = false;
+  const iterator = runner.run(run)[Symbol.asyncIterator]();
   try {
-    iterator = runner.run(run)[Symbol.asyncIterator]();
+    await Promise.race([pump(runner, run, iterator, out, signal, aborted), aborted]);
+  } finally {
+    signal.removeEventListener("abort", onAbort!);
+    // The generator's own `finally` runs now (or when it next resumes), not whenever the garbage collector gets to it.
+    if (iterator.return) void Promise.resolve(iterator.return()).catch(() => undefined);
+  }
+}
+
+async function pump(
+  runner: Runner,
+  run: RunContext,
+  iterator: AsyncIterator<RunEvent | string>,
+  out: Batches,
+  signal: AbortSignal,
+  aborted: Promise<void>,
+): Promise<void> {
+  try {
     for (;;) {
-      const next = await Promise.race([iterator.next(), aborted]);
-      if (next === "aborted") return;
+      const next = await iterator.next();
+      if (signal.aborted) return;
       if (next.done) break;
       const event = next.value;
-      if (typeof event !== "string" && (event === null || typeof event !== "object")) {
+      let wait: Promise<void> | null;
+      if (typeof event === "string") {
+        wait = out.push(textEntry(event));
+      } else if (event !== null && typeof event === "object") {
+        wait = out.push(encoded(event));
+        if (event.completed !== undefined || event.failed !== undefined) return;
+      } else {
         throw new TypeError(
           `${runner.constructor.name}.run yielded a ${typeof event}; a runner yields RunEvents (made with events.*) or a string for a text delta`,
         );
       }
-      const wait = out.push(encoded(event));
-      if (typeof event !== "string" && (event.completed !== undefined || event.failed !== undefined)) {
-        terminal = true;
-        break;
+      if (wait !== null) {
+        await Promise.race([wait, aborted]);
+        if (signal.aborted) return;
       }
-      if (wait !== null && (await Promise.race([wait, aborted])) === "aborted") return;
     }
-    if (!terminal) out.push(encoded(completed()));
+    out.push(encoded(completed()));
   } catch (err) {
     if (signal.aborted) return;
     if (err instanceof AgentHostError) {
@@ -153,9 +205,6 @@ async function drive(runner: Runner, run: RunContext, out: Batches, signal: Abor
       log(`runner ${(runner.constructor as RunnerClass).manifest.name} failed in run ${run.runId}: ${e?.stack ?? e}`);
       out.push(encoded(failed("runner_error", `${e?.name ?? "Error"}: ${e?.message ?? String(err)}`)));
     }
-  } finally {
-    // The generator's own `finally` runs now, not whenever the garbage collector gets to it.
-    if (iterator?.return) void Promise.resolve(iterator.return()).catch(() => undefined);
   }
 }
 

@@ -11,6 +11,8 @@ export const MAX_BATCH = 256;
 export const MAX_BATCH_BYTES = 4 * 1024 * 1024;
 /** The largest single event a runner may emit; a larger one ends the run with `event_too_large`. */
 export const MAX_EVENT_BYTES = MAX_MESSAGE_BYTES - 64 * 1024;
+/** A text delta of 1 to SHORT_TEXT_BYTES bytes of UTF-8 is framed with one-byte lengths. */
+export const SHORT_TEXT_BYTES = 123;
 /** The gRPC health service name a runner process reports SERVING under. */
 export const RUNNER_HEALTH_SERVICE = "agenthost.v1.Runner";
 /** How long an approval request waits when the runner names no timeout. */
