@@ -6,13 +6,16 @@ start; the SDK's wire constants equal to agenthost.protos.wire's."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
 from agenthost.host.server import Host
+from agenthost.plugins import sandbox
 from agenthost.protos import wire
 from tests.cli_process import acli
 from tests.typescript import ECHO, WORKSPACE, build
@@ -54,6 +57,15 @@ async def test_install_from_a_directory_with_the_cli_and_run(workspace, host):
     # shared with the host.
     assert host.supervisor.sandboxed and pp.proc is not None
     assert open(f"/proc/{pp.proc.pid}/comm").read().strip() == "bwrap"
+    argv = open(f"/proc/{pp.proc.pid}/cmdline").read().split("\0")
+    app = str(data / "plugins" / "agenthost-echo-runner" / "env" / "app")
+    binds = {(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv[:-2]) if a == "--ro-bind"}
+    assert (app, app) in binds  # the package, read-only
+    assert "--unshare-net" in argv  # no network: the manifest did not ask, the user did not accept
+    # Not the host's Python environment: a node plugin sees its runtime and its package instead.
+    assert not any(sys.prefix in path for _, path in binds)
+    inside = sandbox._descendant_in_other_mount_namespace(pp.proc.pid)
+    assert inside is not None and os.readlink(f"/proc/{inside}/ns/net") != os.readlink("/proc/self/ns/net")
     code, out, err = await acli(data, "bots", "create", "tsbot")
     assert code == 0, err
     code, out, err = await acli(

@@ -18,8 +18,12 @@ steps (each a dict with "op"):
     approval {tool, summary, timeout}   -> {outcome, approved, note}
     child {description, text}           a child run that streams `text` -> {status}
     park                                progress "parked", then wait until the host ends the run
+    kb_search {query}                   -> {hits, keyword_only}
     reject {case}                       a call the host must refuse -> {error: the typed error's class name}
     fail {message}                      raise: the run fails with runner_error
+
+A binding config {"refuse": "why"} is refused by the runner's own check (ValidateConfig), and every binding lists
+one model, {"provider": "conformance", "model": <config's "model", default "m1">} (ListModels).
 
 Errors are observed by class name, which is the same in both SDKs (agenthost.protos.errors, runner-sdk errors).
 """
@@ -57,6 +61,7 @@ async def _rejected(run: RunContext, case: str) -> dict[str, Any]:
         "stale_version": lambda: api.state_set("conversation", "cas", 1, if_version=987654),
         "missing_artifact": lambda: api.artifact_metadata("art_doesnotexist"),
         "empty_tool_name": lambda: api.request_approval(""),
+        "state_write_not_granted": lambda: api.state_set("conversation", "k", 1),
     }
     try:
         await calls[case]()
@@ -67,6 +72,12 @@ async def _rejected(run: RunContext, case: str) -> dict[str, Any]:
 
 class Conformance(Runner):
     manifest = RunnerManifest(name="conformance", description="Obeys the conformance suite's scripts")
+
+    def validate_config(self, config: dict[str, Any]) -> list[str]:
+        return [f"refuse: {config['refuse']}"] if "refuse" in config else []
+
+    async def list_models(self, config: dict[str, Any], secrets: dict[str, str]) -> list[dict[str, str]]:
+        return [{"provider": "conformance", "model": str(config.get("model", "m1"))}]
 
     async def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent | str]:
         observed: list[Any] = []
@@ -145,6 +156,9 @@ class Conformance(Runner):
             elif op == "park":
                 yield events.progress("parked")
                 await asyncio.sleep(3600)
+            elif op == "kb_search":
+                found = await api.kb_search(step["query"])
+                observed.append({"hits": len(found.hits), "keyword_only": found.keyword_only})
             elif op == "reject":
                 observed.append(await _rejected(run, step["case"]))
             elif op == "fail":

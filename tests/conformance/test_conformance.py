@@ -214,3 +214,31 @@ REJECTIONS = {
 async def test_every_rejection_is_the_same_typed_error(target):
     result = await target.send(*({"op": "reject", "case": case} for case in REJECTIONS))
     assert observed(result) == [{"error": name} for name in REJECTIONS.values()]
+
+
+async def test_an_api_the_binding_does_not_grant_is_refused(target):
+    await target.h.client.bind(target.h.bot, target.runner_id, priority=1, apis=["state.read"])
+    result = await target.send({"op": "reject", "case": "state_write_not_granted"}, {"op": "kb_search", "query": "x"})
+    assert result.run.status == "failed" and result.run.error_code == "host_permission_denied"
+    result = await target.send({"op": "reject", "case": "state_write_not_granted"})
+    assert observed(result) == [{"error": "PermissionDenied"}]
+
+
+async def test_kb_search(target):
+    result = await target.send({"op": "kb_search", "query": "anything"})
+    (seen,) = observed(result)
+    assert seen["hits"] == 0
+
+
+# ---- the Runner service's other calls: ValidateConfig and ListModels ----
+
+
+async def test_the_runners_own_config_check_and_its_models(target):
+    from agenthost.protos import errors
+
+    with pytest.raises(errors.InvalidArgument, match="refuse: not today"):
+        await target.h.client.bind(target.h.bot, target.runner_id, {"refuse": "not today"}, priority=2)
+    await target.h.client.bind(target.h.bot, target.runner_id, {"model": "m7"}, priority=2)
+    listed = await target.h.client.call("ListModels", hpb.ListModelsAdminRequest(bot=target.h.bot))
+    models = sorted((m.provider, m.model) for b in listed.bindings for m in b.models)
+    assert ("conformance", "m7") in models and ("conformance", "m1") in models

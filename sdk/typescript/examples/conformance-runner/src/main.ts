@@ -18,6 +18,7 @@ async function rejected(run: RunContext, kase: string): Promise<{ error: string 
     stale_version: () => api.stateSet("conversation", "cas", 1, { ifVersion: 987654 }),
     missing_artifact: () => api.artifactMetadata("art_doesnotexist"),
     empty_tool_name: () => api.requestApproval(""),
+    state_write_not_granted: () => api.stateSet("conversation", "k", 1),
   };
   try {
     await calls[kase]();
@@ -30,6 +31,14 @@ async function rejected(run: RunContext, kase: string): Promise<{ error: string 
 
 class Conformance extends Runner {
   static manifest = { name: "conformance", description: "Obeys the conformance suite's scripts" };
+
+  override validateConfig(config: Record<string, unknown>): string[] {
+    return "refuse" in config ? [`refuse: ${config.refuse}`] : [];
+  }
+
+  override async listModels(config: Record<string, unknown>) {
+    return [{ provider: "conformance", model: String(config.model ?? "m1") }];
+  }
 
   async *run(run: RunContext) {
     const observed: unknown[] = [];
@@ -116,6 +125,11 @@ class Conformance extends Runner {
           yield events.progress("parked");
           await sleep(3600_000, run.signal);
           break;
+        case "kb_search": {
+          const found = await api.kbSearch(step.query);
+          observed.push({ hits: found.hits.length, keyword_only: found.keywordOnly });
+          break;
+        }
         case "reject":
           observed.push(await rejected(run, step.case));
           break;
