@@ -182,8 +182,9 @@ async def install(
         command_plugin.is_package_tarball(path)
     ):
         if require_hashes:
-            raise InstallError("--require-hashes installs Python distributions from a requirements file; "
-                               f"{source} is an npm package")
+            raise InstallError(
+                f"--require-hashes installs Python distributions from a requirements file; {source} is an npm package"
+            )
         return await _install_command_plugin(
             path.resolve(), plugins_dir, offline=offline, sandboxed=sandboxed, contain=contain
         )
