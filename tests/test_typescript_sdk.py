@@ -215,3 +215,49 @@ def test_the_sdk_wire_constants_are_agenthosts():
     for name, value in expected.items():
         # The right-hand sides are literals or arithmetic of earlier constants (valid Python too).
         assert eval(found[name], {}, {k: expected[k] for k in expected}) == value, name  # noqa: S307
+
+
+def _package(root, **fields) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    doc = {"name": "evil-runner", "version": "1.0.0", "agenthost": {"runtime": "node", "command": ["node", "m.js"]}}
+    (root / "package.json").write_text(json.dumps({**doc, **fields}))
+    (root / "m.js").write_text("console.log(JSON.stringify({runners: [{name: 'x'}]}))\n")
+
+
+async def test_hostile_npm_packages_are_refused_with_the_reason(host, tmp_path):
+    """An entry file outside the package, a tarball whose members climb out of the unpack directory, and
+    dependencies that --offline cannot fetch: each refused, saying why, with nothing written outside the staging
+    directory and nothing installed."""
+    import io
+    import tarfile
+
+    from agenthost.host.api.client import HostClient
+    from agenthost.protos import errors
+    from agenthost.protos import host_pb2 as hpb
+
+    climbing = tmp_path / "climbing"
+    _package(climbing, agenthost={"runtime": "node", "command": ["node", "../../../etc/passwd"]})
+    ruby = tmp_path / "ruby"
+    _package(ruby, agenthost={"runtime": "ruby", "command": ["ruby", "m.rb"]})
+    deps = tmp_path / "deps"
+    _package(deps, dependencies={"left-pad": "1.3.0"})
+    escape = tmp_path / "escape.tgz"
+    with tarfile.open(escape, "w:gz") as archive:
+        for name, data in (("package/package.json", (deps / "package.json").read_bytes()), ("../escaped", b"x")):
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            archive.addfile(member, io.BytesIO(data))
+    cases = [
+        (climbing, r"must be a path inside the package"),
+        (ruby, r"runtime\" must be one of \['node'\]"),
+        (deps, r"declares dependencies but ships no node_modules, and --offline forbids downloading them"),
+        (escape, r"cannot unpack .*escape\.tgz"),
+    ]
+    async with HostClient(host.admin_address, token=host.admin_token) as c:
+        for source, reason in cases:
+            with pytest.raises(errors.FailedPrecondition, match=reason):
+                await c.call("InstallPlugin", hpb.InstallPluginRequest(source=str(source), offline=True), timeout=120)
+        assert (await c.call("ListPlugins", hpb.ListPluginsRequest())).plugins == []
+    plugins = host.data_dir / "plugins"
+    assert not (plugins.parent / "escaped").exists() and not (plugins / "escaped").exists()
+    assert [p.name for p in plugins.iterdir()] == []
