@@ -17,6 +17,7 @@ steps (each a dict with "op"):
                                         read, range}
     approval {tool, summary, timeout}   -> {outcome, approved, note}
     child {description, text}           a child run that streams `text` -> {status}
+    child_timeout {timeout}             a child run the host times out while it works; it then emits -> {error}
     park                                progress "parked", then wait until the host ends the run
     kb_search {query}                   -> {hits, keyword_only}
     reject {case}                       a call the host must refuse -> {error: the typed error's class name}
@@ -153,6 +154,14 @@ class Conformance(Runner):
                     await child.emit(events.text(step["text"]), events.message(step["text"]))
                 assert child.result is not None
                 observed.append({"status": child.result.status})
+            elif op == "child_timeout":
+                try:
+                    async with run.child_run("slow", timeout=step["timeout"]) as child:
+                        await asyncio.sleep(step["timeout"] + 1.5)
+                        await child.emit(events.text("too late"))
+                    observed.append({"error": None})
+                except errors.AgentHostError as exc:
+                    observed.append({"error": type(exc).__name__})
             elif op == "park":
                 yield events.progress("parked")
                 await asyncio.sleep(3600)

@@ -200,6 +200,13 @@ async def test_child_runs(target):
     assert child.status == "completed" and child.text == "found it"
 
 
+async def test_a_child_run_the_host_timed_out(target):
+    result = await target.send({"op": "child_timeout", "timeout": 0.3})
+    assert observed(result) == [{"error": "DeadlineExceeded"}]
+    (finished,) = [e.subagent_finished for e in result.events if e.WhichOneof("kind") == "subagent_finished"]
+    assert finished.status == "timed_out"
+
+
 REJECTIONS = {
     "bad_token": "Unauthenticated",
     "other_run": "NotFound",  # the token names its own run; an id no run has is not found

@@ -121,6 +121,18 @@ class Conformance extends Runner {
           observed.push({ status });
           break;
         }
+        case "child_timeout":
+          try {
+            await run.childRun("slow", { timeout: step.timeout }, async (child) => {
+              await sleep((step.timeout + 1.5) * 1000);
+              await child.emit(events.text("too late"));
+            });
+            observed.push({ error: null });
+          } catch (err) {
+            if (!(err instanceof errors.AgentHostError)) throw err;
+            observed.push({ error: err.name });
+          }
+          break;
         case "park":
           yield events.progress("parked");
           await sleep(3600_000, run.signal);
