@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: demo test check lint docs docs-serve bench bench-cli check-wheel
+.PHONY: demo test check lint docs docs-serve bench bench-cli check-wheel ts-sdk
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,9 +15,14 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/agenthost demo
 
 # The whole suite, slow end-to-end tests included (what CI runs), on every core.
-test: $(VENV)/.installed
+test: $(VENV)/.installed ts-sdk
 	bash scripts/install_harness_clis.sh
 	$(PY) -m pytest -q -n auto --dist worksteal
+
+# The TypeScript runner SDK's npm workspace, installed into the repo (no root) and built; without Node.js 18+ it
+# says what is missing and its tests skip.
+ts-sdk:
+	bash scripts/build_typescript_sdk.sh
 
 # The everyday loop: lint, format, the public surfaces' types, and every test not marked slow.
 check: lint

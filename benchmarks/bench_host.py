@@ -64,14 +64,20 @@ OBJECTS, STRINGS = "delta-events", "deltas"
 
 
 async def host_deltas(
-    client: HostClient, n: int, batch: int, *, conversation_id: str = "deltas", command: str = OBJECTS
+    client: HostClient,
+    n: int,
+    batch: int,
+    *,
+    conversation_id: str = "deltas",
+    command: str = OBJECTS,
+    bot: str = "bench",
 ) -> float:
     t0 = time.perf_counter()
     got = 0
     status = ""
     last: hpb.SendMessageReply | None = None
     async for reply in client.stream(
-        hpb.SendMessageRequest(bot="bench", text=f"{command} {n} {batch}", conversation_id=conversation_id)
+        hpb.SendMessageRequest(bot=bot, text=f"{command} {n} {batch}", conversation_id=conversation_id)
     ):
         kind = reply.WhichOneof("kind")
         if kind == "events":

@@ -31,7 +31,7 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from agenthost.plugins import sandbox
+from agenthost.plugins import command_plugin, sandbox
 from agenthost.plugins.manifest import ChannelManifest, ManifestError, RunnerManifest
 
 INSTALL_TIMEOUT = 600.0
@@ -173,7 +173,21 @@ async def install(
     `sandboxed=False` only when the user opted out of the walls (the host refuses installs otherwise).
     `require_hashes`: the source must be a requirements file pinning every distribution it installs by hash.
     `contain`: wraps the command line of every step that runs the plugin's code (pip's build, describe) in the
-    host's resource walls: a build script is plugin code, and may fork or allocate without bound."""
+    host's resource walls: a build script is plugin code, and may fork or allocate without bound.
+
+    A directory holding a package.json (and no pyproject.toml), or an npm package tarball, is a plugin in another
+    language whose manifest names its command (agenthost.plugins.command_plugin)."""
+    path = Path(source).expanduser()
+    if (path.is_dir() and (path / "package.json").exists() and not (path / "pyproject.toml").exists()) or (
+        command_plugin.is_package_tarball(path)
+    ):
+        if require_hashes:
+            raise InstallError(
+                f"--require-hashes installs Python distributions from a requirements file; {source} is an npm package"
+            )
+        return await _install_command_plugin(
+            path.resolve(), plugins_dir, offline=offline, sandboxed=sandboxed, contain=contain
+        )
     kind, dist_name = _distribution_of(source)
     if require_hashes and kind != "requirements":
         raise InstallError(
@@ -260,6 +274,91 @@ async def install(
         )
     except ManifestError as exc:
         raise InstallError(f"{dist_name}: {exc}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+async def _install_command_plugin(
+    source: Path,
+    plugins_dir: Path,
+    *,
+    offline: bool,
+    sandboxed: bool,
+    contain: Callable[[list[str]], list[str]] | None,
+) -> InstalledPlugin:
+    """An npm package (a directory or an `npm pack` tarball) whose package.json names its command: copied or
+    unpacked into a staging env, its production dependencies installed by npm when it ships none (not --offline),
+    described in the sandbox without network, then moved into place with its launch file."""
+    plugins_dir.mkdir(parents=True, exist_ok=True)
+    staging = plugins_dir / f".staging-{uuid.uuid4().hex[:8]}"
+    staging.mkdir()
+    try:
+        app = staging / "app"
+        try:
+            if source.is_dir():
+                shutil.copytree(source, app, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+            else:
+                shutil.move(command_plugin.unpack(source, staging / "unpacked"), app)
+            info = command_plugin.read_package(app / "package.json")
+            runtime_path = command_plugin.find_runtime(info.runtime)
+        except command_plugin.CommandPluginError as exc:
+            raise InstallError(str(exc)) from None
+        plugin_id = command_plugin.plugin_id_of(info.name)
+        if plugin_id == "agenthost":
+            raise InstallError("agenthost's built-in runners are already installed")
+        walls = _Walls(staging, sandboxed=sandboxed, contain=contain)
+        env = walls.env()
+        runtime_ro = tuple(command_plugin.runtime_paths(runtime_path))
+        if info.has_dependencies and not (app / "node_modules").is_dir():
+            npm = shutil.which("npm", path=os.environ.get("PATH"))
+            if offline or npm is None:
+                why = "--offline forbids downloading them" if offline else "npm is not on PATH"
+                raise InstallError(
+                    f"{info.name} declares dependencies but ships no node_modules, and {why}: bundle them into the "
+                    "entry file (e.g. with esbuild), or install without --offline on a machine with npm"
+                )
+            npm_argv = [npm, "install", "--prefix", str(app), "--omit=dev", "--ignore-scripts", "--no-audit"]
+            npm_argv += ["--no-fund", "--no-update-notifier"]
+            npm_ro = (*runtime_ro, str(Path(npm).resolve().parent.parent))
+            code, out, err = await _run(*walls.argv(npm_argv, network=True, read_only=npm_ro), env=env)
+            if code:
+                raise InstallError(f"npm could not install the dependencies of {info.name}:\n{_tail(err or out)}")
+        entry = app / info.command[1]
+        if not entry.is_file():
+            raise InstallError(f"{info.name}: the entry file {info.command[1]} is not in the package (build it first?)")
+        describe_argv = [runtime_path, str(entry), *info.command[2:], "describe"]
+        describe_argv = walls.argv(describe_argv, network=False, read_only=runtime_ro)
+        code, out, err = await _run(*describe_argv, timeout=60, env=env)
+        try:
+            described = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+        except ValueError:
+            described = {}
+        if code or not isinstance(described, dict) or not isinstance(described.get("runners"), list):
+            reason = described.get("error") if isinstance(described, dict) else None
+            reason = reason or _tail(err or out) or f"exit code {code}"
+            raise InstallError(f"{info.name} installed, but its runners could not be loaded: {reason}")
+        manifests = [RunnerManifest.parse_json(json.dumps(raw)) for raw in described["runners"]]
+        if not manifests:
+            raise InstallError(f"{info.name} offers no runners")
+        for scratch in ("home", "tmp", "unpacked"):
+            shutil.rmtree(staging / scratch, ignore_errors=True)
+        final = plugins_dir / plugin_id / "env"
+        launch_file = command_plugin.write_launch(staging, final, info, runtime_path)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        if final.exists():
+            shutil.rmtree(final)
+        staging.rename(final)
+        return InstalledPlugin(
+            plugin_id=plugin_id,
+            distribution=info.name,
+            version=info.version,
+            python=str(launch_file),
+            manifests=manifests,
+            source=str(source),
+            description=info.description,
+        )
+    except ManifestError as exc:
+        raise InstallError(f"{source.name}: {exc}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

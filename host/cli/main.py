@@ -1113,14 +1113,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inst = plugins.add(
         "install",
-        "from a directory, a wheel, or a requirement",
+        "from a directory, a wheel, a requirement, or an npm package (a directory or tarball)",
         "agenthost plugins install ./plugins/examples/notes-runner --offline",
         "agenthost plugins install dist/my_plugin-1.0-py3-none-any.whl",
         "agenthost plugins install 'my-plugin==1.0' --allow-network",
         "agenthost plugins install pinned.txt --require-hashes   # lines: pkg==1.0 --hash=sha256:…",
+        "agenthost plugins install ./my-ts-runner --offline   # package.json names its command (node dist/main.js)",
+        "agenthost plugins install my-ts-runner-1.0.0.tgz --offline   # the tarball `npm pack` makes",
     )
     inst.add_argument(
-        "source", help="a directory (relative to here), a .whl file, a requirements .txt file, or a pip requirement"
+        "source",
+        help="a directory (relative to here), a .whl file, a requirements .txt file, a pip requirement, or an npm"
+        " package tarball (.tgz)",
     )
     inst.add_argument("--offline", action="store_true", help="use only local files and installed packages")
     inst.add_argument("--allow-network", action="store_true", help="accept the plugin's request for network access")

@@ -101,7 +101,12 @@ class Channels:
     async def describe(self, source: _Source) -> dict[str, ChannelManifest]:
         """The channel adapters a plugin offers, asked of its own environment in a sandbox without network."""
         plugin_id, python = source.plugin_id, source.python
-        from agenthost.plugins import install
+        from agenthost.plugins import command_plugin, install
+
+        if command_plugin.is_launch_file(python):
+            raise errors.FailedPrecondition(
+                f"plugin {plugin_id} is not a Python plugin: channel adapters are written with agenthost.channels.sdk"
+            )
 
         def wrap(argv: list[str]) -> list[str]:
             if self.host.sandbox_status != "on":

@@ -50,7 +50,7 @@ from agenthost.host.ops.logs import RotatingFile, pump
 from agenthost.host.ops.observability import Observer
 from agenthost.host.processes.resource_walls import PluginGroup, ResourceWalls, human_bytes
 from agenthost.host.store.db import Database
-from agenthost.plugins import binding_paths, sandbox
+from agenthost.plugins import binding_paths, command_plugin, sandbox
 from agenthost.plugins.binding_paths import NamedPath
 from agenthost.plugins.manifest import ManifestError, RunnerManifest
 from agenthost.protos import runner_pb2, runner_pb2_grpc, wire
@@ -309,7 +309,17 @@ class Supervisor:
         log_path = self.data_dir / "logs" / f"{spec.plugin_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = sandbox.plugin_environment(os.environ, home=data_dir)
-        argv = [spec.python, "-m", spec.module, "serve"]
+        if command_plugin.is_launch_file(spec.python):
+            # A plugin in another language: its runtime and package, read-only; the rest of the walls as below.
+            try:
+                launch = command_plugin.launch(spec.python)
+            except command_plugin.CommandPluginError as exc:
+                raise PluginStartError(f"cannot start the {spec.kind} process: {exc}") from None
+            argv = [*launch.argv, "serve"]
+            runtime_ro = launch.ro_paths
+        else:
+            argv = [spec.python, "-m", spec.module, "serve"]
+            runtime_ro = [*sandbox.python_paths(), str(Path(spec.python).parent.parent)]
         try:
             # Runner processes start commands for models: their group has a tools sub-group for those.
             group = self.walls.new_group(spec.plugin_id, with_tools=spec.kind == "runner")
@@ -325,8 +335,7 @@ class Supervisor:
             named_ro, named_rw = binding_paths.sandbox_paths(named)
             box = sandbox.Sandbox(
                 ro=[
-                    *sandbox.python_paths(),
-                    str(Path(spec.python).parent.parent),
+                    *runtime_ro,
                     *sandbox.extra_paths(sandbox.EXTRA_RO_ENV),
                     *named_ro,
                 ],

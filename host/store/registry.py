@@ -21,7 +21,8 @@ class PluginRecord:
     source: str
     builtin: bool
     enabled: bool
-    python: str  # the interpreter of the plugin's isolated environment
+    # The interpreter of the plugin's isolated environment, or a command plugin's launch file (plugins.command_plugin).
+    python: str
     manifests_json: str
     description: str
     network: bool = False  # the user let this plugin's sandbox reach the network
