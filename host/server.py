@@ -102,11 +102,14 @@ class Host:
         otlp_endpoint: str | None = None,
         tracing: Tracing | None = None,
         gateway_address: str | None = None,
+        database: str | None = None,
     ) -> None:
-        """`log_level`: also write the host log to <data>/logs/host.log at that level (None: leave logging to the
+        """`database`: a `postgresql://` DSN to keep the stores in (None: the SQLite file <data>/agenthost.db).
+        `log_level`: also write the host log to <data>/logs/host.log at that level (None: leave logging to the
         embedding process). `metrics_address`: serve Prometheus metrics there (HOST:PORT). `otlp_endpoint` (or
         OTEL_EXPORTER_OTLP_ENDPOINT): export spans; `tracing` instead hands in a configured Tracing (tests)."""
         self.data_dir = data_dir.expanduser().resolve()
+        self.database = database
         self.log_level = log_level
         self.metrics_address = metrics_address
         self.otlp_endpoint = otlp_endpoint
@@ -209,7 +212,7 @@ class Host:
         self.keys = KeyStore(self.data_dir)
         self.sandbox_status = self._sandbox_mode()
         self.resource_walls = self._resource_walls()
-        self.db = Database(self.data_dir / "agenthost.db")
+        self.db = Database(self.database or self.data_dir / "agenthost.db")
         await self.db.open()
         secret_row = self.db.query_one("SELECT value FROM meta WHERE key = 'cursor_secret'")
         if secret_row is None:

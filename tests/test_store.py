@@ -1,4 +1,5 @@
-"""The SQLite layer: group commit with per-job isolation, migrations, cursors, state and artifact rules."""
+"""The database layer on both backends (SQLite, PostgreSQL: `store_target`): group commit with per-job isolation,
+migrations, cursors, state and artifact rules."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from agenthost.protos import errors
 
 
 @pytest.fixture
-async def db(tmp_path):
-    d = Database(tmp_path / "t.db")
+async def db(store_target):
+    d = Database(store_target)
     await d.open()
     yield d
     await d.close()
@@ -31,14 +32,25 @@ async def test_group_commit_isolates_a_failing_job(db):
         c.execute("INSERT INTO meta(key, value) VALUES ('poison', 'v')")
         raise ValueError("job failed after writing")
 
-    results = await asyncio.gather(*(db.write(ok(i)) for i in range(50)), db.write(bad), return_exceptions=True)
-    assert isinstance(results[-1], ValueError)
+    def bad_sql(c):
+        # A statement the database refuses: on PostgreSQL it aborts the whole transaction until ROLLBACK TO.
+        c.execute("INSERT INTO meta(key, value) VALUES ('k0', 'duplicate')")
+
+    jobs = [db.write(ok(i)) for i in range(25)] + [db.write(bad), db.write(bad_sql)]
+    jobs += [db.write(ok(i)) for i in range(25, 50)]
+    results = await asyncio.gather(*jobs, return_exceptions=True)
+    assert isinstance(results[25], ValueError)
+    assert isinstance(results[26], db.errors)
     keys = {r[0] for r in db.query("SELECT key FROM meta")}
-    assert keys == {f"k{i}" for i in range(50)}  # the others committed, the failed job's row did not
-    assert db.batches < 51  # they shared commits
+    assert keys == {f"k{i}" for i in range(50)}  # the others committed, the failed jobs' rows did not
+    assert db.query_one("SELECT value FROM meta WHERE key = 'k0'")["value"] == "v"
+    assert db.batches < 52  # they shared commits
 
 
-async def test_integrity_and_durability_settings(db):
+async def test_integrity_and_durability_settings(tmp_path):
+    db = Database(tmp_path / "t.db")
+    await db.open()
+    await db.close()
     conn = connect(db.path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
@@ -53,6 +65,32 @@ def test_migrations_are_idempotent_and_refuse_a_newer_schema(tmp_path):
     conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
     with pytest.raises(RuntimeError, match="newer"):
         migrate(conn)
+
+
+def test_postgresql_migrates_an_empty_database_and_refuses_a_newer_schema(pg_cluster):
+    from agenthost.host.store import migrations_pg, postgres
+
+    pg_cluster.admin("CREATE DATABASE empty_migrated TEMPLATE template0")
+    conn = postgres.connect(pg_cluster.dsn("empty_migrated"))
+    try:
+        assert migrations_pg.migrate(conn) == len(migrations_pg.MIGRATIONS)
+        assert migrations_pg.migrate(conn) == len(migrations_pg.MIGRATIONS)
+        tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+        sqlite = sqlite3.connect(":memory:")
+        migrate(sqlite)
+        # Every table SQLite has (its FTS5 shadow tables aside: PostgreSQL indexes the tables themselves).
+        wanted = {
+            r[0]
+            for r in sqlite.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            if not r[0].startswith(("sqlite_", "transcript_fts", "kb_fts"))
+        }
+        assert wanted <= tables, wanted - tables
+        conn.execute(f"INSERT INTO schema_version(version) VALUES ({len(migrations_pg.MIGRATIONS) + 1})")
+        with pytest.raises(RuntimeError, match="newer"):
+            migrations_pg.migrate(conn)
+    finally:
+        conn.close()
+        pg_cluster.drop(pg_cluster.dsn("empty_migrated"))
 
 
 def test_cursors_are_bound_to_their_conversation():

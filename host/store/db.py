@@ -34,9 +34,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from agenthost.host import limits
+from agenthost.host.store.dialect import Dialect, SqliteDialect
+from agenthost.host.store.dsn import is_dsn
 from agenthost.host.store.migrations import migrate
 
 T = TypeVar("T")
@@ -45,12 +47,19 @@ log = logging.getLogger(__name__)
 _STOP = object()
 
 
+class SqliteConnection(sqlite3.Connection):
+    """A connection that names its backend's statements (host/store/dialect.py), as PgConnection does."""
+
+    dialect: Dialect = SqliteDialect
+
+
 def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     """Every connection gets the same per-connection pragmas (they are not stored in the file)."""
+    kw: dict[str, Any] = {"isolation_level": None, "check_same_thread": False, "factory": SqliteConnection}
     if readonly:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, **kw)
     else:
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(path, **kw)
     conn.execute("PRAGMA busy_timeout = 5000")
     conn.execute("PRAGMA foreign_keys = ON")
     if not readonly:
@@ -72,10 +81,20 @@ class _Job:
 
 
 class Database:
-    """Owns the file. Created by `agenthost.host.server.Host` at start; every store receives it."""
+    """Owns the file, or the connections to a PostgreSQL database. Created by `agenthost.host.server.Host` at
+    start; every store receives it.
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    `target`: a path (SQLite, the default) or a `postgresql://` DSN. On PostgreSQL the design is the same: one
+    writer connection on its own thread with the same group commit (BEGIN, a SAVEPOINT per job, ROLLBACK TO on a
+    failed job, which also clears PostgreSQL's aborted-transaction state, one COMMIT), and one reader connection
+    used synchronously on the event loop (autocommit, so each read sees what was committed before it). Two
+    connections in all: the pool is bounded by construction. Why sync reads there too: docs/architecture.md."""
+
+    def __init__(self, target: Path | str) -> None:
+        self.dsn = str(target) if is_dsn(target) else ""
+        self.path = Path(target) if not self.dsn else Path()
+        self.backend = "postgresql" if self.dsn else "sqlite"
+        self.errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -92,13 +111,35 @@ class Database:
         self._loop = asyncio.get_running_loop()
         self._room = asyncio.Event()
         self._room.set()
-        writer = connect(self.path)
-        migrate(writer)
+        writer, reader = await asyncio.to_thread(self._connect)
         self._thread = threading.Thread(
             target=self._write_loop, args=(writer,), name="agenthost-db-writer", daemon=True
         )
         self._thread.start()
-        self._reader = connect(self.path, readonly=True)
+        self._reader = reader
+
+    def _connect(self) -> tuple[sqlite3.Connection, sqlite3.Connection]:
+        """(writer, reader), the schema migrated. A PostgreSQL connection has sqlite3.Connection's surface."""
+        if not self.dsn:
+            writer = connect(self.path)
+            migrate(writer)
+            return writer, connect(self.path, readonly=True)
+        from agenthost.host.store import migrations_pg, postgres
+
+        self.errors = (sqlite3.Error, *postgres.ERRORS)
+        pg_writer = postgres.connect(self.dsn, application_name="agenthost-writer")
+        try:
+            migrations_pg.migrate(pg_writer)
+            pg_reader = postgres.connect(self.dsn, application_name="agenthost-reader")
+        except BaseException:
+            pg_writer.close()
+            raise
+        return cast(sqlite3.Connection, pg_writer), cast(sqlite3.Connection, pg_reader)
+
+    @property
+    def dialect(self) -> Dialect:
+        """The backend's own statements (host/store/dialect.py)."""
+        return cast(Dialect, self.reader.dialect)  # type: ignore[attr-defined]
 
     async def close(self) -> None:
         if self._thread is not None:
@@ -228,11 +269,11 @@ class Database:
                     outcomes.append((job.future, True, result))
             conn.execute("COMMIT")
             self.batches += 1
-        except sqlite3.Error as exc:
-            # The commit itself failed (disk full, I/O error): nothing in the batch is durable.
+        except self.errors as exc:
+            # The commit itself failed (disk full, I/O error, the server gone): nothing in the batch is durable.
             try:
                 conn.execute("ROLLBACK")
-            except sqlite3.Error:
+            except self.errors:
                 pass
             log.error("write batch of %d failed: %r", len(batch), exc)
             outcomes = [(job.future, False, exc) for job in batch]

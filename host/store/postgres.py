@@ -1,0 +1,138 @@
+"""The PostgreSQL backend's connections: sqlite3.Connection's surface over psycopg 3, so every store's SQL and every
+writer job runs unchanged on either backend (host/store/db.py).
+
+The stores write SQL once, in the dialect both databases accept (INSERT … ON CONFLICT, RETURNING, substr, COALESCE)
+with `?` placeholders. What differs is translated here, once per statement text (cached): `?` becomes `%s` (and a
+literal `%` is doubled), SQLite's planner hints (`INDEXED BY`, `NOT INDEXED`) are dropped (PostgreSQL plans from
+statistics and the same indexes), `length(CAST(x AS BLOB))` becomes `octet_length(x)`, and `BEGIN IMMEDIATE`
+becomes `BEGIN` (there is one writer connection; nothing else writes). Statements that cannot be written once
+(full-text search, sequence numbers, the run-event bulk insert) live in host/store/dialect.py.
+
+psycopg is an optional dependency (`pip install 'agenthost[postgres]'`): imported only when a DSN is given.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg.adapt import Dumper
+from psycopg.rows import tuple_row
+
+from agenthost.host.store.dialect import Dialect, PostgresDialect
+
+_HINT = re.compile(r"\s+(?:INDEXED BY \w+|NOT INDEXED)\b")
+_BLOB_LENGTH = re.compile(r"length\(CAST\((\w+) AS BLOB\)\)")
+
+
+@functools.lru_cache(maxsize=4096)
+def translate(sql: str, has_params: bool) -> str:
+    """A statement as written for SQLite, as PostgreSQL takes it (see the module's docstring)."""
+    if sql == "BEGIN IMMEDIATE":
+        return "BEGIN"
+    sql = _BLOB_LENGTH.sub(r"octet_length(\1)", _HINT.sub("", sql))
+    if not has_params:
+        return sql
+    out: list[str] = []
+    quoted = False
+    for ch in sql:
+        if ch == "'":
+            quoted = not quoted
+        if ch == "%":
+            out.append("%%")
+        elif ch == "?" and not quoted:
+            out.append("%s")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+class Row(tuple):  # type: ignore[type-arg]
+    """A row read by position or by column name, like sqlite3.Row (its class is made once per column list)."""
+
+    __slots__ = ()
+    _index: dict[str, int] = {}
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self._index[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self) -> list[str]:
+        return list(self._index)
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_class(names: tuple[str, ...]) -> type[Row]:
+    return type("Row", (Row,), {"__slots__": (), "_index": {n: i for i, n in enumerate(names)}})
+
+
+def _named_rows(cursor: Any) -> Callable[[Sequence[Any]], Row]:
+    names = tuple(c.name for c in cursor.description) if cursor.description else ()
+    cls = _row_class(names)
+    return cls
+
+
+class _BoolAsInt(Dumper):
+    """Flags are integer columns on both backends (SQLite has no boolean): a Python bool is stored as 0 or 1."""
+
+    oid = psycopg.adapters.types["int8"].oid
+
+    def dump(self, obj: Any) -> bytes:
+        return b"1" if obj else b"0"
+
+
+class _Cursor:
+    """What `conn.cursor()` gives on SQLite, to the extent the stores use it: a settable row_factory (None: tuples)."""
+
+    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+        self._raw = raw
+        self.row_factory: object = _named_rows
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        factory: Any = tuple_row if self.row_factory is None else _named_rows
+        cursor = self._raw.cursor(row_factory=factory)
+        cursor.execute(translate(sql, bool(params)), params or None)
+        return cursor
+
+
+class PgConnection:
+    """One psycopg connection in autocommit mode (the writer issues BEGIN/SAVEPOINT/COMMIT itself, as on SQLite)."""
+
+    dialect: Dialect = PostgresDialect
+
+    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+        self.raw = raw
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        return self.raw.execute(translate(sql, bool(params)), params or None)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> psycopg.Cursor[Any]:
+        cursor = self.raw.cursor()
+        cursor.executemany(translate(sql, True), rows)
+        return cursor
+
+    def cursor(self) -> _Cursor:
+        return _Cursor(self.raw)
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def connect(dsn: str, *, application_name: str = "agenthost", connect_timeout: int = 10) -> PgConnection:
+    """A connection as the stores expect it; raises psycopg.OperationalError when the server cannot be reached."""
+    raw = psycopg.connect(
+        dsn,
+        autocommit=True,
+        row_factory=_named_rows,
+        application_name=application_name,
+        connect_timeout=connect_timeout,
+    )
+    raw.adapters.register_dumper(bool, _BoolAsInt)
+    return PgConnection(raw)
+
+
+ERRORS: tuple[type[BaseException], ...] = (psycopg.Error,)
