@@ -38,7 +38,7 @@ from typing import Any, TypeVar, cast
 
 from agenthost.host import limits
 from agenthost.host.store.dialect import Dialect, SqliteDialect
-from agenthost.host.store.dsn import is_dsn
+from agenthost.host.store.dsn import is_dsn, redacted
 from agenthost.host.store.migrations import migrate
 
 T = TypeVar("T")
@@ -80,6 +80,10 @@ class _Job:
         self.weight = weight
 
 
+class DatabaseUnavailable(RuntimeError):
+    """The database named at start cannot be used (unreachable, refused us, or its driver is not installed)."""
+
+
 class Database:
     """Owns the file, or the connections to a PostgreSQL database. Created by `agenthost.host.server.Host` at
     start; every store receives it.
@@ -90,8 +94,9 @@ class Database:
     used synchronously on the event loop (autocommit, so each read sees what was committed before it). Two
     connections in all: the pool is bounded by construction. Why sync reads there too: docs/architecture.md."""
 
-    def __init__(self, target: Path | str) -> None:
+    def __init__(self, target: Path | str, *, password: str | None = None) -> None:
         self.dsn = str(target) if is_dsn(target) else ""
+        self._password = password
         self.path = Path(target) if not self.dsn else Path()
         self.backend = "postgresql" if self.dsn else "sqlite"
         self.errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
@@ -124,17 +129,31 @@ class Database:
             writer = connect(self.path)
             migrate(writer)
             return writer, connect(self.path, readonly=True)
-        from agenthost.host.store import migrations_pg, postgres
+        try:
+            from agenthost.host.store import migrations_pg, postgres
+        except ImportError as exc:
+            raise DatabaseUnavailable(
+                f"PostgreSQL needs the psycopg driver ({exc}): pip install 'agenthost[postgres]'"
+            ) from None
 
         self.errors = (sqlite3.Error, *postgres.ERRORS)
-        pg_writer = postgres.connect(self.dsn, application_name="agenthost-writer")
+        try:
+            pg_writer = postgres.connect(self.dsn, password=self._password, application_name="agenthost-writer")
+        except postgres.ERRORS as exc:
+            reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            raise DatabaseUnavailable(f"cannot connect to the database {redacted(self.dsn)}: {reason}") from None
         try:
             migrations_pg.migrate(pg_writer)
-            pg_reader = postgres.connect(self.dsn, application_name="agenthost-reader")
+            pg_reader = postgres.connect(self.dsn, password=self._password, application_name="agenthost-reader")
         except BaseException:
             pg_writer.close()
             raise
         return cast(sqlite3.Connection, pg_writer), cast(sqlite3.Connection, pg_reader)
+
+    @property
+    def description(self) -> str:
+        """Where the stores live, for `status` (a DSN without its password)."""
+        return f"postgresql {redacted(self.dsn)}" if self.dsn else f"sqlite {self.path}"
 
     @property
     def dialect(self) -> Dialect:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 
 def is_dsn(target: object) -> bool:
@@ -15,3 +15,9 @@ def redacted(dsn: str) -> str:
     if parts.password is None:
         return dsn
     return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
+
+
+def has_password(dsn: str) -> bool:
+    """True if the DSN carries a password (in its user part or as a `password` parameter)."""
+    parts = urlsplit(dsn)
+    return parts.password is not None or "password" in parse_qs(parts.query)

@@ -122,10 +122,15 @@ class PgConnection:
         self.raw.close()
 
 
-def connect(dsn: str, *, application_name: str = "agenthost", connect_timeout: int = 10) -> PgConnection:
-    """A connection as the stores expect it; raises psycopg.OperationalError when the server cannot be reached."""
+def connect(
+    dsn: str, *, password: str | None = None, application_name: str = "agenthost", connect_timeout: int = 10
+) -> PgConnection:
+    """A connection as the stores expect it; raises psycopg.OperationalError when the server cannot be reached.
+    `password`: kept out of the DSN (it comes from a file or the key store), given to libpq on its own."""
+    extra = {} if password is None else {"password": password}
     raw = psycopg.connect(
         dsn,
+        **extra,
         autocommit=True,
         row_factory=_named_rows,
         application_name=application_name,
