@@ -25,4 +25,4 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # The throwaway PostgreSQL cluster and the fixtures that run a store test on both backends.
-from tests.pg_cluster import pg_cluster, pg_dsn, store_target  # noqa: E402, F401
+from tests.pg_cluster import host_database, pg_cluster, pg_dsn, store_target  # noqa: E402, F401

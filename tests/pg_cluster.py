@@ -168,3 +168,11 @@ def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> str | Path:
     if request.param == "sqlite":
         return tmp_path / "t.db"
     return str(request.getfixturevalue("pg_dsn"))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def host_database(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """HostHarness `host_options` putting the host's stores on each backend in turn (a fresh PostgreSQL database)."""
+    if request.param == "sqlite":
+        return {}
+    return {"database": request.getfixturevalue("pg_dsn")}

@@ -95,11 +95,8 @@ async def embeddings() -> AsyncIterator[FakeEmbeddings]:
         yield server
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-async def host(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[HostHarness]:
+@pytest.fixture
+async def host(tmp_path: Path, host_database: dict[str, Any]) -> AsyncIterator[HostHarness]:
     """A host on each backend: the knowledge base's suite runs on SQLite and on PostgreSQL."""
-    options = {}
-    if request.param == "postgresql":
-        options["database"] = request.getfixturevalue("pg_dsn")
-    async with HostHarness(tmp_path, runners=[KbProbe], host_options=options) as h:
+    async with HostHarness(tmp_path, runners=[KbProbe], host_options=host_database) as h:
         yield h
