@@ -1078,6 +1078,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add("demo", "a self-contained demo in a scratch data dir", "agenthost demo", json_output=False)
     demo.add_argument("--keep", action="store_true", help="keep the scratch data dir")
 
+    db = _group(
+        sub,
+        "db",
+        "the host's database (with the host stopped)",
+        "agenthost db migrate-to postgresql://agenthost@db.internal/agenthost --database-password-file pw",
+    )
+    mig = db.add(
+        "migrate-to",
+        "copy this data dir's SQLite database into PostgreSQL (resumable; run again to go on or to verify)",
+        "agenthost db migrate-to postgresql://agenthost@db.internal/agenthost --database-password-file pw",
+    )
+    mig.add_argument("dsn", metavar="DSN", help="postgresql://USER@HOST[:PORT]/DATABASE, without a password")
+    mig.add_argument("--database-password-file", metavar="PATH", default=None, help="read the password from here")
+
     keys = _group(
         sub,
         "keys",
@@ -1396,6 +1410,82 @@ def _database_options(args: argparse.Namespace) -> dict[str, Any] | int:
     return {"database": dsn, "database_password": password, "database_password_key": args.database_password_key}
 
 
+def cmd_db(args: argparse.Namespace, data_dir: Path) -> int:
+    """`db migrate-to`: runs here, not in a host; holds the data dir's lock so no host starts on it meanwhile."""
+    import fcntl
+
+    from agenthost.host.store.dsn import has_password, is_dsn
+
+    if not is_dsn(args.dsn):
+        print("error: migrate-to takes a postgresql://USER@HOST[:PORT]/DATABASE URL", file=sys.stderr)
+        return 2
+    if has_password(args.dsn):
+        print(
+            "error: the DSN carries a password, which every local user can read on a command line; give it in a"
+            " file (--database-password-file PATH)",
+            file=sys.stderr,
+        )
+        return 2
+    password = None
+    if args.database_password_file:
+        try:
+            password = Path(args.database_password_file).read_text().rstrip("\r\n")
+        except OSError as exc:
+            print(f"error: cannot read {args.database_password_file}: {exc.strerror}", file=sys.stderr)
+            return 2
+    try:
+        from agenthost.host.store.transfer import Transfer, TransferError
+    except ImportError as exc:
+        print(f"error: PostgreSQL needs the psycopg driver ({exc}): pip install 'agenthost[postgres]'", file=sys.stderr)
+        return 2
+    try:
+        lock = os.open(data_dir / "host.lock", os.O_RDWR)
+    except FileNotFoundError:
+        print(f"error: {data_dir} is not an agenthost data dir (no host.lock)", file=sys.stderr)
+        return 2
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"error: a host is serving {data_dir}; stop it first (agenthost stops on SIGTERM)", file=sys.stderr)
+            return 2
+        try:
+            reports = Transfer(data_dir / "agenthost.db", args.dsn, password=password).run(
+                progress=lambda line: print(line, file=sys.stderr, flush=True)
+            )
+        except TransferError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    finally:
+        os.close(lock)
+    rows = [
+        {
+            "table": r.table,
+            "copied": r.copied,
+            "source_rows": r.source_rows,
+            "target_rows": r.target_rows,
+            "source_checksum": r.source_checksum,
+            "target_checksum": r.target_checksum,
+            "ok": r.ok,
+        }
+        for r in reports
+    ]
+    if args.json:
+        print_json(rows)
+    else:
+        for r in reports:
+            mark = "ok" if r.ok else "MISMATCH"
+            say(
+                f"{r.table:20} {r.target_rows:>9}/{r.source_rows:<9} rows  checksum {r.target_checksum}"
+                f"  copied now {r.copied:<8} {mark}"
+            )
+    if all(r.ok for r in reports):
+        say("verified: every table's row count and checksum match", file=sys.stderr)
+        return 0
+    say("error: some tables differ from the source (see MISMATCH); run the command again", file=sys.stderr)
+    return 1
+
+
 def _default_data_dir() -> Path:
     # The host's own rule (agenthost.host.server.default_data_dir), without importing the host to learn it.
     return Path(os.environ.get("AGENTHOST_HOME") or Path.home() / ".agenthost")
@@ -1416,6 +1506,8 @@ def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "logs":
         return cmd_logs(args, (args.data_dir or _default_data_dir()).expanduser().resolve())
+    if args.command == "db":
+        return cmd_db(args, (args.data_dir or _default_data_dir()).expanduser().resolve())
     import asyncio
     import logging
 
