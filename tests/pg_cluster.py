@@ -44,8 +44,11 @@ def _free_port() -> int:
 
 
 class Cluster:
-    def __init__(self, bin_dir: Path) -> None:
+    """`durable`: fsync and synchronous commit on, as a production server (the benchmarks); off by default."""
+
+    def __init__(self, bin_dir: Path, *, durable: bool = False) -> None:
         self.bin = bin_dir
+        self.durable = durable
         self.root = Path(tempfile.mkdtemp(prefix="agenthost-pg-"))
         self.data = self.root / "data"
         self.port = _free_port()
@@ -67,10 +70,9 @@ class Cluster:
             hba.write(
                 "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
             )
-        options = (
-            f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off -c synchronous_commit=off"
-            " -c full_page_writes=off -c shared_buffers=16MB -c max_connections=100"
-        )
+        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c max_connections=100"
+        if not self.durable:
+            options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c shared_buffers=16MB"
         self._run(
             str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.root / "log"), "-w",
             "-t", "120", "start",
@@ -83,6 +85,10 @@ class Cluster:
 
     def dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
         return f"postgresql://{user}@/{dbname}?host={self.root}&port={self.port}"
+
+    def tcp_dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
+        """Over loopback TCP, as a server on another machine is reached."""
+        return f"postgresql://{user}@127.0.0.1:{self.port}/{dbname}"
 
     def admin(self, sql: str) -> None:
         import psycopg
