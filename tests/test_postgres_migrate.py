@@ -71,6 +71,8 @@ async def test_a_real_data_dir_migrates_resumes_verifies_and_serves(
     assert "verified" in err and all(r["ok"] for r in first.values())
     for table in ("events", "transcript", "runs", "run_events", "state", "artifacts", "audit", "kb_chunks"):
         assert first[table]["source_rows"] > 0, table
+    # six messages' artifacts and the knowledge-base document, their bytes now in the database
+    assert first["artifact objects"]["target_rows"] == 7 and first["artifact objects"]["copied"] == 7
     # meta (1 row) and plugins (1) were copied before the cut, bots in its batch was rolled back
     assert first["meta"]["copied"] == 0 and first["plugins"]["copied"] == 0
     assert first["events"]["copied"] == first["events"]["source_rows"] == 6
@@ -89,6 +91,9 @@ async def test_a_real_data_dir_migrates_resumes_verifies_and_serves(
             hpb.GetHistoryRequest(bot=old.bot_id, conversation_id="c0", cursor=before.next_cursor, limit=10),
         )
         assert [i.text for i in page.items] and page.items[0].seq < before.items[-1].seq  # the old cursor pages on
+        art = h.host.db.query_one("SELECT artifact_id, sha256 FROM artifacts WHERE name = 'said.txt' LIMIT 1")
+        ref, _ = h.host.artifacts.get(art[0])
+        assert h.host.artifacts.read(art[1], 0, 100).startswith(b"message number") and ref.size_bytes > 0
         # New rows are numbered after the migrated ones: events, transcript items, audit rows.
         conv = h.host.conversations
         event = await h.host.db.write(

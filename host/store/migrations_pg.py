@@ -272,7 +272,19 @@ END $$;
 CREATE TRIGGER kb_embeddings_bot_delete AFTER DELETE ON bots FOR EACH ROW EXECUTE FUNCTION kb_embeddings_bot_delete();
 """
 
-MIGRATIONS: list[str] = [_V1]
+# Artifact bytes in the database (on SQLite they are files under the data dir): content-addressed like the files,
+# each object split into chunks of artifacts.CHUNK_BYTES, ordinal 0 always present (an empty object is one empty
+# chunk). Hosts sharing one database then share the bytes too, with no second system to run or back up.
+_V2 = """
+CREATE TABLE artifact_chunks (
+    sha256 TEXT NOT NULL,
+    ordinal BIGINT NOT NULL,
+    data BYTEA NOT NULL,
+    PRIMARY KEY (sha256, ordinal)
+);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2]
 
 # Two hosts starting on one database at once migrate one after the other (the key is arbitrary, fixed).
 _MIGRATION_LOCK = 0x61676E74_686F7374 & 0x7FFFFFFFFFFFFFFF

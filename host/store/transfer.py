@@ -10,9 +10,12 @@ keys, so the host numbers new rows after the old. Run again after it finished, i
 Verified per table: the row count and a checksum on both sides, computed the same way (the sum modulo 2^64 of each
 row's BLAKE2b digest over its values, so it does not depend on either database's order or collation).
 
+Artifact files (<data dir>/artifacts/objects) are copied into artifact_chunks, one object per transaction, skipped
+when already there; verified by the count of objects and a checksum of their contents as read back from each side.
+
 The host must be stopped: the data dir's lock is held throughout, so no host can start on it meanwhile. The
-source is first brought to the newest schema, as starting a host would. Artifact files stay in the data dir
-(the PostgreSQL host reads them from there too); plugin_processes (the old host's pids) is not copied.
+source is first brought to the newest schema, as starting a host would. plugin_processes (the old host's pids) is
+not copied.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agenthost.host.store.artifacts import file_pieces, put_chunks
 from agenthost.host.store.db import connect as sqlite_connect
 from agenthost.host.store.migrations import migrate as sqlite_migrate
 
@@ -111,6 +115,13 @@ def _checksum(rows: Any) -> tuple[int, str]:
     return count, f"{total:016x}"
 
 
+def _sha_of(pieces: Any) -> str:
+    digest = hashlib.sha256()
+    for piece in pieces:
+        digest.update(piece)
+    return digest.hexdigest()
+
+
 def _batches(cursor: Any) -> Any:
     while True:
         rows = cursor.fetchmany(BATCH_ROWS)
@@ -147,7 +158,11 @@ class Transfer:
             self._check_same_source(src, dst)
             copied = {table: self._copy(src, dst, table, key, progress) for table, key in TABLES}
             self._finish(src, dst)
-            return [self._verify(src, dst, table, copied.get(table, 0)) for table in [t for t, _ in TABLES] + DERIVED]
+            objects = self._copy_objects(src, dst, progress)
+            reports = [
+                self._verify(src, dst, table, copied.get(table, 0)) for table in [t for t, _ in TABLES] + DERIVED
+            ]
+            return [*reports, self._verify_objects(src, dst, objects)]
         finally:
             dst.close()
             src.close()
@@ -238,6 +253,47 @@ class Transfer:
         except BaseException:
             dst.execute("ROLLBACK")
             raise
+
+    @property
+    def objects_dir(self) -> Path:
+        return self.sqlite_path.parent / "artifacts" / "objects"
+
+    def _shas(self, src: sqlite3.Connection) -> list[str]:
+        return [r[0] for r in src.execute("SELECT DISTINCT sha256 FROM artifacts ORDER BY sha256")]
+
+    def _copy_objects(self, src: sqlite3.Connection, dst: Any, progress: Callable[[str], None]) -> int:
+        copied = 0
+        for sha in self._shas(src):
+            path = self.objects_dir / sha[:2] / sha
+            if (
+                not path.exists()
+                or dst.execute("SELECT 1 FROM artifact_chunks WHERE sha256 = ? AND ordinal = 0", (sha,)).fetchone()
+            ):
+                continue
+            dst.execute("BEGIN")
+            try:
+                put_chunks(dst, sha, file_pieces(path))
+                dst.execute("COMMIT")
+            except BaseException:
+                dst.execute("ROLLBACK")
+                raise
+            copied += 1
+            progress(f"artifact objects: {copied} copied")
+        return copied
+
+    def _verify_objects(self, src: sqlite3.Connection, dst: Any, copied: int) -> TableReport:
+        """Every object the artifacts name, hashed again from its file and from its chunks in the database."""
+        here, there = [], []
+        for sha in self._shas(src):
+            path = self.objects_dir / sha[:2] / sha
+            if path.exists():
+                here.append((sha, _sha_of(file_pieces(path))))
+            rows = dst.execute("SELECT data FROM artifact_chunks WHERE sha256 = ? ORDER BY ordinal", (sha,)).fetchall()
+            if rows:
+                there.append((sha, _sha_of(bytes(r[0]) for r in rows)))
+        n_src, sum_src = _checksum(here)
+        n_dst, sum_dst = _checksum(there)
+        return TableReport("artifact objects", copied, n_src, n_dst, sum_src, sum_dst)
 
     @staticmethod
     def _verify(src: sqlite3.Connection, dst: Any, table: str, copied: int) -> TableReport:
