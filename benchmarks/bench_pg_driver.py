@@ -7,6 +7,10 @@ key) and HistoryPage(50) (fifty ~150-byte rows of bytes off an index), as host/s
 interleaved round by round, medians printed: psycopg 3 with a sync connection used on the event loop (what the host
 does), psycopg 3 AsyncConnection awaited on the loop, and asyncpg (if installed) awaited on the loop. Prepared
 statements on every side (psycopg prepares a statement on its 5th run; asyncpg always).
+
+Then the same two reads through the host's own stores (StateStore.get, Conversations.page_history_encoded) on a
+SQLite file and on PostgreSQL over the unix socket and over TCP, rounds interleaved: what a read costs the event loop
+on each backend, with nothing else in the process.
 """
 
 from __future__ import annotations
@@ -105,8 +109,70 @@ async def main(calls: int, rounds: int) -> None:
         await aconn.close()
         if apg is not None:
             await apg.close()
+        await stores(cluster, calls, rounds)
     finally:
         cluster.stop()
+
+
+async def stores(cluster: Cluster, calls: int, rounds: int) -> None:
+    import tempfile
+
+    from agenthost.host.store.conversations import Conversations, NewItem
+    from agenthost.host.store.cursors import CursorCodec
+    from agenthost.host.store.db import Database
+    from agenthost.host.store.state import StateStore
+    from agenthost.protos import common_pb2 as pb
+
+    cluster.admin("CREATE DATABASE stores")
+    targets = {
+        "SQLite file": Path(tempfile.mkdtemp(prefix="ahbench-")) / "t.db",
+        "PostgreSQL, unix socket": cluster.dsn("stores"),
+        "PostgreSQL, loopback TCP": cluster.tcp_dsn("stores"),
+    }
+    reads: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {}
+    dbs = []
+    for label, target in targets.items():
+        db = Database(target)
+        await db.open()
+        dbs.append(db)
+        state, conv = StateStore(db), Conversations(db, CursorCodec(b"k" * 32))
+        if not db.query("SELECT 1 FROM state"):
+            await state.set("s", "blob", '"' + "v" * 1000 + '"')
+            event = await db.write(
+                lambda c: Conversations.insert_event(
+                    c, bot_id="b", conversation_id="c", event_type="message.received", source="bench",
+                    actor=pb.Actor(actor_type="user", actor_id="u"), text="x", data_json="{}",
+                )
+            )  # fmt: skip
+            items = [NewItem(role="user", item_type="message", text="hello " * 20) for _ in range(60)]
+            await db.write(
+                lambda c, e=event, conv=conv, items=items: conv.insert_items(
+                    c, bot_id="b", conversation_id="c", run_id="r", event_id=e.event_id, items=items
+                )
+            )
+        reads[label] = (
+            lambda state=state: state.get("s", "blob"),
+            lambda conv=conv: conv.page_history_encoded("b", "c", cursor="", forward=False, limit=50),
+        )
+
+    async def wrap(fn: Callable[[], object]) -> object:
+        return fn()
+
+    results: dict[tuple[str, str], list[float]] = {}
+    for _ in range(rounds):
+        for label, (get, page) in reads.items():
+            results.setdefault((label, "get"), []).append(await timed(calls, lambda get=get: wrap(get)))
+            results.setdefault((label, "page"), []).append(await timed(calls, lambda page=page: wrap(page)))
+    print(f"\n== the host's stores, one read held on the loop, p50 µs, median (min-max) of {rounds} rounds ==")
+    print(f"{'backend':28} {'StateStore.get':>22} {'page of 50':>22}")
+    for label in reads:
+        cells = []
+        for read in ("get", "page"):
+            values = results[(label, read)]
+            cells.append(f"{statistics.median(values):6.0f} ({min(values):.0f}-{max(values):.0f})")
+        print(f"{label:28} {cells[0]:>22} {cells[1]:>22}")
+    for db in dbs:
+        await db.close()
 
 
 if __name__ == "__main__":
