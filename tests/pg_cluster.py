@@ -9,6 +9,7 @@ survive a power cut). Where no PostgreSQL binaries exist the PostgreSQL half is 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import glob
 import itertools
@@ -49,7 +50,8 @@ class Cluster:
     def __init__(self, bin_dir: Path, *, durable: bool = False) -> None:
         self.bin = bin_dir
         self.durable = durable
-        self.root = Path(tempfile.mkdtemp(prefix="agenthost-pg-"))
+        # Under /tmp, not $TMPDIR: the `postgres` user must reach it (as root), and a unix socket's path is short.
+        self.root = Path(tempfile.mkdtemp(prefix="agenthost-pg-", dir="/tmp" if os.path.isdir("/tmp") else None))
         self.data = self.root / "data"
         self.port = _free_port()
         self._as: list[str] = []
@@ -147,6 +149,7 @@ def pg_cluster() -> Iterator[Cluster]:
     except ImportError:
         pytest.skip("psycopg is not installed (pip install 'agenthost[postgres]')")
     cluster = Cluster(found)
+    atexit.register(cluster.stop)  # a worker that dies without its session teardown stops its server too
     try:
         cluster.start()
         cluster.admin(f"CREATE DATABASE {TEMPLATE}")

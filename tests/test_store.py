@@ -67,13 +67,21 @@ def test_migrations_are_idempotent_and_refuse_a_newer_schema(tmp_path):
         migrate(conn)
 
 
-def test_postgresql_migrates_an_empty_database_and_refuses_a_newer_schema(pg_cluster):
+def test_postgresql_migrates_an_empty_database_and_refuses_a_newer_schema(pg_cluster, monkeypatch):
     from agenthost.host.store import migrations_pg, postgres
 
     pg_cluster.admin("CREATE DATABASE empty_migrated TEMPLATE template0")
     conn = postgres.connect(pg_cluster.dsn("empty_migrated"))
     try:
+        # As a host of the first PostgreSQL version left it, with a row: the next versions apply over it.
+        every = migrations_pg.MIGRATIONS
+        monkeypatch.setattr(migrations_pg, "MIGRATIONS", every[:1])
+        assert migrations_pg.migrate(conn) == 1
+        conn.execute("INSERT INTO meta(key, value) VALUES ('cursor_secret', 'kept')")
+        monkeypatch.setattr(migrations_pg, "MIGRATIONS", every)
         assert migrations_pg.migrate(conn) == len(migrations_pg.MIGRATIONS)
+        assert conn.execute("SELECT value FROM meta").fetchone()[0] == "kept"
+        assert conn.execute("SELECT COUNT(*) FROM artifact_chunks").fetchone()[0] == 0  # the second version's
         assert migrations_pg.migrate(conn) == len(migrations_pg.MIGRATIONS)
         tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
         sqlite = sqlite3.connect(":memory:")
