@@ -101,6 +101,32 @@ def test_postgresql_migrates_an_empty_database_and_refuses_a_newer_schema(pg_clu
         pg_cluster.drop(pg_cluster.dsn("empty_migrated"))
 
 
+async def test_postgresql_connections_the_server_drops_are_opened_again(pg_dsn, pg_cluster):
+    """A restart or failover drops the host's connections. Reads and the next batch go on over new ones; a job
+    whose transaction was cut is not acknowledged, and nothing of it is kept."""
+    db = Database(pg_dsn)
+    await db.open()
+    try:
+        st = StateStore(db)
+        await st.set("s", "k", "1")
+        name = pg_dsn.split("/")[3].split("?")[0]
+        drop = f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+        pg_cluster.admin(drop)
+        assert st.get("s", "k").version == 1  # the reader's statement, run again on a new connection
+        assert (await st.set("s", "k", "2", if_version=1)).version == 2  # the writer reconnected before its BEGIN
+
+        def cut(c):
+            c.execute("INSERT INTO meta(key, value) VALUES ('cut', 'v')")
+            c.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+        with pytest.raises(db.errors):
+            await db.write(cut)
+        assert (await st.set("s", "k", "3", if_version=2)).version == 3
+        assert db.query_one("SELECT COUNT(*) FROM meta WHERE key = 'cut'")[0] == 0
+    finally:
+        await db.close()
+
+
 def test_cursors_are_bound_to_their_conversation():
     codec = CursorCodec(b"s" * 32)
     cursor = codec.encode("history", "bot\x1fc1", 42)

@@ -144,7 +144,9 @@ class Database:
             raise DatabaseUnavailable(f"cannot connect to the database {redacted(self.dsn)}: {reason}") from None
         try:
             migrations_pg.migrate(pg_writer)
-            pg_reader = postgres.connect(self.dsn, password=self._password, application_name="agenthost-reader")
+            pg_reader = postgres.connect(
+                self.dsn, password=self._password, application_name="agenthost-reader", reader=True
+            )
         except BaseException:
             pg_writer.close()
             raise

@@ -13,6 +13,7 @@ psycopg is an optional dependency (`pip install 'agenthost[postgres]'`): importe
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -88,27 +89,53 @@ class _BoolAsInt(Dumper):
 class _Cursor:
     """What `conn.cursor()` gives on SQLite, to the extent the stores use it: a settable row_factory (None: tuples)."""
 
-    def __init__(self, raw: psycopg.Connection[Any]) -> None:
-        self._raw = raw
+    def __init__(self, conn: PgConnection) -> None:
+        self._conn = conn
         self.row_factory: object = _named_rows
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
         factory: Any = tuple_row if self.row_factory is None else _named_rows
-        cursor = self._raw.cursor(row_factory=factory)
-        cursor.execute(translate(sql, bool(params)), params or None)
-        return cursor
+        return self._conn._run(
+            lambda raw: raw.cursor(row_factory=factory).execute(translate(sql, bool(params)), params or None), sql
+        )
 
 
 class PgConnection:
-    """One psycopg connection in autocommit mode (the writer issues BEGIN/SAVEPOINT/COMMIT itself, as on SQLite)."""
+    """One psycopg connection in autocommit mode (the writer issues BEGIN/SAVEPOINT/COMMIT itself, as on SQLite).
+
+    A connection the server dropped (a restart, a failover, an idle timeout) is opened again where that is safe:
+    before a writer's BEGIN (nothing of the batch was sent yet), and for a reader's statement (each read is its own
+    transaction, so running it again reads again). A statement of a writer's transaction in flight is never
+    repeated: its job fails with the error, unacknowledged, as any job whose transaction did not commit."""
 
     dialect: Dialect = PostgresDialect
 
-    def __init__(self, raw: psycopg.Connection[Any]) -> None:
-        self.raw = raw
+    def __init__(self, opener: Callable[[], psycopg.Connection[Any]], *, reader: bool) -> None:
+        self._open = opener
+        self._reader = reader
+        self.raw = opener()
+        self.reconnects = 0
+
+    def _run(self, call: Callable[[psycopg.Connection[Any]], Any], sql: str) -> Any:
+        retry = self._reader or sql == "BEGIN IMMEDIATE"
+        if retry and (self.raw.closed or self.raw.broken):
+            self._reopen()
+        try:
+            return call(self.raw)
+        except psycopg.OperationalError:
+            if not (retry and (self.raw.closed or self.raw.broken)):
+                raise
+            self._reopen()
+            return call(self.raw)
+
+    def _reopen(self) -> None:
+        with contextlib.suppress(psycopg.Error):
+            self.raw.close()
+        self.raw = self._open()
+        self.reconnects += 1
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        return self.raw.execute(translate(sql, bool(params)), params or None)
+        return self._run(lambda raw: raw.execute(translate(sql, bool(params)), params or None), sql)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> psycopg.Cursor[Any]:
         cursor = self.raw.cursor()
@@ -116,28 +143,38 @@ class PgConnection:
         return cursor
 
     def cursor(self) -> _Cursor:
-        return _Cursor(self.raw)
+        return _Cursor(self)
 
     def close(self) -> None:
         self.raw.close()
 
 
 def connect(
-    dsn: str, *, password: str | None = None, application_name: str = "agenthost", connect_timeout: int = 10
+    dsn: str,
+    *,
+    password: str | None = None,
+    application_name: str = "agenthost",
+    connect_timeout: int = 10,
+    reader: bool = False,
 ) -> PgConnection:
     """A connection as the stores expect it; raises psycopg.OperationalError when the server cannot be reached.
-    `password`: kept out of the DSN (it comes from a file or the key store), given to libpq on its own."""
+    `password`: kept out of the DSN (it comes from a file or the key store), given to libpq on its own. `reader`:
+    its statements may be run again on a new connection when the server dropped the old one (see PgConnection)."""
     extra = {} if password is None else {"password": password}
-    raw = psycopg.connect(
-        dsn,
-        **extra,
-        autocommit=True,
-        row_factory=_named_rows,
-        application_name=application_name,
-        connect_timeout=connect_timeout,
-    )
-    raw.adapters.register_dumper(bool, _BoolAsInt)
-    return PgConnection(raw)
+
+    def opener() -> psycopg.Connection[Any]:
+        raw = psycopg.connect(
+            dsn,
+            **extra,
+            autocommit=True,
+            row_factory=_named_rows,
+            application_name=application_name,
+            connect_timeout=connect_timeout,
+        )
+        raw.adapters.register_dumper(bool, _BoolAsInt)
+        return raw
+
+    return PgConnection(opener, reader=reader)
 
 
 ERRORS: tuple[type[BaseException], ...] = (psycopg.Error,)
