@@ -364,3 +364,50 @@ async def test_stored_items_read_as_the_items_their_columns_make(db):
 
     await db.write(lambda c: c.execute("UPDATE transcript SET item_pb = NULL"))  # as an older host left them
     assert read() == stored
+
+
+async def test_history_search_keeps_one_contract_on_both_backends(db):
+    """Every word must occur (as a phrase of its tokens), case folded; user text is never query syntax; best match
+    first (more of the words, in a shorter item); roles and a run's horizon filter."""
+    from agenthost.host.store.conversations import Conversations, NewItem
+    from agenthost.protos import common_pb2 as pb
+
+    conv = Conversations(db, CursorCodec(b"k" * 32))
+    texts = [
+        "apple pie",
+        "an apple and then, much later and after a long detour through the orchard, one slice of pie",
+        "banana pie",
+        "send it by e-mail",
+        "email later",
+        "Pie pie pie, apple",
+        'quote " and ) OR NOT * and :1 & | !',
+    ]
+    event = await db.write(
+        lambda c: Conversations.insert_event(
+            c, bot_id="b", conversation_id="c", event_type="message.received", source="test",
+            actor=pb.Actor(actor_type="user", actor_id="u"), text="x", data_json="{}",
+        )
+    )  # fmt: skip
+    items = [
+        NewItem(role="assistant" if t.startswith("banana") else "user", item_type="message", text=t) for t in texts
+    ]
+    await db.write(
+        lambda c: conv.insert_items(
+            c, bot_id="b", conversation_id="c", run_id="r", event_id=event.event_id, items=items
+        )
+    )
+
+    def found(query: str, **kw: object) -> list[str]:
+        args = {"roles": [], "item_types": [], "top_k": 10, **kw}
+        return [i.text for i in conv.search("b", "c", query, **args)]  # type: ignore[arg-type]
+
+    assert set(found("APPLE pie")) == {texts[0], texts[1], texts[5]}  # every word, any case
+    assert found("apple pie")[-1] == texts[1]  # the long item with the words far apart ranks last
+    assert set(found("pie")) == {texts[0], texts[1], texts[2], texts[5]}
+    assert found("pie", roles=["assistant"]) == ["banana pie"]
+    assert found("e-mail") == [texts[3]]  # a phrase of its tokens, not "email"
+    assert found("banana cherry") == []
+    for hostile in ('"', ") OR NOT (", "*", ":1 & |", "!", "\x00apple"):
+        found(hostile)  # never a syntax error
+    assert found("apple", through_event=event.seq - 1) == []
+    assert conv.search("b", "other", "apple", roles=[], item_types=[], top_k=5) == []
