@@ -123,8 +123,16 @@ async def test_postgresql_connections_the_server_drops_are_opened_again(pg_dsn, 
             await db.write(cut)
         assert (await st.set("s", "k", "3", if_version=2)).version == 3
         assert db.query_one("SELECT COUNT(*) FROM meta WHERE key = 'cut'")[0] == 0
+
+        # The database stays unreachable: writes and reads fail with the driver's error, and closing still stops.
+        pg_cluster.admin(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        pg_cluster.admin(drop)
+        with pytest.raises(db.errors):
+            await st.set("s", "k", "4")
+        with pytest.raises(db.errors):
+            st.get("s", "k")
     finally:
-        await db.close()
+        await asyncio.wait_for(db.close(), 30)
 
 
 def test_cursors_are_bound_to_their_conversation():

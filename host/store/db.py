@@ -167,7 +167,10 @@ class Database:
             done = self._loop.create_future() if self._loop else None
             self._put(_Job(lambda conn: None, done))
             if done is not None:
-                await done
+                try:
+                    await done
+                except self.errors as exc:  # the database is gone (PostgreSQL down): stop all the same
+                    log.error("the last write batch before closing failed: %r", exc)
             self._jobs.put(_STOP)
             await asyncio.to_thread(self._thread.join)
             self._thread = None
