@@ -50,6 +50,18 @@ def test_an_unreachable_database_at_start_is_a_clear_error_and_exit_2(env: dict[
     assert out.returncode == 2 and "no --database" in out.stderr
 
 
+def test_a_database_the_user_may_not_create_tables_in_is_a_clear_error_and_exit_2(
+    env: dict[str, str], tmp_path: Path, pg_cluster: Cluster
+) -> None:
+    name = f"ro_{tmp_path.name[-12:].replace('-', '_')}"
+    pg_cluster.admin(f"CREATE ROLE {name} LOGIN")
+    pg_cluster.admin(f"CREATE DATABASE {name} TEMPLATE template0")  # owned by postgres: public is not the role's
+    out = cli(env, "serve", "--database", pg_cluster.dsn(name, user=name), check=False, timeout=60)
+    assert out.returncode == 2, out.stderr
+    assert "error: cannot use the database" in out.stderr and "permission denied" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
 @pytest.mark.slow
 def test_user_flow_on_postgresql_survives_kill_and_restart(
     env: dict[str, str], tmp_path: Path, pg_cluster: Cluster

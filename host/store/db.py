@@ -140,13 +140,15 @@ class Database:
         try:
             pg_writer = postgres.connect(self.dsn, password=self._password, application_name="agenthost-writer")
         except postgres.ERRORS as exc:
-            reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-            raise DatabaseUnavailable(f"cannot connect to the database {redacted(self.dsn)}: {reason}") from None
+            raise DatabaseUnavailable(f"cannot connect to the database {redacted(self.dsn)}: {_reason(exc)}") from None
         try:
             migrations_pg.migrate(pg_writer)
             pg_reader = postgres.connect(
                 self.dsn, password=self._password, application_name="agenthost-reader", reader=True
             )
+        except postgres.ERRORS as exc:  # e.g. a user that may not create tables there
+            pg_writer.close()
+            raise DatabaseUnavailable(f"cannot use the database {redacted(self.dsn)}: {_reason(exc)}") from None
         except BaseException:
             pg_writer.close()
             raise
@@ -315,6 +317,16 @@ class Database:
                 self._loop.call_soon_threadsafe(_settle, outcomes)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 pass
+
+
+def _reason(exc: BaseException) -> str:
+    """What a driver's error says went wrong: the server's own message, else libpq's last line (which ends a failed
+    connection's story)."""
+    primary = getattr(getattr(exc, "diag", None), "message_primary", None)
+    if primary:
+        return str(primary)
+    text = str(exc).strip()
+    return text.splitlines()[-1] if text else type(exc).__name__
 
 
 def _settle(outcomes: list[tuple[asyncio.Future[Any] | None, bool, Any]]) -> None:
