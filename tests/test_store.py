@@ -135,6 +135,31 @@ async def test_postgresql_connections_the_server_drops_are_opened_again(pg_dsn, 
         await asyncio.wait_for(db.close(), 30)
 
 
+async def test_one_host_per_postgresql_database(pg_dsn, tmp_path, monkeypatch):
+    """As host.lock makes it one host per data dir: a second host, or a migration into the database, is refused
+    while a host holds it, with who holds it; once that host stops, the database is free."""
+    from agenthost.host.store import postgres
+    from agenthost.host.store.db import DatabaseUnavailable
+    from agenthost.host.store.transfer import Transfer, TransferError
+
+    monkeypatch.setattr(postgres, "LOCK_PATIENCE_SECONDS", 0.3)
+    first = Database(pg_dsn)
+    await first.open()
+    try:
+        second = Database(pg_dsn)
+        with pytest.raises(DatabaseUnavailable, match="another agenthost .agenthost-writer from a local socket"):
+            await second.open()
+        source = Database(tmp_path / "src.db")
+        await source.open()
+        await source.close()
+        with pytest.raises(TransferError, match="another agenthost .* stop it first"):
+            Transfer(tmp_path / "src.db", pg_dsn).run()
+    finally:
+        await first.close()
+    await second.open()
+    await second.close()
+
+
 def test_cursors_are_bound_to_their_conversation():
     codec = CursorCodec(b"s" * 32)
     cursor = codec.encode("history", "bot\x1fc1", 42)

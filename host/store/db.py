@@ -138,7 +138,11 @@ class Database:
 
         self.errors = (sqlite3.Error, *postgres.ERRORS)
         try:
-            pg_writer = postgres.connect(self.dsn, password=self._password, application_name="agenthost-writer")
+            pg_writer = postgres.connect(
+                self.dsn, password=self._password, application_name="agenthost-writer", exclusive=True
+            )
+        except postgres.DatabaseBusy as exc:
+            raise DatabaseUnavailable(f"{exc} ({redacted(self.dsn)})") from None
         except postgres.ERRORS as exc:
             raise DatabaseUnavailable(f"cannot connect to the database {redacted(self.dsn)}: {_reason(exc)}") from None
         try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -121,6 +122,7 @@ class PgConnection:
         self.binary = reader
         self.raw = opener()
         self.reconnects = 0
+        self.exclusive = False
 
     def _run(self, call: Callable[[psycopg.Connection[Any]], Any], sql: str) -> Any:
         retry = self._reader or sql == "BEGIN IMMEDIATE"
@@ -155,6 +157,15 @@ class PgConnection:
         self.raw.close()
 
 
+# One host per database, as host.lock makes it one host per data dir: the writer's connection holds this session
+# advisory lock (taken again whenever it reconnects), and so does `db migrate-to` while it copies.
+HOST_LOCK = 0x61676E74_77726974
+
+
+class DatabaseBusy(psycopg.OperationalError):
+    """Another agenthost (or a `db migrate-to`) holds the database."""
+
+
 def connect(
     dsn: str,
     *,
@@ -162,10 +173,13 @@ def connect(
     application_name: str = "agenthost",
     connect_timeout: int = 10,
     reader: bool = False,
+    exclusive: bool = False,
 ) -> PgConnection:
     """A connection as the stores expect it; raises psycopg.OperationalError when the server cannot be reached.
     `password`: kept out of the DSN (it comes from a file or the key store), given to libpq on its own. `reader`:
-    its statements may be run again on a new connection when the server dropped the old one (see PgConnection)."""
+    its statements may be run again on a new connection when the server dropped the old one (see PgConnection).
+    `exclusive`: holds HOST_LOCK, or raises DatabaseBusy (on every reconnect too: a writer that lost the lock to
+    another host writes nothing more)."""
     extra = {} if password is None else {"password": password}
 
     def opener() -> psycopg.Connection[Any]:
@@ -178,9 +192,34 @@ def connect(
             connect_timeout=connect_timeout,
         )
         raw.adapters.register_dumper(bool, _BoolAsInt)
+        if exclusive and not _take_lock(raw):
+            holder = raw.execute(
+                "SELECT a.application_name, a.client_addr FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+                " WHERE l.locktype = 'advisory' AND l.objid = %s AND l.granted AND a.datname = current_database()",
+                (HOST_LOCK & 0xFFFFFFFF,),
+            ).fetchone()
+            raw.close()
+            who = f" ({holder[0]} from {holder[1] or 'a local socket'})" if holder else ""
+            raise DatabaseBusy(f"another agenthost{who} is using this database; one host per database")
         return raw
 
-    return PgConnection(opener, reader=reader)
+    conn = PgConnection(opener, reader=reader)
+    conn.exclusive = exclusive
+    return conn
+
+
+# How long a host waits for HOST_LOCK at start: the session of a host that just stopped (or was killed) may still
+# be ending on the server, its lock with it.
+LOCK_PATIENCE_SECONDS = 3.0
+
+
+def _take_lock(raw: psycopg.Connection[Any]) -> bool:
+    deadline = time.monotonic() + LOCK_PATIENCE_SECONDS
+    while not raw.execute("SELECT pg_try_advisory_lock(%s)", (HOST_LOCK,)).fetchone()[0]:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 ERRORS: tuple[type[BaseException], ...] = (psycopg.Error,)

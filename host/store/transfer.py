@@ -144,7 +144,11 @@ class Transfer:
         src = sqlite_connect(self.sqlite_path)
         sqlite_migrate(src)
         try:
-            dst = postgres.connect(self.dsn, password=self.password, application_name="agenthost-migrate-to")
+            dst = postgres.connect(
+                self.dsn, password=self.password, application_name="agenthost-migrate-to", exclusive=True
+            )
+        except postgres.DatabaseBusy as exc:
+            raise TransferError(f"{exc}: stop it first") from None
         except postgres.ERRORS as exc:
             from agenthost.host.store.dsn import redacted
 
