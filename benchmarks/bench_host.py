@@ -1,6 +1,7 @@
 """Host benchmark: run-scoped API calls and delta streaming through agenthost, next to raw grpc.aio, in one run.
 
     python benchmarks/bench_host.py [--calls 2000] [--deltas 50000] [--repeats 5] [--sustained 4] [--only-sustained]
+        [--backends sqlite,postgresql]
 
 Processes, as in production: `agenthost serve` (host), the bench runner plugin (installed like any plugin), this
 script as the client, and raw grpc.aio servers serving the same protos from memory (the baselines): one that streams
@@ -13,6 +14,10 @@ buys is printed separately, as agenthost batched against agenthost and raw at on
 streams of 100 k deltas at the SDK's cap run back to back, with no raw rounds between: steady-state throughput, and
 CPU per delta split into host, runner and client, for each way a runner can yield deltas (RunEvent objects, as in
 every other row and as the raw server builds them; plain `str`, the SDK's fast path for streamed text).
+
+Every agenthost row is measured once per backend, their rounds interleaved: the SQLite file (the default) and
+PostgreSQL, on a throwaway cluster this script starts (fsync and synchronous commit on) and reaches over loopback
+TCP, as a database on another machine is reached.
 
 Targets (from the design notes, ../shared/notes/performance-anchors.md, outside this repository): a call within raw
 + 150 µs at p50; deltas persisted at >= 80 k/s when batched.
@@ -152,12 +157,47 @@ async def sustained_rounds(c: HostClient, host_pid: int, sustained: int) -> None
         )
 
 
+async def start_hosts(work: Path, env: dict[str, str], backends: list[str]) -> dict[str, subprocess.Popen]:
+    """One `agenthost serve` per backend, each with its data dir; PostgreSQL on a throwaway cluster (fsync on, as
+    in production) reached over loopback TCP."""
+    hosts = {}
+    for backend in backends:
+        host_env = {**env, "AGENTHOST_HOME": str(work / f"home-{backend}")}
+        if backend == "postgresql":
+            from tests.pg_cluster import Cluster, bindir
+
+            found = bindir()
+            if found is None:
+                print("no PostgreSQL binaries (initdb): the PostgreSQL rows are left out")
+                continue
+            cluster = Cluster(found, durable=True)
+            cluster.start()
+            CLUSTERS.append(cluster)
+            cluster.admin("CREATE DATABASE agenthost_bench")
+            host_env["AGENTHOST_DATABASE_URL"] = cluster.tcp_dsn("agenthost_bench")
+        hosts[backend] = subprocess.Popen(  # noqa: ASYNC220 - started before anything is timed
+            [sys.executable, "-m", "agenthost.host.cli", "serve"],
+            env=host_env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    return hosts
+
+
+CLUSTERS: list = []
+
+
 async def main(
-    calls: int, deltas: int, repeats: int = REPEATS, sustained: int = 4, only_sustained: bool = False
+    calls: int,
+    deltas: int,
+    repeats: int = REPEATS,
+    sustained: int = 4,
+    only_sustained: bool = False,
+    backends: tuple[str, ...] = ("sqlite", "postgresql"),
 ) -> None:
     work = Path(tempfile.mkdtemp(prefix="ahbench-"))
     # The bench runner calls the raw server's socket from inside its sandbox: expose the work dir to it.
-    env = {**os.environ, "AGENTHOST_HOME": str(work / "home"), "AGENTHOST_SANDBOX_RW": str(work)}
+    env = {**os.environ, "AGENTHOST_SANDBOX_RW": str(work)}
     raw_address = f"unix:{work / 'raw.sock'}"
     relay_address = f"unix:{work / 'relay.sock'}"
     raw = subprocess.Popen(  # noqa: ASYNC220 - started before anything is timed
@@ -168,21 +208,21 @@ async def main(
         stdout=subprocess.PIPE,
         env=env,
     )
-    host = subprocess.Popen(  # noqa: ASYNC220
-        [sys.executable, "-m", "agenthost.host.cli", "serve"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    hosts: dict[str, subprocess.Popen] = {}
+    clients: dict[str, HostClient] = {}
     try:
+        hosts = await start_hosts(work, env, list(backends))
         raw.stdout.readline()
         relay.stdout.readline()
-        for _ in range(300):
-            if (work / "home" / "host.json").exists():
-                break
-            await asyncio.sleep(0.1)
+        for backend in hosts:
+            for _ in range(300):
+                if (work / f"home-{backend}" / "host.json").exists():
+                    break
+                await asyncio.sleep(0.1)
         await asyncio.sleep(0.5)
-        async with HostClient.for_data_dir(work / "home", timeout=600) as c:
+        for backend in hosts:
+            c = clients[backend] = HostClient.for_data_dir(work / f"home-{backend}", timeout=600)
+            await c.__aenter__()
             await c.call(
                 "InstallPlugin",
                 hpb.InstallPluginRequest(source=str(ROOT / "benchmarks" / "bench-plugin"), offline=True),
@@ -191,97 +231,132 @@ async def main(
             await c.bind("bench", "agenthost-bench/bench", timeout_seconds=3600)
             for i in range(30):  # 60 transcript items, so a page of 50 is full
                 await c.send("bench", f"seed message {i}")
-            if only_sustained:
-                await sustained_rounds(c, host.pid, sustained)
-                return
-            result = await c.send("bench", f"api {raw_address} {calls}")
-            if result.run.status != "completed":
-                raise SystemExit(
-                    f"the bench runner's api run failed: {result.run.error_code}: {result.run.error_message}"
+        names = list(hosts)
+        if only_sustained:
+            for backend in names:
+                print(f"\n[{backend}]")
+                await sustained_rounds(clients[backend], hosts[backend].pid, sustained)
+            return
+        api_rounds: dict[str, list[dict]] = {b: [] for b in names}
+        for _ in range(3):  # the backends' rounds interleaved; each round interleaves raw and host calls itself
+            for backend in names:
+                result = await clients[backend].send("bench", f"api {raw_address} {calls}")
+                if result.run.status != "completed":
+                    raise SystemExit(
+                        f"the bench runner's api run failed on {backend}: {result.run.error_code}:"
+                        f" {result.run.error_message}"
+                    )
+                api_rounds[backend].append(json.loads(result.text))
+        print(
+            f"\n== run-scoped API call, runner process -> host, {calls} calls each, interleaved; median of 3 rounds"
+            " per backend =="
+        )
+        print(
+            f"{'call':15} {'backend':10} {'raw p50':>9} {'host p50':>9} {'+p50':>8} {'raw p99':>9} {'host p99':>9} (µs)"
+        )
+        for name in ("state_get", "history_page50"):
+            for backend in names:
+                rounds = api_rounds[backend]
+                r50, h50, r99, h99 = (
+                    statistics.median(x[f"{name}/{side}"][q] for x in rounds)
+                    for side, q in (("raw", "p50_us"), ("host", "p50_us"), ("raw", "p99_us"), ("host", "p99_us"))
                 )
-            stats = json.loads(result.text)
-            print(f"\n== run-scoped API call, runner process -> host, {calls} calls each, interleaved ==")
-            print(f"{'call':22} {'raw p50':>9} {'host p50':>9} {'+p50':>8} {'raw p99':>9} {'host p99':>9}   (µs)")
-            for name in ("state_get", "history_page50"):
-                r, h = stats[f"{name}/raw"], stats[f"{name}/host"]
-                extra = h["p50_us"] - r["p50_us"]
-                print(
-                    f"{name:22} {r['p50_us']:9.0f} {h['p50_us']:9.0f} {extra:+8.0f}"
-                    f" {r['p99_us']:9.0f} {h['p99_us']:9.0f}"
-                )
-            print("target: host p50 within raw + 150 µs")
+                print(f"{name:15} {backend:10} {r50:9.0f} {h50:9.0f} {h50 - r50:+8.0f} {r99:9.0f} {h99:9.0f}")
+        print("targets: host p50 within raw + 150 µs (SQLite); within raw + 500 µs (PostgreSQL over loopback)")
 
-            print(
-                f"\n== text deltas (~50 B): runner -> host (number, persist, project) -> client; median of {repeats} =="
-            )
-            rates: dict[tuple[str, int], float] = {}
-            cpu: dict[tuple[str, int], tuple[float, ...]] = {}
-            for batch in BATCHES:
-                n = deltas if batch > 1 else max(2000, deltas // 10)
-                samples: dict[str, list[float]] = {"raw1": [], "raw2": [], "host": []}
-                cpu_samples: dict[str, list[tuple[float, float, float]]] = {"raw2": [], "host": []}
-                for _ in range(repeats):  # this machine is shared and noisy: interleave, take medians
-                    samples["raw1"].append(await raw_deltas(raw_address, n, batch))
-                    rate, used = await measured(raw_deltas(relay_address, n, batch), [raw.pid, relay.pid], n)
-                    samples["raw2"].append(rate)
-                    cpu_samples["raw2"].append(used)
-                    rate, used = await measured(host_deltas(c, n, batch), [host.pid], n)
-                    samples["host"].append(rate)
-                    cpu_samples["host"].append(used)
-                for side, values in samples.items():
-                    rates[(side, batch)] = statistics.median(values)
-                for side, values in cpu_samples.items():
-                    cpu[(side, batch)] = tuple(statistics.median(parts) for parts in zip(*values, strict=True))
+        print(f"\n== text deltas (~50 B): runner -> host (number, persist, project) -> client; median of {repeats} ==")
+        sides = ["raw1", "raw2", *names]
+        rates: dict[tuple[str, int], float] = {}
+        cpu: dict[tuple[str, int], tuple[float, ...]] = {}
+        for batch in BATCHES:
+            n = deltas if batch > 1 else max(2000, deltas // 10)
+            samples: dict[str, list[float]] = {side: [] for side in sides}
+            cpu_samples: dict[str, list[tuple[float, float, float]]] = {side: [] for side in sides[1:]}
+            for _ in range(repeats):  # this machine is shared and noisy: interleave, take medians
+                samples["raw1"].append(await raw_deltas(raw_address, n, batch))
+                rate, used = await measured(raw_deltas(relay_address, n, batch), [raw.pid, relay.pid], n)
+                samples["raw2"].append(rate)
+                cpu_samples["raw2"].append(used)
+                for backend in names:
+                    rate, used = await measured(host_deltas(clients[backend], n, batch), [hosts[backend].pid], n)
+                    samples[backend].append(rate)
+                    cpu_samples[backend].append(used)
+            for side, values in samples.items():
+                rates[(side, batch)] = statistics.median(values)
+            for side, values in cpu_samples.items():
+                cpu[(side, batch)] = tuple(statistics.median(parts) for parts in zip(*values, strict=True))
+        for backend in names:
+            print(f"\n[{backend}]")
             print(
                 f"{'deltas per message':>18} {'raw 1 hop /s':>13} {'raw 2 hops /s':>14} {'agenthost /s':>13}"
                 f" {'ah / raw 1 hop':>15} {'ah / raw 2 hops':>16}"
             )
             for batch in BATCHES:
-                r1, r2, h = rates[("raw1", batch)], rates[("raw2", batch)], rates[("host", batch)]
+                r1, r2, h = rates[("raw1", batch)], rates[("raw2", batch)], rates[(backend, batch)]
                 print(f"{batch:>18} {r1:13.0f} {r2:14.0f} {h:13.0f} {h / r1:15.2f} {h / r2:16.2f}")
-            print("equal batch sizes on every side: the ratios are agenthost's own cost (2 hops + persistence)")
+        print("equal batch sizes on every side: the ratios are agenthost's own cost (2 hops + persistence)")
+        main_backend = names[0]
+        print(
+            f"targets ({main_backend}): >= 0.6x raw 2 hops at 16 per message"
+            f" ({'met' if rates[(main_backend, 16)] >= 0.6 * rates[('raw2', 16)] else 'missed'}),"
+            f" >= 0.5x at 64 ({'met' if rates[(main_backend, 64)] >= 0.5 * rates[('raw2', 64)] else 'missed'}),"
+            f" >= 250k/s persisted at the SDK's cap of {MAX_BATCH}"
+            f" ({'met' if rates[(main_backend, MAX_BATCH)] >= 250_000 else 'missed'})"
+        )
+        if "postgresql" in names and "sqlite" in names:
+            ratio = rates[("postgresql", 64)] / rates[("sqlite", 64)]
             print(
-                "targets: >= 0.6x raw 2 hops at 16 per message"
-                f" ({'met' if rates[('host', 16)] >= 0.6 * rates[('raw2', 16)] else 'missed'}),"
-                f" >= 0.5x at 64 ({'met' if rates[('host', 64)] >= 0.5 * rates[('raw2', 64)] else 'missed'}),"
-                f" >= 250k/s persisted at the SDK's cap of {MAX_BATCH}"
-                f" ({'met' if rates[('host', MAX_BATCH)] >= 250_000 else 'missed'})"
+                f"PostgreSQL / SQLite deltas persisted at 64 per message: {ratio:.2f}x (target >= 0.5x:"
+                f" {'met' if ratio >= 0.5 else 'missed'})"
             )
-            print(
-                "\nCPU per delta, µs, every process and thread on the path, client included"
-                " (inflated too when the machine is overloaded)"
-            )
-            print(f"{'':>18} {'raw 2 hops':>10} {'agenthost':>10} {'ratio':>6}   agenthost's: host + runner + client")
-            for batch in BATCHES:
-                r2, (h, host_own, client) = cpu[("raw2", batch)][0], cpu[("host", batch)]
+        print(
+            "\nCPU per delta, µs, every process and thread on the path, client included"
+            " (inflated too when the machine is overloaded; PostgreSQL's server processes are not counted)"
+        )
+        print(f"{'':>18} {'backend':10} {'raw 2 hops':>10} {'agenthost':>10} {'ratio':>6}   host + runner + client")
+        for batch in BATCHES:
+            for backend in names:
+                r2, (h, host_own, client) = cpu[("raw2", batch)][0], cpu[(backend, batch)]
                 runner = h - host_own - client  # the host's descendants: its plugin processes
-                print(f"{batch:>18} {r2:10.1f} {h:10.1f} {h / r2:5.2f}x   {host_own:.1f} + {runner:.1f} + {client:.1f}")
-            print("\n== what batching buys (not a comparison with raw gRPC: batching is available to both) ==")
-            for batch in BATCHES[1:]:
-                h = rates[("host", batch)]
                 print(
-                    f"agenthost @{batch:<3} vs agenthost @1: {h / rates[('host', 1)]:6.1f}x"
+                    f"{batch:>18} {backend:10} {r2:10.1f} {h:10.1f} {h / r2:5.2f}x   {host_own:.1f} + {runner:.1f}"
+                    f" + {client:.1f}"
+                )
+        print("\n== what batching buys (not a comparison with raw gRPC: batching is available to both) ==")
+        for backend in names:
+            for batch in BATCHES[1:]:
+                h = rates[(backend, batch)]
+                print(
+                    f"{backend:10} agenthost @{batch:<3} vs agenthost @1: {h / rates[(backend, 1)]:6.1f}x"
                     f"   vs raw 1 hop @1: {h / rates[('raw1', 1)]:5.1f}x"
                     f"   vs raw 2 hops @1: {h / rates[('raw2', 1)]:5.1f}x"
                 )
             print(
-                f"target: >= 80k/s persisted when batched; agenthost @64: {rates[('host', 64)] / 1000:.1f}k/s,"
-                f" @{MAX_BATCH}: {rates[('host', MAX_BATCH)] / 1000:.1f}k/s"
+                f"target: >= 80k/s persisted when batched; {backend} @64: {rates[(backend, 64)] / 1000:.1f}k/s,"
+                f" @{MAX_BATCH}: {rates[(backend, MAX_BATCH)] / 1000:.1f}k/s"
             )
+        for backend in names:
+            c = clients[backend]
             if sustained:
-                await sustained_rounds(c, host.pid, sustained)
+                print(f"\n[{backend}]")
+                await sustained_rounds(c, hosts[backend].pid, sustained)
             runs = await c.call("ListRuns", hpb.ListRunsRequest(bot="bench", limit=1))
             events = await c.call("ListRunEvents", hpb.ListRunEventsRequest(run_id=runs.runs[0].run_id, limit=5000))
             print(
-                f"persisted: {len(events.events)}+ run events readable back for the last run"
+                f"{backend}: {len(events.events)}+ run events readable back for the last run"
                 f" (has_more={events.has_more})"
             )
     finally:
-        for proc in (host, relay, raw):
+        for c in clients.values():
+            await c.__aexit__(None, None, None)
+        for proc in (*hosts.values(), relay, raw):
             proc.terminate()
-        host.wait(timeout=30)
+        for proc in hosts.values():
+            proc.wait(timeout=30)
         relay.wait(timeout=10)
         raw.wait(timeout=10)
+        for cluster in CLUSTERS:
+            cluster.stop()
 
 
 if __name__ == "__main__":
@@ -297,5 +372,19 @@ if __name__ == "__main__":
         action="store_true",
         help="skip the API calls and the raw rounds: only the sustained streams",
     )
+    parser.add_argument(
+        "--backends",
+        default="sqlite,postgresql",
+        help="comma-separated: sqlite, postgresql (a throwaway cluster with fsync on, over loopback TCP)",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.calls, args.deltas, args.repeats, args.sustained, args.only_sustained))
+    asyncio.run(
+        main(
+            args.calls,
+            args.deltas,
+            args.repeats,
+            args.sustained,
+            args.only_sustained,
+            tuple(args.backends.split(",")),
+        )
+    )

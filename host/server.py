@@ -52,7 +52,7 @@ from agenthost.host.runs.manager import RunManager, parse_runner_id
 from agenthost.host.store.artifacts import ArtifactStore
 from agenthost.host.store.conversations import Conversations
 from agenthost.host.store.cursors import CursorCodec
-from agenthost.host.store.db import Database
+from agenthost.host.store.db import Database, DatabaseUnavailable
 from agenthost.host.store.knowledge import KnowledgeStore
 from agenthost.host.store.registry import PluginRecord, Registry
 from agenthost.host.store.runs import AuditLog, RunStore
@@ -102,11 +102,19 @@ class Host:
         otlp_endpoint: str | None = None,
         tracing: Tracing | None = None,
         gateway_address: str | None = None,
+        database: str | None = None,
+        database_password: str | None = None,
+        database_password_key: str | None = None,
     ) -> None:
-        """`log_level`: also write the host log to <data>/logs/host.log at that level (None: leave logging to the
+        """`database`: a `postgresql://` DSN to keep the stores in (None: the SQLite file <data>/agenthost.db); its
+        password, if not in the DSN, is `database_password` or the key store's `database_password_key`.
+        `log_level`: also write the host log to <data>/logs/host.log at that level (None: leave logging to the
         embedding process). `metrics_address`: serve Prometheus metrics there (HOST:PORT). `otlp_endpoint` (or
         OTEL_EXPORTER_OTLP_ENDPOINT): export spans; `tracing` instead hands in a configured Tracing (tests)."""
         self.data_dir = data_dir.expanduser().resolve()
+        self.database = database
+        self.database_password = database_password
+        self.database_password_key = database_password_key
         self.log_level = log_level
         self.metrics_address = metrics_address
         self.otlp_endpoint = otlp_endpoint
@@ -209,7 +217,17 @@ class Host:
         self.keys = KeyStore(self.data_dir)
         self.sandbox_status = self._sandbox_mode()
         self.resource_walls = self._resource_walls()
-        self.db = Database(self.data_dir / "agenthost.db")
+        password = self.database_password
+        if self.database_password_key:
+            name = self.database_password_key
+            try:
+                password = self.keys.resolve([name])[name]
+            except errors.FailedPrecondition:
+                raise DatabaseUnavailable(
+                    f"the key store has no key {name!r} for the database password: set it with"
+                    f" `agenthost keys set {name}` (while a host serves this data dir) or use a password file"
+                ) from None
+        self.db = Database(self.database or self.data_dir / "agenthost.db", password=password)
         await self.db.open()
         secret_row = self.db.query_one("SELECT value FROM meta WHERE key = 'cursor_secret'")
         if secret_row is None:
@@ -696,6 +714,8 @@ class Host:
             sandbox=self.sandbox_status,
             runs_in_flight=self.runs.in_flight(),
             resource_limits=self._resource_limits_status(),
+            database=self.db.description,
+            kb_vectors="exact (numpy, in the host)",
         )
 
     def _resource_limits_status(self) -> hpb.ResourceLimits:

@@ -106,7 +106,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HostStatus(_message.Message):
-    __slots__ = ("version", "data_dir", "pid", "started_at", "plugins", "sandbox", "runs_in_flight", "resource_limits")
+    __slots__ = ("version", "data_dir", "pid", "started_at", "plugins", "sandbox", "runs_in_flight", "resource_limits", "database", "kb_vectors")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     DATA_DIR_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
@@ -115,6 +115,8 @@ class HostStatus(_message.Message):
     SANDBOX_FIELD_NUMBER: _ClassVar[int]
     RUNS_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_LIMITS_FIELD_NUMBER: _ClassVar[int]
+    DATABASE_FIELD_NUMBER: _ClassVar[int]
+    KB_VECTORS_FIELD_NUMBER: _ClassVar[int]
     version: str
     data_dir: str
     pid: int
@@ -123,7 +125,9 @@ class HostStatus(_message.Message):
     sandbox: str
     runs_in_flight: int
     resource_limits: ResourceLimits
-    def __init__(self, version: _Optional[str] = ..., data_dir: _Optional[str] = ..., pid: _Optional[int] = ..., started_at: _Optional[float] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., sandbox: _Optional[str] = ..., runs_in_flight: _Optional[int] = ..., resource_limits: _Optional[_Union[ResourceLimits, _Mapping]] = ...) -> None: ...
+    database: str
+    kb_vectors: str
+    def __init__(self, version: _Optional[str] = ..., data_dir: _Optional[str] = ..., pid: _Optional[int] = ..., started_at: _Optional[float] = ..., plugins: _Optional[_Iterable[_Union[PluginInfo, _Mapping]]] = ..., sandbox: _Optional[str] = ..., runs_in_flight: _Optional[int] = ..., resource_limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., database: _Optional[str] = ..., kb_vectors: _Optional[str] = ...) -> None: ...
 
 class ResourceLimits(_message.Message):
     __slots__ = ("on", "mechanism", "memory_max_bytes", "pids_max", "open_files_max", "reason")

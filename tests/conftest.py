@@ -22,3 +22,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if m := _DURATION.match(line):
             seconds[m[2]] = seconds.get(m[2], 0.0) + float(m[1])
     items.sort(key=lambda item: -seconds.get(item.nodeid, 0.0))  # stable: every other test keeps its place
+
+
+# The throwaway PostgreSQL cluster and the fixtures that run a store test on both backends.
+from tests.pg_cluster import host_database, pg_cluster, pg_dsn, store_target  # noqa: E402, F401

@@ -83,8 +83,8 @@ def test_sniffing_and_names() -> None:
     assert len(long) == 255 and long.endswith(".png")
 
 
-async def test_a_runner_reads_attachments_and_history_shows_them(tmp_path: Path) -> None:
-    async with HostHarness(tmp_path, runners=[Reader]) as h:
+async def test_a_runner_reads_attachments_and_history_shows_them(tmp_path: Path, host_database: dict) -> None:
+    async with HostHarness(tmp_path, runners=[Reader], host_options=host_database) as h:
         files = [
             _att(PNG, "../../secret/dir/photo.png", "image/png"),
             _att(JPEG, "scan.jpg", ""),  # empty type: sniffed
@@ -126,12 +126,17 @@ async def test_a_runner_reads_attachments_and_history_shows_them(tmp_path: Path)
         # The stored event carries them too (what ListEvents gives a runner).
         event = h.host.conversations.get_event(result.run.event_id)
         assert event is not None and [r.artifact_id for r in event.attachments] == ids
-        # Identical bytes are stored once.
-        assert sum(1 for _ in (h.host.artifacts.root / "objects").rglob("*") if _.is_file()) == 5
+        # Identical bytes are stored once: as files, or in the database (PostgreSQL).
+        if h.host.db.backend == "sqlite":
+            assert sum(1 for _ in (h.host.artifacts.root / "objects").rglob("*") if _.is_file()) == 5
+        else:
+            assert h.host.db.query_one("SELECT COUNT(DISTINCT sha256) FROM artifact_chunks")[0] == 5
 
 
-async def test_lies_and_oversize_are_refused_and_leave_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    async with HostHarness(tmp_path, runners=[Reader]) as h:
+async def test_lies_and_oversize_are_refused_and_leave_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host_database: dict
+) -> None:
+    async with HostHarness(tmp_path, runners=[Reader], host_options=host_database) as h:
         await h.send("warm up")
         before = await _footprint(h)
 

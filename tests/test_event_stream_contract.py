@@ -217,8 +217,8 @@ def test_encoded_batches_parse_back_to_the_events_within_both_caps(
     assert received == sent
 
 
-async def test_a_run_writer_coalesces_what_arrives_while_the_writer_is_busy(tmp_path: Path) -> None:
-    db = Database(tmp_path / "db.sqlite")
+async def test_a_run_writer_coalesces_what_arrives_while_the_writer_is_busy(store_target: Path | str) -> None:
+    db = Database(store_target)
     await db.open()
     try:
         gate = threading.Event()
@@ -299,9 +299,9 @@ def _delta(text: str) -> pb.RunEvent:
 
 
 async def test_mixed_batches_become_delta_runs_and_single_rows_and_page_seq_exactly(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store_target: Path | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db = Database(tmp_path / "db.sqlite")
+    db = Database(store_target)
     await db.open()
     try:
         writer = RunWriter(
@@ -354,11 +354,11 @@ async def test_mixed_batches_become_delta_runs_and_single_rows_and_page_seq_exac
 
 
 async def test_delta_runs_close_at_their_byte_cap_and_rows_of_older_hosts_read_the_same(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store_target: Path | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     deltas = _numbered(1, *(_delta("x" * 20) for _ in range(10)))
     monkeypatch.setattr(runs_store, "DELTA_RUN_MAX_BYTES", 3 * (deltas[0].ByteSize() + 2))  # 2: its framing
-    db = Database(tmp_path / "db.sqlite")
+    db = Database(store_target)
     await db.open()
     try:
         writer = RunWriter(

@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,6 +28,7 @@ from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
 from agenthost.runners.sdk.testing import HostHarness
+from tests.pg_cluster import open_database
 
 pytestmark = [pytest.mark.timeout(120)]
 BOT, CONV, OTHER = "b", "c", "other"
@@ -154,9 +156,8 @@ STEPS = st.lists(
 )
 
 
-async def _play(root: Path, steps: list[tuple[str, int]]) -> None:
-    db = Database(root / "t.db")
-    await db.open()
+async def _play(target: Path | str, root: Path, steps: list[tuple[str, int]]) -> None:
+    db = await open_database(target, root)
     try:
         conv = Conversations(db, CODEC)
         t = Transcript()
@@ -178,25 +179,47 @@ async def _play(root: Path, steps: list[tuple[str, int]]) -> None:
         await db.close()
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+# Each example on a new SQLite file; on PostgreSQL, on the test's database emptied, fewer examples (each costs a few
+# round trips per write: the SQL under test is the same, the examples explore the orders).
+_EXAMPLES = settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+_PG_EXAMPLES = settings(
+    max_examples=12,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+def _examples(play: Any, target: Path | str | None, steps: list[tuple[str, int]]) -> None:
+    with tempfile.TemporaryDirectory(prefix="turnorder-") as tmp:
+        asyncio.run(asyncio.wait_for(play(target or Path(tmp) / "t.db", Path(tmp), steps), 60))
+
+
+@_EXAMPLES
 @given(steps=STEPS)
 def test_pages_read_turn_order_whatever_the_arrival_order(steps: list[tuple[str, int]]) -> None:
-    with tempfile.TemporaryDirectory(prefix="turnorder-") as tmp:
-        asyncio.run(asyncio.wait_for(_play(Path(tmp), steps), 60))
+    _examples(_play, None, steps)
 
 
-async def test_a_burst_reads_message_then_reply(tmp_path: Path) -> None:
+@_PG_EXAMPLES
+@given(steps=STEPS)
+def test_pages_read_turn_order_whatever_the_arrival_order_on_postgresql(
+    pg_dsn: str, steps: list[tuple[str, int]]
+) -> None:
+    _examples(_play, pg_dsn, steps)
+
+
+async def test_a_burst_reads_message_then_reply(store_target: Path | str, tmp_path: Path) -> None:
     """The case the order exists for: m0 m1 m2 arrive before any run answers."""
     await _play(
+        store_target,
         tmp_path,
         [("message", 0)] * 3 + [("output", 2), ("finish", 0), ("output", 1), ("finish", 0), ("output", 1)],
     )
 
 
-@pytest.fixture
-async def burst(tmp_path: Path):  # noqa: ANN201
-    db = Database(tmp_path / "t.db")
-    await db.open()
+async def _burst(target: Path | str, tmp_path: Path) -> AsyncIterator[tuple[Conversations, Transcript, Database]]:
+    db = await open_database(target, tmp_path)
     t = Transcript()
     seqs = [await _message(db, t) for _ in range(3)]
     await _message(db, t, OTHER)
@@ -204,6 +227,19 @@ async def burst(tmp_path: Path):  # noqa: ANN201
         await _output(db, t, seq, 2)
     yield Conversations(db, CODEC), t, db
     await db.close()
+
+
+@pytest.fixture
+async def burst(store_target: Path | str, tmp_path: Path):  # noqa: ANN201
+    async for made in _burst(store_target, tmp_path):
+        yield made
+
+
+@pytest.fixture
+async def sqlite_burst(tmp_path: Path):  # noqa: ANN201
+    """The burst on SQLite alone: for the tests of SQLite's query plans."""
+    async for made in _burst(tmp_path / "t.db", tmp_path):
+        yield made
 
 
 async def test_cursors_from_before_turn_order_resume_at_their_item(burst) -> None:  # noqa: ANN001
@@ -267,10 +303,10 @@ async def test_turn_cursors_are_tamper_evident(burst) -> None:  # noqa: ANN001
         conv.page_history(BOT, CONV, cursor=event.cursor, forward=True, limit=5)
 
 
-async def test_pages_walk_the_turn_index(burst) -> None:  # noqa: ANN001
+async def test_pages_walk_the_turn_index(sqlite_burst) -> None:  # noqa: ANN001
     """Every transcript read of a position is an index walk: pages from a cursor seek inside the cursor's turn
     (event_seq = ? AND rowid > ?) rather than walking it, and nothing scans the table or sorts the conversation."""
-    conv, t, db = burst
+    conv, t, db = sqlite_burst
     recorded: list[tuple[str, tuple]] = []
     real = db.query_tuples
 
@@ -344,9 +380,8 @@ def _tail(conv: Conversations, cursor: str, seen: list[str]) -> str:
     raise AssertionError("paging never ended")
 
 
-async def _play_tail(root: Path, steps: list[tuple[str, int]]) -> None:
-    db = Database(root / "t.db")
-    await db.open()
+async def _play_tail(target: Path | str, root: Path, steps: list[tuple[str, int]]) -> None:
+    db = await open_database(target, root)
     try:
         conv = Conversations(db, CODEC)
         t = Transcript()
@@ -374,25 +409,36 @@ async def _play_tail(root: Path, steps: list[tuple[str, int]]) -> None:
         await db.close()
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@_EXAMPLES
 @given(steps=STEPS)
 def test_a_forward_reader_sees_every_item_once_while_turns_run(steps: list[tuple[str, int]]) -> None:
     """People's forward reads stop at the first turn still running: a running turn's output is placed before the
     messages that arrived after its own, so a reader already shown those would never be shown that output.
     (Items of no known event are left out: only hosts before V8 wrote them, never during a live conversation.)"""
-    with tempfile.TemporaryDirectory(prefix="turntail-") as tmp:
-        asyncio.run(asyncio.wait_for(_play_tail(Path(tmp), steps), 60))
+    _examples(_play_tail, None, steps)
 
 
-async def test_a_forward_reader_is_not_shown_a_reply_s_successor_before_the_reply(tmp_path: Path) -> None:
+@_PG_EXAMPLES
+@given(steps=STEPS)
+def test_a_forward_reader_sees_every_item_once_while_turns_run_on_postgresql(
+    pg_dsn: str, steps: list[tuple[str, int]]
+) -> None:
+    _examples(_play_tail, pg_dsn, steps)
+
+
+async def test_a_forward_reader_is_not_shown_a_reply_s_successor_before_the_reply(
+    store_target: Path | str, tmp_path: Path
+) -> None:
     """The case itself: m0 m1 arrive; A0 streams in two parts around the reader's poll."""
-    await _play_tail(tmp_path, [("message", 0), ("message", 0), ("output", 1), ("output", 2), ("finish", 0)])
+    await _play_tail(
+        store_target, tmp_path, [("message", 0), ("message", 0), ("output", 1), ("output", 2), ("finish", 0)]
+    )
 
 
-async def test_a_settled_read_finds_the_open_turn_by_index(burst) -> None:  # noqa: ANN001
+async def test_a_settled_read_finds_the_open_turn_by_index(sqlite_burst) -> None:  # noqa: ANN001
     """The bound on a forward reader is one subquery through the partial index of unfinished runs, and the rows are
     still a range of transcript_turn: a conversation with many finished runs costs the same."""
-    conv, t, db = burst
+    conv, t, db = sqlite_burst
     await _sync_runs(db, t, 1)
     recorded: list[tuple[str, tuple]] = []
     real = db.query_tuples

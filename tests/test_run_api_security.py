@@ -35,10 +35,10 @@ class Probe(Runner):
 
 
 @pytest.fixture
-async def world(tmp_path):
+async def world(tmp_path, host_database):
     Probe.live = asyncio.Queue()
     Probe.release = asyncio.Event()
-    async with HostHarness(tmp_path, runners=[Probe]) as h:
+    async with HostHarness(tmp_path, runners=[Probe], host_options=host_database) as h:
         channel = grpc.aio.insecure_channel(h.host.api_address)
         stub = run_api_pb2_grpc.AgentRunAPIProxyStub(channel)
         sends = [asyncio.create_task(h.send(f"hello from {c}", conversation_id=c)) for c in ("c1", "c2")]

@@ -77,10 +77,12 @@ class Summary(Runner):
 
 
 @pytest.fixture
-async def h(tmp_path):
+async def h(tmp_path, host_database):
     Scripted.seen = []
     Scripted.gate = asyncio.Event()
-    async with HostHarness(tmp_path, runners=[Scripted, Tail, Summary], config={"tag": "#"}) as harness:
+    async with HostHarness(
+        tmp_path, runners=[Scripted, Tail, Summary], config={"tag": "#"}, host_options=host_database
+    ) as harness:
         yield harness
 
 

@@ -1,4 +1,5 @@
-"""The SQLite layer: group commit with per-job isolation, migrations, cursors, state and artifact rules."""
+"""The database layer on both backends (SQLite, PostgreSQL: `store_target`): group commit with per-job isolation,
+migrations, cursors, state and artifact rules."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from agenthost.protos import errors
 
 
 @pytest.fixture
-async def db(tmp_path):
-    d = Database(tmp_path / "t.db")
+async def db(store_target):
+    d = Database(store_target)
     await d.open()
     yield d
     await d.close()
@@ -31,14 +32,25 @@ async def test_group_commit_isolates_a_failing_job(db):
         c.execute("INSERT INTO meta(key, value) VALUES ('poison', 'v')")
         raise ValueError("job failed after writing")
 
-    results = await asyncio.gather(*(db.write(ok(i)) for i in range(50)), db.write(bad), return_exceptions=True)
-    assert isinstance(results[-1], ValueError)
+    def bad_sql(c):
+        # A statement the database refuses: on PostgreSQL it aborts the whole transaction until ROLLBACK TO.
+        c.execute("INSERT INTO meta(key, value) VALUES ('k0', 'duplicate')")
+
+    jobs = [db.write(ok(i)) for i in range(25)] + [db.write(bad), db.write(bad_sql)]
+    jobs += [db.write(ok(i)) for i in range(25, 50)]
+    results = await asyncio.gather(*jobs, return_exceptions=True)
+    assert isinstance(results[25], ValueError)
+    assert isinstance(results[26], db.errors)
     keys = {r[0] for r in db.query("SELECT key FROM meta")}
-    assert keys == {f"k{i}" for i in range(50)}  # the others committed, the failed job's row did not
-    assert db.batches < 51  # they shared commits
+    assert keys == {f"k{i}" for i in range(50)}  # the others committed, the failed jobs' rows did not
+    assert db.query_one("SELECT value FROM meta WHERE key = 'k0'")["value"] == "v"
+    assert db.batches < 52  # they shared commits
 
 
-async def test_integrity_and_durability_settings(db):
+async def test_integrity_and_durability_settings(tmp_path):
+    db = Database(tmp_path / "t.db")
+    await db.open()
+    await db.close()
     conn = connect(db.path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
@@ -53,6 +65,99 @@ def test_migrations_are_idempotent_and_refuse_a_newer_schema(tmp_path):
     conn.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
     with pytest.raises(RuntimeError, match="newer"):
         migrate(conn)
+
+
+def test_postgresql_migrates_an_empty_database_and_refuses_a_newer_schema(pg_cluster, monkeypatch):
+    from agenthost.host.store import migrations_pg, postgres
+
+    pg_cluster.admin("CREATE DATABASE empty_migrated TEMPLATE template0")
+    conn = postgres.connect(pg_cluster.dsn("empty_migrated"))
+    try:
+        # As a host of the first PostgreSQL version left it, with a row: the next versions apply over it.
+        every = migrations_pg.MIGRATIONS
+        monkeypatch.setattr(migrations_pg, "MIGRATIONS", every[:1])
+        assert migrations_pg.migrate(conn) == 1
+        conn.execute("INSERT INTO meta(key, value) VALUES ('cursor_secret', 'kept')")
+        monkeypatch.setattr(migrations_pg, "MIGRATIONS", every)
+        assert migrations_pg.migrate(conn) == len(migrations_pg.MIGRATIONS)
+        assert conn.execute("SELECT value FROM meta").fetchone()[0] == "kept"
+        assert conn.execute("SELECT COUNT(*) FROM artifact_chunks").fetchone()[0] == 0  # the second version's
+        assert migrations_pg.migrate(conn) == len(migrations_pg.MIGRATIONS)
+        tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+        sqlite = sqlite3.connect(":memory:")
+        migrate(sqlite)
+        # Every table SQLite has (its FTS5 shadow tables aside: PostgreSQL indexes the tables themselves).
+        wanted = {
+            r[0]
+            for r in sqlite.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            if not r[0].startswith(("sqlite_", "transcript_fts", "kb_fts"))
+        }
+        assert wanted <= tables, wanted - tables
+        conn.execute(f"INSERT INTO schema_version(version) VALUES ({len(migrations_pg.MIGRATIONS) + 1})")
+        with pytest.raises(RuntimeError, match="newer"):
+            migrations_pg.migrate(conn)
+    finally:
+        conn.close()
+        pg_cluster.drop(pg_cluster.dsn("empty_migrated"))
+
+
+async def test_postgresql_connections_the_server_drops_are_opened_again(pg_dsn, pg_cluster):
+    """A restart or failover drops the host's connections. Reads and the next batch go on over new ones; a job
+    whose transaction was cut is not acknowledged, and nothing of it is kept."""
+    db = Database(pg_dsn)
+    await db.open()
+    try:
+        st = StateStore(db)
+        await st.set("s", "k", "1")
+        name = pg_dsn.split("/")[3].split("?")[0]
+        drop = f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+        pg_cluster.admin(drop)
+        assert st.get("s", "k").version == 1  # the reader's statement, run again on a new connection
+        assert (await st.set("s", "k", "2", if_version=1)).version == 2  # the writer reconnected before its BEGIN
+
+        def cut(c):
+            c.execute("INSERT INTO meta(key, value) VALUES ('cut', 'v')")
+            c.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+        with pytest.raises(db.errors):
+            await db.write(cut)
+        assert (await st.set("s", "k", "3", if_version=2)).version == 3
+        assert db.query_one("SELECT COUNT(*) FROM meta WHERE key = 'cut'")[0] == 0
+
+        # The database stays unreachable: writes and reads fail with the driver's error, and closing still stops.
+        pg_cluster.admin(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        pg_cluster.admin(drop)
+        with pytest.raises(db.errors):
+            await st.set("s", "k", "4")
+        with pytest.raises(db.errors):
+            st.get("s", "k")
+    finally:
+        await asyncio.wait_for(db.close(), 30)
+
+
+async def test_one_host_per_postgresql_database(pg_dsn, tmp_path, monkeypatch):
+    """As host.lock makes it one host per data dir: a second host, or a migration into the database, is refused
+    while a host holds it, with who holds it; once that host stops, the database is free."""
+    from agenthost.host.store import postgres
+    from agenthost.host.store.db import DatabaseUnavailable
+    from agenthost.host.store.transfer import Transfer, TransferError
+
+    monkeypatch.setattr(postgres, "LOCK_PATIENCE_SECONDS", 0.3)
+    first = Database(pg_dsn)
+    await first.open()
+    try:
+        second = Database(pg_dsn)
+        with pytest.raises(DatabaseUnavailable, match="another agenthost .agenthost-writer from a local socket"):
+            await second.open()
+        source = Database(tmp_path / "src.db")
+        await source.open()
+        await source.close()
+        with pytest.raises(TransferError, match="another agenthost .* stop it first"):
+            Transfer(tmp_path / "src.db", pg_dsn).run()
+    finally:
+        await first.close()
+    await second.open()
+    await second.close()
 
 
 def test_cursors_are_bound_to_their_conversation():
@@ -105,7 +210,11 @@ async def test_artifacts_dedupe_and_cut_uploads_leave_nothing(db, tmp_path):
     a = await store.create(chunks(b"hello ", b"world"), **kw)
     b = await store.create(chunks(b"hello world"), **kw)
     assert a.artifact_id != b.artifact_id and a.sha256 == b.sha256
-    assert len(list((tmp_path / "art" / "objects").rglob("*"))) == 2  # one dir + one object
+    if db.backend == "sqlite":
+        assert len(list((tmp_path / "art" / "objects").rglob("*"))) == 2  # one dir + one object
+    else:  # the bytes are in the database, once; no file
+        assert db.query_one("SELECT COUNT(*) FROM artifact_chunks")[0] == 1
+        assert not list((tmp_path / "art" / "objects").rglob("*"))
     assert store.read(a.sha256, 6, 100) == b"world"
     with pytest.raises(ConnectionError):
         await store.create(chunks(b"partial", fail=True), **kw)
@@ -117,6 +226,38 @@ async def test_artifacts_dedupe_and_cut_uploads_leave_nothing(db, tmp_path):
         await store.create(chunks(b"abc"), expected_size=5, **kw)
     assert list((tmp_path / "art" / "tmp").iterdir()) == []
     assert len(db.query("SELECT * FROM artifacts")) == 2
+
+
+async def test_artifact_reads_cross_object_chunks_and_empty_objects_read_empty(db, tmp_path, monkeypatch):
+    """Ranges that start, end or span the boundaries of the database's chunks read the same as from a file, for
+    streamed uploads and for attachments stored with their row (store_object + insert_row)."""
+    from agenthost.host.store import artifacts
+    from agenthost.protos import common_pb2 as pb
+
+    monkeypatch.setattr(artifacts, "CHUNK_BYTES", 1000)
+    store = ArtifactStore(db, tmp_path / "art")
+    data = bytes(range(256)) * 13  # 3328 bytes: three whole chunks and a part
+
+    async def parts():
+        yield data[:1500]
+        yield data[1500:]
+
+    kw = dict(name="n", mime_type="", metadata_json="", bot_id="b", conversation_id="c", run_id="r")
+    ref = await store.create(parts(), **kw)
+    for offset, length in ((0, 1000), (999, 2), (1000, 1000), (500, 3000), (3000, 1000), (3328, 10), (0, 0)):
+        assert store.read(ref.sha256, offset, length) == data[offset : offset + length], (offset, length)
+    empty = await store.create(_none(), **kw)
+    assert empty.size_bytes == 0 and store.read(empty.sha256, 0, 100) == b""
+    attached = b"attached " * 300
+    sha = store.store_object(attached)
+    att = pb.ArtifactRef(artifact_id="art_x", name="a", mime_type="text/plain", size_bytes=len(attached), sha256=sha)
+    await db.write(lambda c: ArtifactStore.insert_row(c, att, "b", data=attached))
+    assert store.read(sha, 990, 30) == attached[990:1020]
+
+
+async def _none():
+    return
+    yield b""
 
 
 async def test_conversation_stats_follow_the_transcript_and_survive_migration(tmp_path):
@@ -256,3 +397,50 @@ async def test_stored_items_read_as_the_items_their_columns_make(db):
 
     await db.write(lambda c: c.execute("UPDATE transcript SET item_pb = NULL"))  # as an older host left them
     assert read() == stored
+
+
+async def test_history_search_keeps_one_contract_on_both_backends(db):
+    """Every word must occur (as a phrase of its tokens), case folded; user text is never query syntax; best match
+    first (more of the words, in a shorter item); roles and a run's horizon filter."""
+    from agenthost.host.store.conversations import Conversations, NewItem
+    from agenthost.protos import common_pb2 as pb
+
+    conv = Conversations(db, CursorCodec(b"k" * 32))
+    texts = [
+        "apple pie",
+        "an apple and then, much later and after a long detour through the orchard, one slice of pie",
+        "banana pie",
+        "send it by e-mail",
+        "email later",
+        "Pie pie pie, apple",
+        'quote " and ) OR NOT * and :1 & | !',
+    ]
+    event = await db.write(
+        lambda c: Conversations.insert_event(
+            c, bot_id="b", conversation_id="c", event_type="message.received", source="test",
+            actor=pb.Actor(actor_type="user", actor_id="u"), text="x", data_json="{}",
+        )
+    )  # fmt: skip
+    items = [
+        NewItem(role="assistant" if t.startswith("banana") else "user", item_type="message", text=t) for t in texts
+    ]
+    await db.write(
+        lambda c: conv.insert_items(
+            c, bot_id="b", conversation_id="c", run_id="r", event_id=event.event_id, items=items
+        )
+    )
+
+    def found(query: str, **kw: object) -> list[str]:
+        args = {"roles": [], "item_types": [], "top_k": 10, **kw}
+        return [i.text for i in conv.search("b", "c", query, **args)]  # type: ignore[arg-type]
+
+    assert set(found("APPLE pie")) == {texts[0], texts[1], texts[5]}  # every word, any case
+    assert found("apple pie")[-1] == texts[1]  # the long item with the words far apart ranks last
+    assert set(found("pie")) == {texts[0], texts[1], texts[2], texts[5]}
+    assert found("pie", roles=["assistant"]) == ["banana pie"]
+    assert found("e-mail") == [texts[3]]  # a phrase of its tokens, not "email"
+    assert found("banana cherry") == []
+    for hostile in ('"', ") OR NOT (", "*", ":1 & |", "!", "\x00apple"):
+        found(hostile)  # never a syntax error
+    assert found("apple", through_event=event.seq - 1) == []
+    assert conv.search("b", "other", "apple", roles=[], item_types=[], top_k=5) == []

@@ -345,6 +345,8 @@ async def cmd_status(args: argparse.Namespace, c: HostClient) -> int:
         print_json({**to_jsonable(status), "cli_version": version()})
         return 0
     say(f"agenthost {status.version}, pid {status.pid}, serving {status.data_dir}")
+    say(f"database: {status.database}")
+    say(f"knowledge-base vectors: {status.kb_vectors}")
     say(f"sandbox: {status.sandbox}")
     say(f"resource limits: {_resource_limits_line(status.resource_limits)}")
     say(f"runs in flight: {status.runs_in_flight}")
@@ -810,6 +812,9 @@ async def serve(
     metrics: str | None = None,
     otlp: str | None = None,
     gateway: str | None = None,
+    database: str | None = None,
+    database_password: str | None = None,
+    database_password_key: str | None = None,
 ) -> int:
     import asyncio
     import signal
@@ -817,6 +822,7 @@ async def serve(
     from agenthost.host.ops import logs
     from agenthost.host.ops.tracing import TracingUnavailable
     from agenthost.host.server import Host, HostAlreadyRunning
+    from agenthost.host.store.db import DatabaseUnavailable
 
     level = logs.parse_level(log_level)
     # stderr here; <data>/logs/host.log is the host's own (it creates the data dir, privately, first).
@@ -828,9 +834,16 @@ async def serve(
         metrics_address=metrics,
         otlp_endpoint=otlp,
         gateway_address=gateway,
+        database=database,
+        database_password=database_password,
+        database_password_key=database_password_key,
     )
     try:
         await host.start()
+    except DatabaseUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        to_stderr.close()
+        return 2
     except (HostAlreadyRunning, TracingUnavailable, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         to_stderr.close()
@@ -843,7 +856,8 @@ async def serve(
     if host.gateway is not None:
         metrics_line += f"\n  gateway: http://{host.gateway.address}/v1 (OpenAI-compatible)"
     print(
-        f"agenthost serving {host.data_dir}\n  admin: {host.admin_address}\n  run API: {host.api_address}\n"
+        f"agenthost serving {host.data_dir}\n  database: {host.db.description}\n  admin: {host.admin_address}\n"
+        f"  run API: {host.api_address}\n"
         f"  sandbox: {host.sandbox_status}\n  resource limits: {host.resource_walls.describe()}\n"
         f"  log: {logs.logs_dir(host.data_dir) / logs.HOST_LOG}{metrics_line}",
         flush=True,
@@ -1023,6 +1037,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="export OpenTelemetry spans over OTLP/HTTP (default: $OTEL_EXPORTER_OTLP_ENDPOINT; needs agenthost[otel])",
     )
+    srv.add_argument(
+        "--database",
+        metavar="DSN",
+        default=None,
+        help="keep the stores in PostgreSQL (postgresql://USER@HOST/DB; default: $AGENTHOST_DATABASE_URL, else the "
+        "SQLite file in the data dir); never with a password on the command line: see --database-password-file",
+    )
+    srv.add_argument(
+        "--database-password-file",
+        metavar="PATH",
+        default=None,
+        help="read the database password from this file (default: $AGENTHOST_DATABASE_PASSWORD_FILE)",
+    )
+    srv.add_argument(
+        "--database-password-key",
+        metavar="NAME",
+        default=None,
+        help="take the database password from the host's key store (`agenthost keys set NAME`)",
+    )
     lg = sub.add(
         "logs",
         "print the host's log (or a plugin's), optionally following it",
@@ -1044,6 +1077,20 @@ def build_parser() -> argparse.ArgumentParser:
     ).add_argument("--bot", metavar="BOT", default="", help="only this bot's bindings (id or name)")
     demo = sub.add("demo", "a self-contained demo in a scratch data dir", "agenthost demo", json_output=False)
     demo.add_argument("--keep", action="store_true", help="keep the scratch data dir")
+
+    db = _group(
+        sub,
+        "db",
+        "the host's database (with the host stopped)",
+        "agenthost db migrate-to postgresql://agenthost@db.internal/agenthost --database-password-file pw",
+    )
+    mig = db.add(
+        "migrate-to",
+        "copy this data dir's SQLite database into PostgreSQL (resumable; run again to go on or to verify)",
+        "agenthost db migrate-to postgresql://agenthost@db.internal/agenthost --database-password-file pw",
+    )
+    mig.add_argument("dsn", metavar="DSN", help="postgresql://USER@HOST[:PORT]/DATABASE, without a password")
+    mig.add_argument("--database-password-file", metavar="PATH", default=None, help="read the password from here")
 
     keys = _group(
         sub,
@@ -1328,6 +1375,121 @@ async def _client_command(args: argparse.Namespace, data_dir: Path) -> int:
         return await COMMANDS[args.command](args, client)
 
 
+DATABASE_ENV = "AGENTHOST_DATABASE_URL"
+DATABASE_PASSWORD_FILE_ENV = "AGENTHOST_DATABASE_PASSWORD_FILE"
+
+
+def _database_options(args: argparse.Namespace) -> dict[str, Any] | int:
+    """serve's database options (the DSN, its password from a file or the key store); an exit status (2) with the
+    error printed when they are unusable. A password on the command line is refused: every local user can read it."""
+    from agenthost.host.store.dsn import has_password, is_dsn
+
+    dsn = args.database or os.environ.get(DATABASE_ENV) or None
+    if dsn is None:
+        if args.database_password_file or args.database_password_key:
+            print(
+                "error: a database password was given but no --database (or $AGENTHOST_DATABASE_URL)", file=sys.stderr
+            )
+            return 2
+        return {}
+    if not is_dsn(dsn):
+        print("error: --database takes a postgresql://USER@HOST[:PORT]/DATABASE URL", file=sys.stderr)
+        return 2
+    if args.database and has_password(args.database):
+        print(
+            "error: --database carries a password, which every local user can read on a command line; give the DSN"
+            " without it and the password in a file (--database-password-file PATH) or the key store"
+            " (--database-password-key NAME)",
+            file=sys.stderr,
+        )
+        return 2
+    password = None
+    path = args.database_password_file or os.environ.get(DATABASE_PASSWORD_FILE_ENV)
+    if path:
+        try:
+            password = Path(path).read_text().rstrip("\r\n")
+        except OSError as exc:
+            print(f"error: cannot read the database password file {path}: {exc.strerror}", file=sys.stderr)
+            return 2
+    return {"database": dsn, "database_password": password, "database_password_key": args.database_password_key}
+
+
+def cmd_db(args: argparse.Namespace, data_dir: Path) -> int:
+    """`db migrate-to`: runs here, not in a host; holds the data dir's lock so no host starts on it meanwhile."""
+    import fcntl
+
+    from agenthost.host.store.dsn import has_password, is_dsn
+
+    if not is_dsn(args.dsn):
+        print("error: migrate-to takes a postgresql://USER@HOST[:PORT]/DATABASE URL", file=sys.stderr)
+        return 2
+    if has_password(args.dsn):
+        print(
+            "error: the DSN carries a password, which every local user can read on a command line; give it in a"
+            " file (--database-password-file PATH)",
+            file=sys.stderr,
+        )
+        return 2
+    password = None
+    if args.database_password_file:
+        try:
+            password = Path(args.database_password_file).read_text().rstrip("\r\n")
+        except OSError as exc:
+            print(f"error: cannot read {args.database_password_file}: {exc.strerror}", file=sys.stderr)
+            return 2
+    try:
+        from agenthost.host.store.transfer import Transfer, TransferError
+    except ImportError as exc:
+        print(f"error: PostgreSQL needs the psycopg driver ({exc}): pip install 'agenthost[postgres]'", file=sys.stderr)
+        return 2
+    try:
+        lock = os.open(data_dir / "host.lock", os.O_RDWR)
+    except FileNotFoundError:
+        print(f"error: {data_dir} is not an agenthost data dir (no host.lock)", file=sys.stderr)
+        return 2
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"error: a host is serving {data_dir}; stop it first (agenthost stops on SIGTERM)", file=sys.stderr)
+            return 2
+        try:
+            reports = Transfer(data_dir / "agenthost.db", args.dsn, password=password).run(
+                progress=lambda line: print(line, file=sys.stderr, flush=True)
+            )
+        except TransferError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    finally:
+        os.close(lock)
+    rows = [
+        {
+            "table": r.table,
+            "copied": r.copied,
+            "source_rows": r.source_rows,
+            "target_rows": r.target_rows,
+            "source_checksum": r.source_checksum,
+            "target_checksum": r.target_checksum,
+            "ok": r.ok,
+        }
+        for r in reports
+    ]
+    if args.json:
+        print_json(rows)
+    else:
+        for r in reports:
+            mark = "ok" if r.ok else "MISMATCH"
+            say(
+                f"{r.table:20} {r.target_rows:>9}/{r.source_rows:<9} rows  checksum {r.target_checksum}"
+                f"  copied now {r.copied:<8} {mark}"
+            )
+    if all(r.ok for r in reports):
+        say("verified: every table's row count and checksum match", file=sys.stderr)
+        return 0
+    say("error: some tables differ from the source (see MISMATCH); run the command again", file=sys.stderr)
+    return 1
+
+
 def _default_data_dir() -> Path:
     # The host's own rule (agenthost.host.server.default_data_dir), without importing the host to learn it.
     return Path(os.environ.get("AGENTHOST_HOME") or Path.home() / ".agenthost")
@@ -1348,6 +1510,8 @@ def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "logs":
         return cmd_logs(args, (args.data_dir or _default_data_dir()).expanduser().resolve())
+    if args.command == "db":
+        return cmd_db(args, (args.data_dir or _default_data_dir()).expanduser().resolve())
     import asyncio
     import logging
 
@@ -1365,6 +1529,9 @@ def _main(argv: list[str] | None) -> int:
             if level.lower() not in LOG_LEVELS:
                 print(f"error: {LOG_LEVEL_ENV} must be one of {', '.join(LOG_LEVELS)}, got {level!r}", file=sys.stderr)
                 return 2
+            database = _database_options(args)
+            if isinstance(database, int):
+                return database
             return asyncio.run(
                 serve(
                     data_dir,
@@ -1373,6 +1540,7 @@ def _main(argv: list[str] | None) -> int:
                     metrics=args.metrics,
                     otlp=args.otlp,
                     gateway=args.gateway,
+                    **database,
                 )
             )
         if args.command == "demo":

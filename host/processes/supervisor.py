@@ -34,7 +34,6 @@ import os
 import random
 import shutil
 import signal
-import sqlite3
 import time
 import weakref
 from collections.abc import Awaitable, Callable
@@ -392,7 +391,8 @@ class Supervisor:
         start_time = sandbox.proc_start_time(proc.pid) or ""
         await self.db.write(
             lambda conn: conn.execute(
-                "INSERT OR REPLACE INTO plugin_processes(plugin_id, pid, start_time) VALUES (?,?,?)",
+                "INSERT INTO plugin_processes(plugin_id, pid, start_time) VALUES (?,?,?) ON CONFLICT(plugin_id)"
+                " DO UPDATE SET pid = excluded.pid, start_time = excluded.start_time",
                 (spec.plugin_id, proc.pid, start_time),
             )
         )
@@ -520,7 +520,7 @@ class Supervisor:
             if group is not None:
                 # Whatever left the process group (setsid) is still in the cgroup: it goes too.
                 await asyncio.to_thread(group.remove)
-        with contextlib.suppress(sqlite3.Error):
+        with contextlib.suppress(*self.db.errors):
             await self.db.write(
                 lambda conn: conn.execute("DELETE FROM plugin_processes WHERE plugin_id = ?", (pp.spec.plugin_id,))
             )

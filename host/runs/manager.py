@@ -267,8 +267,8 @@ class RunManager:
         def record(conn: sqlite3.Connection) -> pb.EventRecord:
             if check:
                 self._check_starter(conn, bot.bot_id, conversation_id, origin, own_conversation, start_refusal)
-            for ref in refs:
-                ArtifactStore.insert_row(conn, ref, bot.bot_id)
+            for ref, f in zip(refs, files, strict=True):
+                ArtifactStore.insert_row(conn, ref, bot.bot_id, data=f.data)
             event = Conversations.insert_event(
                 conn,
                 bot_id=bot.bot_id,

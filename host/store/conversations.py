@@ -151,9 +151,9 @@ class Conversations:
         actor_json = json.dumps(
             {"actor_type": actor.actor_type, "actor_id": actor.actor_id, "display_name": actor.display_name}
         )
-        cur = conn.execute(
+        seq = conn.execute(
             "INSERT INTO events(event_id, bot_id, conversation_id, event_type, source, actor_json, text, data_json,"
-            " created_at, attachments_json, origin) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            " created_at, attachments_json, origin) VALUES (?,?,?,?,?,?,?,?,?,?,?) RETURNING seq",
             (
                 event_id,
                 bot_id,
@@ -167,7 +167,7 @@ class Conversations:
                 refs_to_json(attachments),
                 origin,
             ),
-        )
+        ).fetchone()[0]
         return pb.EventRecord(
             event_id=event_id,
             event_type=event_type,
@@ -177,7 +177,7 @@ class Conversations:
             text=text,
             data_json=data_json,
             attachments=attachments,
-            seq=cur.lastrowid or 0,
+            seq=seq,
             created_at=now,
             source=source,
         )
@@ -278,13 +278,9 @@ class Conversations:
         # The turn the items belong to (see migration _V8): one lookup by the events' unique index per call.
         found = conn.execute("SELECT seq FROM events WHERE event_id = ?", (event_id,)).fetchone()
         event_seq = found[0] if found else 0
-        # The seqs AUTOINCREMENT would give, assigned here because the encoding holds them: past every seq ever
-        # given (sqlite_sequence; never one of a deleted row) and every row. Writes are the writer thread's alone,
-        # inside its transaction, so nothing takes them between this read and the insert.
-        seq = conn.execute(
-            "SELECT MAX(COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'transcript'), 0),"
-            " COALESCE((SELECT MAX(seq) FROM transcript), 0))"
-        ).fetchone()[0]
+        # The seqs are given here because the encoding holds them (see dialect.transcript_seq_base).
+        items = list(items)
+        seq = conn.dialect.transcript_seq_base(conn, len(items))
         cursor_of = self._cursor_encoder("history", bot_id, conversation_id)
         rows = []
         for it in items:
@@ -405,7 +401,8 @@ class Conversations:
         # One statement, so both halves read the same snapshot of the transcript.
         (first, first_params), (rest, rest_params) = parts
         return self.db.query_tuples(
-            f"SELECT * FROM (SELECT * FROM ({first}) UNION ALL SELECT * FROM ({rest})) {_TURN_ORDER[forward]} LIMIT ?",
+            f"SELECT * FROM (SELECT * FROM ({first}) AS a UNION ALL SELECT * FROM ({rest}) AS b) AS u"
+            f" {_TURN_ORDER[forward]} LIMIT ?",
             (*first_params, *rest_params, limit),
         )
 
@@ -506,14 +503,15 @@ class Conversations:
         top_k: int,
         through_event: int | None = None,
     ) -> list[pb.TranscriptItem]:
-        # Each whitespace-separated word becomes a quoted FTS5 phrase: user text is never parsed as FTS syntax.
-        # NUL would end the FTS5 query string inside SQLite's C code (an "unterminated string" error), so it
-        # separates words like whitespace.
-        terms = " ".join('"' + w.replace('"', '""') + '"' for w in query.replace("\x00", " ").split())
-        if not terms:
+        # Each whitespace-separated word must occur, as a phrase of its tokens; user text is never parsed as query
+        # syntax (dialect.history_search). NUL would end the FTS5 query string inside SQLite's C code (an
+        # "unterminated string" error), and PostgreSQL refuses it in text, so it separates words like whitespace.
+        words = query.replace("\x00", " ").split()
+        if not words:
             return []
-        where = ["transcript_fts MATCH ?", "t.bot_id = ?", "t.conversation_id = ?"]
-        params: list[object] = [terms, bot_id, conversation_id]
+        source, order, params = self.db.dialect.history_search(words)
+        where = ["t.bot_id = ?", "t.conversation_id = ?"]
+        params += [bot_id, conversation_id]
         if roles:
             where.append(f"t.role IN ({','.join('?' * len(roles))})")
             params.extend(roles)
@@ -524,11 +522,7 @@ class Conversations:
             where.append("t.event_seq <= ?")
             params.append(through_event)
         rows = self.db.query_tuples(
-            # NOT INDEXED: rows are fetched by rowid for each match; with the event_seq bound SQLite would otherwise
-            # walk transcript_turn over the whole conversation and probe the FTS index per row.
-            f"SELECT {_PAGE_COLUMNS_OF_T} FROM transcript_fts JOIN transcript t NOT INDEXED"
-            " ON t.seq = transcript_fts.rowid"
-            f" WHERE {' AND '.join(where)} ORDER BY bm25(transcript_fts) LIMIT ?",
+            f"SELECT {_PAGE_COLUMNS_OF_T} FROM {source} AND {' AND '.join(where)} ORDER BY {order} LIMIT ?",
             (*params, top_k),
         )
         return _parsed(_within_budget(self._encoded(bot_id, conversation_id, rows), top_k, len)[0])

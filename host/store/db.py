@@ -34,9 +34,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from agenthost.host import limits
+from agenthost.host.store.dialect import Dialect, SqliteDialect
+from agenthost.host.store.dsn import is_dsn, redacted
 from agenthost.host.store.migrations import migrate
 
 T = TypeVar("T")
@@ -45,12 +47,19 @@ log = logging.getLogger(__name__)
 _STOP = object()
 
 
+class SqliteConnection(sqlite3.Connection):
+    """A connection that names its backend's statements (host/store/dialect.py), as PgConnection does."""
+
+    dialect: Dialect = SqliteDialect
+
+
 def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     """Every connection gets the same per-connection pragmas (they are not stored in the file)."""
+    kw: dict[str, Any] = {"isolation_level": None, "check_same_thread": False, "factory": SqliteConnection}
     if readonly:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, **kw)
     else:
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(path, **kw)
     conn.execute("PRAGMA busy_timeout = 5000")
     conn.execute("PRAGMA foreign_keys = ON")
     if not readonly:
@@ -71,11 +80,26 @@ class _Job:
         self.weight = weight
 
 
-class Database:
-    """Owns the file. Created by `agenthost.host.server.Host` at start; every store receives it."""
+class DatabaseUnavailable(RuntimeError):
+    """The database named at start cannot be used (unreachable, refused us, or its driver is not installed)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+
+class Database:
+    """Owns the file, or the connections to a PostgreSQL database. Created by `agenthost.host.server.Host` at
+    start; every store receives it.
+
+    `target`: a path (SQLite, the default) or a `postgresql://` DSN. On PostgreSQL the design is the same: one
+    writer connection on its own thread with the same group commit (BEGIN, a SAVEPOINT per job, ROLLBACK TO on a
+    failed job, which also clears PostgreSQL's aborted-transaction state, one COMMIT), and one reader connection
+    used synchronously on the event loop (autocommit, so each read sees what was committed before it). Two
+    connections in all: the pool is bounded by construction. Why sync reads there too: docs/architecture.md."""
+
+    def __init__(self, target: Path | str, *, password: str | None = None) -> None:
+        self.dsn = str(target) if is_dsn(target) else ""
+        self._password = password
+        self.path = Path(target) if not self.dsn else Path()
+        self.backend = "postgresql" if self.dsn else "sqlite"
+        self.errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -92,20 +116,67 @@ class Database:
         self._loop = asyncio.get_running_loop()
         self._room = asyncio.Event()
         self._room.set()
-        writer = connect(self.path)
-        migrate(writer)
+        writer, reader = await asyncio.to_thread(self._connect)
         self._thread = threading.Thread(
             target=self._write_loop, args=(writer,), name="agenthost-db-writer", daemon=True
         )
         self._thread.start()
-        self._reader = connect(self.path, readonly=True)
+        self._reader = reader
+
+    def _connect(self) -> tuple[sqlite3.Connection, sqlite3.Connection]:
+        """(writer, reader), the schema migrated. A PostgreSQL connection has sqlite3.Connection's surface."""
+        if not self.dsn:
+            writer = connect(self.path)
+            migrate(writer)
+            return writer, connect(self.path, readonly=True)
+        try:
+            from agenthost.host.store import migrations_pg, postgres
+        except ImportError as exc:
+            raise DatabaseUnavailable(
+                f"PostgreSQL needs the psycopg driver ({exc}): pip install 'agenthost[postgres]'"
+            ) from None
+
+        self.errors = (sqlite3.Error, *postgres.ERRORS)
+        try:
+            pg_writer = postgres.connect(
+                self.dsn, password=self._password, application_name="agenthost-writer", exclusive=True
+            )
+        except postgres.DatabaseBusy as exc:
+            raise DatabaseUnavailable(f"{exc} ({redacted(self.dsn)})") from None
+        except postgres.ERRORS as exc:
+            raise DatabaseUnavailable(f"cannot connect to the database {redacted(self.dsn)}: {_reason(exc)}") from None
+        try:
+            migrations_pg.migrate(pg_writer)
+            pg_reader = postgres.connect(
+                self.dsn, password=self._password, application_name="agenthost-reader", reader=True
+            )
+        except postgres.ERRORS as exc:  # e.g. a user that may not create tables there
+            pg_writer.close()
+            raise DatabaseUnavailable(f"cannot use the database {redacted(self.dsn)}: {_reason(exc)}") from None
+        except BaseException:
+            pg_writer.close()
+            raise
+        return cast(sqlite3.Connection, pg_writer), cast(sqlite3.Connection, pg_reader)
+
+    @property
+    def description(self) -> str:
+        """Where the stores live, for `status` (a DSN without its password)."""
+        return f"postgresql {redacted(self.dsn)}" if self.dsn else f"sqlite {self.path}"
+
+    @property
+    def dialect(self) -> Dialect:
+        """The backend's own statements (host/store/dialect.py)."""
+        return cast(Dialect, self.reader.dialect)  # type: ignore[attr-defined]
 
     async def close(self) -> None:
         if self._thread is not None:
             done = self._loop.create_future() if self._loop else None
             self._put(_Job(lambda conn: None, done))
             if done is not None:
-                await done
+                try:
+                    await done
+                except self.errors as exc:  # the database is gone (PostgreSQL down): stop all the same
+                    log.error("the last write batch before closing failed: %r", exc)
             self._jobs.put(_STOP)
             await asyncio.to_thread(self._thread.join)
             self._thread = None
@@ -228,11 +299,11 @@ class Database:
                     outcomes.append((job.future, True, result))
             conn.execute("COMMIT")
             self.batches += 1
-        except sqlite3.Error as exc:
-            # The commit itself failed (disk full, I/O error): nothing in the batch is durable.
+        except self.errors as exc:
+            # The commit itself failed (disk full, I/O error, the server gone): nothing in the batch is durable.
             try:
                 conn.execute("ROLLBACK")
-            except sqlite3.Error:
+            except self.errors:
                 pass
             log.error("write batch of %d failed: %r", len(batch), exc)
             outcomes = [(job.future, False, exc) for job in batch]
@@ -250,6 +321,16 @@ class Database:
                 self._loop.call_soon_threadsafe(_settle, outcomes)
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 pass
+
+
+def _reason(exc: BaseException) -> str:
+    """What a driver's error says went wrong: the server's own message, else libpq's last line (which ends a failed
+    connection's story)."""
+    primary = getattr(getattr(exc, "diag", None), "message_primary", None)
+    if primary:
+        return str(primary)
+    text = str(exc).strip()
+    return text.splitlines()[-1] if text else type(exc).__name__
 
 
 def _settle(outcomes: list[tuple[asyncio.Future[Any] | None, bool, Any]]) -> None:

@@ -201,11 +201,8 @@ class KnowledgeStore:
 
     def keyword(self, bot_id: str, match: str, limit: int) -> list[int]:
         """Chunk ids of the bot matching an FTS5 query (built by the caller from words only), best first."""
-        rows = self.db.query_tuples(
-            "SELECT c.chunk_id FROM kb_fts JOIN kb_chunks c ON c.chunk_id = kb_fts.rowid"
-            " WHERE kb_fts MATCH ? AND c.bot_id = ? ORDER BY bm25(kb_fts), c.chunk_id LIMIT ?",
-            (match, bot_id, limit),
-        )
+        sql, params = self.db.dialect.kb_keyword(match)
+        rows = self.db.query_tuples(sql, (*params, bot_id, limit))
         return [int(r[0]) for r in rows]
 
     def vectors(self, bot_id: str, space: str) -> tuple[list[int], list[bytes], int]:

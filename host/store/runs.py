@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import sqlite3
 import time
@@ -38,17 +37,6 @@ def _select(chars: int) -> str:
     for column in _CUT_COLUMNS:
         parts.append(f"substr({column}, 1, {int(chars)}) AS {column}, length({column}) > {int(chars)} AS {column}_cut")
     return ", ".join(parts)
-
-
-_ROWS_PER_INSERT = 256  # a power of two; 769 bound parameters, well under SQLite's limit (32766 since 3.32, 999 before)
-
-
-@functools.cache
-def _insert_events_sql(rows: int) -> str:
-    """`rows` rows in one statement, the run id bound once (?1). Cached per row count: sqlite3's statement cache
-    then keeps the prepared statement too."""
-    values = ",".join(f"(?1,?{2 + 3 * i},?{3 + 3 * i},?{4 + 3 * i})" for i in range(rows))
-    return f"INSERT INTO run_events(run_id, seq, kind, payload) VALUES {values}"
 
 
 # A run_events row holding consecutive text deltas, keyed by the seq of its last one; its payload is their
@@ -201,21 +189,9 @@ class RunStore:
     @staticmethod
     def insert_events(conn: sqlite3.Connection, run_id: str, parts: Sequence[EventPart]) -> None:
         """Writes `parts` (consecutive numbered events, in order) as rows: consecutive text deltas as one
-        DELTA_RUN row (see row_events), anything else one row per event. Multi-row INSERTs: per row,
-        executemany's step-and-reset costs about as much as SQLite's own insert. Chunks of 256, 128, ..., 1 rows,
-        so at most nine distinct statements share the connection's statement cache."""
-        rows = _rows_of(parts)
-        start, left = 0, len(rows)
-        while left:
-            count = _ROWS_PER_INSERT
-            while count > left:
-                count //= 2
-            params: list[object] = [run_id]
-            for row in rows[start : start + count]:
-                params += row
-            conn.execute(_insert_events_sql(count), params)
-            start += count
-            left -= count
+        DELTA_RUN row (see row_events), anything else one row per event; in as few statements as the backend
+        allows (dialect.insert_run_events)."""
+        conn.dialect.insert_run_events(conn, run_id, _rows_of(parts))
 
     @staticmethod
     def _info(row: sqlite3.Row) -> hpb.RunInfo:

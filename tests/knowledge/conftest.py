@@ -96,6 +96,7 @@ async def embeddings() -> AsyncIterator[FakeEmbeddings]:
 
 
 @pytest.fixture
-async def host(tmp_path: Path) -> AsyncIterator[HostHarness]:
-    async with HostHarness(tmp_path, runners=[KbProbe]) as h:
+async def host(tmp_path: Path, host_database: dict[str, Any]) -> AsyncIterator[HostHarness]:
+    """A host on each backend: the knowledge base's suite runs on SQLite and on PostgreSQL."""
+    async with HostHarness(tmp_path, runners=[KbProbe], host_options=host_database) as h:
         yield h

@@ -52,12 +52,12 @@ class Gate(Runner):
 
 
 @pytest.fixture
-async def host(tmp_path, monkeypatch) -> AsyncIterator[HostHarness]:
+async def host(tmp_path, monkeypatch, host_database) -> AsyncIterator[HostHarness]:
     Gate.started = asyncio.Queue()
     Gate.release = asyncio.Event()
     Gate.order = []
     Gate.running = Gate.peak = 0
-    async with HostHarness(tmp_path, runners=[Gate]) as h:
+    async with HostHarness(tmp_path, runners=[Gate], host_options=host_database) as h:
         try:
             yield h
         finally:

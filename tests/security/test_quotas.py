@@ -272,9 +272,9 @@ async def test_slow_client_is_dropped_not_the_run(host: HostHarness, monkeypatch
     await _still_serving(host)
 
 
-async def test_writer_queue_applies_backpressure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_writer_queue_applies_backpressure(store_target: Path | str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limits, "WRITE_QUEUE_MAX_JOBS", 10)
-    db = Database(tmp_path / "bp.db")
+    db = Database(store_target)
     await db.open()
     gate = threading.Event()
     try:
