@@ -57,6 +57,8 @@ from agenthost.host.store.knowledge import KnowledgeStore
 from agenthost.host.store.registry import PluginRecord, Registry
 from agenthost.host.store.runs import AuditLog, RunStore
 from agenthost.host.store.state import StateStore
+from agenthost.host.store.workers import WorkerStore
+from agenthost.host.workers.hub import WorkerHub
 from agenthost.plugins import binding_paths, sandbox
 from agenthost.plugins import install as installer
 from agenthost.plugins.binding_paths import NamedPath
@@ -102,6 +104,8 @@ class Host:
         otlp_endpoint: str | None = None,
         tracing: Tracing | None = None,
         gateway_address: str | None = None,
+        workers_address: str | None = None,
+        workers_enrol_address: str | None = None,
     ) -> None:
         """`log_level`: also write the host log to <data>/logs/host.log at that level (None: leave logging to the
         embedding process). `metrics_address`: serve Prometheus metrics there (HOST:PORT). `otlp_endpoint` (or
@@ -114,6 +118,11 @@ class Host:
         # The HTTP gateway (agenthost.host.api.gateway), off unless given HOST:PORT; aiohttp is imported only then.
         self.gateway_address = gateway_address
         self.gateway: Any = None
+        # Runner workers (agenthost.host.workers): off unless given HOST:PORT; the CA is made at the first start
+        # that listens, in <data>/workers/.
+        self.workers_address = workers_address
+        self.workers_enrol_address = workers_enrol_address
+        self.workers: WorkerHub | None = None
         self.metrics_server: MetricsServer | None = None
         self._logging: HostLogging | None = None
         self._keys_stamp: tuple[int, ...] | None = None
@@ -372,6 +381,17 @@ class Host:
             self.gateway = Gateway(self, self.gateway_address)
             await self.gateway.start()
             log.info("HTTP gateway on http://%s/v1", self.gateway.address)
+        if self.workers_address:
+            from agenthost.host.access.worker_pki import HostCA
+
+            ca = await asyncio.to_thread(HostCA, self.data_dir)
+            self.workers = WorkerHub(
+                ca=ca,
+                store=WorkerStore(self.db),
+                address=self.workers_address,
+                enrol_address=self.workers_enrol_address,
+            )
+            await self.workers.start()
         (self.data_dir / "host.json").write_text(
             json.dumps({"pid": os.getpid(), "admin": self.admin_address, "api": self.api_address, "version": VERSION})
         )
@@ -387,6 +407,8 @@ class Host:
             await self.gateway.stop()
         for task in list(self._background):
             task.cancel()
+        if self.workers is not None:
+            await self.workers.stop()
         await self.supervisor.stop_all()
         await asyncio.to_thread(self.resource_walls.close)
         for server in self._servers:

@@ -409,6 +409,55 @@ async def cmd_models(args: argparse.Namespace, c: HostClient) -> int:
     return 0
 
 
+async def cmd_workers(args: argparse.Namespace, c: HostClient) -> int:
+    import time
+
+    from agenthost.protos import host_pb2 as hpb
+
+    if args.action == "create":  # `workers token create` (the inner group's action)
+        created = await c.call("CreateWorkerToken", hpb.CreateWorkerTokenRequest(pool=args.pool, ttl_seconds=args.ttl))
+        if args.json:
+            print_json(to_jsonable(created))
+        else:
+            print(created.token)
+            say(
+                f"(shown once, single use, until {_when(created.expires_at)}) pool {created.pool}; on the worker:"
+                f" agenthost worker --host HOST:{created.workers_address.rpartition(':')[2]} --join TOKEN --name NAME",
+                file=sys.stderr,
+            )
+        return 0
+    if args.action == "list":
+        workers = (await c.call("ListWorkers", hpb.ListWorkersRequest())).workers
+        if args.json:
+            print_json([to_jsonable(w) for w in workers])
+        elif not workers:
+            say("no workers enrolled; make a join token with `agenthost workers token create`")
+        for w in workers if not args.json else []:
+            runners = ", ".join(f"{r.runner_id} {r.version}" for r in w.runners) or "-"
+            beat = f"{time.time() - w.last_heartbeat:.0f}s ago" if w.last_heartbeat else "-"
+            say(
+                f"{w.name:20} {w.pool:10} {w.state:12} {w.address or '-':24} runs {w.in_flight}/{w.capacity or '-'}"
+                f"  heartbeat {beat}  runners: {runners}"
+            )
+        return 0
+    method = {"drain": "DrainWorker", "revoke": "RevokeWorker"}[args.action]
+    info = await c.call(method, hpb.WorkerRequest(name=args.name))
+    _emit(args, to_jsonable(info), f"{args.action} {info.name}: {info.state}")
+    return 0
+
+
+def _duration(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600}
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
+    try:
+        value = float(number) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a duration like 90s, 10m or 1h, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("a duration must be positive")
+    return value
+
+
 async def cmd_credentials(args: argparse.Namespace, c: HostClient) -> int:
     from agenthost.protos import host_pb2 as hpb
 
@@ -799,6 +848,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, HostClient], Awaitable[int]]] 
     "channels": cmd_channels,
     "kb": cmd_kb,
     "approvals": cmd_approvals,
+    "workers": cmd_workers,
 }
 
 
@@ -810,6 +860,7 @@ async def serve(
     metrics: str | None = None,
     otlp: str | None = None,
     gateway: str | None = None,
+    workers: str | None = None,
 ) -> int:
     import asyncio
     import signal
@@ -828,6 +879,7 @@ async def serve(
         metrics_address=metrics,
         otlp_endpoint=otlp,
         gateway_address=gateway,
+        workers_address=workers,
     )
     try:
         await host.start()
@@ -842,6 +894,8 @@ async def serve(
     metrics_line = f"\n  metrics: http://{host.metrics_server.address}/metrics" if host.metrics_server else ""
     if host.gateway is not None:
         metrics_line += f"\n  gateway: http://{host.gateway.address}/v1 (OpenAI-compatible)"
+    if host.workers is not None:
+        metrics_line += f"\n  workers: port {host.workers.port} (mutual TLS), enrolment port {host.workers.enrol_port}"
     print(
         f"agenthost serving {host.data_dir}\n  admin: {host.admin_address}\n  run API: {host.api_address}\n"
         f"  sandbox: {host.sandbox_status}\n  resource limits: {host.resource_walls.describe()}\n"
@@ -1016,6 +1070,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="serve the OpenAI-compatible HTTP gateway at http://HOST:PORT/v1 (e.g. 127.0.0.1:8080; :PORT binds "
         "loopback); its keys are `credentials create NAME --scope send --bot BOT`",
+    )
+    srv.add_argument(
+        "--workers",
+        metavar="HOST:PORT",
+        default=None,
+        help="listen for runner workers at HOST:PORT (mutual TLS; e.g. 0.0.0.0:7443), and for their enrolment at "
+        "PORT+1 (server TLS, join tokens only)",
     )
     srv.add_argument(
         "--otlp",
@@ -1230,6 +1291,42 @@ def build_parser() -> argparse.ArgumentParser:
         help="send a file with the message (repeatable); images (png, jpeg, gif, webp) reach models that take them",
     )
 
+    wk = _group(
+        sub,
+        "workers",
+        "runner workers on other machines: enrolment, listing, drain, revoke",
+        "agenthost workers token create --pool gpu --ttl 10m",
+        "agenthost workers list",
+    )
+    tok = _group(wk, "token", "join tokens", "agenthost workers token create --pool gpu")
+    tc = tok.add("create", "print a short-lived, single-use join token", "agenthost workers token create --ttl 10m")
+    tc.add_argument("--pool", default="", help="the pool the worker joins (default: default)")
+    tc.add_argument("--ttl", type=_duration, default=600.0, help="how long the token may be used: 90s, 10m, 1h")
+    wk.add("list", "enrolled workers: pool, address, runners, in-flight runs, last heartbeat", "agenthost workers list")
+    for action, what in (
+        ("drain", "no new runs go to the worker; its runs in flight finish"),
+        ("revoke", "cut its connections now and refuse its certificate from then on"),
+    ):
+        wk.add(action, what, f"agenthost workers {action} gpu-1").add_argument("name")
+
+    wrk = sub.add(
+        "worker",
+        "run the runner plugins installed here for a host on another machine",
+        "agenthost worker --host host.example:7443 --join ahj1.7444.… --name gpu-1",
+        "agenthost worker --host host.example:7443",
+        json_output=False,
+    )
+    wrk.add_argument("--host", required=True, metavar="HOST:PORT", help="the host's workers port (serve --workers)")
+    wrk.add_argument("--join", default="", metavar="TOKEN", help="a join token, to enrol (once)")
+    wrk.add_argument("--name", default="", help="this worker's name (default: the machine's host name)")
+    wrk.add_argument("--capacity", type=_positive(4096), default=4, help="runs at once (default 4)")
+    wrk.add_argument("--enrol-only", action="store_true", help="enrol and exit")
+    wrk.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="run third-party plugins without walls where no sandbox works (dangerous; logged)",
+    )
+
     appr = _group(
         sub,
         "approvals",
@@ -1369,8 +1466,13 @@ def _main(argv: list[str] | None) -> int:
                     metrics=args.metrics,
                     otlp=args.otlp,
                     gateway=args.gateway,
+                    workers=args.workers,
                 )
             )
+        if args.command == "worker":
+            from agenthost.host.workers.agent import run_worker
+
+            return asyncio.run(run_worker(args, data_dir))
         if args.command == "demo":
             from agenthost.host.cli.demo import run_demo
 
