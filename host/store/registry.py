@@ -51,6 +51,10 @@ class Registry:
     def plugins(self) -> list[PluginRecord]:
         return [self._plugin(r) for r in self.db.query("SELECT * FROM plugins ORDER BY builtin DESC, plugin_id")]
 
+    def find_plugin(self, plugin_id: str) -> PluginRecord | None:
+        row = self.db.query_one("SELECT * FROM plugins WHERE plugin_id = ?", (plugin_id,))
+        return self._plugin(row) if row is not None else None
+
     def plugin(self, plugin_id: str) -> PluginRecord:
         row = self.db.query_one("SELECT * FROM plugins WHERE plugin_id = ?", (plugin_id,))
         if row is None:

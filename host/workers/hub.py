@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import contextvars
 import json
 import logging
 import time
@@ -28,10 +28,12 @@ from typing import Any
 import grpc
 from cryptography import x509
 
+from agenthost.host import limits
 from agenthost.host.access.grants import hash_secret
 from agenthost.host.access.worker_pki import WORKER_NAME, HostCA, JoinToken, cert_pem, serial_hex
 from agenthost.host.store.workers import WorkerRecord, WorkerStore
-from agenthost.protos import errors
+from agenthost.plugins.manifest import ManifestError, RunnerManifest
+from agenthost.protos import errors, runner_pb2
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos import worker_pb2 as wpb
 from agenthost.protos.wire import SERVER_OPTIONS
@@ -41,6 +43,38 @@ log = logging.getLogger(__name__)
 DEFAULT_TOKEN_TTL = 600.0
 MAX_TOKEN_TTL = 24 * 3600.0
 DEFAULT_POOL = "default"
+# A worker heartbeats every HEARTBEAT_SECONDS (agent.py); one silent for LOST_AFTER_SECONDS is taken as gone: its
+# session is cut and its runs end `runner_lost`, within LOST_AFTER_SECONDS + WATCH_SECONDS of its last word.
+LOST_AFTER_SECONDS = 6.0
+WATCH_SECONDS = 1.0
+# A worker must open the Run stream of a run it was assigned within this long, or the run ends `runner_lost`.
+TAKE_SECONDS = 15.0
+# Batches of one run held between the worker's stream and the run's consumer: past this, HTTP/2 flow control holds
+# that worker's runner back, and no other run waits on it.
+RUN_QUEUE_BATCHES = 16
+DEFAULT_CAPACITY = 4
+
+
+class WorkerLost(Exception):
+    """The worker serving a run went away (disconnected, silent past LOST_AFTER_SECONDS, revoked, replaced)."""
+
+
+@dataclass
+class RunSlot:
+    """A run placed on a worker: what its Run stream is handed, and what comes back up it."""
+
+    run_id: str
+    request: runner_pb2.RunRequest
+    batches: asyncio.Queue[bytes | None] = field(default_factory=lambda: asyncio.Queue(RUN_QUEUE_BATCHES))
+    opened: bool = False
+    lost: asyncio.Event = field(default_factory=asyncio.Event)
+    lost_reason: str = ""
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # the host is done with it (finished, cancelled)
+
+    def lose(self, reason: str) -> None:
+        if not self.lost.is_set():
+            self.lost_reason = reason
+            self.lost.set()
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -64,6 +98,14 @@ class Session:
     outbox: asyncio.Queue[wpb.WorkerDown | None] = field(default_factory=asyncio.Queue)
     cut_reason: str = ""
     cut_event: asyncio.Event = field(default_factory=asyncio.Event)
+    runs: dict[str, RunSlot] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    def runner_ids(self) -> set[str]:
+        return {runner_id for runner_id, _ in _offered(self.offers)}
 
     def cut(self, reason: str) -> None:
         """Ends this worker's calls now, each with UNAUTHENTICATED and `reason` (a gRPC handler's task cancelled
@@ -71,6 +113,20 @@ class Session:
         self.cut_reason = reason
         self.cut_event.set()
         self.outbox.put_nowait(None)
+        for slot in self.runs.values():
+            slot.lose(f"worker {self.name!r}: {reason}")
+
+
+def _offered(offers: list[wpb.WorkerOffer]) -> list[tuple[str, RunnerManifest]]:
+    out = []
+    for offer in offers:
+        for raw in offer.manifests_json:
+            try:
+                manifest = RunnerManifest.parse_json(raw)
+            except ManifestError:
+                continue
+            out.append((f"{offer.plugin_id}/{manifest.name}", manifest))
+    return out
 
 
 class WorkerHub:
@@ -86,6 +142,15 @@ class WorkerHub:
         self.calls = {"accepted": 0, "refused": 0}
         self._servers: list[grpc.aio.Server] = []
         self._serials: dict[bytes, str] = {}
+        self._extra: dict[str, grpc.RpcMethodHandler] = {}
+        self._watch: asyncio.Task[None] | None = None
+        # Plugin ids the host runs itself: a worker's offer under one of them is refused (see _hello).
+        self.local_plugins: Callable[[], set[str]] = set
+
+    def add_handlers(self, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        """More methods for the workers port (the run API, from the composition root), behind the same guard;
+        before `start`. A handler knows its caller by `caller(context)`."""
+        self._extra.update(handlers)
 
     # ---- listeners ----
 
@@ -126,9 +191,12 @@ class WorkerHub:
         for s in (server, enrol):
             await s.start()
             self._servers.append(s)
+        self._watch = asyncio.create_task(self._watch_heartbeats(), name="workers:heartbeats")
         log.info("listening for workers on %s:%d (enrolment on port %d)", bind, self.port, self.enrol_port)
 
     async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
         for session in list(self.sessions.values()):
             session.cut("the host is stopping")
         for server in self._servers:
@@ -142,7 +210,32 @@ class WorkerHub:
                 request_deserializer=wpb.WorkerUp.FromString,
                 response_serializer=wpb.WorkerDown.SerializeToString,
             ),
+            "/agenthost.v1.WorkerHub/Run": grpc.stream_stream_rpc_method_handler(
+                self._run,
+                request_deserializer=wpb.WorkerRunUp.FromString,
+                response_serializer=wpb.WorkerRunDown.SerializeToString,
+            ),
+            **self._extra,
         }
+
+    async def _watch_heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(WATCH_SECONDS)
+            now = time.time()
+            for session in list(self.sessions.values()):
+                if now - session.last_heartbeat > LOST_AFTER_SECONDS:
+                    log.warning(
+                        "worker %s silent for %.0fs: taken as lost; its %d runs end runner_lost",
+                        session.name,
+                        now - session.last_heartbeat,
+                        len(session.runs),
+                    )
+                    self._drop_session(session, f"no heartbeat for {now - session.last_heartbeat:.0f}s")
+
+    def _drop_session(self, session: Session, reason: str) -> None:
+        if self.sessions.get(session.name) is session:
+            del self.sessions[session.name]
+        session.cut(reason)
 
     # ---- enrolment and tokens ----
 
@@ -218,8 +311,9 @@ class WorkerHub:
     # ---- the control stream ----
 
     async def _connect(
-        self, request_iterator: AsyncIterator[wpb.WorkerUp], context: grpc.aio.ServicerContext, record: WorkerRecord
+        self, request_iterator: AsyncIterator[wpb.WorkerUp], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[wpb.WorkerDown]:
+        record = _worker()
         first = await anext(request_iterator, None)
         if first is None or first.WhichOneof("kind") != "hello":
             raise errors.InvalidArgument("the first message on Connect must be the worker's hello")
@@ -227,9 +321,16 @@ class WorkerHub:
         old = self.sessions.get(record.name)
         if old is not None:  # a reconnect after a partition: the old stream is dead even if TCP has not said so
             old.cut("this worker connected again")
-        session = Session(record=record, peer=context.peer(), offers=list(hello.offers), capacity=hello.capacity)
+        capacity = min(hello.capacity or DEFAULT_CAPACITY, limits.RUNS_MAX_ACTIVE)
+        session = Session(
+            record=record, peer=context.peer(), offers=self._accepted(record.name, hello), capacity=capacity
+        )
         session.last_heartbeat = time.time()
         self.sessions[record.name] = session
+        for run_id in hello.held_runs[: limits.RUNS_MAX_ACTIVE]:
+            # Whatever a worker still holds from an earlier session was ended by the host when that session was
+            # lost (runner_lost): it drops them rather than finishing them a second time.
+            session.outbox.put_nowait(wpb.WorkerDown(drop=wpb.RunAssignment(run_id=run_id)))
         log.info("worker %s connected from %s offering %d plugins", record.name, session.peer, len(hello.offers))
         reader = asyncio.create_task(self._read_control(session, request_iterator))
         try:
@@ -246,8 +347,7 @@ class WorkerHub:
                 yield down
         finally:
             reader.cancel()
-            if self.sessions.get(record.name) is session:
-                del self.sessions[record.name]
+            self._drop_session(session, "its connection ended")
             log.info("worker %s disconnected", record.name)
 
     async def _read_control(self, session: Session, request_iterator: AsyncIterator[wpb.WorkerUp]) -> None:
@@ -256,6 +356,131 @@ class WorkerHub:
                 if message.WhichOneof("kind") == "heartbeat":
                     session.last_heartbeat = time.time()
                     session.in_flight = message.heartbeat.in_flight
+
+    def _accepted(self, name: str, hello: wpb.WorkerHello) -> list[wpb.WorkerOffer]:
+        """The offers of a hello the host takes: at most limits.WORKER_MAX_OFFERS plugins, none under the id of a
+        plugin the host runs itself (its runs would go to code the operator did not install here)."""
+        local = self.local_plugins()
+        kept = []
+        for offer in hello.offers[: limits.WORKER_MAX_OFFERS]:
+            if offer.plugin_id in local:
+                log.warning(
+                    "worker %s offers plugin %r, which this host runs itself: that offer is refused",
+                    name,
+                    offer.plugin_id,
+                )
+                continue
+            del offer.manifests_json[limits.WORKER_MAX_OFFERS :]
+            kept.append(offer)
+        if len(hello.offers) > limits.WORKER_MAX_OFFERS:
+            log.warning(
+                "worker %s offered %d plugins; only the first %d are taken",
+                name,
+                len(hello.offers),
+                limits.WORKER_MAX_OFFERS,
+            )
+        return kept
+
+    # ---- placement and runs ----
+
+    def manifest(self, runner_id: str) -> RunnerManifest | None:
+        """The manifest of a runner some connected worker offers (the first found)."""
+        for session in self.sessions.values():
+            for offered_id, manifest in _offered(session.offers):
+                if offered_id == runner_id:
+                    return manifest
+        return None
+
+    def place(self, runner_id: str) -> Session | None:
+        """The connected, undrained worker offering `runner_id` with room for one more run, least in flight
+        first; None when there is none."""
+        best: Session | None = None
+        for session in self.sessions.values():
+            if session.record.draining or self._draining(session.name) or len(session.runs) >= session.capacity:
+                continue
+            if runner_id not in session.runner_ids():
+                continue
+            if best is None or len(session.runs) < len(best.runs):
+                best = session
+        return best
+
+    def _draining(self, name: str) -> bool:
+        record = self.store.get(name)
+        return record is None or record.draining or record.revoked
+
+    async def run(self, session: Session, request: runner_pb2.RunRequest) -> AsyncIterator[bytes]:
+        """Runs `request` on `session`'s worker: yields the serialized RunEventBatch messages its runner sends.
+        Raises WorkerLost when the worker goes away first. Closing the iterator (the run ended, was cancelled)
+        ends the worker's Run stream, which cancels the run there."""
+        run_id = request.context.run_id
+        slot = RunSlot(run_id, request)
+        session.runs[run_id] = slot
+        try:
+            if session.cut_event.is_set():
+                raise WorkerLost(f"worker {session.name!r} is gone: {session.cut_reason}")
+            session.outbox.put_nowait(wpb.WorkerDown(assign=wpb.RunAssignment(run_id=run_id)))
+            lost = asyncio.ensure_future(slot.lost.wait())
+            try:
+                while True:
+                    if not slot.batches.empty():
+                        item = slot.batches.get_nowait()
+                    else:
+                        get = asyncio.ensure_future(slot.batches.get())
+                        timeout = None if slot.opened else TAKE_SECONDS
+                        done, _ = await asyncio.wait({get, lost}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                        if get not in done:
+                            get.cancel()
+                            if lost in done:
+                                raise WorkerLost(slot.lost_reason)
+                            if not slot.opened:
+                                raise WorkerLost(f"worker {session.name!r} did not take the run in {TAKE_SECONDS:.0f}s")
+                            continue
+                        item = get.result()
+                    if item is None:
+                        return
+                    yield item
+            finally:
+                lost.cancel()
+        finally:
+            slot.ended.set()
+            if session.runs.get(run_id) is slot:
+                del session.runs[run_id]
+
+    async def _run(
+        self, request_iterator: AsyncIterator[wpb.WorkerRunUp], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[wpb.WorkerRunDown]:
+        worker = _worker()
+        first = await anext(request_iterator, None)
+        if first is None or first.WhichOneof("kind") != "run_id":
+            raise errors.InvalidArgument("the first message on Run must name the run")
+        session = self.sessions.get(worker.name)
+        slot = session.runs.get(first.run_id) if session is not None else None
+        if slot is None:
+            # Not a run placed on this worker (another worker's, one that ended, or none): nothing of it is given.
+            raise errors.NotFound(f"no run {first.run_id[:64]!r} is assigned to worker {worker.name!r}")
+        if slot.opened:
+            raise errors.FailedPrecondition(f"run {first.run_id} was already taken")  # nothing runs twice
+        slot.opened = True
+        yield wpb.WorkerRunDown(request=slot.request)
+
+        async def forward() -> None:
+            try:
+                async for up in request_iterator:
+                    if up.WhichOneof("kind") == "batch":
+                        await slot.batches.put(up.batch)
+                await slot.batches.put(None)
+            except grpc.RpcError as exc:
+                slot.lose(f"the worker's run stream broke: {exc.code().name}")
+
+        reader = asyncio.create_task(forward())
+        ended = asyncio.ensure_future(slot.ended.wait())
+        try:
+            await asyncio.wait({reader, ended}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            reader.cancel()
+            ended.cancel()
+        if not reader.done() or slot.ended.is_set():
+            return  # the host is done with the run: ending the stream cancels it on the worker
 
     # ---- admin ----
 
@@ -274,7 +499,7 @@ class WorkerHub:
                 info.state = "draining" if record.draining else "connected"
             if session is not None:
                 info.address = session.peer
-                info.in_flight = session.in_flight
+                info.in_flight = len(session.runs)
                 info.capacity = session.capacity
                 info.last_heartbeat = session.last_heartbeat
                 for offer in session.offers:
@@ -307,9 +532,26 @@ class WorkerHub:
         return self.info(name)
 
 
+# The worker whose certificate the call being served presented, set by _Guard before the handler runs (each call
+# runs in its own task): what the hub's own handlers and the run API served to workers know the caller by.
+current_worker: contextvars.ContextVar[WorkerRecord | None] = contextvars.ContextVar("agenthost_worker", default=None)
+
+
+def caller(context: grpc.aio.ServicerContext) -> str:
+    """The worker name of the call being served on the workers port (the run API's `worker_of`)."""
+    record = current_worker.get()
+    return record.name if record is not None else ""
+
+
+def _worker() -> WorkerRecord:
+    record = current_worker.get()
+    assert record is not None, "a workers-port handler runs behind _Guard"
+    return record
+
+
 class _Guard(grpc.GenericRpcHandler):
     """Every workers-port method, served request-streaming so that `WorkerHub.identify` runs before any request
-    message is read; the handler is handed the caller's WorkerRecord."""
+    message is read (a unary request is read from the stream after the check; the wire is the same)."""
 
     def __init__(self, hub: WorkerHub, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
         self._hub = hub
@@ -318,34 +560,50 @@ class _Guard(grpc.GenericRpcHandler):
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         return self._handlers.get(handler_call_details.method)
 
-    def _check(self, context: grpc.aio.ServicerContext) -> WorkerRecord | errors.AgentHostError:
+    async def _admit(self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext, unary: bool) -> Any:
         try:
             record = self._hub.identify(context)
         except errors.AgentHostError as exc:
             self._hub.calls["refused"] += 1
             log.warning("worker call refused (%s): %s", context.peer(), exc.message)
-            return exc
+            await errors.abort_with(context, exc)
+            raise
         self._hub.calls["accepted"] += 1
-        return record
+        current_worker.set(record)
+        if not unary:
+            return request_iterator
+        request = await anext(request_iterator, None)
+        if request is None:
+            await errors.abort_with(context, errors.InvalidArgument("the call carried no request message"))
+        return request
 
     def _guarded(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        inner: Callable[..., Any] = handler.stream_stream  # type: ignore[assignment]
+        inner: Any = handler.stream_stream or handler.stream_unary or handler.unary_stream or handler.unary_unary
+        unary = not handler.request_streaming
+        codecs = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
 
-        async def behaviour(
-            request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
-        ) -> AsyncIterator[Any]:
-            checked = self._check(context)
-            if isinstance(checked, errors.AgentHostError):
-                await errors.abort_with(context, checked)
-                return
+        if handler.response_streaming:
+
+            async def streaming(
+                request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
+            ) -> AsyncIterator[Any]:
+                request = await self._admit(request_iterator, context, unary)
+                try:
+                    async for reply in inner(request, context):
+                        yield reply
+                except errors.AgentHostError as exc:
+                    await errors.abort_with(context, exc)
+
+            return grpc.stream_stream_rpc_method_handler(streaming, **codecs)
+
+        async def single(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+            request = await self._admit(request_iterator, context, unary)
             try:
-                async for reply in inner(request_iterator, context, checked):
-                    yield reply
+                return await inner(request, context)
             except errors.AgentHostError as exc:
                 await errors.abort_with(context, exc)
 
-        return grpc.stream_stream_rpc_method_handler(
-            functools.wraps(inner)(behaviour),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return grpc.stream_unary_rpc_method_handler(single, **codecs)
