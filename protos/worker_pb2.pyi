@@ -88,12 +88,14 @@ class WorkerDown(_message.Message):
     def __init__(self, assign: _Optional[_Union[RunAssignment, _Mapping]] = ..., heartbeat: _Optional[_Union[WorkerHeartbeat, _Mapping]] = ..., drain: _Optional[bool] = ..., drop: _Optional[_Union[RunAssignment, _Mapping]] = ..., welcome: _Optional[str] = ...) -> None: ...
 
 class WorkerRunUp(_message.Message):
-    __slots__ = ("run_id", "batch")
+    __slots__ = ("run_id", "batch", "end")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     batch: bytes
-    def __init__(self, run_id: _Optional[str] = ..., batch: _Optional[bytes] = ...) -> None: ...
+    end: bool
+    def __init__(self, run_id: _Optional[str] = ..., batch: _Optional[bytes] = ..., end: _Optional[bool] = ...) -> None: ...
 
 class WorkerRunDown(_message.Message):
     __slots__ = ("request",)

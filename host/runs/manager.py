@@ -612,13 +612,14 @@ class RunManager:
         batches come up the worker's Run stream as the runner sent them and go through the same ingestion."""
         info = st.info
         assert st.active is not None
-        session = workers.place(info.runner_id)
+        session = await workers.wait_place(info.runner_id, info.deadline_at - time.time())
         if session is None:
             self._set_outcome(
                 st,
                 "failed",
                 "runner_unavailable",
-                f"no connected worker offers runner {info.runner_id} with room for a run (`agenthost workers list`)",
+                f"no connected worker offers runner {info.runner_id} (or none had room before the run's deadline);"
+                " see `agenthost workers list`",
             )
             return
         st.active.worker = session.name  # from now on the run API answers this run's token from that worker only

@@ -300,6 +300,7 @@ class Worker:
             yield wpb.WorkerRunUp(run_id=run.run_id)
             while (item := await up.get()) is not None:
                 yield wpb.WorkerRunUp(batch=item)
+            yield wpb.WorkerRunUp(end=True)
 
         call = channel.stream_stream(
             "/agenthost.v1.WorkerHub/Run",

@@ -97,6 +97,7 @@ class Session:
     # What the control stream sends next; None ends it (and the worker's run streams) with `cut_reason`.
     outbox: asyncio.Queue[wpb.WorkerDown | None] = field(default_factory=asyncio.Queue)
     cut_reason: str = ""
+    cut_error: type[errors.AgentHostError] = errors.Unauthenticated
     cut_event: asyncio.Event = field(default_factory=asyncio.Event)
     runs: dict[str, RunSlot] = field(default_factory=dict)
 
@@ -107,10 +108,12 @@ class Session:
     def runner_ids(self) -> set[str]:
         return {runner_id for runner_id, _ in _offered(self.offers)}
 
-    def cut(self, reason: str) -> None:
-        """Ends this worker's calls now, each with UNAUTHENTICATED and `reason` (a gRPC handler's task cancelled
-        from outside would leave the client's stream open: the status must be sent)."""
+    def cut(self, reason: str, error: type[errors.AgentHostError] = errors.Unavailable) -> None:
+        """Ends this worker's control stream now with `error` and `reason` (a gRPC handler's task cancelled from
+        outside would leave the client's stream open: the status must be sent), and its runs with WorkerLost.
+        UNAUTHENTICATED tells the worker it is refused for good (revoked, replaced); UNAVAILABLE to reconnect."""
         self.cut_reason = reason
+        self.cut_error = error
         self.cut_event.set()
         self.outbox.put_nowait(None)
         for slot in self.runs.values():
@@ -143,6 +146,8 @@ class WorkerHub:
         self._servers: list[grpc.aio.Server] = []
         self._serials: dict[bytes, str] = {}
         self._extra: dict[str, grpc.RpcMethodHandler] = {}
+        # Set (and replaced) whenever a worker may have room for another run: one connected, a run ended on one.
+        self._room = asyncio.Event()
         self._watch: asyncio.Task[None] | None = None
         # Plugin ids the host runs itself: a worker's offer under one of them is refused (see _hello).
         self.local_plugins: Callable[[], set[str]] = set
@@ -270,7 +275,7 @@ class WorkerHub:
         log.info("worker %s enrolled in pool %s from %s", record.name, record.pool, context.peer())
         old = self.sessions.pop(record.name, None)
         if old is not None:  # the name's earlier certificate is no longer accepted: its session goes now
-            old.cut(f"worker {record.name!r} enrolled again with a new certificate")
+            old.cut(f"worker {record.name!r} enrolled again with a new certificate", errors.Unauthenticated)
         return wpb.EnrolResponse(
             name=record.name,
             pool=record.pool,
@@ -327,6 +332,7 @@ class WorkerHub:
         )
         session.last_heartbeat = time.time()
         self.sessions[record.name] = session
+        self._roomier()
         for run_id in hello.held_runs[: limits.RUNS_MAX_ACTIVE]:
             # Whatever a worker still holds from an earlier session was ended by the host when that session was
             # lost (runner_lost): it drops them rather than finishing them a second time.
@@ -343,7 +349,7 @@ class WorkerHub:
                     break
                 down = get.result()
                 if down is None:
-                    raise errors.Unauthenticated(session.cut_reason)
+                    raise session.cut_error(session.cut_reason)
                 yield down
         finally:
             reader.cancel()
@@ -404,6 +410,28 @@ class WorkerHub:
                 best = session
         return best
 
+    def offered(self, runner_id: str) -> bool:
+        """Whether any connected worker offers `runner_id`, full or draining or not."""
+        return any(runner_id in session.runner_ids() for session in self.sessions.values())
+
+    def _roomier(self) -> None:
+        self._room.set()
+        self._room = asyncio.Event()
+
+    async def wait_place(self, runner_id: str, timeout: float) -> Session | None:
+        """`place`, waiting up to `timeout` for a worker with room while some connected worker offers the runner
+        (all full or draining: the run waits its turn as on a busy host); None at once when none offers it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            session = self.place(runner_id)
+            if session is not None or not self.offered(runner_id):
+                return session
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room.wait(), min(remaining, WATCH_SECONDS))
+
     def _draining(self, name: str) -> bool:
         record = self.store.get(name)
         return record is None or record.draining or record.revoked
@@ -445,6 +473,7 @@ class WorkerHub:
             slot.ended.set()
             if session.runs.get(run_id) is slot:
                 del session.runs[run_id]
+            self._roomier()
 
     async def _run(
         self, request_iterator: AsyncIterator[wpb.WorkerRunUp], context: grpc.aio.ServicerContext
@@ -466,9 +495,13 @@ class WorkerHub:
         async def forward() -> None:
             try:
                 async for up in request_iterator:
-                    if up.WhichOneof("kind") == "batch":
+                    kind = up.WhichOneof("kind")
+                    if kind == "batch":
                         await slot.batches.put(up.batch)
-                await slot.batches.put(None)
+                    elif kind == "end":
+                        await slot.batches.put(None)
+                        return
+                slot.lose(f"worker {worker.name!r}: the run's stream broke off")
             except grpc.RpcError as exc:
                 slot.lose(f"the worker's run stream broke: {exc.code().name}")
 
@@ -527,7 +560,7 @@ class WorkerHub:
         await self.store.revoke(name)
         session = self.sessions.pop(name, None)
         if session is not None:
-            session.cut(f"worker {name!r} was revoked; enrol again with a new join token")
+            session.cut(f"worker {name!r} was revoked; enrol again with a new join token", errors.Unauthenticated)
         log.warning("worker %s revoked; its connections were cut", name)
         return self.info(name)
 

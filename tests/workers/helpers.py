@@ -48,8 +48,15 @@ class ScriptedWorker:
     """A worker under the test's control: it connects with an identity, offers what it is told, and exposes each
     RunRequest it is sent (run token included) instead of running anything."""
 
-    def __init__(self, identity: Identity, offers: list[wpb.WorkerOffer] | None = None, capacity: int = 4) -> None:
+    def __init__(
+        self,
+        identity: Identity,
+        offers: list[wpb.WorkerOffer] | None = None,
+        capacity: int = 4,
+        held_runs: list[str] | None = None,
+    ) -> None:
         self.identity = identity
+        self.held_runs = held_runs or []
         self.offers = (
             offers if offers is not None else [wpb.WorkerOffer(plugin_id="fake", manifests_json=[ECHO_MANIFEST])]
         )
@@ -60,11 +67,13 @@ class ScriptedWorker:
         self._outbox: asyncio.Queue[wpb.WorkerUp] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self.welcomed = asyncio.Event()
+        self.got = asyncio.Event()  # set at each message from the host
         self.heartbeats = True
 
     async def __aenter__(self) -> ScriptedWorker:
         self.channel = self.identity.channel()
-        self._outbox.put_nowait(wpb.WorkerUp(hello=wpb.WorkerHello(offers=self.offers, capacity=self.capacity)))
+        hello = wpb.WorkerHello(offers=self.offers, capacity=self.capacity, held_runs=self.held_runs)
+        self._outbox.put_nowait(wpb.WorkerUp(hello=hello))
         self._task = asyncio.create_task(self._control())
         await asyncio.wait_for(self.welcomed.wait(), 30)
         return self
@@ -96,6 +105,7 @@ class ScriptedWorker:
             )(up())
             async for down in call:
                 self.downs.append(down)
+                self.got.set()
                 if down.WhichOneof("kind") == "welcome":
                     self.welcomed.set()
                 elif down.WhichOneof("kind") == "assign":
@@ -112,6 +122,7 @@ class ScriptedWorker:
         async def ups() -> AsyncIterator[wpb.WorkerRunUp]:
             while (item := await queue.get()) is not None:
                 yield item
+            yield wpb.WorkerRunUp(end=True)
 
         call = self.channel.stream_stream(
             "/agenthost.v1.WorkerHub/Run",
@@ -128,6 +139,14 @@ class ScriptedWorker:
             request_serializer=api.HistoryPageRequest.SerializeToString,
             response_deserializer=api.HistoryPageResponse.FromString,
         )(api.HistoryPageRequest(run_id=run_id), metadata=[("authorization", f"Bearer {run_token}")], timeout=30)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def batch(*events: pb.RunEvent) -> wpb.WorkerRunUp:
