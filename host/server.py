@@ -382,7 +382,9 @@ class Host:
             # The run API for workers' runners: the same servicer, stores, caps and audit as api.sock's, knowing
             # each call's worker by its certificate (a run is reachable only from the worker it was placed on).
             self.workers.add_handlers(run_api_handlers(self._run_api_servicer(worker_of=worker_caller)))
-            self.workers.local_plugins = lambda: {p.plugin_id for p in self.registry.plugins()}
+            self.workers.local_plugins = lambda: {
+                p.plugin_id: (p.version, json.loads(p.manifests_json)) for p in self.registry.plugins()
+            }
             self.runs.workers = self.workers
             await self.workers.start()
         (self.data_dir / "host.json").write_text(

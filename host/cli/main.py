@@ -299,6 +299,7 @@ async def cmd_bots(args: argparse.Namespace, c: HostClient) -> int:
             cross_conversation=args.cross_conversation,
             streaming=not args.no_streaming,
             keys=args.key,
+            pool=args.pool,
         )
         if args.json:
             print_json(to_jsonable(binding))
@@ -1234,6 +1235,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--cross-conversation", nargs="*", default=[], metavar="GLOB", help="other conversations it may read"
     )
     bind.add_argument("--no-streaming", action="store_true")
+    bind.add_argument(
+        "--pool", default="", help="run on workers of this pool (`agenthost workers list`); default: the host chooses"
+    )
     bind.add_argument(
         "--key", action="append", default=[], metavar="NAME", help="a stored provider key its runs receive"
     )

@@ -535,7 +535,7 @@ class RunManager:
             request = runner_pb2.RunRequest(
                 context=context, run_token=token, tool_token=tool_token, runner_name=runner_name, secrets=secrets
             )
-            await self._stream(st, plugin_id, request)
+            await self._stream(st, plugin_id, request, binding.pool)
         except asyncio.CancelledError:
             if st.cancel_reason == "host_shutdown":
                 self._set_outcome(st, "interrupted", "host_shutdown", "the host stopped while this run was in progress")
@@ -561,10 +561,10 @@ class RunManager:
             st.info.error_code = code
             st.info.error_message = message
 
-    async def _stream(self, st: RunState, plugin_id: str, request: runner_pb2.RunRequest) -> None:
+    async def _stream(self, st: RunState, plugin_id: str, request: runner_pb2.RunRequest, pool: str = "") -> None:
         info = st.info
-        if self.workers is not None and plugin_id not in self.supervisor.processes:
-            await self._stream_on_worker(st, self.workers, request)
+        if pool or (self.workers is not None and plugin_id not in self.supervisor.processes):
+            await self._stream_on_worker(st, request, pool)
             return
         try:
             pp = await self.supervisor.wait_ready(plugin_id, self.supervisor.policy.start_timeout)
@@ -607,19 +607,31 @@ class RunManager:
         if st.terminal is None:
             self._set_outcome(st, "failed", "runner_protocol", "the runner ended its stream without a terminal event")
 
-    async def _stream_on_worker(self, st: RunState, workers: WorkerHub, request: runner_pb2.RunRequest) -> None:
-        """A run of a runner no local plugin serves, on a connected worker that offers it (WorkerHub.place). Its
+    async def _stream_on_worker(self, st: RunState, request: runner_pb2.RunRequest, pool: str) -> None:
+        """A run of a binding that names a pool, or of a runner no local plugin serves, on a connected worker
+        that offers it (WorkerHub.place: the conversation's last worker first, else the least in flight). Its
         batches come up the worker's Run stream as the runner sent them and go through the same ingestion."""
         info = st.info
         assert st.active is not None
-        session = await workers.wait_place(info.runner_id, info.deadline_at - time.time())
+        workers = self.workers
+        where = f" in pool {pool!r}" if pool else ""
+        if workers is None:
+            self._set_outcome(
+                st,
+                "failed",
+                "runner_unavailable",
+                f"the binding runs on workers{where}, but this host does not listen for workers (serve --workers)",
+            )
+            return
+        conversation = (info.bot_id, info.conversation_id)
+        session = await workers.wait_place(info.runner_id, info.deadline_at - time.time(), pool, conversation)
         if session is None:
             self._set_outcome(
                 st,
                 "failed",
                 "runner_unavailable",
-                f"no connected worker offers runner {info.runner_id} (or none had room before the run's deadline);"
-                " see `agenthost workers list`",
+                f"no connected worker{where} offers runner {info.runner_id} (or none had room before the run's"
+                " deadline); see `agenthost workers list`",
             )
             return
         st.active.worker = session.name  # from now on the run API answers this run's token from that worker only

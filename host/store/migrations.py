@@ -355,6 +355,7 @@ CREATE TABLE workers (
     draining INTEGER NOT NULL DEFAULT 0,
     revoked_at REAL
 );
+ALTER TABLE bindings ADD COLUMN pool TEXT NOT NULL DEFAULT '';
 """
 
 MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13]

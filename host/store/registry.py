@@ -145,6 +145,7 @@ class Registry:
             config_json=row["config_json"],
             created_at=row["created_at"],
             timeout_seconds=row["timeout_seconds"],
+            pool=row["pool"],
         )
         rp = json.loads(row["resource_policy_json"])
         b.resource_policy.apis.extend(rp.get("apis", []))
@@ -202,8 +203,8 @@ class Registry:
             self._refuse_tie(conn, b)
             conn.execute(
                 "INSERT INTO bindings(binding_id, bot_id, event_pattern, conversation_pattern, priority, runner_id,"
-                " config_json, resource_policy_json, delivery_policy_json, timeout_seconds, created_at)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                " config_json, resource_policy_json, delivery_policy_json, timeout_seconds, created_at, pool)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     b.binding_id,
                     b.bot_id,
@@ -216,6 +217,7 @@ class Registry:
                     dp,
                     b.timeout_seconds,
                     b.created_at,
+                    b.pool,
                 ),
             )
 

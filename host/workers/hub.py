@@ -53,6 +53,7 @@ TAKE_SECONDS = 15.0
 # that worker's runner back, and no other run waits on it.
 RUN_QUEUE_BATCHES = 16
 DEFAULT_CAPACITY = 4
+AFFINITY_MAX = 65536
 
 
 class WorkerLost(Exception):
@@ -120,6 +121,15 @@ class Session:
             slot.lose(f"worker {self.name!r}: {reason}")
 
 
+def _same_plugin(local: tuple[str, list[Any]], offer: wpb.WorkerOffer) -> bool:
+    version, manifests = local
+    try:
+        offered = [json.loads(raw) for raw in offer.manifests_json]
+    except ValueError:
+        return False
+    return offer.version == version and offered == manifests
+
+
 def _offered(offers: list[wpb.WorkerOffer]) -> list[tuple[str, RunnerManifest]]:
     out = []
     for offer in offers:
@@ -149,8 +159,12 @@ class WorkerHub:
         # Set (and replaced) whenever a worker may have room for another run: one connected, a run ended on one.
         self._room = asyncio.Event()
         self._watch: asyncio.Task[None] | None = None
-        # Plugin ids the host runs itself: a worker's offer under one of them is refused (see _hello).
-        self.local_plugins: Callable[[], set[str]] = set
+        # The plugins the host runs itself, by id: (version, manifests). A worker's offer under one of those ids is
+        # taken only when it is that same plugin (see _accepted).
+        self.local_plugins: Callable[[], dict[str, tuple[str, list[Any]]]] = dict
+        # The worker that served each conversation last (bot, conversation): its next runs prefer it, since it
+        # holds the conversation's working context (a harness's session, a warm process). Bounded, oldest out.
+        self._affinity: dict[tuple[str, str], str] = {}
 
     def add_handlers(self, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
         """More methods for the workers port (the run API, from the composition root), behind the same guard;
@@ -364,14 +378,16 @@ class WorkerHub:
                     session.in_flight = message.heartbeat.in_flight
 
     def _accepted(self, name: str, hello: wpb.WorkerHello) -> list[wpb.WorkerOffer]:
-        """The offers of a hello the host takes: at most limits.WORKER_MAX_OFFERS plugins, none under the id of a
-        plugin the host runs itself (its runs would go to code the operator did not install here)."""
+        """The offers of a hello the host takes: at most limits.WORKER_MAX_OFFERS plugins of as many runners each;
+        none under the id of a plugin the host runs itself unless it is that same plugin (version and manifests):
+        a binding of that runner would otherwise reach code the operator never installed on the host."""
         local = self.local_plugins()
         kept = []
         for offer in hello.offers[: limits.WORKER_MAX_OFFERS]:
-            if offer.plugin_id in local:
+            if offer.plugin_id in local and not _same_plugin(local[offer.plugin_id], offer):
                 log.warning(
-                    "worker %s offers plugin %r, which this host runs itself: that offer is refused",
+                    "worker %s offers plugin %r, which this host runs itself in another version or with other"
+                    " runners: that offer is refused",
                     name,
                     offer.plugin_id,
                 )
@@ -397,34 +413,49 @@ class WorkerHub:
                     return manifest
         return None
 
-    def place(self, runner_id: str) -> Session | None:
-        """The connected, undrained worker offering `runner_id` with room for one more run, least in flight
-        first; None when there is none."""
+    def place(self, runner_id: str, pool: str = "", conversation: tuple[str, str] | None = None) -> Session | None:
+        """The connected, undrained worker (of `pool`, when named) offering `runner_id` with room for one more
+        run: the one that served `conversation` last if it qualifies, else the least in flight; None when there
+        is none."""
         best: Session | None = None
+        sticky = self._affinity.get(conversation) if conversation is not None else None
         for session in self.sessions.values():
             if session.record.draining or self._draining(session.name) or len(session.runs) >= session.capacity:
                 continue
-            if runner_id not in session.runner_ids():
+            if (pool and session.record.pool != pool) or runner_id not in session.runner_ids():
                 continue
+            if session.name == sticky:
+                best = session
+                break
             if best is None or len(session.runs) < len(best.runs):
                 best = session
+        if best is not None and conversation is not None:
+            self._affinity.pop(conversation, None)
+            self._affinity[conversation] = best.name
+            if len(self._affinity) > AFFINITY_MAX:
+                del self._affinity[next(iter(self._affinity))]
         return best
 
-    def offered(self, runner_id: str) -> bool:
-        """Whether any connected worker offers `runner_id`, full or draining or not."""
-        return any(runner_id in session.runner_ids() for session in self.sessions.values())
+    def offered(self, runner_id: str, pool: str = "") -> bool:
+        """Whether any connected worker (of `pool`, when named) offers `runner_id`, full or draining or not."""
+        return any(
+            runner_id in session.runner_ids() and (not pool or session.record.pool == pool)
+            for session in self.sessions.values()
+        )
 
     def _roomier(self) -> None:
         self._room.set()
         self._room = asyncio.Event()
 
-    async def wait_place(self, runner_id: str, timeout: float) -> Session | None:
+    async def wait_place(
+        self, runner_id: str, timeout: float, pool: str = "", conversation: tuple[str, str] | None = None
+    ) -> Session | None:
         """`place`, waiting up to `timeout` for a worker with room while some connected worker offers the runner
         (all full or draining: the run waits its turn as on a busy host); None at once when none offers it."""
         deadline = time.monotonic() + timeout
         while True:
-            session = self.place(runner_id)
-            if session is not None or not self.offered(runner_id):
+            session = self.place(runner_id, pool, conversation)
+            if session is not None or not self.offered(runner_id, pool):
                 return session
             remaining = deadline - time.monotonic()
             if remaining <= 0:
