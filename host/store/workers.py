@@ -44,23 +44,14 @@ class WorkerStore:
         for a name an enrolled, unrevoked worker holds."""
 
         def write(conn: sqlite3.Connection) -> WorkerRecord:
-            row = conn.execute(
-                "SELECT pool, expires_at, used_at FROM worker_tokens WHERE token_hash = ?", (token_hash,)
-            ).fetchone()
+            pool = _usable_token(conn, token_hash)
             now = time.time()
-            if row is None:
-                raise Unauthenticated("join token is not valid (unknown or forged); make a new one on the host")
-            if row["used_at"] is not None:
-                raise Unauthenticated("join token was already used (each is single use); make a new one on the host")
-            if now > row["expires_at"]:
-                raise Unauthenticated("join token has expired; make a new one on the host")
             held = conn.execute("SELECT revoked_at FROM workers WHERE name = ?", (name,)).fetchone()
             if held is not None and held["revoked_at"] is None:
                 raise AlreadyExists(
                     f"a worker named {name!r} is enrolled; revoke it first (`agenthost workers revoke {name}`) or"
                     " enrol under another name"
                 )
-            pool = row["pool"]
             conn.execute(
                 "UPDATE worker_tokens SET used_at = ?, used_by = ? WHERE token_hash = ?", (now, name, token_hash)
             )
@@ -72,6 +63,11 @@ class WorkerStore:
             return WorkerRecord(name, pool, serial, now, False, None)
 
         return await self.db.write(write)
+
+    def check_token(self, token_hash: str) -> str:
+        """The pool of a join token that may still be used, read without writing: refuses a token unknown, used
+        or expired before the host spends a signature on its request (enrol checks it again, in its transaction)."""
+        return _usable_token(self.db.reader, token_hash)
 
     @staticmethod
     def _record(row: sqlite3.Row) -> WorkerRecord:
@@ -103,3 +99,16 @@ class WorkerStore:
             return self._record(row)
 
         return await self.db.write(write)
+
+
+def _usable_token(conn: sqlite3.Connection, token_hash: str) -> str:
+    row = conn.execute(
+        "SELECT pool, expires_at, used_at FROM worker_tokens WHERE token_hash = ?", (token_hash,)
+    ).fetchone()
+    if row is None:
+        raise Unauthenticated("join token is not valid (unknown or forged); make a new one on the host")
+    if row["used_at"] is not None:
+        raise Unauthenticated("join token was already used (each is single use); make a new one on the host")
+    if time.time() > row["expires_at"]:
+        raise Unauthenticated("join token has expired; make a new one on the host")
+    return str(row["pool"])

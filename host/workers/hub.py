@@ -280,6 +280,7 @@ class WorkerHub:
             if not WORKER_NAME.fullmatch(request.name):
                 raise errors.InvalidArgument("a worker name is 1-63 letters, digits, '.', '_' or '-'")
             token = JoinToken.parse(request.join_token)
+            self.store.check_token(hash_secret(token.secret))  # nothing is signed for a token that cannot be used
             cert = self.ca.sign_worker(request.csr_pem, request.name)
             record = await self.store.enrol(hash_secret(token.secret), request.name, serial_hex(cert))
         except errors.AgentHostError as exc:
