@@ -88,14 +88,20 @@ async def test_drain_keeps_in_flight_runs_and_revoke_ends_them(host: Host, tmp_p
     async with HostClient.for_data_dir(host.data_dir) as client:
         async with ScriptedWorker(one) as w1:
             await bind_echo(host)
-            first = asyncio.create_task(client.send("b", "first", conversation_id="c1"))
+            # c1's context is on `one` (it served it), and `one` will have a run in flight when it is drained.
+            zero = asyncio.create_task(client.send("b", "zero", conversation_id="c1"))
+            call0, ups0 = w1.open_run(await asyncio.wait_for(w1.assigned.get(), 60))
+            await call0.read()
+            ups0.put_nowait(batch(text("z"), completed()))
+            assert (await asyncio.wait_for(zero, 60)).run.status == "completed"
+            first = asyncio.create_task(client.send("b", "first", conversation_id="c2"))
             run1 = await asyncio.wait_for(w1.assigned.get(), 60)
             async with ScriptedWorker(two) as w2:
                 rc, out, err = await acli(host.data_dir, "workers", "drain", "one")
                 assert rc == 0 and "draining" in out, out + err
                 await wait_for(lambda: any(d.drain for d in w1.downs))
-                # A new run goes to the other worker, though `one` has fewer runs... no: it is draining.
-                second = asyncio.create_task(client.send("b", "second", conversation_id="c2"))
+                # c1's next run would go to `one` (stickiness): drained, it goes to the other worker.
+                second = asyncio.create_task(client.send("b", "second", conversation_id="c1"))
                 run2 = await asyncio.wait_for(w2.assigned.get(), 60)
                 assert w1.assigned.empty()
                 # The drained worker's run in flight finishes normally.
