@@ -278,3 +278,8 @@ def listener_caps(open_files: int | None = None) -> tuple[int, int]:
         open_files = 1 << 20
     share = max(16, open_files // 4)
     return min(GATEWAY_MAX_CONNECTIONS, share), min(API_MAX_CONNECTIONS, share)
+
+
+# A runner worker's hello (host/workers/hub.py): at most this many plugins, and this many runners per plugin, are
+# taken from its offers; the rest are dropped with a warning, so a flood of offers costs the host a bounded list.
+WORKER_MAX_OFFERS = 64

@@ -24,6 +24,7 @@ import secrets
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from agenthost.host.access.grants import RunRegistry
 from agenthost.host.access.keys import KEYS_FILE, KeyStore
 from agenthost.host.access.private_files import make_private_dir, tighten
 from agenthost.host.api.admin import add_admin_servicer
-from agenthost.host.api.run_api import RunAPIServicer, add_servicer
+from agenthost.host.api.run_api import RunAPIServicer, add_servicer, run_api_handlers
 from agenthost.host.knowledge import KnowledgeBase
 from agenthost.host.ops.addresses import parse_address
 from agenthost.host.ops.logs import HostLogging, Redactor
@@ -57,6 +58,9 @@ from agenthost.host.store.knowledge import KnowledgeStore
 from agenthost.host.store.registry import PluginRecord, Registry
 from agenthost.host.store.runs import AuditLog, RunStore
 from agenthost.host.store.state import StateStore
+from agenthost.host.store.workers import WorkerStore
+from agenthost.host.workers.hub import WorkerHub
+from agenthost.host.workers.hub import caller as worker_caller
 from agenthost.plugins import binding_paths, sandbox
 from agenthost.plugins import install as installer
 from agenthost.plugins.binding_paths import NamedPath
@@ -105,6 +109,8 @@ class Host:
         database: str | None = None,
         database_password: str | None = None,
         database_password_key: str | None = None,
+        workers_address: str | None = None,
+        workers_enrol_address: str | None = None,
     ) -> None:
         """`database`: a `postgresql://` DSN to keep the stores in (None: the SQLite file <data>/agenthost.db); its
         password, if not in the DSN, is `database_password` or the key store's `database_password_key`.
@@ -122,6 +128,11 @@ class Host:
         # The HTTP gateway (agenthost.host.api.gateway), off unless given HOST:PORT; aiohttp is imported only then.
         self.gateway_address = gateway_address
         self.gateway: Any = None
+        # Runner workers (agenthost.host.workers): off unless given HOST:PORT; the CA is made at the first start
+        # that listens, in <data>/workers/.
+        self.workers_address = workers_address
+        self.workers_enrol_address = workers_enrol_address
+        self.workers: WorkerHub | None = None
         self.metrics_server: MetricsServer | None = None
         self._logging: HostLogging | None = None
         self._keys_stamp: tuple[int, ...] | None = None
@@ -352,21 +363,7 @@ class Host:
             # Only when tracing is on: off, the run API's calls go through no interceptor at all.
             interceptors=[self.tracing.interceptor()] if self.tracing is not None and self.tracing.on else None,
         )
-        add_servicer(
-            RunAPIServicer(
-                self.grants,
-                self.run_store,
-                self.conversations,
-                self.artifacts,
-                self.state,
-                self.audit,
-                observer=self.observer,
-                knowledge=self.knowledge,
-                approvals=self.runs.approvals,
-                children=self.runs.children,
-            ),
-            api_server,
-        )
+        add_servicer(self._run_api_servicer(), api_server)
         admin_server = grpc.aio.server(
             options=SERVER_OPTIONS,
             interceptors=[AuthInterceptor(self.credentials, on_refused=self.observer.admin_refused)],
@@ -390,8 +387,41 @@ class Host:
             self.gateway = Gateway(self, self.gateway_address)
             await self.gateway.start()
             log.info("HTTP gateway on http://%s/v1", self.gateway.address)
+        if self.workers_address:
+            from agenthost.host.access.worker_pki import HostCA
+
+            ca = await asyncio.to_thread(HostCA, self.data_dir)
+            self.workers = WorkerHub(
+                ca=ca,
+                store=WorkerStore(self.db),
+                address=self.workers_address,
+                enrol_address=self.workers_enrol_address,
+            )
+            # The run API for workers' runners: the same servicer, stores, caps and audit as api.sock's, knowing
+            # each call's worker by its certificate (a run is reachable only from the worker it was placed on).
+            self.workers.add_handlers(run_api_handlers(self._run_api_servicer(worker_of=worker_caller)))
+            self.workers.local_plugins = lambda: {
+                p.plugin_id: (p.version, json.loads(p.manifests_json)) for p in self.registry.plugins()
+            }
+            self.runs.workers = self.workers
+            await self.workers.start()
         (self.data_dir / "host.json").write_text(
             json.dumps({"pid": os.getpid(), "admin": self.admin_address, "api": self.api_address, "version": VERSION})
+        )
+
+    def _run_api_servicer(self, worker_of: Callable[[grpc.aio.ServicerContext], str] | None = None) -> RunAPIServicer:
+        return RunAPIServicer(
+            self.grants,
+            self.run_store,
+            self.conversations,
+            self.artifacts,
+            self.state,
+            self.audit,
+            observer=self.observer,
+            knowledge=self.knowledge,
+            approvals=self.runs.approvals,
+            children=self.runs.children,
+            worker_of=worker_of,
         )
 
     async def stop(self) -> None:
@@ -405,6 +435,8 @@ class Host:
             await self.gateway.stop()
         for task in list(self._background):
             task.cancel()
+        if self.workers is not None:
+            await self.workers.stop()
         await self.supervisor.stop_all()
         await asyncio.to_thread(self.resource_walls.close)
         for server in self._servers:
@@ -669,9 +701,11 @@ class Host:
 
     async def _check_binding_config(self, binding: hpb.Binding) -> None:
         plugin_id, _ = parse_runner_id(binding.runner_id)
-        plugin = self.registry.plugin(plugin_id)
+        plugin = self.registry.find_plugin(plugin_id)
         pp = self.supervisor.processes.get(plugin_id)
-        if plugin.manifests_json == "[]" or (pp is not None and pp.state == "starting"):
+        # A runner only workers offer (plugin None) is checked against the manifest they offered; its runner's own
+        # rules are checked on the worker when a run starts.
+        if plugin is not None and (plugin.manifests_json == "[]" or (pp is not None and pp.state == "starting")):
             # A plugin whose first start has not described it yet, or that is starting: its runner checks the config.
             with contextlib.suppress(PluginStartError):
                 await self.supervisor.wait_ready(plugin_id, self.policy.start_timeout)

@@ -9,6 +9,74 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class CreateWorkerTokenRequest(_message.Message):
+    __slots__ = ("pool", "ttl_seconds")
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    ttl_seconds: float
+    def __init__(self, pool: _Optional[str] = ..., ttl_seconds: _Optional[float] = ...) -> None: ...
+
+class CreatedWorkerToken(_message.Message):
+    __slots__ = ("token", "pool", "expires_at", "workers_address")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    pool: str
+    expires_at: float
+    workers_address: str
+    def __init__(self, token: _Optional[str] = ..., pool: _Optional[str] = ..., expires_at: _Optional[float] = ..., workers_address: _Optional[str] = ...) -> None: ...
+
+class ListWorkersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WorkerRunnerInfo(_message.Message):
+    __slots__ = ("runner_id", "version")
+    RUNNER_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    runner_id: str
+    version: str
+    def __init__(self, runner_id: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+
+class WorkerInfo(_message.Message):
+    __slots__ = ("name", "pool", "address", "runners", "in_flight", "capacity", "last_heartbeat", "state", "enrolled_at", "serial")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    RUNNERS_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ENROLLED_AT_FIELD_NUMBER: _ClassVar[int]
+    SERIAL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    pool: str
+    address: str
+    runners: _containers.RepeatedCompositeFieldContainer[WorkerRunnerInfo]
+    in_flight: int
+    capacity: int
+    last_heartbeat: float
+    state: str
+    enrolled_at: float
+    serial: str
+    def __init__(self, name: _Optional[str] = ..., pool: _Optional[str] = ..., address: _Optional[str] = ..., runners: _Optional[_Iterable[_Union[WorkerRunnerInfo, _Mapping]]] = ..., in_flight: _Optional[int] = ..., capacity: _Optional[int] = ..., last_heartbeat: _Optional[float] = ..., state: _Optional[str] = ..., enrolled_at: _Optional[float] = ..., serial: _Optional[str] = ...) -> None: ...
+
+class ListWorkersResponse(_message.Message):
+    __slots__ = ("workers",)
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ...) -> None: ...
+
+class WorkerRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
 class CredentialInfo(_message.Message):
     __slots__ = ("name", "scope", "bots", "created_at", "all_conversations")
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -298,7 +366,7 @@ class DeliveryPolicy(_message.Message):
     def __init__(self, streaming: _Optional[bool] = ..., max_message_size: _Optional[int] = ...) -> None: ...
 
 class Binding(_message.Message):
-    __slots__ = ("binding_id", "bot_id", "event_pattern", "conversation_pattern", "priority", "runner_id", "config_json", "resource_policy", "delivery_policy", "created_at", "timeout_seconds")
+    __slots__ = ("binding_id", "bot_id", "event_pattern", "conversation_pattern", "priority", "runner_id", "config_json", "resource_policy", "delivery_policy", "created_at", "timeout_seconds", "pool")
     BINDING_ID_FIELD_NUMBER: _ClassVar[int]
     BOT_ID_FIELD_NUMBER: _ClassVar[int]
     EVENT_PATTERN_FIELD_NUMBER: _ClassVar[int]
@@ -310,6 +378,7 @@ class Binding(_message.Message):
     DELIVERY_POLICY_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
     binding_id: str
     bot_id: str
     event_pattern: str
@@ -321,7 +390,8 @@ class Binding(_message.Message):
     delivery_policy: DeliveryPolicy
     created_at: float
     timeout_seconds: float
-    def __init__(self, binding_id: _Optional[str] = ..., bot_id: _Optional[str] = ..., event_pattern: _Optional[str] = ..., conversation_pattern: _Optional[str] = ..., priority: _Optional[int] = ..., runner_id: _Optional[str] = ..., config_json: _Optional[str] = ..., resource_policy: _Optional[_Union[ResourcePolicy, _Mapping]] = ..., delivery_policy: _Optional[_Union[DeliveryPolicy, _Mapping]] = ..., created_at: _Optional[float] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+    pool: str
+    def __init__(self, binding_id: _Optional[str] = ..., bot_id: _Optional[str] = ..., event_pattern: _Optional[str] = ..., conversation_pattern: _Optional[str] = ..., priority: _Optional[int] = ..., runner_id: _Optional[str] = ..., config_json: _Optional[str] = ..., resource_policy: _Optional[_Union[ResourcePolicy, _Mapping]] = ..., delivery_policy: _Optional[_Union[DeliveryPolicy, _Mapping]] = ..., created_at: _Optional[float] = ..., timeout_seconds: _Optional[float] = ..., pool: _Optional[str] = ...) -> None: ...
 
 class CreateBindingRequest(_message.Message):
     __slots__ = ("bot", "binding")

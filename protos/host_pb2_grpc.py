@@ -235,6 +235,26 @@ class AgentHostStub:
                 request_serializer=agenthost_dot_protos_dot_host__pb2.ReadRunArtifactRequest.SerializeToString,
                 response_deserializer=agenthost_dot_protos_dot_host__pb2.ReadRunArtifactResponse.FromString,
                 _registered_method=True)
+        self.CreateWorkerToken = channel.unary_unary(
+                '/agenthost.v1.AgentHost/CreateWorkerToken',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.CreateWorkerTokenRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.CreatedWorkerToken.FromString,
+                _registered_method=True)
+        self.ListWorkers = channel.unary_unary(
+                '/agenthost.v1.AgentHost/ListWorkers',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.ListWorkersRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.ListWorkersResponse.FromString,
+                _registered_method=True)
+        self.DrainWorker = channel.unary_unary(
+                '/agenthost.v1.AgentHost/DrainWorker',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.WorkerRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.WorkerInfo.FromString,
+                _registered_method=True)
+        self.RevokeWorker = channel.unary_unary(
+                '/agenthost.v1.AgentHost/RevokeWorker',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.WorkerRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.WorkerInfo.FromString,
+                _registered_method=True)
 
 
 class AgentHostServicer:
@@ -504,6 +524,34 @@ class AgentHostServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateWorkerToken(self, request, context):
+        """Runner workers on other machines (admin only; see worker.proto). A join token is returned once, by
+        CreateWorkerToken: short-lived, single use; the host keeps its hash.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWorkers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DrainWorker(self, request, context):
+        """No new runs go to the worker; its runs in flight finish.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeWorker(self, request, context):
+        """Its connections are cut at once and its certificate is refused from then on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentHostServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -706,6 +754,26 @@ def add_AgentHostServicer_to_server(servicer, server):
                     servicer.ReadRunArtifact,
                     request_deserializer=agenthost_dot_protos_dot_host__pb2.ReadRunArtifactRequest.FromString,
                     response_serializer=agenthost_dot_protos_dot_host__pb2.ReadRunArtifactResponse.SerializeToString,
+            ),
+            'CreateWorkerToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateWorkerToken,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.CreateWorkerTokenRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.CreatedWorkerToken.SerializeToString,
+            ),
+            'ListWorkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkers,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.ListWorkersRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.ListWorkersResponse.SerializeToString,
+            ),
+            'DrainWorker': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainWorker,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.WorkerRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.WorkerInfo.SerializeToString,
+            ),
+            'RevokeWorker': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeWorker,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.WorkerRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.WorkerInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1788,6 +1856,114 @@ class AgentHost:
             '/agenthost.v1.AgentHost/ReadRunArtifact',
             agenthost_dot_protos_dot_host__pb2.ReadRunArtifactRequest.SerializeToString,
             agenthost_dot_protos_dot_host__pb2.ReadRunArtifactResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateWorkerToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/CreateWorkerToken',
+            agenthost_dot_protos_dot_host__pb2.CreateWorkerTokenRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.CreatedWorkerToken.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/ListWorkers',
+            agenthost_dot_protos_dot_host__pb2.ListWorkersRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.ListWorkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainWorker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/DrainWorker',
+            agenthost_dot_protos_dot_host__pb2.WorkerRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.WorkerInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeWorker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/RevokeWorker',
+            agenthost_dot_protos_dot_host__pb2.WorkerRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.WorkerInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -26,6 +26,7 @@ HOST_LAYERS: tuple[tuple[str, ...], ...] = (
     ("server",),  # the composition root: builds every part and hands each what it needs
     ("api",),  # the surfaces: admin API, run API, HTTP gateway and console
     ("runs", "knowledge"),  # the run path; the knowledge base
+    ("workers",),  # runner workers: the host's listener and sessions, the worker process's side
     ("processes",),  # plugin and channel processes, their walls and config checks
     ("ops",),  # logs, metrics, traces
     ("access", "store"),  # credentials, grants, keys; the stores

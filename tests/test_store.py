@@ -444,3 +444,29 @@ async def test_history_search_keeps_one_contract_on_both_backends(db):
         found(hostile)  # never a syntax error
     assert found("apple", through_event=event.seq - 1) == []
     assert conv.search("b", "other", "apple", roles=[], item_types=[], top_k=5) == []
+
+
+async def test_worker_enrolment_rules_on_both_backends(db):
+    """A join token is single use; a name an enrolled worker holds is refused; a revoked worker's name enrols again
+    with its new certificate (the row replaced in place, on either backend's upsert)."""
+    from agenthost.host.store.workers import WorkerStore
+
+    workers = WorkerStore(db)
+    await workers.add_token("h1", "gpu", expires_at=1e12)
+    await workers.add_token("h2", "gpu", expires_at=1e12)
+    await workers.add_token("old", "gpu", expires_at=1.0)
+    first = await workers.enrol("h1", "w1", "serial-1")
+    assert (first.pool, first.serial, first.draining) == ("gpu", "serial-1", False)
+    with pytest.raises(errors.Unauthenticated, match="already used"):
+        await workers.enrol("h1", "w2", "serial-2")
+    with pytest.raises(errors.Unauthenticated, match="expired"):
+        await workers.enrol("old", "w3", "serial-3")
+    with pytest.raises(errors.AlreadyExists):
+        await workers.enrol("h2", "w1", "serial-4")
+    await workers.set_draining("w1", True)
+    await workers.revoke("w1")
+    await workers.add_token("h3", "cpu", expires_at=1e12)
+    again = await workers.enrol("h3", "w1", "serial-5")
+    assert workers.get("w1") == again
+    assert (again.pool, again.serial, again.draining, again.revoked_at) == ("cpu", "serial-5", False, None)
+    assert [w.name for w in workers.list()] == ["w1"]

@@ -80,6 +80,9 @@ class ActiveRun:
     # A send credential not granted all conversations decides approvals of its own runs only
     # (agenthost.host.api.access).
     origin: str = ""
+    # The runner worker the run was placed on (its certificate's name); "" = a plugin process of this host. A call
+    # for the run is accepted only from there: a run token replayed by another worker, or by a local plugin, is not.
+    worker: str = ""
     # The seq of the event this run answers. Its own conversation is read as of that event: what belongs to events
     # recorded after it (messages queued behind this run) is its future and is not shown. 0: no such bound.
     event_seq: int = 0
@@ -143,6 +146,10 @@ class RunRegistry:
         self._plugins_by_secret = {h: p for h, p in self._plugins_by_secret.items() if p != plugin_id}
         self._plugins_by_secret[hash_secret(secret)] = plugin_id
 
+    def plugin_of_secret(self, secret: str) -> str | None:
+        """The plugin whose process holds `secret` (a runner worker checks its own processes' calls so)."""
+        return self._plugins_by_secret.get(hash_secret(secret))
+
     def remove_plugin(self, plugin_id: str) -> None:
         self._plugins_by_secret = {h: p for h, p in self._plugins_by_secret.items() if p != plugin_id}
 
@@ -184,7 +191,12 @@ class RunRegistry:
         return run, presented, plugin_secret
 
     def authorize(
-        self, metadata: Sequence[tuple[str, str | bytes]], run_id: str, method: str, run_exists: callable
+        self,
+        metadata: Sequence[tuple[str, str | bytes]],
+        run_id: str,
+        method: str,
+        run_exists: callable,
+        worker: str = "",
     ) -> tuple[ActiveRun, bool]:
         """The one check every AgentRunAPIProxy call passes through, in this order:
 
@@ -203,10 +215,13 @@ class RunRegistry:
             if not run_exists(run_id):
                 raise NotFound(f"no run {run_id[:64]!r}")
             raise PermissionDenied("this token belongs to another run")
+        if not hmac.compare_digest(run.worker, worker):
+            raise PermissionDenied("this run belongs to another worker" if run.worker else "this run is not a worker's")
         # The run token is bound to its plugin process; the tool token stands alone (it lives only inside the
-        # run's own sandboxed processes, which must never hold the plugin's secret).
+        # run's own sandboxed processes, which must never hold the plugin's secret). A worker checked its own
+        # plugin process's secret before forwarding the call; the host checks the worker (above).
         by_tool_token = presented == run.tool_token_hash
-        if not by_tool_token:
+        if not by_tool_token and not worker:
             caller = self._plugins_by_secret.get(hash_secret(plugin_secret)) if isinstance(plugin_secret, str) else None
             if caller is None or not hmac.compare_digest(caller, run.plugin_id):
                 raise PermissionDenied("this run belongs to another runner process")

@@ -23,6 +23,7 @@ from agenthost.protos.handlers import add_service, pass_encoded
 
 if TYPE_CHECKING:
     from agenthost.host.api.services import HostServices
+    from agenthost.host.workers.hub import WorkerHub
 
 R = TypeVar("R")
 READ_ARTIFACT_MAX = 4 * 1024 * 1024  # per ReadRunArtifact call, well under the 8 MiB message cap
@@ -246,6 +247,35 @@ class AdminServicer(host_grpc.AgentHostServicer):
             settled=forward,  # see page_history: a reader tailing forward must not pass a turn still running
         )
         return hpb.GetHistoryResponse(items=page.items, next_cursor=page.next_cursor, has_more=page.has_more)
+
+    # ---- runner workers (admin only) ----
+
+    def _workers(self) -> WorkerHub:
+        if self.host.workers is None:
+            raise errors.FailedPrecondition(
+                "this host does not listen for workers; restart it with `agenthost serve --workers 0.0.0.0:7443`"
+            )
+        return self.host.workers
+
+    @_mapped
+    async def CreateWorkerToken(
+        self, request: hpb.CreateWorkerTokenRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.CreatedWorkerToken:
+        return await self._workers().create_token(request.pool, request.ttl_seconds)
+
+    @_mapped
+    async def ListWorkers(
+        self, request: hpb.ListWorkersRequest, context: grpc.aio.ServicerContext
+    ) -> hpb.ListWorkersResponse:
+        return hpb.ListWorkersResponse(workers=self._workers().infos())
+
+    @_mapped
+    async def DrainWorker(self, request: hpb.WorkerRequest, context: grpc.aio.ServicerContext) -> hpb.WorkerInfo:
+        return await self._workers().drain(request.name)
+
+    @_mapped
+    async def RevokeWorker(self, request: hpb.WorkerRequest, context: grpc.aio.ServicerContext) -> hpb.WorkerInfo:
+        return await self._workers().revoke(request.name)
 
     # ---- credentials and keys (admin only: AuthInterceptor refuses scoped callers) ----
 

@@ -144,8 +144,10 @@ class HostClient:
         cross_conversation: list[str] | None = None,
         streaming: bool = True,
         keys: list[str] | None = None,
+        pool: str = "",
     ) -> hpb.Binding:
         binding = hpb.Binding(
+            pool=pool,
             event_pattern=event_pattern,
             conversation_pattern=conversation_pattern,
             priority=priority,

@@ -100,18 +100,22 @@ def _tolerant(message_class: Any) -> Callable[[bytes], Any]:
     return deserialize
 
 
-def add_servicer(servicer: RunAPIServicer, server: grpc.aio.Server) -> None:
-    """Like the generated add_AgentRunAPIProxyServicer_to_server, but with deserializers that never raise, so a
-    malformed request reaches the handler, is refused with INVALID_ARGUMENT and is audited; and behind a gate
-    that refuses calls without a valid run token before their request is read (see `_Gate`)."""
+def run_api_handlers(servicer: RunAPIServicer) -> dict[str, grpc.RpcMethodHandler]:
+    """The run API's handlers by full method path, with deserializers that never raise (a malformed request
+    reaches the handler, is refused with INVALID_ARGUMENT and is audited)."""
     service = api.DESCRIPTOR.services_by_name["AgentRunAPIProxy"]
-    handlers = {
+    return {
         f"/{service.full_name}/{name}": handler
         for name, handler in method_handlers(
             service, servicer, deserializer=_tolerant, serializers={"HistoryPage": pass_encoded}
         ).items()
     }
-    server.add_generic_rpc_handlers((_Gate(servicer, handlers),))
+
+
+def add_servicer(servicer: RunAPIServicer, server: grpc.aio.Server) -> None:
+    """Like the generated add_AgentRunAPIProxyServicer_to_server, but with run_api_handlers, behind a gate that
+    refuses calls without a valid run token before their request is read (see `_Gate`)."""
+    server.add_generic_rpc_handlers((_Gate(servicer, run_api_handlers(servicer)),))
 
 
 class _Gate(grpc.GenericRpcHandler):
@@ -202,8 +206,12 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         knowledge: KnowledgeBase | None = None,
         approvals: Approvals | None = None,
         children: ChildRuns | None = None,
+        worker_of: Callable[[grpc.aio.ServicerContext], str] | None = None,
     ) -> None:
+        """`worker_of`: for the run API served to runner workers (host/workers/hub.py), the name of the worker a
+        call came from (its certificate); such a call reaches only runs placed on that worker."""
         self.registry = registry
+        self.worker_of = worker_of
         self.approvals = approvals
         self.children = children
         self.knowledge = knowledge
@@ -239,11 +247,17 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
 
     def _caller(self, context: grpc.aio.ServicerContext) -> str:
         active = _current_run.get()
-        return active.plugin_id if active else ""
+        if active is not None:
+            return active.plugin_id
+        return f"worker:{self.worker_of(context)}" if self.worker_of is not None else ""
 
     def _authorize(self, context: grpc.aio.ServicerContext, run_id: str, method: str) -> ActiveRun:
         run, by_tool_token = self.registry.authorize(
-            context.invocation_metadata() or (), run_id, method, lambda rid: self.runs.get(rid) is not None
+            context.invocation_metadata() or (),
+            run_id,
+            method,
+            lambda rid: self.runs.get(rid) is not None,
+            worker=self.worker_of(context) if self.worker_of is not None else "",
         )
         _current_run.set(run)  # each RPC runs in its own task, so this is per call; read for the audit row
         _by_tool_token.set(by_tool_token)

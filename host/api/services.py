@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from agenthost.host.store.conversations import Conversations
     from agenthost.host.store.registry import Registry
     from agenthost.host.store.runs import RunStore
+    from agenthost.host.workers.hub import WorkerHub
     from agenthost.protos import host_pb2 as hpb
 
 
@@ -35,6 +36,7 @@ class HostServices(Protocol):
     supervisor: Supervisor
     runs: RunManager
     channels: Channels
+    workers: WorkerHub | None
 
     def secret_values(self) -> list[str]: ...
 

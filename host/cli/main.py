@@ -299,6 +299,7 @@ async def cmd_bots(args: argparse.Namespace, c: HostClient) -> int:
             cross_conversation=args.cross_conversation,
             streaming=not args.no_streaming,
             keys=args.key,
+            pool=args.pool,
         )
         if args.json:
             print_json(to_jsonable(binding))
@@ -409,6 +410,55 @@ async def cmd_models(args: argparse.Namespace, c: HostClient) -> int:
         if not b.error and not b.models:
             say(f"{b.runner_id:28} {'-':20} (this runner lists no models)")
     return 0
+
+
+async def cmd_workers(args: argparse.Namespace, c: HostClient) -> int:
+    import time
+
+    from agenthost.protos import host_pb2 as hpb
+
+    if args.action == "create":  # `workers token create` (the inner group's action)
+        created = await c.call("CreateWorkerToken", hpb.CreateWorkerTokenRequest(pool=args.pool, ttl_seconds=args.ttl))
+        if args.json:
+            print_json(to_jsonable(created))
+        else:
+            print(created.token)
+            say(
+                f"(shown once, single use, until {_when(created.expires_at)}) pool {created.pool}; on the worker:"
+                f" agenthost worker --host HOST:{created.workers_address.rpartition(':')[2]} --join TOKEN --name NAME",
+                file=sys.stderr,
+            )
+        return 0
+    if args.action == "list":
+        workers = (await c.call("ListWorkers", hpb.ListWorkersRequest())).workers
+        if args.json:
+            print_json([to_jsonable(w) for w in workers])
+        elif not workers:
+            say("no workers enrolled; make a join token with `agenthost workers token create`")
+        for w in workers if not args.json else []:
+            runners = ", ".join(f"{r.runner_id} {r.version}" for r in w.runners) or "-"
+            beat = f"{time.time() - w.last_heartbeat:.0f}s ago" if w.last_heartbeat else "-"
+            say(
+                f"{w.name:20} {w.pool:10} {w.state:12} {w.address or '-':24} runs {w.in_flight}/{w.capacity or '-'}"
+                f"  heartbeat {beat}  runners: {runners}"
+            )
+        return 0
+    method = {"drain": "DrainWorker", "revoke": "RevokeWorker"}[args.action]
+    info = await c.call(method, hpb.WorkerRequest(name=args.name))
+    _emit(args, to_jsonable(info), f"{args.action} {info.name}: {info.state}")
+    return 0
+
+
+def _duration(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600}
+    number, unit = (text[:-1], text[-1]) if text and text[-1] in units else (text, "s")
+    try:
+        value = float(number) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a duration like 90s, 10m or 1h, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("a duration must be positive")
+    return value
 
 
 async def cmd_credentials(args: argparse.Namespace, c: HostClient) -> int:
@@ -801,6 +851,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, HostClient], Awaitable[int]]] 
     "channels": cmd_channels,
     "kb": cmd_kb,
     "approvals": cmd_approvals,
+    "workers": cmd_workers,
 }
 
 
@@ -815,6 +866,7 @@ async def serve(
     database: str | None = None,
     database_password: str | None = None,
     database_password_key: str | None = None,
+    workers: str | None = None,
 ) -> int:
     import asyncio
     import signal
@@ -837,6 +889,7 @@ async def serve(
         database=database,
         database_password=database_password,
         database_password_key=database_password_key,
+        workers_address=workers,
     )
     try:
         await host.start()
@@ -855,6 +908,8 @@ async def serve(
     metrics_line = f"\n  metrics: http://{host.metrics_server.address}/metrics" if host.metrics_server else ""
     if host.gateway is not None:
         metrics_line += f"\n  gateway: http://{host.gateway.address}/v1 (OpenAI-compatible)"
+    if host.workers is not None:
+        metrics_line += f"\n  workers: port {host.workers.port} (mutual TLS), enrolment port {host.workers.enrol_port}"
     print(
         f"agenthost serving {host.data_dir}\n  database: {host.db.description}\n  admin: {host.admin_address}\n"
         f"  run API: {host.api_address}\n"
@@ -1030,6 +1085,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="serve the OpenAI-compatible HTTP gateway at http://HOST:PORT/v1 (e.g. 127.0.0.1:8080; :PORT binds "
         "loopback); its keys are `credentials create NAME --scope send --bot BOT`",
+    )
+    srv.add_argument(
+        "--workers",
+        metavar="HOST:PORT",
+        default=None,
+        help="listen for runner workers at HOST:PORT (mutual TLS; e.g. 0.0.0.0:7443), and for their enrolment at "
+        "PORT+1 (server TLS, join tokens only)",
     )
     srv.add_argument(
         "--otlp",
@@ -1225,6 +1287,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bind.add_argument("--no-streaming", action="store_true")
     bind.add_argument(
+        "--pool", default="", help="run on workers of this pool (`agenthost workers list`); default: the host chooses"
+    )
+    bind.add_argument(
         "--key", action="append", default=[], metavar="NAME", help="a stored provider key its runs receive"
     )
     bots.add(
@@ -1279,6 +1344,42 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="FILE",
         help="send a file with the message (repeatable); images (png, jpeg, gif, webp) reach models that take them",
+    )
+
+    wk = _group(
+        sub,
+        "workers",
+        "runner workers on other machines: enrolment, listing, drain, revoke",
+        "agenthost workers token create --pool gpu --ttl 10m",
+        "agenthost workers list",
+    )
+    tok = _group(wk, "token", "join tokens", "agenthost workers token create --pool gpu")
+    tc = tok.add("create", "print a short-lived, single-use join token", "agenthost workers token create --ttl 10m")
+    tc.add_argument("--pool", default="", help="the pool the worker joins (default: default)")
+    tc.add_argument("--ttl", type=_duration, default=600.0, help="how long the token may be used: 90s, 10m, 1h")
+    wk.add("list", "enrolled workers: pool, address, runners, in-flight runs, last heartbeat", "agenthost workers list")
+    for action, what in (
+        ("drain", "no new runs go to the worker; its runs in flight finish"),
+        ("revoke", "cut its connections now and refuse its certificate from then on"),
+    ):
+        wk.add(action, what, f"agenthost workers {action} gpu-1").add_argument("name")
+
+    wrk = sub.add(
+        "worker",
+        "run the runner plugins installed here for a host on another machine",
+        "agenthost worker --host host.example:7443 --join ahj1.7444.… --name gpu-1",
+        "agenthost worker --host host.example:7443",
+        json_output=False,
+    )
+    wrk.add_argument("--host", required=True, metavar="HOST:PORT", help="the host's workers port (serve --workers)")
+    wrk.add_argument("--join", default="", metavar="TOKEN", help="a join token, to enrol (once)")
+    wrk.add_argument("--name", default="", help="this worker's name (default: the machine's host name)")
+    wrk.add_argument("--capacity", type=_positive(4096), default=4, help="runs at once (default 4)")
+    wrk.add_argument("--enrol-only", action="store_true", help="enrol and exit")
+    wrk.add_argument(
+        "--unsafe-no-sandbox",
+        action="store_true",
+        help="run third-party plugins without walls where no sandbox works (dangerous; logged)",
     )
 
     appr = _group(
@@ -1541,8 +1642,13 @@ def _main(argv: list[str] | None) -> int:
                     otlp=args.otlp,
                     gateway=args.gateway,
                     **database,
+                    workers=args.workers,
                 )
             )
+        if args.command == "worker":
+            from agenthost.host.workers.agent import run_worker
+
+            return asyncio.run(run_worker(args, data_dir))
         if args.command == "demo":
             from agenthost.host.cli.demo import run_demo
 

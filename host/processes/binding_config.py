@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from agenthost.host.access.worker_pki import WORKER_NAME
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 
@@ -156,6 +157,8 @@ def validate_binding(binding: hpb.Binding) -> None:
     binding.event_pattern = pattern
     if len(pattern) > _PATTERN_CHARS or len(binding.conversation_pattern) > _PATTERN_CHARS:
         raise errors.InvalidArgument(f"patterns are at most {_PATTERN_CHARS} characters")
+    if binding.pool and not WORKER_NAME.fullmatch(binding.pool):
+        raise errors.InvalidArgument("a pool name is 1-63 letters, digits, '.', '_' or '-'")
     if binding.timeout_seconds < 0 or binding.timeout_seconds > 24 * 3600:
         raise errors.InvalidArgument("timeout_seconds must be between 0 (default) and 86400")
     if not -1000 <= binding.priority <= 1000:

@@ -50,6 +50,7 @@ from agenthost.host.store.conversations import Conversations, NewItem
 from agenthost.host.store.registry import Registry
 from agenthost.host.store.runs import RunStore
 from agenthost.host.store.state import StateStore
+from agenthost.host.workers.hub import WorkerHub, WorkerLost
 from agenthost.plugins.manifest import RunnerManifest
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
@@ -121,6 +122,8 @@ class RunManager:
         self._manifests: dict[tuple[str, str], RunnerManifest] = {}
         self.approvals = Approvals(self.host_event)
         self.children = ChildRuns(self)
+        # Runner workers on other machines (`serve --workers`): a runner no local plugin serves runs on one of them.
+        self.workers: WorkerHub | None = None
 
     # ---- routing ----
 
@@ -140,6 +143,10 @@ class RunManager:
 
     def manifest_for(self, runner_id: str) -> RunnerManifest:
         plugin_id, name = parse_runner_id(runner_id)
+        if self.workers is not None and self.registry.find_plugin(plugin_id) is None:
+            offered = self.workers.manifest(runner_id)
+            if offered is not None:
+                return offered
         plugin = self.registry.plugin(plugin_id)
         # Validating a manifest checks its config schema (a JSON Schema meta-validation): a burst of runs would
         # spend a millisecond each redoing it. Keyed by the stored text, so a reinstall is seen at once.
@@ -231,8 +238,8 @@ class RunManager:
         binding = self.route(bot.bot_id, event_type, conversation_id)
         manifest = self.manifest_for(binding.runner_id)
         plugin_id, _ = parse_runner_id(binding.runner_id)
-        plugin = self.registry.plugin(plugin_id)
-        if not plugin.enabled:
+        plugin = self.registry.find_plugin(plugin_id)  # None: a runner workers offer (manifest_for found it)
+        if plugin is not None and not plugin.enabled:
             raise FailedPrecondition(f"plugin {plugin_id} is disabled")
         actor = request.actor if request.HasField("actor") else pb.Actor(actor_type="user", actor_id="local")
         if not actor.actor_id:
@@ -530,7 +537,7 @@ class RunManager:
             request = runner_pb2.RunRequest(
                 context=context, run_token=token, tool_token=tool_token, runner_name=runner_name, secrets=secrets
             )
-            await self._stream(st, plugin_id, request)
+            await self._stream(st, plugin_id, request, binding.pool)
         except asyncio.CancelledError:
             if st.cancel_reason == "host_shutdown":
                 self._set_outcome(st, "interrupted", "host_shutdown", "the host stopped while this run was in progress")
@@ -556,8 +563,11 @@ class RunManager:
             st.info.error_code = code
             st.info.error_message = message
 
-    async def _stream(self, st: RunState, plugin_id: str, request: runner_pb2.RunRequest) -> None:
+    async def _stream(self, st: RunState, plugin_id: str, request: runner_pb2.RunRequest, pool: str = "") -> None:
         info = st.info
+        if pool or (self.workers is not None and plugin_id not in self.supervisor.processes):
+            await self._stream_on_worker(st, request, pool)
+            return
         try:
             pp = await self.supervisor.wait_ready(plugin_id, self.supervisor.policy.start_timeout)
         except PluginStartError as exc:
@@ -596,6 +606,59 @@ class RunManager:
             return
         finally:
             call.cancel()
+        if st.terminal is None:
+            self._set_outcome(st, "failed", "runner_protocol", "the runner ended its stream without a terminal event")
+
+    async def _stream_on_worker(self, st: RunState, request: runner_pb2.RunRequest, pool: str) -> None:
+        """A run of a binding that names a pool, or of a runner no local plugin serves, on a connected worker
+        that offers it (WorkerHub.place: the conversation's last worker first, else the least in flight). Its
+        batches come up the worker's Run stream as the runner sent them and go through the same ingestion."""
+        info = st.info
+        assert st.active is not None
+        workers = self.workers
+        where = f" in pool {pool!r}" if pool else ""
+        if workers is None:
+            self._set_outcome(
+                st,
+                "failed",
+                "runner_unavailable",
+                f"the binding runs on workers{where}, but this host does not listen for workers (serve --workers)",
+            )
+            return
+        conversation = (info.bot_id, info.conversation_id)
+        session = await workers.wait_place(info.runner_id, info.deadline_at - time.time(), pool, conversation)
+        if session is None:
+            self._set_outcome(
+                st,
+                "failed",
+                "runner_unavailable",
+                f"no connected worker{where} offers runner {info.runner_id} (or none had room before the run's"
+                " deadline); see `agenthost workers list`",
+            )
+            return
+        st.active.worker = session.name  # from now on the run API answers this run's token from that worker only
+        stream = workers.run(session, request)
+        try:
+            async with asyncio.timeout(max(0.0, info.deadline_at - time.time())):
+                async for data in stream:
+                    self._ingest_wire(st, data)
+                    if st.terminal is not None:
+                        break
+                    if self.registry.db.congested:
+                        await self.registry.db.backpressure()
+        except WorkerLost as exc:
+            self._set_outcome(st, "failed", "runner_lost", f"the worker serving this run was lost: {exc}")
+            return
+        except TimeoutError:
+            self._set_outcome(
+                st,
+                "timed_out",
+                "deadline_exceeded",
+                f"the run passed its deadline of {info.deadline_at - info.started_at:.0f}s",
+            )
+            return
+        finally:
+            await stream.aclose()  # ends the worker's Run stream: a run still going there is cancelled
         if st.terminal is None:
             self._set_outcome(st, "failed", "runner_protocol", "the runner ended its stream without a terminal event")
 

@@ -335,7 +335,30 @@ _V12 = """
 ALTER TABLE transcript ADD COLUMN item_pb BLOB;
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12]
+# Runner workers on other machines (host/workers): join tokens (hashed, single use, with an expiry) and the enrolled
+# workers, each with the serial of the one certificate the host accepts for it (re-enrolling replaces it; revoking
+# refuses it for good).
+_V13 = """
+CREATE TABLE worker_tokens (
+    token_hash TEXT PRIMARY KEY,
+    pool TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    used_at REAL,
+    used_by TEXT
+);
+CREATE TABLE workers (
+    name TEXT PRIMARY KEY,
+    pool TEXT NOT NULL,
+    serial TEXT NOT NULL,
+    enrolled_at REAL NOT NULL,
+    draining INTEGER NOT NULL DEFAULT 0,
+    revoked_at REAL
+);
+ALTER TABLE bindings ADD COLUMN pool TEXT NOT NULL DEFAULT '';
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13]
 
 
 def migrate(conn: sqlite3.Connection) -> int:

@@ -284,7 +284,29 @@ CREATE TABLE artifact_chunks (
 );
 """
 
-MIGRATIONS: list[str] = [_V1, _V2]
+# Runner workers on other machines (host/workers), as SQLite's _V13: join tokens (hashed, single use, with an expiry),
+# the enrolled workers with the serial of the one certificate accepted for each, and a binding's worker pool.
+_V3 = """
+CREATE TABLE worker_tokens (
+    token_hash TEXT PRIMARY KEY,
+    pool TEXT NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL,
+    expires_at DOUBLE PRECISION NOT NULL,
+    used_at DOUBLE PRECISION,
+    used_by TEXT
+);
+CREATE TABLE workers (
+    name TEXT PRIMARY KEY,
+    pool TEXT NOT NULL,
+    serial TEXT NOT NULL,
+    enrolled_at DOUBLE PRECISION NOT NULL,
+    draining BIGINT NOT NULL DEFAULT 0,
+    revoked_at DOUBLE PRECISION
+);
+ALTER TABLE bindings ADD COLUMN pool TEXT NOT NULL DEFAULT '';
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3]
 
 # Two hosts starting on one database at once migrate one after the other (the key is arbitrary, fixed).
 _MIGRATION_LOCK = 0x61676E74_686F7374 & 0x7FFFFFFFFFFFFFFF

@@ -52,6 +52,10 @@ class Registry:
     def plugins(self) -> list[PluginRecord]:
         return [self._plugin(r) for r in self.db.query("SELECT * FROM plugins ORDER BY builtin DESC, plugin_id")]
 
+    def find_plugin(self, plugin_id: str) -> PluginRecord | None:
+        row = self.db.query_one("SELECT * FROM plugins WHERE plugin_id = ?", (plugin_id,))
+        return self._plugin(row) if row is not None else None
+
     def plugin(self, plugin_id: str) -> PluginRecord:
         row = self.db.query_one("SELECT * FROM plugins WHERE plugin_id = ?", (plugin_id,))
         if row is None:
@@ -142,6 +146,7 @@ class Registry:
             config_json=row["config_json"],
             created_at=row["created_at"],
             timeout_seconds=row["timeout_seconds"],
+            pool=row["pool"],
         )
         rp = json.loads(row["resource_policy_json"])
         b.resource_policy.apis.extend(rp.get("apis", []))
@@ -199,8 +204,8 @@ class Registry:
             self._refuse_tie(conn, b)
             conn.execute(
                 "INSERT INTO bindings(binding_id, bot_id, event_pattern, conversation_pattern, priority, runner_id,"
-                " config_json, resource_policy_json, delivery_policy_json, timeout_seconds, created_at)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                " config_json, resource_policy_json, delivery_policy_json, timeout_seconds, created_at, pool)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     b.binding_id,
                     b.bot_id,
@@ -213,6 +218,7 @@ class Registry:
                     dp,
                     b.timeout_seconds,
                     b.created_at,
+                    b.pool,
                 ),
             )
 

@@ -50,6 +50,8 @@ TABLES: list[tuple[str, tuple[str, ...]]] = [
     ("kb_documents", ("doc_id",)),
     ("kb_chunks", ("chunk_id",)),
     ("kb_embeddings", ("scope",)),
+    ("worker_tokens", ("token_hash",)),
+    ("workers", ("name",)),
 ]
 # Kept by triggers as rows are inserted; replaced by the source's rows at the end.
 DERIVED = ["conversation_stats", "state_usage"]

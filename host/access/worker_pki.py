@@ -1,0 +1,253 @@
+"""The certificates of runner workers (`agenthost worker`): the host's own CA, the certificates the host serves
+its two worker ports with, the client certificates it signs for enrolled workers, and the worker's side of it (its
+key, its CSR, the pin of the enrolment certificate). All of it through the `cryptography` library, in PEM.
+
+Host files, under `<data>/workers/` (0700), each written 0600 once and kept:
+  ca.key, ca.crt           the CA (EC P-256, 10 years): signs the hub certificate and workers' client certificates
+  hub.key, hub.crt         the workers port's server certificate (CA-signed, DNS name HUB_SERVER_NAME)
+  enrol.key, enrol.crt     the enrolment port's self-signed certificate; a join token carries its SHA-256, so a
+                           worker that has nothing yet still authenticates the host before presenting its token
+
+A worker's certificate names it in its common name, set by the host at enrolment (a name in the CSR is ignored),
+and its serial number is what revocation refuses.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import datetime
+import hashlib
+import os
+import re
+import secrets
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from agenthost.host.access.private_files import make_private_dir
+from agenthost.protos import errors
+
+# The names the workers port's and the enrolment port's certificates carry; the worker checks the host against
+# them (and the CA, or the pin), never against the DNS name or address it dialled, which a worker behind NAT or a
+# host behind a load balancer would not share.
+HUB_SERVER_NAME = "agenthost-host"
+ENROL_SERVER_NAME = "agenthost-enrol"
+CA_DAYS = 3650
+HUB_DAYS = 825
+WORKER_CERT_DAYS = 365
+# A worker's name: its certificate's common name, in `workers list` and on every run it serves.
+WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+JOIN_PREFIX = "ahj1"
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def new_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def cert_pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Writes a file 0600, atomically (a reader sees the old file or the new one)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_private(path: Path) -> bytes:
+    """A key or certificate this user alone may have written; refuses one anybody else could have."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise PermissionError(f"{path} is not private to this user (owner {st.st_uid}, mode {st.st_mode:o})")
+        return f.read()
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _builder(
+    subject: str, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey, days: int
+) -> x509.CertificateBuilder:
+    now = _now()
+    return (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))  # a worker's clock a little behind
+        .not_valid_after(now + datetime.timedelta(days=days))
+    )
+
+
+def _server_cert(
+    name: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name, signer: ec.EllipticCurvePrivateKey, days: int
+) -> x509.Certificate:
+    return (
+        _builder(name, issuer, key.public_key(), days)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(signer, hashes.SHA256())
+    )
+
+
+def pin_of(cert_pem_bytes: bytes) -> str:
+    """The SHA-256 of a certificate's DER encoding, base64url without padding: what a join token pins."""
+    der = x509.load_pem_x509_certificate(cert_pem_bytes).public_bytes(serialization.Encoding.DER)
+    return base64.urlsafe_b64encode(hashlib.sha256(der).digest()).decode().rstrip("=")
+
+
+@dataclass(frozen=True)
+class JoinToken:
+    """What `workers token create` prints: `ahj1.<enrolment port>.<pin>.<secret>`. The port and the pin let a
+    worker that holds nothing but the token reach the enrolment port and know it is this host's."""
+
+    enrol_port: int
+    pin: str
+    secret: str
+
+    def __str__(self) -> str:
+        return f"{JOIN_PREFIX}.{self.enrol_port}.{self.pin}.{self.secret}"
+
+    @classmethod
+    def parse(cls, text: str) -> JoinToken:
+        parts = text.strip().split(".")
+        if len(parts) != 4 or parts[0] != JOIN_PREFIX or not parts[1].isdigit() or not parts[2] or not parts[3]:
+            raise errors.InvalidArgument(
+                "this is not an agenthost join token (ahj1.PORT.PIN.SECRET); make one on the host with"
+                " `agenthost workers token create`"
+            )
+        return cls(int(parts[1]), parts[2], parts[3])
+
+    @staticmethod
+    def new_secret() -> str:
+        return secrets.token_urlsafe(32)
+
+
+class HostCA:
+    """The host's CA and its two server identities, created at first use and kept in `<data>/workers/`."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.dir = make_private_dir(data_dir / "workers")
+        self._key, self.ca_cert = self._load_or_make_ca()
+        self.ca_pem = cert_pem(self.ca_cert)
+        self.hub_key_pem, self.hub_cert_pem = self._load_or_make_server("hub", HUB_SERVER_NAME, signed=True)
+        self.enrol_key_pem, self.enrol_cert_pem = self._load_or_make_server("enrol", ENROL_SERVER_NAME, signed=False)
+        self.enrol_pin = pin_of(self.enrol_cert_pem)
+
+    def _load_or_make_ca(self) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+        key_path, cert_path = self.dir / "ca.key", self.dir / "ca.crt"
+        if key_path.exists() and cert_path.exists():
+            key = serialization.load_pem_private_key(read_private(key_path), password=None)
+            if not isinstance(key, ec.EllipticCurvePrivateKey):
+                raise ValueError(f"{key_path} is not an EC key")
+            return key, x509.load_pem_x509_certificate(read_private(cert_path))
+        key = new_key()
+        name = _name(f"agenthost workers CA {secrets.token_hex(4)}")
+        cert = (
+            _builder(name.rfc4514_string().removeprefix("CN="), name, key.public_key(), CA_DAYS)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=False,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256())
+        )
+        write_private(key_path, key_pem(key))  # the key first: a crt without its key is made again
+        write_private(cert_path, cert_pem(cert))
+        return key, cert
+
+    def _load_or_make_server(self, stem: str, name: str, *, signed: bool) -> tuple[bytes, bytes]:
+        key_path, cert_path = self.dir / f"{stem}.key", self.dir / f"{stem}.crt"
+        if key_path.exists() and cert_path.exists():
+            cert_bytes = read_private(cert_path)
+            cert = x509.load_pem_x509_certificate(cert_bytes)
+            fresh = cert.not_valid_after_utc - _now() > datetime.timedelta(days=30)
+            if fresh and (not signed or cert.issuer == self.ca_cert.subject):
+                return read_private(key_path), cert_bytes
+        key = new_key()
+        if signed:
+            cert = _server_cert(name, key, self.ca_cert.subject, self._key, HUB_DAYS)
+        else:
+            cert = _server_cert(name, key, _name(name), key, HUB_DAYS)
+        write_private(key_path, key_pem(key))
+        write_private(cert_path, cert_pem(cert))
+        return key_pem(key), cert_pem(cert)
+
+    def sign_worker(self, csr_pem: bytes, name: str) -> x509.Certificate:
+        """A client certificate for worker `name` over the CSR's public key. The CSR must be signed by that key
+        (the worker holds it) and be EC P-256; its subject is ignored: the host names the worker."""
+        try:
+            csr = x509.load_pem_x509_csr(csr_pem)
+        except ValueError as exc:
+            raise errors.InvalidArgument(f"csr_pem is not a PEM certificate request: {exc}") from None
+        if not csr.is_signature_valid:
+            raise errors.InvalidArgument("the certificate request is not signed by its own key")
+        public = csr.public_key()
+        if not isinstance(public, ec.EllipticCurvePublicKey) or public.curve.name != "secp256r1":
+            raise errors.InvalidArgument("the certificate request must be for an EC P-256 key")
+        return (
+            _builder(name, self.ca_cert.subject, public, WORKER_CERT_DAYS)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(self._key, hashes.SHA256())
+        )
+
+
+def make_csr(key: ec.EllipticCurvePrivateKey, name: str) -> bytes:
+    """The worker's certificate request: its public key, signed by its key (which never leaves the worker)."""
+    csr = x509.CertificateSigningRequestBuilder().subject_name(_name(name)).sign(key, hashes.SHA256())
+    return csr.public_bytes(serialization.Encoding.PEM)
+
+
+def common_name(cert_pem_bytes: bytes) -> str:
+    cert = x509.load_pem_x509_certificate(cert_pem_bytes)
+    attrs = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return str(attrs[0].value) if attrs else ""
+
+
+def serial_hex(cert: x509.Certificate | bytes) -> str:
+    if isinstance(cert, bytes):
+        cert = x509.load_pem_x509_certificate(cert)
+    return format(cert.serial_number, "x")

@@ -1,0 +1,115 @@
+"""Enrolled runner workers and their join tokens (host/workers): only hashes of tokens are stored, a token is
+consumed in the transaction that checks it, and a worker's row holds the serial of the one certificate accepted for
+it."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+
+from agenthost.host.store.db import Database
+from agenthost.protos.errors import AlreadyExists, NotFound, Unauthenticated
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    name: str
+    pool: str
+    serial: str
+    enrolled_at: float
+    draining: bool
+    revoked_at: float | None
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None
+
+
+class WorkerStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    async def add_token(self, token_hash: str, pool: str, expires_at: float) -> None:
+        await self.db.write(
+            lambda conn: conn.execute(
+                "INSERT INTO worker_tokens(token_hash, pool, created_at, expires_at) VALUES (?,?,?,?)",
+                (token_hash, pool, time.time(), expires_at),
+            )
+        )
+
+    async def enrol(self, token_hash: str, name: str, serial: str) -> WorkerRecord:
+        """Consumes the join token and records worker `name` with its certificate's serial, in one transaction (two
+        workers presenting one token: one wins). Unauthenticated for a token unknown, used or expired; AlreadyExists
+        for a name an enrolled, unrevoked worker holds."""
+
+        def write(conn: sqlite3.Connection) -> WorkerRecord:
+            pool = _usable_token(conn, token_hash)
+            now = time.time()
+            held = conn.execute("SELECT revoked_at FROM workers WHERE name = ?", (name,)).fetchone()
+            if held is not None and held["revoked_at"] is None:
+                raise AlreadyExists(
+                    f"a worker named {name!r} is enrolled; revoke it first (`agenthost workers revoke {name}`) or"
+                    " enrol under another name"
+                )
+            conn.execute(
+                "UPDATE worker_tokens SET used_at = ?, used_by = ? WHERE token_hash = ?", (now, name, token_hash)
+            )
+            conn.execute(
+                "INSERT INTO workers(name, pool, serial, enrolled_at, draining, revoked_at) VALUES (?,?,?,?,0,NULL)"
+                " ON CONFLICT(name) DO UPDATE SET pool = excluded.pool, serial = excluded.serial,"
+                " enrolled_at = excluded.enrolled_at, draining = 0, revoked_at = NULL",
+                (name, pool, serial, now),
+            )
+            return WorkerRecord(name, pool, serial, now, False, None)
+
+        return await self.db.write(write)
+
+    def check_token(self, token_hash: str) -> str:
+        """The pool of a join token that may still be used, read without writing: refuses a token unknown, used
+        or expired before the host spends a signature on its request (enrol checks it again, in its transaction)."""
+        return _usable_token(self.db.reader, token_hash)
+
+    @staticmethod
+    def _record(row: sqlite3.Row) -> WorkerRecord:
+        return WorkerRecord(
+            row["name"], row["pool"], row["serial"], row["enrolled_at"], bool(row["draining"]), row["revoked_at"]
+        )
+
+    def get(self, name: str) -> WorkerRecord | None:
+        row = self.db.query_one("SELECT * FROM workers WHERE name = ?", (name,))
+        return self._record(row) if row is not None else None
+
+    def list(self) -> list[WorkerRecord]:
+        return [self._record(r) for r in self.db.query("SELECT * FROM workers ORDER BY name")]
+
+    async def set_draining(self, name: str, draining: bool) -> WorkerRecord:
+        return await self._update(name, "UPDATE workers SET draining = ? WHERE name = ?", (int(draining), name))
+
+    async def revoke(self, name: str) -> WorkerRecord:
+        return await self._update(
+            name, "UPDATE workers SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL", (time.time(), name)
+        )
+
+    async def _update(self, name: str, sql: str, params: tuple[object, ...]) -> WorkerRecord:
+        def write(conn: sqlite3.Connection) -> WorkerRecord:
+            conn.execute(sql, params)
+            row = conn.execute("SELECT * FROM workers WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                raise NotFound(f"no worker named {name!r}; see `agenthost workers list`")
+            return self._record(row)
+
+        return await self.db.write(write)
+
+
+def _usable_token(conn: sqlite3.Connection, token_hash: str) -> str:
+    row = conn.execute(
+        "SELECT pool, expires_at, used_at FROM worker_tokens WHERE token_hash = ?", (token_hash,)
+    ).fetchone()
+    if row is None:
+        raise Unauthenticated("join token is not valid (unknown or forged); make a new one on the host")
+    if row["used_at"] is not None:
+        raise Unauthenticated("join token was already used (each is single use); make a new one on the host")
+    if time.time() > row["expires_at"]:
+        raise Unauthenticated("join token has expired; make a new one on the host")
+    return str(row["pool"])

@@ -1,0 +1,598 @@
+"""The worker process's side (`agenthost worker --host HOST:PORT`): enrolment with a join token, then one
+long-lived mutual-TLS channel to the host.
+
+Files, in the worker's data dir under `worker/` (0700, each 0600): worker.key (made here; it never leaves the
+machine), worker.crt (signed by the host's CA at enrolment), ca.crt (the host's CA: the only authority this worker
+trusts for the host), worker.json (host address, name, pool).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import json
+import logging
+import os
+import random
+import ssl
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from agenthost.host.access.grants import hash_secret
+from agenthost.host.access.private_files import make_private_dir
+from agenthost.host.access.worker_pki import (
+    ENROL_SERVER_NAME,
+    HUB_SERVER_NAME,
+    JoinToken,
+    key_pem,
+    make_csr,
+    new_key,
+    pin_of,
+    read_private,
+    write_private,
+)
+from agenthost.host.processes.supervisor import PluginSpec, PluginStartError, Supervisor
+from agenthost.host.workers.hub import split_address
+from agenthost.protos import common_pb2 as pb
+from agenthost.protos import errors, runner_pb2
+from agenthost.protos import run_api_pb2 as api_pb
+from agenthost.protos import worker_pb2 as wpb
+from agenthost.protos.wire import CHANNEL_OPTIONS, SERVER_OPTIONS, VERSION
+
+BUILTIN_PLUGIN = "agenthost"
+
+log = logging.getLogger(__name__)
+
+ENROL_TIMEOUT = 30.0
+
+
+class WorkerError(RuntimeError):
+    """What stops a worker, said so that its operator knows what to do."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    host: str
+    name: str
+    pool: str
+    key_pem: bytes
+    cert_pem: bytes
+    ca_pem: bytes
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.ca_pem, private_key=self.key_pem, certificate_chain=self.cert_pem
+        )
+
+    def channel(self) -> grpc.aio.Channel:
+        """The one channel to the host's workers port. The host is checked against its CA and the name its
+        certificate carries, not the address dialled (NAT, load balancers)."""
+        return grpc.aio.secure_channel(
+            self.host,
+            self.credentials(),
+            options=[
+                *CHANNEL_OPTIONS,
+                ("grpc.ssl_target_name_override", HUB_SERVER_NAME),
+                ("grpc.keepalive_time_ms", 5000),
+                ("grpc.keepalive_timeout_ms", 5000),
+                ("grpc.keepalive_permit_without_calls", 1),
+            ],
+        )
+
+
+def identity_dir(data_dir: Path) -> Path:
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return make_private_dir(data_dir / "worker")
+
+
+def load_identity(data_dir: Path) -> Identity | None:
+    d = data_dir / "worker"
+    try:
+        doc = json.loads(read_private(d / "worker.json"))
+        return Identity(
+            host=doc["host"],
+            name=doc["name"],
+            pool=doc["pool"],
+            key_pem=read_private(d / "worker.key"),
+            cert_pem=read_private(d / "worker.crt"),
+            ca_pem=read_private(d / "ca.crt"),
+        )
+    except FileNotFoundError:
+        return None
+
+
+def _fetch_enrol_certificate(host: str, port: int) -> str:
+    # No verification here on purpose: the certificate is checked against the token's pin right after.
+    return ssl.get_server_certificate((host, port), timeout=10)
+
+
+async def enrol(data_dir: Path, host: str, join_token: str, name: str) -> Identity:
+    """Presents the join token once, with a CSR for a key made here, and keeps what the host signs. Raises
+    WorkerError saying what went wrong (a host that is not the token's, a token used or expired, ...)."""
+    try:
+        token = JoinToken.parse(join_token)
+    except errors.AgentHostError as exc:
+        raise WorkerError(exc.message) from None
+    hostname, _ = split_address(host)
+    try:
+        pem = await asyncio.to_thread(_fetch_enrol_certificate, hostname, token.enrol_port)
+    except (OSError, ssl.SSLError) as exc:
+        raise WorkerError(
+            f"cannot reach the host's enrolment port {hostname}:{token.enrol_port} ({exc}); is the host serving"
+            " with --workers, and is that port open to this machine?"
+        ) from None
+    if pin_of(pem.encode()) != token.pin:
+        raise WorkerError(
+            f"the server at {hostname}:{token.enrol_port} is not the host that made this join token (its"
+            " certificate does not match the token's pin); refusing to enrol"
+        )
+    key = new_key()
+    channel = grpc.aio.secure_channel(
+        f"{hostname}:{token.enrol_port}",
+        grpc.ssl_channel_credentials(root_certificates=pem.encode()),
+        options=[*CHANNEL_OPTIONS, ("grpc.ssl_target_name_override", ENROL_SERVER_NAME)],
+    )
+    try:
+        async with channel:
+            call = channel.unary_unary(
+                "/agenthost.v1.WorkerEnrolment/Enrol",
+                request_serializer=wpb.EnrolRequest.SerializeToString,
+                response_deserializer=wpb.EnrolResponse.FromString,
+            )
+            reply: wpb.EnrolResponse = await call(
+                wpb.EnrolRequest(join_token=join_token.strip(), name=name, csr_pem=make_csr(key, name)),
+                timeout=ENROL_TIMEOUT,
+            )
+    except grpc.RpcError as exc:
+        raise WorkerError(f"the host refused enrolment: {exc.code().name}: {exc.details()}") from None
+    d = identity_dir(data_dir)
+    write_private(d / "worker.key", key_pem(key))
+    write_private(d / "worker.crt", reply.certificate_pem)
+    write_private(d / "ca.crt", reply.ca_pem)
+    doc = {"host": host, "name": reply.name, "pool": reply.pool}
+    write_private(d / "worker.json", json.dumps(doc).encode())
+    return Identity(host, reply.name, reply.pool, key_pem(key), reply.certificate_pem, reply.ca_pem)
+
+
+def _handshake_failed(details: str) -> bool:
+    # Under TLS 1.3 a client whose certificate the server refuses finishes its own side of the handshake first, and
+    # then sees the connection closed: "Socket closed" is how that refusal reaches it (a host that is down refuses
+    # the TCP connection instead).
+    lowered = details.lower()
+    return any(word in lowered for word in ("handshake", "ssl", "tls", "socket closed"))
+
+
+def explain(exc: grpc.RpcError) -> str:
+    """A refused connection, in words a worker's operator can act on."""
+    code, details = exc.code(), exc.details() or ""
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        return f"the host refused this worker: {details}"
+    if code == grpc.StatusCode.UNAVAILABLE and _handshake_failed(details):
+        return (
+            "the TLS handshake with the host failed: the host does not accept this worker's certificate (not"
+            " signed by its CA), or the address is not the host's workers port; enrol again with a new join"
+            f" token ({details})"
+        )
+    return f"{code.name}: {details}"
+
+
+HEARTBEAT_SECONDS = 2.0
+BACKOFF_BASE = 0.5
+BACKOFF_MAX = 30.0
+RUNNER_READY_SECONDS = 30.0
+# Batches of one run between its local runner and the host: past this the runner is held back by flow control.
+RUN_UP_QUEUE = 16
+_RUN_METHOD = "/agenthost.v1.Runner/Run"
+_API_SERVICE = "agenthost.v1.AgentRunAPIProxy"
+
+
+@dataclass
+class LocalRun:
+    run_id: str
+    plugin_id: str
+    token_hashes: tuple[str, str]  # (run token, tool token)
+    task: asyncio.Task[None] | None = None
+
+
+class Worker:
+    """One worker process: its identity, its supervised runner plugins, the run API socket its runners reach, and
+    its connection to the host (one channel: the control stream, one Run stream per run, the run API calls)."""
+
+    def __init__(self, identity: Identity, supervisor: Supervisor | None = None, *, capacity: int = 4) -> None:
+        self.identity = identity
+        self.supervisor = supervisor
+        self.capacity = capacity
+        self.connected = asyncio.Event()
+        self.draining = False
+        self.offers: list[wpb.WorkerOffer] = []
+        self.runs: dict[str, LocalRun] = {}
+        self._by_token: dict[str, LocalRun] = {}
+        self.channel: grpc.aio.Channel | None = None
+
+    def hello(self) -> wpb.WorkerUp:
+        return wpb.WorkerUp(
+            hello=wpb.WorkerHello(
+                offers=self.offers, capacity=self.capacity, held_runs=list(self.runs), version=VERSION
+            )
+        )
+
+    def in_flight(self) -> int:
+        return len(self.runs)
+
+    # ---- plugins ----
+
+    async def start_plugins(self) -> None:
+        """Starts the runner plugins this machine serves (today the built-in one) and makes the offers."""
+        assert self.supervisor is not None
+        spec = PluginSpec(BUILTIN_PLUGIN, "agenthost", sys.executable, builtin=True)
+        self.supervisor.add(spec)
+        pp = await self.supervisor.start(spec.plugin_id)
+        manifests = [json.dumps(m.model_dump(mode="json")) for m in pp.manifests.values()]
+        self.offers = [wpb.WorkerOffer(plugin_id=spec.plugin_id, version=VERSION, manifests_json=manifests)]
+
+    # ---- the control stream ----
+
+    async def session(self, channel: grpc.aio.Channel) -> None:
+        """One control stream, until it breaks: hello, then heartbeats; assignments are served as they come."""
+        outbox: asyncio.Queue[wpb.WorkerUp] = asyncio.Queue()
+        outbox.put_nowait(self.hello())
+
+        async def up() -> AsyncIterator[wpb.WorkerUp]:
+            while True:
+                yield await outbox.get()
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(HEARTBEAT_SECONDS)
+                outbox.put_nowait(wpb.WorkerUp(heartbeat=wpb.WorkerHeartbeat(in_flight=self.in_flight())))
+
+        connect = channel.stream_stream(
+            "/agenthost.v1.WorkerHub/Connect",
+            request_serializer=wpb.WorkerUp.SerializeToString,
+            response_deserializer=wpb.WorkerDown.FromString,
+        )
+        call = connect(up())
+        beating = asyncio.create_task(beat())
+        try:
+            async for down in call:
+                self.on_message(channel, down)
+        finally:
+            beating.cancel()
+            call.cancel()
+            self.connected.clear()
+
+    def on_message(self, channel: grpc.aio.Channel, down: wpb.WorkerDown) -> None:
+        kind = down.WhichOneof("kind")
+        if kind == "welcome":
+            log.info("connected to %s as %s", self.identity.host, down.welcome)
+            self.connected.set()
+        elif kind == "drain":
+            self.draining = True
+            log.info("the host drains this worker: no new runs")
+        elif kind == "assign":
+            run_id = down.assign.run_id
+            if run_id not in self.runs:
+                run = LocalRun(run_id, "", ("", ""))
+                self.runs[run_id] = run
+                run.task = asyncio.create_task(self._serve_run(channel, run), name=f"run:{run_id}")
+        elif kind == "drop":
+            run = self.runs.get(down.drop.run_id)
+            if run is not None and run.task is not None:
+                log.info("run %s was ended by the host while this worker was away: dropped", run.run_id)
+                run.task.cancel()
+
+    # ---- runs ----
+
+    async def _serve_run(self, channel: grpc.aio.Channel, run: LocalRun) -> None:
+        """Takes an assigned run: its RunRequest comes down the Run stream, its local runner's batches go up it as
+        they came. The host ending the stream (the run ended or was cancelled there) cancels the local call."""
+        up: asyncio.Queue[bytes | None] = asyncio.Queue(RUN_UP_QUEUE)
+
+        async def ups() -> AsyncIterator[wpb.WorkerRunUp]:
+            yield wpb.WorkerRunUp(run_id=run.run_id)
+            while (item := await up.get()) is not None:
+                yield wpb.WorkerRunUp(batch=item)
+            yield wpb.WorkerRunUp(end=True)
+
+        call = channel.stream_stream(
+            "/agenthost.v1.WorkerHub/Run",
+            request_serializer=wpb.WorkerRunUp.SerializeToString,
+            response_deserializer=wpb.WorkerRunDown.FromString,
+        )(ups())
+        local: Any = None
+        try:
+            first = await call.read()
+            if first is grpc.aio.EOF or first.WhichOneof("kind") != "request":
+                return
+            request: runner_pb2.RunRequest = first.request
+            run.plugin_id = request.context.runtime.plugin_id
+            run.token_hashes = (hash_secret(request.run_token), hash_secret(request.tool_token))
+            for token_hash in run.token_hashes:
+                self._by_token[token_hash] = run
+            assert self.supervisor is not None
+            try:
+                pp = await self.supervisor.wait_ready(run.plugin_id, RUNNER_READY_SECONDS)
+            except PluginStartError as exc:
+                await up.put(_failed("runner_unavailable", f"on worker {self.identity.name}: {exc}"))
+                await up.put(None)
+                await call.read()
+                return
+            assert pp.channel is not None
+            remaining = max(0.1, request.context.runtime.deadline_at - time.time())
+            local = pp.channel.unary_stream(_RUN_METHOD, request_serializer=runner_pb2.RunRequest.SerializeToString)(
+                request, timeout=remaining
+            )
+
+            async def pump() -> None:
+                try:
+                    async for data in local:
+                        await up.put(data)  # as the runner sent it: no decoding here
+                except grpc.RpcError as exc:
+                    if exc.code() != grpc.StatusCode.CANCELLED:
+                        detail = f"on worker {self.identity.name}: {exc.code().name}: {exc.details()}"
+                        await up.put(_failed("runner_crashed", detail))
+                await up.put(None)
+
+            pumping = asyncio.create_task(pump())
+            try:
+                # The host answers nothing more: its stream ending means it is done with the run.
+                await call.read()
+            finally:
+                local.cancel()
+                pumping.cancel()
+        except grpc.RpcError as exc:
+            log.info("run %s: the host's stream ended: %s", run.run_id, exc.code().name)
+        finally:
+            if local is not None:
+                local.cancel()
+            call.cancel()
+            for token_hash in run.token_hashes:
+                self._by_token.pop(token_hash, None)
+            self.runs.pop(run.run_id, None)
+
+    # ---- the run API, forwarded ----
+
+    def local_run(self, metadata: Any) -> tuple[LocalRun | None, str]:
+        """The run whose token a local call presents, checked as the host checks its own plugin processes: a run
+        token only with the secret of the plugin process serving the run, a tool token alone."""
+        token = secret = None
+        for key, value in metadata or ():
+            if key == "authorization":
+                token = value
+            elif key == "x-agenthost-plugin":
+                secret = value
+        if not isinstance(token, str) or not token.startswith("Bearer "):
+            return None, "missing run token (authorization: Bearer <token>)"
+        presented = hash_secret(token[7:])
+        run = self._by_token.get(presented)
+        if run is None:
+            return None, "run token is not valid (unknown, forged, or revoked when its run ended)"
+        if presented == run.token_hashes[1]:
+            return run, ""
+        assert self.supervisor is not None
+        owner = self.supervisor.registry.plugin_of_secret(secret) if isinstance(secret, str) else None
+        if owner != run.plugin_id:
+            return None, "this run belongs to another runner process"
+        return run, ""
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Stays connected until `stop`: reconnects with jittered exponential backoff (a host restart, a partition),
+        and raises WorkerError when the host refuses this worker (revoked, a certificate it does not accept)."""
+        failures = 0
+        ever = False
+        while not stop.is_set():
+            async with self.identity.channel() as channel:
+                self.channel = channel
+                task = asyncio.create_task(self.session(channel))
+                stopping = asyncio.create_task(stop.wait())
+                await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                stopping.cancel()
+                was_connected = self.connected.is_set()
+                if not task.done():
+                    task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    if stop.is_set():
+                        return
+                except grpc.RpcError as exc:
+                    ever = ever or was_connected
+                    refused = exc.code() == grpc.StatusCode.UNAUTHENTICATED
+                    handshake = exc.code() == grpc.StatusCode.UNAVAILABLE and _handshake_failed(exc.details() or "")
+                    if refused or (handshake and not ever):
+                        raise WorkerError(explain(exc)) from None
+                    log.warning("connection to the host lost: %s", explain(exc))
+                else:
+                    log.warning("the host ended this worker's session")
+            failures = 0 if was_connected else failures + 1
+            delay = min(BACKOFF_MAX, BACKOFF_BASE * 2 ** min(failures, 10)) * random.uniform(0.5, 1.0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+
+
+def _failed(code: str, message: str) -> bytes:
+    return pb.RunEventBatch(events=[pb.RunEvent(failed=pb.Failed(code=code, message=message))]).SerializeToString()
+
+
+class _Forward(grpc.GenericRpcHandler):
+    """The run API socket of the worker's runners: every AgentRunAPIProxy call, checked against the worker's own
+    runs and plugin secrets, goes to the host over the worker's channel as bytes (nothing parsed here), with the
+    run's token and nothing else; the host checks it again, and checks that the run is this worker's."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        service = api_pb.DESCRIPTOR.services_by_name["AgentRunAPIProxy"]
+        self.shapes = {f"/{_API_SERVICE}/{m.name}": (m.client_streaming, m.server_streaming) for m in service.methods}
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        shape = self.shapes.get(details.method)
+        if shape is None:
+            return None
+        method = details.method
+        run, refusal = self.worker.local_run(details.invocation_metadata)
+        if run is None:
+            return grpc.stream_unary_rpc_method_handler(functools.partial(_refuse, refusal))
+        metadata = [(k, v) for k, v in details.invocation_metadata or () if k == "authorization"]
+        worker = self.worker
+
+        def target(context: grpc.aio.ServicerContext, kind: str) -> Any:
+            if worker.channel is None:
+                raise errors.Unavailable("this worker is not connected to its host; try again shortly")
+            remaining = context.time_remaining()
+            factory = getattr(worker.channel, kind)(method)
+            return functools.partial(factory, metadata=metadata, timeout=remaining)
+
+        client_streaming, server_streaming = shape
+        if not client_streaming and not server_streaming:
+
+            async def uu(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+                return await _relay(context, target(context, "unary_unary")(request))
+
+            return grpc.unary_unary_rpc_method_handler(uu)
+        if not client_streaming:
+
+            async def us(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+                async for reply in _relay_stream(context, target(context, "unary_stream")(request)):
+                    yield reply
+
+            return grpc.unary_stream_rpc_method_handler(us)
+        if not server_streaming:
+
+            async def su(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> bytes:
+                return await _relay(context, target(context, "stream_unary")(requests))
+
+            return grpc.stream_unary_rpc_method_handler(su)
+
+        async def ss(requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            async for reply in _relay_stream(context, target(context, "stream_stream")(requests)):
+                yield reply
+
+        return grpc.stream_stream_rpc_method_handler(ss)
+
+
+async def _refuse(message: str, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+    await context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+
+
+async def _relay(context: grpc.aio.ServicerContext, call: Any) -> bytes:
+    try:
+        return await call
+    except grpc.RpcError as exc:
+        await context.abort(exc.code(), exc.details() or "")
+        raise
+
+
+async def _relay_stream(context: grpc.aio.ServicerContext, call: Any) -> AsyncIterator[bytes]:
+    try:
+        async for reply in call:
+            yield reply
+    except grpc.RpcError as exc:
+        await context.abort(exc.code(), exc.details() or "")
+
+
+def _runtime_dir(data_dir: Path) -> Path:
+    # A unix socket name is at most 108 bytes: a deep data dir gets its sockets under the temp dir.
+    candidate = data_dir / "run"
+    if len(str(candidate)) < 70:
+        return make_private_dir(candidate)
+    import hashlib
+    import tempfile
+
+    digest = hashlib.sha256(str(data_dir).encode()).hexdigest()[:12]
+    return make_private_dir(Path(tempfile.gettempdir()) / f"agenthost-worker-{os.getuid()}-{digest}")
+
+
+@contextlib.asynccontextmanager
+async def running(data_dir: Path, identity: Identity, *, capacity: int = 4, unsafe_no_sandbox: bool = False) -> Any:
+    """A Worker with its plugins started and its run API socket served, stopped on the way out."""
+    from agenthost.host.access.grants import RunRegistry
+    from agenthost.host.processes.resource_walls import ResourceWalls
+    from agenthost.host.store.db import Database
+    from agenthost.plugins import sandbox
+
+    os.umask(0o077)
+    sandbox.harden_process()
+    reason = sandbox.probe()
+    if reason is not None:
+        log.error(
+            "no sandbox here (%s): the built-in runners run unsandboxed%s", reason, "" if unsafe_no_sandbox else ""
+        )
+    runtime = _runtime_dir(data_dir)
+    api_address = f"unix:{runtime / 'api.sock'}"
+    Path(api_address.removeprefix("unix:")).unlink(missing_ok=True)
+    db = Database(identity_dir(data_dir) / "worker.db")
+    await db.open()
+    walls = ResourceWalls.setup()
+    supervisor = Supervisor(
+        db=db,
+        registry=RunRegistry(),
+        runtime_dir=runtime,
+        data_dir=data_dir,
+        host_address=api_address,
+        sandboxed=reason is None,
+        walls=walls,
+    )
+    await supervisor.sweep_orphans()
+    worker = Worker(identity, supervisor, capacity=capacity)
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server.add_generic_rpc_handlers((_Forward(worker),))
+    server.add_insecure_port(api_address)
+    await server.start()
+    try:
+        await worker.start_plugins()
+        yield worker
+    finally:
+        for run in list(worker.runs.values()):
+            if run.task is not None:
+                run.task.cancel()
+        await supervisor.stop_all()
+        await server.stop(grace=1.0)
+        await asyncio.to_thread(walls.close)
+        await db.close()
+
+
+async def run_worker(args: Any, data_dir: Path) -> int:
+    """`agenthost worker`: enrols when given --join, then serves until SIGINT/SIGTERM."""
+    import signal
+    import socket
+
+    # The CLI set up warnings-only logging for its client commands; a worker is a service and says more.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    try:
+        if args.join:
+            identity = await enrol(data_dir, args.host, args.join, args.name or socket.gethostname())
+            print(f"enrolled as worker {identity.name} in pool {identity.pool}", flush=True)
+        else:
+            found = load_identity(data_dir)
+            if found is None:
+                raise WorkerError(
+                    f"this worker is not enrolled (nothing in {data_dir / 'worker'}); make a join token on the host"
+                    " with `agenthost workers token create` and pass it with --join"
+                )
+            identity = dataclasses.replace(found, host=args.host)
+        if args.enrol_only:
+            return 0
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with running(
+            data_dir, identity, capacity=args.capacity, unsafe_no_sandbox=args.unsafe_no_sandbox
+        ) as worker:
+            print(f"worker {identity.name} serving {', '.join(o.plugin_id for o in worker.offers)}", flush=True)
+            await worker.serve(stop)
+    except WorkerError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except PluginStartError as exc:
+        print(f"error: the worker's runner plugin did not start: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0

@@ -1,0 +1,674 @@
+"""The host's side of runner workers: the two TCP listeners (`serve --workers HOST:PORT`), enrolment, the identity
+check every worker call passes, and the live sessions (`workers list`, drain, revoke).
+
+Ports. The workers port serves WorkerHub (and, for item 2, the run API) under mutual TLS: grpc-core refuses in the
+handshake a client with no certificate, with one not signed by the host's CA, or speaking plain TCP, so none of
+those ever reaches a handler. The enrolment port (the workers port + 1 unless named) serves WorkerEnrolment with
+server-authenticated TLS only: a worker has no certificate yet. It is a second port because a gRPC server either
+requires client certificates or does not request them at all; a join token pins its certificate.
+
+Identity. Every call on the workers port goes through `_Guard`, which, before any request message is read, takes
+the client certificate from the call's auth context and accepts it only if its serial is the one recorded for the
+worker its common name names, and that worker is not revoked. Every method is served as a request-streaming one to
+make that possible (gRPC reads a unary request before calling its handler; the wire does not differ).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from cryptography import x509
+
+from agenthost.host import limits
+from agenthost.host.access.grants import hash_secret
+from agenthost.host.access.worker_pki import WORKER_NAME, HostCA, JoinToken, cert_pem, serial_hex
+from agenthost.host.store.workers import WorkerRecord, WorkerStore
+from agenthost.plugins.manifest import ManifestError, RunnerManifest
+from agenthost.protos import errors, runner_pb2
+from agenthost.protos import host_pb2 as hpb
+from agenthost.protos import worker_pb2 as wpb
+from agenthost.protos.wire import SERVER_OPTIONS
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOKEN_TTL = 600.0
+MAX_TOKEN_TTL = 24 * 3600.0
+DEFAULT_POOL = "default"
+# A worker heartbeats every HEARTBEAT_SECONDS (agent.py); one silent for LOST_AFTER_SECONDS is taken as gone: its
+# session is cut and its runs end `runner_lost`, within LOST_AFTER_SECONDS + WATCH_SECONDS of its last word.
+LOST_AFTER_SECONDS = 6.0
+WATCH_SECONDS = 1.0
+# A worker must open the Run stream of a run it was assigned within this long, or the run ends `runner_lost`.
+TAKE_SECONDS = 15.0
+# Batches of one run held between the worker's stream and the run's consumer: past this, HTTP/2 flow control holds
+# that worker's runner back, and no other run waits on it.
+RUN_QUEUE_BATCHES = 16
+DEFAULT_CAPACITY = 4
+AFFINITY_MAX = 65536
+
+
+class WorkerLost(Exception):
+    """The worker serving a run went away (disconnected, silent past LOST_AFTER_SECONDS, revoked, replaced)."""
+
+
+@dataclass
+class RunSlot:
+    """A run placed on a worker: what its Run stream is handed, and what comes back up it."""
+
+    run_id: str
+    request: runner_pb2.RunRequest
+    batches: asyncio.Queue[bytes | None] = field(default_factory=lambda: asyncio.Queue(RUN_QUEUE_BATCHES))
+    opened: bool = False
+    lost: asyncio.Event = field(default_factory=asyncio.Event)
+    lost_reason: str = ""
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # the host is done with it (finished, cancelled)
+
+    def lose(self, reason: str) -> None:
+        if not self.lost.is_set():
+            self.lost_reason = reason
+            self.lost.set()
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {address!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+@dataclass
+class Session:
+    """A connected worker: its control stream and what it said in its hello."""
+
+    record: WorkerRecord
+    peer: str
+    offers: list[wpb.WorkerOffer] = field(default_factory=list)
+    capacity: int = 0
+    in_flight: int = 0
+    last_heartbeat: float = 0.0
+    # What the control stream sends next; None ends it (and the worker's run streams) with `cut_reason`.
+    outbox: asyncio.Queue[wpb.WorkerDown | None] = field(default_factory=asyncio.Queue)
+    cut_reason: str = ""
+    cut_error: type[errors.AgentHostError] = errors.Unauthenticated
+    cut_event: asyncio.Event = field(default_factory=asyncio.Event)
+    runs: dict[str, RunSlot] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    def runner_ids(self) -> set[str]:
+        return {runner_id for runner_id, _ in _offered(self.offers)}
+
+    def cut(self, reason: str, error: type[errors.AgentHostError] = errors.Unavailable) -> None:
+        """Ends this worker's control stream now with `error` and `reason` (a gRPC handler's task cancelled from
+        outside would leave the client's stream open: the status must be sent), and its runs with WorkerLost.
+        UNAUTHENTICATED tells the worker it is refused for good (revoked, replaced); UNAVAILABLE to reconnect."""
+        self.cut_reason = reason
+        self.cut_error = error
+        self.cut_event.set()
+        self.outbox.put_nowait(None)
+        for slot in self.runs.values():
+            slot.lose(f"worker {self.name!r}: {reason}")
+
+
+def _same_plugin(local: tuple[str, list[Any]], offer: wpb.WorkerOffer) -> bool:
+    version, manifests = local
+    try:
+        offered = [json.loads(raw) for raw in offer.manifests_json]
+    except ValueError:
+        return False
+    return offer.version == version and offered == manifests
+
+
+def _offered(offers: list[wpb.WorkerOffer]) -> list[tuple[str, RunnerManifest]]:
+    out = []
+    for offer in offers:
+        for raw in offer.manifests_json:
+            try:
+                manifest = RunnerManifest.parse_json(raw)
+            except ManifestError:
+                continue
+            out.append((f"{offer.plugin_id}/{manifest.name}", manifest))
+    return out
+
+
+class WorkerHub:
+    def __init__(self, *, ca: HostCA, store: WorkerStore, address: str, enrol_address: str | None = None) -> None:
+        self.ca = ca
+        self.store = store
+        self.address = address
+        self.enrol_address = enrol_address
+        self.port = 0
+        self.enrol_port = 0
+        self.sessions: dict[str, Session] = {}
+        # Calls that passed the TLS handshake and reached the guard, by outcome: what the refusal tests read.
+        self.calls = {"accepted": 0, "refused": 0}
+        self._servers: list[grpc.aio.Server] = []
+        self._serials: dict[bytes, str] = {}
+        self._extra: dict[str, grpc.RpcMethodHandler] = {}
+        # Set (and replaced) whenever a worker may have room for another run: one connected, a run ended on one.
+        self._room = asyncio.Event()
+        self._watch: asyncio.Task[None] | None = None
+        # The plugins the host runs itself, by id: (version, manifests). A worker's offer under one of those ids is
+        # taken only when it is that same plugin (see _accepted).
+        self.local_plugins: Callable[[], dict[str, tuple[str, list[Any]]]] = dict
+        # The worker that served each conversation last (bot, conversation): its next runs prefer it, since it
+        # holds the conversation's working context (a harness's session, a warm process). Bounded, oldest out.
+        self._affinity: dict[tuple[str, str], str] = {}
+
+    def add_handlers(self, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        """More methods for the workers port (the run API, from the composition root), behind the same guard;
+        before `start`. A handler knows its caller by `caller(context)`."""
+        self._extra.update(handlers)
+
+    # ---- listeners ----
+
+    async def start(self) -> None:
+        bind, port = split_address(self.address)
+        server = grpc.aio.server(options=SERVER_OPTIONS)
+        server.add_generic_rpc_handlers((_Guard(self, self._handlers()),))
+        creds = grpc.ssl_server_credentials(
+            [(self.ca.hub_key_pem, self.ca.hub_cert_pem)], root_certificates=self.ca.ca_pem, require_client_auth=True
+        )
+        self.port = server.add_secure_port(f"{bind}:{port}", creds)
+        if not self.port:
+            raise OSError(f"cannot listen for workers on {self.address}")
+        if self.enrol_address:
+            enrol_bind, enrol_port = split_address(self.enrol_address)
+        else:
+            enrol_bind, enrol_port = bind, (port + 1 if port else 0)
+        enrol = grpc.aio.server(options=SERVER_OPTIONS)
+        enrol.add_generic_rpc_handlers(
+            (
+                grpc.method_handlers_generic_handler(
+                    "agenthost.v1.WorkerEnrolment",
+                    {
+                        "Enrol": grpc.unary_unary_rpc_method_handler(
+                            self._enrol,
+                            request_deserializer=wpb.EnrolRequest.FromString,
+                            response_serializer=wpb.EnrolResponse.SerializeToString,
+                        )
+                    },
+                ),
+            )
+        )
+        self.enrol_port = enrol.add_secure_port(
+            f"{enrol_bind}:{enrol_port}", grpc.ssl_server_credentials([(self.ca.enrol_key_pem, self.ca.enrol_cert_pem)])
+        )
+        if not self.enrol_port:
+            raise OSError(f"cannot listen for worker enrolment on {enrol_bind}:{enrol_port}")
+        for s in (server, enrol):
+            await s.start()
+            self._servers.append(s)
+        self._watch = asyncio.create_task(self._watch_heartbeats(), name="workers:heartbeats")
+        log.info("listening for workers on %s:%d (enrolment on port %d)", bind, self.port, self.enrol_port)
+
+    async def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+        for session in list(self.sessions.values()):
+            session.cut("the host is stopping")
+        for server in self._servers:
+            await server.stop(grace=1.0)
+        self._servers.clear()
+
+    def _handlers(self) -> dict[str, grpc.RpcMethodHandler]:
+        return {
+            "/agenthost.v1.WorkerHub/Connect": grpc.stream_stream_rpc_method_handler(
+                self._connect,
+                request_deserializer=wpb.WorkerUp.FromString,
+                response_serializer=wpb.WorkerDown.SerializeToString,
+            ),
+            "/agenthost.v1.WorkerHub/Run": grpc.stream_stream_rpc_method_handler(
+                self._run,
+                request_deserializer=wpb.WorkerRunUp.FromString,
+                response_serializer=wpb.WorkerRunDown.SerializeToString,
+            ),
+            **self._extra,
+        }
+
+    async def _watch_heartbeats(self) -> None:
+        while True:
+            await asyncio.sleep(WATCH_SECONDS)
+            now = time.time()
+            for session in list(self.sessions.values()):
+                if now - session.last_heartbeat > LOST_AFTER_SECONDS:
+                    log.warning(
+                        "worker %s silent for %.0fs: taken as lost; its %d runs end runner_lost",
+                        session.name,
+                        now - session.last_heartbeat,
+                        len(session.runs),
+                    )
+                    self._drop_session(session, f"no heartbeat for {now - session.last_heartbeat:.0f}s")
+
+    def _drop_session(self, session: Session, reason: str) -> None:
+        if self.sessions.get(session.name) is session:
+            del self.sessions[session.name]
+        session.cut(reason)
+
+    # ---- enrolment and tokens ----
+
+    async def create_token(self, pool: str, ttl: float) -> hpb.CreatedWorkerToken:
+        pool = pool or DEFAULT_POOL
+        if not WORKER_NAME.fullmatch(pool):
+            raise errors.InvalidArgument("a pool name is 1-63 letters, digits, '.', '_' or '-'")
+        ttl = ttl or DEFAULT_TOKEN_TTL
+        if not 0 < ttl <= MAX_TOKEN_TTL:
+            raise errors.InvalidArgument(f"--ttl must be between 1 second and {MAX_TOKEN_TTL / 3600:.0f} hours")
+        token = JoinToken(self.enrol_port, self.ca.enrol_pin, JoinToken.new_secret())
+        expires_at = time.time() + ttl
+        await self.store.add_token(hash_secret(token.secret), pool, expires_at)
+        return hpb.CreatedWorkerToken(
+            token=str(token),
+            pool=pool,
+            expires_at=expires_at,
+            workers_address=f"{self.address.rpartition(':')[0]}:{self.port}",
+        )
+
+    async def _enrol(self, request: wpb.EnrolRequest, context: grpc.aio.ServicerContext) -> wpb.EnrolResponse:
+        try:
+            if not WORKER_NAME.fullmatch(request.name):
+                raise errors.InvalidArgument("a worker name is 1-63 letters, digits, '.', '_' or '-'")
+            token = JoinToken.parse(request.join_token)
+            self.store.check_token(hash_secret(token.secret))  # nothing is signed for a token that cannot be used
+            cert = self.ca.sign_worker(request.csr_pem, request.name)
+            record = await self.store.enrol(hash_secret(token.secret), request.name, serial_hex(cert))
+        except errors.AgentHostError as exc:
+            log.warning("worker enrolment refused (%s): %s", context.peer(), exc.message)
+            await errors.abort_with(context, exc)
+            raise
+        log.info("worker %s enrolled in pool %s from %s", record.name, record.pool, context.peer())
+        old = self.sessions.pop(record.name, None)
+        if old is not None:  # the name's earlier certificate is no longer accepted: its session goes now
+            old.cut(f"worker {record.name!r} enrolled again with a new certificate", errors.Unauthenticated)
+        return wpb.EnrolResponse(
+            name=record.name,
+            pool=record.pool,
+            certificate_pem=cert_pem(cert),
+            ca_pem=self.ca.ca_pem,
+            server_name="agenthost-host",
+        )
+
+    # ---- identity ----
+
+    def identify(self, context: grpc.aio.ServicerContext) -> WorkerRecord:
+        """The enrolled, unrevoked worker whose certificate this call presents; Unauthenticated otherwise. The
+        handshake already proved the certificate is the CA's and the key is the worker's."""
+        auth = context.auth_context()
+        pems = auth.get("x509_pem_cert") or []
+        if not pems:
+            raise errors.Unauthenticated("no client certificate")
+        pem = pems[0]
+        serial = self._serials.get(pem)
+        if serial is None:
+            cert = x509.load_pem_x509_certificate(pem)
+            attrs = cert.subject.get_attributes_for_oid(x509.oid.NameOID.COMMON_NAME)
+            serial = f"{attrs[0].value if attrs else ''}\x1f{serial_hex(cert)}"
+            if len(self._serials) > 1024:
+                self._serials.clear()
+            self._serials[pem] = serial
+        name, _, number = serial.partition("\x1f")
+        record = self.store.get(name)
+        if record is None or record.serial != number:
+            raise errors.Unauthenticated(
+                f"certificate {number} is not the one enrolled for worker {name!r} (replaced or never enrolled);"
+                " enrol again with a new join token"
+            )
+        if record.revoked:
+            raise errors.Unauthenticated(f"worker {name!r} was revoked; enrol again with a new join token")
+        return record
+
+    # ---- the control stream ----
+
+    async def _connect(
+        self, request_iterator: AsyncIterator[wpb.WorkerUp], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[wpb.WorkerDown]:
+        record = _worker()
+        first = await anext(request_iterator, None)
+        if first is None or first.WhichOneof("kind") != "hello":
+            raise errors.InvalidArgument("the first message on Connect must be the worker's hello")
+        hello = first.hello
+        old = self.sessions.get(record.name)
+        if old is not None:  # a reconnect after a partition: the old stream is dead even if TCP has not said so
+            old.cut("this worker connected again")
+        capacity = min(hello.capacity or DEFAULT_CAPACITY, limits.RUNS_MAX_ACTIVE)
+        session = Session(
+            record=record, peer=context.peer(), offers=self._accepted(record.name, hello), capacity=capacity
+        )
+        session.last_heartbeat = time.time()
+        self.sessions[record.name] = session
+        self._roomier()
+        for run_id in hello.held_runs[: limits.RUNS_MAX_ACTIVE]:
+            # Whatever a worker still holds from an earlier session was ended by the host when that session was
+            # lost (runner_lost): it drops them rather than finishing them a second time.
+            session.outbox.put_nowait(wpb.WorkerDown(drop=wpb.RunAssignment(run_id=run_id)))
+        log.info("worker %s connected from %s offering %d plugins", record.name, session.peer, len(hello.offers))
+        reader = asyncio.create_task(self._read_control(session, request_iterator))
+        try:
+            yield wpb.WorkerDown(welcome=record.name)
+            while True:
+                get = asyncio.ensure_future(session.outbox.get())
+                done, _ = await asyncio.wait({get, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if get not in done:
+                    get.cancel()
+                    break
+                down = get.result()
+                if down is None:
+                    raise session.cut_error(session.cut_reason)
+                yield down
+        finally:
+            reader.cancel()
+            self._drop_session(session, "its connection ended")
+            log.info("worker %s disconnected", record.name)
+
+    async def _read_control(self, session: Session, request_iterator: AsyncIterator[wpb.WorkerUp]) -> None:
+        with contextlib.suppress(grpc.RpcError, asyncio.CancelledError):
+            async for message in request_iterator:
+                if message.WhichOneof("kind") == "heartbeat":
+                    session.last_heartbeat = time.time()
+                    session.in_flight = message.heartbeat.in_flight
+
+    def _accepted(self, name: str, hello: wpb.WorkerHello) -> list[wpb.WorkerOffer]:
+        """The offers of a hello the host takes: at most limits.WORKER_MAX_OFFERS plugins of as many runners each;
+        none under the id of a plugin the host runs itself unless it is that same plugin (version and manifests):
+        a binding of that runner would otherwise reach code the operator never installed on the host."""
+        local = self.local_plugins()
+        kept = []
+        for offer in hello.offers[: limits.WORKER_MAX_OFFERS]:
+            if offer.plugin_id in local and not _same_plugin(local[offer.plugin_id], offer):
+                log.warning(
+                    "worker %s offers plugin %r, which this host runs itself in another version or with other"
+                    " runners: that offer is refused",
+                    name,
+                    offer.plugin_id,
+                )
+                continue
+            del offer.manifests_json[limits.WORKER_MAX_OFFERS :]
+            kept.append(offer)
+        if len(hello.offers) > limits.WORKER_MAX_OFFERS:
+            log.warning(
+                "worker %s offered %d plugins; only the first %d are taken",
+                name,
+                len(hello.offers),
+                limits.WORKER_MAX_OFFERS,
+            )
+        return kept
+
+    # ---- placement and runs ----
+
+    def manifest(self, runner_id: str) -> RunnerManifest | None:
+        """The manifest of a runner some connected worker offers (the first found)."""
+        for session in self.sessions.values():
+            for offered_id, manifest in _offered(session.offers):
+                if offered_id == runner_id:
+                    return manifest
+        return None
+
+    def place(self, runner_id: str, pool: str = "", conversation: tuple[str, str] | None = None) -> Session | None:
+        """The connected, undrained worker (of `pool`, when named) offering `runner_id` with room for one more
+        run: the one that served `conversation` last if it qualifies, else the least in flight; None when there
+        is none."""
+        best: Session | None = None
+        sticky = self._affinity.get(conversation) if conversation is not None else None
+        for session in self.sessions.values():
+            if session.record.draining or self._draining(session.name) or len(session.runs) >= session.capacity:
+                continue
+            if (pool and session.record.pool != pool) or runner_id not in session.runner_ids():
+                continue
+            if session.name == sticky:
+                best = session
+                break
+            if best is None or len(session.runs) < len(best.runs):
+                best = session
+        if best is not None and conversation is not None:
+            self._affinity.pop(conversation, None)
+            self._affinity[conversation] = best.name
+            if len(self._affinity) > AFFINITY_MAX:
+                del self._affinity[next(iter(self._affinity))]
+        return best
+
+    def offered(self, runner_id: str, pool: str = "") -> bool:
+        """Whether any connected worker (of `pool`, when named) offers `runner_id`, full or draining or not."""
+        return any(
+            runner_id in session.runner_ids() and (not pool or session.record.pool == pool)
+            for session in self.sessions.values()
+        )
+
+    def _roomier(self) -> None:
+        self._room.set()
+        self._room = asyncio.Event()
+
+    async def wait_place(
+        self, runner_id: str, timeout: float, pool: str = "", conversation: tuple[str, str] | None = None
+    ) -> Session | None:
+        """`place`, waiting up to `timeout` for a worker with room while some connected worker offers the runner
+        (all full or draining: the run waits its turn as on a busy host); None at once when none offers it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            session = self.place(runner_id, pool, conversation)
+            if session is not None or not self.offered(runner_id, pool):
+                return session
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._room.wait(), min(remaining, WATCH_SECONDS))
+
+    def _draining(self, name: str) -> bool:
+        record = self.store.get(name)
+        return record is None or record.draining or record.revoked
+
+    async def run(self, session: Session, request: runner_pb2.RunRequest) -> AsyncIterator[bytes]:
+        """Runs `request` on `session`'s worker: yields the serialized RunEventBatch messages its runner sends.
+        Raises WorkerLost when the worker goes away first. Closing the iterator (the run ended, was cancelled)
+        ends the worker's Run stream, which cancels the run there."""
+        run_id = request.context.run_id
+        slot = RunSlot(run_id, request)
+        session.runs[run_id] = slot
+        try:
+            if session.cut_event.is_set():
+                raise WorkerLost(f"worker {session.name!r} is gone: {session.cut_reason}")
+            session.outbox.put_nowait(wpb.WorkerDown(assign=wpb.RunAssignment(run_id=run_id)))
+            lost = asyncio.ensure_future(slot.lost.wait())
+            try:
+                while True:
+                    if not slot.batches.empty():
+                        item = slot.batches.get_nowait()
+                    else:
+                        get = asyncio.ensure_future(slot.batches.get())
+                        timeout = None if slot.opened else TAKE_SECONDS
+                        done, _ = await asyncio.wait({get, lost}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                        if get not in done:
+                            get.cancel()
+                            if lost in done:
+                                raise WorkerLost(slot.lost_reason)
+                            if not slot.opened:
+                                raise WorkerLost(f"worker {session.name!r} did not take the run in {TAKE_SECONDS:.0f}s")
+                            continue
+                        item = get.result()
+                    if item is None:
+                        return
+                    yield item
+            finally:
+                lost.cancel()
+        finally:
+            slot.ended.set()
+            if session.runs.get(run_id) is slot:
+                del session.runs[run_id]
+            self._roomier()
+
+    async def _run(
+        self, request_iterator: AsyncIterator[wpb.WorkerRunUp], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[wpb.WorkerRunDown]:
+        worker = _worker()
+        first = await anext(request_iterator, None)
+        if first is None or first.WhichOneof("kind") != "run_id":
+            raise errors.InvalidArgument("the first message on Run must name the run")
+        session = self.sessions.get(worker.name)
+        slot = session.runs.get(first.run_id) if session is not None else None
+        if slot is None:
+            # Not a run placed on this worker (another worker's, one that ended, or none): nothing of it is given.
+            raise errors.NotFound(f"no run {first.run_id[:64]!r} is assigned to worker {worker.name!r}")
+        if slot.opened:
+            raise errors.FailedPrecondition(f"run {first.run_id} was already taken")  # nothing runs twice
+        slot.opened = True
+        yield wpb.WorkerRunDown(request=slot.request)
+
+        async def forward() -> None:
+            try:
+                async for up in request_iterator:
+                    kind = up.WhichOneof("kind")
+                    if kind == "batch":
+                        await slot.batches.put(up.batch)
+                    elif kind == "end":
+                        await slot.batches.put(None)
+                        return
+                slot.lose(f"worker {worker.name!r}: the run's stream broke off")
+            except grpc.RpcError as exc:
+                slot.lose(f"the worker's run stream broke: {exc.code().name}")
+
+        reader = asyncio.create_task(forward())
+        ended = asyncio.ensure_future(slot.ended.wait())
+        try:
+            await asyncio.wait({reader, ended}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            reader.cancel()
+            ended.cancel()
+        if not reader.done() or slot.ended.is_set():
+            return  # the host is done with the run: ending the stream cancels it on the worker
+
+    # ---- admin ----
+
+    def infos(self) -> list[hpb.WorkerInfo]:
+        out = []
+        for record in self.store.list():
+            session = self.sessions.get(record.name)
+            info = hpb.WorkerInfo(
+                name=record.name, pool=record.pool, enrolled_at=record.enrolled_at, serial=record.serial
+            )
+            if record.revoked:
+                info.state = "revoked"
+            elif session is None:
+                info.state = "disconnected"
+            else:
+                info.state = "draining" if record.draining else "connected"
+            if session is not None:
+                info.address = session.peer
+                info.in_flight = len(session.runs)
+                info.capacity = session.capacity
+                info.last_heartbeat = session.last_heartbeat
+                for offer in session.offers:
+                    for raw in offer.manifests_json:
+                        name = json.loads(raw).get("name", "")
+                        runner_id = f"{offer.plugin_id}/{name}"
+                        info.runners.append(hpb.WorkerRunnerInfo(runner_id=runner_id, version=offer.version))
+            out.append(info)
+        return out
+
+    def info(self, name: str) -> hpb.WorkerInfo:
+        for info in self.infos():
+            if info.name == name:
+                return info
+        raise errors.NotFound(f"no worker named {name!r}; see `agenthost workers list`")
+
+    async def drain(self, name: str) -> hpb.WorkerInfo:
+        await self.store.set_draining(name, True)
+        session = self.sessions.get(name)
+        if session is not None:
+            session.outbox.put_nowait(wpb.WorkerDown(drain=True))
+        return self.info(name)
+
+    async def revoke(self, name: str) -> hpb.WorkerInfo:
+        await self.store.revoke(name)
+        session = self.sessions.pop(name, None)
+        if session is not None:
+            session.cut(f"worker {name!r} was revoked; enrol again with a new join token", errors.Unauthenticated)
+        log.warning("worker %s revoked; its connections were cut", name)
+        return self.info(name)
+
+
+# The worker whose certificate the call being served presented, set by _Guard before the handler runs (each call
+# runs in its own task): what the hub's own handlers and the run API served to workers know the caller by.
+current_worker: contextvars.ContextVar[WorkerRecord | None] = contextvars.ContextVar("agenthost_worker", default=None)
+
+
+def caller(context: grpc.aio.ServicerContext) -> str:
+    """The worker name of the call being served on the workers port (the run API's `worker_of`)."""
+    record = current_worker.get()
+    return record.name if record is not None else ""
+
+
+def _worker() -> WorkerRecord:
+    record = current_worker.get()
+    assert record is not None, "a workers-port handler runs behind _Guard"
+    return record
+
+
+class _Guard(grpc.GenericRpcHandler):
+    """Every workers-port method, served request-streaming so that `WorkerHub.identify` runs before any request
+    message is read (a unary request is read from the stream after the check; the wire is the same)."""
+
+    def __init__(self, hub: WorkerHub, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self._hub = hub
+        self._handlers = {method: self._guarded(handler) for method, handler in handlers.items()}
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        return self._handlers.get(handler_call_details.method)
+
+    async def _admit(self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext, unary: bool) -> Any:
+        try:
+            record = self._hub.identify(context)
+        except errors.AgentHostError as exc:
+            self._hub.calls["refused"] += 1
+            log.warning("worker call refused (%s): %s", context.peer(), exc.message)
+            await errors.abort_with(context, exc)
+            raise
+        self._hub.calls["accepted"] += 1
+        current_worker.set(record)
+        if not unary:
+            return request_iterator
+        request = await anext(request_iterator, None)
+        if request is None:
+            await errors.abort_with(context, errors.InvalidArgument("the call carried no request message"))
+        return request
+
+    def _guarded(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        inner: Any = handler.stream_stream or handler.stream_unary or handler.unary_stream or handler.unary_unary
+        unary = not handler.request_streaming
+        codecs = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+
+        if handler.response_streaming:
+
+            async def streaming(
+                request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
+            ) -> AsyncIterator[Any]:
+                request = await self._admit(request_iterator, context, unary)
+                try:
+                    async for reply in inner(request, context):
+                        yield reply
+                except errors.AgentHostError as exc:
+                    await errors.abort_with(context, exc)
+
+            return grpc.stream_stream_rpc_method_handler(streaming, **codecs)
+
+        async def single(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+            request = await self._admit(request_iterator, context, unary)
+            try:
+                return await inner(request, context)
+            except errors.AgentHostError as exc:
+                await errors.abort_with(context, exc)
+
+        return grpc.stream_unary_rpc_method_handler(single, **codecs)

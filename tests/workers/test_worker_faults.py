@@ -1,0 +1,254 @@
+"""Workers that fail or misbehave: silent (partitioned) mid-run, killed with kill -9 mid tool call, drained,
+revoked mid-run, offering a local plugin's id or a flood of offers, taking runs they never finish; and a host
+restart under a connected worker. Each with its observed outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from agenthost.host.api.client import HostClient
+from agenthost.host.server import Host
+from agenthost.host.store.registry import PluginRecord
+from agenthost.host.workers.hub import LOST_AFTER_SECONDS, WATCH_SECONDS
+from agenthost.protos import worker_pb2 as wpb
+from tests.cli_process import CLI, acli, cli_env
+from tests.workers.helpers import (
+    ECHO_MANIFEST,
+    ScriptedWorker,
+    address,
+    batch,
+    completed,
+    enrolled,
+    free_port,
+    text,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def host(tmp_path: Path) -> AsyncIterator[Host]:
+    h = Host(tmp_path / "host", builtin_plugins=False, workers_address="127.0.0.1:0")
+    await h.start()
+    try:
+        yield h
+    finally:
+        await h.stop()
+
+
+async def bind_echo(host: Host, *extra: str) -> None:
+    for args in (("bots", "create", "b"), ("bots", "bind", "b", "--runner", "fake/echo", *extra)):
+        rc, out, err = await acli(host.data_dir, *args)
+        assert rc == 0, out + err
+
+
+async def test_a_silent_worker_loses_its_runs_within_ten_seconds_and_drops_them_when_back(
+    host: Host, tmp_path: Path
+) -> None:
+    assert host.workers is not None
+    identity = await enrolled(host, tmp_path / "w", "w1")
+    async with HostClient.for_data_dir(host.data_dir) as client:
+        async with ScriptedWorker(identity) as w1:
+            await bind_echo(host)
+            send = asyncio.create_task(client.send("b", "hi", conversation_id="c"))
+            run_id = await asyncio.wait_for(w1.assigned.get(), 60)
+            call, ups = w1.open_run(run_id)
+            await call.read()
+            ups.put_nowait(batch(text("partial")))
+            await wait_for(lambda: host.runs._live[run_id].seq >= 1)
+            # A partition: the worker's process is alive but nothing of it reaches the host any more.
+            w1.heartbeats = False
+            silent_since = host.workers.sessions["w1"].last_heartbeat
+            result = await asyncio.wait_for(send, 60)
+            lost_after = time.time() - silent_since
+            assert result.run.status == "failed" and result.run.error_code == "runner_lost", result.run
+            assert lost_after <= LOST_AFTER_SECONDS + WATCH_SECONDS + 3 <= 10, lost_after
+            # What the worker sends after the host ended the run is never recorded (nothing twice, nothing late).
+            ups.put_nowait(batch(text("late"), completed()))
+            rc, out, _ = await acli(host.data_dir, "runs", "show", run_id, "--events")
+            assert "late" not in out and "runner_lost" in out
+        # Back after the partition, still holding the run: the host tells it to drop it.
+        async with ScriptedWorker(identity, held_runs=[run_id]) as again:
+            await wait_for(lambda: any(d.WhichOneof("kind") == "drop" for d in again.downs))
+            assert [d.drop.run_id for d in again.downs if d.WhichOneof("kind") == "drop"] == [run_id]
+
+
+async def test_drain_keeps_in_flight_runs_and_revoke_ends_them(host: Host, tmp_path: Path) -> None:
+    assert host.workers is not None
+    one = await enrolled(host, tmp_path / "one", "one")
+    two = await enrolled(host, tmp_path / "two", "two")
+    async with HostClient.for_data_dir(host.data_dir) as client:
+        async with ScriptedWorker(one) as w1:
+            await bind_echo(host)
+            # c1's context is on `one` (it served it), and `one` will have a run in flight when it is drained.
+            zero = asyncio.create_task(client.send("b", "zero", conversation_id="c1"))
+            call0, ups0 = w1.open_run(await asyncio.wait_for(w1.assigned.get(), 60))
+            await call0.read()
+            ups0.put_nowait(batch(text("z"), completed()))
+            assert (await asyncio.wait_for(zero, 60)).run.status == "completed"
+            first = asyncio.create_task(client.send("b", "first", conversation_id="c2"))
+            run1 = await asyncio.wait_for(w1.assigned.get(), 60)
+            async with ScriptedWorker(two) as w2:
+                rc, out, err = await acli(host.data_dir, "workers", "drain", "one")
+                assert rc == 0 and "draining" in out, out + err
+                await wait_for(lambda: any(d.drain for d in w1.downs))
+                # c1's next run would go to `one` (stickiness): drained, it goes to the other worker.
+                second = asyncio.create_task(client.send("b", "second", conversation_id="c1"))
+                run2 = await asyncio.wait_for(w2.assigned.get(), 60)
+                assert w1.assigned.empty()
+                # The drained worker's run in flight finishes normally.
+                call1, ups1 = w1.open_run(run1)
+                await call1.read()
+                ups1.put_nowait(batch(text("done"), completed()))
+                assert (await asyncio.wait_for(first, 60)).run.status == "completed"
+                # Revoked mid-run: its run ends at once, runner_lost.
+                call2, _ = w2.open_run(run2)
+                await call2.read()
+                began = time.monotonic()
+                rc, out, err = await acli(host.data_dir, "workers", "revoke", "two")
+                assert rc == 0, err
+                result = await asyncio.wait_for(second, 30)
+                assert result.run.error_code == "runner_lost" and "revoked" in result.run.error_message
+                assert time.monotonic() - began < 10
+
+
+async def test_offers_colliding_with_a_local_plugin_or_flooding_are_refused(host: Host, tmp_path: Path) -> None:
+    assert host.workers is not None
+    await host.registry.put_plugin(
+        PluginRecord("fake", "fake", "0", "test", False, False, "python3", "[]", "a local plugin named fake")
+    )
+    identity = await enrolled(host, tmp_path / "w", "w")
+    flood = [wpb.WorkerOffer(plugin_id=f"p{i}", manifests_json=[ECHO_MANIFEST] * 200) for i in range(300)]
+    async with ScriptedWorker(identity, offers=[wpb.WorkerOffer(plugin_id="fake", manifests_json=[ECHO_MANIFEST])]):
+        assert host.workers.sessions["w"].offers == []
+        rc, out, _ = await acli(host.data_dir, "workers", "list")
+        assert "runners: -" in out
+        # The run goes to the local plugin (disabled here: refused as such), never to the worker's code.
+        await acli(host.data_dir, "bots", "create", "b")
+        rc, out, err = await acli(host.data_dir, "bots", "bind", "b", "--runner", "fake/echo")
+        assert rc != 0 and "offers no runner" in err, out + err
+    async with ScriptedWorker(identity, offers=flood):
+        offers = host.workers.sessions["w"].offers
+        assert len(offers) == 64 and all(len(o.manifests_json) == 64 for o in offers)
+
+
+async def test_capacity_least_in_flight_and_runs_never_finished(host: Host, tmp_path: Path) -> None:
+    """A worker that takes runs and never finishes them holds only its declared capacity; its runs end at their
+    deadline; the other worker's runs are not slowed (they complete while the first one's are stuck)."""
+    assert host.workers is not None
+    one = await enrolled(host, tmp_path / "one", "one")
+    two = await enrolled(host, tmp_path / "two", "two")
+    async with HostClient.for_data_dir(host.data_dir) as client:
+        async with ScriptedWorker(one, capacity=1) as stuck, ScriptedWorker(two, capacity=2) as good:
+            await bind_echo(host, "--timeout", "8")
+            sends = [asyncio.create_task(client.send("b", f"m{i}", conversation_id=f"c{i}")) for i in range(3)]
+            taken_by_good: list[str] = []
+            stuck_run = await asyncio.wait_for(stuck.assigned.get(), 60)
+            for _ in range(2):
+                taken_by_good.append(await asyncio.wait_for(good.assigned.get(), 60))
+            assert len(host.workers.sessions["one"].runs) == 1 and len(host.workers.sessions["two"].runs) == 2
+            for run_id in taken_by_good:
+                call, ups = good.open_run(run_id)
+                await call.read()
+                ups.put_nowait(batch(text("ok"), completed()))
+            results = await asyncio.wait_for(asyncio.gather(*sends), 60)
+            by_id = {r.run.run_id: r.run for r in results}
+            assert all(by_id[r].status == "completed" for r in taken_by_good)
+            assert by_id[stuck_run].status == "timed_out"
+
+
+async def test_kill_9_of_a_real_worker_mid_tool_call(host: Host, tmp_path: Path) -> None:
+    from agenthost.runners.local_agent.testing import FakeProviderServer, openai_text, openai_tool_calls
+    from tests.local_agent.test_e2e import sleepers
+
+    assert host.workers is not None
+    marker = f"37.{os.getpid() % 10000:04d}"
+    worker_dir = tmp_path / "worker"
+    await enrolled(host, worker_dir, "w1")
+
+    async def start_worker() -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            *CLI, "--data-dir", str(worker_dir), "worker", "--host", address(host),
+            env=cli_env(), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+
+    async with FakeProviderServer() as server:
+        proc = await start_worker()
+        try:
+            await wait_for(lambda: "w1" in host.workers.sessions and host.workers.sessions["w1"].offers, 90)
+            config = f"base_url={server.url}/v1"
+            for args in (
+                ("bots", "create", "agent"),
+                ("bots", "bind", "agent", "--runner", "agenthost/local-agent", "--config", "model=vllm/m",
+                 config, "max_retries=0", "context_window=32000"),
+            ):  # fmt: skip
+                rc, out, err = await acli(host.data_dir, *args)
+                assert rc == 0, out + err
+            server.push(openai_tool_calls([("k1", "shell", {"command": f"sleep {marker}"})], text="Running it."))
+            async with HostClient.for_data_dir(host.data_dir) as client:
+                send = asyncio.create_task(client.send("agent", "run the slow job", conversation_id="k"))
+                await wait_for(lambda: bool(sleepers(marker)) or send.done(), 60)
+                assert not send.done(), send.result().run
+                began = time.monotonic()
+                os.kill(proc.pid, signal.SIGKILL)
+                result = await asyncio.wait_for(send, 30)
+                assert result.run.status == "failed" and result.run.error_code == "runner_lost", result.run
+                assert time.monotonic() - began <= 10
+                # The worker's runner and the command it ran died with it (lifeline, --die-with-parent).
+                await wait_for(lambda: not sleepers(marker), 20)
+                await proc.wait()
+                # Restarted, the worker serves the conversation again, from the host's history.
+                proc = await start_worker()
+                await wait_for(lambda: "w1" in host.workers.sessions and host.workers.sessions["w1"].offers, 90)
+                server.push(openai_text("It was interrupted."))
+                again = await asyncio.wait_for(client.send("agent", "did it finish?", conversation_id="k"), 90)
+                assert again.run.status == "completed", again.run
+                rc, out, _ = await acli(host.data_dir, "runs", "list")
+                assert out.count("runner_lost") == 1
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+async def test_workers_reconnect_after_a_host_restart(tmp_path: Path) -> None:
+    port = free_port()
+    data = tmp_path / "host"
+    host = Host(data, builtin_plugins=False, workers_address=f"127.0.0.1:{port}")
+    await host.start()
+    worker_dir = tmp_path / "worker"
+    await enrolled(host, worker_dir, "w1")
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "--data-dir", str(worker_dir), "worker", "--host", f"127.0.0.1:{port}",
+        env=cli_env(), stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert host.workers is not None
+        await wait_for(lambda: "w1" in host.workers.sessions and host.workers.sessions["w1"].offers, 90)
+        await host.stop()
+        host = Host(data, builtin_plugins=False, workers_address=f"127.0.0.1:{port}")
+        await host.start()
+        assert host.workers is not None
+        hub = host.workers
+        await wait_for(lambda: "w1" in hub.sessions and hub.sessions["w1"].offers, 60)
+        for args in (
+            ("bots", "create", "agent"),
+            ("bots", "bind", "agent", "--runner", "agenthost/local-agent", "--config", "model=demo/offline"),
+        ):
+            rc, out, err = await acli(host.data_dir, *args)
+            assert rc == 0, out + err
+        rc, out, err = await acli(host.data_dir, "send", "agent", "after the restart")
+        assert rc == 0 and "after the restart" in out, out + err
+        assert proc.returncode is None
+    finally:
+        proc.kill()
+        await proc.wait()
+        await host.stop()

@@ -1,0 +1,126 @@
+"""Runs on workers, end to end: the real CLI drives a real host, and a real `agenthost worker` process runs the
+built-in local agent (offline demo model) in its sandbox, reaching the host's run API over its one mTLS channel.
+Then the walls between workers, with a scripted worker that does what a hostile one would."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from agenthost.host.server import Host
+from agenthost.protos import run_api_pb2 as api
+from agenthost.runners.local_agent.providers.demo import DEMO_LABEL
+from tests.cli_process import CLI, acli, cli_env
+from tests.workers.helpers import ScriptedWorker, address, batch, completed, enrolled, text, wait_for
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def host(tmp_path: Path) -> AsyncIterator[Host]:
+    # No local plugins: a run can only go to a worker.
+    h = Host(tmp_path / "host", builtin_plugins=False, workers_address="127.0.0.1:0")
+    await h.start()
+    try:
+        yield h
+    finally:
+        await h.stop()
+
+
+async def test_a_run_on_a_real_worker_through_the_cli(host: Host, tmp_path: Path) -> None:
+    assert host.workers is not None
+    worker_dir = tmp_path / "worker"
+    await enrolled(host, worker_dir, "w1")
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "--data-dir", str(worker_dir), "worker", "--host", address(host),
+        env=cli_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        await wait_for(lambda: "w1" in host.workers.sessions and host.workers.sessions["w1"].offers, 90)
+        rc, out, err = await acli(host.data_dir, "workers", "list")
+        assert rc == 0 and "agenthost/local-agent" in out and "connected" in out, out + err
+        for args in (
+            ("bots", "create", "agent"),
+            ("bots", "bind", "agent", "--runner", "agenthost/local-agent", "--config", "model=demo/offline"),
+        ):
+            rc, out, err = await acli(host.data_dir, *args)
+            assert rc == 0, out + err
+        rc, out, err = await acli(host.data_dir, "send", "agent", "hello from the host", "--conversation", "c1")
+        assert rc == 0, out + err
+        assert DEMO_LABEL in out and "hello from the host" in out, out + err
+        # A second message in the same conversation: the runner reads the first turn back through the run API,
+        # forwarded by the worker over its mTLS channel.
+        rc, out, err = await acli(host.data_dir, "send", "agent", "and again", "--conversation", "c1")
+        assert rc == 0 and "and again" in out, out + err
+        host.audit.flush()
+        await host.db.flush()
+        served = [(r["method"], r["outcome"]) for r in host.audit.rows()]
+        assert ("HistoryPage", "OK") in served, served
+    finally:
+        proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), 30)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+async def _bind_echo(host: Host) -> None:
+    rc, out, err = await acli(host.data_dir, "bots", "create", "b")
+    assert rc == 0, err
+    rc, out, err = await acli(host.data_dir, "bots", "bind", "b", "--runner", "fake/echo")
+    assert rc == 0, out + err
+
+
+async def test_a_run_token_is_refused_from_another_worker_and_from_the_local_socket(host: Host, tmp_path: Path) -> None:
+    assert host.workers is not None
+    one = await enrolled(host, tmp_path / "one", "one")
+    two = await enrolled(host, tmp_path / "two", "two")
+    async with ScriptedWorker(one) as w1, ScriptedWorker(two, offers=[]) as w2:
+        await _bind_echo(host)
+        send = asyncio.create_task(acli(host.data_dir, "send", "b", "hi", "--conversation", "c"))
+        run_id = await asyncio.wait_for(w1.assigned.get(), 60)
+        # Another worker asking for the run's stream: nothing of it is given.
+        stolen, _ = w2.open_run(run_id)
+        with pytest.raises(grpc.RpcError) as caught:
+            await stolen.read()
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+        call, ups = w1.open_run(run_id)
+        first = await call.read()
+        request = first.request
+        assert request.context.run_id == run_id and request.run_token
+        # The run API over the worker's own channel, with the run's token: served.
+        page = await w1.history(run_id, request.run_token)
+        assert [i.text for i in page.items] == ["hi"]
+        # The same token replayed by another worker: refused, audited.
+        with pytest.raises(grpc.RpcError) as caught:
+            await w2.history(run_id, request.run_token)
+        assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "another worker" in (caught.value.details() or "")
+        # ... and by a local process on the host's own run API socket.
+        async with grpc.aio.insecure_channel(host.api_address) as local:
+            with pytest.raises(grpc.RpcError) as caught:
+                await local.unary_unary(
+                    "/agenthost.v1.AgentRunAPIProxy/HistoryPage",
+                    request_serializer=api.HistoryPageRequest.SerializeToString,
+                    response_deserializer=api.HistoryPageResponse.FromString,
+                )(
+                    api.HistoryPageRequest(run_id=run_id),
+                    metadata=[("authorization", f"Bearer {request.tool_token}")],
+                    timeout=30,
+                )
+        assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        # The worker finishes the run: its batches reach the client as sent.
+        ups.put_nowait(batch(text("hel"), text("lo")))
+        ups.put_nowait(batch(completed()))
+        ups.put_nowait(None)
+        rc, out, err = await asyncio.wait_for(send, 60)
+        assert rc == 0 and "hello" in out, out + err
+    host.audit.flush()
+    await host.db.flush()
+    outcomes = [(r["method"], r["outcome"]) for r in host.audit.rows(run_id)]
+    assert ("HistoryPage", "OK") in outcomes and ("HistoryPage", "PERMISSION_DENIED") in outcomes, outcomes
