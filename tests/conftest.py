@@ -1,9 +1,16 @@
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import os
 import re
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from agenthost.plugins import install as installer
 
 # The `agenthost_harness` fixture. agenthost registers no auto-loaded pytest plugin: a runner author's suite opts in
 # with this same line, so projects that merely have agenthost installed see nothing of it.
@@ -22,3 +29,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if m := _DURATION.match(line):
             seconds[m[2]] = seconds.get(m[2], 0.0) + float(m[1])
     items.sort(key=lambda item: -seconds.get(item.nodeid, 0.0))  # stable: every other test keeps its place
+
+
+@pytest.fixture(scope="session")
+def _plugin_installs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[object, ...], Any]]:
+    return tmp_path_factory.mktemp("plugin-installs"), {}
+
+
+@pytest.fixture
+def reused_plugin_installs(
+    _plugin_installs: tuple[Path, dict[tuple[object, ...], Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """For tests of what a host does with an installed plugin, not of installing it: the first install of a source
+    in this session (per xdist worker) runs pip for real, later ones copy its environment into the host's plugins
+    directory, where a real install would have moved it (the installer stores the env's absolute path, so each host
+    gets its own copy). Everything around the installer — the sandbox check, the install's cgroup, the registry
+    record, the first start — still runs each time. Tests of installing itself do not use this."""
+    cache_dir, installed = _plugin_installs
+    real = installer.install
+
+    async def install(source: str, plugins_dir: Path, **options: Any) -> installer.InstalledPlugin:
+        walls = options.pop("contain", None)
+        key = (str(Path(source).resolve()), tuple(sorted(options.items())), os.environ.get("AGENTHOST_TEST_FAULT"))
+        if key not in installed:
+            installed[key] = await real(source, cache_dir / str(len(installed)), contain=walls, **options)
+        first = installed[key]
+        env = plugins_dir / first.plugin_id / "env"
+        env.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(env, ignore_errors=True)
+        await asyncio.to_thread(shutil.copytree, Path(first.python).parents[1], env, symlinks=True)
+        return dataclasses.replace(first, python=str(env / "bin" / "python"))
+
+    monkeypatch.setattr(installer, "install", install)
