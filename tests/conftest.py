@@ -1,19 +1,28 @@
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import os
 import re
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from agenthost.plugins import install as installer
 
 # The `agenthost_harness` fixture. agenthost registers no auto-loaded pytest plugin: a runner author's suite opts in
 # with this same line, so projects that merely have agenthost installed see nothing of it.
 pytest_plugins = ["agenthost.runners.sdk.testing"]
 
-# The suite's slowest tests as `pytest --durations` printed them (refresh by pasting a new report). pytest-xdist
-# hands tests out in collection order, so these go first: the longest start at once, and the suite's tail is made of
-# short tests that `--dist worksteal` spreads over the workers, rather than a minute-long test that started last.
+# The suite's slowest tests as `pytest --durations` printed them (refresh by pasting a new report). pytest-xdist's
+# `--dist worksteal` first hands each of the n workers one contiguous 1/n of the collection, in order, and later
+# lets an idle worker take half of the longest queue left. So the slowest tests are dealt out over those n shares,
+# each share starting with its slow ones: every worker starts a long test at once (not one worker with all of them
+# in a row while the others run short ones), and the suite's tail is made of short tests spread by stealing.
 SLOWEST = Path(__file__).with_name("slowest.txt")
-_DURATION = re.compile(r"^\s*([0-9.]+)s\s+(?:setup|call|teardown)\s+(\S+)")
+_DURATION = re.compile(r"^\s*([0-9.]+)s\s+(?:setup|call|teardown)\s+(.+?)\s*$")  # ids may hold spaces
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -21,7 +30,49 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for line in SLOWEST.read_text().splitlines():
         if m := _DURATION.match(line):
             seconds[m[2]] = seconds.get(m[2], 0.0) + float(m[1])
-    items.sort(key=lambda item: -seconds.get(item.nodeid, 0.0))  # stable: every other test keeps its place
+    slow = sorted((item for item in items if item.nodeid in seconds), key=lambda item: -seconds[item.nodeid])
+    rest = [item for item in items if item.nodeid not in seconds]  # every other test keeps its place
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    ordered: list[pytest.Item] = []
+    for share in range(workers):
+        size = (len(items) - len(ordered)) // (workers - share)  # what worksteal will send this worker first
+        mine = slow[share::workers]
+        taken = max(0, size - len(mine))
+        ordered += mine + rest[:taken]
+        del rest[:taken]
+    items[:] = ordered + rest
+
+
+@pytest.fixture(scope="session")
+def _plugin_installs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[object, ...], Any]]:
+    return tmp_path_factory.mktemp("plugin-installs"), {}
+
+
+@pytest.fixture
+def reused_plugin_installs(
+    _plugin_installs: tuple[Path, dict[tuple[object, ...], Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """For tests of what a host does with an installed plugin, not of installing it: the first install of a source
+    in this session (per xdist worker) runs pip for real, later ones copy its environment into the host's plugins
+    directory, where a real install would have moved it (the installer stores the env's absolute path, so each host
+    gets its own copy). Everything around the installer — the sandbox check, the install's cgroup, the registry
+    record, the first start — still runs each time. Tests of installing itself do not use this."""
+    cache_dir, installed = _plugin_installs
+    real = installer.install
+
+    async def install(source: str, plugins_dir: Path, **options: Any) -> installer.InstalledPlugin:
+        walls = options.pop("contain", None)
+        key = (str(Path(source).resolve()), tuple(sorted(options.items())), os.environ.get("AGENTHOST_TEST_FAULT"))
+        if key not in installed:
+            installed[key] = await real(source, cache_dir / str(len(installed)), contain=walls, **options)
+        first = installed[key]
+        env = plugins_dir / first.plugin_id / "env"
+        env.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(env, ignore_errors=True)
+        await asyncio.to_thread(shutil.copytree, Path(first.python).parents[1], env, symlinks=True)
+        return dataclasses.replace(first, python=str(env / "bin" / "python"))
+
+    monkeypatch.setattr(installer, "install", install)
 
 
 # The throwaway PostgreSQL cluster and the fixtures that run a store test on both backends.

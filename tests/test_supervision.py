@@ -36,7 +36,7 @@ POLICY = SupervisorPolicy(
 
 
 @pytest.fixture
-async def host(tmp_path, monkeypatch):
+async def host(tmp_path, monkeypatch, reused_plugin_installs):
     monkeypatch.delenv("AGENTHOST_TEST_FAULT", raising=False)
     h = Host(tmp_path / "data", policy=POLICY, builtin_plugins=False)
     await h.start()

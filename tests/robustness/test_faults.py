@@ -7,6 +7,7 @@ process that ignores SIGTERM while blocked, stalled streams, process trees — e
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -40,7 +41,7 @@ PLUGIN = "agenthost-faulty"
 
 
 @pytest.fixture
-async def host(tmp_path, monkeypatch):
+async def host(tmp_path, monkeypatch, reused_plugin_installs):
     monkeypatch.delenv("AGENTHOST_TEST_FAULT", raising=False)
     leak = tmp_path / "leak"
     leak.mkdir()
@@ -206,6 +207,9 @@ async def test_start_failures_kill_the_child(host, monkeypatch, fault, reason):
         # The fault patches the health servicer when the plugin is imported, which happens in the serving process
         # at start only when it loads its runners eagerly (by default a describe child imports it).
         monkeypatch.setenv("AGENTHOST_RUNNER_EAGER", "1")
+        # Each of the breaker's starts waits out the health timeout; the test is of what ends the wait, not of its
+        # length.
+        h.supervisor.policy = dataclasses.replace(POLICY, health_timeout=0.5)
     pids: list[int] = []
     spawn = h.supervisor._spawn
 

@@ -16,9 +16,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 async def test_pages_do_not_grow_with_the_conversation(tmp_path):
-    small, large = await measure([1_000, 50_000], 150, tmp_path, out=lambda line: None)
-    assert large["size"] >= 50_000
-    for name in ("newest page", "deep page", "oldest page", "events deep", "search rare"):
-        a, b = small[name]["api"][0], large[name]["api"][0]
-        # 50x the data: a linear scan would be ~50x slower; an index walk stays within noise
-        assert b < 2.0 * a + 500, f"{name}: {a:.0f} µs at 1k -> {b:.0f} µs at 50k"
+    """50x the data: a linear scan would be ~50x slower; an index walk stays within noise. The two sizes are measured
+    one after the other, so a busy spell of the machine (other xdist workers) can land on one of them: a page out of
+    bounds is measured once more, from scratch, and a real regression is out of bounds both times."""
+    names = ["newest page", "deep page", "oldest page", "events deep", "search rare"]
+    for attempt in range(2):
+        (tmp_path / str(attempt)).mkdir()
+        small, large = await measure([1_000, 50_000], 150, tmp_path / str(attempt), out=lambda line: None)
+        assert large["size"] >= 50_000
+        grown = {name: (small[name]["api"][0], large[name]["api"][0]) for name in names}
+        names = [name for name, (a, b) in grown.items() if b >= 2.0 * a + 500]
+        if not names:
+            return
+    raise AssertionError(
+        {name: f"{a:.0f} µs at 1k -> {b:.0f} µs at 50k" for name, (a, b) in grown.items() if name in names}
+    )

@@ -102,7 +102,7 @@ async def _attack(h: Host, c: HostClient, bot: str, *, tmp: Path, marker: str) -
     return json.loads(result.text)
 
 
-async def test_a_plugin_reaches_nothing_beyond_its_own_walls(host, tmp_path):
+async def test_a_plugin_reaches_nothing_beyond_its_own_walls(host, tmp_path, reused_plugin_installs):
     h, c = host
     await c.call("SetKey", hpb.SetKeyRequest(name="OPENAI_API_KEY", value="sk-stored-0123456789"))
     await _install(c, FAULTY)
@@ -139,7 +139,7 @@ async def test_a_plugin_reaches_nothing_beyond_its_own_walls(host, tmp_path):
     assert await _wait_gone(marker) == []
 
 
-async def test_network_only_when_the_manifest_asks_and_the_user_accepts(host, tmp_path):
+async def test_network_only_when_the_manifest_asks_and_the_user_accepts(host, tmp_path, reused_plugin_installs):
     h, c = host
     await _install(c, FAULTY)
     await _install(c, INTRUDER, allow_network=True)

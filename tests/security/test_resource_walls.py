@@ -50,7 +50,7 @@ needs_cgroups = pytest.mark.skipif(
 
 
 @pytest.fixture
-async def host(tmp_path, monkeypatch):
+async def host(tmp_path, monkeypatch, reused_plugin_installs):
     monkeypatch.delenv("AGENTHOST_TEST_FAULT", raising=False)
     hosts: list[tuple[Host, HostClient]] = []
 
