@@ -1,7 +1,7 @@
 """Load: many concurrent runs across several runner processes, each streaming events, against a real host.
 
     python benchmarks/bench_load.py [--runs 500] [--plugins 4] [--deltas 20] [--pause-ms 20] [--rounds 1]
-                                    [--deadline 300] [--profile host.prof]
+                                    [--deadline 300] [--profile host.prof] [--baseline]
 
 Processes, as in production: `agenthost serve` (the host), N runner plugin processes (copies of the faulty test
 plugin under distinct names, installed offline like any plugin; each run makes a HistoryPage and a StateSet call
@@ -12,6 +12,10 @@ Prints, per round: runs ok / refused with a retry hint (the host's admission: RE
 metadata `retry-after-ms`) / other errors (bare CANCELLED counted apart), wall time, runs/s, per-run latency, and
 the host's RSS / peak RSS / open fds / threads before and after. A round is cut off after `--deadline` seconds
 (unfinished runs count as errors). `run_load()` is reused by bench_soak.py and tests/robustness/test_load.py.
+
+`--baseline`: after each round, the same client (one process, one channel, every call at once) against a raw
+grpc.aio server whose SendMessage answers `queued` at once and does nothing else: the first answer this client
+and this machine allow at best, to read the host's first answers against.
 """
 
 from __future__ import annotations
@@ -26,8 +30,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import grpc
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -35,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 from agenthost.host.api.client import HostClient  # noqa: E402
 from agenthost.protos import errors  # noqa: E402
 from agenthost.protos import host_pb2 as hpb  # noqa: E402
+from agenthost.protos.wire import SERVER_OPTIONS  # noqa: E402
 
 FAULTY = ROOT / "tests" / "fixtures" / "faulty-plugin"
 
@@ -264,6 +272,59 @@ async def run_load(
     }
 
 
+async def raw_server(address: str) -> None:
+    """A bare grpc.aio server: SendMessage registered as the host registers it, answering `queued` at once and then
+    holding the stream until the client goes."""
+
+    async def send(request: hpb.SendMessageRequest, context: object) -> AsyncIterator[hpb.SendMessageReply]:
+        yield hpb.SendMessageReply(queued=hpb.RunQueued(run=hpb.RunInfo(created_at=time.time())))
+        await asyncio.sleep(600)
+
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    handler = grpc.unary_stream_rpc_method_handler(
+        send, request_deserializer=hpb.SendMessageRequest.FromString, response_serializer=_serialize
+    )
+    server.add_registered_method_handlers("agenthost.v1.AgentHost", {"SendMessage": handler})
+    server.add_insecure_port(address)
+    await server.start()
+    print("ready", flush=True)
+    await server.wait_for_termination()
+
+
+def _serialize(reply: hpb.SendMessageReply) -> bytes:
+    return reply.SerializeToString()
+
+
+async def raw_first_answers(runs: int) -> dict[str, tuple[int, tuple[float, float, float]]]:
+    """`runs` SendMessage calls at once from one HostClient to `raw_server` in a subprocess: first-answer figures."""
+    work = Path(tempfile.mkdtemp(prefix="ahraw-"))
+    address = f"unix:{work}/raw.sock"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--raw-server", address, stdout=subprocess.PIPE
+    )
+    client = HostClient(address, token="raw")
+    try:
+        assert proc.stdout is not None
+        await asyncio.wait_for(proc.stdout.readline(), 60)
+        answered: list[Answer] = []
+
+        async def one() -> None:
+            t0, wall0 = time.perf_counter(), time.time()
+            async for reply in client.stream(hpb.SendMessageRequest(bot="raw", text="x"), timeout=120):
+                answered.append(
+                    Answer("queued", time.perf_counter() - t0, max(0.0, reply.queued.run.created_at - wall0))
+                )
+                return
+
+        await asyncio.wait_for(asyncio.gather(*(one() for _ in range(runs))), 300)
+        return answer_figures(answered)
+    finally:
+        await client.close()
+        proc.terminate()
+        await proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def show(label: str, fig: dict[str, float]) -> str:
     return (
         f"{label:8} rss {fig['rss_mib']:6.1f} MiB  peak {fig['peak_mib']:6.1f} MiB  "
@@ -300,6 +361,12 @@ async def main(args: argparse.Namespace) -> int:
                 print(f"   {label:26} n {count:5}  p50 {p50:6.2f}s  p90 {p90:6.2f}s  max {top:6.2f}s")
             for e in res["errors"][:5]:
                 print("   error:", e)
+            if args.baseline:
+                raw = await raw_first_answers(args.runs)
+                for kind in ("all", "reached"):
+                    count, (p50, p90, top) = raw[kind]
+                    label = "raw grpc.aio: took up" if kind == "reached" else "raw grpc.aio: first answer"
+                    print(f"   {label:26} n {count:5}  p50 {p50:6.2f}s  p90 {p90:6.2f}s  max {top:6.2f}s")
             print(show("after", after))
         print(
             f"host RSS growth {after['rss_mib'] - before['rss_mib']:+.1f} MiB, fds {after['fds'] - before['fds']:+.0f}"
@@ -316,4 +383,10 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--profile", type=Path, help="run the host under cProfile; its stats go to this file")
     parser.add_argument("--deadline", type=float, default=300, help="seconds a round may take (then it is cut off)")
-    sys.exit(asyncio.run(main(parser.parse_args())))
+    parser.add_argument("--baseline", action="store_true", help="also the same client against a bare grpc.aio server")
+    parser.add_argument("--raw-server", help=argparse.SUPPRESS)  # the baseline's server process
+    parsed = parser.parse_args()
+    if parsed.raw_server:
+        asyncio.run(raw_server(parsed.raw_server))
+        sys.exit(0)
+    sys.exit(asyncio.run(main(parsed)))
