@@ -33,12 +33,12 @@ def read_json(path: Path) -> Any | None:
         return json.load(f)
 
 
-def write_json(path: Path, doc: Any) -> None:
-    """Replaces the file with `doc` (0600) so a reader sees the old or the new document, never half of one."""
+def write_private(path: Path, data: bytes) -> None:
+    """Replaces the file with `data` (0600) so a reader sees the old or the new file, never half of one."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=1, sort_keys=True)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o600)
@@ -47,6 +47,21 @@ def write_json(path: Path, doc: Any) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def read_private(path: Path) -> bytes:
+    """A key or certificate this user alone may have written; refuses one anybody else could have."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if st.st_uid != os.getuid() or st.st_mode & 0o077:
+            raise PermissionError(f"{path} is not private to this user (owner {st.st_uid}, mode {st.st_mode:o})")
+        return f.read()
+
+
+def write_json(path: Path, doc: Any) -> None:
+    """Replaces the file with `doc` (0600), atomically (write_private)."""
+    write_private(path, json.dumps(doc, indent=1, sort_keys=True).encode())
 
 
 def tighten(data_dir: Path) -> int:

@@ -15,13 +15,10 @@ and its serial number is what revocation refuses.
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime
 import hashlib
-import os
 import re
 import secrets
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from agenthost.host.access.private_files import make_private_dir
+from agenthost.host.access.private_files import make_private_dir, read_private, write_private
 from agenthost.protos import errors
 
 # The names the workers port's and the enrolment port's certificates carry; the worker checks the host against
@@ -62,32 +59,6 @@ def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 def cert_pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
-
-
-def write_private(path: Path, data: bytes) -> None:
-    """Writes a file 0600, atomically (a reader sees the old file or the new one)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def read_private(path: Path) -> bytes:
-    """A key or certificate this user alone may have written; refuses one anybody else could have."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if st.st_uid != os.getuid() or st.st_mode & 0o077:
-            raise PermissionError(f"{path} is not private to this user (owner {st.st_uid}, mode {st.st_mode:o})")
-        return f.read()
 
 
 def _name(common_name: str) -> x509.Name:

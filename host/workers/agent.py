@@ -27,7 +27,7 @@ from typing import Any
 import grpc
 
 from agenthost.host.access.grants import hash_secret
-from agenthost.host.access.private_files import make_private_dir
+from agenthost.host.access.private_files import make_private_dir, read_private, write_private
 from agenthost.host.access.worker_pki import (
     ENROL_SERVER_NAME,
     HUB_SERVER_NAME,
@@ -36,8 +36,6 @@ from agenthost.host.access.worker_pki import (
     make_csr,
     new_key,
     pin_of,
-    read_private,
-    write_private,
 )
 from agenthost.host.processes.supervisor import PluginSpec, PluginStartError, Supervisor
 from agenthost.host.workers.hub import split_address

@@ -14,7 +14,6 @@ import ssl
 import stat
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -25,36 +24,9 @@ from agenthost.host.server import Host
 from agenthost.host.workers.agent import Identity, WorkerError, enrol, explain, load_identity
 from agenthost.protos import worker_pb2 as wpb
 from tests.cli_process import CLI, acli, cli_env
+from tests.workers.helpers import address, token, wait_for
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-async def host(tmp_path: Path) -> AsyncIterator[Host]:
-    h = Host(tmp_path / "host", builtin_plugins=False, workers_address="127.0.0.1:0")
-    await h.start()
-    try:
-        yield h
-    finally:
-        await h.stop()
-
-
-def address(host: Host) -> str:
-    assert host.workers is not None
-    return f"127.0.0.1:{host.workers.port}"
-
-
-async def token(host: Host, *args: str) -> str:
-    rc, out, err = await acli(host.data_dir, "workers", "token", "create", *args)
-    assert rc == 0, err
-    return out.strip()
-
-
-async def wait_for(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
 
 
 async def hello(identity: Identity) -> wpb.WorkerDown:

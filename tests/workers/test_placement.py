@@ -4,7 +4,6 @@ move elsewhere when that worker is gone), least in flight; driven through the re
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -15,16 +14,6 @@ from tests.cli_process import acli
 from tests.workers.helpers import ScriptedWorker, batch, completed, enrolled, text
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-async def host(tmp_path: Path) -> AsyncIterator[Host]:
-    h = Host(tmp_path / "host", builtin_plugins=False, workers_address="127.0.0.1:0")
-    await h.start()
-    try:
-        yield h
-    finally:
-        await h.stop()
 
 
 async def finish(worker: ScriptedWorker, run_id: str) -> None:

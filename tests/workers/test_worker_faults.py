@@ -8,7 +8,6 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -32,16 +31,6 @@ from tests.workers.helpers import (
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-async def host(tmp_path: Path) -> AsyncIterator[Host]:
-    h = Host(tmp_path / "host", builtin_plugins=False, workers_address="127.0.0.1:0")
-    await h.start()
-    try:
-        yield h
-    finally:
-        await h.stop()
 
 
 async def bind_echo(host: Host, *extra: str) -> None:

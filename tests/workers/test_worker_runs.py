@@ -5,7 +5,6 @@ Then the walls between workers, with a scripted worker that does what a hostile 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -18,17 +17,6 @@ from tests.cli_process import CLI, acli, cli_env
 from tests.workers.helpers import ScriptedWorker, address, batch, completed, enrolled, text, wait_for
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-async def host(tmp_path: Path) -> AsyncIterator[Host]:
-    # No local plugins: a run can only go to a worker.
-    h = Host(tmp_path / "host", builtin_plugins=False, workers_address="127.0.0.1:0")
-    await h.start()
-    try:
-        yield h
-    finally:
-        await h.stop()
 
 
 async def test_a_run_on_a_real_worker_through_the_cli(host: Host, tmp_path: Path) -> None:
