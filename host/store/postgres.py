@@ -123,23 +123,54 @@ class PgConnection:
         self.raw = opener()
         self.reconnects = 0
         self.exclusive = False
+        # The lease epoch this host took (claim_lease); None: no lease (a reader, or `db migrate-to`).
+        self.epoch: int | None = None
 
     def _run(self, call: Callable[[psycopg.Connection[Any]], Any], sql: str) -> Any:
-        retry = self._reader or sql == "BEGIN IMMEDIATE"
+        begin = sql == "BEGIN IMMEDIATE"
+        retry = self._reader or begin
         if retry and (self.raw.closed or self.raw.broken):
             self._reopen()
         try:
-            return call(self.raw)
+            result = call(self.raw)
         except psycopg.OperationalError:
             if not (retry and (self.raw.closed or self.raw.broken)):
                 raise
             self._reopen()
-            return call(self.raw)
+            result = call(self.raw)
+        if begin and self.epoch is not None:
+            self._fence()
+        return result
+
+    def claim_lease(self, holder: str) -> int:
+        """Called once HOST_LOCK is held: a new lease epoch, this host its holder. Every later write transaction
+        checks it is still the newest (`_fence`)."""
+        row = self.raw.execute(
+            "UPDATE lease SET epoch = epoch + 1, holder = %s, acquired_at = %s, heartbeat_at = %s WHERE id = 1"
+            " RETURNING epoch",
+            (holder, time.time(), time.time()),
+        ).fetchone()
+        self.epoch = int(row[0])
+        return self.epoch
+
+    def _fence(self) -> None:
+        """The first statement of every write transaction: a host another one took the lease from writes nothing
+        more. FOR SHARE: a standby's claim (an UPDATE of the row) waits until this transaction ends, so no
+        transaction that passed the check commits after the epoch moved on."""
+        row = self.raw.execute("SELECT epoch, holder FROM lease WHERE id = 1 FOR SHARE").fetchone()
+        if row is None or int(row[0]) != self.epoch:
+            holder = row[1] if row else "nobody"
+            raise LeaseLost(f"this host lost the database lease to {holder} (epoch {row[0] if row else '?'})")
 
     def _reopen(self) -> None:
         with contextlib.suppress(psycopg.Error):
             self.raw.close()
-        self.raw = self._open()
+        try:
+            self.raw = self._open()
+        except DatabaseBusy as exc:
+            if self.epoch is None:
+                raise
+            raise LeaseLost(f"this host lost the database lease: {exc}") from None
         self.reconnects += 1
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
@@ -166,6 +197,36 @@ class DatabaseBusy(psycopg.OperationalError):
     """Another agenthost (or a `db migrate-to`) holds the database."""
 
 
+class LeaseLost(DatabaseBusy):
+    """This host held the database's lease and another host has it now: it must stop writing (and serving)."""
+
+    lease_lost = True  # how host/store/db.py, which imports psycopg only for a DSN, recognises it
+
+
+# TCP keepalives on the writer's connection, both ends, so a host cut off from the database (a partition, a power
+# cut) loses HOST_LOCK within ~5 s on the server (its session ends, a standby takes over) and notices within ~5 s
+# itself. Unix-socket connections ignore them (a local peer's death is seen at once).
+_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 2, "keepalives_interval": 1, "keepalives_count": 3,
+              "tcp_user_timeout": 5000}  # fmt: skip
+_SERVER_KEEPALIVE = (
+    "SET tcp_keepalives_idle = 2; SET tcp_keepalives_interval = 1; SET tcp_keepalives_count = 3;"
+    " SET tcp_user_timeout = 5000"
+)
+
+# How often a standby asks for HOST_LOCK.
+STANDBY_POLL_SECONDS = 0.5
+
+
+def lock_holder(raw: psycopg.Connection[Any]) -> str:
+    """Who holds HOST_LOCK, as the server knows the session (its application_name and address)."""
+    holder = raw.execute(
+        "SELECT a.application_name, a.client_addr FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+        " WHERE l.locktype = 'advisory' AND l.objid = %s AND l.granted AND a.datname = current_database()",
+        (HOST_LOCK & 0xFFFFFFFF,),
+    ).fetchone()
+    return f"{holder[0]} from {holder[1] or 'a local socket'}" if holder else "nobody (it was just released)"
+
+
 def connect(
     dsn: str,
     *,
@@ -174,15 +235,21 @@ def connect(
     connect_timeout: int = 10,
     reader: bool = False,
     exclusive: bool = False,
+    standby: Callable[[str], None] | None = None,
 ) -> PgConnection:
     """A connection as the stores expect it; raises psycopg.OperationalError when the server cannot be reached.
     `password`: kept out of the DSN (it comes from a file or the key store), given to libpq on its own. `reader`:
     its statements may be run again on a new connection when the server dropped the old one (see PgConnection).
     `exclusive`: holds HOST_LOCK, or raises DatabaseBusy (on every reconnect too: a writer that lost the lock to
-    another host writes nothing more)."""
-    extra = {} if password is None else {"password": password}
+    another host writes nothing more). `standby`: instead of raising DatabaseBusy at the first open, wait for
+    HOST_LOCK as long as it takes, calling standby(holder) whenever the holder seen changes."""
+    extra: dict[str, Any] = {} if password is None else {"password": password}
+    if exclusive:
+        extra.update(_KEEPALIVE)
+    opened = False
 
     def opener() -> psycopg.Connection[Any]:
+        nonlocal opened
         raw = psycopg.connect(
             dsn,
             **extra,
@@ -192,15 +259,18 @@ def connect(
             connect_timeout=connect_timeout,
         )
         raw.adapters.register_dumper(bool, _BoolAsInt)
-        if exclusive and not _take_lock(raw):
-            holder = raw.execute(
-                "SELECT a.application_name, a.client_addr FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-                " WHERE l.locktype = 'advisory' AND l.objid = %s AND l.granted AND a.datname = current_database()",
-                (HOST_LOCK & 0xFFFFFFFF,),
-            ).fetchone()
-            raw.close()
-            who = f" ({holder[0]} from {holder[1] or 'a local socket'})" if holder else ""
-            raise DatabaseBusy(f"another agenthost{who} is using this database; one host per database")
+        if exclusive:
+            raw.execute(_SERVER_KEEPALIVE)
+            if standby is not None and not opened:
+                _wait_for_lock(raw, standby)
+            elif not _take_lock(raw):
+                who = lock_holder(raw)
+                raw.close()
+                raise DatabaseBusy(
+                    f"another agenthost ({who}) is using this database; one host per database"
+                    " (`serve --standby` waits for it and takes over when it goes)"
+                )
+        opened = True
         return raw
 
     conn = PgConnection(opener, reader=reader)
@@ -220,6 +290,16 @@ def _take_lock(raw: psycopg.Connection[Any]) -> bool:
             return False
         time.sleep(0.1)
     return True
+
+
+def _wait_for_lock(raw: psycopg.Connection[Any], report: Callable[[str], None]) -> None:
+    seen = ""
+    while not raw.execute("SELECT pg_try_advisory_lock(%s)", (HOST_LOCK,)).fetchone()[0]:
+        holder = lock_holder(raw)
+        if holder != seen:
+            report(holder)
+            seen = holder
+        time.sleep(STANDBY_POLL_SECONDS)
 
 
 ERRORS: tuple[type[BaseException], ...] = (psycopg.Error,)
