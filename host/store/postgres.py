@@ -213,8 +213,8 @@ _SERVER_KEEPALIVE = (
     " SET tcp_user_timeout = 5000"
 )
 
-# How often a standby asks for HOST_LOCK.
-STANDBY_POLL_SECONDS = 0.5
+# How often a standby waiting for HOST_LOCK looks again at who holds it (for its status).
+STANDBY_CHECK_SECONDS = 5.0
 
 
 def lock_holder(raw: psycopg.Connection[Any]) -> str:
@@ -293,13 +293,24 @@ def _take_lock(raw: psycopg.Connection[Any]) -> bool:
 
 
 def _wait_for_lock(raw: psycopg.Connection[Any], report: Callable[[str], None]) -> None:
+    """Blocks in the server until HOST_LOCK is granted, so a standby has it the moment the holder's session ends
+    (polling would add up to a poll's interval to every takeover); every STANDBY_CHECK_SECONDS the wait is cut by
+    lock_timeout to see whether the holder changed."""
     seen = ""
-    while not raw.execute("SELECT pg_try_advisory_lock(%s)", (HOST_LOCK,)).fetchone()[0]:
-        holder = lock_holder(raw)
-        if holder != seen:
-            report(holder)
-            seen = holder
-        time.sleep(STANDBY_POLL_SECONDS)
+    raw.execute(f"SET lock_timeout = '{int(STANDBY_CHECK_SECONDS * 1000)}ms'")
+    try:
+        while not raw.execute("SELECT pg_try_advisory_lock(%s)", (HOST_LOCK,)).fetchone()[0]:
+            holder = lock_holder(raw)
+            if holder != seen:
+                report(holder)
+                seen = holder
+            try:
+                raw.execute("SELECT pg_advisory_lock(%s)", (HOST_LOCK,))
+                return
+            except psycopg.errors.LockNotAvailable:
+                continue
+    finally:
+        raw.execute("RESET lock_timeout")
 
 
 ERRORS: tuple[type[BaseException], ...] = (psycopg.Error,)
