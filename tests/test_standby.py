@@ -308,3 +308,28 @@ def new_query(dsn: str, sql: str) -> list[Any]:
 
 def test_lease_row_exists_in_a_fresh_database(pg_dsn: str) -> None:
     assert json.loads(json.dumps(new_query(pg_dsn, "SELECT id, epoch FROM lease"))) == [[1, 0]]
+
+
+def test_the_writer_session_over_tcp_has_keepalives_so_a_partition_ends_the_lease(
+    pg_cluster: Cluster, pg_dsn: str
+) -> None:
+    """A cut-off host's session ends (and its lock with it) only when the server notices: its keepalives, set on the
+    writer's session, bound that at ~5 s instead of the kernel's default (two hours)."""
+
+    async def main() -> None:
+        db = await _open(pg_cluster.tcp_dsn(pg_dsn.split("/")[3].split("?")[0]))
+        try:
+            shown = await db.write(
+                lambda c: (
+                    [
+                        c.execute(f"SHOW {name}").fetchone()[0]
+                        for name in ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count")
+                    ]
+                    + [c.execute("SHOW tcp_user_timeout").fetchone()[0]]
+                )
+            )
+            assert shown == ["2", "1", "3", "5000"]
+        finally:
+            await db.close()
+
+    asyncio.run(main())
