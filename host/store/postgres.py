@@ -145,10 +145,12 @@ class PgConnection:
     def claim_lease(self, holder: str) -> int:
         """Called once HOST_LOCK is held: a new lease epoch, this host its holder. Every later write transaction
         checks it is still the newest (`_fence`)."""
+        now = time.time()
         row = self.raw.execute(
-            "UPDATE lease SET epoch = epoch + 1, holder = %s, acquired_at = %s, heartbeat_at = %s WHERE id = 1"
+            "INSERT INTO lease VALUES (1, 1, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET epoch = lease.epoch + 1,"
+            " holder = excluded.holder, acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at"
             " RETURNING epoch",
-            (holder, time.time(), time.time()),
+            (holder, now, now),
         ).fetchone()
         self.epoch = int(row[0])
         return self.epoch
