@@ -152,6 +152,7 @@ class PgConnection:
             " RETURNING epoch",
             (holder, now, now),
         ).fetchone()
+        assert row is not None  # an upsert with RETURNING returns its row
         self.epoch = int(row[0])
         return self.epoch
 
@@ -285,9 +286,14 @@ def connect(
 LOCK_PATIENCE_SECONDS = 3.0
 
 
+def _try_lock(raw: psycopg.Connection[Any]) -> bool:
+    row = raw.execute("SELECT pg_try_advisory_lock(%s)", (HOST_LOCK,)).fetchone()
+    return bool(row and row[0])
+
+
 def _take_lock(raw: psycopg.Connection[Any]) -> bool:
     deadline = time.monotonic() + LOCK_PATIENCE_SECONDS
-    while not raw.execute("SELECT pg_try_advisory_lock(%s)", (HOST_LOCK,)).fetchone()[0]:
+    while not _try_lock(raw):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.1)
@@ -301,7 +307,7 @@ def _wait_for_lock(raw: psycopg.Connection[Any], report: Callable[[str], None]) 
     seen = ""
     raw.execute(f"SET lock_timeout = '{int(STANDBY_CHECK_SECONDS * 1000)}ms'")
     try:
-        while not raw.execute("SELECT pg_try_advisory_lock(%s)", (HOST_LOCK,)).fetchone()[0]:
+        while not _try_lock(raw):
             holder = lock_holder(raw)
             if holder != seen:
                 report(holder)
