@@ -333,3 +333,30 @@ def test_the_writer_session_over_tcp_has_keepalives_so_a_partition_ends_the_leas
             await db.close()
 
     asyncio.run(main())
+
+
+def test_a_standby_whose_connection_drops_while_waiting_reconnects_and_still_takes_over(
+    pg_cluster: Cluster, pg_dsn: str
+) -> None:
+    async def main() -> None:
+        active = await _open(pg_dsn)
+        seen: list[str] = []
+        waiting = asyncio.ensure_future(_open(pg_dsn, standby=seen.append))
+        await asyncio.to_thread(lambda: wait_for("the standby waiting", lambda: bool(seen)))
+        # The standby's session, blocked on the lock (not granted), cut by the server.
+        waiter = (
+            "SELECT l.pid FROM pg_locks l WHERE l.locktype = 'advisory' AND NOT l.granted"
+            " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+        await asyncio.to_thread(lambda: wait_for("the standby blocked", lambda: bool(new_query(pg_dsn, waiter))))
+        new_query(pg_dsn, f"SELECT pg_terminate_backend(pid) FROM ({waiter}) w")
+        await asyncio.to_thread(lambda: wait_for("a reconnect", lambda: any("reconnecting" in s for s in seen)))
+        assert not waiting.done()
+        await asyncio.to_thread(lambda: wait_for("waiting again", lambda: bool(new_query(pg_dsn, waiter))))
+        await active.close()
+        standby = await asyncio.wait_for(waiting, 60)
+        assert standby.epoch == 2
+        await standby.write(lambda c: c.execute("INSERT INTO meta(key, value) VALUES ('taken', 'over')"))
+        await standby.close()
+
+    asyncio.run(main())

@@ -218,6 +218,7 @@ _SERVER_KEEPALIVE = (
 
 # How often a standby waiting for HOST_LOCK looks again at who holds it (for its status).
 STANDBY_CHECK_SECONDS = 5.0
+STANDBY_RECONNECT_SECONDS = 1.0
 
 
 def lock_holder(raw: psycopg.Connection[Any]) -> str:
@@ -251,8 +252,7 @@ def connect(
         extra.update(_KEEPALIVE)
     opened = False
 
-    def opener() -> psycopg.Connection[Any]:
-        nonlocal opened
+    def open_one() -> psycopg.Connection[Any]:
         raw = psycopg.connect(
             dsn,
             **extra,
@@ -264,8 +264,14 @@ def connect(
         raw.adapters.register_dumper(bool, _BoolAsInt)
         if exclusive:
             raw.execute(_SERVER_KEEPALIVE)
+        return raw
+
+    def opener() -> psycopg.Connection[Any]:
+        nonlocal opened
+        raw = open_one()
+        if exclusive:
             if standby is not None and not opened:
-                _wait_for_lock(raw, standby)
+                raw = _stand_by(raw, open_one, standby)
             elif not _take_lock(raw):
                 who = lock_holder(raw)
                 raw.close()
@@ -298,6 +304,28 @@ def _take_lock(raw: psycopg.Connection[Any]) -> bool:
             return False
         time.sleep(0.1)
     return True
+
+
+def _stand_by(
+    raw: psycopg.Connection[Any], open_one: Callable[[], psycopg.Connection[Any]], report: Callable[[str], None]
+) -> psycopg.Connection[Any]:
+    """Waits for HOST_LOCK on `raw`; a connection the server drops meanwhile (a restart, an idle timeout) is opened
+    again, every STANDBY_RECONNECT_SECONDS while the server cannot be reached. Returns the connection holding it."""
+    while True:
+        try:
+            _wait_for_lock(raw, report)
+            return raw
+        except psycopg.OperationalError as exc:
+            if not (raw.closed or raw.broken):
+                raise
+            report(f"nobody known: the standby's connection dropped ({exc}); reconnecting")
+        while True:
+            time.sleep(STANDBY_RECONNECT_SECONDS)
+            try:
+                raw = open_one()
+                break
+            except psycopg.OperationalError:
+                continue
 
 
 def _wait_for_lock(raw: psycopg.Connection[Any], report: Callable[[str], None]) -> None:
