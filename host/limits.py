@@ -283,3 +283,7 @@ def listener_caps(open_files: int | None = None) -> tuple[int, int]:
 # A runner worker's hello (host/workers/hub.py): at most this many plugins, and this many runners per plugin, are
 # taken from its offers; the rest are dropped with a warning, so a flood of offers costs the host a bounded list.
 WORKER_MAX_OFFERS = 64
+
+# The active host's lease on a PostgreSQL database (docs/operating/standby.md): the heartbeat written to the lease row
+# (for humans; each beat is also a fenced write, so a deposed idle host stops within a beat or so).
+LEASE_HEARTBEAT_SECONDS = 1.0

@@ -35,7 +35,7 @@ from agenthost.host import limits
 from agenthost.host.access.credentials import AuthInterceptor, Credentials
 from agenthost.host.access.grants import RunRegistry
 from agenthost.host.access.keys import KEYS_FILE, KeyStore
-from agenthost.host.access.private_files import make_private_dir, tighten
+from agenthost.host.access.private_files import STANDBY_FILE, make_private_dir, tighten, write_json
 from agenthost.host.api.admin import add_admin_servicer
 from agenthost.host.api.run_api import RunAPIServicer, add_servicer, run_api_handlers
 from agenthost.host.knowledge import KnowledgeBase
@@ -111,6 +111,7 @@ class Host:
         database_password_key: str | None = None,
         workers_address: str | None = None,
         workers_enrol_address: str | None = None,
+        standby: bool = False,
     ) -> None:
         """`database`: a `postgresql://` DSN to keep the stores in (None: the SQLite file <data>/agenthost.db); its
         password, if not in the DSN, is `database_password` or the key store's `database_password_key`.
@@ -121,6 +122,11 @@ class Host:
         self.database = database
         self.database_password = database_password
         self.database_password_key = database_password_key
+        # PostgreSQL only: wait for the host holding the database to go, then take over (docs/operating/standby.md).
+        self.standby = standby
+        # Set once another host took the database's lease from this one: `serve` stops the host and exits.
+        self.deposed = asyncio.Event()
+        self.lease_lost = ""
         self.log_level = log_level
         self.metrics_address = metrics_address
         self.otlp_endpoint = otlp_endpoint
@@ -238,8 +244,19 @@ class Host:
                     f"the key store has no key {name!r} for the database password: set it with"
                     f" `agenthost keys set {name}` (while a host serves this data dir) or use a password file"
                 ) from None
-        self.db = Database(self.database or self.data_dir / "agenthost.db", password=password)
-        await self.db.open()
+        self.db = Database(
+            self.database or self.data_dir / "agenthost.db",
+            password=password,
+            standby=self._waiting if self.standby else None,
+            on_lease_lost=self._lost_lease,
+        )
+        try:
+            await self.db.open()
+        finally:
+            (self.data_dir / STANDBY_FILE).unlink(missing_ok=True)
+        if self.db.epoch is not None:
+            log.warning("holding the database lease, epoch %d, as %s", self.db.epoch, self.db.holder)
+            self._keep_background(self._heartbeat())
         secret_row = self.db.query_one("SELECT value FROM meta WHERE key = 'cursor_secret'")
         if secret_row is None:
             secret = secrets.token_hex(32)
@@ -297,6 +314,34 @@ class Host:
         # After the plugins: a channel's messages need its bot's runner.
         self.channels = Channels(self)
         self.channels.start_all()
+
+    def _waiting(self, holder: str) -> None:
+        """A standby's status while it waits (on the writer's thread): what `agenthost status` shows."""
+        log.warning("standby: %s holds the database; waiting to take over", holder)
+        write_json(
+            self.data_dir / STANDBY_FILE,
+            {"pid": os.getpid(), "database": self.db.description, "active": holder, "since": time.time()},
+        )
+
+    def _lost_lease(self, reason: str) -> None:
+        log.error("%s: stopping (this host writes nothing more)", reason)
+        self.lease_lost = reason
+        self.deposed.set()
+
+    async def _heartbeat(self) -> None:
+        """The lease row's heartbeat, for humans (the lease itself is the lock's session); each beat is also a write
+        transaction, so a host that lost the lease finds out within a beat even when idle."""
+        while not self.db.fenced:
+            await asyncio.sleep(limits.LEASE_HEARTBEAT_SECONDS)
+            with contextlib.suppress(*self.db.errors):
+                await self.db.write(
+                    lambda c: c.execute("UPDATE lease SET heartbeat_at = ? WHERE id = 1", (time.time(),))
+                )
+
+    def _keep_background(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _sandbox_mode(self) -> str:
         reason = sandbox.probe()

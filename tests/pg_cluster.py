@@ -112,11 +112,12 @@ class Cluster:
 
 async def wipe(db: Any) -> None:
     """Empties a PostgreSQL Database's tables and restarts its numbering, as a new file would be (hypothesis
-    examples share one database)."""
+    examples share one database). The lease stays: the open Database holds it, and its writes check it."""
     tables = [
         r[0]
         for r in db.query(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename != 'schema_version'"
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+            " AND tablename NOT IN ('schema_version', 'lease')"
         )
     ]
 

@@ -18,6 +18,8 @@ from agenthost.protos import errors
 
 # The full-admin credential (agenthost.host.access.credentials), in the data dir, which no sandbox can see.
 ADMIN_TOKEN_FILE = "admin.token"
+# A standby host's status while it waits for the database (host/server.py writes it, `agenthost status` reads it).
+STANDBY_FILE = "standby.json"
 
 
 def read_json(path: Path) -> Any | None:
@@ -112,3 +114,21 @@ def read_admin_token(data_dir: Path) -> str:
         raise errors.Unauthenticated(f"no admin token at {path}: is the host serving this data dir?") from None
     except PermissionError:
         raise errors.Unauthenticated(f"{path} is not readable by this user: only the host's user is an admin") from None
+
+
+def read_standby(data_dir: Path) -> dict[str, Any] | None:
+    """The status of a standby host waiting on this data dir, or None (none, or its process is gone)."""
+    try:
+        doc = read_json(data_dir / STANDBY_FILE)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    try:
+        pid = int(doc.get("pid", 0))
+        if pid <= 0:
+            return None
+        os.kill(pid, 0)
+    except (OSError, ValueError, TypeError):
+        return None
+    return doc

@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 
-from agenthost.host.access.private_files import read_admin_token
+from agenthost.host.access.private_files import read_admin_token, read_standby
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors, host_pb2_grpc
 from agenthost.protos import host_pb2 as hpb
@@ -25,6 +25,12 @@ def admin_address(data_dir: Path) -> str:
     try:
         info = json.loads((data_dir / "host.json").read_text())
     except (OSError, ValueError):
+        standby = read_standby(data_dir)
+        if standby is not None:
+            raise HostNotRunning(
+                f"the agenthost on {data_dir} (pid {standby['pid']}) is a standby: {standby['active']} is the active"
+                " host, ask it instead (only `agenthost status` answers here until this one takes over)"
+            ) from None
         raise HostNotRunning(f"no agenthost is serving {data_dir} (start one with `agenthost serve`)") from None
     return info["admin"]
 

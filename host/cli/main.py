@@ -867,6 +867,7 @@ async def serve(
     database_password: str | None = None,
     database_password_key: str | None = None,
     workers: str | None = None,
+    standby: bool = False,
 ) -> int:
     import asyncio
     import signal
@@ -890,6 +891,7 @@ async def serve(
         database_password=database_password,
         database_password_key=database_password_key,
         workers_address=workers,
+        standby=standby,
     )
     try:
         await host.start()
@@ -917,10 +919,17 @@ async def serve(
         f"  log: {logs.logs_dir(host.data_dir) / logs.HOST_LOG}{metrics_line}",
         flush=True,
     )
-    await stopping.wait()
+    deposed = asyncio.ensure_future(host.deposed.wait())
+    stop = asyncio.ensure_future(stopping.wait())
+    await asyncio.wait([deposed, stop], return_when=asyncio.FIRST_COMPLETED)
+    deposed.cancel()
+    stop.cancel()
     print("agenthost stopping", flush=True)
     await host.stop()
     to_stderr.close()
+    if host.lease_lost:
+        print(f"error: {host.lease_lost}; stopped", file=sys.stderr)
+        return 3
     return 0
 
 
@@ -1117,6 +1126,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         default=None,
         help="take the database password from the host's key store (`agenthost keys set NAME`)",
+    )
+    srv.add_argument(
+        "--standby",
+        action="store_true",
+        help="PostgreSQL: when another host holds the database, wait and take over when it goes (instead of exit 2)",
     )
     lg = sub.add(
         "logs",
@@ -1470,7 +1484,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 async def _client_command(args: argparse.Namespace, data_dir: Path) -> int:
+    from agenthost.host.access.private_files import read_standby
     from agenthost.host.api.client import HostClient
+
+    standby = read_standby(data_dir) if args.command == "status" and not (data_dir / "host.json").exists() else None
+    if standby is not None:
+        if args.json:
+            print_json({"state": "standby", **standby, "cli_version": version()})
+        else:
+            say(f"agenthost standby, pid {standby['pid']}, serving {data_dir}")
+            say(f"database: {standby['database']}")
+            say(f"active host: {standby['active']} (this one takes over when it goes)")
+        return 0
 
     async with HostClient.for_data_dir(data_dir) as client:
         return await COMMANDS[args.command](args, client)
@@ -1633,6 +1658,9 @@ def _main(argv: list[str] | None) -> int:
             database = _database_options(args)
             if isinstance(database, int):
                 return database
+            if args.standby and not database:
+                print("error: --standby needs a PostgreSQL --database (or $AGENTHOST_DATABASE_URL)", file=sys.stderr)
+                return 2
             return asyncio.run(
                 serve(
                     data_dir,
@@ -1643,6 +1671,7 @@ def _main(argv: list[str] | None) -> int:
                     gateway=args.gateway,
                     **database,
                     workers=args.workers,
+                    standby=args.standby,
                 )
             )
         if args.command == "worker":

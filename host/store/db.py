@@ -27,8 +27,11 @@ runner). Nothing is dropped and a slow disk cannot make the host buffer without 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import queue
+import socket
 import sqlite3
 import threading
 import time
@@ -80,6 +83,10 @@ class _Job:
         self.weight = weight
 
 
+class LeaseLostError(RuntimeError):
+    """A write refused because this host no longer holds the database's lease (another host took over)."""
+
+
 class DatabaseUnavailable(RuntimeError):
     """The database named at start cannot be used (unreachable, refused us, or its driver is not installed)."""
 
@@ -94,9 +101,26 @@ class Database:
     used synchronously on the event loop (autocommit, so each read sees what was committed before it). Two
     connections in all: the pool is bounded by construction. Why sync reads there too: docs/architecture.md."""
 
-    def __init__(self, target: Path | str, *, password: str | None = None) -> None:
+    def __init__(
+        self,
+        target: Path | str,
+        *,
+        password: str | None = None,
+        standby: Callable[[str], None] | None = None,
+        on_lease_lost: Callable[[str], None] | None = None,
+    ) -> None:
+        """PostgreSQL only: `standby`, wait at open for the host holding the database to go (called with its name
+        whenever that changes) instead of refusing to start; `on_lease_lost`, called on the event loop once, with
+        the reason, when another host took the lease (every write fails from then on)."""
         self.dsn = str(target) if is_dsn(target) else ""
         self._password = password
+        self._standby = standby
+        self._on_lease_lost = on_lease_lost
+        # Set (the reason) once a write transaction found the lease lost: the writer writes nothing more.
+        self.fenced = ""
+        # This host's name as the lease and the server's session list show it.
+        self.holder = f"agenthost-writer {socket.gethostname()}:{os.getpid()}"[:63]
+        self.epoch: int | None = None
         self.path = Path(target) if not self.dsn else Path()
         self.backend = "postgresql" if self.dsn else "sqlite"
         self.errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
@@ -136,10 +160,14 @@ class Database:
                 f"PostgreSQL needs the psycopg driver ({exc}): pip install 'agenthost[postgres]'"
             ) from None
 
-        self.errors = (sqlite3.Error, *postgres.ERRORS)
+        self.errors = (sqlite3.Error, *postgres.ERRORS, LeaseLostError)
         try:
             pg_writer = postgres.connect(
-                self.dsn, password=self._password, application_name="agenthost-writer", exclusive=True
+                self.dsn,
+                password=self._password,
+                application_name=self.holder,
+                exclusive=True,
+                standby=self._standby,
             )
         except postgres.DatabaseBusy as exc:
             raise DatabaseUnavailable(f"{exc} ({redacted(self.dsn)})") from None
@@ -147,6 +175,7 @@ class Database:
             raise DatabaseUnavailable(f"cannot connect to the database {redacted(self.dsn)}: {_reason(exc)}") from None
         try:
             migrations_pg.migrate(pg_writer)
+            self.epoch = pg_writer.claim_lease(self.holder)
             pg_reader = postgres.connect(
                 self.dsn, password=self._password, application_name="agenthost-reader", reader=True
             )
@@ -283,6 +312,8 @@ class Database:
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
         outcomes: list[tuple[asyncio.Future[Any] | None, bool, Any]] = []
         try:
+            if self.fenced:
+                raise LeaseLostError(self.fenced)
             conn.execute("BEGIN IMMEDIATE")
             for job in batch:
                 conn.execute("SAVEPOINT job")
@@ -307,6 +338,11 @@ class Database:
                 pass
             log.error("write batch of %d failed: %r", len(batch), exc)
             outcomes = [(job.future, False, exc) for job in batch]
+            if self.epoch is not None and not self.fenced and getattr(exc, "lease_lost", False):
+                self.fenced = str(exc)
+                if self._on_lease_lost is not None and self._loop is not None:
+                    with contextlib.suppress(RuntimeError):  # the loop is closed
+                        self._loop.call_soon_threadsafe(self._on_lease_lost, self.fenced)
         with self._count_lock:  # before the callers hear back, so a caller never sees its own job still queued
             self.pending_jobs -= len(batch)
             self.pending_bytes -= sum(job.weight for job in batch)

@@ -306,7 +306,20 @@ CREATE TABLE workers (
 ALTER TABLE bindings ADD COLUMN pool TEXT NOT NULL DEFAULT '';
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3]
+# The active host's lease (a standby host waits for HOST_LOCK, host/store/postgres.py): the epoch every write
+# transaction checks, bumped by each host that takes the lock; holder and heartbeat are for humans.
+_V4 = """
+CREATE TABLE lease (
+    id BIGINT PRIMARY KEY CHECK (id = 1),
+    epoch BIGINT NOT NULL,
+    holder TEXT NOT NULL,
+    acquired_at DOUBLE PRECISION NOT NULL,
+    heartbeat_at DOUBLE PRECISION NOT NULL
+);
+INSERT INTO lease VALUES (1, 0, '', 0, 0);
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4]
 
 # Two hosts starting on one database at once migrate one after the other (the key is arbitrary, fixed).
 _MIGRATION_LOCK = 0x61676E74_686F7374 & 0x7FFFFFFFFFFFFFFF

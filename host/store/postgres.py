@@ -123,23 +123,57 @@ class PgConnection:
         self.raw = opener()
         self.reconnects = 0
         self.exclusive = False
+        # The lease epoch this host took (claim_lease); None: no lease (a reader, or `db migrate-to`).
+        self.epoch: int | None = None
 
     def _run(self, call: Callable[[psycopg.Connection[Any]], Any], sql: str) -> Any:
-        retry = self._reader or sql == "BEGIN IMMEDIATE"
+        begin = sql == "BEGIN IMMEDIATE"
+        retry = self._reader or begin
         if retry and (self.raw.closed or self.raw.broken):
             self._reopen()
         try:
-            return call(self.raw)
+            result = call(self.raw)
         except psycopg.OperationalError:
             if not (retry and (self.raw.closed or self.raw.broken)):
                 raise
             self._reopen()
-            return call(self.raw)
+            result = call(self.raw)
+        if begin and self.epoch is not None:
+            self._fence()
+        return result
+
+    def claim_lease(self, holder: str) -> int:
+        """Called once HOST_LOCK is held: a new lease epoch, this host its holder. Every later write transaction
+        checks it is still the newest (`_fence`)."""
+        now = time.time()
+        row = self.raw.execute(
+            "INSERT INTO lease VALUES (1, 1, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET epoch = lease.epoch + 1,"
+            " holder = excluded.holder, acquired_at = excluded.acquired_at, heartbeat_at = excluded.heartbeat_at"
+            " RETURNING epoch",
+            (holder, now, now),
+        ).fetchone()
+        assert row is not None  # an upsert with RETURNING returns its row
+        self.epoch = int(row[0])
+        return self.epoch
+
+    def _fence(self) -> None:
+        """The first statement of every write transaction: a host another one took the lease from writes nothing
+        more. FOR SHARE: a standby's claim (an UPDATE of the row) waits until this transaction ends, so no
+        transaction that passed the check commits after the epoch moved on."""
+        row = self.raw.execute("SELECT epoch, holder FROM lease WHERE id = 1 FOR SHARE").fetchone()
+        if row is None or int(row[0]) != self.epoch:
+            holder = row[1] if row else "nobody"
+            raise LeaseLost(f"this host lost the database lease to {holder} (epoch {row[0] if row else '?'})")
 
     def _reopen(self) -> None:
         with contextlib.suppress(psycopg.Error):
             self.raw.close()
-        self.raw = self._open()
+        try:
+            self.raw = self._open()
+        except DatabaseBusy as exc:
+            if self.epoch is None:
+                raise
+            raise LeaseLost(f"this host lost the database lease: {exc}") from None
         self.reconnects += 1
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
@@ -166,6 +200,37 @@ class DatabaseBusy(psycopg.OperationalError):
     """Another agenthost (or a `db migrate-to`) holds the database."""
 
 
+class LeaseLost(DatabaseBusy):
+    """This host held the database's lease and another host has it now: it must stop writing (and serving)."""
+
+    lease_lost = True  # how host/store/db.py, which imports psycopg only for a DSN, recognises it
+
+
+# TCP keepalives on the writer's connection, both ends, so a host cut off from the database (a partition, a power
+# cut) loses HOST_LOCK within ~5 s on the server (its session ends, a standby takes over) and notices within ~5 s
+# itself. Unix-socket connections ignore them (a local peer's death is seen at once).
+_KEEPALIVE = {"keepalives": 1, "keepalives_idle": 2, "keepalives_interval": 1, "keepalives_count": 3,
+              "tcp_user_timeout": 5000}  # fmt: skip
+_SERVER_KEEPALIVE = (
+    "SET tcp_keepalives_idle = 2; SET tcp_keepalives_interval = 1; SET tcp_keepalives_count = 3;"
+    " SET tcp_user_timeout = 5000"
+)
+
+# How often a standby waiting for HOST_LOCK looks again at who holds it (for its status).
+STANDBY_CHECK_SECONDS = 5.0
+STANDBY_RECONNECT_SECONDS = 1.0
+
+
+def lock_holder(raw: psycopg.Connection[Any]) -> str:
+    """Who holds HOST_LOCK, as the server knows the session (its application_name and address)."""
+    holder = raw.execute(
+        "SELECT a.application_name, a.client_addr FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+        " WHERE l.locktype = 'advisory' AND l.objid = %s AND l.granted AND a.datname = current_database()",
+        (HOST_LOCK & 0xFFFFFFFF,),
+    ).fetchone()
+    return f"{holder[0]} from {holder[1] or 'a local socket'}" if holder else "nobody (it was just released)"
+
+
 def connect(
     dsn: str,
     *,
@@ -174,15 +239,20 @@ def connect(
     connect_timeout: int = 10,
     reader: bool = False,
     exclusive: bool = False,
+    standby: Callable[[str], None] | None = None,
 ) -> PgConnection:
     """A connection as the stores expect it; raises psycopg.OperationalError when the server cannot be reached.
     `password`: kept out of the DSN (it comes from a file or the key store), given to libpq on its own. `reader`:
     its statements may be run again on a new connection when the server dropped the old one (see PgConnection).
     `exclusive`: holds HOST_LOCK, or raises DatabaseBusy (on every reconnect too: a writer that lost the lock to
-    another host writes nothing more)."""
-    extra = {} if password is None else {"password": password}
+    another host writes nothing more). `standby`: instead of raising DatabaseBusy at the first open, wait for
+    HOST_LOCK as long as it takes, calling standby(holder) whenever the holder seen changes."""
+    extra: dict[str, Any] = {} if password is None else {"password": password}
+    if exclusive:
+        extra.update(_KEEPALIVE)
+    opened = False
 
-    def opener() -> psycopg.Connection[Any]:
+    def open_one() -> psycopg.Connection[Any]:
         raw = psycopg.connect(
             dsn,
             **extra,
@@ -192,15 +262,24 @@ def connect(
             connect_timeout=connect_timeout,
         )
         raw.adapters.register_dumper(bool, _BoolAsInt)
-        if exclusive and not _take_lock(raw):
-            holder = raw.execute(
-                "SELECT a.application_name, a.client_addr FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-                " WHERE l.locktype = 'advisory' AND l.objid = %s AND l.granted AND a.datname = current_database()",
-                (HOST_LOCK & 0xFFFFFFFF,),
-            ).fetchone()
-            raw.close()
-            who = f" ({holder[0]} from {holder[1] or 'a local socket'})" if holder else ""
-            raise DatabaseBusy(f"another agenthost{who} is using this database; one host per database")
+        if exclusive:
+            raw.execute(_SERVER_KEEPALIVE)
+        return raw
+
+    def opener() -> psycopg.Connection[Any]:
+        nonlocal opened
+        raw = open_one()
+        if exclusive:
+            if standby is not None and not opened:
+                raw = _stand_by(raw, open_one, standby)
+            elif not _take_lock(raw):
+                who = lock_holder(raw)
+                raw.close()
+                raise DatabaseBusy(
+                    f"another agenthost ({who}) is using this database; one host per database"
+                    " (`serve --standby` waits for it and takes over when it goes)"
+                )
+        opened = True
         return raw
 
     conn = PgConnection(opener, reader=reader)
@@ -213,13 +292,61 @@ def connect(
 LOCK_PATIENCE_SECONDS = 3.0
 
 
+def _try_lock(raw: psycopg.Connection[Any]) -> bool:
+    row = raw.execute("SELECT pg_try_advisory_lock(%s)", (HOST_LOCK,)).fetchone()
+    return bool(row and row[0])
+
+
 def _take_lock(raw: psycopg.Connection[Any]) -> bool:
     deadline = time.monotonic() + LOCK_PATIENCE_SECONDS
-    while not raw.execute("SELECT pg_try_advisory_lock(%s)", (HOST_LOCK,)).fetchone()[0]:
+    while not _try_lock(raw):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.1)
     return True
+
+
+def _stand_by(
+    raw: psycopg.Connection[Any], open_one: Callable[[], psycopg.Connection[Any]], report: Callable[[str], None]
+) -> psycopg.Connection[Any]:
+    """Waits for HOST_LOCK on `raw`; a connection the server drops meanwhile (a restart, an idle timeout) is opened
+    again, every STANDBY_RECONNECT_SECONDS while the server cannot be reached. Returns the connection holding it."""
+    while True:
+        try:
+            _wait_for_lock(raw, report)
+            return raw
+        except psycopg.OperationalError as exc:
+            if not (raw.closed or raw.broken):
+                raise
+            report(f"nobody known: the standby's connection dropped ({exc}); reconnecting")
+        while True:
+            time.sleep(STANDBY_RECONNECT_SECONDS)
+            try:
+                raw = open_one()
+                break
+            except psycopg.OperationalError:
+                continue
+
+
+def _wait_for_lock(raw: psycopg.Connection[Any], report: Callable[[str], None]) -> None:
+    """Blocks in the server until HOST_LOCK is granted, so a standby has it the moment the holder's session ends
+    (polling would add up to a poll's interval to every takeover); every STANDBY_CHECK_SECONDS the wait is cut by
+    lock_timeout to see whether the holder changed."""
+    seen = ""
+    raw.execute(f"SET lock_timeout = '{int(STANDBY_CHECK_SECONDS * 1000)}ms'")
+    try:
+        while not _try_lock(raw):
+            holder = lock_holder(raw)
+            if holder != seen:
+                report(holder)
+                seen = holder
+            try:
+                raw.execute("SELECT pg_advisory_lock(%s)", (HOST_LOCK,))
+                return
+            except psycopg.errors.LockNotAvailable:
+                continue
+    finally:
+        raw.execute("RESET lock_timeout")
 
 
 ERRORS: tuple[type[BaseException], ...] = (psycopg.Error,)

@@ -1,0 +1,362 @@
+"""A standby host (docs/operating/standby.md): two `agenthost serve` processes on one PostgreSQL database, the real
+CLI against the throwaway cluster (tests/pg_cluster.py). One holds the lease; the other waits answering only
+`status`, and takes over when the active host is killed -9, cut off (its session terminated), or stopped. A host
+that lost the lease writes nothing more: the fence is tested in-process too, where a write can be held mid-flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli_process import cli_env
+from tests.pg_cluster import Cluster
+from tests.test_e2e_cli import FAULTY, cli, start_host
+
+TAKEOVER_TIMEOUT = 60.0  # generous: the machine is shared; the figure itself is measured by bench_failover.py
+
+
+@pytest.fixture
+def envs(tmp_path: Path, pg_dsn: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Two hosts' environments: each its own data dir, the same database."""
+    return tuple(  # type: ignore[return-value]
+        {**cli_env(tmp_path / name), "AGENTHOST_DATABASE_URL": pg_dsn} for name in ("a", "b")
+    )
+
+
+def serve(env: dict[str, str], *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "agenthost.host.cli", "serve", *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_for(what: str, check: Any, proc: subprocess.Popen[str] | None = None, timeout: float = 60) -> float:
+    """Polls check() until true; returns when (time.monotonic()). Fails with the process's output if it died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return time.monotonic()
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(
+                f"{what}: the host exited {proc.returncode}:\n{proc.stdout.read() if proc.stdout else ''}"
+            )
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+def serving(env: dict[str, str]) -> bool:
+    return (Path(env["AGENTHOST_HOME"]) / "host.json").exists() and cli(
+        env, "plugins", "list", check=False
+    ).returncode == 0
+
+
+def standing_by(env: dict[str, str]) -> bool:
+    return "agenthost standby" in cli(env, "status", check=False).stdout
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+        p.wait(timeout=30)
+
+
+def lease(cluster: Cluster, dsn: str) -> tuple[int, str]:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT epoch, holder FROM lease").fetchone()
+        assert row is not None
+        return int(row[0]), str(row[1])
+
+
+@pytest.mark.slow
+def test_the_standby_takes_over_when_the_active_host_is_killed(
+    envs: tuple[dict[str, str], dict[str, str]], procs: list[subprocess.Popen[str]], pg_cluster: Cluster, pg_dsn: str
+) -> None:
+    a_env, b_env = envs
+    a = start_host(a_env)
+    procs.append(a)
+    cli(a_env, "bots", "create", "agent")
+    cli(a_env, "bots", "bind", "agent", "--runner", "agenthost/local-agent")
+    assert "offline demo model" in cli(a_env, "send", "agent", "hello").stdout
+    # A run in flight on the active host when it dies.
+    cli(a_env, "plugins", "install", FAULTY, "--offline")
+    cli(a_env, "bots", "create", "slow")
+    cli(a_env, "bots", "bind", "slow", "--runner", "agenthost-faulty/faulty")
+    sender = subprocess.Popen(
+        [sys.executable, "-m", "agenthost.host.cli", "send", "slow", "sleep"],
+        env=a_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    procs.append(sender)  # type: ignore[arg-type]
+    wait_for("a run in flight", lambda: "running" in cli(a_env, "runs", "list", "--status", "running").stdout)
+
+    b = serve(b_env, "--standby")
+    procs.append(b)
+    wait_for("the standby waiting", lambda: standing_by(b_env), b)
+    status = cli(b_env, "status").stdout
+    assert "active host: agenthost-writer " in status and f":{a.pid} from a local socket" in status
+    refused = cli(b_env, "send", "agent", "hi", check=False)
+    assert refused.returncode == 2 and "is a standby" in refused.stderr and "ask it instead" in refused.stderr
+
+    killed = time.monotonic()
+    a.send_signal(signal.SIGKILL)
+    a.wait()
+    took = wait_for("the takeover", lambda: serving(b_env), b, timeout=TAKEOVER_TIMEOUT) - killed
+    print(f"takeover after kill -9: {took:.2f} s")
+    assert lease(pg_cluster, pg_dsn)[0] == 2 and f":{b.pid}" in lease(pg_cluster, pg_dsn)[1]
+    # The dead host's run ended interrupted; the conversation goes on, with its history, on the new host.
+    interrupted = cli(b_env, "runs", "list", "--status", "interrupted").stdout
+    assert len(interrupted.splitlines()) == 1 and "interrupted" in interrupted
+    assert "offline demo model" in cli(b_env, "send", "agent", "after the failover").stdout
+    history = cli(b_env, "history", "agent").stdout
+    assert "[user] hello" in history and "[user] after the failover" in history
+    assert "database: postgresql" in cli(b_env, "status").stdout
+    assert not (Path(b_env["AGENTHOST_HOME"]) / "standby.json").exists()
+
+
+@pytest.mark.slow
+def test_a_deposed_host_that_comes_back_writes_nothing_and_stops(
+    envs: tuple[dict[str, str], dict[str, str]], procs: list[subprocess.Popen[str]], pg_cluster: Cluster, pg_dsn: str
+) -> None:
+    """A partition, simulated: the active host frozen (SIGSTOP) and its database session cut (pg_terminate_backend),
+    so the standby takes over; then the old host resumes, with a client's message waiting for it."""
+    a_env, b_env = envs
+    a = start_host(a_env)
+    procs.append(a)
+    cli(a_env, "bots", "create", "agent")
+    cli(a_env, "bots", "bind", "agent", "--runner", "agenthost/local-agent")
+    b = serve(b_env, "--standby")
+    procs.append(b)
+    wait_for("the standby waiting", lambda: standing_by(b_env), b)
+
+    a.send_signal(signal.SIGSTOP)
+    late = subprocess.Popen(
+        [sys.executable, "-m", "agenthost.host.cli", "send", "agent", "written by the deposed host"],
+        env=a_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    procs.append(late)  # type: ignore[arg-type]
+    pg_cluster.admin(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        f" WHERE application_name LIKE 'agenthost-writer %:{a.pid}'"
+    )
+    wait_for("the takeover", lambda: serving(b_env), b, timeout=TAKEOVER_TIMEOUT)
+    epoch, holder = lease(pg_cluster, pg_dsn)
+    assert epoch == 2 and f":{b.pid}" in holder
+
+    a.send_signal(signal.SIGCONT)
+    out, _ = a.communicate(timeout=120)
+    assert a.returncode == 3, out
+    assert "lost the database lease" in out and "stopped" in out
+    late.communicate(timeout=120)
+    assert late.returncode != 0
+    # Nothing of the late message was written, and the lease is still the new host's.
+    assert "written by the deposed host" not in cli(b_env, "history", "agent").stdout
+    assert lease(pg_cluster, pg_dsn) == (epoch, holder)
+    assert "offline demo model" in cli(b_env, "send", "agent", "still served").stdout
+
+
+@pytest.mark.slow
+def test_a_standby_started_first_is_active_and_a_second_plain_host_is_refused(
+    envs: tuple[dict[str, str], dict[str, str]], procs: list[subprocess.Popen[str]]
+) -> None:
+    a_env, b_env = envs
+    a = serve(a_env, "--standby")
+    procs.append(a)
+    wait_for("the first host serving", lambda: serving(a_env), a)
+    out = cli(b_env, "serve", check=False, timeout=120)
+    assert out.returncode == 2
+    assert "another agenthost (agenthost-writer " in out.stderr and f":{a.pid} from a local socket" in out.stderr
+    assert "--standby" in out.stderr  # the refusal says how to wait instead
+
+
+@pytest.mark.slow
+def test_two_hosts_started_at_once_one_is_active_and_the_other_takes_over_when_it_stops(
+    envs: tuple[dict[str, str], dict[str, str]], procs: list[subprocess.Popen[str]], pg_cluster: Cluster, pg_dsn: str
+) -> None:
+    both = [serve(env, "--standby") for env in envs]
+    procs.extend(both)
+    wait_for("one host serving", lambda: any(serving(env) for env in envs))
+    active = 0 if serving(envs[0]) else 1
+    other = 1 - active
+    wait_for("the other standing by", lambda: standing_by(envs[other]), both[other])
+    assert not (Path(envs[other]["AGENTHOST_HOME"]) / "host.json").exists()
+    assert lease(pg_cluster, pg_dsn)[0] == 1
+    both[active].send_signal(signal.SIGTERM)  # a clean stop hands over too
+    assert both[active].wait(timeout=60) == 0
+    wait_for("the takeover", lambda: serving(envs[other]), both[other], timeout=TAKEOVER_TIMEOUT)
+    epoch, holder = lease(pg_cluster, pg_dsn)
+    assert epoch == 2 and f":{both[other].pid}" in holder
+
+
+def test_standby_needs_postgresql(tmp_path: Path) -> None:
+    out = cli(cli_env(tmp_path / "h"), "serve", "--standby", check=False)
+    assert out.returncode == 2 and "--standby needs a PostgreSQL --database" in out.stderr
+
+
+# ---- the fence, in-process: a write held mid-flight while the lease changes hands ----
+
+
+async def _open(dsn: str, **kw: Any) -> Any:
+    from agenthost.host.store.db import Database
+
+    db = Database(dsn, **kw)
+    await db.open()
+    return db
+
+
+def _terminate_writer(cluster: Cluster) -> None:
+    import os
+
+    cluster.admin(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        f" WHERE application_name LIKE 'agenthost-writer %:{os.getpid()}' AND pid != pg_backend_pid()"
+        " AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = pg_stat_activity.pid AND l.locktype = 'advisory')"
+    )
+
+
+def test_a_lease_lost_mid_write_writes_nothing_then_or_after(pg_cluster: Cluster, pg_dsn: str) -> None:
+    async def main() -> None:
+        lost: list[str] = []
+        old = await _open(pg_dsn, on_lease_lost=lost.append)
+        assert old.epoch == 1
+        inside, release = threading.Event(), threading.Event()
+
+        def held(conn: Any) -> None:
+            conn.execute("INSERT INTO meta(key, value) VALUES ('mid', 'flight')")
+            inside.set()
+            release.wait(60)
+            conn.execute("INSERT INTO meta(key, value) VALUES ('mid2', 'flight')")
+
+        write = asyncio.ensure_future(old.write(held))
+        assert await asyncio.to_thread(inside.wait, 60)
+        _terminate_writer(pg_cluster)  # the partition: the server ends the session, its lock with it
+        new = await _open(pg_dsn, standby=lambda holder: None)
+        assert new.epoch == 2
+        release.set()
+        with pytest.raises(old.errors):
+            await write
+        # The next write of the old host: its reconnect finds the lock held by the new one.
+        with pytest.raises(old.errors, match="lost the database lease"):
+            await old.write(lambda c: c.execute("INSERT INTO meta(key, value) VALUES ('after', 'x')"))
+        await asyncio.sleep(0)
+        assert lost and "lost the database lease" in lost[0]
+        assert old.fenced
+        # The new host stops; the old one's lock would be free again, but its epoch is stale: still fenced.
+        await new.close()
+        with pytest.raises(old.errors, match="lost the database lease"):
+            await old.write(lambda c: c.execute("INSERT INTO meta(key, value) VALUES ('later', 'x')"))
+        keys = {r[0] for r in new_query(pg_dsn, "SELECT key FROM meta")}
+        assert not keys & {"mid", "mid2", "after", "later"}
+        await old.close()
+
+    asyncio.run(main())
+
+
+def test_the_epoch_fences_a_host_that_gets_the_lock_back_after_another_held_it(
+    pg_cluster: Cluster, pg_dsn: str
+) -> None:
+    """The lock alone is not enough: a host cut off, then another that took over and stopped, leaves the lock free.
+    The cut-off host's reconnect takes it again; the lease epoch tells it another host wrote meanwhile."""
+
+    async def main() -> None:
+        old = await _open(pg_dsn)
+        await old.write(lambda c: c.execute("INSERT INTO meta(key, value) VALUES ('before', 'x')"))
+        _terminate_writer(pg_cluster)
+        new = await _open(pg_dsn, standby=lambda holder: None)
+        await new.write(lambda c: c.execute("INSERT INTO meta(key, value) VALUES ('by-new', 'x')"))
+        await new.close()
+        with pytest.raises(old.errors, match="lost the database lease to agenthost-writer"):
+            await old.write(lambda c: c.execute("INSERT INTO meta(key, value) VALUES ('stale', 'x')"))
+        keys = {r[0] for r in new_query(pg_dsn, "SELECT key FROM meta")}
+        assert {"before", "by-new"} <= keys and "stale" not in keys
+        await old.close()
+
+    asyncio.run(main())
+
+
+def new_query(dsn: str, sql: str) -> list[Any]:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(sql).fetchall()  # type: ignore[arg-type]
+
+
+def test_lease_row_exists_in_a_fresh_database(pg_dsn: str) -> None:
+    assert json.loads(json.dumps(new_query(pg_dsn, "SELECT id, epoch FROM lease"))) == [[1, 0]]
+
+
+def test_the_writer_session_over_tcp_has_keepalives_so_a_partition_ends_the_lease(
+    pg_cluster: Cluster, pg_dsn: str
+) -> None:
+    """A cut-off host's session ends (and its lock with it) only when the server notices: its keepalives, set on the
+    writer's session, bound that at ~5 s instead of the kernel's default (two hours)."""
+
+    async def main() -> None:
+        db = await _open(pg_cluster.tcp_dsn(pg_dsn.split("/")[3].split("?")[0]))
+        try:
+            shown = await db.write(
+                lambda c: (
+                    [
+                        c.execute(f"SHOW {name}").fetchone()[0]
+                        for name in ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count")
+                    ]
+                    + [c.execute("SHOW tcp_user_timeout").fetchone()[0]]
+                )
+            )
+            assert shown == ["2", "1", "3", "5000"]
+        finally:
+            await db.close()
+
+    asyncio.run(main())
+
+
+def test_a_standby_whose_connection_drops_while_waiting_reconnects_and_still_takes_over(
+    pg_cluster: Cluster, pg_dsn: str
+) -> None:
+    async def main() -> None:
+        active = await _open(pg_dsn)
+        seen: list[str] = []
+        waiting = asyncio.ensure_future(_open(pg_dsn, standby=seen.append))
+        await asyncio.to_thread(lambda: wait_for("the standby waiting", lambda: bool(seen)))
+        # The standby's session, blocked on the lock (not granted), cut by the server.
+        waiter = (
+            "SELECT l.pid FROM pg_locks l WHERE l.locktype = 'advisory' AND NOT l.granted"
+            " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+        await asyncio.to_thread(lambda: wait_for("the standby blocked", lambda: bool(new_query(pg_dsn, waiter))))
+        new_query(pg_dsn, f"SELECT pg_terminate_backend(pid) FROM ({waiter}) w")
+        await asyncio.to_thread(lambda: wait_for("a reconnect", lambda: any("reconnecting" in s for s in seen)))
+        assert not waiting.done()
+        await asyncio.to_thread(lambda: wait_for("waiting again", lambda: bool(new_query(pg_dsn, waiter))))
+        await active.close()
+        standby = await asyncio.wait_for(waiting, 60)
+        assert standby.epoch == 2
+        await standby.write(lambda c: c.execute("INSERT INTO meta(key, value) VALUES ('taken', 'over')"))
+        await standby.close()
+
+    asyncio.run(main())
