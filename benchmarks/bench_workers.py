@@ -53,6 +53,14 @@ from agenthost.protos import run_api_pb2_grpc  # noqa: E402
 from agenthost.protos.wire import CHANNEL_OPTIONS  # noqa: E402
 
 CLI = [sys.executable, "-m", "agenthost.host.cli"]
+# --profile DIR: the host and the worker run under cProfile, written to DIR/{host,worker}.prof at their exit.
+PROFILE: Path | None = None
+
+
+def profiled(name: str) -> list[str]:
+    if PROFILE is None:
+        return CLI
+    return [sys.executable, "-m", "cProfile", "-o", str(PROFILE / f"{name}.prof"), "-m", "agenthost.host.cli"]
 PLUGIN = str(ROOT / "benchmarks" / "bench-plugin")
 
 
@@ -123,13 +131,13 @@ async def main(calls: int, deltas: int, repeats: int, rounds: int) -> None:
         return proc
 
     try:
-        start(*CLI, "--data-dir", str(host_home), "serve", "--workers", f"127.0.0.1:{port}")
+        start(*profiled("host"), "--data-dir", str(host_home), "serve", "--workers", f"127.0.0.1:{port}")
         await install_into(worker_home, env)
         await wait_file(host_home / "host.json")
         await wait_file(host_home / "workers" / "hub.crt")
         token = cli(host_home, "workers", "token", "create", "--pool", "bench").split()[0]
         cli(worker_home, "worker", "--host", f"127.0.0.1:{port}", "--join", token, "--name", "w1", "--enrol-only")
-        worker = start(*CLI, "--data-dir", str(worker_home), "worker", "--host", f"127.0.0.1:{port}")
+        worker = start(*profiled("worker"), "--data-dir", str(worker_home), "worker", "--host", f"127.0.0.1:{port}")
         pki, ident = host_home / "workers", worker_home / "worker"
         server_creds = f"{pki / 'hub.key'},{pki / 'hub.crt'},{pki / 'ca.crt'}"
         client_creds = f"{ident / 'worker.key'},{ident / 'worker.crt'},{ident / 'ca.crt'}"
@@ -236,5 +244,7 @@ if __name__ == "__main__":
     parser.add_argument("--deltas", type=int, default=50000)
     parser.add_argument("--repeats", type=int, default=5, help="interleaved repeats per batch size (median)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved StateGet rounds (median)")
+    parser.add_argument("--profile", type=Path, metavar="DIR", help="run the host and the worker under cProfile")
     args = parser.parse_args()
+    PROFILE = args.profile
     asyncio.run(main(args.calls, args.deltas, args.repeats, args.rounds))
