@@ -61,6 +61,8 @@ def profiled(name: str) -> list[str]:
     if PROFILE is None:
         return CLI
     return [sys.executable, "-m", "cProfile", "-o", str(PROFILE / f"{name}.prof"), "-m", "agenthost.host.cli"]
+
+
 PLUGIN = str(ROOT / "benchmarks" / "bench-plugin")
 
 
