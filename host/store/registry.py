@@ -7,8 +7,9 @@ import sqlite3
 import time
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
-from agenthost.host.store.db import Database
+from agenthost.host.store.db import Database, connect
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos.errors import AlreadyExists, InvalidArgument, NotFound
 
@@ -48,6 +49,18 @@ class Registry:
             description=row["description"],
             network=bool(row["network"]),
         )
+
+    @classmethod
+    def installed(cls, path: Path) -> list[PluginRecord]:
+        """The plugins recorded in a data dir's database file, read without opening it for writing (a worker reads
+        what `agenthost plugins install --data-dir` put in its own data dir); none when there is no such file."""
+        if not path.exists():
+            return []
+        conn = connect(path, readonly=True)
+        try:
+            return [cls._plugin(r) for r in conn.execute("SELECT * FROM plugins ORDER BY plugin_id")]
+        finally:
+            conn.close()
 
     def plugins(self) -> list[PluginRecord]:
         return [self._plugin(r) for r in self.db.query("SELECT * FROM plugins ORDER BY builtin DESC, plugin_id")]

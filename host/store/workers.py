@@ -29,6 +29,10 @@ class WorkerRecord:
 class WorkerStore:
     def __init__(self, db: Database) -> None:
         self.db = db
+        # Every call a worker makes is checked against its row (WorkerHub.identify): read once, then from here.
+        # Safe because this host is the only writer of the table (one host per database) and every write goes
+        # through this class, which forgets the name before and after it commits.
+        self._records: dict[str, WorkerRecord] = {}
 
     async def add_token(self, token_hash: str, pool: str, expires_at: float) -> None:
         await self.db.write(
@@ -63,7 +67,11 @@ class WorkerStore:
             )
             return WorkerRecord(name, pool, serial, now, False, None)
 
-        return await self.db.write(write)
+        self._records.pop(name, None)
+        try:
+            return await self.db.write(write)
+        finally:
+            self._records.pop(name, None)
 
     def check_token(self, token_hash: str) -> str:
         """The pool of a join token that may still be used, read without writing: refuses a token unknown, used
@@ -77,8 +85,14 @@ class WorkerStore:
         )
 
     def get(self, name: str) -> WorkerRecord | None:
+        record = self._records.get(name)
+        if record is not None:
+            return record
         row = self.db.query_one("SELECT * FROM workers WHERE name = ?", (name,))
-        return self._record(row) if row is not None else None
+        if row is None:
+            return None
+        record = self._records[name] = self._record(row)
+        return record
 
     def list(self) -> list[WorkerRecord]:
         return [self._record(r) for r in self.db.query("SELECT * FROM workers ORDER BY name")]
@@ -99,7 +113,11 @@ class WorkerStore:
                 raise NotFound(f"no worker named {name!r}; see `agenthost workers list`")
             return self._record(row)
 
-        return await self.db.write(write)
+        self._records.pop(name, None)
+        try:
+            return await self.db.write(write)
+        finally:
+            self._records.pop(name, None)
 
 
 def _usable_token(conn: sqlite3.Connection, token_hash: str) -> str:

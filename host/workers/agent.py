@@ -38,6 +38,7 @@ from agenthost.host.access.worker_pki import (
     pin_of,
 )
 from agenthost.host.processes.supervisor import PluginSpec, PluginStartError, Supervisor
+from agenthost.host.store.registry import Registry
 from agenthost.host.workers.hub import split_address
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors, runner_pb2
@@ -227,14 +228,31 @@ class Worker:
 
     # ---- plugins ----
 
-    async def start_plugins(self) -> None:
-        """Starts the runner plugins this machine serves (today the built-in one) and makes the offers."""
+    async def start_plugins(self, data_dir: Path | None = None) -> None:
+        """Starts the runner plugins this machine serves and makes the offers: the built-in plugin, and the enabled
+        runner plugins installed in this worker's data dir (`agenthost plugins install … --data-dir D` on this
+        machine), Python or not, each sandboxed as the host sandboxes its own. One that does not start is logged
+        and left out of the offers."""
         assert self.supervisor is not None
-        spec = PluginSpec(BUILTIN_PLUGIN, "agenthost", sys.executable, builtin=True)
-        self.supervisor.add(spec)
-        pp = await self.supervisor.start(spec.plugin_id)
-        manifests = [json.dumps(m.model_dump(mode="json")) for m in pp.manifests.values()]
-        self.offers = [wpb.WorkerOffer(plugin_id=spec.plugin_id, version=VERSION, manifests_json=manifests)]
+        specs = [(PluginSpec(BUILTIN_PLUGIN, "agenthost", sys.executable, builtin=True), VERSION)]
+        if data_dir is not None:
+            for record in Registry.installed(data_dir / "agenthost.db"):
+                if record.builtin or not record.enabled or record.manifests_json in ("", "[]"):
+                    continue  # channel adapters only, or turned off
+                spec = PluginSpec(record.plugin_id, record.distribution, record.python, network=record.network)
+                specs.append((spec, record.version))
+        self.offers = []
+        for spec, version in specs:
+            self.supervisor.add(spec)
+            try:
+                pp = await self.supervisor.start(spec.plugin_id)
+            except PluginStartError as exc:
+                if spec.builtin:
+                    raise
+                log.error("plugin %s did not start: not offered (%s)", spec.plugin_id, exc)
+                continue
+            manifests = [json.dumps(m.model_dump(mode="json")) for m in pp.manifests.values()]
+            self.offers.append(wpb.WorkerOffer(plugin_id=spec.plugin_id, version=version, manifests_json=manifests))
 
     # ---- the control stream ----
 
@@ -545,7 +563,7 @@ async def running(data_dir: Path, identity: Identity, *, capacity: int = 4, unsa
     server.add_insecure_port(api_address)
     await server.start()
     try:
-        await worker.start_plugins()
+        await worker.start_plugins(data_dir)
         yield worker
     finally:
         for run in list(worker.runs.values()):

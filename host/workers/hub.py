@@ -101,13 +101,21 @@ class Session:
     cut_error: type[errors.AgentHostError] = errors.Unauthenticated
     cut_event: asyncio.Event = field(default_factory=asyncio.Event)
     runs: dict[str, RunSlot] = field(default_factory=dict)
+    # The offers' runners, parsed (and their config schemas checked) once at the hello, not at every placement:
+    # a manifest's schema check costs milliseconds, and the offers do not change during a session.
+    runners: dict[str, RunnerManifest] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.runners = {}
+        for runner_id, manifest in _offered(self.offers):
+            self.runners.setdefault(runner_id, manifest)
 
     @property
     def name(self) -> str:
         return self.record.name
 
     def runner_ids(self) -> set[str]:
-        return {runner_id for runner_id, _ in _offered(self.offers)}
+        return set(self.runners)
 
     def cut(self, reason: str, error: type[errors.AgentHostError] = errors.Unavailable) -> None:
         """Ends this worker's control stream now with `error` and `reason` (a gRPC handler's task cancelled from
@@ -409,9 +417,9 @@ class WorkerHub:
     def manifest(self, runner_id: str) -> RunnerManifest | None:
         """The manifest of a runner some connected worker offers (the first found)."""
         for session in self.sessions.values():
-            for offered_id, manifest in _offered(session.offers):
-                if offered_id == runner_id:
-                    return manifest
+            manifest = session.runners.get(runner_id)
+            if manifest is not None:
+                return manifest
         return None
 
     def place(self, runner_id: str, pool: str = "", conversation: tuple[str, str] | None = None) -> Session | None:
@@ -423,7 +431,7 @@ class WorkerHub:
         for session in self.sessions.values():
             if session.record.draining or self._draining(session.name) or len(session.runs) >= session.capacity:
                 continue
-            if (pool and session.record.pool != pool) or runner_id not in session.runner_ids():
+            if (pool and session.record.pool != pool) or runner_id not in session.runners:
                 continue
             if session.name == sticky:
                 best = session
@@ -440,7 +448,7 @@ class WorkerHub:
     def offered(self, runner_id: str, pool: str = "") -> bool:
         """Whether any connected worker (of `pool`, when named) offers `runner_id`, full or draining or not."""
         return any(
-            runner_id in session.runner_ids() and (not pool or session.record.pool == pool)
+            runner_id in session.runners and (not pool or session.record.pool == pool)
             for session in self.sessions.values()
         )
 

@@ -5,6 +5,7 @@ Then the walls between workers, with a scripted worker that does what a hostile 
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import grpc
@@ -14,6 +15,7 @@ from agenthost.host.server import Host
 from agenthost.protos import run_api_pb2 as api
 from agenthost.runners.local_agent.providers.demo import DEMO_LABEL
 from tests.cli_process import CLI, acli, cli_env
+from tests.typescript import ECHO, build
 from tests.workers.helpers import ScriptedWorker, address, batch, completed, enrolled, text, wait_for
 
 pytestmark = pytest.mark.slow
@@ -112,3 +114,64 @@ async def test_a_run_token_is_refused_from_another_worker_and_from_the_local_soc
     await host.db.flush()
     outcomes = [(r["method"], r["outcome"]) for r in host.audit.rows(run_id)]
     assert ("HistoryPage", "OK") in outcomes and ("HistoryPage", "PERMISSION_DENIED") in outcomes, outcomes
+
+
+def _sandboxes_of(app: str) -> list[list[str]]:
+    """The argv of every bubblewrap process on this machine that binds `app` (a plugin's package)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        except OSError:
+            continue
+        if comm == "bwrap" and app in argv:
+            found.append(argv)
+    return found
+
+
+@pytest.mark.timeout(300)
+async def test_a_typescript_plugin_installed_on_the_worker_runs_there_sandboxed(host: Host, tmp_path: Path) -> None:
+    """The worker offers what is installed in its own data dir, a non-Python plugin too: the TypeScript example
+    runner, installed with the real CLI on the worker's data dir, runs on the worker in its sandbox (no network)
+    for a run the host places there; the host itself has no such plugin."""
+    assert host.workers is not None
+    build()
+    worker_dir = tmp_path / "worker"
+    installer = Host(worker_dir, builtin_plugins=False)  # the host an operator starts on the worker for the install
+    await installer.start()
+    try:
+        rc, out, err = await acli(worker_dir, "plugins", "install", str(ECHO), "--offline", timeout=300)
+        assert rc == 0, out + err
+    finally:
+        await installer.stop()
+    await enrolled(host, worker_dir, "w1")
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "--data-dir", str(worker_dir), "worker", "--host", address(host),
+        env=cli_env(), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        await wait_for(
+            lambda: (
+                "w1" in host.workers.sessions
+                and "agenthost-echo-runner/echo" in host.workers.sessions["w1"].runner_ids()
+            ),
+            120,
+        )
+        for args in (("bots", "create", "ts"), ("bots", "bind", "ts", "--runner", "agenthost-echo-runner/echo")):
+            rc, out, err = await acli(host.data_dir, *args)
+            assert rc == 0, out + err
+        rc, out, err = await acli(host.data_dir, "send", "ts", "hello from a worker", "--json")
+        assert rc == 0 and "hello from a worker" in out, out + err
+        # Served by the worker's sandboxed node process: bubblewrap binds the package from the worker's data dir
+        # and gives it no network.
+        app = str(worker_dir / "plugins" / "agenthost-echo-runner" / "env" / "app")
+        sandboxes = _sandboxes_of(app)
+        assert sandboxes and all("--unshare-net" in argv for argv in sandboxes), sandboxes
+    finally:
+        proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), 30)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
