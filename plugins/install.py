@@ -256,12 +256,9 @@ async def install(
         for scratch in ("src", "home", "tmp"):
             shutil.rmtree(staging / scratch, ignore_errors=True)
         final = plugins_dir / plugin_id / "env"
-        final.parent.mkdir(parents=True, exist_ok=True)
-        if final.exists():
-            shutil.rmtree(final)
         # Only env/bin/python and site-packages are ever used, and both resolve relative to pyvenv.cfg, so the
         # staged env can be moved into place (its console-script shebangs would go stale, but nothing runs them).
-        staging.rename(final)
+        _move_into_place(staging, final)
         return InstalledPlugin(
             plugin_id=plugin_id,
             distribution=dist_name,
@@ -344,10 +341,7 @@ async def _install_command_plugin(
             shutil.rmtree(staging / scratch, ignore_errors=True)
         final = plugins_dir / plugin_id / "env"
         launch_file = command_plugin.write_launch(staging, final, info, runtime_path)
-        final.parent.mkdir(parents=True, exist_ok=True)
-        if final.exists():
-            shutil.rmtree(final)
-        staging.rename(final)
+        _move_into_place(staging, final)
         return InstalledPlugin(
             plugin_id=plugin_id,
             distribution=info.name,
@@ -403,3 +397,11 @@ def remove(plugins_dir: Path, plugin_id: str) -> None:
     if not re.fullmatch(r"[a-z0-9][a-z0-9-]*", plugin_id):
         raise InstallError(f"not a plugin id: {plugin_id!r}")
     shutil.rmtree(plugins_dir / plugin_id / "env", ignore_errors=True)
+
+
+def _move_into_place(staging: Path, final: Path) -> None:
+    """Replaces a plugin's installed environment with the staged one (an install over an older version)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if final.exists():
+        shutil.rmtree(final)
+    staging.rename(final)
