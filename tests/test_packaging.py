@@ -38,6 +38,24 @@ def test_a_project_with_its_own_plugins_protos_runners_imports_them_beside_agent
     assert json.loads(proc.stdout) == {name: f"project {name}" for name in SUBPACKAGES}
 
 
+def test_every_folder_of_code_is_a_package_the_wheel_carries() -> None:
+    """pyproject lists the packages by name (the repository's folders are renamed into one namespace), so a new
+    folder of modules must be added there: forgotten, the editable install still imports it and only the wheel
+    fails, with ModuleNotFoundError at the first `agenthost` command."""
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    renamed = {folder: name for name, folder in PYPROJECT["tool"]["setuptools"]["package-dir"].items()}
+    missing: set[str] = set()
+    for top, name in renamed.items():
+        for path in sorted((ROOT / top).rglob("*.py")):
+            folder = path.parent.relative_to(ROOT / top)
+            if "examples" in folder.parts or "__pycache__" in folder.parts:
+                continue
+            package = ".".join([name, *folder.parts])
+            if package not in listed:
+                missing.add(package)
+    assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {sorted(missing)}"
+
+
 def test_version_lives_in_pyproject_only() -> None:
     from importlib.metadata import version
 
