@@ -745,6 +745,11 @@ class Host:
         return created
 
     async def _check_binding_config(self, binding: hpb.Binding) -> None:
+        if binding.pool and self.workers is None:  # every run would fail runner_unavailable: say so at bind time
+            raise errors.FailedPrecondition(
+                f"the binding runs on workers in pool {binding.pool!r}, but this host does not listen for workers;"
+                " restart it with `agenthost serve --workers 0.0.0.0:7443`, or bind without --pool"
+            )
         plugin_id, _ = parse_runner_id(binding.runner_id)
         plugin = self.registry.find_plugin(plugin_id)
         pp = self.supervisor.processes.get(plugin_id)

@@ -62,3 +62,18 @@ async def test_pool_stickiness_and_moving_on(host: Host, tmp_path: Path) -> None
             assert rc == 0, out + err
         result = await asyncio.wait_for(client.send("n", "hi"), 30)
         assert result.run.error_code == "runner_unavailable" and "pool 'nosuch'" in result.run.error_message
+
+
+async def test_a_pool_binding_on_a_host_without_workers_is_refused_at_bind_time(tmp_path: Path) -> None:
+    """Every run of it would fail `runner_unavailable`: the operator hears so when binding, with what to do."""
+    h = Host(tmp_path / "plain", builtin_plugins=False)
+    await h.start()
+    try:
+        await acli(h.data_dir, "bots", "create", "agent")
+        rc, _, err = await acli(
+            h.data_dir, "bots", "bind", "agent", "--runner", "agenthost/local-agent", "--pool", "gpu"
+        )
+        assert rc != 0 and "does not listen for workers" in err and "--workers" in err, err
+        assert h.registry.bindings(h.registry.bot("agent").bot_id) == []
+    finally:
+        await h.stop()
