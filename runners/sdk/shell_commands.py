@@ -83,10 +83,12 @@ RESERVED = frozenset(
     {"if", "then", "else", "elif", "fi", "do", "done", "case", "esac", "while", "until", "for", "select", "in",
      "function", "{", "}", "[[", "]]", "!"}
 )  # fmt: skip
-# Variables whose value a shell runs or sources (PS4 under `-x`, BASH_ENV at start, exported functions), or that
-# give git configuration (an alias among it): an assignment to one is code that cannot be seen.
+# Variables whose value a shell runs or sources (PS4 under `-x`, BASH_ENV at start, exported functions), that give
+# git configuration (an alias among it), or that load a library of the line's choosing into any program it runs (the
+# dynamic loader's): an assignment to one is code that cannot be seen.
 CODE_VARIABLES = re.compile(
-    r"(PATH|BASH_ENV|ENV|PS[0-4]|PROMPT_COMMAND|SHELLOPTS|BASHOPTS|BASH_FUNC_.*|GIT_CONFIG_(COUNT|KEY_.*|VALUE_.*|PARAMETERS))"
+    r"(PATH|BASH_ENV|ENV|PS[0-4]|PROMPT_COMMAND|SHELLOPTS|BASHOPTS|BASH_FUNC_.*|GIT_CONFIG_(COUNT|KEY_.*|VALUE_.*|PARAMETERS)"
+    r"|LD_PRELOAD|LD_LIBRARY_PATH|LD_AUDIT)"
     r"\+?=?$"
 )
 FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
@@ -326,8 +328,21 @@ def _argv(argv: list[Template], out: Commands, depth: int, *, appended: bool = F
                 _assignment(text.split("=", 1)[0], out)
                 continue
             if text is not None and text.startswith("-"):
+                if any(c.isspace() for c in text):
+                    _option_string(program, text, out, depth)
                 continue
             _argv(argv[start:], out, depth + 1, appended=appended or program in APPENDS_INPUT)
+
+
+def _option_string(program: str, option: str, out: Commands, depth: int) -> None:
+    """A wrapper's option word with a command string in it: `env --split-string='rm x'`, `su --command='rm x'` run
+    the value as a line, so it is read as one; a cluster of short options (`env -iS'rm x'`, `su -c'rm x'`), whose
+    value starts at a letter only the wrapper knows, asks."""
+    name, eq, value = option.partition("=")
+    if name.startswith("--") and eq:
+        _parse_line(value, out, depth + 1)
+    else:
+        out.unresolved.append(f"{program!r} option {option[:40]!r} may carry a command to run")
 
 
 def _without_leading_options(program: str, rest: list[Template], out: Commands) -> None:
@@ -363,7 +378,7 @@ def _git_alias(args: list[Template]) -> bool:
 
 def _assignment(name: str, out: Commands) -> None:
     if CODE_VARIABLES.match(name):
-        out.unresolved.append(f"it sets {name.rstrip('+')}, which a shell runs as code")
+        out.unresolved.append(f"it sets {name.rstrip('+')}, which runs code the line does not show")
 
 
 def _shell(program: str, args: list[Template], out: Commands, depth: int) -> None:
