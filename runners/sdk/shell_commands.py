@@ -73,6 +73,11 @@ APPENDS_INPUT = frozenset({"xargs", "parallel"})
 SHELLS = frozenset(
     {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "posh", "fish", "csh", "tcsh", "capsh"}
 )  # fmt: skip
+# Read startup files whatever their options (zsh: ~/.zshenv, fish: config.fish, csh: ~/.cshrc): a file an earlier
+# command wrote there can define a function or alias under any name, so what the line names says nothing.
+READS_STARTUP_FILES = frozenset({"zsh", "fish", "csh", "tcsh"})
+# The options that make the others read them: interactive (~/.bashrc, $ENV) or login (~/.profile), or a file named.
+STARTUP_OPTIONS = frozenset({"--login", "--interactive", "--rcfile", "--init-file"})
 # Join their arguments into one string a shell runs.
 JOINS_FOR_SHELL = frozenset({"watch"})
 # Run shell code from a string or a file, or change what a later name runs.
@@ -384,7 +389,17 @@ def _assignment(name: str, out: Commands) -> None:
 def _shell(program: str, args: list[Template], out: Commands, depth: int) -> None:
     """`bash -c 'code'` runs code: parse it (every literal operand, so an option's value only asks more)."""
     flags = [a[0] for a in args if len(a) == 1 and isinstance(a[0], str) and a[0].startswith("-")]
-    if not any(not f.startswith("--") and "c" in f[1:] for f in flags):
+    short = [f[1:] for f in flags if not f.startswith("--")]
+    if (
+        program in READS_STARTUP_FILES
+        or any(f.split("=", 1)[0] in STARTUP_OPTIONS for f in flags)
+        or any("i" in f or "l" in f for f in short)
+    ):
+        out.unresolved.append(
+            f"{program!r} reads startup files (~/.bashrc, ~/.profile, ~/.zshenv …) here, where an earlier command"
+            " may have defined any name as another command"
+        )
+    if not any("c" in f for f in short):
         out.unresolved.append(f"{program!r} runs a script or its input, which cannot be seen in the line")
         return
     for arg in args:
