@@ -172,7 +172,7 @@ GATEWAY_HEADER_SECONDS = 15.0
 
 # ---- the gRPC listeners ----
 
-# Connections open at once to one plugin process's run API socket (each has its own: agenthost.host.api.
+# Connections open at once to one plugin process's run API socket (each has its own: agenthost.host.processes.
 # plugin_sockets), and to the host's api.sock. A runner needs a couple, plus one per MCP bridge of a run in flight.
 # Plugins are untrusted: past this, grpc-core closes new connections at once, so a plugin that floods its socket
 # starves only its own runs. Lowered at start like the gateway's. admin.sock (reachable by this user only: its

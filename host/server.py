@@ -37,7 +37,6 @@ from agenthost.host.access.grants import RunRegistry
 from agenthost.host.access.keys import KEYS_FILE, KeyStore
 from agenthost.host.access.private_files import STANDBY_FILE, make_private_dir, tighten, write_json
 from agenthost.host.api.admin import add_admin_servicer
-from agenthost.host.api.plugin_sockets import PluginSockets, run_api_server
 from agenthost.host.api.run_api import RunAPIServicer, add_servicer, run_api_handlers
 from agenthost.host.knowledge import KnowledgeBase
 from agenthost.host.ops.addresses import parse_address
@@ -48,6 +47,7 @@ from agenthost.host.ops.observability import Observer
 from agenthost.host.ops.tracing import Tracing
 from agenthost.host.processes import binding_config
 from agenthost.host.processes.channels import Channels
+from agenthost.host.processes.plugin_sockets import PluginSockets, run_api_server
 from agenthost.host.processes.resource_walls import ENABLE_HINT, Caps, ResourceWalls
 from agenthost.host.processes.supervisor import PluginSpec, PluginStartError, Supervisor, SupervisorPolicy
 from agenthost.host.runs.manager import RunManager, parse_runner_id
@@ -405,7 +405,7 @@ class Host:
         # Only when tracing is on: off, the run API's calls go through no interceptor at all.
         interceptors = [self.tracing.interceptor()] if self.tracing is not None and self.tracing.on else None
         # api.sock serves what the host itself attaches (in-process runners in tests); every plugin process it
-        # starts gets a socket of its own instead, so the caps are per plugin (agenthost.host.api.plugin_sockets).
+        # starts gets a socket of its own instead, so the caps are per plugin (host/processes/plugin_sockets.py).
         # admin.sock, below, has no cap, so the operator's CLI gets in while plugins flood theirs.
         api_server = run_api_server(functools.partial(add_servicer, servicer), api_connections, interceptors)
         self.supervisor.api_sockets = self.plugin_sockets = PluginSockets(

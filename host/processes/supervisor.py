@@ -39,7 +39,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -47,6 +47,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from agenthost.host.access.grants import RunRegistry, new_token
 from agenthost.host.ops.logs import RotatingFile, pump
 from agenthost.host.ops.observability import Observer
+from agenthost.host.processes.plugin_sockets import PluginSockets
 from agenthost.host.processes.resource_walls import PluginGroup, ResourceWalls, human_bytes
 from agenthost.host.store.db import Database
 from agenthost.plugins import binding_paths, command_plugin, sandbox
@@ -99,15 +100,6 @@ class PluginStartError(RuntimeError):
     pass
 
 
-class APISockets(Protocol):
-    """Run-API listeners of one plugin process each (agenthost.host.api.plugin_sockets): a process's sandbox sees
-    its own and no other, so one plugin's connections never fill another's."""
-
-    async def open(self, plugin_id: str) -> str: ...
-
-    async def close(self, address: str) -> None: ...
-
-
 def describe_exit(returncode: int | None, *, sandboxed: bool = False) -> str:
     """How a process ended: its exit code, or the signal that killed it (a negative returncode: the process the
     host started, bwrap itself, was killed; under bwrap also 128 + N, its report of the sandboxed child's death)."""
@@ -139,7 +131,7 @@ class PluginProcess:
     monitor: asyncio.Task[None] | None = None
     stopping: bool = False
     sock_dir: Path | None = None
-    api_socket: str = ""  # the process's own run-API listener (APISockets), closed with it
+    api_socket: str = ""  # the process's own run-API listener (PluginSockets), closed with it
     log_pump: asyncio.Task[None] | None = None  # copies the process's stderr into its rotating log
     bound_paths: frozenset[tuple[str, str]] = frozenset()  # (path, mode) the running process's sandbox shows
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -172,7 +164,7 @@ class Supervisor:
         sandboxed: bool = True,
         observer: Observer | None = None,
         walls: ResourceWalls | None = None,
-        api_sockets: APISockets | None = None,
+        api_sockets: PluginSockets | None = None,
     ) -> None:
         self.db = db
         # None (tests that build a bare supervisor): runners share `host_address`, whose connection cap is then

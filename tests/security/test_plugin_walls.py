@@ -25,7 +25,7 @@ import pytest
 from agenthost.host import limits
 from agenthost.host.access.private_files import private_dir
 from agenthost.host.api.client import HostClient
-from agenthost.host.api.plugin_sockets import accepted_counts
+from agenthost.host.processes.plugin_sockets import accepted_counts
 from agenthost.host.server import Host
 from agenthost.plugins import sandbox
 from agenthost.protos import errors, host_pb2_grpc
