@@ -105,3 +105,20 @@ async def test_a_second_telegram_bot_on_one_bot_is_refused_and_an_existing_chat_
     await world.fake.push(world.fake.message("after", chat_id=42))
     await world.fake.wait_for(lambda f: f.chat_text(42)[-1:] == ["You said: after"])
     assert [(s.conversation_id, s.text) for s in Scripted.seen] == [("tg:42", "before"), ("tg:42", "after")]
+
+
+async def test_two_telegram_channels_on_one_bot_made_before_the_rule_start_only_the_older(world: World) -> None:
+    """A data dir from before `channels add` refused the pair: at start the older keeps its chats, the newer does not
+    start and `channels list` says why and what to do."""
+    await world.add_channel("tg")
+    doc = world.host.channels._doc
+    doc["tg2"] = {**doc["tg"], "created_at": doc["tg"]["created_at"] + 1}
+    world.host.channels._save(doc)
+    await world.host.supervisor.stop(PROCESS_PREFIX + "tg")
+    world.host.channels.start_all()
+    tg = world.host.supervisor.processes[PROCESS_PREFIX + "tg"]
+    await asyncio.wait_for(tg.wait_for_state("ready"), 30)
+    listed = {c["name"]: c for c in json.loads((await cli(world, "channels", "list", "--json")).stdout)}
+    assert listed["tg"]["state"] == "ready"
+    assert listed["tg2"]["state"] == "stopped"
+    assert "channel 'tg' of the same bot names its chats tg:<id> too" in listed["tg2"]["last_error"]
