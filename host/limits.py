@@ -172,10 +172,11 @@ GATEWAY_HEADER_SECONDS = 15.0
 
 # ---- the gRPC listeners ----
 
-# Connections open at once to api.sock (runners: a plugin process needs a couple). Sandboxed plugins reach it,
-# and plugins are untrusted: past this, grpc-core closes new connections at once. Lowered at start like the
-# gateway's. admin.sock (reachable by this user only: its directory is 0700) has no cap, so the operator's CLI
-# still gets in when the gateway and api.sock are flooded.
+# Connections open at once to one plugin process's run API socket (each has its own: agenthost.host.processes.
+# plugin_sockets), and to the host's api.sock. A runner needs a couple, plus one per MCP bridge of a run in flight.
+# Plugins are untrusted: past this, grpc-core closes new connections at once, so a plugin that floods its socket
+# starves only its own runs. Lowered at start like the gateway's. admin.sock (reachable by this user only: its
+# directory is 0700) has no cap, so the operator's CLI still gets in when the gateway and the run API are flooded.
 API_MAX_CONNECTIONS = 1024
 # Connections open at once to the Prometheus endpoint (--metrics): a scraper needs one; past this they are closed.
 METRICS_MAX_CONNECTIONS = 64

@@ -47,6 +47,7 @@ from agenthost.host.ops.observability import Observer
 from agenthost.host.ops.tracing import Tracing
 from agenthost.host.processes import binding_config
 from agenthost.host.processes.channels import Channels
+from agenthost.host.processes.plugin_sockets import PluginSockets, run_api_server
 from agenthost.host.processes.resource_walls import ENABLE_HINT, Caps, ResourceWalls
 from agenthost.host.processes.supervisor import PluginSpec, PluginStartError, Supervisor, SupervisorPolicy
 from agenthost.host.runs.manager import RunManager, parse_runner_id
@@ -67,12 +68,11 @@ from agenthost.plugins.binding_paths import NamedPath
 from agenthost.plugins.manifest import RunnerManifest
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
-from agenthost.protos.wire import MAX_CONCURRENT_CALLS, SERVER_OPTIONS, VERSION
+from agenthost.protos.wire import SERVER_OPTIONS, VERSION
 
 log = logging.getLogger(__name__)
 
 BUILTIN_PLUGIN = "agenthost"
-MAX_CONCURRENT_RPCS = MAX_CONCURRENT_CALLS
 
 
 class HostAlreadyRunning(RuntimeError):
@@ -151,6 +151,7 @@ class Host:
         self.started_at = 0.0
         self._lock_fd: int | None = None
         self._servers: list[grpc.aio.Server] = []
+        self.plugin_sockets: PluginSockets | None = None
         self._health: health.aio.HealthServicer | None = None
         self._background: set[asyncio.Task[None]] = set()
 
@@ -400,15 +401,16 @@ class Host:
         for address in (self.api_address, self.admin_address):
             Path(address.removeprefix("unix:")).unlink(missing_ok=True)
         _, api_connections = limits.listener_caps()
-        api_server = grpc.aio.server(
-            # grpc-core closes connections past this at once (per server: admin.sock, below, has no cap, so the
-            # operator's CLI gets in while plugins flood api.sock).
-            options=[*SERVER_OPTIONS, ("grpc.max_allowed_incoming_connections", api_connections)],
-            maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
-            # Only when tracing is on: off, the run API's calls go through no interceptor at all.
-            interceptors=[self.tracing.interceptor()] if self.tracing is not None and self.tracing.on else None,
+        servicer = self._run_api_servicer()
+        # Only when tracing is on: off, the run API's calls go through no interceptor at all.
+        interceptors = [self.tracing.interceptor()] if self.tracing is not None and self.tracing.on else None
+        # api.sock serves what the host itself attaches (in-process runners in tests); every plugin process it
+        # starts gets a socket of its own instead, so the caps are per plugin (host/processes/plugin_sockets.py).
+        # admin.sock, below, has no cap, so the operator's CLI gets in while plugins flood theirs.
+        api_server = run_api_server(functools.partial(add_servicer, servicer), api_connections, interceptors)
+        self.supervisor.api_sockets = self.plugin_sockets = PluginSockets(
+            self.runtime_dir, functools.partial(add_servicer, servicer), interceptors
         )
-        add_servicer(self._run_api_servicer(), api_server)
         admin_server = grpc.aio.server(
             options=SERVER_OPTIONS,
             interceptors=[AuthInterceptor(self.credentials, on_refused=self.observer.admin_refused)],
@@ -483,6 +485,8 @@ class Host:
         if self.workers is not None:
             await self.workers.stop()
         await self.supervisor.stop_all()
+        if self.plugin_sockets is not None:
+            await self.plugin_sockets.close_all()
         await asyncio.to_thread(self.resource_walls.close)
         for server in self._servers:
             await server.stop(grace=1.0)

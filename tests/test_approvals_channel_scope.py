@@ -29,8 +29,10 @@ async def h(tmp_path: Path) -> AsyncIterator[HostHarness]:
 def _channel_client(h: HostHarness, name: str, prefix: str = CHANNEL_PREFIX) -> HostClient:
     # What Channels does at each adapter start: a `send` credential for the channel's bot alone (or, with no prefix,
     # what `agenthost credentials create NAME --bot BOT` makes for an application).
+    # A channel's chats are `tg:` (Telegram's) or `<channel name>:` (Channels' chat_prefix): `<name>:` for both here.
+    channel = prefix == CHANNEL_PREFIX
     _, token = h.host.credentials.create(
-        prefix + name, "send", [h.host.registry.bot(h.bot).bot_id], replace=prefix == CHANNEL_PREFIX
+        prefix + name, "send", [h.host.registry.bot(h.bot).bot_id], replace=channel, chats=f"{name}:" if channel else ""
     )
     return HostClient(h.host.admin_address, token=token)
 

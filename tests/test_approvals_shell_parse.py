@@ -109,8 +109,27 @@ BYPASSES = [
     "git --no-pager push",
     "git -C . -c a=b push origin",
     "sudo git -C . push",
+    # a wrapper's long option whose value is a line it runs
+    "env --split-string='rm -rf x'",
+    "su --command='rm x'",
+    "env -i --split-string='git push origin'",
 ]
 FAIL_CLOSED = [
+    # a cluster of short options whose value, starting at a letter only the wrapper knows, is a line it runs
+    "env -iS'rm -rf x'",
+    "su -c'rm x'",
+    # the dynamic loader runs a library of the line's choosing inside whatever program comes next
+    "LD_PRELOAD=/tmp/x.so ls",
+    "env LD_PRELOAD=./x.so ls",
+    "LD_AUDIT=./a.so true",
+    # a shell that reads startup files an earlier command may have written (`r() { rm "$@"; }` in ~/.bashrc)
+    "bash -ic 'r x'",
+    "bash -lc 'r x'",
+    "sh -l -c 'r x'",
+    "bash --login -c 'r x'",
+    "bash --rcfile ./rc -c 'r x'",
+    "zsh -c 'r x'",
+    "fish -c 'r x'",
     # A program named by a path outside the system's program directories may be anything under any name (a copy of
     # rm made by this line or an earlier call), and a line that sets PATH makes a plain name such a file.
     "cp /bin/rm ./tidy && ./tidy -rf x",

@@ -82,6 +82,7 @@ async def _run_adapter(config: dict[str, Any], adapter_cls: Any, stop: asyncio.E
         data_dir=Path(config["data_dir"]),
         host=host,
         stop=stop,
+        chats=str(config.get("chats", "")),
         source=adapter_cls.manifest.name,
         log=logging.getLogger(f"agenthost.channel.{config['instance']}"),
     )

@@ -33,6 +33,9 @@ class ChannelContext:
     data_dir: Path
     host: HostClient  # carries the channel's scoped `send` credential
     stop: asyncio.Event = field(default_factory=asyncio.Event)
+    # The head the host gave this channel's conversation names (`tg:`, or `<channel name>:`): the host refuses it
+    # any other, so name chats with `conversation(id)`.
+    chats: str = ""
     source: str = "channel"
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("agenthost.channel"))
     _state: AdapterState | None = None
@@ -42,6 +45,10 @@ class ChannelContext:
         if self._state is None:
             self._state = AdapterState(self.data_dir / "state.json")
         return self._state
+
+    def conversation(self, chat_id: str) -> str:
+        """The conversation name of chat `chat_id` on this channel."""
+        return f"{self.chats}{chat_id}"
 
     def secret(self, setting: str) -> str:
         """The value of the key the config's `setting` names (e.g. token_key -> TELEGRAM_BOT_TOKEN -> the token)."""

@@ -76,6 +76,9 @@ class Principal:
     # Which issue of the credential this is (the sha256 of its token): a credential revoked and made again under the
     # same name is another principal, so nothing opened with the old one (a console session) carries over.
     issue: str = field(default="", repr=False)
+    # A channel adapter's chats: the head (`tg:`) of every conversation name it may start, set by the host from the
+    # channel's record (agenthost.host.processes.channels.chat_prefix), never from what the adapter says.
+    chats: str = ""
 
     @property
     def is_admin(self) -> bool:
@@ -119,7 +122,8 @@ class Principal:
           user, who has no other, would be refused in it for good;
         - a chat's (`<platform>:<id>`, as tg:42) is its channel adapter's: a key that started it first would lock
           the chat out of its own conversation;
-        - a channel adapter, an untrusted plugin, starts only names of that form, never a key's or the CLI's.
+        - a channel adapter, an untrusted plugin, starts only names of that form, never a key's or the CLI's, and
+          only under the head the host gave its channel (`chats`), never another channel's chats.
         The admin may start any."""
         if self.is_admin:
             return None
@@ -136,6 +140,12 @@ class Principal:
             return (
                 f"a channel names its chats' conversations <platform>:<id> (tg:42), not {shown}: that is a name a"
                 " key or the CLI uses"
+            )
+        if self.is_channel and not (self.chats and conversation_id.startswith(self.chats)):
+            # Another platform's chats (a "slack" adapter taking tg:42 first), or another channel's of this bot.
+            return (
+                f"channel {self.name.removeprefix(CHANNEL_PREFIX)!r} names its chats' conversations "
+                f"{self.chats or '<none given>'}<id>, not {shown}: those are another channel's"
             )
         if not self.is_channel and chat_named:
             return (
@@ -253,6 +263,7 @@ class Credentials:
             frozenset(cred["bots"]),
             all_conversations=bool(cred.get("all_conversations", False)),
             issue=cred["token_hash"],
+            chats=str(cred.get("chats", "")),
         )
 
     def is_live(self, principal: Principal) -> bool:
@@ -265,9 +276,17 @@ class Credentials:
     # ---- scoped credentials (admin calls) ----
 
     def create(
-        self, name: str, scope: str, bot_ids: list[str], *, replace: bool = False, all_conversations: bool = False
+        self,
+        name: str,
+        scope: str,
+        bot_ids: list[str],
+        *,
+        replace: bool = False,
+        all_conversations: bool = False,
+        chats: str = "",
     ) -> tuple[hpb.CredentialInfo, str]:
-        """`replace` is the host's own rotation of a channel's credential: the old token stops working."""
+        """`replace` is the host's own rotation of a channel's credential: the old token stops working. `chats`: a
+        channel's conversation head (Principal.chats), given only by the host."""
         if not replace and name.startswith(CHANNEL_PREFIX):
             raise errors.InvalidArgument(f"credential names starting with {CHANNEL_PREFIX!r} are the host's own")
         if all_conversations and (scope != "send" or name.startswith(CHANNEL_PREFIX)):
@@ -292,6 +311,8 @@ class Credentials:
             "created_at": time.time(),
             "all_conversations": all_conversations,
         }
+        if chats:
+            cred["chats"] = chats
         self._save({**self._scoped, name: cred})
         return self._info(name, cred), token
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agenthost.host.access.credentials import CHANNEL_PREFIX
+from agenthost.host.access.credentials import CHANNEL_PREFIX, CHAT_CONVERSATION
 from agenthost.host.access.private_files import read_json, write_json
 from agenthost.host.processes import binding_config
 from agenthost.host.processes.supervisor import PluginSpec
@@ -51,6 +51,16 @@ BUILTIN = "agenthost"
 def _adapter_id(ref: str) -> tuple[str, str]:
     plugin, _, name = ref.rpartition("/")
     return (plugin or BUILTIN), name
+
+
+def chat_prefix(name: str, record: dict[str, Any]) -> str:
+    """The head of every conversation name channel `name` may start (Principal.chats), from its record alone, never
+    from what its adapter says: agenthost's Telegram adapter keeps `tg:`, so the conversations of channels made
+    before this rule stay theirs with no migration; any other adapter's chats are `<channel name>:<id>`. Unique
+    among one bot's channels (Channels.add refuses a second), since conversations are per bot."""
+    if record["plugin_id"] == BUILTIN and record["adapter"] == "telegram":
+        return "tg:"
+    return f"{name}:"
 
 
 @dataclass(frozen=True)
@@ -148,6 +158,7 @@ class Channels:
         self.host.keys.resolve(keys)  # a key the store lacks is refused now, not at the first start
         if name in self._doc:  # added by a concurrent call while this one described the adapter
             raise errors.AlreadyExists(f"channel {name!r} exists; remove it first")
+        self._check_chats(name, {"bot_id": bot.bot_id, "plugin_id": plugin_id, "adapter": adapter}, request.bot)
         record = {
             "bot_id": bot.bot_id,
             "plugin_id": plugin_id,
@@ -160,6 +171,24 @@ class Channels:
         self._save({**self._doc, name: record})
         self._start(name)
         return self.info(name)
+
+    def _check_chats(self, name: str, record: dict[str, Any], bot: str) -> None:
+        """Refuses a channel whose conversations would be another channel's of the same bot: two Telegram bots on
+        one agenthost bot (a user's chat has the same id with both), or a channel whose name is another's head."""
+        prefix = chat_prefix(name, record)
+        if CHAT_CONVERSATION.fullmatch(prefix) is None:
+            raise errors.InvalidArgument(
+                f"channel {name!r}: a plugin's adapter names its chats '<channel name>:<id>', so the name must start"
+                " with a letter: choose another name"
+            )
+        for other, theirs in self._doc.items():
+            if other != name and theirs["bot_id"] == record["bot_id"] and chat_prefix(other, theirs) == prefix:
+                raise errors.FailedPrecondition(
+                    f"bot {bot!r} already has channel {other!r}, whose chats are its conversations {prefix}<id>:"
+                    f" channel {name!r} would share them (the same chat id in both). Give it a bot of its own"
+                    " (`agenthost bots create NAME`, bound to the same runner), or remove channel"
+                    f" {other!r} first"
+                )
 
     def _check_config(self, manifest: ChannelManifest, config: dict[str, Any]) -> None:
 
@@ -265,6 +294,21 @@ class Channels:
             prepare=self._preparer(name),
         )
         pp = self.host.supervisor.add(spec)
+        first = min(
+            (
+                o
+                for o, r in self._doc.items()
+                if r["bot_id"] == record["bot_id"] and chat_prefix(o, r) == chat_prefix(name, record)
+            ),
+            key=lambda o: (self._doc[o]["created_at"], o),
+        )
+        if first != name:  # two channels made before Channels.add refused the second
+            pp.last_error = (
+                f"channel {first!r} of the same bot names its chats {chat_prefix(name, record)}<id> too: this one"
+                f" would share its conversations; remove one, or add this one again on a bot of its own"
+            )
+            log.error("channel %s: %s", name, pp.last_error)
+            return
         if not plugin.enabled:
             pp.last_error = f"plugin {plugin.plugin_id} is disabled"
             return
@@ -281,8 +325,12 @@ class Channels:
         async def prepare() -> dict[str, Any]:
             record = self._doc[name]
             # A fresh token at every start: a token that leaked from a dead process is already worthless.
-            _, token = self.host.credentials.create(CHANNEL_PREFIX + name, "send", [record["bot_id"]], replace=True)
+            prefix = chat_prefix(name, record)
+            _, token = self.host.credentials.create(
+                CHANNEL_PREFIX + name, "send", [record["bot_id"]], replace=True, chats=prefix
+            )
             return {
+                "chats": prefix,
                 "adapter": record["adapter"],
                 "instance": name,
                 "bot": record["bot_id"],

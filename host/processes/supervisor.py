@@ -47,6 +47,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from agenthost.host.access.grants import RunRegistry, new_token
 from agenthost.host.ops.logs import RotatingFile, pump
 from agenthost.host.ops.observability import Observer
+from agenthost.host.processes.plugin_sockets import PluginSockets
 from agenthost.host.processes.resource_walls import PluginGroup, ResourceWalls, human_bytes
 from agenthost.host.store.db import Database
 from agenthost.plugins import binding_paths, command_plugin, sandbox
@@ -130,6 +131,7 @@ class PluginProcess:
     monitor: asyncio.Task[None] | None = None
     stopping: bool = False
     sock_dir: Path | None = None
+    api_socket: str = ""  # the process's own run-API listener (PluginSockets), closed with it
     log_pump: asyncio.Task[None] | None = None  # copies the process's stderr into its rotating log
     bound_paths: frozenset[tuple[str, str]] = frozenset()  # (path, mode) the running process's sandbox shows
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -162,8 +164,12 @@ class Supervisor:
         sandboxed: bool = True,
         observer: Observer | None = None,
         walls: ResourceWalls | None = None,
+        api_sockets: PluginSockets | None = None,
     ) -> None:
         self.db = db
+        # None (tests that build a bare supervisor): runners share `host_address`, whose connection cap is then
+        # host-wide.
+        self.api_sockets = api_sockets
         self.observer = observer or Observer()
         # One rotating log per plugin, shared by its successive processes (and by a dying one's last words).
         self._logs: dict[str, RotatingFile] = {}
@@ -248,6 +254,7 @@ class Supervisor:
                     await self._spawn(pp)
                 except PluginStartError as exc:
                     pp.last_error = str(exc)
+                    await self._close_api_socket(pp)  # a start that failed before its process existed
                     self.observer.plugin_failed(pp.spec.plugin_id, pp.last_error, crashed=False)
                 else:
                     if self.on_ready is not None and pp.spec.kind == "runner":
@@ -300,11 +307,16 @@ class Supervisor:
         secret = new_token("ps")
         data_dir = spec.data_dir or self.data_dir / "plugins" / spec.plugin_id / "data"
         data_dir.mkdir(parents=True, exist_ok=True)
-        host_socket = spec.host_socket or self.host_address
         try:
             extra = await spec.prepare() if spec.prepare is not None else {}
         except Exception as exc:  # noqa: BLE001 — whatever stops the start is the plugin's last_error
             raise PluginStartError(f"cannot prepare the {spec.kind} process: {exc}") from None
+        host_socket = spec.host_socket or self.host_address
+        if spec.host_socket is None and self.api_sockets is not None:
+            try:
+                host_socket = pp.api_socket = await self.api_sockets.open(spec.plugin_id)
+            except (RuntimeError, OSError) as exc:
+                raise PluginStartError(f"cannot open the {spec.kind} process's run API socket: {exc}") from None
         log_path = self.data_dir / "logs" / f"{spec.plugin_id}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         env = sandbox.plugin_environment(os.environ, home=data_dir)
@@ -502,12 +514,18 @@ class Supervisor:
             await asyncio.sleep(0.05)
         raise PluginStartError(f"health check never reported SERVING (last: {last})")
 
+    async def _close_api_socket(self, pp: PluginProcess) -> None:
+        if pp.api_socket and self.api_sockets is not None:
+            address, pp.api_socket = pp.api_socket, ""
+            await self.api_sockets.close(address)
+
     async def _forget_process(self, pp: PluginProcess) -> None:
         if pp.channel is not None:
             await pp.channel.close()
             pp.channel = None
             pp.stub = None
         self.registry.remove_plugin(pp.spec.plugin_id)
+        await self._close_api_socket(pp)
         if pp.sock_dir is not None:
             shutil.rmtree(pp.sock_dir, ignore_errors=True)
             pp.sock_dir = None

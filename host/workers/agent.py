@@ -26,6 +26,7 @@ from typing import Any
 
 import grpc
 
+from agenthost.host import limits
 from agenthost.host.access.grants import hash_secret
 from agenthost.host.access.private_files import make_private_dir, read_private, write_private
 from agenthost.host.access.worker_pki import (
@@ -37,6 +38,7 @@ from agenthost.host.access.worker_pki import (
     new_key,
     pin_of,
 )
+from agenthost.host.processes.plugin_sockets import PluginSockets, run_api_server
 from agenthost.host.processes.supervisor import PluginSpec, PluginStartError, Supervisor
 from agenthost.host.store.registry import Registry
 from agenthost.host.workers.hub import split_address
@@ -44,7 +46,7 @@ from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors, runner_pb2
 from agenthost.protos import run_api_pb2 as api_pb
 from agenthost.protos import worker_pb2 as wpb
-from agenthost.protos.wire import CHANNEL_OPTIONS, SERVER_OPTIONS, VERSION
+from agenthost.protos.wire import CHANNEL_OPTIONS, VERSION
 
 BUILTIN_PLUGIN = "agenthost"
 
@@ -558,8 +560,15 @@ async def running(data_dir: Path, identity: Identity, *, capacity: int = 4, unsa
     )
     await supervisor.sweep_orphans()
     worker = Worker(identity, supervisor, capacity=capacity)
-    server = grpc.aio.server(options=SERVER_OPTIONS)
-    server.add_generic_rpc_handlers((_Forward(worker),))
+
+    def forward(server: grpc.aio.Server) -> None:
+        server.add_generic_rpc_handlers((_Forward(worker),))
+
+    # Each plugin process reaches the run API through a socket and a connection cap of its own, as on the host, so
+    # one plugin flooding it cannot starve the worker's other plugins; api.sock is bound into no sandbox.
+    supervisor.api_sockets = sockets = PluginSockets(runtime, forward)
+    _, connections = limits.listener_caps()
+    server = run_api_server(forward, connections)
     server.add_insecure_port(api_address)
     await server.start()
     try:
@@ -570,6 +579,7 @@ async def running(data_dir: Path, identity: Identity, *, capacity: int = 4, unsa
             if run.task is not None:
                 run.task.cancel()
         await supervisor.stop_all()
+        await sockets.close_all()
         await server.stop(grace=1.0)
         await asyncio.to_thread(walls.close)
         await db.close()

@@ -73,6 +73,11 @@ APPENDS_INPUT = frozenset({"xargs", "parallel"})
 SHELLS = frozenset(
     {"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "posh", "fish", "csh", "tcsh", "capsh"}
 )  # fmt: skip
+# Read startup files whatever their options (zsh: ~/.zshenv, fish: config.fish, csh: ~/.cshrc): a file an earlier
+# command wrote there can define a function or alias under any name, so what the line names says nothing.
+READS_STARTUP_FILES = frozenset({"zsh", "fish", "csh", "tcsh"})
+# The options that make the others read them: interactive (~/.bashrc, $ENV) or login (~/.profile), or a file named.
+STARTUP_OPTIONS = frozenset({"--login", "--interactive", "--rcfile", "--init-file"})
 # Join their arguments into one string a shell runs.
 JOINS_FOR_SHELL = frozenset({"watch"})
 # Run shell code from a string or a file, or change what a later name runs.
@@ -83,10 +88,12 @@ RESERVED = frozenset(
     {"if", "then", "else", "elif", "fi", "do", "done", "case", "esac", "while", "until", "for", "select", "in",
      "function", "{", "}", "[[", "]]", "!"}
 )  # fmt: skip
-# Variables whose value a shell runs or sources (PS4 under `-x`, BASH_ENV at start, exported functions), or that
-# give git configuration (an alias among it): an assignment to one is code that cannot be seen.
+# Variables whose value a shell runs or sources (PS4 under `-x`, BASH_ENV at start, exported functions), that give
+# git configuration (an alias among it), or that load a library of the line's choosing into any program it runs (the
+# dynamic loader's): an assignment to one is code that cannot be seen.
 CODE_VARIABLES = re.compile(
-    r"(PATH|BASH_ENV|ENV|PS[0-4]|PROMPT_COMMAND|SHELLOPTS|BASHOPTS|BASH_FUNC_.*|GIT_CONFIG_(COUNT|KEY_.*|VALUE_.*|PARAMETERS))"
+    r"(PATH|BASH_ENV|ENV|PS[0-4]|PROMPT_COMMAND|SHELLOPTS|BASHOPTS|BASH_FUNC_.*|GIT_CONFIG_(COUNT|KEY_.*|VALUE_.*|PARAMETERS)"
+    r"|LD_PRELOAD|LD_LIBRARY_PATH|LD_AUDIT)"
     r"\+?=?$"
 )
 FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
@@ -326,8 +333,21 @@ def _argv(argv: list[Template], out: Commands, depth: int, *, appended: bool = F
                 _assignment(text.split("=", 1)[0], out)
                 continue
             if text is not None and text.startswith("-"):
+                if any(c.isspace() for c in text):
+                    _option_string(program, text, out, depth)
                 continue
             _argv(argv[start:], out, depth + 1, appended=appended or program in APPENDS_INPUT)
+
+
+def _option_string(program: str, option: str, out: Commands, depth: int) -> None:
+    """A wrapper's option word with a command string in it: `env --split-string='rm x'`, `su --command='rm x'` run
+    the value as a line, so it is read as one; a cluster of short options (`env -iS'rm x'`, `su -c'rm x'`), whose
+    value starts at a letter only the wrapper knows, asks."""
+    name, eq, value = option.partition("=")
+    if name.startswith("--") and eq:
+        _parse_line(value, out, depth + 1)
+    else:
+        out.unresolved.append(f"{program!r} option {option[:40]!r} may carry a command to run")
 
 
 def _without_leading_options(program: str, rest: list[Template], out: Commands) -> None:
@@ -363,13 +383,23 @@ def _git_alias(args: list[Template]) -> bool:
 
 def _assignment(name: str, out: Commands) -> None:
     if CODE_VARIABLES.match(name):
-        out.unresolved.append(f"it sets {name.rstrip('+')}, which a shell runs as code")
+        out.unresolved.append(f"it sets {name.rstrip('+')}, which runs code the line does not show")
 
 
 def _shell(program: str, args: list[Template], out: Commands, depth: int) -> None:
     """`bash -c 'code'` runs code: parse it (every literal operand, so an option's value only asks more)."""
     flags = [a[0] for a in args if len(a) == 1 and isinstance(a[0], str) and a[0].startswith("-")]
-    if not any(not f.startswith("--") and "c" in f[1:] for f in flags):
+    short = [f[1:] for f in flags if not f.startswith("--")]
+    if (
+        program in READS_STARTUP_FILES
+        or any(f.split("=", 1)[0] in STARTUP_OPTIONS for f in flags)
+        or any("i" in f or "l" in f for f in short)
+    ):
+        out.unresolved.append(
+            f"{program!r} reads startup files (~/.bashrc, ~/.profile, ~/.zshenv …) here, where an earlier command"
+            " may have defined any name as another command"
+        )
+    if not any("c" in f for f in short):
         out.unresolved.append(f"{program!r} runs a script or its input, which cannot be seen in the line")
         return
     for arg in args:

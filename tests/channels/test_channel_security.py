@@ -85,6 +85,7 @@ async def test_adapter_credential_reaches_only_its_bot(tmp_path: Path) -> None:
             "add_channel": "refused: PermissionDenied",
             "install_plugin": "refused: PermissionDenied",
             "send_other_bot": "refused: PermissionDenied",
+            "start_other_platform_chat": "refused: PermissionDenied",
             "send_own_bot": "ALLOWED",
             "file:admin.token": "absent",
             "file:keys.json": "absent",

@@ -17,6 +17,7 @@ from agenthost.host.access.credentials import CHANNEL_PREFIX, Credentials
 from agenthost.host.access.private_files import write_json
 from agenthost.host.api.client import HostClient
 from agenthost.host.api.gateway.openai_api import response_id
+from agenthost.host.processes.channels import chat_prefix
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
@@ -38,10 +39,11 @@ async def _key(world: World, name: str, *, all_conversations: bool = False) -> s
     return (await world.harness.client.call("CreateCredential", request)).token
 
 
-def _channel_key(world: World, name: str) -> str:
-    # What Channels does at an adapter's start.
+def _channel_key(world: World, name: str, plugin_id: str = "agenthost", adapter: str = "telegram") -> str:
+    # What Channels does at an adapter's start (agenthost's Telegram adapter by default).
     bot_id = world.host.registry.bot("testbot").bot_id
-    return world.host.credentials.create(CHANNEL_PREFIX + name, "send", [bot_id], replace=True)[1]
+    chats = chat_prefix(name, {"plugin_id": plugin_id, "adapter": adapter})
+    return world.host.credentials.create(CHANNEL_PREFIX + name, "send", [bot_id], replace=True, chats=chats)[1]
 
 
 def _in(world: World, conversation: str) -> list[hpb.RunInfo]:
@@ -264,6 +266,12 @@ async def test_no_key_takes_a_chats_conversation_first_and_no_channel_takes_a_ke
         assert (await tg.send("testbot", "hi", conversation_id="tg:77")).text == "Hello world"
     assert _in(world, "support-1") == _in(world, "orders") == []
     assert [r.origin for r in _in(world, "tg:77")] == ["channel.tg"]
+    # A plugin's adapter ("slack") starts only its own channel's names, never a Telegram chat's first.
+    async with HostClient(world.host.admin_address, token=_channel_key(world, "slack", "acme", "slack")) as slack:
+        with pytest.raises(errors.PermissionDenied, match="names its chats' conversations slack:<id>"):
+            await slack.send("testbot", "squat", conversation_id="tg:78")
+        assert (await slack.send("testbot", "hi", conversation_id="slack:C01")).text == "Hello world"
+    assert _in(world, "tg:78") == []
     # A key still names its own conversations freely, and the CLI (admin) any.
     async with client(world, world.key) as a:
         assert (await _chat(a, "hi", "support-1")).choices[0].message.content == "Hello world"

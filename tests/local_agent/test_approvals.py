@@ -193,3 +193,30 @@ def test_config_errors_are_clear() -> None:
     ):
         with pytest.raises(ConfigError, match=needle):
             LocalAgentConfig.parse({"approvals": bad})
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ("touch keep; env --split-string='rm keep'", "command matches approvals.commands 'rm *' ('rm keep')"),
+        ("touch keep; env -iS'rm keep'", "may carry a command to run"),
+        ("touch keep; LD_PRELOAD=./evil.so ls", "it sets LD_PRELOAD"),
+        ("touch keep; bash -lc 'tidy keep'", "reads startup files"),
+    ],
+)
+async def test_a_command_run_through_a_wrapper_option_or_startup_files_asks(
+    tmp_path: Path, line: str, reason: str
+) -> None:
+    """Each ran `rm` (or code of the line's choosing) unapproved: a wrapper's option holding the command, a library
+    the loader injects, a login shell reading a ~/.profile an earlier call wrote (`tidy() { rm "$@"; }`)."""
+    async with FakeProviderServer() as server:
+        config = cfg(server, tmp_path, commands=["rm *"], timeout_seconds=120)
+        async with HostHarness(tmp_path, runners=[LocalAgentRunner], config=config) as h:
+            server.push(openai_tool_calls([("c1", "shell", {"command": line})]), openai_text("Understood."))
+            w = Watch(h, "clean up", "i")
+            req = await w.request()
+            assert req.summary == line and reason in req.reason, req.reason
+            await decide(h, req.approval_id, "deny")
+            run = await w.finished()
+            assert run.status == "completed" and "the user denied it" in last_tool_message(server)
+            assert not list((tmp_path / "ws").rglob("keep"))  # nothing of the line ran

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import os
 import shutil
 import socket
@@ -22,12 +23,15 @@ from pathlib import Path
 import grpc
 import pytest
 
+from agenthost.host import limits
 from agenthost.host.access.private_files import private_dir
 from agenthost.host.api.client import HostClient
+from agenthost.host.processes import plugin_sockets
 from agenthost.host.server import Host
 from agenthost.plugins import sandbox
 from agenthost.protos import errors, host_pb2_grpc
 from agenthost.protos import host_pb2 as hpb
+from tests.gateway.helpers import until
 
 ROOT = Path(__file__).resolve().parents[2]
 INTRUDER = str(ROOT / "tests" / "fixtures" / "intruder-plugin")
@@ -118,6 +122,7 @@ async def test_a_plugin_reaches_nothing_beyond_its_own_walls(host, tmp_path, reu
     assert report["env_secrets"] == []  # neither the host's OPENAI_API_KEY nor anything named like a secret
     for attack in (
         "admin_sock",
+        "api_sock",  # the host's shared one: each plugin process sees only its own (below)
         "database",
         "admin_token",
         "keys_file",
@@ -128,8 +133,8 @@ async def test_a_plugin_reaches_nothing_beyond_its_own_walls(host, tmp_path, reu
         "shadow",
     ):
         assert report[attack]["reached"] is False, (attack, report[attack])
-    # What it is meant to have: the run API socket, its own data dir.
-    assert report["api_sock"]["reached"] is True, report["api_sock"]
+    # What it is meant to have: its own run API socket, its own data dir.
+    assert report["own_api_sock"]["reached"] is True, report["own_api_sock"]
     assert report["own_data_write"]["reached"] is True, report["own_data_write"]
     # Installed without --allow-network: no network, although its manifest asks.
     assert report["tcp_loopback"]["reached"] is False, report["tcp_loopback"]
@@ -137,6 +142,45 @@ async def test_a_plugin_reaches_nothing_beyond_its_own_walls(host, tmp_path, reu
     assert report["survivor"]["reached"] is True and _pgrep(marker)
     await c.call("SetPluginEnabled", hpb.SetPluginEnabledRequest(plugin_id="agenthost-intruder", enabled=False))
     assert await _wait_gone(marker) == []
+
+
+API_CAP = 16
+
+
+@pytest.fixture
+def low_api_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before the host starts: its shared api.sock and each plugin process's socket take their cap from it.
+    monkeypatch.setattr(limits, "API_MAX_CONNECTIONS", API_CAP)
+    monkeypatch.setattr(plugin_sockets, "WATCH_SECONDS", 0.5)
+
+
+async def test_a_plugin_flooding_the_run_api_starves_only_itself(low_api_cap, host, reused_plugin_installs, caplog):
+    """The run API's connection cap used to be host-wide: one plugin holding it left every other plugin's runs
+    without the run API. Now each plugin process has a socket and a cap of its own."""
+    h, c = host
+    caplog.set_level(logging.WARNING, logger=plugin_sockets.__name__)
+    await _install(c, INTRUDER)
+    await c.call("CreateBot", hpb.CreateBotRequest(name="b"))
+    await c.bind("b", "agenthost-intruder/intruder")
+    flood = json.loads((await c.send("b", json.dumps({"flood": 4 * API_CAP}))).text)
+    print(f"\nflood: {flood}")
+    assert flood["opened"] == 4 * API_CAP
+    # A plugin started after the flood, on the same host: its runs' calls through the run API are served.
+    await _install(c, FAULTY)
+    await c.call("CreateBot", hpb.CreateBotRequest(name="f"))
+    await c.bind("f", "agenthost-faulty/faulty")
+    result = await c.send("f", "api 5")
+    assert result.run.status == "completed", result.run.error_message
+    assert result.text == "api done 5"
+    # Its own calls are what the flooder starved.
+    assert flood["own_call"] != "served", flood
+
+    # The host's log names the plugin that sits at its cap, and no other.
+    def logged() -> str:
+        return caplog.text
+
+    await until(lambda: "plugin agenthost-intruder holds" in logged(), "the flooder is named in the host's log")
+    assert "its cap (API_MAX_CONNECTIONS)" in logged() and "plugin agenthost-faulty holds" not in logged()
 
 
 async def test_network_only_when_the_manifest_asks_and_the_user_accepts(host, tmp_path, reused_plugin_installs):
