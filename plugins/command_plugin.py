@@ -10,7 +10,7 @@ the handshake, health, the lifeline; the TypeScript SDK in sdk/typescript implem
 spawn is the same. Installing copies (or unpacks) the package into `<data>/plugins/<id>/env/app`, runs its
 `describe` in the sandbox, and writes `env/launch.json`: the runtime's resolved path and the command. The runtime is
 looked up at install and again at every start: a missing runtime is an error that says what to install, never a
-plugin that silently fails to start. In the sandbox the runtime's installation and the package are bound read-only;
+plugin that silently fails to start. In the sandbox the runtime's binary and the package are bound read-only;
 everything else (data dir, sockets, network only if accepted at install) is exactly a Python plugin's.
 """
 
@@ -122,8 +122,10 @@ def find_runtime(runtime: str, env: dict[str, str] | os._Environ[str] = os.envir
 
 
 def runtime_paths(runtime_path: str) -> list[str]:
-    """What the sandbox binds read-only for the runtime: its installation (`<prefix>/bin/node` → `<prefix>`)."""
-    return [str(Path(runtime_path).parent.parent)]
+    """What the sandbox binds read-only for the runtime: its binary alone. Node needs nothing else of its prefix to
+    run a package (a distribution's libnode lives in the system directories every sandbox sees), and the prefix of
+    a node the user put in `~/bin` is the user's home: SSH keys, perhaps the host's own data dir."""
+    return [runtime_path]
 
 
 def unpack(tarball: Path, into: Path) -> Path:
