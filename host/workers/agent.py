@@ -151,6 +151,11 @@ async def enrol(data_dir: Path, host: str, join_token: str, name: str) -> Identi
                 timeout=ENROL_TIMEOUT,
             )
     except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            raise WorkerError(
+                "the host's enrolment port is busy (more enrolments at once than it takes, or someone flooding it);"
+                " the join token was not used: try again shortly"
+            ) from None
         raise WorkerError(f"the host refused enrolment: {exc.code().name}: {exc.details()}") from None
     d = identity_dir(data_dir)
     write_private(d / "worker.key", key_pem(key))

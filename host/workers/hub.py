@@ -195,14 +195,15 @@ class WorkerHub:
             enrol_bind, enrol_port = split_address(self.enrol_address)
         else:
             enrol_bind, enrol_port = bind, (port + 1 if port else 0)
-        enrol = grpc.aio.server(options=SERVER_OPTIONS)
+        enrol = grpc.aio.server(options=SERVER_OPTIONS, maximum_concurrent_rpcs=limits.WORKER_ENROL_MAX_CALLS)
         enrol.add_generic_rpc_handlers(
             (
                 grpc.method_handlers_generic_handler(
                     "agenthost.v1.WorkerEnrolment",
                     {
-                        "Enrol": grpc.unary_unary_rpc_method_handler(
-                            self._enrol,
+                        # Request-streaming on the server (the wire is unary) so the read can be given a deadline.
+                        "Enrol": grpc.stream_unary_rpc_method_handler(
+                            self._enrol_call,
                             request_deserializer=wpb.EnrolRequest.FromString,
                             response_serializer=wpb.EnrolResponse.SerializeToString,
                         )
@@ -282,6 +283,26 @@ class WorkerHub:
             expires_at=expires_at,
             workers_address=f"{self.address.rpartition(':')[0]}:{self.port}",
         )
+
+    async def _enrol_call(
+        self, requests: AsyncIterator[wpb.EnrolRequest], context: grpc.aio.ServicerContext
+    ) -> wpb.EnrolResponse:
+        """The enrolment port is unauthenticated: a call whose request does not arrive in
+        WORKER_ENROL_READ_SECONDS is ended, so calls held open cannot pile up (nor hold the port's few slots)."""
+        try:
+            request = await asyncio.wait_for(anext(requests, None), limits.WORKER_ENROL_READ_SECONDS)
+        except TimeoutError:
+            request = None
+            refusal: errors.AgentHostError = errors.DeadlineExceeded(
+                f"no enrolment request within {limits.WORKER_ENROL_READ_SECONDS:.0f}s"
+            )
+        else:
+            refusal = errors.InvalidArgument("the call carried no enrolment request")
+        if request is None:
+            log.warning("worker enrolment refused (%s): %s", context.peer(), refusal.message)
+            await errors.abort_with(context, refusal)
+            raise refusal
+        return await self._enrol(request, context)
 
     async def _enrol(self, request: wpb.EnrolRequest, context: grpc.aio.ServicerContext) -> wpb.EnrolResponse:
         try:
