@@ -645,25 +645,45 @@ def _worker() -> WorkerRecord:
 
 class _Guard(grpc.GenericRpcHandler):
     """Every workers-port method, served request-streaming so that `WorkerHub.identify` runs before any request
-    message is read (a unary request is read from the stream after the check; the wire is the same)."""
+    message is read (a unary request is read from the stream after the check; the wire is the same), and so that a
+    worker's calls open at once are counted and capped (limits.WORKER_MAX_CALLS) before it can hold one: an
+    enrolled worker that is compromised must not pile up calls in the host nor take the port from the others."""
 
     def __init__(self, hub: WorkerHub, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
         self._hub = hub
         self._handlers = {method: self._guarded(handler) for method, handler in handlers.items()}
+        self._open: dict[str, int] = {}
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         return self._handlers.get(handler_call_details.method)
 
-    async def _admit(self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext, unary: bool) -> Any:
+    async def _enter(self, context: grpc.aio.ServicerContext) -> WorkerRecord:
+        """The caller, admitted and counted (the caller must `_leave`); the call aborted otherwise."""
         try:
             record = self._hub.identify(context)
+            held = self._open.get(record.name, 0)
+            if held >= limits.WORKER_MAX_CALLS:
+                raise errors.ResourceExhausted(
+                    f"worker {record.name!r} has {held} calls open on the workers port, the most one worker may"
+                    " hold at once; finish some first"
+                )
         except errors.AgentHostError as exc:
             self._hub.calls["refused"] += 1
             log.warning("worker call refused (%s): %s", context.peer(), exc.message)
             await errors.abort_with(context, exc)
             raise
         self._hub.calls["accepted"] += 1
+        self._open[record.name] = held + 1
         current_worker.set(record)
+        return record
+
+    def _leave(self, record: WorkerRecord) -> None:
+        held = self._open.pop(record.name, 1) - 1
+        if held > 0:
+            self._open[record.name] = held
+
+    @staticmethod
+    async def _request(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext, unary: bool) -> Any:
         if not unary:
             return request_iterator
         request = await anext(request_iterator, None)
@@ -684,20 +704,26 @@ class _Guard(grpc.GenericRpcHandler):
             async def streaming(
                 request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
             ) -> AsyncIterator[Any]:
-                request = await self._admit(request_iterator, context, unary)
+                record = await self._enter(context)
                 try:
+                    request = await self._request(request_iterator, context, unary)
                     async for reply in inner(request, context):
                         yield reply
                 except errors.AgentHostError as exc:
                     await errors.abort_with(context, exc)
+                finally:
+                    self._leave(record)
 
             return grpc.stream_stream_rpc_method_handler(streaming, **codecs)
 
         async def single(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-            request = await self._admit(request_iterator, context, unary)
+            record = await self._enter(context)
             try:
+                request = await self._request(request_iterator, context, unary)
                 return await inner(request, context)
             except errors.AgentHostError as exc:
                 await errors.abort_with(context, exc)
+            finally:
+                self._leave(record)
 
         return grpc.stream_unary_rpc_method_handler(single, **codecs)

@@ -129,6 +129,53 @@ async def test_offers_colliding_with_a_local_plugin_or_flooding_are_refused(host
         assert len(offers) == 64 and all(len(o.manifests_json) == 64 for o in offers)
 
 
+async def test_a_worker_holding_calls_open_is_capped_and_the_others_are_not(
+    host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compromised, enrolled worker opens run-API calls on the workers port and never sends their request: each
+    was held by the host without bound. Past WORKER_MAX_CALLS it is refused RESOURCE_EXHAUSTED before a request
+    is read; another worker still connects and serves; and once its calls end the capped worker may call again."""
+    import grpc
+
+    from agenthost.host import limits
+    from agenthost.protos import run_api_pb2 as api
+
+    assert host.workers is not None
+    monkeypatch.setattr(limits, "WORKER_MAX_CALLS", 64)
+    hog = await enrolled(host, tmp_path / "hog", "hog")
+    honest = await enrolled(host, tmp_path / "honest", "honest")
+    never = asyncio.Event()
+
+    async def silence():  # noqa: ANN202 — a request stream that never yields
+        await never.wait()
+        yield api.HistoryPageRequest()
+
+    extra = 32
+    async with hog.channel() as channel:
+        page = channel.stream_unary(
+            "/agenthost.v1.AgentRunAPIProxy/HistoryPage",
+            request_serializer=api.HistoryPageRequest.SerializeToString,
+            response_deserializer=api.HistoryPageResponse.FromString,
+        )
+        held = [page(silence(), timeout=120) for _ in range(limits.WORKER_MAX_CALLS + extra)]
+        await wait_for(lambda: sum(call.done() for call in held) >= extra)
+        refused = []
+        for call in [call for call in held if call.done()]:
+            with pytest.raises(grpc.RpcError) as ended:
+                await call
+            refused.append((ended.value.code(), ended.value.details()))
+        assert len(refused) == extra, refused
+        assert all(code == grpc.StatusCode.RESOURCE_EXHAUSTED for code, _ in refused), refused
+        assert "calls open on the workers port, the most one worker may hold" in (refused[0][1] or "")
+        async with ScriptedWorker(honest):  # welcomed while the other holds its share
+            assert "honest" in host.workers.sessions
+        for call in held:
+            call.cancel()
+    never.set()
+    async with ScriptedWorker(hog):  # its calls ended: it may call again
+        assert "hog" in host.workers.sessions
+
+
 async def test_capacity_least_in_flight_and_runs_never_finished(host: Host, tmp_path: Path) -> None:
     """A worker that takes runs and never finishes them holds only its declared capacity; its runs end at their
     deadline; the other worker's runs are not slowed (they complete while the first one's are stuck)."""
