@@ -149,6 +149,51 @@ async def test_csr_subject_is_ignored(host: Host, tmp_path: Path) -> None:
     assert common_name(reply.certificate_pem) == "w1"
 
 
+async def test_csr_extensions_are_ignored_the_host_sets_its_own(host: Host) -> None:
+    """A CSR asking to be a CA, for the host's own server name and for server authentication: were any of it
+    copied, a worker could sign certificates or serve as the host to the other workers (they check the host by
+    the CA and the name agenthost-host). The certificate carries only what the host sets."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    join = await token(host)
+    key = new_key()
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "agenthost-host")]))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("agenthost-host")]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(key, hashes.SHA256())
+        .public_bytes(serialization.Encoding.PEM)
+    )
+    port = join.split(".")[1]
+    pem = ssl.get_server_certificate(("127.0.0.1", int(port)))
+    async with grpc.aio.secure_channel(
+        f"127.0.0.1:{port}",
+        grpc.ssl_channel_credentials(root_certificates=pem.encode()),
+        options=[("grpc.ssl_target_name_override", "agenthost-enrol")],
+    ) as channel:
+        reply = await channel.unary_unary(
+            "/agenthost.v1.WorkerEnrolment/Enrol",
+            request_serializer=wpb.EnrolRequest.SerializeToString,
+            response_deserializer=wpb.EnrolResponse.FromString,
+        )(wpb.EnrolRequest(join_token=join, name="w1", csr_pem=csr), timeout=30)
+    cert = x509.load_pem_x509_certificate(reply.certificate_pem)
+    assert common_name(reply.certificate_pem) == "w1"
+    assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
+    assert list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [
+        ExtendedKeyUsageOID.CLIENT_AUTH
+    ]
+    with pytest.raises(x509.ExtensionNotFound):
+        cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    assert {ext.oid for ext in cert.extensions} == {
+        x509.oid.ExtensionOID.BASIC_CONSTRAINTS,
+        x509.oid.ExtensionOID.EXTENDED_KEY_USAGE,
+    }
+
+
 async def test_revoke_cuts_the_live_connection_and_refuses_the_certificate(host: Host, tmp_path: Path) -> None:
     assert host.workers is not None
     worker_dir = tmp_path / "worker"
