@@ -296,3 +296,33 @@ async def test_a_package_sees_the_node_binary_but_nothing_beside_it(host, tmp_pa
     assert "did not start" in refused.value.message, refused.value.message  # describe read nothing
     assert '{"error":"read nothing"}' in refused.value.message  # nor did serve
     assert "PRIVATE-KEY" not in refused.value.message
+
+
+async def test_a_package_past_the_size_caps_is_refused_before_a_byte_is_written(host, tmp_path, monkeypatch):
+    """A tarball of a few kilobytes declaring far more (a gzip bomb), and a directory too large: refused from the
+    declared sizes before anything is unpacked or copied into the host's data dir (the cap lowered to 1 MiB here;
+    the bomb's 2 MiB of zeros stand for gigabytes)."""
+    import io
+    import tarfile
+
+    from agenthost.host.api.client import HostClient
+    from agenthost.plugins import command_plugin
+    from agenthost.protos import errors
+    from agenthost.protos import host_pb2 as hpb
+
+    monkeypatch.setattr(command_plugin, "MAX_PACKAGE_BYTES", 1 << 20)
+    big = tmp_path / "big"
+    _package(big)
+    (big / "blob.bin").write_bytes(b"\0" * (2 << 20))
+    bomb = tmp_path / "bomb.tgz"
+    with tarfile.open(bomb, "w:gz") as archive:
+        for name in ("package.json", "m.js", "blob.bin"):
+            archive.add(big / name, arcname=f"package/{name}")
+    assert bomb.stat().st_size < 64 * 1024
+    async with HostClient(host.admin_address, token=host.admin_token) as c:
+        for source in (bomb, big):
+            with pytest.raises(errors.FailedPrecondition, match=r"holds 2 MiB in 3 files; a command plugin may hold"):
+                await c.call("InstallPlugin", hpb.InstallPluginRequest(source=str(source), offline=True), timeout=120)
+        assert (await c.call("ListPlugins", hpb.ListPluginsRequest())).plugins == []
+    plugins = host.data_dir / "plugins"
+    assert not list(plugins.rglob("blob.bin")) and [p.name for p in plugins.iterdir()] == []
