@@ -596,11 +596,12 @@ class WorkerHub:
                 info.in_flight = len(session.runs)
                 info.capacity = session.capacity
                 info.last_heartbeat = session.last_heartbeat
-                for offer in session.offers:
-                    for raw in offer.manifests_json:
-                        name = json.loads(raw).get("name", "")
-                        runner_id = f"{offer.plugin_id}/{name}"
-                        info.runners.append(hpb.WorkerRunnerInfo(runner_id=runner_id, version=offer.version))
+                # The runners parsed at the hello: what the worker sent may not even be JSON, and must not break
+                # the operator's view of every worker.
+                versions = {offer.plugin_id: offer.version for offer in session.offers}
+                for runner_id in session.runners:
+                    version = versions.get(runner_id.rpartition("/")[0], "")
+                    info.runners.append(hpb.WorkerRunnerInfo(runner_id=runner_id, version=version))
             out.append(info)
         return out
 

@@ -129,6 +129,25 @@ async def test_offers_colliding_with_a_local_plugin_or_flooding_are_refused(host
         assert len(offers) == 64 and all(len(o.manifests_json) == 64 for o in offers)
 
 
+async def test_a_worker_offering_malformed_manifests_does_not_break_workers_list(host: Host, tmp_path: Path) -> None:
+    """A compromised worker offers manifests that are not JSON objects (and a plugin id with a terminal escape):
+    `workers list` raised on them for every worker, so the operator could not see (nor name to revoke) any. Now
+    only the runners that parse are listed, and the escape is shown inert."""
+    assert host.workers is not None
+    identity = await enrolled(host, tmp_path / "w", "odd")
+    offers = [
+        wpb.WorkerOffer(plugin_id="fake", version="1", manifests_json=["not json", "[1]", '"x"', ECHO_MANIFEST]),
+        wpb.WorkerOffer(plugin_id="evil\x1b]0;owned\x07", version="2", manifests_json=[ECHO_MANIFEST]),
+    ]
+    async with ScriptedWorker(identity, offers=offers):
+        rc, out, err = await acli(host.data_dir, "workers", "list")
+        assert rc == 0, out + err
+        assert "odd" in out and "fake/echo 1" in out, out
+        assert "\x1b" not in out and "\x07" not in out, repr(out)
+        rc, out, err = await acli(host.data_dir, "workers", "list", "--json")
+        assert rc == 0, out + err
+
+
 async def test_a_worker_holding_calls_open_is_capped_and_the_others_are_not(
     host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
