@@ -293,6 +293,8 @@ WORKER_ENROL_READ_SECONDS = 10.0
 # (at most RUNS_MAX_ACTIVE) and its runners' run-API calls fit well under it. Past it a call is refused
 # RESOURCE_EXHAUSTED before its request is read, so a compromised worker holds a bounded share of the host.
 WORKER_MAX_CALLS = 1024
+# Messages read per second off one worker's control stream (it heartbeats every 2 s); faster, flow control holds it.
+WORKER_CONTROL_MESSAGES_PER_SECOND = 10
 
 # The active host's lease on a PostgreSQL database (docs/operating/standby.md): the heartbeat written to the lease row
 # (for humans; each beat is also a fenced write, so a deposed idle host stops within a beat or so).

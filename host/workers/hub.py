@@ -101,6 +101,7 @@ class Session:
     cut_error: type[errors.AgentHostError] = errors.Unauthenticated
     cut_event: asyncio.Event = field(default_factory=asyncio.Event)
     runs: dict[str, RunSlot] = field(default_factory=dict)
+    messages: int = 0  # read off its control stream after the hello
     # The offers' runners, parsed (and their config schemas checked) once at the hello, not at every placement:
     # a manifest's schema check costs milliseconds, and the offers do not change during a session.
     runners: dict[str, RunnerManifest] = field(init=False)
@@ -401,8 +402,18 @@ class WorkerHub:
             log.info("worker %s disconnected", record.name)
 
     async def _read_control(self, session: Session, request_iterator: AsyncIterator[wpb.WorkerUp]) -> None:
+        """A worker heartbeats every 2 s; one sending faster is read at WORKER_CONTROL_MESSAGES_PER_SECOND, and
+        HTTP/2 flow control holds it back meanwhile: a flood of heartbeats took ~0.7 of a core of the host."""
+        window, taken = time.monotonic(), 0
         with contextlib.suppress(grpc.RpcError, asyncio.CancelledError):
             async for message in request_iterator:
+                session.messages += 1
+                taken += 1
+                if taken > limits.WORKER_CONTROL_MESSAGES_PER_SECOND:
+                    wait = window + 1.0 - time.monotonic()
+                    if wait > 0:
+                        await asyncio.sleep(wait)
+                    window, taken = time.monotonic(), 1
                 if message.WhichOneof("kind") == "heartbeat":
                     session.last_heartbeat = time.time()
                     session.in_flight = message.heartbeat.in_flight

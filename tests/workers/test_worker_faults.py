@@ -148,6 +148,26 @@ async def test_a_worker_offering_malformed_manifests_does_not_break_workers_list
         assert rc == 0, out + err
 
 
+async def test_a_heartbeat_flood_is_read_at_a_bounded_rate(host: Host, tmp_path: Path) -> None:
+    """A compromised worker sends heartbeats as fast as it can: the host read every one (~0.7 of a core spent on
+    it). Now it reads at most WORKER_CONTROL_MESSAGES_PER_SECOND, and flow control holds the rest in the worker."""
+    from agenthost.host import limits
+
+    assert host.workers is not None
+    identity = await enrolled(host, tmp_path / "w", "loud")
+    rate = limits.WORKER_CONTROL_MESSAGES_PER_SECOND
+    async with ScriptedWorker(identity) as worker:
+        worker.heartbeats = False
+        session = host.workers.sessions["loud"]
+        start = time.monotonic()
+        for _ in range(5000):
+            worker._outbox.put_nowait(wpb.WorkerUp(heartbeat=wpb.WorkerHeartbeat()))
+        await wait_for(lambda: session.messages >= 5000 or time.monotonic() - start > 3.0)
+        read, elapsed = session.messages, time.monotonic() - start
+        assert read <= rate * (elapsed + 1) + 1, (read, elapsed)
+        assert host.workers.sessions.get("loud") is session  # still connected: its heartbeats were read in time
+
+
 async def test_a_worker_holding_calls_open_is_capped_and_the_others_are_not(
     host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
