@@ -285,6 +285,18 @@ def listener_caps(open_files: int | None = None) -> tuple[int, int]:
 # taken from its offers; the rest are dropped with a warning, so a flood of offers costs the host a bounded list.
 WORKER_MAX_OFFERS = 64
 
+# The enrolment port (host/workers/hub.py) answers anyone who can reach it: at most this many Enrol calls at once
+# (more are refused RESOURCE_EXHAUSTED at once), and a call's request must arrive within this many seconds. A client
+# holding calls open without ever sending one cost the host ~22 KB each, without bound (5,000 held: +110 MB RSS).
+WORKER_ENROL_MAX_CALLS = 32
+WORKER_ENROL_READ_SECONDS = 10.0
+# Calls one enrolled worker may hold open at once on the workers port: its control stream, a Run stream per run
+# (at most RUNS_MAX_ACTIVE) and its runners' run-API calls fit well under it. Past it a call is refused
+# RESOURCE_EXHAUSTED before its request is read, so a compromised worker holds a bounded share of the host.
+WORKER_MAX_CALLS = 1024
+# Messages read per second off one worker's control stream (it heartbeats every 2 s); faster, flow control holds it.
+WORKER_CONTROL_MESSAGES_PER_SECOND = 10
+
 # The active host's lease on a PostgreSQL database (docs/operating/standby.md): the heartbeat written to the lease row
 # (for humans; each beat is also a fenced write, so a deposed idle host stops within a beat or so).
 LEASE_HEARTBEAT_SECONDS = 1.0

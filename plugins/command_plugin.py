@@ -10,12 +10,13 @@ the handshake, health, the lifeline; the TypeScript SDK in sdk/typescript implem
 spawn is the same. Installing copies (or unpacks) the package into `<data>/plugins/<id>/env/app`, runs its
 `describe` in the sandbox, and writes `env/launch.json`: the runtime's resolved path and the command. The runtime is
 looked up at install and again at every start: a missing runtime is an error that says what to install, never a
-plugin that silently fails to start. In the sandbox the runtime's installation and the package are bound read-only;
+plugin that silently fails to start. In the sandbox the runtime's binary and the package are bound read-only;
 everything else (data dir, sockets, network only if accepted at install) is exactly a Python plugin's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -35,6 +36,11 @@ RUNTIMES: dict[str, str] = {
     "`node` is on the host's PATH, or point AGENTHOST_NODE at its binary",
 }
 RUNTIME_ENV = {"node": "AGENTHOST_NODE"}
+# The most a package may hold, counted before anything is copied or unpacked into the host's data dir: a tarball of
+# a few kilobytes can declare gigabytes (a gzip bomb), and the copy runs in the host, outside any cgroup. A package
+# that bundles its dependencies (esbuild) is a few megabytes; one shipping node_modules is rarely past 300 MB.
+MAX_PACKAGE_BYTES = 1 << 30
+MAX_PACKAGE_FILES = 200_000
 
 
 class CommandPluginError(RuntimeError):
@@ -122,15 +128,44 @@ def find_runtime(runtime: str, env: dict[str, str] | os._Environ[str] = os.envir
 
 
 def runtime_paths(runtime_path: str) -> list[str]:
-    """What the sandbox binds read-only for the runtime: its installation (`<prefix>/bin/node` → `<prefix>`)."""
-    return [str(Path(runtime_path).parent.parent)]
+    """What the sandbox binds read-only for the runtime: its binary alone. Node needs nothing else of its prefix to
+    run a package (a distribution's libnode lives in the system directories every sandbox sees), and the prefix of
+    a node the user put in `~/bin` is the user's home: SSH keys, perhaps the host's own data dir."""
+    return [runtime_path]
+
+
+def _check_size(source: Path, files: int, size: int) -> None:
+    if files > MAX_PACKAGE_FILES or size > MAX_PACKAGE_BYTES:
+        raise CommandPluginError(
+            f"{source} holds {size / (1 << 20):.0f} MiB in {files} files; a command plugin may hold at most"
+            f" {MAX_PACKAGE_BYTES >> 20} MiB in {MAX_PACKAGE_FILES} files: bundle its code and dependencies into"
+            " its entry file (e.g. with esbuild)"
+        )
+
+
+def check_dir_size(source: Path, ignore: tuple[str, ...] = (".git",)) -> None:
+    """Refuses a package directory past MAX_PACKAGE_BYTES or MAX_PACKAGE_FILES before it is copied (links are
+    copied as links, so not followed here either)."""
+    files = size = 0
+    for root, dirs, names in os.walk(source):
+        dirs[:] = [d for d in dirs if d not in ignore]
+        for name in names:
+            files += 1
+            with contextlib.suppress(OSError):
+                size += os.lstat(os.path.join(root, name)).st_size
+        _check_size(source, files, size)  # as it goes: a directory of millions of files is not walked to its end
 
 
 def unpack(tarball: Path, into: Path) -> Path:
     """An npm tarball's package (its files sit under `package/`) unpacked into `into`; no link, device or path
-    outside is made (tarfile's data filter)."""
+    outside is made (tarfile's data filter), and nothing at all when its members declare more than the caps."""
     try:
         with tarfile.open(tarball) as archive:
+            files = size = 0
+            for member in archive:  # headers only: the sizes are declared before any byte is written
+                files += 1
+                size += member.size if member.isreg() else 0
+                _check_size(tarball, files, size)
             archive.extractall(into, filter="data")
     except (OSError, tarfile.TarError) as exc:
         raise CommandPluginError(f"cannot unpack {tarball}: {exc}") from None

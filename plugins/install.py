@@ -293,6 +293,7 @@ async def _install_command_plugin(
         app = staging / "app"
         try:
             if source.is_dir():
+                command_plugin.check_dir_size(source)
                 shutil.copytree(source, app, symlinks=True, ignore=shutil.ignore_patterns(".git"))
             else:
                 shutil.move(command_plugin.unpack(source, staging / "unpacked"), app)

@@ -84,7 +84,9 @@ _ENV_NAMES = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "NO_COLOR", "SSL_CERT_FI
 # inherits (below) and for what a binding's MCP servers and shell commands may only get by reference to the binding's
 # keys (agenthost.runners.sdk.mcp_servers, the local agent's shell tool).
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
-_HOST_ONLY = ("AGENTHOST_HOME", "AGENTHOST_INTERNAL")
+# The host's own settings a plugin must not see: where its data is, and its database (a DSN names the server and
+# role a plugin with network could dial, and may carry the password).
+_HOST_ONLY = ("AGENTHOST_HOME", "AGENTHOST_INTERNAL", "AGENTHOST_DATABASE")
 
 
 def plugin_environment(inherited: Mapping[str, str], home: Path) -> dict[str, str]:

@@ -48,6 +48,15 @@ def test_an_unreachable_database_at_start_is_a_clear_error_and_exit_2(env: dict[
     assert "hunter2" not in out.stderr + out.stdout
     out = cli(env, "serve", "--database-password-file", str(secret), check=False)
     assert out.returncode == 2 and "no --database" in out.stderr
+    # A DSN from the environment may carry its password, in its user part or as a parameter: neither is shown.
+    port = _closed_port()
+    for dsn in (
+        f"postgresql://agenthost:hunter2@127.0.0.1:{port}/agenthost",
+        f"postgresql://agenthost@127.0.0.1:{port}/agenthost?connect_timeout=5&password=hunter2",
+    ):
+        out = cli({**env, "AGENTHOST_DATABASE_URL": dsn}, "serve", check=False, timeout=60)
+        assert out.returncode == 2 and "error: cannot connect to the database" in out.stderr, out.stderr
+        assert "hunter2" not in out.stderr + out.stdout, out.stderr
 
 
 def test_a_database_the_user_may_not_create_tables_in_is_a_clear_error_and_exit_2(

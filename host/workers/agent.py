@@ -153,6 +153,11 @@ async def enrol(data_dir: Path, host: str, join_token: str, name: str) -> Identi
                 timeout=ENROL_TIMEOUT,
             )
     except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            raise WorkerError(
+                "the host's enrolment port is busy (more enrolments at once than it takes, or someone flooding it);"
+                " the join token was not used: try again shortly"
+            ) from None
         raise WorkerError(f"the host refused enrolment: {exc.code().name}: {exc.details()}") from None
     d = identity_dir(data_dir)
     write_private(d / "worker.key", key_pem(key))
@@ -230,17 +235,26 @@ class Worker:
 
     # ---- plugins ----
 
-    async def start_plugins(self, data_dir: Path | None = None) -> None:
+    async def start_plugins(self, data_dir: Path | None = None, *, no_sandbox: str = "") -> None:
         """Starts the runner plugins this machine serves and makes the offers: the built-in plugin, and the enabled
         runner plugins installed in this worker's data dir (`agenthost plugins install … --data-dir D` on this
         machine), Python or not, each sandboxed as the host sandboxes its own. One that does not start is logged
-        and left out of the offers."""
+        and left out of the offers. `no_sandbox` (why none works here, when the user did not pass
+        --unsafe-no-sandbox): third-party plugins are not started at all, as on the host."""
         assert self.supervisor is not None
         specs = [(PluginSpec(BUILTIN_PLUGIN, "agenthost", sys.executable, builtin=True), VERSION)]
         if data_dir is not None:
             for record in Registry.installed(data_dir / "agenthost.db"):
                 if record.builtin or not record.enabled or record.manifests_json in ("", "[]"):
                     continue  # channel adapters only, or turned off
+                if no_sandbox:
+                    log.error(
+                        "refusing to start plugin %s without a sandbox (%s): not offered; install bubblewrap, or"
+                        " restart the worker with --unsafe-no-sandbox to run plugins without walls",
+                        record.plugin_id,
+                        no_sandbox,
+                    )
+                    continue
                 spec = PluginSpec(record.plugin_id, record.distribution, record.python, network=record.network)
                 specs.append((spec, record.version))
         self.offers = []
@@ -539,10 +553,10 @@ async def running(data_dir: Path, identity: Identity, *, capacity: int = 4, unsa
     os.umask(0o077)
     sandbox.harden_process()
     reason = sandbox.probe()
-    if reason is not None:
-        log.error(
-            "no sandbox here (%s): the built-in runners run unsandboxed%s", reason, "" if unsafe_no_sandbox else ""
-        )
+    if reason is not None and unsafe_no_sandbox:
+        log.error("RUNNING EVERY PLUGIN WITHOUT A SANDBOX (--unsafe-no-sandbox): %s", reason)
+    elif reason is not None:
+        log.error("no sandbox here, so only the built-in runners will start, unsandboxed: %s", reason)
     runtime = _runtime_dir(data_dir)
     api_address = f"unix:{runtime / 'api.sock'}"
     Path(api_address.removeprefix("unix:")).unlink(missing_ok=True)
@@ -572,7 +586,7 @@ async def running(data_dir: Path, identity: Identity, *, capacity: int = 4, unsa
     server.add_insecure_port(api_address)
     await server.start()
     try:
-        await worker.start_plugins(data_dir)
+        await worker.start_plugins(data_dir, no_sandbox="" if unsafe_no_sandbox else (reason or ""))
         yield worker
     finally:
         for run in list(worker.runs.values()):

@@ -101,6 +101,7 @@ class Session:
     cut_error: type[errors.AgentHostError] = errors.Unauthenticated
     cut_event: asyncio.Event = field(default_factory=asyncio.Event)
     runs: dict[str, RunSlot] = field(default_factory=dict)
+    messages: int = 0  # read off its control stream after the hello
     # The offers' runners, parsed (and their config schemas checked) once at the hello, not at every placement:
     # a manifest's schema check costs milliseconds, and the offers do not change during a session.
     runners: dict[str, RunnerManifest] = field(init=False)
@@ -195,14 +196,15 @@ class WorkerHub:
             enrol_bind, enrol_port = split_address(self.enrol_address)
         else:
             enrol_bind, enrol_port = bind, (port + 1 if port else 0)
-        enrol = grpc.aio.server(options=SERVER_OPTIONS)
+        enrol = grpc.aio.server(options=SERVER_OPTIONS, maximum_concurrent_rpcs=limits.WORKER_ENROL_MAX_CALLS)
         enrol.add_generic_rpc_handlers(
             (
                 grpc.method_handlers_generic_handler(
                     "agenthost.v1.WorkerEnrolment",
                     {
-                        "Enrol": grpc.unary_unary_rpc_method_handler(
-                            self._enrol,
+                        # Request-streaming on the server (the wire is unary) so the read can be given a deadline.
+                        "Enrol": grpc.stream_unary_rpc_method_handler(
+                            self._enrol_call,
                             request_deserializer=wpb.EnrolRequest.FromString,
                             response_serializer=wpb.EnrolResponse.SerializeToString,
                         )
@@ -282,6 +284,26 @@ class WorkerHub:
             expires_at=expires_at,
             workers_address=f"{self.address.rpartition(':')[0]}:{self.port}",
         )
+
+    async def _enrol_call(
+        self, requests: AsyncIterator[wpb.EnrolRequest], context: grpc.aio.ServicerContext
+    ) -> wpb.EnrolResponse:
+        """The enrolment port is unauthenticated: a call whose request does not arrive in
+        WORKER_ENROL_READ_SECONDS is ended, so calls held open cannot pile up (nor hold the port's few slots)."""
+        try:
+            request = await asyncio.wait_for(anext(requests, None), limits.WORKER_ENROL_READ_SECONDS)
+        except TimeoutError:
+            request = None
+            refusal: errors.AgentHostError = errors.DeadlineExceeded(
+                f"no enrolment request within {limits.WORKER_ENROL_READ_SECONDS:.0f}s"
+            )
+        else:
+            refusal = errors.InvalidArgument("the call carried no enrolment request")
+        if request is None:
+            log.warning("worker enrolment refused (%s): %s", context.peer(), refusal.message)
+            await errors.abort_with(context, refusal)
+            raise refusal
+        return await self._enrol(request, context)
 
     async def _enrol(self, request: wpb.EnrolRequest, context: grpc.aio.ServicerContext) -> wpb.EnrolResponse:
         try:
@@ -380,8 +402,18 @@ class WorkerHub:
             log.info("worker %s disconnected", record.name)
 
     async def _read_control(self, session: Session, request_iterator: AsyncIterator[wpb.WorkerUp]) -> None:
+        """A worker heartbeats every 2 s; one sending faster is read at WORKER_CONTROL_MESSAGES_PER_SECOND, and
+        HTTP/2 flow control holds it back meanwhile: a flood of heartbeats took ~0.7 of a core of the host."""
+        window, taken = time.monotonic(), 0
         with contextlib.suppress(grpc.RpcError, asyncio.CancelledError):
             async for message in request_iterator:
+                session.messages += 1
+                taken += 1
+                if taken > limits.WORKER_CONTROL_MESSAGES_PER_SECOND:
+                    wait = window + 1.0 - time.monotonic()
+                    if wait > 0:
+                        await asyncio.sleep(wait)
+                    window, taken = time.monotonic(), 1
                 if message.WhichOneof("kind") == "heartbeat":
                     session.last_heartbeat = time.time()
                     session.in_flight = message.heartbeat.in_flight
@@ -575,11 +607,12 @@ class WorkerHub:
                 info.in_flight = len(session.runs)
                 info.capacity = session.capacity
                 info.last_heartbeat = session.last_heartbeat
-                for offer in session.offers:
-                    for raw in offer.manifests_json:
-                        name = json.loads(raw).get("name", "")
-                        runner_id = f"{offer.plugin_id}/{name}"
-                        info.runners.append(hpb.WorkerRunnerInfo(runner_id=runner_id, version=offer.version))
+                # The runners parsed at the hello: what the worker sent may not even be JSON, and must not break
+                # the operator's view of every worker.
+                versions = {offer.plugin_id: offer.version for offer in session.offers}
+                for runner_id in session.runners:
+                    version = versions.get(runner_id.rpartition("/")[0], "")
+                    info.runners.append(hpb.WorkerRunnerInfo(runner_id=runner_id, version=version))
             out.append(info)
         return out
 
@@ -624,25 +657,45 @@ def _worker() -> WorkerRecord:
 
 class _Guard(grpc.GenericRpcHandler):
     """Every workers-port method, served request-streaming so that `WorkerHub.identify` runs before any request
-    message is read (a unary request is read from the stream after the check; the wire is the same)."""
+    message is read (a unary request is read from the stream after the check; the wire is the same), and so that a
+    worker's calls open at once are counted and capped (limits.WORKER_MAX_CALLS) before it can hold one: an
+    enrolled worker that is compromised must not pile up calls in the host nor take the port from the others."""
 
     def __init__(self, hub: WorkerHub, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
         self._hub = hub
         self._handlers = {method: self._guarded(handler) for method, handler in handlers.items()}
+        self._open: dict[str, int] = {}
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         return self._handlers.get(handler_call_details.method)
 
-    async def _admit(self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext, unary: bool) -> Any:
+    async def _enter(self, context: grpc.aio.ServicerContext) -> WorkerRecord:
+        """The caller, admitted and counted (the caller must `_leave`); the call aborted otherwise."""
         try:
             record = self._hub.identify(context)
+            held = self._open.get(record.name, 0)
+            if held >= limits.WORKER_MAX_CALLS:
+                raise errors.ResourceExhausted(
+                    f"worker {record.name!r} has {held} calls open on the workers port, the most one worker may"
+                    " hold at once; finish some first"
+                )
         except errors.AgentHostError as exc:
             self._hub.calls["refused"] += 1
             log.warning("worker call refused (%s): %s", context.peer(), exc.message)
             await errors.abort_with(context, exc)
             raise
         self._hub.calls["accepted"] += 1
+        self._open[record.name] = held + 1
         current_worker.set(record)
+        return record
+
+    def _leave(self, record: WorkerRecord) -> None:
+        held = self._open.pop(record.name, 1) - 1
+        if held > 0:
+            self._open[record.name] = held
+
+    @staticmethod
+    async def _request(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext, unary: bool) -> Any:
         if not unary:
             return request_iterator
         request = await anext(request_iterator, None)
@@ -663,20 +716,26 @@ class _Guard(grpc.GenericRpcHandler):
             async def streaming(
                 request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
             ) -> AsyncIterator[Any]:
-                request = await self._admit(request_iterator, context, unary)
+                record = await self._enter(context)
                 try:
+                    request = await self._request(request_iterator, context, unary)
                     async for reply in inner(request, context):
                         yield reply
                 except errors.AgentHostError as exc:
                     await errors.abort_with(context, exc)
+                finally:
+                    self._leave(record)
 
             return grpc.stream_stream_rpc_method_handler(streaming, **codecs)
 
         async def single(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-            request = await self._admit(request_iterator, context, unary)
+            record = await self._enter(context)
             try:
+                request = await self._request(request_iterator, context, unary)
                 return await inner(request, context)
             except errors.AgentHostError as exc:
                 await errors.abort_with(context, exc)
+            finally:
+                self._leave(record)
 
         return grpc.stream_unary_rpc_method_handler(single, **codecs)

