@@ -1,7 +1,7 @@
 """Host benchmark: run-scoped API calls and delta streaming through agenthost, next to raw grpc.aio, in one run.
 
     python benchmarks/bench_host.py [--calls 2000] [--deltas 50000] [--repeats 5] [--sustained 4] [--only-sustained]
-        [--backends sqlite,postgresql]
+        [--only-api] [--backends sqlite,postgresql]
 
 Processes, as in production: `agenthost serve` (host), the bench runner plugin (installed like any plugin), this
 script as the client, and raw grpc.aio servers serving the same protos from memory (the baselines): one that streams
@@ -194,6 +194,7 @@ async def main(
     sustained: int = 4,
     only_sustained: bool = False,
     backends: tuple[str, ...] = ("sqlite", "postgresql"),
+    only_api: bool = False,
 ) -> None:
     work = Path(tempfile.mkdtemp(prefix="ahbench-"))
     # The bench runner calls the raw server's socket from inside its sandbox: expose the work dir to it.
@@ -238,9 +239,21 @@ async def main(
                 await sustained_rounds(clients[backend], hosts[backend].pid, sustained)
             return
         api_rounds: dict[str, list[dict]] = {b: [] for b in names}
+        # Server CPU per call (the process's own threads): the host serving its calls against the raw server
+        # serving the same number. Steadier than latency on a loaded machine, where p50 moves by ±50 µs per run.
+        server_cpu: dict[str, list[tuple[float, float]]] = {b: [] for b in names}
+        served = 2 * (calls // 100 * 100 + 50)  # per side: two methods, the timed calls and 50 warm-up calls each
         for _ in range(3):  # the backends' rounds interleaved; each round interleaves raw and host calls itself
             for backend in names:
+                host_before = tree_cpu(hosts[backend].pid, descendants=False)
+                raw_before = tree_cpu(raw.pid, descendants=False)
                 result = await clients[backend].send("bench", f"api {raw_address} {calls}")
+                server_cpu[backend].append(
+                    (
+                        (tree_cpu(hosts[backend].pid, descendants=False) - host_before) * 1e6 / served,
+                        (tree_cpu(raw.pid, descendants=False) - raw_before) * 1e6 / served,
+                    )
+                )
                 if result.run.status != "completed":
                     raise SystemExit(
                         f"the bench runner's api run failed on {backend}: {result.run.error_code}:"
@@ -263,6 +276,15 @@ async def main(
                 )
                 print(f"{name:15} {backend:10} {r50:9.0f} {h50:9.0f} {h50 - r50:+8.0f} {r99:9.0f} {h99:9.0f}")
         print("targets: host p50 within raw + 150 µs (SQLite); within raw + 500 µs (PostgreSQL over loopback)")
+        for backend in names:
+            host_cpu = statistics.median(h for h, _ in server_cpu[backend])
+            raw_cpu = statistics.median(r for _, r in server_cpu[backend])
+            print(
+                f"server CPU per call ({backend}, median of 3 rounds, both methods): host {host_cpu:.0f} µs,"
+                f" raw server {raw_cpu:.0f} µs, {host_cpu - raw_cpu:+.0f} µs"
+            )
+        if only_api:
+            return
 
         print(f"\n== text deltas (~50 B): runner -> host (number, persist, project) -> client; median of {repeats} ==")
         sides = ["raw1", "raw2", *names]
@@ -372,6 +394,7 @@ if __name__ == "__main__":
         action="store_true",
         help="skip the API calls and the raw rounds: only the sustained streams",
     )
+    parser.add_argument("--only-api", action="store_true", help="only the run-scoped API calls, no delta rounds")
     parser.add_argument(
         "--backends",
         default="sqlite,postgresql",
@@ -386,5 +409,6 @@ if __name__ == "__main__":
             args.sustained,
             args.only_sustained,
             tuple(args.backends.split(",")),
+            args.only_api,
         )
     )

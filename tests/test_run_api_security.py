@@ -216,3 +216,37 @@ async def test_grant_narrowing_and_cross_conversation(tmp_path):
         Probe.release.set()
         result = await task
         assert result.run.status == "completed"
+
+
+async def test_token_revoked_after_the_gate_is_refused(world, monkeypatch):
+    """The gate reads the token before the request; the method reuses what it read (the metadata is not converted
+    and hashed twice) but still looks the token up: a run revoked in between is refused, not served."""
+    h, stub, r1, _ = world
+    registry = h.host.grants
+    gated = asyncio.Event()
+    reads = 0
+    token_run = registry.token_run
+
+    def counting(metadata):
+        nonlocal reads
+        reads += 1
+        result = token_run(metadata)
+        gated.set()
+        return result
+
+    monkeypatch.setattr(registry, "token_run", counting)
+    # Served normally: the token is read from the metadata once per call, by the gate.
+    req = api.StateGetRequest(run_id=r1.run_id, scope=pb.CONVERSATION, key="k")
+    assert await status_of(stub.StateGet(req, metadata=md(r1))) == SC.OK
+    assert reads == 1
+    # An upload's header comes after the gate has let the call in; the run is revoked in between.
+    gated.clear()
+    call = stub.ArtifactCreate(metadata=md(r1), timeout=30)
+    await asyncio.wait_for(gated.wait(), 30)
+    registry.revoke(r1.run_id)
+    header = api.ArtifactHeader(run_id=r1.run_id, name="x.txt", mime_type="text/plain", metadata_json="{}")
+    with pytest.raises(grpc.RpcError) as refused:
+        await call.write(api.ArtifactUpload(header=header))
+        await call.done_writing()
+        await call
+    assert refused.value.code() == SC.UNAUTHENTICATED

@@ -197,6 +197,7 @@ class RunRegistry:
         method: str,
         run_exists: callable,
         worker: str = "",
+        gated: tuple[str, str | bytes | None] | None = None,
     ) -> tuple[ActiveRun, bool]:
         """The one check every AgentRunAPIProxy call passes through, in this order:
 
@@ -207,8 +208,19 @@ class RunRegistry:
 
         Returns the run and whether the call presented its tool token (a process inside the run's sandbox) rather
         than its run token (the runner process, with the plugin's secret).
+
+        `gated`: (token hash, plugin secret) that `token_run` already read from this same call's metadata (the run
+        API's gate does, before the request is read); `metadata` is then not read again. The token is still looked
+        up here, so a run revoked since the gate is refused the same way.
         """
-        run, presented, plugin_secret = self.token_run(metadata)
+        if gated is None:
+            run, presented, plugin_secret = self.token_run(metadata)
+        else:
+            presented, plugin_secret = gated
+            found = self._by_token.get(presented)
+            if found is None:
+                raise Unauthenticated("run token is not valid (unknown, forged, or revoked when its run ended)")
+            run = found
         if not run_id:
             raise InvalidArgument("run_id is required")
         if run_id != run.run_id:

@@ -39,6 +39,12 @@ log = logging.getLogger(__name__)
 _current_run: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar("agenthost_run", default=None)
 # Whether the call being served presented its run's tool token (RunRegistry.authorize); set with _current_run.
 _by_tool_token: contextvars.ContextVar[bool] = contextvars.ContextVar("agenthost_by_tool_token", default=False)
+# What `_Gate` read from the metadata of the call being served (token hash, plugin secret). grpc.aio resolves a
+# call's handler inside the call's own task, so the method's `authorize` sees its own call's value and does not
+# convert and hash the same metadata a second time (see `RunRegistry.authorize`).
+_gated: contextvars.ContextVar[tuple[str, str | bytes | None] | None] = contextvars.ContextVar(
+    "agenthost_gated", default=None
+)
 R = TypeVar("R")
 
 MAX_READ_RANGE = 1024 * 1024
@@ -136,9 +142,13 @@ class _Gate(grpc.GenericRpcHandler):
             return None
         name = handler_call_details.method.rsplit("/", 1)[-1]
         try:
-            self._servicer.registry.token_run(handler_call_details.invocation_metadata or ())
+            _, presented, plugin_secret = self._servicer.registry.token_run(
+                handler_call_details.invocation_metadata or ()
+            )
         except errors.Unauthenticated as exc:
+            _gated.set(None)
             return grpc.stream_unary_rpc_method_handler(functools.partial(self._servicer.refuse_early, name, exc))
+        _gated.set((presented, plugin_secret))
         return handler
 
 
@@ -252,12 +262,14 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         return f"worker:{self.worker_of(context)}" if self.worker_of is not None else ""
 
     def _authorize(self, context: grpc.aio.ServicerContext, run_id: str, method: str) -> ActiveRun:
+        gated = _gated.get()
         run, by_tool_token = self.registry.authorize(
-            context.invocation_metadata() or (),
+            () if gated is not None else context.invocation_metadata() or (),
             run_id,
             method,
             lambda rid: self.runs.get(rid) is not None,
             worker=self.worker_of(context) if self.worker_of is not None else "",
+            gated=gated,
         )
         _current_run.set(run)  # each RPC runs in its own task, so this is per call; read for the audit row
         _by_tool_token.set(by_tool_token)

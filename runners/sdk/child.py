@@ -109,7 +109,7 @@ class ChildRun:
 @contextlib.asynccontextmanager
 async def open_child_run(
     stub: Any,
-    metadata: tuple[tuple[str, str], ...],
+    metadata: grpc.aio.Metadata,
     header: api_pb.ChildRunHeader,
     timeout: float,
 ) -> AsyncIterator[ChildRun]:
