@@ -30,7 +30,7 @@ from cryptography import x509
 
 from agenthost.host import limits
 from agenthost.host.access.grants import hash_secret
-from agenthost.host.access.worker_pki import WORKER_NAME, HostCA, JoinToken, cert_pem, serial_hex
+from agenthost.host.access.worker_pki import WORKER_NAME, HostCA, JoinToken, cert_pem, require_tls13, serial_hex
 from agenthost.host.store.workers import WorkerRecord, WorkerStore
 from agenthost.plugins.manifest import ManifestError, RunnerManifest
 from agenthost.protos import errors, runner_pb2
@@ -201,7 +201,8 @@ class WorkerHub:
                 grpc.method_handlers_generic_handler(
                     "agenthost.v1.WorkerEnrolment",
                     {
-                        "Enrol": grpc.unary_unary_rpc_method_handler(
+                        # Request-streaming, so that the TLS version is checked before the token is read.
+                        "Enrol": grpc.stream_unary_rpc_method_handler(
                             self._enrol,
                             request_deserializer=wpb.EnrolRequest.FromString,
                             response_serializer=wpb.EnrolResponse.SerializeToString,
@@ -283,8 +284,14 @@ class WorkerHub:
             workers_address=f"{self.address.rpartition(':')[0]}:{self.port}",
         )
 
-    async def _enrol(self, request: wpb.EnrolRequest, context: grpc.aio.ServicerContext) -> wpb.EnrolResponse:
+    async def _enrol(
+        self, requests: AsyncIterator[wpb.EnrolRequest], context: grpc.aio.ServicerContext
+    ) -> wpb.EnrolResponse:
         try:
+            require_tls13(context.auth_context())
+            request = await anext(requests, None)
+            if request is None:
+                raise errors.InvalidArgument("the call carried no request message")
             if not WORKER_NAME.fullmatch(request.name):
                 raise errors.InvalidArgument("a worker name is 1-63 letters, digits, '.', '_' or '-'")
             token = JoinToken.parse(request.join_token)
@@ -313,6 +320,7 @@ class WorkerHub:
         """The enrolled, unrevoked worker whose certificate this call presents; Unauthenticated otherwise. The
         handshake already proved the certificate is the CA's and the key is the worker's."""
         auth = context.auth_context()
+        require_tls13(auth)
         pems = auth.get("x509_pem_cert") or []
         if not pems:
             raise errors.Unauthenticated("no client certificate")
