@@ -1,6 +1,6 @@
 """Scale on workers (issue 22): one host, N `agenthost worker` processes, as many concurrent runs as asked.
 
-    python benchmarks/bench_worker_scale.py [--runs 2000] [--workers 4] [--capacity 64] [--deadline 900]
+    python benchmarks/bench_worker_scale.py [--runs 2000] [--bots 1] [--workers 4] [--capacity 64] [--deadline 900]
 
 Processes, as in production: `agenthost serve --workers 127.0.0.1:PORT` (the host), N `agenthost worker`
 processes (enrolled with join tokens from the CLI, each running the built-in local agent in its sandbox), a
@@ -101,14 +101,16 @@ async def main(args: argparse.Namespace) -> int:
         async with FakeProviderServer() as model:
             model.default = openai_text("ok, done")
             config = ["model=vllm/m", f"base_url={model.url}/v1", "max_retries=0", "context_window=32000"]
-            cli(home, "bots", "create", "load0")
-            cli(home, "bots", "bind", "load0", "--runner", "agenthost/local-agent", "--pool", "default",
-                "--config", *config, "--timeout", str(int(args.deadline)))  # fmt: skip
+            for b in range(args.bots):  # a bot queues at most RUNS_MAX_QUEUED_PER_BOT: more runs need more bots
+                cli(home, "bots", "create", f"load{b}")
+                cli(home, "bots", "bind", f"load{b}", "--runner", "agenthost/local-agent", "--pool", "default",
+                    "--config", *config, "--timeout", str(int(args.deadline)))  # fmt: skip
             async with HostClient.for_data_dir(home, timeout=args.deadline) as client:
                 answered: list[Answer] = []
                 t0 = time.perf_counter()
                 tasks = [
-                    asyncio.ensure_future(one_run(client, "load0", f"s{i}", 0, 0, answered)) for i in range(args.runs)
+                    asyncio.ensure_future(one_run(client, f"load{i % args.bots}", f"s{i}", 0, 0, answered))
+                    for i in range(args.runs)
                 ]
                 _, late = await asyncio.wait(tasks, timeout=args.deadline)
                 for task in late:
@@ -130,7 +132,8 @@ async def main(args: argparse.Namespace) -> int:
                 problems.append(status)
         peak = proc_figures(host.pid)["peak_mib"]
         print(
-            f"{args.runs} concurrent runs on {args.workers} workers (capacity {args.capacity} each): ok {ok}, "
+            f"{args.runs} concurrent runs ({args.bots} bots) on {args.workers} workers (capacity {args.capacity}): "
+            f"ok {ok}, "
             f"refused with a retry hint {refused}, other errors {len(problems)}; host peak RSS {peak:.0f} MiB; "
             f"wall {wall:.1f}s"
         )
@@ -157,6 +160,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--bots", type=int, default=1, help="bots the runs are spread over, one conversation each")
     parser.add_argument("--capacity", type=int, default=64)
     parser.add_argument("--deadline", type=float, default=900, help="seconds the runs may take (then cut off)")
     sys.exit(asyncio.run(main(parser.parse_args())))
