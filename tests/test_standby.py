@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,9 +20,11 @@ from typing import Any
 
 import pytest
 
+from agenthost.runners.local_agent.providers.demo import DEMO_LABEL
 from tests.cli_process import cli_env
 from tests.pg_cluster import Cluster
 from tests.test_e2e_cli import FAULTY, cli, start_host
+from tests.workers.helpers import free_port
 
 TAKEOVER_TIMEOUT = 60.0  # generous: the machine is shared; the figure itself is measured by bench_failover.py
 
@@ -360,3 +363,55 @@ def test_a_standby_whose_connection_drops_while_waiting_reconnects_and_still_tak
         await standby.close()
 
     asyncio.run(main())
+
+
+def offering(env: dict[str, str]) -> bool:
+    """The worker connected to this host and offering the built-in runners."""
+    listed = cli(env, "workers", "list").stdout
+    return " connected " in listed and "agenthost/local-agent" in listed
+
+
+@pytest.mark.slow
+def test_workers_follow_the_failover_to_the_standby(
+    envs: tuple[dict[str, str], dict[str, str]], procs: list[subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    """A real worker given both hosts' addresses, the standby's first: the standby does not answer while it waits,
+    so the worker serves the active host; when that host is killed -9, the worker reconnects to the standby that
+    took over, with the certificate both hosts accept (they share the workers' CA, as the docs say to)."""
+    a_env, b_env = envs
+    pa, pb = free_port(), free_port()
+    a = serve(a_env, "--workers", f"127.0.0.1:{pa}")
+    procs.append(a)
+    wait_for("the active host serving", lambda: serving(a_env), a)
+    b_home = Path(b_env["AGENTHOST_HOME"])
+    b_home.mkdir(mode=0o700)
+    shutil.copytree(Path(a_env["AGENTHOST_HOME"]) / "workers", b_home / "workers")
+    b = serve(b_env, "--standby", "--workers", f"127.0.0.1:{pb}")
+    procs.append(b)
+    wait_for("the standby waiting", lambda: standing_by(b_env), b)
+
+    join = cli(a_env, "workers", "token", "create").stdout.strip()
+    log_path = tmp_path / "worker.log"
+    with log_path.open("w") as log_file:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "agenthost.host.cli", "--data-dir", str(tmp_path / "worker"), "worker",
+             "--host", f"127.0.0.1:{pb}", "--host", f"127.0.0.1:{pa}", "--join", join, "--name", "w1"],
+            env=cli_env(), stdout=log_file, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+    procs.append(worker)
+    worker_log = log_path.read_text
+    cli(a_env, "bots", "create", "agent")
+    cli(a_env, "bots", "bind", "agent", "--runner", "agenthost/local-agent", "--pool", "default",
+        "--config", "model=demo/offline")  # fmt: skip
+    wait_for("the worker on the active host", lambda: offering(a_env), worker)
+    assert DEMO_LABEL in cli(a_env, "send", "agent", "on the active host").stdout
+    assert f"the host at 127.0.0.1:{pb} does not answer (down, or a standby not active yet)" in worker_log()
+
+    a.send_signal(signal.SIGKILL)
+    a.wait()
+    wait_for("the takeover", lambda: serving(b_env), b, timeout=TAKEOVER_TIMEOUT)
+    wait_for("the worker on the new host", lambda: offering(b_env), worker)
+    out = cli(b_env, "send", "agent", "after the failover").stdout
+    assert DEMO_LABEL in out and "after the failover" in out
+    assert f"connection to the host at 127.0.0.1:{pa} lost" in worker_log()
+    assert worker.poll() is None

@@ -41,6 +41,22 @@ WORKER_CERT_DAYS = 365
 # A worker's name: its certificate's common name, in `workers list` and on every run it serves.
 WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 JOIN_PREFIX = "ahj1"
+# The only TLS version either worker port accepts. grpcio's Python API sets no minimum version (grpc-core offers
+# TLS 1.2 and 1.3, and `grpc.ssl_server_credentials` has no knob for it), so a peer that negotiated anything else
+# is refused on its first call, before any request message is read, from the version grpc-core records in the
+# call's auth context.
+TLS_VERSION = b"TLSv1.3"
+
+
+def require_tls13(auth_context: dict[str, list[bytes]]) -> None:
+    """Unauthenticated unless the call's connection negotiated TLS 1.3. A missing version (a grpcio too old to
+    record it) is refused too: the rule must not hold only when it can be checked."""
+    versions = auth_context.get("ssl_tls_version") or [b"unknown"]
+    if versions[0] != TLS_VERSION:
+        raise errors.Unauthenticated(
+            f"this connection negotiated {versions[0].decode(errors='replace')}; the host accepts TLS 1.3 only"
+            " (upgrade the TLS library of the client)"
+        )
 
 
 def _now() -> datetime.datetime:

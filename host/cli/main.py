@@ -1385,7 +1385,14 @@ def build_parser() -> argparse.ArgumentParser:
         "agenthost worker --host host.example:7443",
         json_output=False,
     )
-    wrk.add_argument("--host", required=True, metavar="HOST:PORT", help="the host's workers port (serve --workers)")
+    wrk.add_argument(
+        "--host",
+        required=True,
+        action="append",
+        metavar="HOST:PORT",
+        help="the host's workers port (serve --workers); several (repeated, or comma-separated) for an active host"
+        " and its standbys: the worker follows whichever is active",
+    )
     wrk.add_argument("--join", default="", metavar="TOKEN", help="a join token, to enrol (once)")
     wrk.add_argument("--name", default="", help="this worker's name (default: the machine's host name)")
     wrk.add_argument("--capacity", type=_positive(4096), default=4, help="runs at once (default 4)")

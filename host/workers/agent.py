@@ -3,7 +3,11 @@ long-lived mutual-TLS channel to the host.
 
 Files, in the worker's data dir under `worker/` (0700, each 0600): worker.key (made here; it never leaves the
 machine), worker.crt (signed by the host's CA at enrolment), ca.crt (the host's CA: the only authority this worker
-trusts for the host), worker.json (host address, name, pool).
+trusts for the host), worker.json (host addresses, name, pool).
+
+Several host addresses (`--host A --host B`, or `A,B`): an active host and its standbys (docs/operating/standby.md),
+which share the CA. A standby listens on no port until it takes over, so the worker dials the addresses in turn
+until one answers, and after losing a host goes round them again.
 """
 
 from __future__ import annotations
@@ -59,9 +63,23 @@ class WorkerError(RuntimeError):
     """What stops a worker, said so that its operator knows what to do."""
 
 
+def host_addresses(hosts: str | list[str]) -> list[str]:
+    """`--host A --host B` or `--host A,B` (or worker.json's "A,B"): the addresses in order, each HOST:PORT."""
+    items = [hosts] if isinstance(hosts, str) else hosts
+    out = [a.strip() for item in items for a in item.split(",") if a.strip()]
+    if not out:
+        raise WorkerError("--host needs at least one HOST:PORT (the host's workers port)")
+    for address in out:
+        try:
+            split_address(address)
+        except ValueError as exc:
+            raise WorkerError(f"--host: {exc}") from None
+    return out
+
+
 @dataclass(frozen=True)
 class Identity:
-    host: str
+    host: str  # the host's workers address, or several comma-separated: an active host and its standbys
     name: str
     pool: str
     key_pem: bytes
@@ -73,11 +91,15 @@ class Identity:
             root_certificates=self.ca_pem, private_key=self.key_pem, certificate_chain=self.cert_pem
         )
 
-    def channel(self) -> grpc.aio.Channel:
-        """The one channel to the host's workers port. The host is checked against its CA and the name its
-        certificate carries, not the address dialled (NAT, load balancers)."""
+    @property
+    def addresses(self) -> list[str]:
+        return host_addresses(self.host)
+
+    def channel(self, address: str | None = None) -> grpc.aio.Channel:
+        """The one channel to a host's workers port (the first address unless named). The host is checked against
+        its CA and the name its certificate carries, not the address dialled (NAT, load balancers, standbys)."""
         return grpc.aio.secure_channel(
-            self.host,
+            address or self.addresses[0],
             self.credentials(),
             options=[
                 *CHANNEL_OPTIONS,
@@ -122,14 +144,21 @@ async def enrol(data_dir: Path, host: str, join_token: str, name: str) -> Identi
         token = JoinToken.parse(join_token)
     except errors.AgentHostError as exc:
         raise WorkerError(exc.message) from None
-    hostname, _ = split_address(host)
-    try:
-        pem = await asyncio.to_thread(_fetch_enrol_certificate, hostname, token.enrol_port)
-    except (OSError, ssl.SSLError) as exc:
+    # The token names the enrolment port; of several host addresses (a standby listens on none), the first that
+    # answers there is the active host.
+    unreachable = []
+    for address in host_addresses(host):
+        hostname, _ = split_address(address)
+        try:
+            pem = await asyncio.to_thread(_fetch_enrol_certificate, hostname, token.enrol_port)
+            break
+        except (OSError, ssl.SSLError) as exc:
+            unreachable.append(f"{hostname}:{token.enrol_port} ({exc})")
+    else:
         raise WorkerError(
-            f"cannot reach the host's enrolment port {hostname}:{token.enrol_port} ({exc}); is the host serving"
-            " with --workers, and is that port open to this machine?"
-        ) from None
+            f"cannot reach the host's enrolment port: {'; '.join(unreachable)}; is the host serving with --workers,"
+            " and is that port open to this machine?"
+        )
     if pin_of(pem.encode()) != token.pin:
         raise WorkerError(
             f"the server at {hostname}:{token.enrol_port} is not the host that made this join token (its"
@@ -217,11 +246,15 @@ class Worker:
         self.supervisor = supervisor
         self.capacity = capacity
         self.connected = asyncio.Event()
+        # Welcomes received, ever: how `serve` knows an attempt got through (`connected` is already cleared when
+        # the session that set it has ended).
+        self.welcomes = 0
         self.draining = False
         self.offers: list[wpb.WorkerOffer] = []
         self.runs: dict[str, LocalRun] = {}
         self._by_token: dict[str, LocalRun] = {}
         self.channel: grpc.aio.Channel | None = None
+        self.address = ""  # the host address of the current (or last) connection
 
     def hello(self) -> wpb.WorkerUp:
         return wpb.WorkerUp(
@@ -304,7 +337,8 @@ class Worker:
     def on_message(self, channel: grpc.aio.Channel, down: wpb.WorkerDown) -> None:
         kind = down.WhichOneof("kind")
         if kind == "welcome":
-            log.info("connected to %s as %s", self.identity.host, down.welcome)
+            log.info("connected to %s as %s", self.address, down.welcome)
+            self.welcomes += 1
             self.connected.set()
         elif kind == "drain":
             self.draining = True
@@ -417,17 +451,21 @@ class Worker:
 
     async def serve(self, stop: asyncio.Event) -> None:
         """Stays connected until `stop`: reconnects with jittered exponential backoff (a host restart, a partition),
-        and raises WorkerError when the host refuses this worker (revoked, a certificate it does not accept)."""
-        failures = 0
-        ever = False
+        going round the host addresses (the next one after each failed or lost connection, so a standby that took
+        over is found at once), and raises WorkerError when a host refuses this worker (revoked, a certificate it
+        does not accept): hosts sharing a CA and a database refuse alike."""
+        addresses = self.identity.addresses
+        index = failures = 0
         while not stop.is_set():
-            async with self.identity.channel() as channel:
+            address = self.address = addresses[index]
+            welcomes = self.welcomes
+            async with self.identity.channel(address) as channel:
                 self.channel = channel
                 task = asyncio.create_task(self.session(channel))
                 stopping = asyncio.create_task(stop.wait())
                 await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
                 stopping.cancel()
-                was_connected = self.connected.is_set()
+                was_connected = self.welcomes > welcomes
                 if not task.done():
                     task.cancel()
                 try:
@@ -436,16 +474,28 @@ class Worker:
                     if stop.is_set():
                         return
                 except grpc.RpcError as exc:
-                    ever = ever or was_connected
                     refused = exc.code() == grpc.StatusCode.UNAUTHENTICATED
                     handshake = exc.code() == grpc.StatusCode.UNAVAILABLE and _handshake_failed(exc.details() or "")
-                    if refused or (handshake and not ever):
+                    if refused or (handshake and not self.welcomes):
                         raise WorkerError(explain(exc)) from None
-                    log.warning("connection to the host lost: %s", explain(exc))
+                    if was_connected:  # a host that dies closes the socket: not a refused handshake
+                        log.warning(
+                            "connection to the host at %s lost: %s: %s", address, exc.code().name, exc.details()
+                        )
+                    else:
+                        log.warning(
+                            "the host at %s does not answer (down, or a standby not active yet): %s",
+                            address,
+                            explain(exc),
+                        )
                 else:
-                    log.warning("the host ended this worker's session")
+                    log.warning("the host at %s ended this worker's session", address)
             failures = 0 if was_connected else failures + 1
-            delay = min(BACKOFF_MAX, BACKOFF_BASE * 2 ** min(failures, 10)) * random.uniform(0.5, 1.0)
+            index = (index + 1) % len(addresses)
+            # Exponential per round of the addresses, not per address: a standby's turn comes without a wait
+            # grown by the dead host's refusals.
+            rounds = failures // len(addresses)
+            delay = min(BACKOFF_MAX, BACKOFF_BASE * 2 ** min(rounds, 10)) * random.uniform(0.5, 1.0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
 
@@ -608,7 +658,8 @@ async def run_worker(args: Any, data_dir: Path) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     try:
         if args.join:
-            identity = await enrol(data_dir, args.host, args.join, args.name or socket.gethostname())
+            hosts = ",".join(host_addresses(args.host))
+            identity = await enrol(data_dir, hosts, args.join, args.name or socket.gethostname())
             print(f"enrolled as worker {identity.name} in pool {identity.pool}", flush=True)
         else:
             found = load_identity(data_dir)
@@ -617,7 +668,7 @@ async def run_worker(args: Any, data_dir: Path) -> int:
                     f"this worker is not enrolled (nothing in {data_dir / 'worker'}); make a join token on the host"
                     " with `agenthost workers token create` and pass it with --join"
                 )
-            identity = dataclasses.replace(found, host=args.host)
+            identity = dataclasses.replace(found, host=",".join(host_addresses(args.host)))
         if args.enrol_only:
             return 0
         stop = asyncio.Event()

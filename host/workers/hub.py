@@ -30,7 +30,7 @@ from cryptography import x509
 
 from agenthost.host import limits
 from agenthost.host.access.grants import hash_secret
-from agenthost.host.access.worker_pki import WORKER_NAME, HostCA, JoinToken, cert_pem, serial_hex
+from agenthost.host.access.worker_pki import WORKER_NAME, HostCA, JoinToken, cert_pem, require_tls13, serial_hex
 from agenthost.host.store.workers import WorkerRecord, WorkerStore
 from agenthost.plugins.manifest import ManifestError, RunnerManifest
 from agenthost.protos import errors, runner_pb2
@@ -202,7 +202,8 @@ class WorkerHub:
                 grpc.method_handlers_generic_handler(
                     "agenthost.v1.WorkerEnrolment",
                     {
-                        # Request-streaming on the server (the wire is unary) so the read can be given a deadline.
+                        # Request-streaming on the server (the wire is unary): the TLS version is checked before the token is read,
+                        # and the read is given a deadline.
                         "Enrol": grpc.stream_unary_rpc_method_handler(
                             self._enrol_call,
                             request_deserializer=wpb.EnrolRequest.FromString,
@@ -289,7 +290,14 @@ class WorkerHub:
         self, requests: AsyncIterator[wpb.EnrolRequest], context: grpc.aio.ServicerContext
     ) -> wpb.EnrolResponse:
         """The enrolment port is unauthenticated: a call whose request does not arrive in
-        WORKER_ENROL_READ_SECONDS is ended, so calls held open cannot pile up (nor hold the port's few slots)."""
+        WORKER_ENROL_READ_SECONDS is ended, so calls held open cannot pile up (nor hold the port's few slots). The TLS
+        version is checked before the token is read."""
+        try:
+            require_tls13(context.auth_context())
+        except errors.AgentHostError as exc:
+            log.warning("worker enrolment refused (%s): %s", context.peer(), exc.message)
+            await errors.abort_with(context, exc)
+            raise
         try:
             request = await asyncio.wait_for(anext(requests, None), limits.WORKER_ENROL_READ_SECONDS)
         except TimeoutError:
@@ -335,6 +343,7 @@ class WorkerHub:
         """The enrolled, unrevoked worker whose certificate this call presents; Unauthenticated otherwise. The
         handshake already proved the certificate is the CA's and the key is the worker's."""
         auth = context.auth_context()
+        require_tls13(auth)
         pems = auth.get("x509_pem_cert") or []
         if not pems:
             raise errors.Unauthenticated("no client certificate")
