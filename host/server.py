@@ -764,6 +764,8 @@ class Host:
             with contextlib.suppress(PluginStartError):
                 await self.supervisor.wait_ready(plugin_id, self.policy.start_timeout)
         manifest = self.runs.manifest_for(binding.runner_id)
+        # A worker's offer is the untrusted side's word: what the operator binds now is what every run is held to.
+        binding.manifest_json = manifest.model_dump_json() if plugin is None else ""
         # Host paths the binding names: checked here, by the trusted side, before any runner sees them.
         paths = self._path_problems(self._named_paths(binding))
         await binding_config.check(

@@ -366,7 +366,7 @@ class DeliveryPolicy(_message.Message):
     def __init__(self, streaming: _Optional[bool] = ..., max_message_size: _Optional[int] = ...) -> None: ...
 
 class Binding(_message.Message):
-    __slots__ = ("binding_id", "bot_id", "event_pattern", "conversation_pattern", "priority", "runner_id", "config_json", "resource_policy", "delivery_policy", "created_at", "timeout_seconds", "pool")
+    __slots__ = ("binding_id", "bot_id", "event_pattern", "conversation_pattern", "priority", "runner_id", "config_json", "resource_policy", "delivery_policy", "created_at", "timeout_seconds", "pool", "manifest_json")
     BINDING_ID_FIELD_NUMBER: _ClassVar[int]
     BOT_ID_FIELD_NUMBER: _ClassVar[int]
     EVENT_PATTERN_FIELD_NUMBER: _ClassVar[int]
@@ -379,6 +379,7 @@ class Binding(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_JSON_FIELD_NUMBER: _ClassVar[int]
     binding_id: str
     bot_id: str
     event_pattern: str
@@ -391,7 +392,8 @@ class Binding(_message.Message):
     created_at: float
     timeout_seconds: float
     pool: str
-    def __init__(self, binding_id: _Optional[str] = ..., bot_id: _Optional[str] = ..., event_pattern: _Optional[str] = ..., conversation_pattern: _Optional[str] = ..., priority: _Optional[int] = ..., runner_id: _Optional[str] = ..., config_json: _Optional[str] = ..., resource_policy: _Optional[_Union[ResourcePolicy, _Mapping]] = ..., delivery_policy: _Optional[_Union[DeliveryPolicy, _Mapping]] = ..., created_at: _Optional[float] = ..., timeout_seconds: _Optional[float] = ..., pool: _Optional[str] = ...) -> None: ...
+    manifest_json: str
+    def __init__(self, binding_id: _Optional[str] = ..., bot_id: _Optional[str] = ..., event_pattern: _Optional[str] = ..., conversation_pattern: _Optional[str] = ..., priority: _Optional[int] = ..., runner_id: _Optional[str] = ..., config_json: _Optional[str] = ..., resource_policy: _Optional[_Union[ResourcePolicy, _Mapping]] = ..., delivery_policy: _Optional[_Union[DeliveryPolicy, _Mapping]] = ..., created_at: _Optional[float] = ..., timeout_seconds: _Optional[float] = ..., pool: _Optional[str] = ..., manifest_json: _Optional[str] = ...) -> None: ...
 
 class CreateBindingRequest(_message.Message):
     __slots__ = ("bot", "binding")

@@ -302,7 +302,6 @@ async def test_a_package_past_the_size_caps_is_refused_before_a_byte_is_written(
     """A tarball of a few kilobytes declaring far more (a gzip bomb), and a directory too large: refused from the
     declared sizes before anything is unpacked or copied into the host's data dir (the cap lowered to 1 MiB here;
     the bomb's 2 MiB of zeros stand for gigabytes)."""
-    import io
     import tarfile
 
     from agenthost.host.api.client import HostClient

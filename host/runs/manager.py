@@ -163,6 +163,28 @@ class RunManager:
                 return manifest
         raise NotFound(f"plugin {plugin_id} offers no runner {name!r}")
 
+    def binding_manifest(self, binding: hpb.Binding) -> RunnerManifest:
+        """The manifest a run of `binding` is granted from. A runner the host runs itself: its installed record. A
+        runner only workers offer: the one pinned when the binding was made, never what a worker offers now (a
+        compromised worker offering the same runner id with wider permissions widens nothing)."""
+        plugin_id, _ = parse_runner_id(binding.runner_id)
+        if self.registry.find_plugin(plugin_id) is not None:
+            return self.manifest_for(binding.runner_id)
+        if not binding.manifest_json:
+            raise FailedPrecondition(
+                f"binding {binding.binding_id} runs {binding.runner_id} on workers but was made before bindings kept"
+                f" the manifest they were made with; update it (`agenthost bots update-binding {binding.binding_id}`)"
+                " or bind it again, to pin the permissions its runs get"
+            )
+        key = (binding.runner_id, binding.manifest_json)
+        cached = self._manifests.get(key)
+        if cached is None:
+            cached = RunnerManifest.model_validate_json(binding.manifest_json)
+            if len(self._manifests) >= 256:
+                self._manifests.clear()
+            self._manifests[key] = cached
+        return cached
+
     # ---- entry point ----
 
     @overload
@@ -236,9 +258,9 @@ class RunManager:
         if files and self.artifacts is None:
             raise FailedPrecondition("this host stores no attachments")
         binding = self.route(bot.bot_id, event_type, conversation_id)
-        manifest = self.manifest_for(binding.runner_id)
+        manifest = self.binding_manifest(binding)
         plugin_id, _ = parse_runner_id(binding.runner_id)
-        plugin = self.registry.find_plugin(plugin_id)  # None: a runner workers offer (manifest_for found it)
+        plugin = self.registry.find_plugin(plugin_id)  # None: a runner workers offer (its manifest pinned)
         if plugin is not None and not plugin.enabled:
             raise FailedPrecondition(f"plugin {plugin_id} is disabled")
         actor = request.actor if request.HasField("actor") else pb.Actor(actor_type="user", actor_id="local")

@@ -358,7 +358,13 @@ CREATE TABLE workers (
 ALTER TABLE bindings ADD COLUMN pool TEXT NOT NULL DEFAULT '';
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13]
+# A binding to a runner only workers offer keeps the manifest the operator bound (its permissions make the runs'
+# grants), so a worker offering the same runner id later cannot widen them (host/runs/manager.py).
+_V14 = """
+ALTER TABLE bindings ADD COLUMN manifest_json TEXT NOT NULL DEFAULT '';
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14]
 
 
 def migrate(conn: sqlite3.Connection) -> int:

@@ -319,7 +319,12 @@ CREATE TABLE lease (
 INSERT INTO lease VALUES (1, 0, '', 0, 0);
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4]
+# The manifest a binding to a worker-only runner was made with (SQLite's V14).
+_V5 = """
+ALTER TABLE bindings ADD COLUMN manifest_json TEXT NOT NULL DEFAULT '';
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5]
 
 # Two hosts starting on one database at once migrate one after the other (the key is arbitrary, fixed).
 _MIGRATION_LOCK = 0x61676E74_686F7374 & 0x7FFFFFFFFFFFFFFF

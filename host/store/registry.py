@@ -160,6 +160,7 @@ class Registry:
             created_at=row["created_at"],
             timeout_seconds=row["timeout_seconds"],
             pool=row["pool"],
+            manifest_json=row["manifest_json"],
         )
         rp = json.loads(row["resource_policy_json"])
         b.resource_policy.apis.extend(rp.get("apis", []))
@@ -217,8 +218,9 @@ class Registry:
             self._refuse_tie(conn, b)
             conn.execute(
                 "INSERT INTO bindings(binding_id, bot_id, event_pattern, conversation_pattern, priority, runner_id,"
-                " config_json, resource_policy_json, delivery_policy_json, timeout_seconds, created_at, pool)"
-                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                " config_json, resource_policy_json, delivery_policy_json, timeout_seconds, created_at, pool,"
+                " manifest_json)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     b.binding_id,
                     b.bot_id,
@@ -232,6 +234,7 @@ class Registry:
                     b.timeout_seconds,
                     b.created_at,
                     b.pool,
+                    b.manifest_json,
                 ),
             )
 
@@ -252,7 +255,8 @@ class Registry:
             self._refuse_tie(conn, b)
             changed = conn.execute(
                 "UPDATE bindings SET event_pattern = ?, conversation_pattern = ?, priority = ?, config_json = ?,"
-                " resource_policy_json = ?, delivery_policy_json = ?, timeout_seconds = ? WHERE binding_id = ?",
+                " resource_policy_json = ?, delivery_policy_json = ?, timeout_seconds = ?, manifest_json = ?"
+                " WHERE binding_id = ?",
                 (
                     b.event_pattern,
                     b.conversation_pattern,
@@ -261,6 +265,7 @@ class Registry:
                     rp,
                     dp,
                     b.timeout_seconds,
+                    b.manifest_json,
                     b.binding_id,
                 ),
             ).rowcount

@@ -202,8 +202,8 @@ class WorkerHub:
                 grpc.method_handlers_generic_handler(
                     "agenthost.v1.WorkerEnrolment",
                     {
-                        # Request-streaming on the server (the wire is unary): the TLS version is checked before the token is read,
-                        # and the read is given a deadline.
+                        # Request-streaming on the server (the wire is unary): the TLS version is checked before the
+                        # token is read, and the read is given a deadline.
                         "Enrol": grpc.stream_unary_rpc_method_handler(
                             self._enrol_call,
                             request_deserializer=wpb.EnrolRequest.FromString,

@@ -327,3 +327,50 @@ async def test_workers_reconnect_after_a_host_restart(tmp_path: Path) -> None:
         proc.kill()
         await proc.wait()
         await host.stop()
+
+
+async def test_a_worker_offering_wider_permissions_later_widens_no_grant(host: Host, tmp_path: Path) -> None:
+    """The binding is made while an honest worker offers `fake/echo` asking for history.page only. A compromised
+    worker then offers the same runner id asking for events.page too and takes the next run: its grant came from
+    what that worker offered (the first found), so it read the conversation's events. Now the binding keeps the
+    manifest it was made with, and the run's grant comes from that."""
+    import grpc
+
+    from agenthost.protos import errors
+    from agenthost.protos import run_api_pb2 as api
+
+    honest = await enrolled(host, tmp_path / "honest", "honest")
+    rogue = await enrolled(host, tmp_path / "rogue", "rogue")
+    async with ScriptedWorker(honest):
+        for args in (("bots", "create", "b"), ("bots", "bind", "b", "--runner", "fake/echo")):
+            rc, out, err = await acli(host.data_dir, *args)
+            assert rc == 0, out + err
+    assert host.workers is not None
+    await wait_for(lambda: "honest" not in host.workers.sessions)
+    wider = '{"name": "echo", "permissions": {"apis": ["history.page", "events.page"]}}'
+    async with ScriptedWorker(rogue, offers=[wpb.WorkerOffer(plugin_id="fake", manifests_json=[wider])]) as worker:
+        async with HostClient.for_data_dir(host.data_dir) as client:
+            send = asyncio.create_task(client.send("b", "hi", conversation_id="c"))
+            run_id = await asyncio.wait_for(worker.assigned.get(), 60)
+            call, ups = worker.open_run(run_id)
+            request = (await call.read()).request
+            assert worker.channel is not None
+            credentials = [("authorization", f"Bearer {request.run_token}")]
+            page = await worker.history(run_id, request.run_token)  # what the bound manifest asked for: served
+            assert [i.text for i in page.items] == ["hi"]
+            with pytest.raises(grpc.RpcError) as caught:
+                await worker.channel.unary_unary(
+                    "/agenthost.v1.AgentRunAPIProxy/EventPage",
+                    request_serializer=api.EventPageRequest.SerializeToString,
+                    response_deserializer=api.EventPageResponse.FromString,
+                )(api.EventPageRequest(run_id=run_id), metadata=credentials, timeout=30)
+            assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED, caught.value.details()
+            ups.put_nowait(batch(text("ok"), completed()))
+            ups.put_nowait(None)
+            result = await asyncio.wait_for(send, 60)
+            assert result.run.status == "completed", result.run
+        # A binding made before bindings kept their manifest: refused at send, saying how to pin one.
+        await host.registry.db.write(lambda conn: conn.execute("UPDATE bindings SET manifest_json = ''"))
+        async with HostClient.for_data_dir(host.data_dir) as client:
+            with pytest.raises(errors.FailedPrecondition, match="agenthost bots update-binding"):
+                await client.send("b", "again", conversation_id="c")
