@@ -291,14 +291,19 @@ async def _install_command_plugin(
     staging.mkdir()
     try:
         app = staging / "app"
-        try:
+
+        def stage() -> tuple[command_plugin.PackageInfo, str]:
             if source.is_dir():
                 command_plugin.check_dir_size(source)
                 shutil.copytree(source, app, symlinks=True, ignore=shutil.ignore_patterns(".git"))
             else:
                 shutil.move(command_plugin.unpack(source, staging / "unpacked"), app)
             info = command_plugin.read_package(app / "package.json")
-            runtime_path = command_plugin.find_runtime(info.runtime)
+            return info, command_plugin.find_runtime(info.runtime)
+
+        try:
+            # Up to a GiB copied or unpacked: in a thread, so the host's loop (every run's stream) is not held.
+            info, runtime_path = await asyncio.to_thread(stage)
         except command_plugin.CommandPluginError as exc:
             raise InstallError(str(exc)) from None
         plugin_id = command_plugin.plugin_id_of(info.name)
