@@ -131,21 +131,27 @@ async def test_certificate_of_another_ca_with_a_forged_name_is_refused(host: Hos
     assert (await hello(real)).welcome == "gpu-1"
 
 
-async def test_csr_subject_is_ignored(host: Host, tmp_path: Path) -> None:
-    """The host names the worker: a CSR asking for another common name gets the requested worker name."""
-    join = await token(host)
-    key = new_key()
-    pem = ssl.get_server_certificate(("127.0.0.1", int(join.split(".")[1])))
+async def enrol_raw(join: str, csr_pem: bytes, name: str = "w1") -> wpb.EnrolResponse:
+    """Enrol as a client of our own making would: the token's port, its certificate trusted as found."""
+    port = int(join.split(".")[1])
+    pem = ssl.get_server_certificate(("127.0.0.1", port))
     async with grpc.aio.secure_channel(
-        f"127.0.0.1:{join.split('.')[1]}",
+        f"127.0.0.1:{port}",
         grpc.ssl_channel_credentials(root_certificates=pem.encode()),
         options=[("grpc.ssl_target_name_override", "agenthost-enrol")],
     ) as channel:
-        reply = await channel.unary_unary(
+        reply: wpb.EnrolResponse = await channel.unary_unary(
             "/agenthost.v1.WorkerEnrolment/Enrol",
             request_serializer=wpb.EnrolRequest.SerializeToString,
             response_deserializer=wpb.EnrolResponse.FromString,
-        )(wpb.EnrolRequest(join_token=join, name="w1", csr_pem=make_csr(key, "agenthost-host")), timeout=30)
+        )(wpb.EnrolRequest(join_token=join, name=name, csr_pem=csr_pem), timeout=30)
+    return reply
+
+
+async def test_csr_subject_is_ignored(host: Host, tmp_path: Path) -> None:
+    """The host names the worker: a CSR asking for another common name gets the requested worker name."""
+    join = await token(host)
+    reply = await enrol_raw(join, make_csr(new_key(), "agenthost-host"))
     assert common_name(reply.certificate_pem) == "w1"
 
 
@@ -168,18 +174,7 @@ async def test_csr_extensions_are_ignored_the_host_sets_its_own(host: Host) -> N
         .sign(key, hashes.SHA256())
         .public_bytes(serialization.Encoding.PEM)
     )
-    port = join.split(".")[1]
-    pem = ssl.get_server_certificate(("127.0.0.1", int(port)))
-    async with grpc.aio.secure_channel(
-        f"127.0.0.1:{port}",
-        grpc.ssl_channel_credentials(root_certificates=pem.encode()),
-        options=[("grpc.ssl_target_name_override", "agenthost-enrol")],
-    ) as channel:
-        reply = await channel.unary_unary(
-            "/agenthost.v1.WorkerEnrolment/Enrol",
-            request_serializer=wpb.EnrolRequest.SerializeToString,
-            response_deserializer=wpb.EnrolResponse.FromString,
-        )(wpb.EnrolRequest(join_token=join, name="w1", csr_pem=csr), timeout=30)
+    reply = await enrol_raw(join, csr)
     cert = x509.load_pem_x509_certificate(reply.certificate_pem)
     assert common_name(reply.certificate_pem) == "w1"
     assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
