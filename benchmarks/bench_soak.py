@@ -28,9 +28,18 @@ THREAD_DRIFT = 2  # pools (grpc, asyncio's default executor) start threads lazil
 
 
 async def soak(
-    lh: LoadHost, seconds: float, runs: int, deltas: int, pause_ms: float, report_every: float = 30.0, out=print
-) -> dict[str, object]:  # noqa: ANN001
-    """Rounds until `seconds` have passed; returns per-round samples and totals."""
+    lh: LoadHost,
+    seconds: float,
+    runs: int,
+    deltas: int,
+    pause_ms: float,
+    report_every: float = 30.0,
+    out=print,  # noqa: ANN001
+    *,
+    rounds: int | None = None,
+) -> dict[str, object]:
+    """Rounds until `seconds` have passed, or exactly `rounds` of them; returns per-round samples and totals. A
+    count of rounds is the same work on a busy machine as on an idle one (a time would be less work when busy)."""
     await run_load(lh, runs, deltas, pause_ms, tag="warmup")
     samples: list[dict[str, float]] = []
     total_runs = 0
@@ -38,7 +47,7 @@ async def soak(
     t0 = time.monotonic()
     last_report = t0
     r = 0
-    while time.monotonic() - t0 < seconds:
+    while r < rounds if rounds is not None else time.monotonic() - t0 < seconds:
         res, (_, long_status, _) = await asyncio.gather(
             run_load(lh, runs, deltas, pause_ms, tag=f"s{r}"),
             one_run(lh.client, "load0", "long-conversation", 2, 0),

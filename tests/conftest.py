@@ -5,6 +5,7 @@ import dataclasses
 import os
 import re
 import shutil
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,27 @@ def reused_plugin_installs(
         return dataclasses.replace(first, python=str(env / "bin" / "python"))
 
     monkeypatch.setattr(installer, "install", install)
+
+
+@pytest.fixture
+async def close_harness_runners(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
+    """Closes every harness runner a test made, as the SDK server does at shutdown: the Claude Code processes it
+    keeps between messages and the spare it starts after a turn (runners/external_harness/warm.py) stop in the
+    test's own event loop. Without it they outlive the test: a spare started after the test's last look at its
+    processes (bwrap, egress_forward, the harness) ran until the xdist worker exited."""
+    from agenthost.runners.external_harness.runner import HarnessRunner
+
+    made: list[HarnessRunner] = []
+    init = HarnessRunner.__init__
+
+    def recording_init(self: HarnessRunner, *args: object, **kwargs: object) -> None:
+        init(self, *args, **kwargs)  # type: ignore[arg-type]
+        made.append(self)
+
+    monkeypatch.setattr(HarnessRunner, "__init__", recording_init)
+    yield
+    for runner in made:
+        await runner.close()
 
 
 # The throwaway PostgreSQL cluster and the fixtures that run a store test on both backends.

@@ -98,11 +98,18 @@ def _pdeathsig_prefix() -> list[str]:
     """`setpriv --pdeathsig KILL --` (for a harness run without a sandbox, whose bwrap --die-with-parent does
     this and more): if the runner process dies (SIGKILL, crash), the kernel kills the harness too. A preexec_fn
     calling prctl would do the same without the extra exec, but running Python between fork and exec in a
-    process with gRPC threads can crash the child (seen: SIGSEGV), so util-linux does it instead."""
+    process with gRPC threads can crash the child (seen: SIGSEGV), so util-linux does it instead.
+
+    The death signal only covers a parent that dies after it is set: a runner killed between its fork and setpriv's
+    prctl (a window of a few execs, long on a loaded machine) would leave the harness running, re-parented. So a
+    shell after setpriv checks that its parent is still this runner, and exits instead of starting the harness."""
     if not sys.platform.startswith("linux"):
         return []
     setpriv = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
-    return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
+    if not setpriv:
+        return []
+    alive = f'[ "$PPID" = {os.getpid()} ] || exit 137\nexec "$@"'
+    return [setpriv, "--pdeathsig", "KILL", "--", "/bin/sh", "-c", alive, "agenthost-harness"]
 
 
 def _inner_pid(pid: int) -> int | None:

@@ -20,22 +20,8 @@ async def fake_host(tmp_path: Path) -> AsyncIterator[FakeHost]:
 
 
 @pytest.fixture(autouse=True)
-async def close_runners(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
-    """Closes every harness runner a test made, as the SDK server does at shutdown: the Claude Code processes it
-    keeps between messages (warm.py) stop in the test's own event loop, not with the test process."""
-    from agenthost.runners.external_harness.runner import HarnessRunner
-
-    made: list[HarnessRunner] = []
-    init = HarnessRunner.__init__
-
-    def recording_init(self: HarnessRunner, *args: object, **kwargs: object) -> None:
-        init(self, *args, **kwargs)  # type: ignore[arg-type]
-        made.append(self)
-
-    monkeypatch.setattr(HarnessRunner, "__init__", recording_init)
-    yield
-    for runner in made:
-        await runner.close()
+def _runners_closed(close_harness_runners: None) -> None:
+    """Every harness runner a test here makes is closed at its end (tests/conftest.py)."""
 
 
 @pytest.fixture

@@ -3,12 +3,14 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from agenthost.protos.wire import TOOLS_CGROUP_ENV
 from agenthost.runners.external_harness.errors import HarnessNotFound
 from agenthost.runners.external_harness.process import HarnessProcess, build_env, redact
 
@@ -133,13 +135,58 @@ async def test_harness_dies_with_a_killed_runner(tmp_path: Path) -> None:
     )
     try:
         assert runner.stdout
-        harness_pid = int(await asyncio.wait_for(runner.stdout.readline(), 20))
+        # generous: the waits of 20 s and 2.5 s here were tuned to an idle machine; `-n 4` on two cores broke it
+        harness_pid = int(await asyncio.wait_for(runner.stdout.readline(), 90))
         assert group_alive(harness_pid)
     finally:
         runner.kill()
         await runner.wait()
-    for _ in range(50):
+    # The kernel's death signal and the reaping take their time on a loaded machine: wait for the end, not 2.5 s.
+    for _ in range(600):  # at least 30 s
         if not group_alive(harness_pid):
             break
         await asyncio.sleep(0.05)
     assert not group_alive(harness_pid)
+
+
+async def test_a_runner_killed_before_the_death_signal_is_set_leaves_no_harness(tmp_path: Path) -> None:
+    """The window between the runner's fork and setpriv's prctl, held open: the tools prologue blocks writing to its
+    cgroup file (a FIFO here) while the runner is SIGKILLed; once it goes on, the death signal is set too late to
+    fire. The harness must not start, re-parented, then."""
+    gate = tmp_path / "tools.procs"
+    os.mkfifo(gate)
+    code = (
+        "import asyncio, os, sys\n"
+        "from pathlib import Path\n"
+        "from agenthost.runners.external_harness.process import HarnessProcess, build_env\n"
+        "async def main():\n"
+        "    p = HarnessProcess([sys.executable, '-c', 'import time; time.sleep(60)'], cwd=Path('.'),\n"
+        "                       env=build_env(inherited=os.environ))\n"
+        "    await p.start()\n"
+        "    print(p.pid, flush=True)\n"
+        "    await asyncio.sleep(60)\n"
+        "asyncio.run(main())\n"
+    )
+    repo = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": repo, TOOLS_CGROUP_ENV: str(gate)}
+    runner = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, cwd=tmp_path, stdout=asyncio.subprocess.PIPE, env=env
+    )
+    try:
+        assert runner.stdout
+        harness_pid = int(await asyncio.wait_for(runner.stdout.readline(), 90))
+    finally:
+        runner.kill()
+        await runner.wait()
+    reader = os.open(gate, os.O_RDONLY | os.O_NONBLOCK)  # lets the prologue's write through: it goes on
+    try:
+        for _ in range(600):  # at least 30 s
+            if not group_alive(harness_pid):
+                break
+            await asyncio.sleep(0.05)
+        alive = group_alive(harness_pid)
+        if alive:
+            os.killpg(harness_pid, signal.SIGKILL)
+        assert not alive, "the harness outlived the runner that was killed before its death signal was set"
+    finally:
+        os.close(reader)

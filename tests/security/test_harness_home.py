@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-# The harness tests' fixtures: the fake host API, a clean environment, and closing every runner a test made.
-from external_harness.conftest import claude_bin, clean_env, close_runners, fake_host  # noqa: F401
+# The harness tests' fixtures: the fake host API and a clean environment (runners are closed: pytestmark).
+from external_harness.conftest import claude_bin, clean_env, fake_host  # noqa: F401
 from external_harness.fake_apis import FakeAnthropic, Request
 from external_harness.helpers import kinds
 from external_harness.test_runner import _collect, _config
@@ -28,7 +28,7 @@ from agenthost.plugins import sandbox as walls
 from agenthost.runners.external_harness.runner import ClaudeCodeRunner
 
 needs_bwrap = pytest.mark.skipif(walls.probe() is not None, reason=f"no working bubblewrap: {walls.probe()}")
-pytestmark = [pytest.mark.timeout(120), needs_bwrap]
+pytestmark = [pytest.mark.timeout(120), needs_bwrap, pytest.mark.usefixtures("close_harness_runners")]
 
 PLANT = (
     "[sh] printf PLANTED-CLAUDE-MD > $CLAUDE_CONFIG_DIR/CLAUDE.md && "

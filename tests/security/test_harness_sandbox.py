@@ -42,6 +42,8 @@ PROBE = str(Path(__file__).resolve().parent / "harness_probe.py")
 REPO = Path(__file__).resolve().parents[2]
 
 needs_bwrap = pytest.mark.skipif(walls.probe() is not None, reason=f"no working bubblewrap: {walls.probe()}")
+# Each runner a test makes is closed at its end, with the processes it keeps and the spare it starts after a turn.
+pytestmark = pytest.mark.usefixtures("close_harness_runners")
 
 
 def marker_pids(mark: str) -> list[int]:
