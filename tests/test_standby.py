@@ -136,6 +136,88 @@ def test_the_standby_takes_over_when_the_active_host_is_killed(
     assert not (Path(b_env["AGENTHOST_HOME"]) / "standby.json").exists()
 
 
+QUEUED = ("one", "two", "three")
+
+
+def runs_of(env: dict[str, str], bot: str) -> list[dict[str, Any]]:
+    """The bot's runs, oldest first."""
+    runs = json.loads(cli(env, "runs", "list", "--bot", bot, "--json").stdout)
+    return sorted(runs, key=lambda r: r.get("created_at", 0))
+
+
+def queue_behind_a_sleeper(env: dict[str, str], procs: list[subprocess.Popen[str]]) -> None:
+    """Bot `slow` (the faulty runner), one conversation: `sleep` running, then QUEUED waiting their turn behind it,
+    each sent by its own client that waits for its answer."""
+    cli(env, "plugins", "install", FAULTY, "--offline")
+    cli(env, "bots", "create", "slow")
+    cli(env, "bots", "bind", "slow", "--runner", "agenthost-faulty/faulty")
+    for n, text in enumerate(("sleep", *QUEUED), 1):
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "agenthost.host.cli", "send", "slow", text],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+        wait_for(f"{text!r} accepted", lambda n=n: len(runs_of(env, "slow")) == n)  # type: ignore[misc]
+    wait_for("the first run running", lambda: runs_of(env, "slow")[0]["status"] == "running")
+    assert [r["status"] for r in runs_of(env, "slow")[1:]] == ["queued"] * len(QUEUED)
+
+
+def assert_the_queued_ran_in_order(env: dict[str, str], interrupted_code: str) -> None:
+    """What the host that took over did: the run in flight ended interrupted, each queued message ran exactly
+    once, in the order it was sent."""
+    wait_for("the queued runs done", lambda: all(r["status"] == "completed" for r in runs_of(env, "slow")[1:]))
+    first, *rest = runs_of(env, "slow")
+    assert (first["status"], first["error_code"]) == ("interrupted", interrupted_code)
+    assert [r["text"] for r in rest] == [f"ok: {t}" for t in QUEUED]
+    started = [r["started_at"] for r in rest]
+    assert started == sorted(started)
+    history = cli(env, "history", "slow").stdout
+    for text in QUEUED:
+        assert history.count(f"[user] {text}") == 1 and history.count(f"ok: {text}") == 1
+
+
+@pytest.mark.slow
+def test_queued_messages_run_on_the_standby_that_takes_over(
+    envs: tuple[dict[str, str], dict[str, str]], procs: list[subprocess.Popen[str]]
+) -> None:
+    """Nothing accepted is lost at a failover: messages the dead host had queued run on the standby."""
+    a_env, b_env = envs
+    a = start_host(a_env)
+    procs.append(a)
+    b = serve(b_env, "--standby")
+    procs.append(b)
+    wait_for("the standby waiting", lambda: standing_by(b_env), b)
+    queue_behind_a_sleeper(a_env, procs)
+    a.send_signal(signal.SIGKILL)
+    a.wait()
+    wait_for("the takeover", lambda: serving(b_env), b, timeout=TAKEOVER_TIMEOUT)
+    assert_the_queued_ran_in_order(b_env, "host_restarted")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "stop"])
+def test_queued_messages_run_after_a_restart_on_sqlite(
+    tmp_path: Path, procs: list[subprocess.Popen[str]], stop: signal.Signals
+) -> None:
+    """One host on its SQLite file, killed -9 or stopped, then started again: its queued messages run."""
+    env = cli_env(tmp_path / "solo")
+    first = start_host(env)
+    procs.append(first)
+    queue_behind_a_sleeper(env, procs)
+    first.send_signal(stop)
+    first.wait(timeout=120)
+    for sender in procs[1:]:  # the clients were told; none of them was told its message ended
+        _, err = sender.communicate(timeout=60)
+        if stop == signal.SIGTERM and sender.args[-1] in QUEUED:
+            assert "stays queued" in err, err
+    procs.append(start_host(env))
+    assert_the_queued_ran_in_order(env, "host_shutdown" if stop == signal.SIGTERM else "host_restarted")
+
+
 @pytest.mark.slow
 def test_a_deposed_host_that_comes_back_writes_nothing_and_stops(
     envs: tuple[dict[str, str], dict[str, str]], procs: list[subprocess.Popen[str]], pg_cluster: Cluster, pg_dsn: str

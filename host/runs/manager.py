@@ -333,7 +333,7 @@ class RunManager:
             queued.bots_waiting = place.bots_waiting
         queued.run.CopyFrom(info)
         if self._closing:  # the host began stopping while the run was being recorded
-            self._end_queued(st, "interrupted", "host_shutdown", "the host stopped before this run started")
+            self._leave_queued(st)
         else:
             self._pump()  # a run given a slot at once has its run_started in the inbox already
         if st.task is None:  # it waits (or ended waiting): the client hears so now, not when a slot frees
@@ -430,8 +430,9 @@ class RunManager:
         return st
 
     async def shutdown(self) -> None:
-        """Host stopping: in-flight and queued runs end as interrupted; their ends are awaited before the DB
-        closes. No queued run starts from here on."""
+        """Host stopping: in-flight runs end as interrupted; their ends are awaited before the DB closes. Queued
+        runs stay `queued` in the database: the next host on it (after a restart, or a standby taking over) runs
+        them (resume_queued). No queued run starts here from now on."""
         self._closing = True
         states = list(self._live.values())
         tasks: list[asyncio.Future[None]] = []
@@ -440,10 +441,82 @@ class RunManager:
             if st.task is not None:
                 st.task.cancel()
                 tasks.append(st.task)
-            else:
-                self._end_queued(st, "interrupted", "host_shutdown", "the host stopped before this run started")
+            elif st.ending is None:
+                self._leave_queued(st)
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(*(st.ending for st in states if st.ending is not None), return_exceptions=True)
+
+    def _leave_queued(self, st: RunState) -> None:
+        """A queued run left to the next host (the host is stopping): out of this host's queue, its row untouched,
+        and its senders told it was accepted and will run, not that it ended."""
+        start, st.start = st.start, None
+        self.admission.remove(st)
+        if start is not None:
+            self.admission.release(
+                st.info.bot_id, (st.info.bot_id, st.info.conversation_id), start.input_bytes, start.share
+            )
+        self._live.pop(st.info.run_id, None)
+        for inbox in st.subscribers:
+            inbox.end_with(
+                Unavailable(
+                    f"the host stopped before run {st.info.run_id} started; it stays queued and runs, in its turn,"
+                    f" once a host serves this data again (see `agenthost runs show {st.info.run_id}`)"
+                )
+            )
+
+    async def resume_queued(self) -> int:
+        """At start: the runs a previous host accepted and left `queued` (it stopped, or died and a standby took
+        over) join this host's queue in their arrival order: nothing accepted is lost. Each gets a fresh run
+        token. One that can no longer start (its bot, binding or runner gone, its plugin disabled) ends `failed`
+        with code `runner_unavailable`, saying why. Returns how many rejoined."""
+        resumed: list[tuple[RunState, str]] = []
+        unstartable: list[hpb.RunInfo] = []
+        for info in self.runs.queued_runs():
+            try:
+                bot = self.registry.bot(info.bot_id)
+                binding = self.registry.binding(info.binding_id)
+                manifest = self.manifest_for(binding.runner_id)
+                plugin_id, _ = parse_runner_id(binding.runner_id)
+                plugin = self.registry.find_plugin(plugin_id)
+                if plugin is not None and not plugin.enabled:
+                    raise FailedPrecondition(f"plugin {plugin_id} is disabled")
+                event = self.conversations.get_event(info.event_id)
+                if event is None:
+                    raise NotFound(f"its message {info.event_id} is gone")
+            except (NotFound, FailedPrecondition, InvalidArgument) as exc:
+                info.status, info.error_code, info.finished_at = "failed", "runner_unavailable", time.time()
+                info.error_message = f"the host restarted and this queued run could not start: {exc.message}"
+                unstartable.append(info)
+                continue
+            input_bytes = (
+                len(event.text.encode()) + len(event.data_json.encode()) + sum(a.size_bytes for a in event.attachments)
+            )
+            token = new_token("rt")
+            timeout = binding.timeout_seconds or DEFAULT_TIMEOUT
+            st = RunState(info=info)
+            st.start = QueuedStart(
+                bot, binding, manifest, event, event.actor, token, timeout, input_bytes, info.origin, info.origin
+            )
+            resumed.append((st, hash_secret(token)))
+
+        def record(conn: sqlite3.Connection) -> None:
+            for st, token_hash in resumed:
+                RunStore.set_token(conn, st.info.run_id, token_hash)
+            for info in unstartable:
+                RunStore.finish(conn, info)
+
+        if resumed or unstartable:
+            await self.registry.db.write(record)
+        for info in unstartable:
+            log.warning("queued run %s could not resume: %s", info.run_id, info.error_message)
+        for st, _ in resumed:
+            assert st.start is not None
+            key = (st.info.bot_id, st.info.conversation_id)
+            self.admission.reserve(st.info.bot_id, key, st.start.input_bytes, st.start.share, accepted=True)
+            self._live[st.info.run_id] = st
+            self.admission.enqueue(st)
+        self._pump()
+        return len(resumed)
 
     # ---- admission ----
 

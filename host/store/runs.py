@@ -308,17 +308,37 @@ class RunStore:
         return events, False
 
     async def interrupt_unfinished(self) -> int:
-        """At host start: runs left queued or running by a previous host can never finish; say so."""
+        """At host start: runs a previous host left running can never finish; say so. Runs it accepted and left
+        queued are not lost: they start on this host (queued_runs), except a subagent's, whose parent ended."""
         return await self.db.write(
             lambda conn: (
                 conn.execute(
                     "UPDATE runs SET status = 'interrupted', error_code = 'host_restarted',"
                     " error_message = 'the host stopped while this run was in progress', finished_at = ?"
-                    " WHERE status IN ('queued', 'running')",
+                    " WHERE status = 'running' OR (status = 'queued' AND parent_run_id <> '')",
                     (time.time(),),
                 ).rowcount
             )
         )
+
+    def queued_runs(self) -> list[hpb.RunInfo]:
+        """Every run a previous host accepted and left `queued`, in the order their messages arrived (an event's
+        seq is its arrival number, host-wide)."""
+        rows = self.db.query(
+            "SELECT r.run_id, r.bot_id, r.conversation_id, r.binding_id, r.runner_id, r.event_id, r.created_at,"
+            " r.deadline_at, r.origin FROM runs r JOIN events e ON e.event_id = r.event_id"
+            " WHERE r.status = 'queued' AND r.parent_run_id = '' ORDER BY e.seq",
+        )
+        keys = ("run_id", "bot_id", "conversation_id", "binding_id", "runner_id", "event_id", "created_at")
+        return [
+            hpb.RunInfo(**{k: r[k] for k in keys}, deadline_at=r["deadline_at"], origin=r["origin"], status="queued")
+            for r in rows
+        ]
+
+    @staticmethod
+    def set_token(conn: sqlite3.Connection, run_id: str, token_hash: str) -> None:
+        """A queued run taken over by a new host gets a fresh run token (the old one died with its host)."""
+        conn.execute("UPDATE runs SET token_hash = ? WHERE run_id = ? AND status = 'queued'", (token_hash, run_id))
 
 
 class AuditLog:

@@ -308,7 +308,9 @@ async def test_a_queued_run_can_be_cancelled_and_the_conversation_goes_on(host: 
     assert host.host.runs.admission.queued == 0 and host.host.runs.admission.running == 0
 
 
-async def test_queued_runs_end_interrupted_when_the_host_stops(tmp_path, monkeypatch) -> None:
+async def test_queued_runs_stay_queued_for_the_next_host_when_the_host_stops(tmp_path, monkeypatch) -> None:
+    """A stop interrupts what runs; what waits was accepted and is left `queued` for the next host (restart or
+    standby: tests/test_standby.py runs them), and its senders are told so, not that it ended."""
     monkeypatch.setattr(limits, "RUNS_MAX_ACTIVE", 1)
     Gate.started = asyncio.Queue()
     Gate.release = asyncio.Event()
@@ -319,14 +321,20 @@ async def test_queued_runs_end_interrupted_when_the_host_stops(tmp_path, monkeyp
         _, hold = await _open(h.client, _request(h, "hold", "a"))
         assert await asyncio.wait_for(Gate.started.get(), 10) == "hold"
         waiting = [await _open(h.client, _request(h, f"w{i}", f"w{i}")) for i in range(3)]
-        outcomes = asyncio.ensure_future(asyncio.gather(*(_finish(s) for _, s in waiting), _finish(hold)))
+        outcomes = asyncio.ensure_future(
+            asyncio.gather(*(_finish(s) for _, s in waiting), _finish(hold), return_exceptions=True)
+        )
         await h.host.runs.shutdown()  # what Host.stop does first
         ended = await asyncio.wait_for(outcomes, 10)
+        rows = [h.host.run_store.get(info.run_id) for info, _ in waiting]
     finally:
         Gate.release.set()
         await h.__aexit__(None, None, None)
-    assert [e.status for e in ended] == ["interrupted"] * 4
-    assert all(e.error_code == "host_shutdown" for e in ended)
+    held = ended[-1]
+    assert isinstance(held, hpb.RunInfo) and (held.status, held.error_code) == ("interrupted", "host_shutdown")
+    for (info, _), told, row in zip(waiting, ended[:-1], rows, strict=True):
+        assert isinstance(told, errors.Unavailable) and "stays queued" in told.message and info.run_id in told.message
+        assert row is not None and row.status == "queued"
     assert Gate.order == ["hold"]
 
 
