@@ -73,6 +73,7 @@ MAX_ASSISTANT_TEXT = 4 * 1024 * 1024
 # in logs, terminals, state keys and every event row.
 _CONVERSATION_ID = re.compile(r"[^\x00-\x1f\x7f]{1,512}")
 _ACTOR_TYPE = _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")
 # Events only the host writes into a run (approvals, subagent links); a runner sending one is ignored, so a plugin
 # cannot put a forged approval prompt in front of a person or link a run that is not its child.
 HOST_ONLY_EVENTS = frozenset({"approval_requested", "approval_resolved", "subagent_started", "subagent_finished"})
@@ -91,6 +92,14 @@ _RUN_METHOD = "/agenthost.v1.Runner/Run"
 def _run_call(channel: grpc.aio.Channel) -> grpc.aio.UnaryStreamMultiCallable:
     # Responses arrive as bytes (no deserializer): RunManager._ingest_wire reads them.
     return channel.unary_stream(_RUN_METHOD, request_serializer=runner_pb2.RunRequest.SerializeToString)
+
+
+class _Recorded(Exception):  # noqa: N818 - not an error: a retried send's run already exists
+    """Raised in a send's recording transaction: the sender's key names a run already recorded."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id
 
 
 class RunManager:
@@ -227,6 +236,17 @@ class RunManager:
             json.loads(data_json)
         except (ValueError, RecursionError):
             raise InvalidArgument("data_json is not valid JSON") from None
+        key = request.idempotency_key
+        if key and not _IDEMPOTENCY_KEY.fullmatch(key):
+            raise InvalidArgument("idempotency_key must be 1-128 printable ASCII characters without spaces")
+        if key:
+            # A retried send: the run its first attempt recorded, followed instead of a second run. Keys are the
+            # sender's own (per bot and credential), so no one reaches another sender's run by its key.
+            earlier = RunStore.by_key(self.registry.db.reader, bot.bot_id, origin, key)
+            if earlier is not None:
+                async for reply in self._follow(earlier, encoded):
+                    yield reply
+                return
         files = attachment_checks.check(list(request.attachments))
         check = own_conversation or start_refusal is not None
         if check:  # early, before attachments are stored; checked again in the recording transaction
@@ -272,6 +292,10 @@ class RunManager:
         refs: list[pb.ArtifactRef] = []
 
         def record(conn: sqlite3.Connection) -> pb.EventRecord:
+            if key:  # checked again here, where writes are serialized: two attempts racing record one run
+                earlier = RunStore.by_key(conn, bot.bot_id, origin, key)
+                if earlier is not None:
+                    raise _Recorded(earlier)
             if check:
                 self._check_starter(conn, bot.bot_id, conversation_id, origin, own_conversation, start_refusal)
             for ref, f in zip(refs, files, strict=True):
@@ -305,6 +329,7 @@ class RunManager:
                 token_hash=hash_secret(token),
                 grant_json=json.dumps(grant.to_json()),
                 origin=origin,
+                idempotency_key=key,
             )
             return event
 
@@ -316,6 +341,11 @@ class RunManager:
             if files:
                 refs.extend(await self._store_attachments(files, conversation_id, info.run_id))
             event = await self.registry.db.write(record)
+        except _Recorded as recorded:
+            self.admission.release(bot.bot_id, conversation, input_bytes, share)
+            async for reply in self._follow(recorded.run_id, encoded):
+                yield reply
+            return
         except BaseException:
             self.admission.release(bot.bot_id, conversation, input_bytes, share)
             raise
@@ -338,6 +368,12 @@ class RunManager:
             self._pump()  # a run given a slot at once has its run_started in the inbox already
         if st.task is None:  # it waits (or ended waiting): the client hears so now, not when a slot frees
             yield hpb.SendMessageReply(queued=queued)
+        async for reply in self._drain(st, inbox, encoded):
+            yield reply
+
+    @staticmethod
+    async def _drain(st: RunState, inbox: Inbox, encoded: bool) -> AsyncIterator[hpb.SendMessageReply | bytes]:
+        """A subscriber's replies until the run's stream ends (or the subscriber leaves)."""
         try:
             while True:
                 for reply in await inbox.take(encoded=encoded):
@@ -347,6 +383,32 @@ class RunManager:
         finally:
             with contextlib.suppress(ValueError):
                 st.subscribers.remove(inbox)
+
+    async def _follow(self, run_id: str, encoded: bool) -> AsyncIterator[hpb.SendMessageReply | bytes]:
+        """A retried send's answer: the run its first attempt recorded. Live, it is followed from now (`queued` or
+        `run_started` first, then what it streams from here on; what it streamed before is in `runs show
+        --events`); ended, its outcome."""
+        st = self._live.get(run_id)
+        if st is None:
+            info = self.runs.get(run_id)
+            if info is None:  # recorded by a transaction that has not committed yet cannot be: writes are serialized
+                raise NotFound(f"no run {run_id!r}")
+            if info.status in ("queued", "running"):
+                # Not this host's to follow (left by a host that stopped, not yet resumed): it is still accepted.
+                yield hpb.SendMessageReply(queued=hpb.RunQueued(waiting_on="host", run=info))
+                return
+            yield hpb.SendMessageReply(run_finished=info)
+            return
+        inbox = Inbox(run_id)
+        st.subscribers.append(inbox)
+        info = hpb.RunInfo()
+        info.CopyFrom(st.info)
+        if st.task is None:
+            yield hpb.SendMessageReply(queued=hpb.RunQueued(waiting_on="host", run=info))
+        else:
+            yield hpb.SendMessageReply(run_started=info)
+        async for reply in self._drain(st, inbox, encoded):
+            yield reply
 
     @staticmethod
     def _check_starter(

@@ -131,12 +131,14 @@ class RunStore:
         token_hash: str,
         grant_json: str,
         origin: str = "",
+        idempotency_key: str = "",
     ) -> None:
-        """`origin`: the credential that sent the message the run answers (ActiveRun.origin; migration _V9)."""
+        """`origin`: the credential that sent the message the run answers (ActiveRun.origin; migration _V9).
+        `idempotency_key`: the client's name for that message (migration _V14; see by_key)."""
         conn.execute(
             "INSERT INTO runs(run_id, bot_id, conversation_id, binding_id, runner_id, plugin_id, event_id, status,"
-            " token_hash, grant_json, created_at, deadline_at, started_at, parent_run_id, origin)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " token_hash, grant_json, created_at, deadline_at, started_at, parent_run_id, origin, idempotency_key)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 run.run_id,
                 run.bot_id,
@@ -153,8 +155,18 @@ class RunStore:
                 run.started_at,
                 run.parent_run_id,
                 origin,
+                idempotency_key,
             ),
         )
+
+    @staticmethod
+    def by_key(conn: sqlite3.Connection, bot_id: str, origin: str, idempotency_key: str) -> str | None:
+        """The run a sender's earlier send with this key recorded, if any (one step down runs_idempotency)."""
+        row = conn.execute(
+            "SELECT run_id FROM runs WHERE bot_id = ? AND origin = ? AND idempotency_key = ?",
+            (bot_id, origin, idempotency_key),
+        ).fetchone()
+        return None if row is None else str(row[0])
 
     async def mark_running(self, run_id: str, started_at: float, deadline_at: float) -> None:
         await self.db.write(
