@@ -315,6 +315,10 @@ class Host:
         # After the plugins: a channel's messages need its bot's runner.
         self.channels = Channels(self)
         self.channels.start_all()
+        # Last: the runs a previous host accepted start once their runners can (their plugins are supervised).
+        resumed = await self.runs.resume_queued()
+        if resumed:
+            log.warning("resumed %d runs the previous host accepted and left queued", resumed)
 
     def _waiting(self, holder: str) -> None:
         """A standby's status while it waits (on the writer's thread): what `agenthost status` shows."""

@@ -442,7 +442,7 @@ class StringList(_message.Message):
     def __init__(self, values: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class SendMessageRequest(_message.Message):
-    __slots__ = ("bot", "conversation_id", "text", "actor", "event_type", "data_json", "source", "attachments")
+    __slots__ = ("bot", "conversation_id", "text", "actor", "event_type", "data_json", "source", "attachments", "idempotency_key")
     BOT_FIELD_NUMBER: _ClassVar[int]
     CONVERSATION_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -451,6 +451,7 @@ class SendMessageRequest(_message.Message):
     DATA_JSON_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     ATTACHMENTS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     bot: str
     conversation_id: str
     text: str
@@ -459,7 +460,8 @@ class SendMessageRequest(_message.Message):
     data_json: str
     source: str
     attachments: _containers.RepeatedCompositeFieldContainer[Attachment]
-    def __init__(self, bot: _Optional[str] = ..., conversation_id: _Optional[str] = ..., text: _Optional[str] = ..., actor: _Optional[_Union[_common_pb2.Actor, _Mapping]] = ..., event_type: _Optional[str] = ..., data_json: _Optional[str] = ..., source: _Optional[str] = ..., attachments: _Optional[_Iterable[_Union[Attachment, _Mapping]]] = ...) -> None: ...
+    idempotency_key: str
+    def __init__(self, bot: _Optional[str] = ..., conversation_id: _Optional[str] = ..., text: _Optional[str] = ..., actor: _Optional[_Union[_common_pb2.Actor, _Mapping]] = ..., event_type: _Optional[str] = ..., data_json: _Optional[str] = ..., source: _Optional[str] = ..., attachments: _Optional[_Iterable[_Union[Attachment, _Mapping]]] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
 
 class Attachment(_message.Message):
     __slots__ = ("name", "mime_type", "data")

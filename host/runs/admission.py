@@ -57,17 +57,23 @@ class Admission:
         self._ready: dict[str, deque[RunState]] = {}
         self._ended: deque[tuple[float, float]] = deque(maxlen=512)  # (monotonic end, seconds it executed)
 
-    def reserve(self, bot_id: str, conversation: tuple[str, str], input_bytes: int, sender: str) -> None:
+    def reserve(
+        self, bot_id: str, conversation: tuple[str, str], input_bytes: int, sender: str, *, accepted: bool = False
+    ) -> None:
         """Counts a new run as queued, or refuses it. Called before the run is recorded; `release` undoes it.
         `sender`: the credential the message came with (the run's origin); "" for an admin credential, which is
-        trusted (the operator's CLI, a benchmark) and has no sender share (its bots' shares still apply)."""
+        trusted (the operator's CLI, a benchmark) and has no sender share (its bots' shares still apply).
+        `accepted`: a run a previous host already accepted (taken over at start), counted and never refused: its
+        sender was told it is queued, and the bounds held when it was."""
         queued_conv = self._queued_by_conversation.get(conversation, 0)
         shared = bool(sender)
         queued_sender = self._queued_by_sender.get(sender, 0) if shared else 0
         bot_bytes = self._bytes_by_bot.get(bot_id, 0)
         sender_bytes = self._bytes_by_sender.get(sender, 0) if shared else 0
         refusal = ""
-        if self.queued >= limits.RUNS_MAX_QUEUED:
+        if accepted:
+            pass
+        elif self.queued >= limits.RUNS_MAX_QUEUED:
             refusal = f"the host has {self.queued} runs queued (RUNS_MAX_QUEUED = {limits.RUNS_MAX_QUEUED})"
             ahead = max(1, limits.RUNS_MAX_QUEUED // 10)
         elif self._queued_by_bot.get(bot_id, 0) >= limits.RUNS_MAX_QUEUED_PER_BOT:

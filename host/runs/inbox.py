@@ -9,7 +9,7 @@ from agenthost.host import limits
 from agenthost.host.store.text_deltas import TextDeltas
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
-from agenthost.protos.errors import ResourceExhausted
+from agenthost.protos.errors import AgentHostError, ResourceExhausted
 from agenthost.protos.wire import MAX_BATCH as MAX_CLIENT_BATCH
 from agenthost.protos.wire import events_reply
 
@@ -31,6 +31,7 @@ class Inbox:
         self._bytes = 0
         self._ready = asyncio.Event()
         self.dropped: str = ""
+        self.error: AgentHostError | None = None  # the stream ends with this error, after what piled up
 
     def put(self, reply: Published, size: int = 0) -> None:
         if self.dropped:
@@ -47,14 +48,21 @@ class Inbox:
             self._bytes = 0
         self._ready.set()
 
+    def end_with(self, error: AgentHostError) -> None:
+        """Ends the stream with `error` once what piled up is taken (the run goes on without this subscriber)."""
+        self.error = error
+        self._ready.set()
+
     async def take(self, *, encoded: bool = False) -> list[hpb.SendMessageReply | bytes | None]:
         """What piled up since the last take, merged. `encoded`: event batches that arrived as bytes stay bytes
         (a serialized SendMessageReply, for a gRPC stream to send as it is); otherwise every reply is an object."""
-        while not self._items and not self.dropped:
+        while not self._items and not self.dropped and self.error is None:
             self._ready.clear()
             await self._ready.wait()
         if self.dropped:
             raise ResourceExhausted(self.dropped)
+        if not self._items and self.error is not None:
+            raise self.error
         items, self._items, self._bytes = self._items, [], 0
         out: list[hpb.SendMessageReply | bytes | None] = []
         merged = 0  # bytes in out[-1] when it is an event batch

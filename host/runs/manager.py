@@ -73,6 +73,7 @@ MAX_ASSISTANT_TEXT = 4 * 1024 * 1024
 # in logs, terminals, state keys and every event row.
 _CONVERSATION_ID = re.compile(r"[^\x00-\x1f\x7f]{1,512}")
 _ACTOR_TYPE = _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")
 # Events only the host writes into a run (approvals, subagent links); a runner sending one is ignored, so a plugin
 # cannot put a forged approval prompt in front of a person or link a run that is not its child.
 HOST_ONLY_EVENTS = frozenset({"approval_requested", "approval_resolved", "subagent_started", "subagent_finished"})
@@ -91,6 +92,14 @@ _RUN_METHOD = "/agenthost.v1.Runner/Run"
 def _run_call(channel: grpc.aio.Channel) -> grpc.aio.UnaryStreamMultiCallable:
     # Responses arrive as bytes (no deserializer): RunManager._ingest_wire reads them.
     return channel.unary_stream(_RUN_METHOD, request_serializer=runner_pb2.RunRequest.SerializeToString)
+
+
+class _Recorded(Exception):  # noqa: N818 - not an error: a retried send's run already exists
+    """Raised in a send's recording transaction: the sender's key names a run already recorded."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id
 
 
 class RunManager:
@@ -249,6 +258,17 @@ class RunManager:
             json.loads(data_json)
         except (ValueError, RecursionError):
             raise InvalidArgument("data_json is not valid JSON") from None
+        key = request.idempotency_key
+        if key and not _IDEMPOTENCY_KEY.fullmatch(key):
+            raise InvalidArgument("idempotency_key must be 1-128 printable ASCII characters without spaces")
+        if key:
+            # A retried send: the run its first attempt recorded, followed instead of a second run. Keys are the
+            # sender's own (per bot and credential), so no one reaches another sender's run by its key.
+            earlier = RunStore.by_key(self.registry.db.reader, bot.bot_id, origin, key)
+            if earlier is not None:
+                async for reply in self._follow(earlier, encoded):
+                    yield reply
+                return
         files = attachment_checks.check(list(request.attachments))
         check = own_conversation or start_refusal is not None
         if check:  # early, before attachments are stored; checked again in the recording transaction
@@ -294,6 +314,10 @@ class RunManager:
         refs: list[pb.ArtifactRef] = []
 
         def record(conn: sqlite3.Connection) -> pb.EventRecord:
+            if key:  # checked again here, where writes are serialized: two attempts racing record one run
+                earlier = RunStore.by_key(conn, bot.bot_id, origin, key)
+                if earlier is not None:
+                    raise _Recorded(earlier)
             if check:
                 self._check_starter(conn, bot.bot_id, conversation_id, origin, own_conversation, start_refusal)
             for ref, f in zip(refs, files, strict=True):
@@ -327,6 +351,7 @@ class RunManager:
                 token_hash=hash_secret(token),
                 grant_json=json.dumps(grant.to_json()),
                 origin=origin,
+                idempotency_key=key,
             )
             return event
 
@@ -338,6 +363,11 @@ class RunManager:
             if files:
                 refs.extend(await self._store_attachments(files, conversation_id, info.run_id))
             event = await self.registry.db.write(record)
+        except _Recorded as recorded:
+            self.admission.release(bot.bot_id, conversation, input_bytes, share)
+            async for reply in self._follow(recorded.run_id, encoded):
+                yield reply
+            return
         except BaseException:
             self.admission.release(bot.bot_id, conversation, input_bytes, share)
             raise
@@ -355,11 +385,17 @@ class RunManager:
             queued.bots_waiting = place.bots_waiting
         queued.run.CopyFrom(info)
         if self._closing:  # the host began stopping while the run was being recorded
-            self._end_queued(st, "interrupted", "host_shutdown", "the host stopped before this run started")
+            self._leave_queued(st)
         else:
             self._pump()  # a run given a slot at once has its run_started in the inbox already
         if st.task is None:  # it waits (or ended waiting): the client hears so now, not when a slot frees
             yield hpb.SendMessageReply(queued=queued)
+        async for reply in self._drain(st, inbox, encoded):
+            yield reply
+
+    @staticmethod
+    async def _drain(st: RunState, inbox: Inbox, encoded: bool) -> AsyncIterator[hpb.SendMessageReply | bytes]:
+        """A subscriber's replies until the run's stream ends (or the subscriber leaves)."""
         try:
             while True:
                 for reply in await inbox.take(encoded=encoded):
@@ -369,6 +405,32 @@ class RunManager:
         finally:
             with contextlib.suppress(ValueError):
                 st.subscribers.remove(inbox)
+
+    async def _follow(self, run_id: str, encoded: bool) -> AsyncIterator[hpb.SendMessageReply | bytes]:
+        """A retried send's answer: the run its first attempt recorded. Live, it is followed from now (`queued` or
+        `run_started` first, then what it streams from here on; what it streamed before is in `runs show
+        --events`); ended, its outcome."""
+        st = self._live.get(run_id)
+        if st is None:
+            info = self.runs.get(run_id)
+            if info is None:  # recorded by a transaction that has not committed yet cannot be: writes are serialized
+                raise NotFound(f"no run {run_id!r}")
+            if info.status in ("queued", "running"):
+                # Not this host's to follow (left by a host that stopped, not yet resumed): it is still accepted.
+                yield hpb.SendMessageReply(queued=hpb.RunQueued(waiting_on="host", run=info))
+                return
+            yield hpb.SendMessageReply(run_finished=info)
+            return
+        inbox = Inbox(run_id)
+        st.subscribers.append(inbox)
+        info = hpb.RunInfo()
+        info.CopyFrom(st.info)
+        if st.task is None:
+            yield hpb.SendMessageReply(queued=hpb.RunQueued(waiting_on="host", run=info))
+        else:
+            yield hpb.SendMessageReply(run_started=info)
+        async for reply in self._drain(st, inbox, encoded):
+            yield reply
 
     @staticmethod
     def _check_starter(
@@ -452,8 +514,9 @@ class RunManager:
         return st
 
     async def shutdown(self) -> None:
-        """Host stopping: in-flight and queued runs end as interrupted; their ends are awaited before the DB
-        closes. No queued run starts from here on."""
+        """Host stopping: in-flight runs end as interrupted; their ends are awaited before the DB closes. Queued
+        runs stay `queued` in the database: the next host on it (after a restart, or a standby taking over) runs
+        them (resume_queued). No queued run starts here from now on."""
         self._closing = True
         states = list(self._live.values())
         tasks: list[asyncio.Future[None]] = []
@@ -462,10 +525,82 @@ class RunManager:
             if st.task is not None:
                 st.task.cancel()
                 tasks.append(st.task)
-            else:
-                self._end_queued(st, "interrupted", "host_shutdown", "the host stopped before this run started")
+            elif st.ending is None:
+                self._leave_queued(st)
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(*(st.ending for st in states if st.ending is not None), return_exceptions=True)
+
+    def _leave_queued(self, st: RunState) -> None:
+        """A queued run left to the next host (the host is stopping): out of this host's queue, its row untouched,
+        and its senders told it was accepted and will run, not that it ended."""
+        start, st.start = st.start, None
+        self.admission.remove(st)
+        if start is not None:
+            self.admission.release(
+                st.info.bot_id, (st.info.bot_id, st.info.conversation_id), start.input_bytes, start.share
+            )
+        self._live.pop(st.info.run_id, None)
+        for inbox in st.subscribers:
+            inbox.end_with(
+                Unavailable(
+                    f"the host stopped before run {st.info.run_id} started; it stays queued and runs, in its turn,"
+                    f" once a host serves this data again (see `agenthost runs show {st.info.run_id}`)"
+                )
+            )
+
+    async def resume_queued(self) -> int:
+        """At start: the runs a previous host accepted and left `queued` (it stopped, or died and a standby took
+        over) join this host's queue in their arrival order: nothing accepted is lost. Each gets a fresh run
+        token. One that can no longer start (its bot, binding or runner gone, its plugin disabled) ends `failed`
+        with code `runner_unavailable`, saying why. Returns how many rejoined."""
+        resumed: list[tuple[RunState, str]] = []
+        unstartable: list[hpb.RunInfo] = []
+        for info in self.runs.queued_runs():
+            try:
+                bot = self.registry.bot(info.bot_id)
+                binding = self.registry.binding(info.binding_id)
+                manifest = self.manifest_for(binding.runner_id)
+                plugin_id, _ = parse_runner_id(binding.runner_id)
+                plugin = self.registry.find_plugin(plugin_id)
+                if plugin is not None and not plugin.enabled:
+                    raise FailedPrecondition(f"plugin {plugin_id} is disabled")
+                event = self.conversations.get_event(info.event_id)
+                if event is None:
+                    raise NotFound(f"its message {info.event_id} is gone")
+            except (NotFound, FailedPrecondition, InvalidArgument) as exc:
+                info.status, info.error_code, info.finished_at = "failed", "runner_unavailable", time.time()
+                info.error_message = f"the host restarted and this queued run could not start: {exc.message}"
+                unstartable.append(info)
+                continue
+            input_bytes = (
+                len(event.text.encode()) + len(event.data_json.encode()) + sum(a.size_bytes for a in event.attachments)
+            )
+            token = new_token("rt")
+            timeout = binding.timeout_seconds or DEFAULT_TIMEOUT
+            st = RunState(info=info)
+            st.start = QueuedStart(
+                bot, binding, manifest, event, event.actor, token, timeout, input_bytes, info.origin, info.origin
+            )
+            resumed.append((st, hash_secret(token)))
+
+        def record(conn: sqlite3.Connection) -> None:
+            for st, token_hash in resumed:
+                RunStore.set_token(conn, st.info.run_id, token_hash)
+            for info in unstartable:
+                RunStore.finish(conn, info)
+
+        if resumed or unstartable:
+            await self.registry.db.write(record)
+        for info in unstartable:
+            log.warning("queued run %s could not resume: %s", info.run_id, info.error_message)
+        for st, _ in resumed:
+            assert st.start is not None
+            key = (st.info.bot_id, st.info.conversation_id)
+            self.admission.reserve(st.info.bot_id, key, st.start.input_bytes, st.start.share, accepted=True)
+            self._live[st.info.run_id] = st
+            self.admission.enqueue(st)
+        self._pump()
+        return len(resumed)
 
     # ---- admission ----
 

@@ -364,7 +364,14 @@ _V14 = """
 ALTER TABLE bindings ADD COLUMN manifest_json TEXT NOT NULL DEFAULT '';
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14]
+# A client's idempotency key per run (SendMessageRequest.idempotency_key), unique per bot and sender: a retried send
+# finds the run its first attempt recorded.
+_V15 = """
+ALTER TABLE runs ADD COLUMN idempotency_key TEXT NOT NULL DEFAULT '';
+CREATE UNIQUE INDEX runs_idempotency ON runs(bot_id, origin, idempotency_key) WHERE idempotency_key != '';
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15]
 
 
 def migrate(conn: sqlite3.Connection) -> int:

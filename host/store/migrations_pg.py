@@ -324,7 +324,13 @@ _V5 = """
 ALTER TABLE bindings ADD COLUMN manifest_json TEXT NOT NULL DEFAULT '';
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5]
+# A client's idempotency key per run (SQLite's V15).
+_V6 = """
+ALTER TABLE runs ADD COLUMN idempotency_key TEXT NOT NULL DEFAULT '';
+CREATE UNIQUE INDEX runs_idempotency ON runs(bot_id, origin, idempotency_key) WHERE idempotency_key != '';
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6]
 
 # Two hosts starting on one database at once migrate one after the other (the key is arbitrary, fixed).
 _MIGRATION_LOCK = 0x61676E74_686F7374 & 0x7FFFFFFFFFFFFFFF

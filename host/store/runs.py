@@ -131,12 +131,14 @@ class RunStore:
         token_hash: str,
         grant_json: str,
         origin: str = "",
+        idempotency_key: str = "",
     ) -> None:
-        """`origin`: the credential that sent the message the run answers (ActiveRun.origin; migration _V9)."""
+        """`origin`: the credential that sent the message the run answers (ActiveRun.origin; migration _V9).
+        `idempotency_key`: the client's name for that message (migration _V14; see by_key)."""
         conn.execute(
             "INSERT INTO runs(run_id, bot_id, conversation_id, binding_id, runner_id, plugin_id, event_id, status,"
-            " token_hash, grant_json, created_at, deadline_at, started_at, parent_run_id, origin)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " token_hash, grant_json, created_at, deadline_at, started_at, parent_run_id, origin, idempotency_key)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 run.run_id,
                 run.bot_id,
@@ -153,8 +155,18 @@ class RunStore:
                 run.started_at,
                 run.parent_run_id,
                 origin,
+                idempotency_key,
             ),
         )
+
+    @staticmethod
+    def by_key(conn: sqlite3.Connection, bot_id: str, origin: str, idempotency_key: str) -> str | None:
+        """The run a sender's earlier send with this key recorded, if any (one step down runs_idempotency)."""
+        row = conn.execute(
+            "SELECT run_id FROM runs WHERE bot_id = ? AND origin = ? AND idempotency_key = ?",
+            (bot_id, origin, idempotency_key),
+        ).fetchone()
+        return None if row is None else str(row[0])
 
     async def mark_running(self, run_id: str, started_at: float, deadline_at: float) -> None:
         await self.db.write(
@@ -308,17 +320,37 @@ class RunStore:
         return events, False
 
     async def interrupt_unfinished(self) -> int:
-        """At host start: runs left queued or running by a previous host can never finish; say so."""
+        """At host start: runs a previous host left running can never finish; say so. Runs it accepted and left
+        queued are not lost: they start on this host (queued_runs), except a subagent's, whose parent ended."""
         return await self.db.write(
             lambda conn: (
                 conn.execute(
                     "UPDATE runs SET status = 'interrupted', error_code = 'host_restarted',"
                     " error_message = 'the host stopped while this run was in progress', finished_at = ?"
-                    " WHERE status IN ('queued', 'running')",
+                    " WHERE status = 'running' OR (status = 'queued' AND parent_run_id <> '')",
                     (time.time(),),
                 ).rowcount
             )
         )
+
+    def queued_runs(self) -> list[hpb.RunInfo]:
+        """Every run a previous host accepted and left `queued`, in the order their messages arrived (an event's
+        seq is its arrival number, host-wide)."""
+        rows = self.db.query(
+            "SELECT r.run_id, r.bot_id, r.conversation_id, r.binding_id, r.runner_id, r.event_id, r.created_at,"
+            " r.deadline_at, r.origin FROM runs r JOIN events e ON e.event_id = r.event_id"
+            " WHERE r.status = 'queued' AND r.parent_run_id = '' ORDER BY e.seq",
+        )
+        keys = ("run_id", "bot_id", "conversation_id", "binding_id", "runner_id", "event_id", "created_at")
+        return [
+            hpb.RunInfo(**{k: r[k] for k in keys}, deadline_at=r["deadline_at"], origin=r["origin"], status="queued")
+            for r in rows
+        ]
+
+    @staticmethod
+    def set_token(conn: sqlite3.Connection, run_id: str, token_hash: str) -> None:
+        """A queued run taken over by a new host gets a fresh run token (the old one died with its host)."""
+        conn.execute("UPDATE runs SET token_hash = ? WHERE run_id = ? AND status = 'queued'", (token_hash, run_id))
 
 
 class AuditLog:

@@ -308,7 +308,9 @@ async def test_a_queued_run_can_be_cancelled_and_the_conversation_goes_on(host: 
     assert host.host.runs.admission.queued == 0 and host.host.runs.admission.running == 0
 
 
-async def test_queued_runs_end_interrupted_when_the_host_stops(tmp_path, monkeypatch) -> None:
+async def test_queued_runs_stay_queued_for_the_next_host_when_the_host_stops(tmp_path, monkeypatch) -> None:
+    """A stop interrupts what runs; what waits was accepted and is left `queued` for the next host (restart or
+    standby: tests/test_standby.py runs them), and its senders are told so, not that it ended."""
     monkeypatch.setattr(limits, "RUNS_MAX_ACTIVE", 1)
     Gate.started = asyncio.Queue()
     Gate.release = asyncio.Event()
@@ -319,14 +321,20 @@ async def test_queued_runs_end_interrupted_when_the_host_stops(tmp_path, monkeyp
         _, hold = await _open(h.client, _request(h, "hold", "a"))
         assert await asyncio.wait_for(Gate.started.get(), 10) == "hold"
         waiting = [await _open(h.client, _request(h, f"w{i}", f"w{i}")) for i in range(3)]
-        outcomes = asyncio.ensure_future(asyncio.gather(*(_finish(s) for _, s in waiting), _finish(hold)))
+        outcomes = asyncio.ensure_future(
+            asyncio.gather(*(_finish(s) for _, s in waiting), _finish(hold), return_exceptions=True)
+        )
         await h.host.runs.shutdown()  # what Host.stop does first
         ended = await asyncio.wait_for(outcomes, 10)
+        rows = [h.host.run_store.get(info.run_id) for info, _ in waiting]
     finally:
         Gate.release.set()
         await h.__aexit__(None, None, None)
-    assert [e.status for e in ended] == ["interrupted"] * 4
-    assert all(e.error_code == "host_shutdown" for e in ended)
+    held = ended[-1]
+    assert isinstance(held, hpb.RunInfo) and (held.status, held.error_code) == ("interrupted", "host_shutdown")
+    for (info, _), told, row in zip(waiting, ended[:-1], rows, strict=True):
+        assert isinstance(told, errors.Unavailable) and "stays queued" in told.message and info.run_id in told.message
+        assert row is not None and row.status == "queued"
     assert Gate.order == ["hold"]
 
 
@@ -462,3 +470,39 @@ async def test_the_cli_says_a_send_is_queued_and_when_it_starts(host: HostHarnes
     assert queued == (f"[run {run_id} queued: every host slot is busy (position 1 among this bot's waiting runs)]"), out
     assert started == f"[run {run_id} started]" and reply == "done waiting", out
     await _finish(hold)
+
+
+async def test_a_send_retried_with_its_idempotency_key_gets_its_first_run(host: HostHarness) -> None:
+    """A client that lost a send's answer sends it again with the same key: one run, whatever the timing (while
+    the first waits, runs, or after it ended; two attempts at once). Keys are per sender: another sender's same
+    key is its own message. On both backends."""
+    h = host
+
+    def keyed(text: str, key: str, conversation: str = "k") -> hpb.SendMessageRequest:
+        request = _request(h, text, conversation)
+        request.idempotency_key = key
+        return request
+
+    first, stream = await _open(h.client, keyed("hold", "m-1"))
+    assert await asyncio.wait_for(Gate.started.get(), 10) == "hold"
+    again, again_stream = await _open(h.client, keyed("hold", "m-1"))  # while it runs: followed
+    assert again.run_id == first.run_id
+    queued, _ = await _open(h.client, keyed("w", "m-2"))  # behind it in the conversation: queued
+    racing = await asyncio.gather(*(_open(h.client, keyed("w", "m-2")) for _ in range(5)))
+    assert {info.run_id for info, _ in racing} == {queued.run_id}
+    raced = await asyncio.gather(*(_open(h.client, keyed("r", "m-3", "other")) for _ in range(5)))
+    assert len({info.run_id for info, _ in raced}) == 1  # five at once, none recorded before: one run
+    Gate.release.set()
+    assert (await asyncio.wait_for(_finish(stream), 10)).status == "completed"
+    assert (await asyncio.wait_for(_finish(again_stream), 10)).run_id == first.run_id
+    outcome = await asyncio.wait_for(_finish(h.client.stream(keyed("hold", "m-1"), timeout=60)), 10)
+    assert (outcome.run_id, outcome.status) == (first.run_id, "completed")  # after it ended: its outcome
+    _, token = h.host.credentials.create("app", "send", [h.host.registry.bot(h.bot).bot_id])
+    async with HostClient(h.host.admin_address, token=token) as app:
+        own, own_stream = await _open(app, keyed("w", "m-1", "app-1"))
+        assert own.run_id != first.run_id
+        assert (await asyncio.wait_for(_finish(own_stream), 10)).status == "completed"
+    runs = await h.client.call("ListRuns", hpb.ListRunsRequest(bot=h.bot, limit=100))
+    assert len(runs.runs) == 4  # m-1, m-2, m-3 of the admin, m-1 of the app
+    with pytest.raises(errors.InvalidArgument):
+        await _open(h.client, keyed("x", "a key with spaces"))
