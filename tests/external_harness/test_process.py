@@ -114,24 +114,32 @@ async def test_missing_binary_is_typed(tmp_path: Path) -> None:
         await HarnessProcess(["definitely-not-a-harness-binary"], cwd=tmp_path, env={"PATH": "/nonexistent"}).start()
 
 
+# A stand-in runner process: starts a harness (a sleeper), prints its pid, and waits to be SIGKILLed.
+STAND_IN_RUNNER = (
+    "import asyncio, os, sys\n"
+    "from pathlib import Path\n"
+    "from agenthost.runners.external_harness.process import HarnessProcess, build_env\n"
+    "async def main():\n"
+    "    p = HarnessProcess([sys.executable, '-c', 'import time; time.sleep(60)'], cwd=Path('.'),\n"
+    "                       env=build_env(inherited=os.environ))\n"
+    "    await p.start()\n"
+    "    print(p.pid, flush=True)\n"
+    "    await asyncio.sleep(60)\n"
+    "asyncio.run(main())\n"
+)
+
+
 @pytest.mark.skipif(not shutil.which("setpriv"), reason="needs util-linux setpriv (parent-death signal)")
 async def test_harness_dies_with_a_killed_runner(tmp_path: Path) -> None:
     # A stand-in runner process starts a harness, reports its pid, and is then SIGKILLed (no cleanup can run).
-    code = (
-        "import asyncio, os, sys\n"
-        "from pathlib import Path\n"
-        "from agenthost.runners.external_harness.process import HarnessProcess, build_env\n"
-        "async def main():\n"
-        "    p = HarnessProcess([sys.executable, '-c', 'import time; time.sleep(60)'], cwd=Path('.'),\n"
-        "                       env=build_env(inherited=os.environ))\n"
-        "    await p.start()\n"
-        "    print(p.pid, flush=True)\n"
-        "    await asyncio.sleep(60)\n"
-        "asyncio.run(main())\n"
-    )
     repo = str(Path(__file__).resolve().parents[2])
     runner = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", code, cwd=tmp_path, stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": repo}
+        sys.executable,
+        "-c",
+        STAND_IN_RUNNER,
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": repo},
     )
     try:
         assert runner.stdout
@@ -155,22 +163,10 @@ async def test_a_runner_killed_before_the_death_signal_is_set_leaves_no_harness(
     fire. The harness must not start, re-parented, then."""
     gate = tmp_path / "tools.procs"
     os.mkfifo(gate)
-    code = (
-        "import asyncio, os, sys\n"
-        "from pathlib import Path\n"
-        "from agenthost.runners.external_harness.process import HarnessProcess, build_env\n"
-        "async def main():\n"
-        "    p = HarnessProcess([sys.executable, '-c', 'import time; time.sleep(60)'], cwd=Path('.'),\n"
-        "                       env=build_env(inherited=os.environ))\n"
-        "    await p.start()\n"
-        "    print(p.pid, flush=True)\n"
-        "    await asyncio.sleep(60)\n"
-        "asyncio.run(main())\n"
-    )
     repo = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": repo, TOOLS_CGROUP_ENV: str(gate)}
     runner = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", code, cwd=tmp_path, stdout=asyncio.subprocess.PIPE, env=env
+        sys.executable, "-c", STAND_IN_RUNNER, cwd=tmp_path, stdout=asyncio.subprocess.PIPE, env=env
     )
     try:
         assert runner.stdout

@@ -51,12 +51,17 @@ async def test_a_run_on_a_real_worker_through_the_cli(host: Host, tmp_path: Path
         served = [(r["method"], r["outcome"]) for r in host.audit.rows()]
         assert ("HistoryPage", "OK") in served, served
     finally:
-        proc.terminate()
-        try:
-            await asyncio.wait_for(proc.wait(), 30)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+        await _stop(proc)
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    """Ends a worker process the test started: SIGTERM, then SIGKILL if it has not gone in 30 s."""
+    proc.terminate()
+    try:
+        await asyncio.wait_for(proc.wait(), 30)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
 
 
 async def _bind_echo(host: Host) -> None:
@@ -169,12 +174,7 @@ async def test_a_typescript_plugin_installed_on_the_worker_runs_there_sandboxed(
         sandboxes = _sandboxes_of(app)
         assert sandboxes and all("--unshare-net" in argv for argv in sandboxes), sandboxes
     finally:
-        proc.terminate()
-        try:
-            await asyncio.wait_for(proc.wait(), 30)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
+        await _stop(proc)
 
 
 async def test_a_worker_with_no_sandbox_starts_no_third_party_plugin(
