@@ -7,6 +7,7 @@ that lost the lease writes nothing more: the fence is tested in-process too, whe
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import shutil
@@ -66,6 +67,20 @@ def serving(env: dict[str, str]) -> bool:
     return (Path(env["AGENTHOST_HOME"]) / "host.json").exists() and cli(
         env, "plugins", "list", check=False
     ).returncode == 0
+
+
+def drain(proc: subprocess.Popen[str]) -> collections.deque[str]:
+    """Reads a host's output as it comes and keeps its last lines: a host writing its log to a pipe nobody reads
+    blocks its event loop once the pipe's 64 KiB are full, and answers nothing more."""
+    tail: collections.deque[str] = collections.deque(maxlen=200)
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail.append(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    return tail
 
 
 def standing_by(env: dict[str, str]) -> bool:
@@ -502,18 +517,11 @@ def test_workers_follow_the_failover_to_the_standby(
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(
-    reason="open bug: after the takeover the new host resumes the queued runs, then answers none of these clients'"
-    " sends for 240 s (connection reset on its admin socket); a CLI send after a takeover is answered"
-    " (test_the_standby_takes_over_when_the_active_host_is_killed). Failed three runs of four; cause not found",
-    strict=False,
-)
 def test_messages_from_two_clients_through_a_failover_each_run_exactly_once(
     envs: tuple[dict[str, str], dict[str, str]], procs: list[subprocess.Popen[str]], pg_dsn: str
 ) -> None:
-    """Two clients send 60 messages in all (PGFAIL_N per client; the issue's 1,000 is 500, which does not pass yet:
-    runs are left unfinished after the takeover, cause not found), each with its idempotency key, while the
-    active host is killed -9.
+    """Two clients send 1,000 messages in all (PGFAIL_N per client, 500 by default), each with its idempotency key,
+    while the active host is killed -9.
     A client whose send fails (the host gone, the standby not yet serving) sends it again on the other address,
     as the standby guide says; after the takeover each also sends again a tenth of the messages it had answers
     for, as a client that lost those answers would. Every message has exactly one run, and every answer a client
@@ -533,8 +541,11 @@ def test_messages_from_two_clients_through_a_failover_each_run_exactly_once(
     b = serve(b_env, "--standby")
     procs.append(b)
     wait_for("the standby waiting", lambda: standing_by(b_env), b)
+    # Each run logs two lines on the host's stderr: read, or the host stops once the pipe is full.
+    drain(a)
+    b_out = drain(b)
     homes = [Path(a_env["AGENTHOST_HOME"]), Path(b_env["AGENTHOST_HOME"])]
-    per_client = int(os.environ.get("PGFAIL_N", "30"))
+    per_client = int(os.environ.get("PGFAIL_N", "500"))
     total, kill_at = 2 * per_client, int(0.3 * 2 * per_client)
     answers: dict[str, set[str]] = {}  # key -> the run ids its answers named
     retried = 0
@@ -542,6 +553,10 @@ def test_messages_from_two_clients_through_a_failover_each_run_exactly_once(
     enough = asyncio.Event()  # kill_at messages answered: time to kill the active host
 
     async def send(client: int, i: int, where: list[int]) -> None:
+        """`where`: the address the client's sends go to, shared by its concurrent sends. A failed send moves it off
+        the address that failed, not to "the other one": 16 sends failing at once on the dead host must move it
+        once. (Each flipping it, an even number of flips left every send on the dead host, round after round: this
+        test's clients never asked the new host, which it once blamed for not answering.)"""
         nonlocal retried
         key = f"c{client}-{i}"
         request = hpb.SendMessageRequest(
@@ -551,8 +566,9 @@ def test_messages_from_two_clients_through_a_failover_each_run_exactly_once(
         attempt = 0
         while time.monotonic() < deadline:
             attempt += 1
+            tried = where[0]
             try:
-                async with HostClient.for_data_dir(homes[where[0]], timeout=30) as host:
+                async with HostClient.for_data_dir(homes[tried], timeout=30) as host:
                     stream = host.stream(request, timeout=30)
                     first = await anext(stream)
                     run = first.run_finished if first.HasField("run_finished") else accepted_run(first)
@@ -563,9 +579,10 @@ def test_messages_from_two_clients_through_a_failover_each_run_exactly_once(
                     return
             except Exception as exc:  # the host gone or not serving yet: the other address, as a client is told to
                 if len(failures) < 5:
-                    failures.append(f"{key} on {where[0]}: {exc!r}")
+                    failures.append(f"{key} on {tried}: {exc!r}")
                 retried += attempt == 1
-                where[0] = 1 - where[0]
+                if where[0] == tried:
+                    where[0] = 1 - tried
                 await asyncio.sleep(0.2)
         raise AssertionError(f"{key}: never answered; first failures: {failures}")
 
@@ -605,9 +622,8 @@ def test_messages_from_two_clients_through_a_failover_each_run_exactly_once(
     try:
         wait_for("every run ended", lambda: all(s not in ("queued", "running") for _, _, s in runs()), b, timeout=300)
     except AssertionError:
-        import collections
-
         print(collections.Counter(s for _, _, s in runs()))
+        print("".join(b_out)[-3000:])
         print(cli(b_env, "runs", "list", "--status", "running", "--limit", "3").stdout)
         print(cli(b_env, "logs", check=False).stdout[-3000:])
         raise
