@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import os
 import shutil
@@ -235,6 +236,58 @@ def test_queued_messages_run_after_a_restart_on_sqlite(
             assert "stays queued" in err, err
     procs.append(start_host(env))
     assert_the_queued_ran_in_order(env, "host_shutdown" if stop == signal.SIGTERM else "host_restarted")
+
+
+@pytest.mark.slow
+async def test_a_message_sent_while_the_next_host_starts_runs_after_the_queued_ones(
+    tmp_path: Path, procs: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host after a kill -9 opens its sockets before its plugins run. A message sent into that window, to a
+    conversation with messages the dead host left queued, lines up behind them: the conversation keeps its order.
+    The new host runs in this process, held in that window (its sockets open, its plugins not yet started) until
+    the message is in."""
+    from agenthost.host.api.client import HostClient
+    from agenthost.host.server import Host
+    from agenthost.protos import host_pb2 as hpb
+
+    env = cli_env(tmp_path / "solo")
+    first = start_host(env)
+    procs.append(first)
+    await asyncio.to_thread(queue_behind_a_sleeper, env, procs)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=60)
+
+    in_window, go_on = asyncio.Event(), asyncio.Event()
+    register_builtin = Host._register_builtin
+
+    async def held(self: Host) -> None:  # the first step after the sockets opened
+        in_window.set()
+        await go_on.wait()
+        await register_builtin(self)
+
+    monkeypatch.setattr(Host, "_register_builtin", held)
+    host = Host(Path(env["AGENTHOST_HOME"]))
+    starting = asyncio.ensure_future(host.start())
+    try:
+        await asyncio.wait_for(in_window.wait(), 60)
+        async with HostClient(host.admin_address, token=host.admin_token) as client:
+            stream = client.stream(hpb.SendMessageRequest(bot="slow", text="four"), timeout=120)
+            queued = (await asyncio.wait_for(anext(stream), 60)).queued
+            assert (queued.waiting_on, queued.position) == ("conversation", len(QUEUED))
+            go_on.set()
+            await asyncio.wait_for(starting, 60)
+            async for reply in stream:
+                if reply.HasField("run_finished"):
+                    assert reply.run_finished.status == "completed", reply.run_finished
+        runs = await asyncio.to_thread(runs_of, env, "slow")
+        assert [r["text"] for r in runs[1:]] == [f"ok: {t}" for t in (*QUEUED, "four")]
+        started = [r["started_at"] for r in runs[1:]]
+        assert started == sorted(started)
+    finally:
+        go_on.set()
+        with contextlib.suppress(Exception):
+            await starting
+        await host.stop()
 
 
 @pytest.mark.slow
