@@ -592,7 +592,7 @@ class RunManager:
             )
             token = new_token("rt")
             timeout = binding.timeout_seconds or DEFAULT_TIMEOUT
-            st = RunState(info=info)
+            st = RunState(info=info, resumed=True)
             st.start = QueuedStart(
                 bot, binding, manifest, event, event.actor, token, timeout, input_bytes, info.origin, info.origin
             )
@@ -798,13 +798,16 @@ class RunManager:
             )
             return
         conversation = (info.bot_id, info.conversation_id)
-        in_grace = time.monotonic() < workers.grace_until
-        session = await workers.wait_place(info.runner_id, info.deadline_at - time.time(), pool, conversation)
+        # A run the previous host left queued: its workers may still be reconnecting to this one.
+        grace = st.resumed and time.monotonic() < workers.grace_until
+        session = await workers.wait_place(
+            info.runner_id, info.deadline_at - time.time(), pool, conversation, grace=grace
+        )
         if session is None:
             waited = (
-                f"; this host had just started (a restart or a failover) and waited up to"
-                f" {limits.WORKER_RECONNECT_GRACE_SECONDS:g} s for a worker offering it to connect"
-                if in_grace
+                f"; the host had restarted (or a standby taken over) with this run queued, and waited"
+                f" {limits.WORKER_RECONNECT_GRACE_SECONDS:g} s from its start for a worker offering it to connect"
+                if grace
                 else ""
             )
             self._set_outcome(

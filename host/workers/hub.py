@@ -184,7 +184,7 @@ class WorkerHub:
     # ---- listeners ----
 
     async def start(self) -> None:
-        # Until then a run of a runner no connected worker offers waits for one (wait_place): workers reconnect.
+        # Until then a run a previous host left queued waits for a worker offering its runner (wait_place's grace).
         self.grace_until = time.monotonic() + limits.WORKER_RECONNECT_GRACE_SECONDS
         bind, port = split_address(self.address)
         server = grpc.aio.server(options=SERVER_OPTIONS)
@@ -501,17 +501,23 @@ class WorkerHub:
         self._room = asyncio.Event()
 
     async def wait_place(
-        self, runner_id: str, timeout: float, pool: str = "", conversation: tuple[str, str] | None = None
+        self,
+        runner_id: str,
+        timeout: float,
+        pool: str = "",
+        conversation: tuple[str, str] | None = None,
+        *,
+        grace: bool = False,
     ) -> Session | None:
         """`place`, waiting up to `timeout` for a worker with room while some connected worker offers the runner
-        (all full or draining: the run waits its turn as on a busy host); None when none offers it: at once, or
-        within limits.WORKER_RECONNECT_GRACE_SECONDS of the hub's start, once that grace is over."""
+        (all full or draining: the run waits its turn as on a busy host); None at once when none offers it, or
+        with `grace` (a run a previous host left queued) once `grace_until` has passed: workers reconnect."""
         deadline = time.monotonic() + timeout
         while True:
             session = self.place(runner_id, pool, conversation)
             if session is not None:
                 return session
-            until = deadline if self.offered(runner_id, pool) else min(deadline, self.grace_until)
+            until = deadline if self.offered(runner_id, pool) else min(deadline, self.grace_until if grace else 0.0)
             remaining = until - time.monotonic()
             if remaining <= 0:
                 return None
