@@ -63,6 +63,7 @@ from agenthost.protos.errors import (
     ResourceExhausted,
     Unavailable,
 )
+from agenthost.protos.wire import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,6 @@ MAX_ASSISTANT_TEXT = 4 * 1024 * 1024
 # in logs, terminals, state keys and every event row.
 _CONVERSATION_ID = re.compile(r"[^\x00-\x1f\x7f]{1,512}")
 _ACTOR_TYPE = _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
-_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")
 # Events only the host writes into a run (approvals, subagent links); a runner sending one is ignored, so a plugin
 # cannot put a forged approval prompt in front of a person or link a run that is not its child.
 HOST_ONLY_EVENTS = frozenset({"approval_requested", "approval_resolved", "subagent_started", "subagent_finished"})
@@ -261,8 +261,8 @@ class RunManager:
         except (ValueError, RecursionError):
             raise InvalidArgument("data_json is not valid JSON") from None
         key = request.idempotency_key
-        if key and not _IDEMPOTENCY_KEY.fullmatch(key):
-            raise InvalidArgument("idempotency_key must be 1-128 printable ASCII characters without spaces")
+        if key and not IDEMPOTENCY_KEY.fullmatch(key):
+            raise InvalidArgument(f"idempotency_key must be {IDEMPOTENCY_KEY_RULE}")
         if key:
             # A retried send: the run its first attempt recorded, followed instead of a second run. Keys are the
             # sender's own (per bot and credential), so no one reaches another sender's run by its key.
