@@ -156,6 +156,36 @@ def test_the_standby_takes_over_when_the_active_host_is_killed(
     assert not (Path(b_env["AGENTHOST_HOME"]) / "standby.json").exists()
 
 
+@pytest.mark.slow
+def test_the_cli_sends_again_on_the_new_host_with_its_idempotency_key_and_gets_the_first_run(
+    envs: tuple[dict[str, str], dict[str, str]], procs: list[subprocess.Popen[str]]
+) -> None:
+    """`agenthost send --idempotency-key` answered on the active host; the host killed -9; the same send on the host
+    that took over answers with that run, and nothing runs twice."""
+    a_env, b_env = envs
+    a = start_host(a_env)
+    procs.append(a)
+    cli(a_env, "bots", "create", "agent")
+    cli(a_env, "bots", "bind", "agent", "--runner", "agenthost/local-agent")
+    b = serve(b_env, "--standby")
+    procs.append(b)
+    drain(b)
+    wait_for("the standby waiting", lambda: standing_by(b_env), b)
+    send = ("send", "agent", "pay invoice 7", "--idempotency-key", "invoice-7", "--json")
+    first = json.loads(cli(a_env, *send).stdout)
+    assert first["status"] == "completed" and DEMO_LABEL in first["text"]
+    a.send_signal(signal.SIGKILL)
+    a.wait()
+    wait_for("the takeover", lambda: serving(b_env), b, timeout=TAKEOVER_TIMEOUT)
+    again = json.loads(cli(b_env, *send).stdout)
+    assert (again["run_id"], again["text"]) == (first["run_id"], first["text"])
+    assert cli(b_env, "send", "agent", "pay invoice 7", "--idempotency-key", "invoice-7").stdout.strip()
+    assert [r["run_id"] for r in runs_of(b_env, "agent")] == [first["run_id"]]
+    assert cli(b_env, "history", "agent").stdout.count("[user] pay invoice 7") == 1
+    refused = cli(b_env, "send", "agent", "x", "--idempotency-key", "has space", check=False)
+    assert refused.returncode == 2 and "1-128 printable ASCII characters" in refused.stderr
+
+
 QUEUED = ("one", "two", "three")
 
 
