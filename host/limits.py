@@ -296,6 +296,11 @@ WORKER_ENROL_READ_SECONDS = 10.0
 WORKER_MAX_CALLS = 1024
 # Messages read per second off one worker's control stream (it heartbeats every 2 s); faster, flow control holds it.
 WORKER_CONTROL_MESSAGES_PER_SECOND = 10
+# After a host starts (a restart, a standby taking over), its workers are still reconnecting (their backoff is
+# 0.25-0.5 s after a lost connection, doubling per round of addresses that failed): for this long from the start,
+# a run the previous host left queued, of a runner no connected worker offers yet, waits for one that does instead
+# of failing `runner_unavailable` at once. A new message is not held: its sender is told at once.
+WORKER_RECONNECT_GRACE_SECONDS = 15.0
 
 # The active host's lease on a PostgreSQL database (docs/operating/standby.md): the heartbeat written to the lease row
 # (for humans; each beat is also a fenced write, so a deposed idle host stops within a beat or so).

@@ -304,6 +304,12 @@ class Host:
             observer=self.observer,
             artifacts=self.artifacts,
         )
+        # The runs a previous host accepted and left queued join the queue before the sockets open, so a new message
+        # of the same conversation lines up behind them; none starts before the plugins are supervised (release).
+        self.runs.hold()
+        resumed = await self.runs.resume_queued()
+        if resumed:
+            log.warning("resumed %d runs the previous host accepted and left queued", resumed)
         self._watch()
         await self._serve()
         if self.builtin_plugins:
@@ -315,10 +321,8 @@ class Host:
         # After the plugins: a channel's messages need its bot's runner.
         self.channels = Channels(self)
         self.channels.start_all()
-        # Last: the runs a previous host accepted start once their runners can (their plugins are supervised).
-        resumed = await self.runs.resume_queued()
-        if resumed:
-            log.warning("resumed %d runs the previous host accepted and left queued", resumed)
+        # Last: queued runs, resumed or new, start once their runners can (their plugins are supervised).
+        self.runs.release()
 
     def _waiting(self, holder: str) -> None:
         """A standby's status while it waits (on the writer's thread): what `agenthost status` shows."""

@@ -4,6 +4,7 @@ runner SDK and clients import these from here, so neither side reaches into the 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -152,5 +153,14 @@ STATE_SCOPES: dict[str, pb.StateScope] = {
 
 def accepted_run(reply: hpb.SendMessageReply) -> hpb.RunInfo:
     """The run a SendMessage stream's first reply names: it is recorded, and either waits (`queued`) or started
-    (`run_started`). Every client that needs the run id before the run's output reads it through here."""
-    return reply.queued.run if reply.HasField("queued") else reply.run_started
+    (`run_started`), or, for a repeated idempotency key whose run ended, is over (`run_finished`). Every client
+    that needs the run id before the run's output reads it through here."""
+    if reply.HasField("queued"):
+        return reply.queued.run
+    return reply.run_finished if reply.HasField("run_finished") else reply.run_started
+
+
+# A client's name for one message (SendMessageRequest.idempotency_key, the gateway's Idempotency-Key header, the
+# CLI's --idempotency-key), matched whole: 1-128 printable ASCII characters, no spaces.
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")
+IDEMPOTENCY_KEY_RULE = "1-128 printable ASCII characters without spaces"

@@ -386,3 +386,67 @@ def test_log_level_flag_and_env_are_checked(tmp_path: Path) -> None:
     assert logs.parse_level("DEBUG") == logging.DEBUG
     with pytest.raises(ValueError):
         logs.parse_level("verbose")
+
+
+def test_stderr_lines_wait_for_a_slow_reader_and_past_the_backlog_are_counted_not_blocking() -> None:
+    """The handler's writer is stuck in a write (a reader that stopped): emitting does not block; past the backlog
+    lines are dropped, and once the stream takes lines again it is told how many."""
+    written: list[str] = []
+    stuck, first_write = threading.Event(), threading.Event()
+
+    class Stalled:
+        def write(self, text: str) -> None:
+            first_write.set()
+            assert stuck.wait(30)
+            written.append(text)
+
+        def flush(self) -> None:
+            pass
+
+    handler = logs.StderrHandler(Stalled(), backlog=3)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    record = lambda n: logging.LogRecord("t", logging.INFO, __file__, 1, f"line {n}", None, None)  # noqa: E731
+    handler.handle(record(0))
+    assert first_write.wait(30)  # the writer holds line 0, stuck
+    for n in range(1, 11):
+        handler.handle(record(n))  # returns at once: 3 wait, 7 are dropped
+    assert handler.dropped == 7
+    stuck.set()
+    handler.close()
+    assert written[0] == "line 0\n"
+    assert "7 log lines not written here: stderr was not read" in written[1]
+    assert written[2:] == ["line 1\n", "line 2\n", "line 3\n"]
+
+
+@pytest.mark.slow
+def test_a_host_whose_stderr_nobody_reads_keeps_answering(tmp_path: Path) -> None:
+    """`agenthost serve` with its output on a pipe nobody reads (a stalled log collector): a few hundred runs log far
+    more than the pipe's 64 KiB, and the host still answers every send and `status`; host.log has every line."""
+    from agenthost.host.api.client import HostClient
+    from tests.cli_process import cli_env
+    from tests.test_e2e_cli import FAULTY, cli, start_host
+
+    env = cli_env(tmp_path / "h")
+    host = start_host(env)  # its stdout and stderr: a pipe this test never reads
+    try:
+        cli(env, "plugins", "install", FAULTY, "--offline")
+        cli(env, "bots", "create", "b")
+        cli(env, "bots", "bind", "b", "--runner", "agenthost-faulty/faulty")
+
+        async def send_all() -> list[str]:
+            async with HostClient.for_data_dir(Path(env["AGENTHOST_HOME"]), timeout=60) as client:
+                gate = asyncio.Semaphore(16)
+
+                async def one(i: int) -> str:
+                    async with gate:
+                        return (await client.send("b", f"hi {i}", conversation_id=f"c{i % 25}", timeout=60)).run.status
+
+                return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(400))), 240)
+
+        assert asyncio.run(send_all()) == ["completed"] * 400
+        assert "agenthost" in cli(env, "status").stdout
+        host_log = (tmp_path / "h" / "logs" / "host.log").read_text()
+        assert host_log.count('"msg": "run.finished"') == 400
+    finally:
+        host.kill()
+        host.wait(timeout=30)

@@ -7,6 +7,8 @@ that lost the lease writes nothing more: the fence is tested in-process too, whe
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import json
 import os
 import shutil
@@ -66,6 +68,20 @@ def serving(env: dict[str, str]) -> bool:
     return (Path(env["AGENTHOST_HOME"]) / "host.json").exists() and cli(
         env, "plugins", "list", check=False
     ).returncode == 0
+
+
+def drain(proc: subprocess.Popen[str]) -> collections.deque[str]:
+    """Reads a host's output as it comes and keeps its last lines: a host writing its log to a pipe nobody reads
+    blocks its event loop once the pipe's 64 KiB are full, and answers nothing more."""
+    tail: collections.deque[str] = collections.deque(maxlen=200)
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail.append(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    return tail
 
 
 def standing_by(env: dict[str, str]) -> bool:
@@ -138,6 +154,36 @@ def test_the_standby_takes_over_when_the_active_host_is_killed(
     assert "[user] hello" in history and "[user] after the failover" in history
     assert "database: postgresql" in cli(b_env, "status").stdout
     assert not (Path(b_env["AGENTHOST_HOME"]) / "standby.json").exists()
+
+
+@pytest.mark.slow
+def test_the_cli_sends_again_on_the_new_host_with_its_idempotency_key_and_gets_the_first_run(
+    envs: tuple[dict[str, str], dict[str, str]], procs: list[subprocess.Popen[str]]
+) -> None:
+    """`agenthost send --idempotency-key` answered on the active host; the host killed -9; the same send on the host
+    that took over answers with that run, and nothing runs twice."""
+    a_env, b_env = envs
+    a = start_host(a_env)
+    procs.append(a)
+    cli(a_env, "bots", "create", "agent")
+    cli(a_env, "bots", "bind", "agent", "--runner", "agenthost/local-agent")
+    b = serve(b_env, "--standby")
+    procs.append(b)
+    drain(b)
+    wait_for("the standby waiting", lambda: standing_by(b_env), b)
+    send = ("send", "agent", "pay invoice 7", "--idempotency-key", "invoice-7", "--json")
+    first = json.loads(cli(a_env, *send).stdout)
+    assert first["status"] == "completed" and DEMO_LABEL in first["text"]
+    a.send_signal(signal.SIGKILL)
+    a.wait()
+    wait_for("the takeover", lambda: serving(b_env), b, timeout=TAKEOVER_TIMEOUT)
+    again = json.loads(cli(b_env, *send).stdout)
+    assert (again["run_id"], again["text"]) == (first["run_id"], first["text"])
+    assert cli(b_env, "send", "agent", "pay invoice 7", "--idempotency-key", "invoice-7").stdout.strip()
+    assert [r["run_id"] for r in runs_of(b_env, "agent")] == [first["run_id"]]
+    assert cli(b_env, "history", "agent").stdout.count("[user] pay invoice 7") == 1
+    refused = cli(b_env, "send", "agent", "x", "--idempotency-key", "has space", check=False)
+    assert refused.returncode == 2 and "1-128 printable ASCII characters" in refused.stderr
 
 
 QUEUED = ("one", "two", "three")
@@ -220,6 +266,58 @@ def test_queued_messages_run_after_a_restart_on_sqlite(
             assert "stays queued" in err, err
     procs.append(start_host(env))
     assert_the_queued_ran_in_order(env, "host_shutdown" if stop == signal.SIGTERM else "host_restarted")
+
+
+@pytest.mark.slow
+async def test_a_message_sent_while_the_next_host_starts_runs_after_the_queued_ones(
+    tmp_path: Path, procs: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host after a kill -9 opens its sockets before its plugins run. A message sent into that window, to a
+    conversation with messages the dead host left queued, lines up behind them: the conversation keeps its order.
+    The new host runs in this process, held in that window (its sockets open, its plugins not yet started) until
+    the message is in."""
+    from agenthost.host.api.client import HostClient
+    from agenthost.host.server import Host
+    from agenthost.protos import host_pb2 as hpb
+
+    env = cli_env(tmp_path / "solo")
+    first = start_host(env)
+    procs.append(first)
+    await asyncio.to_thread(queue_behind_a_sleeper, env, procs)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=60)
+
+    in_window, go_on = asyncio.Event(), asyncio.Event()
+    register_builtin = Host._register_builtin
+
+    async def held(self: Host) -> None:  # the first step after the sockets opened
+        in_window.set()
+        await go_on.wait()
+        await register_builtin(self)
+
+    monkeypatch.setattr(Host, "_register_builtin", held)
+    host = Host(Path(env["AGENTHOST_HOME"]))
+    starting = asyncio.ensure_future(host.start())
+    try:
+        await asyncio.wait_for(in_window.wait(), 60)
+        async with HostClient(host.admin_address, token=host.admin_token) as client:
+            stream = client.stream(hpb.SendMessageRequest(bot="slow", text="four"), timeout=120)
+            queued = (await asyncio.wait_for(anext(stream), 60)).queued
+            assert (queued.waiting_on, queued.position) == ("conversation", len(QUEUED))
+            go_on.set()
+            await asyncio.wait_for(starting, 60)
+            async for reply in stream:
+                if reply.HasField("run_finished"):
+                    assert reply.run_finished.status == "completed", reply.run_finished
+        runs = await asyncio.to_thread(runs_of, env, "slow")
+        assert [r["text"] for r in runs[1:]] == [f"ok: {t}" for t in (*QUEUED, "four")]
+        started = [r["started_at"] for r in runs[1:]]
+        assert started == sorted(started)
+    finally:
+        go_on.set()
+        with contextlib.suppress(Exception):
+            await starting
+        await host.stop()
 
 
 @pytest.mark.slow
@@ -502,18 +600,11 @@ def test_workers_follow_the_failover_to_the_standby(
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(
-    reason="open bug: after the takeover the new host resumes the queued runs, then answers none of these clients'"
-    " sends for 240 s (connection reset on its admin socket); a CLI send after a takeover is answered"
-    " (test_the_standby_takes_over_when_the_active_host_is_killed). Failed three runs of four; cause not found",
-    strict=False,
-)
 def test_messages_from_two_clients_through_a_failover_each_run_exactly_once(
     envs: tuple[dict[str, str], dict[str, str]], procs: list[subprocess.Popen[str]], pg_dsn: str
 ) -> None:
-    """Two clients send 60 messages in all (PGFAIL_N per client; the issue's 1,000 is 500, which does not pass yet:
-    runs are left unfinished after the takeover, cause not found), each with its idempotency key, while the
-    active host is killed -9.
+    """Two clients send 1,000 messages in all (PGFAIL_N per client, 500 by default), each with its idempotency key,
+    while the active host is killed -9.
     A client whose send fails (the host gone, the standby not yet serving) sends it again on the other address,
     as the standby guide says; after the takeover each also sends again a tenth of the messages it had answers
     for, as a client that lost those answers would. Every message has exactly one run, and every answer a client
@@ -533,8 +624,11 @@ def test_messages_from_two_clients_through_a_failover_each_run_exactly_once(
     b = serve(b_env, "--standby")
     procs.append(b)
     wait_for("the standby waiting", lambda: standing_by(b_env), b)
+    # Each run logs two lines on the host's stderr: read, or the host stops once the pipe is full.
+    drain(a)
+    b_out = drain(b)
     homes = [Path(a_env["AGENTHOST_HOME"]), Path(b_env["AGENTHOST_HOME"])]
-    per_client = int(os.environ.get("PGFAIL_N", "30"))
+    per_client = int(os.environ.get("PGFAIL_N", "500"))
     total, kill_at = 2 * per_client, int(0.3 * 2 * per_client)
     answers: dict[str, set[str]] = {}  # key -> the run ids its answers named
     retried = 0
@@ -542,6 +636,10 @@ def test_messages_from_two_clients_through_a_failover_each_run_exactly_once(
     enough = asyncio.Event()  # kill_at messages answered: time to kill the active host
 
     async def send(client: int, i: int, where: list[int]) -> None:
+        """`where`: the address the client's sends go to, shared by its concurrent sends. A failed send moves it off
+        the address that failed, not to "the other one": 16 sends failing at once on the dead host must move it
+        once. (Each flipping it, an even number of flips left every send on the dead host, round after round: this
+        test's clients never asked the new host, which it once blamed for not answering.)"""
         nonlocal retried
         key = f"c{client}-{i}"
         request = hpb.SendMessageRequest(
@@ -551,8 +649,9 @@ def test_messages_from_two_clients_through_a_failover_each_run_exactly_once(
         attempt = 0
         while time.monotonic() < deadline:
             attempt += 1
+            tried = where[0]
             try:
-                async with HostClient.for_data_dir(homes[where[0]], timeout=30) as host:
+                async with HostClient.for_data_dir(homes[tried], timeout=30) as host:
                     stream = host.stream(request, timeout=30)
                     first = await anext(stream)
                     run = first.run_finished if first.HasField("run_finished") else accepted_run(first)
@@ -563,9 +662,10 @@ def test_messages_from_two_clients_through_a_failover_each_run_exactly_once(
                     return
             except Exception as exc:  # the host gone or not serving yet: the other address, as a client is told to
                 if len(failures) < 5:
-                    failures.append(f"{key} on {where[0]}: {exc!r}")
+                    failures.append(f"{key} on {tried}: {exc!r}")
                 retried += attempt == 1
-                where[0] = 1 - where[0]
+                if where[0] == tried:
+                    where[0] = 1 - tried
                 await asyncio.sleep(0.2)
         raise AssertionError(f"{key}: never answered; first failures: {failures}")
 
@@ -605,9 +705,8 @@ def test_messages_from_two_clients_through_a_failover_each_run_exactly_once(
     try:
         wait_for("every run ended", lambda: all(s not in ("queued", "running") for _, _, s in runs()), b, timeout=300)
     except AssertionError:
-        import collections
-
         print(collections.Counter(s for _, _, s in runs()))
+        print("".join(b_out)[-3000:])
         print(cli(b_env, "runs", "list", "--status", "running", "--limit", "3").stdout)
         print(cli(b_env, "logs", check=False).stdout[-3000:])
         raise

@@ -547,13 +547,26 @@ def _attachments(paths: list[Path]) -> list[Any]:
     return out
 
 
+def _idempotency_key(text: str) -> str:
+    from agenthost.protos.wire import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE
+
+    if not IDEMPOTENCY_KEY.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"must be {IDEMPOTENCY_KEY_RULE}")
+    return text
+
+
 async def cmd_send(args: argparse.Namespace, c: HostClient) -> int:
     from agenthost.protos import host_pb2 as hpb
 
     files = _attachments(args.attach)
     if args.json:
         request = hpb.SendMessageRequest(
-            bot=args.bot, text=args.text, conversation_id=args.conversation, source="cli", attachments=files
+            bot=args.bot,
+            text=args.text,
+            conversation_id=args.conversation,
+            source="cli",
+            attachments=files,
+            idempotency_key=args.idempotency_key or "",
         )
         run: hpb.RunInfo | None = None
         count = 0
@@ -582,7 +595,12 @@ async def cmd_send(args: argparse.Namespace, c: HostClient) -> int:
     from agenthost.host.cli.render import stream_reply
 
     request = hpb.SendMessageRequest(
-        bot=args.bot, text=args.text, conversation_id=args.conversation, source="cli", attachments=files
+        bot=args.bot,
+        text=args.text,
+        conversation_id=args.conversation,
+        source="cli",
+        attachments=files,
+        idempotency_key=args.idempotency_key or "",
     )
     run = await stream_reply(c, request)
     return 0 if run.status == "completed" else 1
@@ -1347,10 +1365,19 @@ def build_parser() -> argparse.ArgumentParser:
         'agenthost send support "note buy milk"',
         'agenthost send support "hi" --json --conversation c1',
         'agenthost send support "what is in this picture?" --attach photo.jpg',
+        'agenthost send support "refund order 42" --idempotency-key order-42-refund',
     )
     send.add_argument("bot")
     send.add_argument("text")
     send.add_argument("--conversation", default="default")
+    send.add_argument(
+        "--idempotency-key",
+        type=_idempotency_key,
+        default=None,  # not "": argparse passes a string default through `type`
+        metavar="KEY",
+        help="your name for this message (1-128 printable ASCII characters, no spaces): sent again with the same key"
+        " (after a lost answer, a failover, to the other host), it gets the first send's run instead of a second",
+    )
     send.add_argument(
         "--attach",
         type=Path,

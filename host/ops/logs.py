@@ -23,8 +23,10 @@ import json
 import logging
 import logging.handlers
 import os
+import queue
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -40,6 +42,10 @@ HOST_LOG_BACKUPS = 3
 PLUGIN_LOG_MAX_BYTES = 5 * 1024 * 1024
 PLUGIN_LOG_BACKUPS = 2
 PLUGIN_READ_CHUNK = 64 * 1024
+# Lines waiting for stderr's reader (StderrHandler); past this they are dropped, and counted.
+STDERR_BACKLOG_LINES = 10_000
+# How long a stopping host waits for stderr to take the lines still waiting.
+STDERR_CLOSE_SECONDS = 5.0
 # Refusals are logged at most this many per kind and window; the rest are counted and summed up in one line.
 REFUSALS_PER_WINDOW = 20
 REFUSAL_WINDOW_SECONDS = 60.0
@@ -161,6 +167,61 @@ class _PrivateRotatingHandler(logging.handlers.RotatingFileHandler):
             self.handleError(record)
 
 
+class StderrHandler(logging.Handler):
+    """Log lines to a stream (stderr) written by a thread of their own: a reader that stops reading (a pipe nobody
+    drains, a stalled log collector) blocks that thread, never the host's event loop. With the loop blocked in a
+    write, the host would answer nothing, and as an active host it would keep the database lease, so no standby
+    could take over. Lines past STDERR_BACKLOG_LINES waiting are dropped and counted; the count is written once the
+    stream takes lines again. `<data>/logs/host.log` (a file) has every line."""
+
+    def __init__(self, stream: Any, backlog: int = STDERR_BACKLOG_LINES) -> None:
+        super().__init__()
+        self.stream = stream
+        self.dropped = 0
+        self._lines: queue.Queue[str | None] = queue.Queue(backlog)
+        self._writer = threading.Thread(target=self._write, name="agenthost-stderr-log", daemon=True)
+        self._writer.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._lines.put_nowait(self.format(record) + "\n")
+        except queue.Full:
+            self.dropped += 1
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+
+    def _write(self) -> None:
+        written_drops = 0
+        while (line := self._lines.get()) is not None:
+            try:
+                if self.dropped != written_drops:
+                    lost, written_drops = self.dropped - written_drops, self.dropped
+                    self.stream.write(
+                        json.dumps(
+                            {
+                                "ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                "level": "warning",
+                                "logger": __name__,
+                                "msg": f"{lost} log lines not written here: stderr was not read (host.log has them)",
+                            }
+                        )
+                        + "\n"
+                    )
+                self.stream.write(line)
+                self.stream.flush()
+            except (OSError, ValueError):  # the reader is gone: the lines go nowhere, as a print's would
+                pass
+
+    def close(self) -> None:
+        """Writes what waits, for at most STDERR_CLOSE_SECONDS (a stream nobody reads does not hold the exit)."""
+        with contextlib.suppress(queue.Full):
+            self._lines.put(None, timeout=STDERR_CLOSE_SECONDS)
+        self._writer.join(STDERR_CLOSE_SECONDS)
+        super().close()
+
+
 class HostLogging:
     """The handlers one host installs on the root logger, removed again by `close`."""
 
@@ -197,7 +258,7 @@ def install(
         )
         handlers.append(file_handler)
     if stderr:
-        handlers.append(logging.StreamHandler(sys.stderr))
+        handlers.append(StderrHandler(sys.stderr))
     root = logging.getLogger()
     previous = root.level
     for handler in handlers:

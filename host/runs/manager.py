@@ -63,6 +63,7 @@ from agenthost.protos.errors import (
     ResourceExhausted,
     Unavailable,
 )
+from agenthost.protos.wire import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,6 @@ MAX_ASSISTANT_TEXT = 4 * 1024 * 1024
 # in logs, terminals, state keys and every event row.
 _CONVERSATION_ID = re.compile(r"[^\x00-\x1f\x7f]{1,512}")
 _ACTOR_TYPE = _EVENT_TYPE = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
-_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")
 # Events only the host writes into a run (approvals, subagent links); a runner sending one is ignored, so a plugin
 # cannot put a forged approval prompt in front of a person or link a run that is not its child.
 HOST_ONLY_EVENTS = frozenset({"approval_requested", "approval_resolved", "subagent_started", "subagent_finished"})
@@ -128,6 +128,8 @@ class RunManager:
         self._live: dict[str, RunState] = {}
         self.admission = Admission()
         self._closing = False
+        # At start, until the host's plugins are supervised: runs are admitted and queued, none starts (`hold`).
+        self._holding = False
         self._manifests: dict[tuple[str, str], RunnerManifest] = {}
         self.approvals = Approvals(self.host_event)
         self.children = ChildRuns(self)
@@ -259,8 +261,8 @@ class RunManager:
         except (ValueError, RecursionError):
             raise InvalidArgument("data_json is not valid JSON") from None
         key = request.idempotency_key
-        if key and not _IDEMPOTENCY_KEY.fullmatch(key):
-            raise InvalidArgument("idempotency_key must be 1-128 printable ASCII characters without spaces")
+        if key and not IDEMPOTENCY_KEY.fullmatch(key):
+            raise InvalidArgument(f"idempotency_key must be {IDEMPOTENCY_KEY_RULE}")
         if key:
             # A retried send: the run its first attempt recorded, followed instead of a second run. Keys are the
             # sender's own (per bot and credential), so no one reaches another sender's run by its key.
@@ -548,18 +550,31 @@ class RunManager:
                 )
             )
 
+    def hold(self) -> None:
+        """No run starts until `release`: the host calls this before it opens its sockets, so the queued runs a
+        previous host left (resume_queued) are in their conversations' lines before any new message is, and a
+        run never starts before its plugin is supervised."""
+        self._holding = True
+
+    def release(self) -> None:
+        """Runs start again, in the order they were admitted."""
+        self._holding = False
+        self._pump()
+
     async def resume_queued(self) -> int:
         """At start: the runs a previous host accepted and left `queued` (it stopped, or died and a standby took
         over) join this host's queue in their arrival order: nothing accepted is lost. Each gets a fresh run
         token. One that can no longer start (its bot, binding or runner gone, its plugin disabled) ends `failed`
-        with code `runner_unavailable`, saying why. Returns how many rejoined."""
+        with code `runner_unavailable`, saying why. A runner only workers offer needs no worker connected yet:
+        its binding's pinned manifest is the one its run is granted from, as at send. Returns how many rejoined.
+        Called before the host takes new messages (with `hold`), so a conversation's messages keep their order."""
         resumed: list[tuple[RunState, str]] = []
         unstartable: list[hpb.RunInfo] = []
         for info in self.runs.queued_runs():
             try:
                 bot = self.registry.bot(info.bot_id)
                 binding = self.registry.binding(info.binding_id)
-                manifest = self.manifest_for(binding.runner_id)
+                manifest = self.binding_manifest(binding)
                 plugin_id, _ = parse_runner_id(binding.runner_id)
                 plugin = self.registry.find_plugin(plugin_id)
                 if plugin is not None and not plugin.enabled:
@@ -577,7 +592,7 @@ class RunManager:
             )
             token = new_token("rt")
             timeout = binding.timeout_seconds or DEFAULT_TIMEOUT
-            st = RunState(info=info)
+            st = RunState(info=info, resumed=True)
             st.start = QueuedStart(
                 bot, binding, manifest, event, event.actor, token, timeout, input_bytes, info.origin, info.origin
             )
@@ -606,7 +621,7 @@ class RunManager:
 
     def _pump(self) -> None:
         """Starts queued runs while slots are free. Called whenever a run is queued or leaves a slot."""
-        if self._closing:
+        if self._closing or self._holding:
             return
         while (st := self.admission.next_to_start()) is not None:
             start, st.start = st.start, None
@@ -783,14 +798,24 @@ class RunManager:
             )
             return
         conversation = (info.bot_id, info.conversation_id)
-        session = await workers.wait_place(info.runner_id, info.deadline_at - time.time(), pool, conversation)
+        # A run the previous host left queued: its workers may still be reconnecting to this one.
+        grace = st.resumed and time.monotonic() < workers.grace_until
+        session = await workers.wait_place(
+            info.runner_id, info.deadline_at - time.time(), pool, conversation, grace=grace
+        )
         if session is None:
+            waited = (
+                f"; the host had restarted (or a standby taken over) with this run queued, and waited"
+                f" {limits.WORKER_RECONNECT_GRACE_SECONDS:g} s from its start for a worker offering it to connect"
+                if grace
+                else ""
+            )
             self._set_outcome(
                 st,
                 "failed",
                 "runner_unavailable",
                 f"no connected worker{where} offers runner {info.runner_id} (or none had room before the run's"
-                " deadline); see `agenthost workers list`",
+                f" deadline){waited}; see `agenthost workers list`",
             )
             return
         st.active.worker = session.name  # from now on the run API answers this run's token from that worker only

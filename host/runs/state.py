@@ -38,6 +38,7 @@ class RunState:
 
     info: hpb.RunInfo
     start: QueuedStart | None = None  # set while queued
+    resumed: bool = False  # accepted by a previous host (RunManager.resume_queued)
     ending: asyncio.Future[None] | None = None  # the write of its end, once begun
     active: ActiveRun | None = None
     seq: int = 0

@@ -167,6 +167,7 @@ class WorkerHub:
         self._extra: dict[str, grpc.RpcMethodHandler] = {}
         # Set (and replaced) whenever a worker may have room for another run: one connected, a run ended on one.
         self._room = asyncio.Event()
+        self.grace_until = 0.0  # set by start (limits.WORKER_RECONNECT_GRACE_SECONDS)
         self._watch: asyncio.Task[None] | None = None
         # The plugins the host runs itself, by id: (version, manifests). A worker's offer under one of those ids is
         # taken only when it is that same plugin (see _accepted).
@@ -183,6 +184,8 @@ class WorkerHub:
     # ---- listeners ----
 
     async def start(self) -> None:
+        # Until then a run a previous host left queued waits for a worker offering its runner (wait_place's grace).
+        self.grace_until = time.monotonic() + limits.WORKER_RECONNECT_GRACE_SECONDS
         bind, port = split_address(self.address)
         server = grpc.aio.server(options=SERVER_OPTIONS)
         server.add_generic_rpc_handlers((_Guard(self, self._handlers()),))
@@ -498,16 +501,24 @@ class WorkerHub:
         self._room = asyncio.Event()
 
     async def wait_place(
-        self, runner_id: str, timeout: float, pool: str = "", conversation: tuple[str, str] | None = None
+        self,
+        runner_id: str,
+        timeout: float,
+        pool: str = "",
+        conversation: tuple[str, str] | None = None,
+        *,
+        grace: bool = False,
     ) -> Session | None:
         """`place`, waiting up to `timeout` for a worker with room while some connected worker offers the runner
-        (all full or draining: the run waits its turn as on a busy host); None at once when none offers it."""
+        (all full or draining: the run waits its turn as on a busy host); None at once when none offers it, or
+        with `grace` (a run a previous host left queued) once `grace_until` has passed: workers reconnect."""
         deadline = time.monotonic() + timeout
         while True:
             session = self.place(runner_id, pool, conversation)
-            if session is not None or not self.offered(runner_id, pool):
+            if session is not None:
                 return session
-            remaining = deadline - time.monotonic()
+            until = deadline if self.offered(runner_id, pool) else min(deadline, self.grace_until if grace else 0.0)
+            remaining = until - time.monotonic()
             if remaining <= 0:
                 return None
             with contextlib.suppress(TimeoutError):

@@ -296,6 +296,48 @@ async def test_oversize_body_and_message_are_413(world: World) -> None:
     assert world.runs() == []
 
 
+async def test_a_request_repeated_with_its_idempotency_key_gets_the_first_requests_run(world: World) -> None:
+    """A client that lost an answer (a failover, a dropped connection) sends the request again with the same
+    Idempotency-Key: it gets the first request's run and answer, streamed or not, on either endpoint; the runner
+    ran once. Keys are per bot and sender: another key holder's same key is its own message."""
+    key = {"Idempotency-Key": "order-42"}
+    async with client(world) as c:
+        first = await c.chat.completions.with_raw_response.create(
+            model="testbot", messages=history("hello"), extra_headers=key
+        )
+        again = await c.chat.completions.with_raw_response.create(
+            model="testbot", messages=history("hello"), extra_headers=key
+        )
+        stream = await c.chat.completions.create(
+            model="testbot", messages=history("hello"), stream=True, extra_headers=key
+        )
+        streamed = "".join([ch.choices[0].delta.content or "" async for ch in stream if ch.choices])
+        response = await c.responses.with_raw_response.create(model="testbot", input="hello", extra_headers=key)
+    run_id = first.headers["x-agenthost-run"]
+    assert again.headers["x-agenthost-run"] == run_id and response.headers["x-agenthost-run"] == run_id
+    assert again.parse().choices[0].message.content == REPLY and streamed == REPLY
+    assert response.parse().output_text == REPLY
+    assert [t for _, t, _ in Talker.seen] == ["hello"]
+    created = await world.harness.client.call(
+        "CreateCredential", hpb.CreateCredentialRequest(name="app2", scope="send", bots=["testbot"])
+    )
+    async with client(world, created.token) as c:
+        theirs = await c.chat.completions.with_raw_response.create(
+            model="testbot", messages=history("hello"), extra_headers=key
+        )
+    assert theirs.headers["x-agenthost-run"] != run_id and len(world.runs()) == 2
+
+
+@pytest.mark.parametrize("value", [b"has space", b"x" * 129, "caf\u00e9".encode(), b"tab\tin", b""])
+async def test_a_malformed_idempotency_key_is_400_and_nothing_is_recorded(world: World, value: bytes) -> None:
+    headers = {"Authorization": f"Bearer {world.key}".encode(), b"Idempotency-Key": value}
+    async with httpx.AsyncClient(base_url=world.base_url, timeout=10) as http:
+        r = await http.post("/chat/completions", json={"model": "testbot", "messages": history("hi")}, headers=headers)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_idempotency_key", r.text
+    assert "1-128 printable ASCII" in r.json()["error"]["message"]
+    assert world.runs() == []
+
+
 async def test_resource_exhausted_refusal_is_429_and_retried_by_the_client(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:

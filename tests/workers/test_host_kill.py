@@ -162,3 +162,107 @@ async def test_host_killed_while_200_runs_stream_from_4_workers(tmp_path: Path) 
             after = await client.send("agent", "and now?", conversation_id="after", timeout=120)
             assert after.run.status == "completed" and "served after the restart" in after.run.text, after.run
             assert len(model.model_requests) == RUNS + 1
+
+
+async def test_queued_runs_of_a_worker_runner_wait_for_their_worker_after_the_host_restarts(tmp_path: Path) -> None:
+    """Messages queued for a runner only workers serve (a pool binding), the host killed -9 and started again: the
+    queued runs resume before the worker, real and backing off, has reconnected; they wait for it (the grace,
+    limits.WORKER_RECONNECT_GRACE_SECONDS) and run, in order. When no worker comes back within the grace, a queued
+    run fails `runner_unavailable` saying it waited."""
+    from agenthost.host import limits
+
+    home, port = tmp_path / "host", free_port()
+    log_path = tmp_path / "host.log"
+    log_file = log_path.open("ab")
+
+    async def start_host(procs: list[asyncio.subprocess.Process]) -> None:
+        proc = await asyncio.create_subprocess_exec(
+            *CLI, "--data-dir", str(home), "serve", "--workers", f"127.0.0.1:{port}",
+            env=cli_env(), stdout=log_file, stderr=log_file,
+        )  # fmt: skip
+        procs.append(proc)
+        deadline = time.monotonic() + 120
+        while (await acli(home, "status"))[0] != 0:
+            assert proc.returncode is None, log_path.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the host did not come up"
+            await asyncio.sleep(0.2)
+
+    async def worker_connected() -> None:
+        deadline = time.monotonic() + 300
+        while not any(" connected " in line and "local-agent" in line for line in await _worker_lines(home)):
+            assert time.monotonic() < deadline, await _worker_lines(home)
+            await asyncio.sleep(0.2)
+
+    async def queue(client: HostClient, texts: list[str]) -> list[str]:
+        """Sends each into conversation c; the first runs (its answer streams slowly), the rest wait behind it."""
+        run_ids = []
+        for n, text in enumerate(texts):
+            stream = client.stream(hpb.SendMessageRequest(bot="agent", text=text, conversation_id="c"), timeout=60)
+            first = await anext(stream)
+            kind = first.WhichOneof("kind")
+            assert kind == ("run_started" if n == 0 else "queued"), first
+            run_ids.append((first.run_started if n == 0 else first.queued.run).run_id)
+            await stream.aclose()  # leaving only unsubscribes
+        return run_ids
+
+    async def runs(client: HostClient, run_ids: list[str]) -> list[hpb.RunInfo]:
+        return [await client.call("GetRun", hpb.RunRequestById(run_id=r)) for r in run_ids]
+
+    async with _processes() as procs, FakeProviderServer() as model:
+        slow = openai_text(SLOW_TEXT)
+        slow.delay = 1.0
+        model.default = slow
+        await start_host(procs)
+        rc, join, err = await acli(home, "workers", "token", "create")
+        assert rc == 0, err
+        worker = await asyncio.create_subprocess_exec(
+            *CLI, "--data-dir", str(tmp_path / "w"), "worker", "--host", f"127.0.0.1:{port}",
+            "--join", join.strip(), "--name", "w1", env=cli_env(), stdout=log_file, stderr=log_file,
+        )  # fmt: skip
+        procs.append(worker)
+        await worker_connected()
+        config = ["model=vllm/m", f"base_url={model.url}/v1", "max_retries=0", "context_window=32000"]
+        for args in (
+            ("bots", "create", "agent"),
+            ("bots", "bind", "agent", "--runner", "agenthost/local-agent", "--pool", "default", "--config", *config),
+        ):
+            rc, out, err = await acli(home, *args)
+            assert rc == 0, out + err
+
+        async with HostClient.for_data_dir(home, timeout=120) as client:
+            ids = await queue(client, ["slow", "second", "third"])
+        await wait_for(lambda: len(model.model_requests) == 1, 120)  # "slow" streams on the worker
+        procs[0].kill()
+        await procs[0].wait()
+        model.default = openai_text("answered after the restart")
+        await start_host(procs)
+        async with HostClient.for_data_dir(home, timeout=120) as client:
+            deadline = time.monotonic() + 180
+            while any(r.status in ("queued", "running") for r in await runs(client, ids[1:])):
+                assert time.monotonic() < deadline, await runs(client, ids)
+                await asyncio.sleep(0.2)
+            slow_run, *resumed = await runs(client, ids)
+            assert (slow_run.status, slow_run.error_code) == ("interrupted", "host_restarted")
+            assert [(r.status, r.text) for r in resumed] == [("completed", "answered after the restart")] * 2, resumed
+            assert resumed[0].started_at < resumed[1].started_at
+
+            # Again, and this time the worker does not come back: the queued run fails once the grace is over.
+            await worker_connected()
+            model.default = slow
+            ids = await queue(client, ["slow again", "never served"])
+        await wait_for(lambda: len(model.model_requests) == 4, 120)
+        procs[-1].kill()
+        await procs[-1].wait()
+        worker.kill()
+        await worker.wait()
+        began = time.monotonic()
+        await start_host(procs)
+        async with HostClient.for_data_dir(home, timeout=120) as client:
+            deadline = time.monotonic() + 180
+            while (last := (await runs(client, ids[1:]))[0]).status in ("queued", "running"):
+                assert time.monotonic() < deadline, last
+                await asyncio.sleep(0.2)
+        assert time.monotonic() - began >= limits.WORKER_RECONNECT_GRACE_SECONDS
+        assert (last.status, last.error_code) == ("failed", "runner_unavailable")
+        assert "no connected worker in pool 'default' offers runner agenthost/local-agent" in last.error_message
+        assert f"waited {limits.WORKER_RECONNECT_GRACE_SECONDS:g} s from its start" in last.error_message

@@ -36,7 +36,7 @@ from agenthost.host.runs.manager import MAX_INPUT_BYTES
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
-from agenthost.protos.wire import accepted_run
+from agenthost.protos.wire import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE, accepted_run
 
 if TYPE_CHECKING:
     from agenthost.host.api.gateway.console_api import Console
@@ -51,6 +51,9 @@ MAX_BODY_BYTES = 12 * 1024 * 1024
 SHUTDOWN_SECONDS = 5.0
 CONVERSATION_HEADER = "X-Agenthost-Conversation"
 RUN_HEADER = "X-Agenthost-Run"
+# The client's name for this message (SendMessageRequest.idempotency_key): a request repeated with the same key, by
+# the same key holder to the same bot, gets the first one's run, never a second (docs/operating/standby.md).
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 SOURCE = "gateway"
 # Printable ASCII but '%': conversation ids travel percent-encoded (UTF-8) in both directions.
 _HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
@@ -195,6 +198,7 @@ class Gateway:
 
     def _send_request(
         self,
+        request: web.Request,
         principal: Principal,
         bot: hpb.Bot,
         conversation: str,
@@ -203,6 +207,11 @@ class Gateway:
         endpoint: str,
         attachments: tuple[hpb.Attachment, ...] = (),
     ) -> hpb.SendMessageRequest:
+        key = request.headers.get(IDEMPOTENCY_HEADER, "")
+        if IDEMPOTENCY_HEADER in request.headers and not IDEMPOTENCY_KEY.fullmatch(key):
+            raise GatewayError(
+                400, f"the {IDEMPOTENCY_HEADER} header must be {IDEMPOTENCY_KEY_RULE}", code="invalid_idempotency_key"
+            )
         if len(text.encode()) > MAX_INPUT_BYTES:
             # Not the host's RESOURCE_EXHAUSTED (429): a retry cannot help a message that is too large.
             raise GatewayError(413, f"the message is larger than {MAX_INPUT_BYTES} bytes", code="message_too_large")
@@ -219,6 +228,7 @@ class Gateway:
             # The end user's id: access.send puts a send key's in the key's namespace (Principal.actor).
             actor=pb.Actor(actor_type="user", actor_id=user),
             data_json=json.dumps({"gateway": {"endpoint": endpoint, "credential": principal.name}}),
+            idempotency_key=key,
         )
 
     async def _start(
@@ -252,7 +262,9 @@ class Gateway:
         bot = self._bot(principal, chat.model)
         conversation = self._conversation(request, principal, chat.user)
         endpoint = "chat.completions"
-        send = self._send_request(principal, bot, conversation, chat.text, chat.user, endpoint, chat.attachments)
+        send = self._send_request(
+            request, principal, bot, conversation, chat.text, chat.user, endpoint, chat.attachments
+        )
         run, stream = await self._start(send, principal)
         headers = _run_headers(run)
         async with contextlib.aclosing(stream):
@@ -298,7 +310,10 @@ class Gateway:
                     elif kind == "run_finished":
                         finished = reply.run_finished
                         if finished.status == "completed":
-                            tail = [encode(chunks.finish(oa.finish_reason(terminal)))]
+                            tail = []
+                            if not text.text and finished.text:  # a repeated Idempotency-Key's ended run
+                                tail.append(encode(chunks.content(finished.text)))
+                            tail.append(encode(chunks.finish(oa.finish_reason(terminal))))
                             usage = chunks.usage(finished.usage)
                             if usage is not None:
                                 tail.append(encode(usage))
@@ -345,7 +360,9 @@ class Gateway:
             bot = self._bot(principal, req.model)
             conversation = self._conversation(request, principal, req.user)
         model = req.model or bot.name
-        send = self._send_request(principal, bot, conversation, req.text, req.user, "responses", req.attachments)
+        send = self._send_request(
+            request, principal, bot, conversation, req.text, req.user, "responses", req.attachments
+        )
         run, stream = await self._start(send, principal)
         headers = _run_headers(run)
         async with contextlib.aclosing(stream):
@@ -380,7 +397,7 @@ class Gateway:
                     if note is not None:
                         await sse.send([note])
                     elif kind == "events":
-                        out = []
+                        out: list[bytes] = []
                         for event in reply.events.events:
                             delta = text.feed(event)
                             if delta:
@@ -388,8 +405,12 @@ class Gateway:
                                 out.extend(encode(e, k) for k, e in events.delta(delta))
                         await sse.send(out)
                     elif kind == "run_finished":
-                        finish = events.finish(reply.run_finished, "".join(streamed))
-                        await sse.send([encode(e, k) for k, e in finish])
+                        tail: list[bytes] = []
+                        if not streamed and reply.run_finished.text:  # a repeated Idempotency-Key's ended run
+                            streamed.append(reply.run_finished.text)
+                            tail.extend(encode(e, k) for k, e in events.delta(reply.run_finished.text))
+                        tail.extend(encode(e, k) for k, e in events.finish(reply.run_finished, "".join(streamed)))
+                        await sse.send(tail)
             except errors.ResourceExhausted as exc:
                 error = _dropped(exc)
                 kind, event = events.error(error.code or "", error.message)
@@ -420,7 +441,9 @@ async def _collect(
                         terminal = event
                     text.feed(event)
             elif kind == "run_finished":
-                return reply.run_finished, text.text, terminal
+                # A repeated Idempotency-Key follows the first request's run from now (or finds it ended): the
+                # run's recorded text is the whole answer, what streamed here may be its tail only.
+                return reply.run_finished, reply.run_finished.text or text.text, terminal
     except errors.ResourceExhausted as exc:
         raise _dropped(exc) from None
     raise GatewayError(
@@ -434,7 +457,7 @@ async def _queue_notes(
     """The run's stream from its first reply on, `queued` included: the OpenAI streams pass `queued` and
     `run_started` on as SSE comments (queue_note), the non-streaming calls skip them."""
     try:
-        if first.HasField("queued"):
+        if first.HasField("queued") or first.HasField("run_finished"):  # the latter: a repeated key's ended run
             yield first
         async for reply in stream:
             yield reply
