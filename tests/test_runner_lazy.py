@@ -59,6 +59,10 @@ class Lazy(Runner):
             yield events.text(await tls_round_trip())
         if run.text == "park":
             await asyncio.sleep(3600)
+        if run.text == "httpx":
+            import httpx  # what a model client imports
+
+            yield events.text(" ".join(m for m in ("httpx", "click", "pygments") if m in sys.modules))
 
 
 async def tls_round_trip():
@@ -434,6 +438,15 @@ def test_loading_the_built_in_runners_imports_nothing_only_a_run_may_need():
     held, after_use = json.loads(out.stdout)
     assert held == []
     assert after_use == list(RUN_TIME_ONLY)  # the probe sees them once a run uses them
+
+
+async def test_a_runner_importing_httpx_does_not_hold_its_command_line_client(plugin):
+    """httpx's __init__ tries its CLI (click, pygments: ~2.5 MiB); a runner process never runs it (issue 26)."""
+    p = process(plugin)
+    stub = await p.serving()
+    text, terminal = await run_texts(stub, "httpx")
+    assert terminal[0].WhichOneof("kind") == "completed"
+    assert text == f"pid={p.proc.pid} httpx"
 
 
 @pytest.mark.parametrize("in_flight", [False, True])
