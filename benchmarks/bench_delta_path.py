@@ -7,7 +7,8 @@ its spread hides a change of a few tenths of a µs. This isolates the two pieces
 
 - runner: the SDK's run loop (`runners/sdk/server.py` `_drive`) over a runner yielding 100 k deltas of ~50 bytes,
   as RunEvent objects (`events.text`, as the raw server builds them) and as `str`, into a channel that only keeps
-  them (no gRPC): the part of the runner's CPU that the SDK decides;
+  them (no gRPC): the part of the runner's CPU that the SDK decides; and the same into the SDK's own channel,
+  drained and cut into batches as the Run handler does (all but the gRPC write);
 - host: numbering one batch of 256 such deltas (`host/store/text_deltas.py` `number`), ASCII and non-ASCII text.
 
 The base revision's copies of those two files are loaded from git as separate modules, and the two sides run in
@@ -87,9 +88,29 @@ class _Streamer:
                 yield DELTA
 
 
-async def runner_us(module: ModuleType, objects: bool) -> float:
+async def runner_us(module: ModuleType, objects: bool, channel: str = "keep") -> float:
+    """CPU µs per delta of `_drive` into the stand-in channel ("keep"), or ("sdk") into the module's own channel,
+    drained and cut into batches (`_batches`) as the Run handler does, all but the gRPC write."""
     t0 = time.process_time()
-    await module._drive(_Streamer(objects), None, _Keep())
+    if channel == "keep":
+        await module._drive(_Streamer(objects), None, _Keep())
+    else:
+        sdk_channel = module._EventChannel()
+
+        async def drain() -> None:
+            while True:
+                items = await sdk_channel.take()
+                done = items[-1] is module._END
+                if done:
+                    items.pop()
+                for _ in module._batches(items):
+                    pass
+                if done:
+                    return
+
+        drained = asyncio.create_task(drain())
+        await module._drive(_Streamer(objects), None, sdk_channel)
+        await drained
     return (time.process_time() - t0) / N * 1e6
 
 
@@ -107,13 +128,22 @@ def main(base: str, rounds: int) -> None:
             "this tree": (sdk_server, text_deltas),
         }
         batches = {text: b"".join(sdk_server._text_entry(text) for _ in range(256)) for text in (DELTA, DELTA_UTF8)}
-        cases = ["runner, RunEvent objects", "runner, str", "host, ASCII batch", "host, non-ASCII batch"]
+        cases = [
+            "runner, RunEvent objects",
+            "runner, str",
+            "runner + channel, RunEvent",
+            "runner + channel, str",
+            "host, ASCII batch",
+            "host, non-ASCII batch",
+        ]
         samples: dict[tuple[str, str], list[float]] = {}
         for _ in range(rounds):
             for side, (sdk, host) in sides.items():
                 figures = [
                     asyncio.run(runner_us(sdk, True)),
                     asyncio.run(runner_us(sdk, False)),
+                    asyncio.run(runner_us(sdk, True, "sdk")),
+                    asyncio.run(runner_us(sdk, False, "sdk")),
                     host_us(host, batches[DELTA]),
                     host_us(host, batches[DELTA_UTF8]),
                 ]

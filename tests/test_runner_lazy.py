@@ -59,6 +59,10 @@ class Lazy(Runner):
             yield events.text(await tls_round_trip())
         if run.text == "park":
             await asyncio.sleep(3600)
+        if run.text == "httpx":
+            import httpx  # what a model client imports
+
+            yield events.text(" ".join(m for m in ("httpx", "click", "pygments") if m in sys.modules))
 
 
 async def tls_round_trip():
@@ -422,18 +426,34 @@ def test_loading_the_built_in_runners_imports_nothing_only_a_run_may_need():
         from agenthost.runners.sdk.__main__ import _runner_classes
         assert len(_runner_classes("agenthost")) >= 3  # the local agent and the harness runners
         held = [m for m in {RUN_TIME_ONLY!r} if m in sys.modules]
+        import asyncio
+        from agenthost.runners.local_agent.messages import ToolCall
         from agenthost.runners.local_agent.providers.tool_args import repair_arguments
         from agenthost.runners.local_agent.tools.base import ToolRegistry
         from agenthost.runners.local_agent.tools.todo import TodoWrite
-        ToolRegistry([TodoWrite()])
+        registry = ToolRegistry([TodoWrite()])  # what every run of the local agent builds, tools called or not
+        built = [m for m in {RUN_TIME_ONLY!r} if m in sys.modules]
+        call = ToolCall(id="c1", name="todo_write", arguments='{{"items": 3}}')
+        refused = asyncio.run(registry.run(call, None)).content  # arguments checked before anything reads ctx
         repair_arguments("{{'a': True,}}")
-        print(json.dumps([held, [m for m in {RUN_TIME_ONLY!r} if m in sys.modules]]))
+        print(json.dumps([held, built, [m for m in {RUN_TIME_ONLY!r} if m in sys.modules], refused]))
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    held, after_use = json.loads(out.stdout)
+    held, built, after_use, refused = json.loads(out.stdout)
     assert held == []
+    assert built == []  # a run that calls no tool (a plain chat turn) does not import jsonschema either
     assert after_use == list(RUN_TIME_ONLY)  # the probe sees them once a run uses them
+    assert refused.startswith("error: invalid arguments at items: ")  # checked at the call, as before
+
+
+async def test_a_runner_importing_httpx_does_not_hold_its_command_line_client(plugin):
+    """httpx's __init__ tries its CLI (click, pygments: ~2.5 MiB); a runner process never runs it (issue 26)."""
+    p = process(plugin)
+    stub = await p.serving()
+    text, terminal = await run_texts(stub, "httpx")
+    assert terminal[0].WhichOneof("kind") == "completed"
+    assert text == f"pid={p.proc.pid} httpx"
 
 
 @pytest.mark.parametrize("in_flight", [False, True])

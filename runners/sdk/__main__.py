@@ -143,6 +143,7 @@ def _serve_main() -> int:
 
     # Before gRPC starts its threads (and before the describe child, which inherits it).
     lean.tune_malloc()
+    lean.skip_unused_imports()
     if not eager:
         child = _describe_child(distribution)
         lean.defer_ssl()

@@ -1,4 +1,5 @@
-"""Keeping an idle runner process small: `ssl` out of it until a runner is loaded, and freed heap returned.
+"""Keeping a runner process small: `ssl` out of it until a runner is loaded, libraries' unused parts never in, and freed
+heap returned.
 
 grpc imports asyncio, and asyncio imports `ssl` if it can — Python's `_ssl` and the system's libssl and libcrypto,
 ~4 MiB of a process that serves gRPC over a unix socket and needs no TLS until it loads a runner (a model client
@@ -48,6 +49,19 @@ def restore_ssl() -> None:
         # Re-run in place: its module object is what base_events and selector_events hold.
         importlib.reload(sys.modules["asyncio.sslproto"])
     _deferred_at = None
+
+
+# Modules a library imports at its own import for a feature no runner uses. httpx's __init__ tries its command-line
+# client, `httpx._main`, which imports click and pygments before it needs rich: ~2.5 MiB and ~35 ms of CPU in every
+# process that imports httpx (the local agent's model clients), kept even where the CLI then fails for want of rich.
+# Marked "not importable", the library takes its own fallback (httpx.main says to install httpx[cli]).
+UNUSED_AT_IMPORT = ("httpx._main",)
+
+
+def skip_unused_imports() -> None:
+    """For a runner process, before the libraries above are imported: their unused parts stay out of it."""
+    for name in UNUSED_AT_IMPORT:
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # the import system's "not importable" marker
 
 
 def modules_without_ssl() -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 
 import pytest
 
@@ -334,6 +335,28 @@ async def test_connection_is_reused_across_calls() -> None:
             await p.complete(req())
         assert server.connections == 1
         await p.aclose()
+
+
+def _trust(p: OpenAICompatProvider) -> tuple[int, ssl.VerifyMode, bool]:
+    ctx = p._client._transport._pool._ssl_context  # type: ignore[attr-defined]  # httpx's pool, httpcore's context
+    return ctx.cert_store_stats()["x509_ca"], ctx.verify_mode, ctx.check_hostname
+
+
+async def test_a_plain_http_server_loads_no_trust_store_and_an_https_api_keeps_httpx_verification() -> None:
+    """A local model server over http never opens TLS: its client loads no CA roots (~1 MiB a runner process holds,
+    issue 26), and the context it has would refuse any certificate. An https API verifies against httpx's roots."""
+    async with FakeProviderServer() as server:
+        server.push(openai_text("over http"))
+        local = OpenAICompatProvider("vllm", "m", base_url=server.url + "/v1", api_key=None, timeout=5, flavor="vllm")
+        remote = OpenAICompatProvider("openai", "m", base_url="https://api.example.com/v1", api_key=KEY, timeout=5)
+        try:
+            assert (await local.complete(req())).message.content == "over http"
+            assert _trust(local) == (0, ssl.CERT_REQUIRED, True)
+            roots, mode, hostname = _trust(remote)
+            assert roots > 0 and mode == ssl.CERT_REQUIRED and hostname
+        finally:
+            await local.aclose()
+            await remote.aclose()
 
 
 # Raw wire recordings (shape as captured from the servers; ids and text shortened). Kept as bytes so the SSE

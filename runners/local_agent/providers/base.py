@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import ssl
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -168,6 +169,16 @@ class Provider(ABC):
         return None
 
 
+def tls_context(base_url: str) -> ssl.SSLContext | bool:
+    """What a provider's client verifies TLS with. For an https API, httpx's default (certifi's roots, loaded per
+    client: ~1 MiB a runner process holds). For a plain-http one (a local model server), a context that trusts no
+    certificate, at no such cost: every URL the client asks is under its base URL and it follows no redirect, so
+    it never opens TLS, and a handshake it did try would fail verification (it never weakens a check)."""
+    if base_url.startswith("https://"):
+        return True
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED and check_hostname, no roots
+
+
 class HttpProvider(Provider):
     def __init__(
         self,
@@ -185,6 +196,7 @@ class HttpProvider(Provider):
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout, connect=min(10.0, timeout)),
             transport=transport,
+            verify=tls_context(self.base_url),
             # Environment proxies would route a loopback model server through a corporate proxy.
             trust_env=False,
         )

@@ -19,8 +19,9 @@ from agenthost.runners.local_agent.messages import ImagePart, ToolCall, ToolResu
 from agenthost.runners.local_agent.providers.base import ToolSpec
 
 if TYPE_CHECKING:
-    # Imported by the first registry a run builds, not with the runner's class: a runner process that only
-    # validates configs or runs the harness runners beside it does not hold jsonschema (~2 MiB).
+    # Imported at a run's first tool call, not with the runner's class or its tool registry: a runner process
+    # that only validates configs, runs the harness runners beside it or answers without tools does not hold
+    # jsonschema (~2 MiB).
     import jsonschema
 
 
@@ -156,7 +157,9 @@ class ToolRegistry:
             if tool.name in self._tools:
                 raise ValueError(f"duplicate tool name {tool.name!r}")
             self._tools[tool.name] = tool
-        self._validators = {n: _validator(t) for n, t in self._tools.items()}
+        # Built at each tool's first call, not here: a run that calls no tool (a plain chat turn) never imports
+        # jsonschema (~2 MiB a runner process would hold for its life).
+        self._validators: dict[str, jsonschema.Draft202012Validator] = {}
 
     def __contains__(self, name: str) -> bool:
         return name in self._tools
@@ -190,7 +193,10 @@ class ToolRegistry:
         except ValueError as exc:
             hint = " Your output hit the token limit mid-call; use smaller arguments." if truncated else ""
             return _err(call, f"error: arguments are not a valid JSON object ({exc}): {call.arguments[:300]!r}.{hint}")
-        problems = sorted(self._validators[call.name].iter_errors(args), key=str)
+        validator = self._validators.get(call.name)
+        if validator is None:
+            validator = self._validators[call.name] = _validator(tool)
+        problems = sorted(validator.iter_errors(args), key=str)
         if problems:
             where = "/".join(str(p) for p in problems[0].absolute_path) or "<arguments>"
             return _err(call, f"error: invalid arguments at {where}: {problems[0].message}")
