@@ -505,8 +505,6 @@ class Host:
         if self.plugin_sockets is not None:
             await self.plugin_sockets.close_all()
         await asyncio.to_thread(self.resource_walls.close)
-        if self.prefetch is not None:
-            self.prefetch.stop()
         for server in self._servers:
             await server.stop(grace=1.0)
         self._servers.clear()

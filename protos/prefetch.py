@@ -59,17 +59,15 @@ class _Resolver:
 
 
 class Prefetch:
-    """The extra requests of one server; `taken` counts the calls they took up."""
+    """The extra requests of one server; `taken` counts the calls they took up. They end when the server stops
+    (grpc-core fails every request still outstanding). Never cancel one: grpc-core holds pointers into a request
+    (its call, metadata and callback) until it completes it, and a cancelled request would be freed under it (a
+    segfault at the next garbage collection)."""
 
     def __init__(self) -> None:
         self.taken = 0
         self._takers: list[asyncio.Task[None]] = []
         self._calls: set[asyncio.Task[None]] = set()
-
-    def stop(self) -> None:
-        """No more extra requests (before the server stops); calls already taken up run on."""
-        for taker in self._takers:
-            taker.cancel()
 
 
 def prefetch(
@@ -81,12 +79,12 @@ def prefetch(
 ) -> Prefetch | None:
     """Keeps `depth` extra requests outstanding for each of `handlers` (fully qualified method name -> the handler
     registered for it, with `server.add_registered_method_handlers`) on the started `server`, whose interceptors
-    are `interceptors`. Returns them (stop them before `server.stop`), or None when this grpc's private API is not
-    the one this module knows (nothing changes then)."""
+    are `interceptors`. Returns them, or None when this grpc's private API is not
+    the one this module knows (nothing changes then). Keep a reference to it while the server runs."""
     if not _available(server):
         log.warning("grpc's server internals changed (grpcio %s): calls are taken up one at a time", grpc.__version__)
         return None
-    core = server._server  # type: ignore[attr-defined]
+    core = server._server
     loop = asyncio.get_running_loop()
     resolver = _Resolver(handlers)
     chain = tuple(interceptors)
@@ -102,8 +100,8 @@ def prefetch(
                     log.exception("requesting a %s call failed; one extra request fewer", method)
                 return
             extra.taken += 1
-            rpc = cygrpc._handle_rpc(method, resolver, chain, state, loop, False)  # type: ignore[attr-defined]
-            call = loop.create_task(cygrpc._schedule_rpc_coro(rpc, state, loop, method))  # type: ignore[attr-defined]
+            rpc = cygrpc._handle_rpc(method, resolver, chain, state, loop, False)
+            call = loop.create_task(cygrpc._schedule_rpc_coro(rpc, state, loop, method))
             extra._calls.add(call)  # the loop keeps only a weak reference to a task
             call.add_done_callback(extra._calls.discard)
 
