@@ -1,7 +1,7 @@
 """Load: many concurrent runs across several runner processes, each streaming events, against a real host.
 
     python benchmarks/bench_load.py [--runs 500] [--plugins 4] [--deltas 20] [--pause-ms 20] [--rounds 1]
-                                    [--deadline 300] [--profile host.prof] [--baseline]
+                                    [--deadline 300] [--profile host.prof] [--baseline] [--clients 1]
 
 Processes, as in production: `agenthost serve` (the host), N runner plugin processes (copies of the faulty test
 plugin under distinct names, installed offline like any plugin; each run makes a HistoryPage and a StateSet call
@@ -13,16 +13,23 @@ metadata `retry-after-ms`) / other errors (bare CANCELLED counted apart), wall t
 the host's RSS / peak RSS / open fds / threads before and after. A round is cut off after `--deadline` seconds
 (unfinished runs count as errors). `run_load()` is reused by bench_soak.py and tests/robustness/test_load.py.
 
-`--baseline`: after each round, the same client (one process, one channel, every call at once) against a raw
-grpc.aio server whose SendMessage answers `queued` at once and does nothing else: the first answer this client
-and this machine allow at best, to read the host's first answers against.
+`--baseline`: after each round, the same client (the same processes, one channel each, every call at once) against
+a raw grpc.aio server whose SendMessage answers `queued` at once and does nothing else: the first answer this
+client and this machine allow at best, to read the host's first answers against.
+
+`--clients N`: the round's sends are made by N client processes (one channel each; the runs split evenly), started
+and connected before the round and released together, so that the client's own CPU is apart from this script's.
+Each round prints the CPU seconds the clients and the host used (getrusage / /proc), to tell how much of the
+wait is the client's on a machine of few cores.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import resource
 import shutil
 import signal
 import statistics
@@ -200,6 +207,158 @@ def answer_figures(answered: list[Answer]) -> dict[str, tuple[int, tuple[float, 
     return out
 
 
+@dataclass
+class Outcome:
+    """What became of one send: `kind` ok / refused / failed / cancelled (a bare CANCELLED) / late (cut off at the
+    deadline); `detail` the refusal's retry hint in ms or the failure; `latency` and text deltas `got`."""
+
+    kind: str
+    detail: str = ""
+    latency: float = 0.0
+    got: int = 0
+
+
+async def drive(
+    client: HostClient,
+    plugins: int,
+    runs: int,
+    deltas: int,
+    pause_ms: float,
+    tag: str,
+    *,
+    first: int = 0,
+    deadline: float = 600.0,
+) -> tuple[list[Answer], list[Outcome]]:
+    """Runs number `first`..`first + runs - 1` at once from `client`, spread over the bots, each in its own
+    conversation; their first answers and outcomes. Runs still going after `deadline` seconds are cancelled."""
+    answered: list[Answer] = []
+    tasks = [
+        asyncio.ensure_future(one_run(client, f"load{i % plugins}", f"{tag}-{i}", deltas, pause_ms, answered))
+        for i in range(first, first + runs)
+    ]
+    _, late = await asyncio.wait(tasks, timeout=deadline)
+    for task in late:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    outcomes: list[Outcome] = []
+    for task in tasks:
+        if task.cancelled():
+            outcomes.append(Outcome("late", f"unfinished after the {deadline:.0f}s deadline"))
+            continue
+        exc = task.exception()
+        if exc is not None:
+            kind = "cancelled" if isinstance(exc, errors.Cancelled) else "failed"
+            outcomes.append(Outcome(kind, f"{type(exc).__name__}: {exc}"))
+            continue
+        latency, status, got = task.result()
+        if status.startswith("refused "):
+            outcomes.append(Outcome("refused", status.split()[1]))
+        elif status != "completed" or got != deltas + 1:
+            outcomes.append(Outcome("failed", f"{status}, {got} deltas", latency, got))
+        else:
+            outcomes.append(Outcome("ok", "", latency, got))
+    return answered, outcomes
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds of this process (every thread), or of `pid` from /proc."""
+    if pid is None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def client_part(spec: dict[str, object]) -> None:
+    """One client process of `--clients`: connects, says `ready`, waits for a line on stdin, makes its share of the
+    sends and prints its answers, outcomes and CPU seconds as one JSON line."""
+    if spec.get("raw"):
+        client = HostClient(str(spec["address"]), token="raw", timeout=600)
+    else:
+        client = HostClient.for_data_dir(Path(str(spec["home"])), timeout=600)
+    try:
+        if not spec.get("raw"):  # the channel connected before the release, as the one-process client's is
+            await client.call("GetStatus", hpb.GetStatusRequest())
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        cpu0 = cpu_seconds()
+        if spec.get("raw"):
+            answered, outcomes = await raw_drive(client, int(spec["runs"]))  # type: ignore[call-overload]
+        else:
+            answered, outcomes = await drive(
+                client,
+                int(spec["plugins"]),  # type: ignore[call-overload]
+                int(spec["runs"]),  # type: ignore[call-overload]
+                int(spec["deltas"]),  # type: ignore[call-overload]
+                float(spec["pause_ms"]),  # type: ignore[arg-type]
+                str(spec["tag"]),
+                first=int(spec["first"]),  # type: ignore[call-overload]
+                deadline=float(spec["deadline"]),  # type: ignore[arg-type]
+            )
+        cpu = cpu_seconds() - cpu0
+    finally:
+        await client.close()
+    print(
+        json.dumps(
+            {
+                "answered": [[a.kind, a.seconds, a.reached] for a in answered],
+                "outcomes": [[o.kind, o.detail, o.latency, o.got] for o in outcomes],
+                "cpu_s": cpu,
+            }
+        ),
+        flush=True,
+    )
+
+
+async def drive_in_processes(
+    clients: int, runs: int, spec: dict[str, object], deadline: float
+) -> tuple[list[Answer], list[Outcome], float]:
+    """The sends made by `clients` processes (`client_part`), released together: answers, outcomes, and the CPU
+    seconds the clients spent from the release to their last outcome."""
+    procs = []
+    share = [runs // clients + (1 if i < runs % clients else 0) for i in range(clients)]
+    first = 0
+    try:
+        for n in share:
+            part = dict(spec, runs=n, first=first)
+            first += n
+            procs.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    __file__,
+                    "--client-part",
+                    json.dumps(part),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    limit=1 << 30,
+                )
+            )
+        for proc in procs:
+            assert proc.stdout is not None
+            line = await asyncio.wait_for(proc.stdout.readline(), 120)
+            if line.strip() != b"ready":
+                raise RuntimeError(f"a client process did not start: {line[:500]!r}")
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write(b"go\n")
+            await proc.stdin.drain()
+        answered: list[Answer] = []
+        outcomes: list[Outcome] = []
+        cpu = 0.0
+        for proc in procs:
+            assert proc.stdout is not None
+            out = json.loads(await asyncio.wait_for(proc.stdout.readline(), deadline + 120))
+            answered += [Answer(*a) for a in out["answered"]]
+            outcomes += [Outcome(*o) for o in out["outcomes"]]
+            cpu += out["cpu_s"]
+        return answered, outcomes, cpu
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+
+
 async def run_load(
     lh: LoadHost,
     runs: int,
@@ -209,47 +368,50 @@ async def run_load(
     *,
     allow_refusals: bool = False,
     deadline: float = 600.0,
+    clients: int = 1,
 ) -> dict[str, object]:
-    """`runs` concurrent runs spread over the bots, each in its own conversation; returns the figures. A refusal
-    with a retry hint counts as `refused`, and as an error too unless `allow_refusals`. Runs still going after
-    `deadline` seconds are cancelled and count as errors."""
-    assert lh.client is not None
+    """`runs` concurrent runs spread over the bots, each in its own conversation, from this process or from
+    `clients` client processes; returns the figures. A refusal with a retry hint counts as `refused`, and as an
+    error too unless `allow_refusals`. Runs still going after `deadline` seconds are cancelled and count as errors."""
+    assert lh.client is not None and lh.proc is not None
+    host_cpu0 = cpu_seconds(lh.proc.pid)
     t0 = time.perf_counter()
-    answered: list[Answer] = []
-    tasks = [
-        asyncio.ensure_future(one_run(lh.client, f"load{i % lh.plugins}", f"{tag}-{i}", deltas, pause_ms, answered))
-        for i in range(runs)
-    ]
-    _, late = await asyncio.wait(tasks, timeout=deadline)
-    for task in late:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    if clients > 1:
+        spec: dict[str, object] = {
+            "home": str(lh.work / "home"),
+            "plugins": lh.plugins,
+            "deltas": deltas,
+            "pause_ms": pause_ms,
+            "tag": tag,
+            "deadline": deadline,
+        }
+        answered, outcomes, client_cpu = await drive_in_processes(clients, runs, spec, deadline)
+    else:
+        cpu0 = cpu_seconds()
+        answered, outcomes = await drive(lh.client, lh.plugins, runs, deltas, pause_ms, tag, deadline=deadline)
+        client_cpu = cpu_seconds() - cpu0
     wall = time.perf_counter() - t0
+    host_cpu = cpu_seconds(lh.proc.pid) - host_cpu0
     problems: list[str] = []
     latencies: list[float] = []
     hints: list[int] = []
     events = ok = cancelled = 0
-    for task in tasks:
-        if task.cancelled():
-            problems.append(f"unfinished after the {deadline:.0f}s deadline")
-            continue
-        exc = task.exception()
-        if exc is not None:
-            problems.append(f"{type(exc).__name__}: {exc}")
-            cancelled += isinstance(exc, errors.Cancelled)
-            continue
-        latency, status, got = task.result()
-        if status.startswith("refused "):
-            hints.append(int(status.split()[1]))
+    for o in outcomes:
+        if o.kind == "refused":
+            hints.append(int(o.detail))
             if not allow_refusals:
                 problems.append(f"refused with a retry hint of {hints[-1]} ms")
             continue
-        latencies.append(latency)
-        events += got
-        if status != "completed" or got != deltas + 1:
-            problems.append(f"{status}, {got} deltas")
-        else:
+        if o.kind in ("late", "cancelled") or (o.kind == "failed" and not o.latency):
+            problems.append(o.detail)
+            cancelled += o.kind == "cancelled"
+            continue
+        latencies.append(o.latency)
+        events += o.got
+        if o.kind == "ok":
             ok += 1
+        else:
+            problems.append(o.detail)
     latencies.sort()
     hints.sort()
     answers = answer_figures(answered)
@@ -269,6 +431,8 @@ async def run_load(
         "answer_max_s": answers["all"][1][2],
         "answers": answers,
         "errors": problems,
+        "client_cpu_s": client_cpu,
+        "host_cpu_s": host_cpu,
     }
 
 
@@ -295,8 +459,25 @@ def _serialize(reply: hpb.SendMessageReply) -> bytes:
     return reply.SerializeToString()
 
 
-async def raw_first_answers(runs: int) -> dict[str, tuple[int, tuple[float, float, float]]]:
-    """`runs` SendMessage calls at once from one HostClient to `raw_server` in a subprocess: first-answer figures."""
+async def raw_drive(client: HostClient, runs: int) -> tuple[list[Answer], list[Outcome]]:
+    """`runs` SendMessage calls at once from `client` to `raw_server`: their first answers."""
+    answered: list[Answer] = []
+
+    async def one() -> None:
+        t0, wall0 = time.perf_counter(), time.time()
+        async for reply in client.stream(hpb.SendMessageRequest(bot="raw", text="x"), timeout=120):
+            answered.append(Answer("queued", time.perf_counter() - t0, max(0.0, reply.queued.run.created_at - wall0)))
+            return
+
+    await asyncio.wait_for(asyncio.gather(*(one() for _ in range(runs))), 300)
+    return answered, [Outcome("ok") for _ in answered]
+
+
+async def raw_first_answers(
+    runs: int, clients: int = 1
+) -> tuple[dict[str, tuple[int, tuple[float, float, float]]], float]:
+    """`runs` SendMessage calls at once from one HostClient (or `clients` client processes) to `raw_server` in a
+    subprocess: first-answer figures and the clients' CPU seconds."""
     work = Path(tempfile.mkdtemp(prefix="ahraw-"))
     address = f"unix:{work}/raw.sock"
     proc = await asyncio.create_subprocess_exec(
@@ -306,18 +487,13 @@ async def raw_first_answers(runs: int) -> dict[str, tuple[int, tuple[float, floa
     try:
         assert proc.stdout is not None
         await asyncio.wait_for(proc.stdout.readline(), 60)
-        answered: list[Answer] = []
-
-        async def one() -> None:
-            t0, wall0 = time.perf_counter(), time.time()
-            async for reply in client.stream(hpb.SendMessageRequest(bot="raw", text="x"), timeout=120):
-                answered.append(
-                    Answer("queued", time.perf_counter() - t0, max(0.0, reply.queued.run.created_at - wall0))
-                )
-                return
-
-        await asyncio.wait_for(asyncio.gather(*(one() for _ in range(runs))), 300)
-        return answer_figures(answered)
+        if clients > 1:
+            answered, _, cpu = await drive_in_processes(clients, runs, {"raw": True, "address": address}, 300)
+        else:
+            cpu0 = cpu_seconds()
+            answered, _ = await raw_drive(client, runs)
+            cpu = cpu_seconds() - cpu0
+        return answer_figures(answered), cpu
     finally:
         await client.close()
         proc.terminate()
@@ -341,7 +517,14 @@ async def main(args: argparse.Namespace) -> int:
         failures = 0
         for r in range(args.rounds):
             res = await run_load(
-                lh, args.runs, args.deltas, args.pause_ms, tag=f"round{r}", allow_refusals=True, deadline=args.deadline
+                lh,
+                args.runs,
+                args.deltas,
+                args.pause_ms,
+                tag=f"round{r}",
+                allow_refusals=True,
+                deadline=args.deadline,
+                clients=args.clients,
             )
             after = lh.figures()
             failures += len(res["errors"])
@@ -359,10 +542,15 @@ async def main(args: argparse.Namespace) -> int:
             for kind, (count, (p50, p90, top)) in res["answers"].items():
                 label = "took up" if kind == "reached" else f"first answer {kind}"
                 print(f"   {label:26} n {count:5}  p50 {p50:6.2f}s  p90 {p90:6.2f}s  max {top:6.2f}s")
+            print(
+                f"   CPU during the round: clients ({args.clients} process(es)) {res['client_cpu_s']:.1f} s, "
+                f"host {res['host_cpu_s']:.1f} s, over {res['wall_s']:.1f} s of wall time"
+            )
             for e in res["errors"][:5]:
                 print("   error:", e)
             if args.baseline:
-                raw = await raw_first_answers(args.runs)
+                raw, raw_cpu = await raw_first_answers(args.runs, args.clients)
+                print(f"   raw grpc.aio: clients' CPU {raw_cpu:.1f} s")
                 for kind in ("all", "reached"):
                     count, (p50, p90, top) = raw[kind]
                     label = "raw grpc.aio: took up" if kind == "reached" else "raw grpc.aio: first answer"
@@ -384,8 +572,13 @@ if __name__ == "__main__":
     parser.add_argument("--profile", type=Path, help="run the host under cProfile; its stats go to this file")
     parser.add_argument("--deadline", type=float, default=300, help="seconds a round may take (then it is cut off)")
     parser.add_argument("--baseline", action="store_true", help="also the same client against a bare grpc.aio server")
+    parser.add_argument("--clients", type=int, default=1, help="client processes making a round's sends")
     parser.add_argument("--raw-server", help=argparse.SUPPRESS)  # the baseline's server process
+    parser.add_argument("--client-part", help=argparse.SUPPRESS)  # one client process of --clients
     parsed = parser.parse_args()
+    if parsed.client_part:
+        asyncio.run(client_part(json.loads(parsed.client_part)))
+        sys.exit(0)
     if parsed.raw_server:
         asyncio.run(raw_server(parsed.raw_server))
         sys.exit(0)

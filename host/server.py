@@ -68,11 +68,16 @@ from agenthost.plugins.binding_paths import NamedPath
 from agenthost.plugins.manifest import RunnerManifest
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
+from agenthost.protos.prefetch import Prefetch, prefetch
 from agenthost.protos.wire import SERVER_OPTIONS, VERSION
 
 log = logging.getLogger(__name__)
 
 BUILTIN_PLUGIN = "agenthost"
+SEND_MESSAGE = f"/{hpb.DESCRIPTOR.services_by_name['AgentHost'].full_name}/SendMessage"
+# Extra SendMessage calls asked of grpc-core ahead (agenthost.protos.prefetch): enough that a burst is taken up in
+# a few loop iterations; each is only a pending request in grpc-core until a call arrives.
+PREFETCH_SENDS = 64
 
 
 class HostAlreadyRunning(RuntimeError):
@@ -152,6 +157,7 @@ class Host:
         self._lock_fd: int | None = None
         self._servers: list[grpc.aio.Server] = []
         self.plugin_sockets: PluginSockets | None = None
+        self.prefetch: Prefetch | None = None
         self._health: health.aio.HealthServicer | None = None
         self._background: set[asyncio.Task[None]] = set()
 
@@ -419,17 +425,24 @@ class Host:
         self.supervisor.api_sockets = self.plugin_sockets = PluginSockets(
             self.runtime_dir, functools.partial(add_servicer, servicer), interceptors
         )
-        admin_server = grpc.aio.server(
-            options=SERVER_OPTIONS,
-            interceptors=[AuthInterceptor(self.credentials, on_refused=self.observer.admin_refused)],
-        )
-        add_admin_servicer(self, admin_server)
+        admin_interceptors = [AuthInterceptor(self.credentials, on_refused=self.observer.admin_refused)]
+        admin_server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=admin_interceptors)
+        admin_handlers = add_admin_servicer(self, admin_server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, admin_server)
         for server, address in ((api_server, self.api_address), (admin_server, self.admin_address)):
             server.add_insecure_port(address)
             await server.start()
             self._servers.append(server)
+        # A burst of sends (thousands of clients at once) is taken up PREFETCH_SENDS at a time, so each learns at
+        # once whether its run started or is queued (the run manager's admission answers), instead of waiting
+        # in grpc-core for grpc's one-at-a-time accept. The admin server has no maximum_concurrent_rpcs.
+        self.prefetch = prefetch(
+            admin_server,
+            {SEND_MESSAGE: admin_handlers[SEND_MESSAGE]},
+            interceptors=admin_interceptors,
+            depth=PREFETCH_SENDS,
+        )
         await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
         if self.metrics_address:
             bind, port = parse_address(self.metrics_address, what="metrics", example="127.0.0.1:9464")

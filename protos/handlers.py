@@ -48,12 +48,13 @@ def add_service(
     servicer: object,
     *,
     serializers: Mapping[str, Callable[[Any], bytes]],
-) -> None:
+) -> dict[str, grpc.RpcMethodHandler]:
     """Serves `service` on `server` as its generated `add_*_to_server` does, with `serializers` replacing those
-    methods' response serializers."""
+    methods' response serializers. Returns the handlers by fully qualified method name."""
     handlers = method_handlers(service, servicer, serializers=serializers)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
     server.add_registered_method_handlers(service.full_name, handlers)
+    return {f"/{service.full_name}/{name}": handler for name, handler in handlers.items()}
 
 
 def pass_encoded(reply: Message | bytes) -> bytes:

@@ -111,8 +111,9 @@ CHANNEL_OPTIONS = [
 ]
 # Calls one host server runs at once (its maximum_concurrent_rpcs), a backstop under the run API's own caps.
 MAX_CONCURRENT_CALLS = 4096
-# The asyncio server takes up new calls one at a time per method, a few loop iterations each; a burst arrives
-# faster. The calls not yet taken up wait in grpc-core, which sheds them with a bare CANCELLED (no details, no
+# The asyncio server takes up new calls one at a time per method, a few loop iterations each (the host's admin
+# SendMessage keeps more requests outstanding: agenthost.protos.prefetch); a burst arrives faster. The calls not
+# yet taken up wait in grpc-core, which sheds them with a bare CANCELLED (no details, no
 # retry hint) by random early drop once more than `max_pending_requests` wait (certain past the hard limit), and
 # once one has waited `max_unrequested_time` seconds. Both sit well above what the host's own admission
 # (agenthost.host.limits.RUNS_MAX_*) lets in, so a burst is answered by the host, queued or refused with

@@ -47,11 +47,11 @@ def _mapped(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
     return wrapper
 
 
-def add_admin_servicer(host: HostServices, server: grpc.aio.Server) -> None:
+def add_admin_servicer(host: HostServices, server: grpc.aio.Server) -> dict[str, grpc.RpcMethodHandler]:
     """Serves the AgentHost service on `server`, as generated but for SendMessage, whose event batches may come
-    serialized already and are sent as they are."""
+    serialized already and are sent as they are. Returns the handlers by fully qualified method name."""
     servicer = AdminServicer(host, encoded_replies=True)
-    add_service(
+    return add_service(
         server, hpb.DESCRIPTOR.services_by_name["AgentHost"], servicer, serializers={"SendMessage": pass_encoded}
     )
 

@@ -506,3 +506,41 @@ async def test_a_send_retried_with_its_idempotency_key_gets_its_first_run(host: 
     assert len(runs.runs) == 4  # m-1, m-2, m-3 of the admin, m-1 of the app
     with pytest.raises(errors.InvalidArgument):
         await _open(h.client, keyed("x", "a key with spaces"))
+
+
+async def test_a_burst_of_sends_is_taken_up_by_the_extra_requests_behind_the_same_walls(host: HostHarness) -> None:
+    """grpc.aio asks grpc-core for one SendMessage call at a time; the host keeps PREFETCH_SENDS more requests
+    outstanding (agenthost.protos.prefetch) so that a burst is taken up at once. The calls they take up run the
+    same handler behind the same admin interceptor: a send with a wrong key is refused whichever request takes
+    it, and the others complete with their whole stream."""
+    extra = host.host.prefetch
+    assert extra is not None, "this grpc's private API is not the one agenthost.protos.prefetch knows"
+    intruder = HostClient(host.host.admin_address, token="not-the-admin-token")
+    try:
+
+        async def one(i: int) -> str:
+            client = intruder if i % 4 == 0 else host.client
+            try:
+                result = await client.send(host.bot, f"quick {i}", conversation_id=f"p{i}", timeout=60)
+            except errors.AgentHostError as exc:
+                return type(exc).__name__
+            return result.run.status
+
+        outcomes = await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(80))), 90)
+    finally:
+        await intruder.close()
+    assert outcomes == ["Unauthenticated" if i % 4 == 0 else "completed" for i in range(80)], outcomes
+    assert extra.taken >= 20, extra.taken  # most of the burst went through the extra requests
+    assert host.host.db.query("SELECT COUNT(*) FROM runs")[0][0] == 60
+
+
+async def test_without_the_private_api_it_knows_the_host_takes_calls_up_as_grpc_does(tmp_path, monkeypatch) -> None:
+    """A grpc whose internals are not the ones prefetch knows (here: it expects another signature): no extra
+    requests, a warning, and sends work as before."""
+    from agenthost.protos import prefetch
+
+    monkeypatch.setitem(prefetch._SHAPES, "_handle_rpc", ("method_name", "resolver"))
+    async with HostHarness(tmp_path, runners=[Gate]) as h:
+        assert h.host.prefetch is None
+        result = await h.client.send(h.bot, "quick", conversation_id="c", timeout=60)
+        assert result.run.status == "completed"
