@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import os
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from typing import Any
 import grpc
 import pytest
 
+from agenthost.protos.errors import AgentHostError
 from tests.cli_process import cli_env
 from tests.pg_cluster import Cluster
 from tests.test_e2e_cli import FAULTY, cli
@@ -92,8 +94,8 @@ async def follow(home: Path, text: str, conversation: str, started: asyncio.Even
                     started.set()
                 if kind == "run_finished":
                     return ("acked", reply.run_finished)
-    except grpc.RpcError as exc:
-        return ("broken" if acked else "refused", exc.code(), exc.details())
+    except AgentHostError as exc:  # the client's typed form of the call's status
+        return ("broken" if acked else "refused", exc.code, exc.message)
     return ("broken", None, "the stream ended without run_finished")
 
 
@@ -209,3 +211,96 @@ def test_the_database_restarted_under_load_loses_nothing_acknowledged(
     wait_for("every acknowledged run recorded as its client was told", recorded, host, timeout=300)
     assert all(s not in ("queued", "running") for s, _ in db_runs(own_pg_cluster).values())
     assert "ok: after" in cli(host_env, "send", "slow", "after").stdout
+
+
+# ---- a transaction that loses a race with another session, provoked for real on the shared cluster ----
+
+
+def test_a_deadlock_with_another_session_is_run_again_and_the_writes_succeed(
+    pg_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A second session holds a row the host's writer wants, then asks for the lease row every write transaction
+    holds FOR SHARE (the fence): a real deadlock, which the server breaks by failing the host's transaction (its
+    deadlock_timeout is the shorter). The store runs the whole batch again once the other session could finish: the
+    awaited write succeeds, and so does a queued job of the same batch that had taken a buffer (put back by its
+    undo, then taken again)."""
+    import psycopg
+
+    from tests.test_standby import _open, new_query
+
+    async def main() -> None:
+        db = await _open(pg_dsn)
+        try:
+            await db.write(lambda c: c.execute("INSERT INTO meta(key, value) VALUES ('row', 'v0')"))
+            other = psycopg.connect(pg_dsn, autocommit=True)
+            other.execute("SET deadlock_timeout = '30s'")  # the host's session detects the deadlock, not this one
+            other.execute("BEGIN")
+            other.execute("UPDATE meta SET value = 'other' WHERE key = 'row'")
+            buffer = ["a", "b"]
+            attempts = 0
+
+            def take(conn: Any) -> None:
+                taken = buffer[:]
+                buffer.clear()
+
+                def put_back() -> None:
+                    buffer[:0] = taken
+
+                db.on_rollback(put_back)
+                for key in taken:
+                    conn.execute("INSERT INTO meta(key, value) VALUES (?, 'x')", (f"buffered-{key}",))
+
+            def update(conn: Any) -> None:
+                nonlocal attempts
+                attempts += 1
+                conn.execute("UPDATE meta SET value = 'host' WHERE key = 'row'")
+
+            db.enqueue(take)
+            write = asyncio.ensure_future(db.write(update))
+            waiting = (
+                "SELECT 1 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE NOT l.granted"
+                " AND a.datname = current_database() AND a.application_name LIKE 'agenthost-writer %'"
+            )
+            await asyncio.to_thread(lambda: wait_for("the writer blocked", lambda: bool(new_query(pg_dsn, waiting))))
+            # Returns once the server has failed the host's transaction (the deadlock) and it rolled back.
+            await asyncio.to_thread(other.execute, "UPDATE lease SET heartbeat_at = heartbeat_at + 1 WHERE id = 1")
+            other.execute("COMMIT")
+            other.close()
+            await asyncio.wait_for(write, 60)
+            assert attempts >= 2
+            rows = dict(new_query(pg_dsn, "SELECT key, value FROM meta WHERE key LIKE 'row' OR key LIKE 'buffered-%'"))
+            assert rows == {"row": "host", "buffered-a": "x", "buffered-b": "x"}
+        finally:
+            await db.close()
+
+    with caplog.at_level(logging.WARNING, logger="agenthost.host.store.db"):
+        asyncio.run(main())
+    assert "deadlock detected" in caplog.text and "running it again (1)" in caplog.text
+
+
+def test_a_write_that_keeps_conflicting_fails_typed_after_its_retries(pg_dsn: str) -> None:
+    """A job whose transaction the server fails with SQLSTATE 40001 every time: run 1 + WRITE_CONFLICT_RETRIES
+    times, then its caller gets WriteConflict (ABORTED), saying why; the next write goes through."""
+    from agenthost.host import limits
+    from agenthost.host.store.faults import WriteConflict
+    from tests.test_standby import _open
+
+    async def main() -> None:
+        db = await _open(pg_dsn)
+        attempts = 0
+
+        def conflicting(conn: Any) -> None:
+            nonlocal attempts
+            attempts += 1
+            conn.execute("DO $$ BEGIN RAISE EXCEPTION 'forced' USING ERRCODE = 'serialization_failure'; END $$")
+
+        try:
+            with pytest.raises(WriteConflict, match="conflicting .* on each of 6 attempts") as raised:
+                await db.write(conflicting)
+            assert raised.value.code == grpc.StatusCode.ABORTED
+            assert attempts == 1 + limits.WRITE_CONFLICT_RETRIES
+            await db.write(lambda c: c.execute("INSERT INTO meta(key, value) VALUES ('after', 'x')"))
+        finally:
+            await db.close()
+
+    asyncio.run(main())

@@ -427,8 +427,8 @@ class Database:
             return exc
         if retryable(exc):
             return WriteConflict(
-                f"the database refused this write {attempts + 1} times as conflicting with another session's"
-                f" ({_reason(exc)}); try again"
+                f"the database refused this write as conflicting with another session's ({_reason(exc)}), on each"
+                f" of {attempts + 1} attempts; try again"
             )
         if getattr(conn, "lost", False):  # PostgreSQL: the server went away or cannot be reached
             if not self.down:

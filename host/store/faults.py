@@ -37,10 +37,10 @@ def down_message(reason: str) -> str:
 
 
 def reason(exc: BaseException) -> str:
-    """What a driver's error says went wrong: the server's own message, else libpq's last line (which ends a failed
-    connection's story)."""
+    """What a driver's error says went wrong, on one line: the server's own message, else libpq's (whose lines go on
+    from one another: "server closed the connection unexpectedly / This probably means …")."""
     primary = getattr(getattr(exc, "diag", None), "message_primary", None)
     if primary:
         return str(primary)
-    text = str(exc).strip()
-    return text.splitlines()[-1] if text else type(exc).__name__
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return text[:300] if text else type(exc).__name__
