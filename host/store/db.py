@@ -420,6 +420,8 @@ class Database:
         """What the callers of a batch that did not commit get: the typed error of a lost connection or of a
         conflict past its retries, else the error itself. Notes a lost lease or a lost connection."""
         log.error("write batch failed: %r", exc)
+        if isinstance(exc, LeaseLostError):  # fenced already: nothing more is written, whatever the connection
+            return exc
         if self.epoch is not None and not self.fenced and getattr(exc, "lease_lost", False):
             self.fenced = str(exc)
             if self._on_lease_lost is not None:
