@@ -145,12 +145,15 @@ def test_the_database_stopped_mid_run_fails_runs_typed_and_the_host_recovers_whe
     assert "ok: after" in cli(host_env, "send", "slow", "after").stdout  # no restart: the next message runs
     # The ends the outage kept from being written are written now; nothing acknowledged was lost.
     ids = {e[1].run_id for e in ended}
-    wait_for(
-        "the failed runs' ends recorded",
-        lambda: all(db_runs(own_pg_cluster).get(i) == ("failed", "database_unavailable") for i in ids),
-        host,
-        timeout=120,
-    )
+    try:
+        wait_for(
+            "the failed runs' ends recorded",
+            lambda: all(db_runs(own_pg_cluster).get(i) == ("failed", "database_unavailable") for i in ids),
+            host,
+            timeout=120,
+        )
+    except AssertionError:
+        raise AssertionError(f"recorded: {[db_runs(own_pg_cluster).get(i) for i in ids]}") from None
     history = cli(host_env, "history", "slow").stdout
     assert "[user] before" in history and "ok: before" in history and "[user] after" in history
     assert "during" not in history
