@@ -226,6 +226,13 @@ WRITE_QUEUE_MAX_BYTES = 64 * MiB
 # more before committing. Every commit syncs the WAL (synchronous=FULL): without the window a fast stream paid one
 # fsync per runner message. An awaited write arriving meanwhile is committed at once, with what is already there.
 WRITE_GROUP_COMMIT_SECONDS = 0.003
+# A write transaction PostgreSQL refused as losing a race with another session (a deadlock, a serialization failure:
+# host/store/faults.py) is run again this many times, after a jittered pause growing from the base; then its
+# callers get ABORTED (WriteConflict).
+WRITE_CONFLICT_RETRIES = 5
+WRITE_CONFLICT_BACKOFF_SECONDS = 0.05
+# How often the end of a run is tried again while the database is unreachable (its client was told at once).
+RUN_END_RETRY_SECONDS = 1.0
 
 
 # ---- plugin processes (agenthost.host.processes.resource_walls) ----

@@ -55,6 +55,7 @@ from agenthost.host.store.artifacts import ArtifactStore
 from agenthost.host.store.conversations import Conversations
 from agenthost.host.store.cursors import CursorCodec
 from agenthost.host.store.db import Database, DatabaseUnavailable
+from agenthost.host.store.faults import DatabaseDown
 from agenthost.host.store.knowledge import KnowledgeStore
 from agenthost.host.store.registry import PluginRecord, Registry
 from agenthost.host.store.runs import AuditLog, RunStore
@@ -816,16 +817,23 @@ class Host:
         return updated
 
     def status(self) -> hpb.HostStatus:
+        """Answered while the database is down too: it says so (and lists no plugins, which live there)."""
+        try:
+            plugins = self.plugin_infos()
+            database = self.db.description
+        except DatabaseDown as exc:
+            plugins = []
+            database = self.db.description if self.db.down else f"{self.db.description} UNREACHABLE: {exc.message}"
         return hpb.HostStatus(
             version=VERSION,
             data_dir=str(self.data_dir),
             pid=os.getpid(),
             started_at=self.started_at,
-            plugins=self.plugin_infos(),
+            plugins=plugins,
             sandbox=self.sandbox_status,
             runs_in_flight=self.runs.in_flight(),
             resource_limits=self._resource_limits_status(),
-            database=self.db.description,
+            database=database,
             kb_vectors="exact (numpy, in the host)",
         )
 

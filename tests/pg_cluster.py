@@ -72,6 +72,10 @@ class Cluster:
             hba.write(
                 "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
             )
+        self.start_server()
+
+    def start_server(self) -> None:
+        """pg_ctl start on the cluster initdb made (again, after stop_server)."""
         options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c max_connections=100"
         if not self.durable:
             options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c shared_buffers=16MB"
@@ -79,6 +83,10 @@ class Cluster:
             str(self.bin / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", str(self.root / "log"), "-w",
             "-t", "120", "start",
         )  # fmt: skip
+
+    def stop_server(self) -> None:
+        """pg_ctl stop -m immediate: every session cut at once, as a crash of the server (no checkpoint)."""
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
 
     def stop(self) -> None:
         with contextlib.suppress(subprocess.SubprocessError, OSError):
@@ -140,8 +148,8 @@ async def open_database(target: Path | str, tmp: Path) -> Any:
     return db
 
 
-@pytest.fixture(scope="session")
-def pg_cluster() -> Iterator[Cluster]:
+def _binaries() -> Path:
+    """The PostgreSQL bin dir, or the test skipped saying what is missing."""
     found = bindir()
     if found is None:
         pytest.skip("no PostgreSQL binaries (initdb) on this machine: apt-get install postgresql")
@@ -149,7 +157,26 @@ def pg_cluster() -> Iterator[Cluster]:
         import psycopg  # noqa: F401
     except ImportError:
         pytest.skip("psycopg is not installed (pip install 'agenthost[postgres]')")
-    cluster = Cluster(found)
+    return found
+
+
+@pytest.fixture
+def own_pg_cluster() -> Iterator[Cluster]:
+    """A cluster of the test's own, for a test that stops and starts the server (pg_cluster serves other tests).
+    Durable (fsync, synchronous_commit): `stop -m immediate` is a crash, and with synchronous_commit off a commit
+    already acknowledged may be lost in one (seen: an acknowledged run's row gone), which is the server's choice,
+    not what the host promises on a durable server."""
+    cluster = Cluster(_binaries(), durable=True)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    cluster = Cluster(_binaries())
     atexit.register(cluster.stop)  # a worker that dies without its session teardown stops its server too
     try:
         cluster.start()

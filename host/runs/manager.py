@@ -25,7 +25,7 @@ import re
 import sqlite3
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Literal, overload
 
 import grpc
@@ -44,7 +44,7 @@ from agenthost.host.runs.context import ContextBuilder
 from agenthost.host.runs.inbox import Inbox, Published, split_events
 from agenthost.host.runs.state import QueuedStart, RunState
 from agenthost.host.runs.writer import RunWriter
-from agenthost.host.store import text_deltas
+from agenthost.host.store import faults, text_deltas
 from agenthost.host.store.artifacts import ArtifactStore
 from agenthost.host.store.conversations import Conversations, NewItem
 from agenthost.host.store.registry import Registry
@@ -713,8 +713,12 @@ class RunManager:
         except asyncio.CancelledError:
             if st.cancel_reason == "host_shutdown":
                 self._set_outcome(st, "interrupted", "host_shutdown", "the host stopped while this run was in progress")
+            elif st.cancel_reason == faults.RUN_CODE and st.writer is not None:
+                self._lost_outcome(info, st.writer.lost)
             else:
                 self._set_outcome(st, "cancelled", "cancelled", st.cancel_reason or "cancelled")
+        except faults.DatabaseDown as exc:  # e.g. marking it running, or reading its context
+            self._set_outcome(st, "failed", faults.RUN_CODE, exc.message)
         except Exception as exc:  # a bug here must still end the run visibly, never leave it running
             log.exception("run %s failed in the host", info.run_id)
             self._set_outcome(st, "failed", "host_error", f"{type(exc).__name__}: {exc}")
@@ -890,8 +894,17 @@ class RunManager:
                 bot_id=info.bot_id,
                 conversation_id=info.conversation_id,
                 event_id=info.event_id,
+                on_lost=functools.partial(self._write_lost, st),
             )
         return st.writer
+
+    def _write_lost(self, st: RunState, reason: str) -> None:
+        """A write of the run's events did not commit (RunWriter.lost): the run is stopped now, not left streaming
+        what is no longer recorded; _finish ends it failed (faults.RUN_CODE)."""
+        log.error("run %s: its events could not be recorded (%s); ending it", st.info.run_id, reason)
+        if st.task is not None and not st.task.done() and st.ending is None:
+            st.cancel_reason = faults.RUN_CODE
+            st.task.cancel()
 
     def _ingest_batch(self, st: RunState, batch: pb.RunEventBatch, *, from_host: bool = False) -> None:
         """_ingest for a batch that did not come off a runner's Run stream: a child run's events, the host's own."""
@@ -1060,6 +1073,25 @@ class RunManager:
             elif len(st.final_message) <= limits.RUN_MAX_TEXT_CHARS:
                 st.final_message = (st.final_message + "\n\n" + text)[: limits.RUN_MAX_TEXT_CHARS + 1]
 
+    @staticmethod
+    def _lost_outcome(info: hpb.RunInfo, reason: str) -> None:
+        info.status, info.error_code, info.error_message = "failed", faults.RUN_CODE, reason
+
+    async def _record_end(self, write: Callable[[sqlite3.Connection], None]) -> None:
+        """Writes a run's end once the database is reachable again (the run keeps its slot meanwhile, so the next
+        run of its conversation starts after it); given up when the host stops (the next start then ends the run
+        `interrupted`)."""
+        while not self._closing:
+            await asyncio.sleep(limits.RUN_END_RETRY_SECONDS)
+            try:
+                await self.registry.db.write(write)
+                return
+            except faults.DatabaseDown:
+                continue
+            except Exception:
+                log.exception("could not record the end of a run")
+                return
+
     async def _finish(self, st: RunState) -> None:
         info = st.info
         # Open approvals end as cancelled, recorded in the stream before the run's end is written.
@@ -1076,9 +1108,14 @@ class RunManager:
             self._set_outcome(st, "failed", "host_error", "run ended without an outcome")
         info.finished_at = time.time()
         info.text = st.final_message or ""  # cut to RUN_MAX_TEXT_CHARS (with the marker) by RunStore.finish
+        writer = st.writer
 
         def write(conn: sqlite3.Connection) -> None:
-            if leftover:
+            if writer is not None and writer.lost:
+                # Checked here, on the writer thread: a failed batch of the run's events, right before this job,
+                # has set it already. The run is recorded failed, not as the outcome its runner reported.
+                self._lost_outcome(info, writer.lost)
+            elif leftover:
                 self.conversations.insert_items(
                     conn,
                     bot_id=info.bot_id,
@@ -1091,8 +1128,18 @@ class RunManager:
 
         try:
             await self.registry.db.write(write)
+        except faults.DatabaseDown as exc:
+            # Its client hears now; the end is recorded once the database is back (_record_end).
+            self._lost_outcome(info, exc.message)
+            self._ended(st)
+            await self._record_end(write)
+            return
         except Exception:
             log.exception("could not record the end of run %s", info.run_id)
+        self._ended(st)
+
+    def _ended(self, st: RunState) -> None:
+        info = st.info
         self._live.pop(info.run_id, None)
         self.observer.run_finished(info)
         self._publish(st, hpb.SendMessageReply(run_finished=info), info.ByteSize())

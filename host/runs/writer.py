@@ -7,13 +7,18 @@ stream the writer fell behind by whole seconds while mostly waiting. One job per
 batches arrived meanwhile, makes that a per-commit cost; consecutive text deltas then go out as one row (RunStore).
 
 Order and durability are those of the queue: a run's job sits in the FIFO ahead of anything queued after the
-batches it holds (its end, in particular), and it commits with the group like any other job."""
+batches it holds (its end, in particular), and it commits with the group like any other job.
+
+A write of the run that does not commit (the database unreachable, the job's SQL refused) loses events clients
+already saw: from then on the writer records nothing more of the run (`lost` says why) and calls `on_lost` on the
+event loop, so the run is ended failed (faults.RUN_CODE) rather than recorded with a hole. A transaction the writer
+runs again after a conflict gets back what the job had taken (Database.on_rollback)."""
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from agenthost.host.store.conversations import Conversations, NewItem
 from agenthost.host.store.db import Database
@@ -24,7 +29,14 @@ from agenthost.protos import common_pb2 as pb
 
 class RunWriter:
     def __init__(
-        self, conversations: Conversations, *, run_id: str, bot_id: str, conversation_id: str, event_id: str
+        self,
+        conversations: Conversations,
+        *,
+        run_id: str,
+        bot_id: str,
+        conversation_id: str,
+        event_id: str,
+        on_lost: Callable[[str], None] | None = None,
     ) -> None:
         self._conversations = conversations
         self._db: Database = conversations.db
@@ -35,6 +47,8 @@ class RunWriter:
         self._items: list[NewItem] = []
         self._weight = 0
         self._queued = False
+        self._on_lost = on_lost
+        self.lost = ""
 
     def add(
         self,
@@ -47,6 +61,8 @@ class RunWriter:
         waits. `weight` counts toward the writer queue's byte bound until written, so the producer's backpressure
         sees it. `deltas`: the batch whose `events` these are, when all of them are text deltas (it is then
         serialized whole)."""
+        if self.lost:
+            return  # nothing more of this run is recorded; the run is being ended
         with self._lock:
             self._events.append(events if isinstance(events, TextDeltas) else (events, deltas))
             if items:
@@ -56,7 +72,7 @@ class RunWriter:
             self._queued = True
         self._db.charge(weight)
         if queue:
-            self._db.enqueue(self._write)
+            self._db.enqueue(self._write, on_fail=self._failed)
 
     def _write(self, conn: sqlite3.Connection) -> None:
         with self._lock:
@@ -65,9 +81,31 @@ class RunWriter:
             weight, self._weight = self._weight, 0
             self._queued = False
         self._db.charge(-weight)
+        self._db.on_rollback(lambda: self._put_back(events, items, weight))
         run_id, bot_id, conversation_id, event_id = self._run
         RunStore.insert_events(conn, run_id, events)
         if items:
             self._conversations.insert_items(
                 conn, bot_id=bot_id, conversation_id=conversation_id, run_id=run_id, event_id=event_id, items=items
             )
+
+    def _put_back(self, events: list[EventPart], items: list[NewItem], weight: int) -> None:
+        """Undo of a _write whose transaction did not commit (writer thread): ahead of anything appended since."""
+        with self._lock:
+            self._events[:0] = events
+            self._items[:0] = items
+            self._weight += weight
+            self._queued = True  # the job is still in the batch being run again, or failed (then _failed)
+        self._db.charge(weight)
+
+    def _failed(self, exc: BaseException) -> None:
+        """The job did not commit (writer thread, before the next batch: the run's end job, queued behind it,
+        sees `lost`)."""
+        with self._lock:
+            weight, self._weight = self._weight, 0
+            self._events, self._items = [], []
+            self._queued = False
+            self.lost = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+        self._db.charge(-weight)
+        if self._on_lost is not None:
+            self._db.soon(self._on_lost, self.lost)

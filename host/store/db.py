@@ -31,6 +31,7 @@ import contextlib
 import logging
 import os
 import queue
+import random
 import socket
 import sqlite3
 import threading
@@ -42,6 +43,8 @@ from typing import Any, TypeVar, cast
 from agenthost.host import limits
 from agenthost.host.store.dialect import Dialect, SqliteDialect
 from agenthost.host.store.dsn import is_dsn, redacted
+from agenthost.host.store.faults import DatabaseDown, WriteConflict, down_message, retryable
+from agenthost.host.store.faults import reason as _reason
 from agenthost.host.store.migrations import migrate
 
 T = TypeVar("T")
@@ -73,14 +76,19 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
 
 
 class _Job:
-    __slots__ = ("fn", "future", "weight")
+    __slots__ = ("fn", "future", "weight", "on_fail")
 
     def __init__(
-        self, fn: Callable[[sqlite3.Connection], Any], future: asyncio.Future[Any] | None, weight: int = 0
+        self,
+        fn: Callable[[sqlite3.Connection], Any],
+        future: asyncio.Future[Any] | None,
+        weight: int = 0,
+        on_fail: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.fn = fn
         self.future = future
         self.weight = weight
+        self.on_fail = on_fail
 
 
 class LeaseLostError(RuntimeError):
@@ -118,6 +126,13 @@ class Database:
         self._on_lease_lost = on_lease_lost
         # Set (the reason) once a write transaction found the lease lost: the writer writes nothing more.
         self.fenced = ""
+        # Set (why, and since when) while the database cannot be reached: the last write batch failed on a lost
+        # connection. Cleared by the next batch that commits (the writer reconnects before each batch; the lease
+        # heartbeat makes one every second).
+        self.down = ""
+        self.down_since = 0.0
+        # Undo callbacks of the batch in flight (writer thread only): see on_rollback.
+        self._undo: list[Callable[[], None]] = []
         # This host's name as the lease and the server's session list show it.
         self.holder = f"agenthost-writer {socket.gethostname()}:{os.getpid()}"[:63]
         self.epoch: int | None = None
@@ -160,7 +175,7 @@ class Database:
                 f"PostgreSQL needs the psycopg driver ({exc}): pip install 'agenthost[postgres]'"
             ) from None
 
-        self.errors = (sqlite3.Error, *postgres.ERRORS, LeaseLostError)
+        self.errors = (sqlite3.Error, *postgres.ERRORS, LeaseLostError, DatabaseDown, WriteConflict)
         try:
             pg_writer = postgres.connect(
                 self.dsn,
@@ -190,7 +205,11 @@ class Database:
     @property
     def description(self) -> str:
         """Where the stores live, for `status` (a DSN without its password)."""
-        return f"postgresql {redacted(self.dsn)}" if self.dsn else f"sqlite {self.path}"
+        where = f"postgresql {redacted(self.dsn)}" if self.dsn else f"sqlite {self.path}"
+        if self.down:
+            since = time.strftime("%H:%M:%S", time.localtime(self.down_since))
+            where += f" UNREACHABLE since {since}: {self.down} (runs fail with database_unavailable; reconnecting)"
+        return where
 
     @property
     def dialect(self) -> Dialect:
@@ -257,10 +276,28 @@ class Database:
         self._put(_Job(fn, future, weight))
         return await future
 
-    def enqueue(self, fn: Callable[[sqlite3.Connection], Any], *, weight: int = 0) -> None:
-        """Queues a write nobody waits for (audit rows, streamed run events); failures are logged. Never waits:
-        a producer that can should `await backpressure()` between calls."""
-        self._put(_Job(fn, None, weight))
+    def enqueue(
+        self,
+        fn: Callable[[sqlite3.Connection], Any],
+        *,
+        weight: int = 0,
+        on_fail: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        """Queues a write nobody waits for (audit rows, streamed run events); failures are logged, and given to
+        `on_fail` on the writer thread, before the next batch runs. Never waits: a producer that can should
+        `await backpressure()` between calls."""
+        self._put(_Job(fn, None, weight, on_fail))
+
+    def on_rollback(self, undo: Callable[[], None]) -> None:
+        """Called by a job on the writer thread: `undo` runs if the transaction it is part of does not commit, so
+        a job that took something off a buffer puts it back (the batch may be run again, see _run_batch)."""
+        self._undo.append(undo)
+
+    def soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Calls fn(*args) on the event loop, from the writer thread (nothing, once the loop is closed)."""
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(fn, *args)
 
     def charge(self, weight: int) -> None:
         """Counts bytes toward WRITE_QUEUE_MAX_BYTES that ride on a job already queued (a producer that appends to
@@ -310,63 +347,98 @@ class Database:
             conn.close()
 
     def _run_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> None:
-        outcomes: list[tuple[asyncio.Future[Any] | None, bool, Any]] = []
-        try:
-            if self.fenced:
-                raise LeaseLostError(self.fenced)
-            conn.execute("BEGIN IMMEDIATE")
-            for job in batch:
-                conn.execute("SAVEPOINT job")
-                try:
-                    result = job.fn(conn)
-                except BaseException as exc:  # noqa: BLE001 - a job's failure is its caller's, not the batch's
-                    conn.execute("ROLLBACK TO job")
-                    conn.execute("RELEASE job")
-                    if job.future is None:
-                        log.error("queued write failed: %r", exc)
-                    outcomes.append((job.future, False, exc))
-                else:
-                    conn.execute("RELEASE job")
-                    outcomes.append((job.future, True, result))
-            conn.execute("COMMIT")
-            self.batches += 1
-        except self.errors as exc:
-            # The commit itself failed (disk full, I/O error, the server gone): nothing in the batch is durable.
+        """One transaction for the batch. A transaction PostgreSQL refused as losing a race with another session
+        (faults.RETRYABLE_SQLSTATES, anywhere in it, COMMIT included) is rolled back and run again whole, at most
+        limits.WRITE_CONFLICT_RETRIES times: its jobs' locks are all released meanwhile, so the other session
+        can finish. Jobs are run again from the start; one that consumes a buffer registers an undo (on_rollback)."""
+        attempt = 0
+        while True:
             try:
-                conn.execute("ROLLBACK")
-            except self.errors:
-                pass
-            log.error("write batch of %d failed: %r", len(batch), exc)
-            outcomes = [(job.future, False, exc) for job in batch]
-            if self.epoch is not None and not self.fenced and getattr(exc, "lease_lost", False):
-                self.fenced = str(exc)
-                if self._on_lease_lost is not None and self._loop is not None:
-                    with contextlib.suppress(RuntimeError):  # the loop is closed
-                        self._loop.call_soon_threadsafe(self._on_lease_lost, self.fenced)
+                outcomes = self._try_batch(conn, batch)
+                break
+            except self.errors as exc:
+                self._rolled_back(conn)
+                if retryable(exc) and attempt < limits.WRITE_CONFLICT_RETRIES:
+                    attempt += 1
+                    log.warning("write batch of %d conflicted (%s); running it again (%d)", len(batch), exc, attempt)
+                    time.sleep(limits.WRITE_CONFLICT_BACKOFF_SECONDS * (2 ** (attempt - 1)) * (0.5 + random.random()))
+                    continue
+                failure = self._failure(conn, exc, attempt)
+                outcomes = [(job.future, False, failure) for job in batch]
+                break
+        for job, (_, ok, value) in zip(batch, outcomes, strict=True):
+            if not ok and job.on_fail is not None:
+                job.on_fail(value)
         with self._count_lock:  # before the callers hear back, so a caller never sees its own job still queued
             self.pending_jobs -= len(batch)
             self.pending_bytes -= sum(job.weight for job in batch)
             room = not self.congested
-        if room and self._loop is not None and self._room is not None:
-            try:
-                self._loop.call_soon_threadsafe(self._room.set)
-            except RuntimeError:  # the loop is closed
-                pass
-        if self._loop is not None and any(f is not None for f, _, _ in outcomes):
-            try:
-                self._loop.call_soon_threadsafe(_settle, outcomes)
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                pass
+        if room and self._room is not None:
+            self.soon(self._room.set)
+        if any(f is not None for f, _, _ in outcomes):
+            self.soon(_settle, outcomes)
 
+    def _try_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> list[tuple[Any, bool, Any]]:
+        outcomes: list[tuple[asyncio.Future[Any] | None, bool, Any]] = []
+        if self.fenced:
+            raise LeaseLostError(self.fenced)
+        conn.execute("BEGIN IMMEDIATE")
+        for job in batch:
+            conn.execute("SAVEPOINT job")
+            try:
+                result = job.fn(conn)
+            except BaseException as exc:  # noqa: BLE001 - a job's failure is its caller's, not the batch's
+                if retryable(exc):
+                    raise  # the whole transaction lost a race: run it again (_run_batch)
+                conn.execute("ROLLBACK TO job")
+                conn.execute("RELEASE job")
+                if job.future is None:
+                    log.error("queued write failed: %r", exc)
+                outcomes.append((job.future, False, exc))
+            else:
+                conn.execute("RELEASE job")
+                outcomes.append((job.future, True, result))
+        conn.execute("COMMIT")
+        self._undo.clear()
+        self.batches += 1
+        if self.down:
+            log.warning("the database is reachable again (unreachable since %s)", time.ctime(self.down_since))
+            self.down = ""
+        return outcomes
 
-def _reason(exc: BaseException) -> str:
-    """What a driver's error says went wrong: the server's own message, else libpq's last line (which ends a failed
-    connection's story)."""
-    primary = getattr(getattr(exc, "diag", None), "message_primary", None)
-    if primary:
-        return str(primary)
-    text = str(exc).strip()
-    return text.splitlines()[-1] if text else type(exc).__name__
+    def _rolled_back(self, conn: sqlite3.Connection) -> None:
+        """After a failed transaction: rolled back (if the connection still answers), the jobs' undos run."""
+        try:
+            conn.execute("ROLLBACK")
+        except self.errors:
+            pass
+        undo, self._undo = self._undo, []
+        for fn in reversed(undo):
+            fn()
+
+    def _failure(self, conn: sqlite3.Connection, exc: BaseException, attempts: int) -> BaseException:
+        """What the callers of a batch that did not commit get: the typed error of a lost connection or of a
+        conflict past its retries, else the error itself. Notes a lost lease or a lost connection."""
+        log.error("write batch failed: %r", exc)
+        if isinstance(exc, LeaseLostError):  # fenced already: nothing more is written, whatever the connection
+            return exc
+        if self.epoch is not None and not self.fenced and getattr(exc, "lease_lost", False):
+            self.fenced = str(exc)
+            if self._on_lease_lost is not None:
+                self.soon(self._on_lease_lost, self.fenced)
+            return exc
+        if retryable(exc):
+            return WriteConflict(
+                f"the database refused this write as conflicting with another session's ({_reason(exc)}), on each"
+                f" of {attempts + 1} attempts; try again"
+            )
+        if getattr(conn, "lost", False):  # PostgreSQL: the server went away or cannot be reached
+            if not self.down:
+                self.down_since = time.time()
+                log.error("the database is unreachable: %s", _reason(exc))
+            self.down = _reason(exc)
+            return DatabaseDown(down_message(self.down))
+        return exc
 
 
 def _settle(outcomes: list[tuple[asyncio.Future[Any] | None, bool, Any]]) -> None:

@@ -25,6 +25,7 @@ from psycopg.adapt import Dumper
 from psycopg.rows import tuple_row
 
 from agenthost.host.store.dialect import Dialect, PostgresDialect
+from agenthost.host.store.faults import DatabaseDown, down_message, reason
 
 _HINT = re.compile(r"\s+(?:INDEXED BY \w+|NOT INDEXED)\b")
 _BLOB_LENGTH = re.compile(r"length\(CAST\((\w+) AS BLOB\)\)")
@@ -126,18 +127,30 @@ class PgConnection:
         # The lease epoch this host took (claim_lease); None: no lease (a reader, or `db migrate-to`).
         self.epoch: int | None = None
 
+    @property
+    def lost(self) -> bool:
+        """True once the server dropped this connection or could not be reached again (host/store/faults.py)."""
+        return bool(self.raw.closed or self.raw.broken)
+
     def _run(self, call: Callable[[psycopg.Connection[Any]], Any], sql: str) -> Any:
         begin = sql == "BEGIN IMMEDIATE"
         retry = self._reader or begin
-        if retry and (self.raw.closed or self.raw.broken):
-            self._reopen()
         try:
-            result = call(self.raw)
-        except psycopg.OperationalError:
-            if not (retry and (self.raw.closed or self.raw.broken)):
-                raise
-            self._reopen()
-            result = call(self.raw)
+            if retry and self.lost:
+                self._reopen()
+            try:
+                result = call(self.raw)
+            except psycopg.OperationalError:
+                if not (retry and self.lost):
+                    raise
+                self._reopen()
+                result = call(self.raw)
+        except psycopg.OperationalError as exc:
+            # A read the server cannot answer now is refused, typed (UNAVAILABLE): never answered from elsewhere.
+            # The writer's errors are typed by its batch (host/store/db.py), which also notes the outage.
+            if self._reader and self.lost:
+                raise DatabaseDown(down_message(reason(exc))) from None
+            raise
         if begin and self.epoch is not None:
             self._fence()
         return result
