@@ -7,6 +7,8 @@ reason, never a surprise mid-run.
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from typing import Any, Literal, TypeVar
 
@@ -42,6 +44,24 @@ MAX_INLINE_BYTES = 256 * 1024
 
 class ManifestError(ValueError):
     """A manifest that does not validate; the message says which field and why."""
+
+
+def _schema_problem(schema: dict[str, Any]) -> str | None:
+    import jsonschema
+
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return exc.message
+    return None
+
+
+# The host checks every manifest at each start of its plugin process (and each test host at its own start): the
+# same few schemas again and again, ~0.1 s of jsonschema each for a built-in runner's. The verdict depends only on
+# the schema's content, so it is kept by that content; bounded, since a plugin may send any schema it likes.
+@functools.lru_cache(maxsize=64)
+def _known_schema_problem(schema_json: str) -> str | None:
+    return _schema_problem(json.loads(schema_json))
 
 
 # Whether building a manifest checks config_schema against the JSON Schema meta-schema. The host always does: every
@@ -116,12 +136,14 @@ class RunnerManifest(_Strict):
     def _valid_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
         if not _check_schema:
             return schema
-        import jsonschema
-
         try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-        except jsonschema.SchemaError as exc:
-            raise ValueError(f"config_schema is not a valid JSON Schema: {exc.message}") from None
+            key = json.dumps(schema, sort_keys=True)
+        except (TypeError, ValueError):  # not JSON (a manifest built in Python): checked as it is, uncached
+            problem = _schema_problem(schema)
+        else:
+            problem = _known_schema_problem(key)
+        if problem is not None:
+            raise ValueError(f"config_schema is not a valid JSON Schema: {problem}")
         return schema
 
     @classmethod

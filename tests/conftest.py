@@ -26,6 +26,25 @@ SLOWEST = Path(__file__).with_name("slowest.txt")
 _DURATION = re.compile(r"^\s*([0-9.]+)s\s+(?:setup|call|teardown)\s+(.+?)\s*$")  # ids may hold spaces
 
 
+# This machine's environment sets PYTHONDONTWRITEBYTECODE, so no process writes bytecode, and every Python process
+# the suite starts (hosts, plugin and adapter processes, CLI commands, an install's describe) compiled the checkout's
+# own modules from source each time: ~0.2 CPU-s per host process, ~0.1 per runner or CLI command, hundreds of times
+# per run. They are compiled once here instead (only what changed since; the installed packages have theirs), and
+# Python reads a .pyc whatever that variable says. Plugin sources (tests/fixtures, plugins/examples) are left as
+# they are: installs copy them.
+ROOT = Path(__file__).resolve().parent.parent
+_COMPILED = ("channels", "host", "plugins", "protos", "runners", "tests", "benchmarks", "scripts")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller compiled before it started the workers
+        return
+    import compileall
+
+    for folder in _COMPILED:
+        compileall.compile_dir(ROOT / folder, quiet=2, rx=re.compile(r"[/\\](fixtures|examples)[/\\]"))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     seconds: dict[str, float] = {}
     for line in SLOWEST.read_text().splitlines():
