@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= python3
 
-.PHONY: demo test check lint docs docs-serve bench bench-cli check-wheel ts-sdk bytecode
+.PHONY: demo test check lint docs docs-serve bench bench-cli check-wheel ts-sdk
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,15 +15,9 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/agenthost demo
 
 # The whole suite, slow end-to-end tests included (what CI runs), on every core.
-test: $(VENV)/.installed ts-sdk bytecode
+test: $(VENV)/.installed ts-sdk
 	bash scripts/install_harness_clis.sh
 	$(PY) -m pytest -q -n auto --dist worksteal
-
-# The source tree's bytecode, written once before the tests: sandboxed plugins see the tree read-only and can never
-# write it, and where PYTHONDONTWRITEBYTECODE is set no process does, so each of the suite's hundreds of host and
-# plugin processes would compile ~0.3 s of CPU of modules again. Incremental: only changed files are compiled.
-bytecode: $(VENV)/.installed
-	$(PY) -m compileall -q -j 0 -x node_modules host runners plugins protos channels sdk
 
 # The TypeScript runner SDK's npm workspace, installed into the repo (no root) and built; without Node.js 18+ it
 # says what is missing and its tests skip.
@@ -31,7 +25,7 @@ ts-sdk:
 	bash scripts/build_typescript_sdk.sh
 
 # The everyday loop: lint, format, the public surfaces' types, and every test not marked slow.
-check: lint bytecode
+check: lint
 	$(PY) -m pytest -q -n auto --dist worksteal -m "not slow"
 
 lint: $(VENV)/.installed
