@@ -558,16 +558,15 @@ def _idempotency_key(text: str) -> str:
 async def cmd_send(args: argparse.Namespace, c: HostClient) -> int:
     from agenthost.protos import host_pb2 as hpb
 
-    files = _attachments(args.attach)
+    request = hpb.SendMessageRequest(
+        bot=args.bot,
+        text=args.text,
+        conversation_id=args.conversation,
+        source="cli",
+        attachments=_attachments(args.attach),
+        idempotency_key=args.idempotency_key or "",
+    )
     if args.json:
-        request = hpb.SendMessageRequest(
-            bot=args.bot,
-            text=args.text,
-            conversation_id=args.conversation,
-            source="cli",
-            attachments=files,
-            idempotency_key=args.idempotency_key or "",
-        )
         run: hpb.RunInfo | None = None
         count = 0
         approvals: list[Any] = []
@@ -594,14 +593,6 @@ async def cmd_send(args: argparse.Namespace, c: HostClient) -> int:
         return 0 if run.status == "completed" else 1
     from agenthost.host.cli.render import stream_reply
 
-    request = hpb.SendMessageRequest(
-        bot=args.bot,
-        text=args.text,
-        conversation_id=args.conversation,
-        source="cli",
-        attachments=files,
-        idempotency_key=args.idempotency_key or "",
-    )
     run = await stream_reply(c, request)
     return 0 if run.status == "completed" else 1
 

@@ -55,29 +55,34 @@ async def _processes() -> AsyncIterator[list[asyncio.subprocess.Process]]:
                 await asyncio.wait_for(proc.wait(), 30)
 
 
+async def _start_host(
+    home: Path, port: int, log_path: Path, procs: list[asyncio.subprocess.Process]
+) -> asyncio.subprocess.Process:
+    """`serve --workers` on `port`, its output appended to `log_path`; returns once `status` answers."""
+    with log_path.open("ab") as log:
+        proc = await asyncio.create_subprocess_exec(
+            *CLI, "--data-dir", str(home), "serve", "--workers", f"127.0.0.1:{port}",
+            env=cli_env(), stdout=log, stderr=log,
+        )  # fmt: skip
+    procs.append(proc)
+    deadline = time.monotonic() + 120
+    while (await acli(home, "status"))[0] != 0:
+        assert proc.returncode is None, log_path.read_text()[-3000:]
+        assert time.monotonic() < deadline, "the host did not come up"
+        await asyncio.sleep(0.2)
+    return proc
+
+
 async def test_host_killed_while_200_runs_stream_from_4_workers(tmp_path: Path) -> None:
     home, port = tmp_path / "host", free_port()
     host_log = (tmp_path / "host.log").open("ab")
-
-    async def start_host(procs: list[asyncio.subprocess.Process]) -> asyncio.subprocess.Process:
-        proc = await asyncio.create_subprocess_exec(
-            *CLI, "--data-dir", str(home), "serve", "--workers", f"127.0.0.1:{port}",
-            env=cli_env(), stdout=host_log, stderr=host_log,
-        )  # fmt: skip
-        procs.append(proc)
-        deadline = time.monotonic() + 120
-        while (await acli(home, "status"))[0] != 0:
-            assert proc.returncode is None, (tmp_path / "host.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the host did not come up"
-            await asyncio.sleep(0.2)
-        return proc
 
     began = time.monotonic()
     async with _processes() as procs, FakeProviderServer() as model:
         slow = openai_text(SLOW_TEXT)
         slow.delay = 1.0
         model.default = slow
-        host = await start_host(procs)
+        host = await _start_host(home, port, tmp_path / "host.log", procs)
         for n in range(WORKERS):
             rc, join, err = await acli(home, "workers", "token", "create")
             assert rc == 0, err
@@ -130,7 +135,7 @@ async def test_host_killed_while_200_runs_stream_from_4_workers(tmp_path: Path) 
                     t.cancel()
         assert len(started) == RUNS
 
-        await start_host(procs)
+        await _start_host(home, port, tmp_path / "host.log", procs)
         print(f"{time.monotonic() - began:.0f}s: the host restarted")
         async with HostClient.for_data_dir(home, timeout=120) as client:
             runs = (await client.call("ListRuns", hpb.ListRunsRequest(bot="agent", limit=1000))).runs
@@ -175,18 +180,6 @@ async def test_queued_runs_of_a_worker_runner_wait_for_their_worker_after_the_ho
     log_path = tmp_path / "host.log"
     log_file = log_path.open("ab")
 
-    async def start_host(procs: list[asyncio.subprocess.Process]) -> None:
-        proc = await asyncio.create_subprocess_exec(
-            *CLI, "--data-dir", str(home), "serve", "--workers", f"127.0.0.1:{port}",
-            env=cli_env(), stdout=log_file, stderr=log_file,
-        )  # fmt: skip
-        procs.append(proc)
-        deadline = time.monotonic() + 120
-        while (await acli(home, "status"))[0] != 0:
-            assert proc.returncode is None, log_path.read_text()[-3000:]
-            assert time.monotonic() < deadline, "the host did not come up"
-            await asyncio.sleep(0.2)
-
     async def worker_connected() -> None:
         deadline = time.monotonic() + 300
         while not any(" connected " in line and "local-agent" in line for line in await _worker_lines(home)):
@@ -212,7 +205,7 @@ async def test_queued_runs_of_a_worker_runner_wait_for_their_worker_after_the_ho
         slow = openai_text(SLOW_TEXT)
         slow.delay = 1.0
         model.default = slow
-        await start_host(procs)
+        await _start_host(home, port, log_path, procs)
         rc, join, err = await acli(home, "workers", "token", "create")
         assert rc == 0, err
         worker = await asyncio.create_subprocess_exec(
@@ -235,7 +228,7 @@ async def test_queued_runs_of_a_worker_runner_wait_for_their_worker_after_the_ho
         procs[0].kill()
         await procs[0].wait()
         model.default = openai_text("answered after the restart")
-        await start_host(procs)
+        await _start_host(home, port, log_path, procs)
         async with HostClient.for_data_dir(home, timeout=120) as client:
             deadline = time.monotonic() + 180
             while any(r.status in ("queued", "running") for r in await runs(client, ids[1:])):
@@ -256,7 +249,7 @@ async def test_queued_runs_of_a_worker_runner_wait_for_their_worker_after_the_ho
         worker.kill()
         await worker.wait()
         began = time.monotonic()
-        await start_host(procs)
+        await _start_host(home, port, log_path, procs)
         async with HostClient.for_data_dir(home, timeout=120) as client:
             deadline = time.monotonic() + 180
             while (last := (await runs(client, ids[1:]))[0]).status in ("queued", "running"):
