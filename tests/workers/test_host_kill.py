@@ -73,6 +73,17 @@ async def _start_host(
     return proc
 
 
+async def _bind_agent(home: Path, model_url: str) -> None:
+    """Bot `agent`, bound to the local agent in the default pool (so on a worker), its model the fake at model_url."""
+    config = ["model=vllm/m", f"base_url={model_url}/v1", "max_retries=0", "context_window=32000"]
+    for args in (
+        ("bots", "create", "agent"),
+        ("bots", "bind", "agent", "--runner", "agenthost/local-agent", "--pool", "default", "--config", *config),
+    ):
+        rc, out, err = await acli(home, *args)
+        assert rc == 0, out + err
+
+
 async def test_host_killed_while_200_runs_stream_from_4_workers(tmp_path: Path) -> None:
     home, port = tmp_path / "host", free_port()
     host_log = (tmp_path / "host.log").open("ab")
@@ -97,13 +108,7 @@ async def test_host_killed_while_200_runs_stream_from_4_workers(tmp_path: Path) 
             assert time.monotonic() < deadline, await _worker_lines(home)
             await asyncio.sleep(0.5)
         print(f"{time.monotonic() - began:.0f}s: {WORKERS} workers connected")
-        config = ["model=vllm/m", f"base_url={model.url}/v1", "max_retries=0", "context_window=32000"]
-        for args in (
-            ("bots", "create", "agent"),
-            ("bots", "bind", "agent", "--runner", "agenthost/local-agent", "--pool", "default", "--config", *config),
-        ):
-            rc, out, err = await acli(home, *args)
-            assert rc == 0, out + err
+        await _bind_agent(home, model.url)
 
         started: dict[int, str] = {}
         streamed: set[int] = set()
@@ -214,13 +219,7 @@ async def test_queued_runs_of_a_worker_runner_wait_for_their_worker_after_the_ho
         )  # fmt: skip
         procs.append(worker)
         await worker_connected()
-        config = ["model=vllm/m", f"base_url={model.url}/v1", "max_retries=0", "context_window=32000"]
-        for args in (
-            ("bots", "create", "agent"),
-            ("bots", "bind", "agent", "--runner", "agenthost/local-agent", "--pool", "default", "--config", *config),
-        ):
-            rc, out, err = await acli(home, *args)
-            assert rc == 0, out + err
+        await _bind_agent(home, model.url)
 
         async with HostClient.for_data_dir(home, timeout=120) as client:
             ids = await queue(client, ["slow", "second", "third"])
