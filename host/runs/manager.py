@@ -102,6 +102,20 @@ class _Recorded(Exception):  # noqa: N818 - not an error: a retried send's run a
         self.run_id = run_id
 
 
+def _same_message(earlier: tuple[str, str] | None, key: str, request: hpb.SendMessageRequest) -> str | None:
+    """The run of a repeated idempotency key, if its message is this one. A key reused for another text is the
+    client's mistake, refused: answering with the other message's run would pass it off as this one's answer."""
+    if earlier is None:
+        return None
+    run_id, text = earlier
+    if text != request.text:
+        raise InvalidArgument(
+            f"idempotency_key {key!r} was already used for another message (run {run_id}); a new message needs a"
+            " new key"
+        )
+    return run_id
+
+
 class RunManager:
     def __init__(
         self,
@@ -266,7 +280,7 @@ class RunManager:
         if key:
             # A retried send: the run its first attempt recorded, followed instead of a second run. Keys are the
             # sender's own (per bot and credential), so no one reaches another sender's run by its key.
-            earlier = RunStore.by_key(self.registry.db.reader, bot.bot_id, origin, key)
+            earlier = _same_message(RunStore.by_key(self.registry.db.reader, bot.bot_id, origin, key), key, request)
             if earlier is not None:
                 async for reply in self._follow(earlier, encoded):
                     yield reply
@@ -317,7 +331,7 @@ class RunManager:
 
         def record(conn: sqlite3.Connection) -> pb.EventRecord:
             if key:  # checked again here, where writes are serialized: two attempts racing record one run
-                earlier = RunStore.by_key(conn, bot.bot_id, origin, key)
+                earlier = _same_message(RunStore.by_key(conn, bot.bot_id, origin, key), key, request)
                 if earlier is not None:
                     raise _Recorded(earlier)
             if check:

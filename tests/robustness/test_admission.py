@@ -508,6 +508,24 @@ async def test_a_send_retried_with_its_idempotency_key_gets_its_first_run(host: 
         await _open(h.client, keyed("x", "a key with spaces"))
 
 
+async def test_an_idempotency_key_reused_for_another_message_is_refused(host: HostHarness) -> None:
+    """A key names one message: sent again with other text it is the client's mistake, refused saying so, never
+    answered with the first message's run as if it were this one's (nor recorded as a second run)."""
+    h = host
+    first = _request(h, "pay invoice 7", "keys")
+    first.idempotency_key = "inv-7"
+    done = await asyncio.wait_for(_finish(h.client.stream(first, timeout=60)), 30)
+    assert done.status == "completed"
+    other = _request(h, "pay invoice 8", "keys")
+    other.idempotency_key = "inv-7"
+    with pytest.raises(errors.InvalidArgument, match="already used for another message"):
+        await _open(h.client, other)
+    again = await asyncio.wait_for(_finish(h.client.stream(first, timeout=60)), 30)
+    assert again.run_id == done.run_id
+    runs = await h.client.call("ListRuns", hpb.ListRunsRequest(bot=h.bot, limit=100))
+    assert [r.run_id for r in runs.runs] == [done.run_id]
+
+
 async def test_a_burst_of_sends_is_taken_up_by_the_extra_requests_behind_the_same_walls(host: HostHarness) -> None:
     """grpc.aio asks grpc-core for one SendMessage call at a time; the host keeps PREFETCH_SENDS more requests
     outstanding (agenthost.protos.prefetch) so that a burst is taken up at once. The calls they take up run the
