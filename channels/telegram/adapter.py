@@ -25,8 +25,9 @@ import warnings
 from collections.abc import AsyncIterator
 from typing import Any
 
-from telegram import Bot, User
+from telegram import LinkPreviewOptions, User
 from telegram.error import NetworkError, RetryAfter, TelegramError, TimedOut
+from telegram.ext import Defaults, ExtBot
 from telegram.request import HTTPXRequest
 
 from agenthost.channels.sdk import ChannelAdapter, ChannelContext, ChannelManifest, Limits, Pacer, deliver
@@ -88,6 +89,10 @@ CONFIG_SCHEMA: dict[str, Any] = {
 }
 
 UPDATE_KINDS = ["message", "callback_query"]
+# Every message and edit this bot sends: no link previews. Telegram previews a message's first link by fetching it
+# from its own servers, with nobody clicking, so a model steered into writing a link with the conversation in its
+# query would carry it off past every egress wall of the run's sandbox. Set once on the bot, so no call can miss it.
+PLAIN_TEXT = Defaults(link_preview_options=LinkPreviewOptions(is_disabled=True))
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024  # the Bot API's limit for a file a bot sends
 GREETING = "Hi! Send me a message and I will answer. /new starts a fresh conversation."
 
@@ -109,8 +114,9 @@ class TelegramAdapter(ChannelAdapter):
         self.board = ApprovalBoard(cfg.get("approvers"), ctx.state)
         api = str(cfg["api_url"]).rstrip("/")
         poll = int(cfg["poll_timeout"])
-        self.bot = Bot(
+        self.bot = ExtBot(
             ctx.secret("token_key"),
+            defaults=PLAIN_TEXT,
             base_url=f"{api}/bot",
             base_file_url=f"{api}/file/bot",
             request=HTTPXRequest(connection_pool_size=32, read_timeout=20.0),

@@ -38,8 +38,9 @@ class Seen:
 
 class Scripted(Runner):
     """Answers by the message: `slow …` streams word by word, `long N` writes N characters in paragraphs,
-    `approve-me [TIMEOUT]` asks for an approval and answers with the decision, `fail` raises; anything else is
-    echoed back in a few deltas. Every run is recorded in `seen`."""
+    `approve-me [TIMEOUT]` asks for an approval and answers with the decision, `link URL` writes URL with a
+    secret in its query, `fail` raises; anything else is echoed back in a few deltas. Every run is recorded in
+    `seen`."""
 
     manifest = RunnerManifest(name="scripted", description="scripted replies for channel tests")
     seen: list[Seen] = []
@@ -98,6 +99,11 @@ class Scripted(Runner):
                 tool_call_id="call_1",
             )
             yield events.text(f"decision: {decision.outcome} ({decision.note or 'no note'})")
+            return
+        if text.startswith("link "):
+            # A model steered (by a page it read, say) into writing a link that carries the conversation off.
+            yield events.text("Here is your summary: ")
+            yield events.text(f"{text.split()[1]}?notes=a+secret+plan")
             return
         if text == "fail":
             yield events.text("Let me think")
