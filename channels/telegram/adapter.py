@@ -59,7 +59,10 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "approvers": {
             "type": "array",
             "items": {"type": "integer"},
-            "description": "user ids who may press approval buttons (default: a private chat's user; in groups nobody)",
+            "description": (
+                "user ids who may press approval buttons (default: a private chat's user if allowed_users lists"
+                " them; in groups, and in a bot open to everyone, nobody)"
+            ),
         },
         "max_input_chars": {"type": "integer", "minimum": 1, "maximum": 200000, "default": 16000},
         "poll_timeout": {"type": "integer", "minimum": 0, "maximum": 50, "default": 25},
@@ -111,7 +114,7 @@ class TelegramAdapter(ChannelAdapter):
         self.cfg = cfg
         self.allowed = set(cfg.get("allowed_users") or ())
         self.blocked = set(cfg.get("blocked_users") or ())
-        self.board = ApprovalBoard(cfg.get("approvers"), ctx.state)
+        self.board = ApprovalBoard(cfg.get("approvers"), ctx.state, vetted_users=bool(self.allowed))
         api = str(cfg["api_url"]).rstrip("/")
         poll = int(cfg["poll_timeout"])
         self.bot = ExtBot(

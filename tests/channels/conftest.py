@@ -16,6 +16,7 @@ import pytest
 from agenthost.host.processes.channels import PROCESS_PREFIX
 from agenthost.host.processes.supervisor import SupervisorPolicy
 from agenthost.protos import host_pb2 as hpb
+from agenthost.runners.local_agent.approvals import summary as local_agent_summary
 from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
 from agenthost.runners.sdk.testing import HostHarness
 
@@ -87,13 +88,15 @@ class Scripted(Runner):
             report = await run.api.artifact_create(b"a report\n", name="report.txt", mime_type="text/plain")
             yield events.artifact_created(report)
             return
-        if text.startswith("approve-me"):
-            # A tool call that needs a person: the decision is the reply.
-            timeout = float(text.split()[1]) if len(text.split()) > 1 else 30.0
+        if text.startswith(("approve-me", "approve-command ")):
+            # A tool call that needs a person: the decision is the reply. `approve-command CMD`: the model's command,
+            # summarised as the local agent does.
+            command = text.removeprefix("approve-command ") if text.startswith("approve-command ") else ""
+            timeout = float(text.split()[1]) if len(text.split()) > 1 and not command else 30.0
             decision = await run.request_approval(
                 "shell",
-                summary="rm -rf /tmp/build",
-                arguments={"command": "rm -rf /tmp/build"},
+                summary=local_agent_summary("shell", {"command": command}) if command else "rm -rf /tmp/build",
+                arguments={"command": command or "rm -rf /tmp/build"},
                 reason="matches approvals.commands 'rm *'",
                 timeout_seconds=timeout,
                 tool_call_id="call_1",
