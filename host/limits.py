@@ -166,6 +166,11 @@ GATEWAY_BODY_PARSERS = 2
 # a flood of idle connections costs the host at most this many descriptors. Lowered at start to a quarter of the
 # process's descriptor limit (listener_caps), leaving the rest to runs, plugins and the operator's admin.sock.
 GATEWAY_MAX_CONNECTIONS = 1024
+# Requests one non-admin key may have open on the gateway at once (from its key being checked to the end of its
+# response: a stream held open, a body trickled in). Past it, 429 with Retry-After: a key whose runs stream for a
+# long time, or which trickles its bodies, cannot take every connection under GATEWAY_MAX_CONNECTIONS from the
+# other keys and the console.
+GATEWAY_MAX_OPEN_REQUESTS_PER_KEY = 64
 # A connection must send a complete request head within this many seconds of opening (or of its previous
 # response): a client that connects and stays silent, or trickles its headers (slowloris), is closed.
 GATEWAY_HEADER_SECONDS = 15.0

@@ -5,6 +5,7 @@ library, so `agenthost logs` uses it without loading gRPC."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 
@@ -49,6 +50,21 @@ def one_line(text: str, limit: int = 300) -> str:
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     line = UNSAFE_IN_A_LINE.sub("", line)
     return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def call_arguments(arguments_json: str, truncated: bool, limit: int) -> str:
+    """A tool call's arguments as shown to the person deciding whether it may run, next to the runner's one-line
+    summary: that summary is cut (a shell command at 300 characters), so a model could pad a command until what
+    matters lies past the cut. Compact JSON on one line (a newline in a command shows as `\\n`), with every character
+    a terminal could act on escaped, at most `limit` characters, and said so when more was left out."""
+    try:
+        text = json.dumps(json.loads(arguments_json), ensure_ascii=False, separators=(",", ":"))
+    except (ValueError, RecursionError):
+        text = json.dumps(arguments_json, ensure_ascii=False)
+    text = json_safe(text)
+    if len(text) > limit:
+        text, truncated = text[: limit - 1] + "…", True
+    return text + (" (cut: the arguments are longer than shown)" if truncated else "")
 
 
 class TerminalSafeFormatter(logging.Formatter):

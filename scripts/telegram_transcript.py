@@ -32,7 +32,7 @@ async def main() -> str:
             async with HostHarness(Path(tmp), runners=[Scripted], bot="support", policy=SupervisorPolicy()) as h:
                 await h.client.call("SetKey", hpb.SetKeyRequest(name="TELEGRAM_BOT_TOKEN", value=TOKEN))
                 world = World(h, fake)
-                await world.add_channel(edit_interval=1.0)
+                await world.add_channel(edit_interval=1.0, allowed_users=[42])
 
                 async def say(message: dict, replies: int) -> None:
                     await fake.push(message)

@@ -67,7 +67,7 @@ async def test_a_tool_token_request_is_marked_and_shown_as_from_the_sandbox(h: H
     assert LABEL in approval_line(from_sandbox) and LABEL not in approval_line(from_runner)
     from agenthost.channels.telegram.approvals import render_request
 
-    assert LABEL in render_request(from_sandbox, False, None) and LABEL not in render_request(from_runner, False, None)
+    assert LABEL in render_request(from_sandbox) and LABEL not in render_request(from_runner)
     script = (Path(__file__).parents[1] / "host" / "api" / "gateway" / "console_static" / "approvals.js").read_text()
     assert "request.from_sandbox" in script and LABEL in script
 

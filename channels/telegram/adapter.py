@@ -25,8 +25,9 @@ import warnings
 from collections.abc import AsyncIterator
 from typing import Any
 
-from telegram import Bot, User
+from telegram import LinkPreviewOptions, User
 from telegram.error import NetworkError, RetryAfter, TelegramError, TimedOut
+from telegram.ext import Defaults, ExtBot
 from telegram.request import HTTPXRequest
 
 from agenthost.channels.sdk import ChannelAdapter, ChannelContext, ChannelManifest, Limits, Pacer, deliver
@@ -58,7 +59,10 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "approvers": {
             "type": "array",
             "items": {"type": "integer"},
-            "description": "user ids who may press approval buttons (default: a private chat's user; in groups nobody)",
+            "description": (
+                "user ids who may press approval buttons (default: a private chat's user if allowed_users lists"
+                " them; in groups, and in a bot open to everyone, nobody)"
+            ),
         },
         "max_input_chars": {"type": "integer", "minimum": 1, "maximum": 200000, "default": 16000},
         "poll_timeout": {"type": "integer", "minimum": 0, "maximum": 50, "default": 25},
@@ -88,6 +92,10 @@ CONFIG_SCHEMA: dict[str, Any] = {
 }
 
 UPDATE_KINDS = ["message", "callback_query"]
+# Every message and edit this bot sends: no link previews. Telegram previews a message's first link by fetching it
+# from its own servers, with nobody clicking, so a model steered into writing a link with the conversation in its
+# query would carry it off past every egress wall of the run's sandbox. Set once on the bot, so no call can miss it.
+PLAIN_TEXT = Defaults(link_preview_options=LinkPreviewOptions(is_disabled=True))
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024  # the Bot API's limit for a file a bot sends
 GREETING = "Hi! Send me a message and I will answer. /new starts a fresh conversation."
 
@@ -106,11 +114,12 @@ class TelegramAdapter(ChannelAdapter):
         self.cfg = cfg
         self.allowed = set(cfg.get("allowed_users") or ())
         self.blocked = set(cfg.get("blocked_users") or ())
-        self.board = ApprovalBoard(cfg.get("approvers"), ctx.state)
+        self.board = ApprovalBoard(cfg.get("approvers"), ctx.state, vetted_users=bool(self.allowed))
         api = str(cfg["api_url"]).rstrip("/")
         poll = int(cfg["poll_timeout"])
-        self.bot = Bot(
+        self.bot = ExtBot(
             ctx.secret("token_key"),
+            defaults=PLAIN_TEXT,
             base_url=f"{api}/bot",
             base_file_url=f"{api}/file/bot",
             request=HTTPXRequest(connection_pool_size=32, read_timeout=20.0),

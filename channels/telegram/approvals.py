@@ -4,7 +4,10 @@ A button's callback_data is `ap:<token>`, a random token this process made and m
 option, the chat and message the button is in). Telegram limits callback_data to 64 bytes and hands it back
 verbatim from whoever presses, so nothing in it is trusted: a token this process did not make, or one pressed from
 another chat or message, decides nothing. Who may press (`approvers` in the config): the listed Telegram user ids;
-without a list, in a private chat its user, in a group nobody (a group's members are not all the bot's operators).
+without a list, in a private chat its user if the operator listed them in `allowed_users`, else nobody: in a group
+(its members are not all the bot's operators) and in a bot open to every Telegram user (a stranger would approve
+the tool calls of their own run, which the approval is there to keep from them). Nobody here: an operator decides
+it (`agenthost approvals`, the console), or it times out denied.
 The host decides once (FAILED_PRECONDITION after that), which also makes a redelivered press harmless.
 
 The table is kept in the adapter's state file (written when a request's message is sent): a run outlives a restart
@@ -26,6 +29,7 @@ from telegram import InlineKeyboardButton, InlineKeyboardMarkup, User
 from agenthost.channels.sdk.state import AdapterState
 from agenthost.channels.sdk.text import one_line
 from agenthost.protos import common_pb2 as pb
+from agenthost.protos.text import call_arguments
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +37,7 @@ CALLBACK_PREFIX = "ap:"
 MAX_KEPT = 256  # approvals remembered (pressed late, an old one is answered "already decided" by the host)
 STATE_KEY = "approval_buttons"
 LABEL_CHARS = 40
+ARGUMENTS_CHARS = 2000  # with the summary (600), the reason (300) and the notes, well under Telegram's 4096
 
 OUTCOME_LINES = {
     "approved": "✅ Approved",
@@ -88,8 +93,12 @@ class Pressed:
 
 
 class ApprovalBoard:
-    def __init__(self, approvers: list[int] | None, state: AdapterState | None = None) -> None:
+    def __init__(
+        self, approvers: list[int] | None, state: AdapterState | None = None, *, vetted_users: bool = False
+    ) -> None:
         self.approvers = set(approvers) if approvers else None
+        # The operator lists who may use the bot (`allowed_users`): only then is a private chat's user theirs.
+        self.vetted_users = vetted_users
         self._by_token: dict[str, Shown] = {}
         self._by_approval: OrderedDict[str, Shown] = OrderedDict()
         self._state = state
@@ -103,7 +112,7 @@ class ApprovalBoard:
 
     def show(self, request: pb.ApprovalRequested, chat_id: int, group: bool) -> tuple[Shown, InlineKeyboardMarkup]:
         """Makes the request's message text and keyboard, with fresh tokens recorded for its buttons."""
-        shown = Shown(request.approval_id, chat_id, group, render_request(request, group, self.approvers), {})
+        shown = Shown(request.approval_id, chat_id, group, render_request(request, self.nobody_here(group)), {})
         rows = []
         for option in request.options:
             token = secrets.token_urlsafe(12)  # 16 characters: callback_data stays far below Telegram's 64 bytes
@@ -149,7 +158,21 @@ class ApprovalBoard:
     def may_decide(self, user: User, chat_id: int, group: bool) -> bool:
         if self.approvers is not None:
             return user.id in self.approvers
-        return not group and user.id == chat_id
+        return not self.nobody_here(group) and user.id == chat_id
+
+    def nobody_here(self, group: bool) -> str:
+        """Why no one in such a chat may press the buttons (the line its request message carries); "" if someone
+        may."""
+        if self.approvers is not None:
+            return ""
+        if group:
+            return "No one in this group may approve: the channel lists no approvers."
+        if not self.vetted_users:
+            return (
+                "No one in this chat may approve: the bot is open to every Telegram user and the channel lists no"
+                " approvers."
+            )
+        return ""
 
     def resolve_press(self, data: str | None, chat_id: int | None, message_id: int | None) -> Pressed | None:
         """The approval and option a press stands for, or None: not a token this process made, or pressed
@@ -164,7 +187,7 @@ class ApprovalBoard:
         return Pressed(shown.approval_id, shown.options[data.removeprefix(CALLBACK_PREFIX)], shown)
 
 
-def render_request(request: pb.ApprovalRequested, group: bool, approvers: set[int] | None) -> str:
+def render_request(request: pb.ApprovalRequested, nobody_here: str = "") -> str:
     """Plain text (the runner wrote tool, summary and reason: data, never markup), a few lines, well under 4096."""
     tool = one_line(request.tool_name, 100) or "a tool"
     summary = one_line(request.summary, 600)
@@ -174,13 +197,17 @@ def render_request(request: pb.ApprovalRequested, group: bool, approvers: set[in
             "⚠️ Asked from inside the run's sandbox (the agent's harness, or a command the model ran): nobody has "
             "checked this text."
         )
+    if request.arguments_json:  # the summary is cut: what matters may lie past its end
+        lines.append(
+            f"Arguments: {call_arguments(request.arguments_json, request.arguments_truncated, ARGUMENTS_CHARS)}"
+        )
     if request.reason:
         lines.append(f"Why: {one_line(request.reason, 300)}")
     if request.expires_at:
         at = dt.datetime.fromtimestamp(request.expires_at, dt.UTC)
         lines.append(f"No answer by {at:%H:%M:%S} UTC is a denial.")
-    if group and approvers is None:
-        lines.append("(No one in this group may approve: the channel lists no approvers.)")
+    if nobody_here:
+        lines.append(f"({nobody_here} The bot's operator may decide it.)")
     return "\n".join(lines)
 
 

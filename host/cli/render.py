@@ -11,7 +11,7 @@ from agenthost.host.api.client import HostClient
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
-from agenthost.protos.text import terminal_safe
+from agenthost.protos.text import call_arguments, terminal_safe
 
 
 class Printer:
@@ -81,13 +81,18 @@ def approval_line(req: pb.ApprovalRequested) -> str:
     """An approval request for a terminal. Summary and reason were written by the runner; the host has already
     stripped their control characters and capped them."""
     left = max(0, int(req.expires_at - time.time()))
+    arguments = call_arguments(req.arguments_json, req.arguments_truncated, ARGUMENTS_CHARS)
     return (
         f"  ? approval needed for {req.tool_name}: {req.summary}\n"
+        + (f"    arguments: {arguments}\n" if req.arguments_json else "")
         + (f"    ! {SANDBOX_LABEL}\n" if req.from_sandbox else "")
         + f"    why: {req.reason or '-'}; expires in {left}s\n"
         f"    agenthost approvals approve {req.approval_id}   (or: deny)"
     )
 
+
+# The arguments shown under an approval request's summary (the host keeps a few KiB of them).
+ARGUMENTS_CHARS = 4000
 
 # What a person is told of a request marked from_sandbox (the Telegram adapter and the web console say the same).
 SANDBOX_LABEL = (

@@ -16,6 +16,7 @@ import pytest
 from agenthost.host.processes.channels import PROCESS_PREFIX
 from agenthost.host.processes.supervisor import SupervisorPolicy
 from agenthost.protos import host_pb2 as hpb
+from agenthost.runners.local_agent.approvals import summary as local_agent_summary
 from agenthost.runners.sdk import RunContext, Runner, RunnerManifest, events
 from agenthost.runners.sdk.testing import HostHarness
 
@@ -38,8 +39,9 @@ class Seen:
 
 class Scripted(Runner):
     """Answers by the message: `slow …` streams word by word, `long N` writes N characters in paragraphs,
-    `approve-me [TIMEOUT]` asks for an approval and answers with the decision, `fail` raises; anything else is
-    echoed back in a few deltas. Every run is recorded in `seen`."""
+    `approve-me [TIMEOUT]` asks for an approval and answers with the decision, `link URL` writes URL with a
+    secret in its query, `fail` raises; anything else is echoed back in a few deltas. Every run is recorded in
+    `seen`."""
 
     manifest = RunnerManifest(name="scripted", description="scripted replies for channel tests")
     seen: list[Seen] = []
@@ -86,18 +88,25 @@ class Scripted(Runner):
             report = await run.api.artifact_create(b"a report\n", name="report.txt", mime_type="text/plain")
             yield events.artifact_created(report)
             return
-        if text.startswith("approve-me"):
-            # A tool call that needs a person: the decision is the reply.
-            timeout = float(text.split()[1]) if len(text.split()) > 1 else 30.0
+        if text.startswith(("approve-me", "approve-command ")):
+            # A tool call that needs a person: the decision is the reply. `approve-command CMD`: the model's command,
+            # summarised as the local agent does.
+            command = text.removeprefix("approve-command ") if text.startswith("approve-command ") else ""
+            timeout = float(text.split()[1]) if len(text.split()) > 1 and not command else 30.0
             decision = await run.request_approval(
                 "shell",
-                summary="rm -rf /tmp/build",
-                arguments={"command": "rm -rf /tmp/build"},
+                summary=local_agent_summary("shell", {"command": command}) if command else "rm -rf /tmp/build",
+                arguments={"command": command or "rm -rf /tmp/build"},
                 reason="matches approvals.commands 'rm *'",
                 timeout_seconds=timeout,
                 tool_call_id="call_1",
             )
             yield events.text(f"decision: {decision.outcome} ({decision.note or 'no note'})")
+            return
+        if text.startswith("link "):
+            # A model steered (by a page it read, say) into writing a link that carries the conversation off.
+            yield events.text("Here is your summary: ")
+            yield events.text(f"{text.split()[1]}?notes=a+secret+plan")
             return
         if text == "fail":
             yield events.text("Let me think")

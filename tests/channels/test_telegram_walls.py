@@ -1,9 +1,11 @@
 """The Telegram adapter behind the host's channel walls, end to end: a chat whose conversation someone else started
-(here the CLI) is refused with one line, and `/new` carries on."""
+(here the CLI) is refused with one line, and `/new` carries on; a link a model writes is never fetched by Telegram
+to preview it."""
 
 from __future__ import annotations
 
 import pytest
+from aiohttp import web
 from conftest import Scripted, World
 
 from agenthost.protos import host_pb2 as hpb
@@ -32,3 +34,35 @@ async def test_a_chat_cannot_continue_a_conversation_started_elsewhere(world: Wo
     assert sorted(r.conversation_id for r in runs) == ["tg:42", "tg:42#1"]  # the refused message started none
     assert cli.run.run_id in {r.run_id for r in runs}
     assert world.process.restarts == 0
+
+
+async def test_a_link_the_model_writes_is_not_fetched_for_a_preview(world: World) -> None:
+    """Telegram previews a message's first link by fetching it from its own servers, with nobody clicking: a model
+    steered into writing a link with the conversation in its query would carry it off past every egress wall of
+    the run's sandbox. The adapter asks for no previews, on every message and edit."""
+    fetched: list[str] = []
+
+    async def page(request: web.Request) -> web.Response:
+        fetched.append(str(request.rel_url))
+        return web.Response(text="<title>attacker</title>", content_type="text/html")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", page)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        await world.add_channel()
+        fake = world.fake
+        link = f"http://127.0.0.1:{port}/collect"
+        await fake.push(fake.message(f"link {link}", chat_id=42))
+        expected = f"Here is your summary: {link}?notes=a+secret+plan"
+        await fake.wait_for(lambda f: f.chat_text(42) == [expected])
+        await world.settled()
+        assert fetched == [] and fake.previews == []
+        texts = fake.of("sendMessage", "editMessageText")
+        assert texts and all(c.params.get("link_preview_options") == {"is_disabled": True} for c in texts)
+    finally:
+        await runner.cleanup()

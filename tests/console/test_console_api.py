@@ -60,6 +60,22 @@ async def test_sign_in_sets_a_locked_down_cookie_and_headers(console: Console) -
             assert r.status == 401
 
 
+async def test_behind_a_tls_proxy_the_session_cookie_is_secure(console: Console) -> None:
+    """Behind the TLS-terminating proxy the docs ask for, this server sees plain HTTP but the page is https (its
+    Origin says so): the cookie must be Secure, or the browser would also send the session to an http:// URL of the
+    same host, in the clear."""
+    netloc = console.url.split("/")[2]
+    async with console.session() as c:
+        for origin, secure in ((f"https://{netloc}", True), (f"http://{netloc}", False)):
+            async with c.post(
+                f"{console.url}/api/session",
+                json={"token": console.host.admin_token},
+                headers={CSRF: "sign-in", "Origin": origin},
+            ) as r:
+                assert r.status == 200, await r.text()
+                assert ("Secure" in r.headers["Set-Cookie"]) is secure, (origin, r.headers["Set-Cookie"])
+
+
 async def test_requests_without_a_live_session_are_refused(console: Console) -> None:
     async with console.session() as c:
         async with c.get(f"{console.url}/api/bots") as r:

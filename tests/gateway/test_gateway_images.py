@@ -82,6 +82,8 @@ async def test_chat_and_responses_image_parts_become_attachments(world: World) -
         ("data:image/png;base64,@@@", 400, "not valid base64"),
         (data_url("image/png", JPEG), 400, "declared as 'image/png' but the bytes are image/jpeg"),
         (data_url("image/png", b"not an image"), 400, "the bytes are not a png"),
+        ("data:image/svg+xml;base64,PHN2Zy8+", 400, "PNG, JPEG, GIF or WebP, not 'image/svg+xml'"),
+        ("data:text/html;base64,PHNjcmlwdD4=", 400, "PNG, JPEG, GIF or WebP, not 'text/html'"),
     ],
 )
 async def test_bad_images_are_refused_and_start_no_run(world: World, url: str, status: int, needle: str) -> None:

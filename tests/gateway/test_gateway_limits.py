@@ -161,3 +161,32 @@ async def test_large_bodies_are_parsed_off_the_event_loop(world: World, monkeypa
         f"\n4 x {len(burst) / 2**20:.1f} MiB bodies: longest loop stall {off_loop_stall * 1000:.0f} ms off-loop "
         f"({off_took:.2f}s for the burst), {in_loop_stall * 1000:.0f} ms in-loop ({in_took:.2f}s)"
     )
+
+
+async def test_one_key_holds_at_most_its_share_of_open_requests(world: World, monkeypatch) -> None:
+    """A key whose requests stay open (streams of long runs, bodies trickled in) used to be able to take every
+    gateway connection from the other keys and the console. Past GATEWAY_MAX_OPEN_REQUESTS_PER_KEY it is refused
+    429 with Retry-After, at once; another key and the admin are served meanwhile, and the key again once its
+    requests end."""
+    monkeypatch.setattr(limits, "GATEWAY_MAX_OPEN_REQUESTS_PER_KEY", 3)
+    body = _chat("hi")
+    held = [await _open_body(world, world.key, body) for _ in range(3)]
+    gateway = world.host.gateway
+    await until(lambda: gateway.open_by_key.get("app") == 3, "the three trickled requests hold the key's slots")
+    other = await _second_key(world)
+    async with httpx.AsyncClient(base_url=world.base_url, timeout=30) as http:
+        r = await http.post("/chat/completions", content=body, headers={"Authorization": f"Bearer {world.key}"})
+        assert r.status_code == 429 and r.headers["retry-after"] == "1", r.text
+        assert r.json()["error"]["code"] == "too_many_open_requests"
+        assert "GATEWAY_MAX_OPEN_REQUESTS_PER_KEY = 3" in r.json()["error"]["message"]
+        for key in (other, world.admin):
+            r = await http.post("/chat/completions", content=body, headers={"Authorization": f"Bearer {key}"})
+            assert r.status_code == 200, r.text
+        # The held requests end (one completes, two are dropped by their client): the slots come back.
+        assert await _finish_body(held[0], body) == 200
+        for _, writer in held[1:]:
+            writer.close()
+        await until(lambda: "app" not in gateway.open_by_key, "the key's slots were given back")
+        r = await http.post("/chat/completions", content=body, headers={"Authorization": f"Bearer {world.key}"})
+        assert r.status_code == 200, r.text
+    assert len(world.runs()) == 4  # the refused request started no run

@@ -54,6 +54,9 @@ RUN_HEADER = "X-Agenthost-Run"
 # The client's name for this message (SendMessageRequest.idempotency_key): a request repeated with the same key, by
 # the same key holder to the same bot, gets the first one's run, never a second (docs/operating/standby.md).
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+OPEN_RETRY_SECONDS = 1
+# The name of the key whose open-request slot a request holds (Gateway._take_open_slot).
+_OPEN_SLOT = web.RequestKey("open_slot", str)
 SOURCE = "gateway"
 # Printable ASCII but '%': conversation ids travel percent-encoded (UTF-8) in both directions.
 _HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if chr(c) != "%")
@@ -68,6 +71,7 @@ class Gateway:
         self._runner: web.AppRunner | None = None
         self.console: Console | None = None
         self.body_slots = bodies.BodySlots()
+        self.open_by_key: dict[str, int] = {}  # requests open per non-admin key (GATEWAY_MAX_OPEN_REQUESTS_PER_KEY)
 
     @property
     def address(self) -> str:
@@ -75,7 +79,7 @@ class Gateway:
         return f"{host}:{self.port}"
 
     async def start(self) -> None:
-        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._errors])
+        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._open_requests, self._errors])
         app[bodies.SLOTS] = self.body_slots
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_post("/v1/responses", self.responses)
@@ -127,6 +131,39 @@ class Gateway:
     # ---- cross-cutting ----
 
     @web.middleware
+    async def _open_requests(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Gives back the key's open-request slot (_principal took it) once the response has ended, however."""
+        try:
+            return await handler(request)
+        finally:
+            name = request.get(_OPEN_SLOT)
+            if name is not None:
+                left = self.open_by_key[name] - 1
+                if left:
+                    self.open_by_key[name] = left
+                else:
+                    del self.open_by_key[name]
+
+    def _take_open_slot(self, request: web.Request, principal: Principal) -> None:
+        """One of the key's GATEWAY_MAX_OPEN_REQUESTS_PER_KEY, held to the end of the response (an admin key is
+        trusted and takes none)."""
+        if principal.is_admin:
+            return
+        held = self.open_by_key.get(principal.name, 0)
+        cap = limits.GATEWAY_MAX_OPEN_REQUESTS_PER_KEY
+        if held >= cap:
+            raise GatewayError(
+                429,
+                f"request refused: this key has {held} requests open on the gateway (GATEWAY_MAX_OPEN_REQUESTS_PER_KEY"
+                f" = {cap}); finish or close one, then retry",
+                type="rate_limit_error",
+                code="too_many_open_requests",
+                headers={"retry-after": str(OPEN_RETRY_SECONDS)},
+            )
+        self.open_by_key[principal.name] = held + 1
+        request[_OPEN_SLOT] = principal.name
+
+    @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
             return await handler(request)
@@ -159,7 +196,7 @@ class Gateway:
                 headers={"WWW-Authenticate": "Bearer"},
             )
         try:
-            return self.host.credentials.authenticate((("authorization", f"Bearer {token.strip()}"),))
+            principal = self.host.credentials.authenticate((("authorization", f"Bearer {token.strip()}"),))
         except errors.Unauthenticated:
             raise GatewayError(
                 401,
@@ -167,6 +204,8 @@ class Gateway:
                 code="invalid_api_key",
                 headers={"WWW-Authenticate": "Bearer"},
             ) from None
+        self._take_open_slot(request, principal)
+        return principal
 
     def _bot(self, principal: Principal, model: str) -> hpb.Bot:
         try:

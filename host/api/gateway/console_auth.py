@@ -2,8 +2,8 @@
 console response carries.
 
 The key a user signs in with is checked once and never kept: the browser holds only a random session id in an
-HttpOnly, SameSite=Strict cookie (Secure when the request came over TLS), so no script on the page can read a
-credential. Only admin credentials may sign in: the console is the admin surface, and a "send" key is for chat
+HttpOnly, SameSite=Strict cookie (Secure when the page came over TLS, a proxy's too), so no script on the page can
+read a credential. Only admin credentials may sign in: the console is the admin surface, and a "send" key is for chat
 clients. A session ends when it has been idle for IDLE_SECONDS, at MAX_AGE_SECONDS, on sign-out, or as soon as
 the admin-scoped credential it was opened with is revoked (a new credential of the same name is another one).
 
@@ -140,9 +140,11 @@ def check_csrf(request: web.Request, expected: str) -> None:
 
 
 def set_cookie(response: web.StreamResponse, request: web.Request, session_id: str) -> None:
-    response.set_cookie(
-        COOKIE, session_id, path=COOKIE_PATH, httponly=True, samesite="Strict", secure=request.secure or None
-    )
+    # Secure when the page came over TLS: to this server, or to the TLS-terminating proxy in front of it, which
+    # this server sees as plain HTTP but the browser names in the sign-in's Origin (checked against Host first).
+    # Without it the session would also be sent to an http:// URL of the same host, in the clear.
+    tls = request.secure or urlsplit(request.headers.get("Origin", "")).scheme == "https"
+    response.set_cookie(COOKIE, session_id, path=COOKIE_PATH, httponly=True, samesite="Strict", secure=tls or None)
 
 
 def clear_cookie(response: web.StreamResponse) -> None:

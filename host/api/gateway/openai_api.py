@@ -18,6 +18,7 @@ from typing import Any
 from agenthost.host.api.gateway.errors import bad_request
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
+from agenthost.protos.media import IMAGE_TYPES
 
 MAX_USER_CHARS = 256  # the `user` field: it names an actor and, as a fallback, a conversation
 FINISH_REASONS = frozenset({"stop", "length", "content_filter"})
@@ -151,7 +152,11 @@ def _image(url: Any, param: str, index: int) -> hpb.Attachment:
         data = base64.b64decode(m.group(3), validate=True)
     except (binascii.Error, ValueError):
         raise bad_request("the image's data: URL is not valid base64", param) from None
-    mime = m.group(1).strip()
+    mime = m.group(1).strip().lower()
+    if mime not in IMAGE_TYPES:
+        # An image part the model cannot see as one (an SVG, an HTML page) would reach the bot as a file of that
+        # type while the client believes it sent an image.
+        raise bad_request(f"an image part takes PNG, JPEG, GIF or WebP, not {mime[:80]!r}", param)
     ext = {"image/png": ".png", "image/jpeg": ".jpg", "image/gif": ".gif", "image/webp": ".webp"}.get(mime, "")
     return hpb.Attachment(name=f"image-{index + 1}{ext}", mime_type=mime, data=data)
 
