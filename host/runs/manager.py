@@ -102,13 +102,16 @@ class _Recorded(Exception):  # noqa: N818 - not an error: a retried send's run a
         self.run_id = run_id
 
 
-def _same_message(earlier: tuple[str, str] | None, key: str, request: hpb.SendMessageRequest) -> str | None:
-    """The run of a repeated idempotency key, if its message is this one. A key reused for another text is the
-    client's mistake, refused: answering with the other message's run would pass it off as this one's answer."""
+def _same_message(
+    earlier: tuple[str, str, str] | None, key: str, conversation_id: str, request: hpb.SendMessageRequest
+) -> str | None:
+    """The run of a repeated idempotency key, if its message is this one. A key reused for another text or another
+    conversation is the client's mistake, refused: answering with the other message's run would pass it off as this
+    one's answer."""
     if earlier is None:
         return None
-    run_id, text = earlier
-    if text != request.text:
+    run_id, earlier_conversation, text = earlier
+    if text != request.text or earlier_conversation != conversation_id:
         raise InvalidArgument(
             f"idempotency_key {key!r} was already used for another message (run {run_id}); a new message needs a"
             " new key"
@@ -280,7 +283,9 @@ class RunManager:
         if key:
             # A retried send: the run its first attempt recorded, followed instead of a second run. Keys are the
             # sender's own (per bot and credential), so no one reaches another sender's run by its key.
-            earlier = _same_message(RunStore.by_key(self.registry.db.reader, bot.bot_id, origin, key), key, request)
+            earlier = _same_message(
+                RunStore.by_key(self.registry.db.reader, bot.bot_id, origin, key), key, conversation_id, request
+            )
             if earlier is not None:
                 async for reply in self._follow(earlier, encoded):
                     yield reply
@@ -331,7 +336,7 @@ class RunManager:
 
         def record(conn: sqlite3.Connection) -> pb.EventRecord:
             if key:  # checked again here, where writes are serialized: two attempts racing record one run
-                earlier = _same_message(RunStore.by_key(conn, bot.bot_id, origin, key), key, request)
+                earlier = _same_message(RunStore.by_key(conn, bot.bot_id, origin, key), key, conversation_id, request)
                 if earlier is not None:
                     raise _Recorded(earlier)
             if check:

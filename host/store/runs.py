@@ -160,15 +160,15 @@ class RunStore:
         )
 
     @staticmethod
-    def by_key(conn: sqlite3.Connection, bot_id: str, origin: str, idempotency_key: str) -> tuple[str, str] | None:
-        """The run a sender's earlier send with this key recorded, with that message's text, if any (one step down
-        runs_idempotency, one down the events' unique event_id)."""
+    def by_key(conn: sqlite3.Connection, bot_id: str, origin: str, idempotency_key: str) -> tuple[str, str, str] | None:
+        """The run a sender's earlier send with this key recorded, with that message's conversation and text, if any
+        (one step down runs_idempotency, one down the events' unique event_id)."""
         row = conn.execute(
-            "SELECT r.run_id, e.text FROM runs r LEFT JOIN events e ON e.event_id = r.event_id"
+            "SELECT r.run_id, r.conversation_id, e.text FROM runs r LEFT JOIN events e ON e.event_id = r.event_id"
             " WHERE r.bot_id = ? AND r.origin = ? AND r.idempotency_key = ?",
             (bot_id, origin, idempotency_key),
         ).fetchone()
-        return None if row is None else (str(row[0]), str(row[1] or ""))
+        return None if row is None else (str(row[0]), str(row[1]), str(row[2] or ""))
 
     async def mark_running(self, run_id: str, started_at: float, deadline_at: float) -> None:
         await self.db.write(

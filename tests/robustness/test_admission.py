@@ -509,8 +509,9 @@ async def test_a_send_retried_with_its_idempotency_key_gets_its_first_run(host: 
 
 
 async def test_an_idempotency_key_reused_for_another_message_is_refused(host: HostHarness) -> None:
-    """A key names one message: sent again with other text it is the client's mistake, refused saying so, never
-    answered with the first message's run as if it were this one's (nor recorded as a second run)."""
+    """A key names one message: sent again with other text, or into another conversation, it is the client's
+    mistake, refused saying so, never answered with the first message's run as if it were this one's (nor recorded
+    as a second run)."""
     h = host
     first = _request(h, "pay invoice 7", "keys")
     first.idempotency_key = "inv-7"
@@ -520,6 +521,10 @@ async def test_an_idempotency_key_reused_for_another_message_is_refused(host: Ho
     other.idempotency_key = "inv-7"
     with pytest.raises(errors.InvalidArgument, match="already used for another message"):
         await _open(h.client, other)
+    elsewhere = _request(h, "pay invoice 7", "other-keys")  # the same text in another conversation
+    elsewhere.idempotency_key = "inv-7"
+    with pytest.raises(errors.InvalidArgument, match="already used for another message"):
+        await _open(h.client, elsewhere)
     again = await asyncio.wait_for(_finish(h.client.stream(first, timeout=60)), 30)
     assert again.run_id == done.run_id
     runs = await h.client.call("ListRuns", hpb.ListRunsRequest(bot=h.bot, limit=100))

@@ -13,6 +13,7 @@ run started says `x-should-retry: false`, so a client's automatic retry never se
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import ipaddress
 import json
 import logging
@@ -221,7 +222,9 @@ class Gateway:
         access.send). Failing that, OpenAI's `user` (documented as a stable id of the end user) gives each end user
         of this key one continuing conversation with the bot, namespaced by the key, so two applications' "alice"
         never share a history (nor a memory: Principal.actor). With neither, each request is a conversation of its
-        own; the reply's header names it, so the client can continue it."""
+        own; the reply's header names it, so the client can continue it. A request with an Idempotency-Key names
+        its own conversation by that key (and the caller's name), so that it is the same one when sent again: the
+        host refuses a key sent again into another conversation."""
         header = request.headers.get(CONVERSATION_HEADER)
         if header is not None:
             try:
@@ -233,6 +236,10 @@ class Gateway:
             return conversation
         if user:
             return principal.user_conversation(user)
+        key = request.headers.get(IDEMPOTENCY_HEADER, "")
+        if IDEMPOTENCY_KEY.fullmatch(key):  # a malformed one is refused in _send_request
+            named = hashlib.sha256(b"\0".join((principal.name.encode(), key.encode()))).hexdigest()
+            return f"conv_{named[:32]}"
         return f"conv_{uuid.uuid4().hex}"
 
     def _send_request(
