@@ -42,7 +42,7 @@ class WorkerRunnerInfo(_message.Message):
     def __init__(self, runner_id: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("name", "pool", "address", "runners", "in_flight", "capacity", "last_heartbeat", "state", "enrolled_at", "serial")
+    __slots__ = ("name", "pool", "address", "runners", "in_flight", "capacity", "last_heartbeat", "state", "enrolled_at", "serial", "cert_expires_at", "renewed_at")
     NAME_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +53,8 @@ class WorkerInfo(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     ENROLLED_AT_FIELD_NUMBER: _ClassVar[int]
     SERIAL_FIELD_NUMBER: _ClassVar[int]
+    CERT_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    RENEWED_AT_FIELD_NUMBER: _ClassVar[int]
     name: str
     pool: str
     address: str
@@ -63,7 +65,9 @@ class WorkerInfo(_message.Message):
     state: str
     enrolled_at: float
     serial: str
-    def __init__(self, name: _Optional[str] = ..., pool: _Optional[str] = ..., address: _Optional[str] = ..., runners: _Optional[_Iterable[_Union[WorkerRunnerInfo, _Mapping]]] = ..., in_flight: _Optional[int] = ..., capacity: _Optional[int] = ..., last_heartbeat: _Optional[float] = ..., state: _Optional[str] = ..., enrolled_at: _Optional[float] = ..., serial: _Optional[str] = ...) -> None: ...
+    cert_expires_at: float
+    renewed_at: float
+    def __init__(self, name: _Optional[str] = ..., pool: _Optional[str] = ..., address: _Optional[str] = ..., runners: _Optional[_Iterable[_Union[WorkerRunnerInfo, _Mapping]]] = ..., in_flight: _Optional[int] = ..., capacity: _Optional[int] = ..., last_heartbeat: _Optional[float] = ..., state: _Optional[str] = ..., enrolled_at: _Optional[float] = ..., serial: _Optional[str] = ..., cert_expires_at: _Optional[float] = ..., renewed_at: _Optional[float] = ...) -> None: ...
 
 class ListWorkersResponse(_message.Message):
     __slots__ = ("workers",)

@@ -255,6 +255,11 @@ class AgentHostStub:
                 request_serializer=agenthost_dot_protos_dot_host__pb2.WorkerRequest.SerializeToString,
                 response_deserializer=agenthost_dot_protos_dot_host__pb2.WorkerInfo.FromString,
                 _registered_method=True)
+        self.RotateWorker = channel.unary_unary(
+                '/agenthost.v1.AgentHost/RotateWorker',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.WorkerRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.WorkerInfo.FromString,
+                _registered_method=True)
 
 
 class AgentHostServicer:
@@ -552,6 +557,13 @@ class AgentHostServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RotateWorker(self, request, context):
+        """The worker renews its certificate now (it does by itself at 2/3 of its lifetime); answers once it has.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentHostServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -772,6 +784,11 @@ def add_AgentHostServicer_to_server(servicer, server):
             ),
             'RevokeWorker': grpc.unary_unary_rpc_method_handler(
                     servicer.RevokeWorker,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.WorkerRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.WorkerInfo.SerializeToString,
+            ),
+            'RotateWorker': grpc.unary_unary_rpc_method_handler(
+                    servicer.RotateWorker,
                     request_deserializer=agenthost_dot_protos_dot_host__pb2.WorkerRequest.FromString,
                     response_serializer=agenthost_dot_protos_dot_host__pb2.WorkerInfo.SerializeToString,
             ),
@@ -1962,6 +1979,33 @@ class AgentHost:
             request,
             target,
             '/agenthost.v1.AgentHost/RevokeWorker',
+            agenthost_dot_protos_dot_host__pb2.WorkerRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.WorkerInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RotateWorker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/RotateWorker',
             agenthost_dot_protos_dot_host__pb2.WorkerRequest.SerializeToString,
             agenthost_dot_protos_dot_host__pb2.WorkerInfo.FromString,
             options,

@@ -9,7 +9,8 @@ Host files, under `<data>/workers/` (0700), each written 0600 once and kept:
                            worker that has nothing yet still authenticates the host before presenting its token
 
 A worker's certificate names it in its common name, set by the host at enrolment (a name in the CSR is ignored),
-and its serial number is what revocation refuses.
+and its serial number is what revocation refuses. It lives `limits.WORKER_CERT_SECONDS` (30 days by default); the
+worker renews it over its authenticated connection at RENEW_AT of its lifetime (`renew_at`), with a new key.
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ HUB_SERVER_NAME = "agenthost-host"
 ENROL_SERVER_NAME = "agenthost-enrol"
 CA_DAYS = 3650
 HUB_DAYS = 825
-WORKER_CERT_DAYS = 365
+# Certificates start this long before they are signed: a worker's clock a little behind still accepts them.
+BACKDATE = datetime.timedelta(minutes=5)
+# A worker renews its certificate once this share of its lifetime (from signing, the backdating aside) has passed.
+RENEW_AT = 2 / 3
 # A worker's name: its certificate's common name, in `workers list` and on every run it serves.
 WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 JOIN_PREFIX = "ahj1"
@@ -82,7 +86,7 @@ def _name(common_name: str) -> x509.Name:
 
 
 def _builder(
-    subject: str, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey, days: int
+    subject: str, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey, days: float
 ) -> x509.CertificateBuilder:
     now = _now()
     return (
@@ -91,7 +95,7 @@ def _builder(
         .issuer_name(issuer)
         .public_key(public_key)
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))  # a worker's clock a little behind
+        .not_valid_before(now - BACKDATE)
         .not_valid_after(now + datetime.timedelta(days=days))
     )
 
@@ -202,24 +206,65 @@ class HostCA:
         write_private(cert_path, cert_pem(cert))
         return key_pem(key), cert_pem(cert)
 
-    def sign_worker(self, csr_pem: bytes, name: str) -> x509.Certificate:
-        """A client certificate for worker `name` over the CSR's public key. The CSR must be signed by that key
-        (the worker holds it) and be EC P-256; its subject is ignored: the host names the worker."""
-        try:
-            csr = x509.load_pem_x509_csr(csr_pem)
-        except ValueError as exc:
-            raise errors.InvalidArgument(f"csr_pem is not a PEM certificate request: {exc}") from None
-        if not csr.is_signature_valid:
-            raise errors.InvalidArgument("the certificate request is not signed by its own key")
-        public = csr.public_key()
-        if not isinstance(public, ec.EllipticCurvePublicKey) or public.curve.name != "secp256r1":
-            raise errors.InvalidArgument("the certificate request must be for an EC P-256 key")
+    def sign_worker(self, csr_pem: bytes, name: str, lifetime_seconds: float) -> x509.Certificate:
+        """A client certificate for worker `name` over the CSR's public key, valid `lifetime_seconds`. The CSR must
+        be signed by that key (the worker holds it) and be EC P-256; its subject is ignored: the host names the
+        worker."""
+        public = load_csr(csr_pem).public_key()
+        assert isinstance(public, ec.EllipticCurvePublicKey)  # load_csr refuses any other
         return (
-            _builder(name, self.ca_cert.subject, public, WORKER_CERT_DAYS)
+            _builder(name, self.ca_cert.subject, public, lifetime_seconds / 86400)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
             .sign(self._key, hashes.SHA256())
         )
+
+
+def load_csr(csr_pem: bytes) -> x509.CertificateSigningRequest:
+    """A worker's CSR, refused unless it is PEM, signed by its own key, and for an EC P-256 key."""
+    try:
+        csr = x509.load_pem_x509_csr(csr_pem)
+    except ValueError as exc:
+        raise errors.InvalidArgument(f"csr_pem is not a PEM certificate request: {exc}") from None
+    if not csr.is_signature_valid:
+        raise errors.InvalidArgument("the certificate request is not signed by its own key")
+    public = csr.public_key()
+    if not isinstance(public, ec.EllipticCurvePublicKey) or public.curve.name != "secp256r1":
+        raise errors.InvalidArgument("the certificate request must be for an EC P-256 key")
+    return csr
+
+
+def refuse_other_names(csr_pem: bytes, name: str) -> None:
+    """A renewal's CSR may name its worker or nobody: a common name or a subject alternative name of anything else
+    is refused (the certificate is named from the host's record either way; a request for another name is a worker
+    trying, and is said so rather than quietly signed)."""
+    csr = load_csr(csr_pem)
+    named = [str(a.value) for a in csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    try:
+        san = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        pass
+    else:
+        named += [str(getattr(entry, "value", entry)) for entry in san]
+    others = sorted({n for n in named if n != name})
+    if others:
+        raise errors.InvalidArgument(
+            f"worker {name!r} asked for a certificate naming {', '.join(map(repr, others))[:200]}; a worker renews"
+            " only its own certificate"
+        )
+
+
+def validity(cert_pem_bytes: bytes) -> tuple[float, float]:
+    """(not_before, not_after) of a certificate, UNIX seconds."""
+    cert = x509.load_pem_x509_certificate(cert_pem_bytes)
+    return cert.not_valid_before_utc.timestamp(), cert.not_valid_after_utc.timestamp()
+
+
+def renew_at(cert_pem_bytes: bytes) -> float:
+    """When a worker renews this certificate: RENEW_AT of the way from its signing to its expiry."""
+    not_before, not_after = validity(cert_pem_bytes)
+    signed = min(not_after, not_before + BACKDATE.total_seconds())
+    return signed + RENEW_AT * (not_after - signed)
 
 
 def make_csr(key: ec.EllipticCurvePrivateKey, name: str) -> bytes:

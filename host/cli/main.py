@@ -440,13 +440,29 @@ async def cmd_workers(args: argparse.Namespace, c: HostClient) -> int:
             beat = f"{time.time() - w.last_heartbeat:.0f}s ago" if w.last_heartbeat else "-"
             say(
                 f"{w.name:20} {w.pool:10} {w.state:12} {w.address or '-':24} runs {w.in_flight}/{w.capacity or '-'}"
-                f"  heartbeat {beat}  runners: {runners}"
+                f"  heartbeat {beat}  cert {_cert_expiry(w)}  runners: {runners}"
             )
         return 0
-    method = {"drain": "DrainWorker", "revoke": "RevokeWorker"}[args.action]
+    method = {"drain": "DrainWorker", "revoke": "RevokeWorker", "rotate": "RotateWorker"}[args.action]
     info = await c.call(method, hpb.WorkerRequest(name=args.name))
-    _emit(args, to_jsonable(info), f"{args.action} {info.name}: {info.state}")
+    if args.action == "rotate":
+        _emit(args, to_jsonable(info), f"rotated {info.name}: certificate {info.serial}, {_cert_expiry(info)}")
+    else:
+        _emit(args, to_jsonable(info), f"{args.action} {info.name}: {info.state}")
     return 0
+
+
+def _cert_expiry(w: Any) -> str:
+    """A worker's certificate expiry for `workers list`/`rotate`: when, and how far off."""
+    import time
+
+    if not w.cert_expires_at:
+        return "expiry not recorded (enrolled before renewal; rotate it)"
+    left = w.cert_expires_at - time.time()
+    if left <= 0:
+        return f"EXPIRED {_when(w.cert_expires_at)}"
+    span = f"{left / 86400:.0f}d" if left >= 2 * 86400 else f"{left / 3600:.1f}h" if left >= 3600 else f"{left:.0f}s"
+    return f"expires {_when(w.cert_expires_at)} (in {span})"
 
 
 def _duration(text: str) -> float:
@@ -1381,7 +1397,7 @@ def build_parser() -> argparse.ArgumentParser:
     wk = _group(
         sub,
         "workers",
-        "runner workers on other machines: enrolment, listing, drain, revoke",
+        "runner workers on other machines: enrolment, listing, drain, revoke, certificate rotation",
         "agenthost workers token create --pool gpu --ttl 10m",
         "agenthost workers list",
     )
@@ -1389,10 +1405,15 @@ def build_parser() -> argparse.ArgumentParser:
     tc = tok.add("create", "print a short-lived, single-use join token", "agenthost workers token create --ttl 10m")
     tc.add_argument("--pool", default="", help="the pool the worker joins (default: default)")
     tc.add_argument("--ttl", type=_duration, default=600.0, help="how long the token may be used: 90s, 10m, 1h")
-    wk.add("list", "enrolled workers: pool, address, runners, in-flight runs, last heartbeat", "agenthost workers list")
+    wk.add(
+        "list",
+        "enrolled workers: pool, address, runners, in-flight runs, last heartbeat, certificate expiry",
+        "agenthost workers list",
+    )
     for action, what in (
         ("drain", "no new runs go to the worker; its runs in flight finish"),
         ("revoke", "cut its connections now and refuse its certificate from then on"),
+        ("rotate", "the worker renews its certificate now (it does by itself at 2/3 of its lifetime)"),
     ):
         wk.add(action, what, f"agenthost workers {action} gpu-1").add_argument("name")
 
