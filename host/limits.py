@@ -313,7 +313,7 @@ WORKER_RECONNECT_GRACE_SECONDS = 15.0
 # environment; short lifetimes bound what a stolen worker key is worth.
 WORKER_CERT_SECONDS = _env_int("AGENTHOST_WORKER_CERT_SECONDS", 30 * 24 * 3600, minimum=30)
 # `agenthost workers rotate NAME` waits this long for the worker's renewal before saying it did not come.
-WORKER_ROTATE_WAIT_SECONDS = 60.0
+WORKER_ROTATE_WAIT_SECONDS = 20.0
 
 # The active host's lease on a PostgreSQL database (docs/operating/standby.md): the heartbeat written to the lease row
 # (for humans; each beat is also a fenced write, so a deposed idle host stops within a beat or so).

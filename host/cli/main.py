@@ -415,6 +415,7 @@ async def cmd_models(args: argparse.Namespace, c: HostClient) -> int:
 async def cmd_workers(args: argparse.Namespace, c: HostClient) -> int:
     import time
 
+    from agenthost.host import limits
     from agenthost.protos import host_pb2 as hpb
 
     if args.action == "create":  # `workers token create` (the inner group's action)
@@ -444,7 +445,9 @@ async def cmd_workers(args: argparse.Namespace, c: HostClient) -> int:
             )
         return 0
     method = {"drain": "DrainWorker", "revoke": "RevokeWorker", "rotate": "RotateWorker"}[args.action]
-    info = await c.call(method, hpb.WorkerRequest(name=args.name))
+    # The host answers a rotation once the worker has renewed (or says it did not in WORKER_ROTATE_WAIT_SECONDS).
+    wait = limits.WORKER_ROTATE_WAIT_SECONDS + 10 if args.action == "rotate" else None
+    info = await c.call(method, hpb.WorkerRequest(name=args.name), timeout=wait)
     if args.action == "rotate":
         _emit(args, to_jsonable(info), f"rotated {info.name}: certificate {info.serial}, {_cert_expiry(info)}")
     else:
