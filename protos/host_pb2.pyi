@@ -9,6 +9,28 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class RollWorkerCARequest(_message.Message):
+    __slots__ = ("step", "force")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    step: str
+    force: bool
+    def __init__(self, step: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class WorkerCAStatus(_message.Message):
+    __slots__ = ("ca", "ca_expires_at", "next_ca", "rolling_since", "not_renewed")
+    CA_FIELD_NUMBER: _ClassVar[int]
+    CA_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CA_FIELD_NUMBER: _ClassVar[int]
+    ROLLING_SINCE_FIELD_NUMBER: _ClassVar[int]
+    NOT_RENEWED_FIELD_NUMBER: _ClassVar[int]
+    ca: str
+    ca_expires_at: float
+    next_ca: str
+    rolling_since: float
+    not_renewed: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ca: _Optional[str] = ..., ca_expires_at: _Optional[float] = ..., next_ca: _Optional[str] = ..., rolling_since: _Optional[float] = ..., not_renewed: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class CreateWorkerTokenRequest(_message.Message):
     __slots__ = ("pool", "ttl_seconds")
     POOL_FIELD_NUMBER: _ClassVar[int]

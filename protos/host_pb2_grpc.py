@@ -260,6 +260,11 @@ class AgentHostStub:
                 request_serializer=agenthost_dot_protos_dot_host__pb2.WorkerRequest.SerializeToString,
                 response_deserializer=agenthost_dot_protos_dot_host__pb2.WorkerInfo.FromString,
                 _registered_method=True)
+        self.RollWorkerCA = channel.unary_unary(
+                '/agenthost.v1.AgentHost/RollWorkerCA',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.RollWorkerCARequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.WorkerCAStatus.FromString,
+                _registered_method=True)
 
 
 class AgentHostServicer:
@@ -564,6 +569,13 @@ class AgentHostServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RollWorkerCA(self, request, context):
+        """The workers' CA: shown (step ""), or rolled in two steps, "begin" then "finish" (docs/operating/scaling-out.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentHostServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -791,6 +803,11 @@ def add_AgentHostServicer_to_server(servicer, server):
                     servicer.RotateWorker,
                     request_deserializer=agenthost_dot_protos_dot_host__pb2.WorkerRequest.FromString,
                     response_serializer=agenthost_dot_protos_dot_host__pb2.WorkerInfo.SerializeToString,
+            ),
+            'RollWorkerCA': grpc.unary_unary_rpc_method_handler(
+                    servicer.RollWorkerCA,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.RollWorkerCARequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.WorkerCAStatus.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -2008,6 +2025,33 @@ class AgentHost:
             '/agenthost.v1.AgentHost/RotateWorker',
             agenthost_dot_protos_dot_host__pb2.WorkerRequest.SerializeToString,
             agenthost_dot_protos_dot_host__pb2.WorkerInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RollWorkerCA(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/RollWorkerCA',
+            agenthost_dot_protos_dot_host__pb2.RollWorkerCARequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.WorkerCAStatus.FromString,
             options,
             channel_credentials,
             insecure,

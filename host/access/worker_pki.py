@@ -4,6 +4,7 @@ key, its CSR, the pin of the enrolment certificate). All of it through the `cryp
 
 Host files, under `<data>/workers/` (0700), each written 0600 once and kept:
   ca.key, ca.crt           the CA (EC P-256, 10 years): signs the hub certificate and workers' client certificates
+  ca-next.key, ca-next.crt the next CA, while the CA is rolled (HostCA.begin_roll): signs workers' certificates
   hub.key, hub.crt         the workers port's server certificate (CA-signed, DNS name HUB_SERVER_NAME)
   enrol.key, enrol.crt     the enrolment port's self-signed certificate; a join token carries its SHA-256, so a
                            worker that has nothing yet still authenticates the host before presenting its token
@@ -18,6 +19,7 @@ from __future__ import annotations
 import base64
 import datetime
 import hashlib
+import os
 import re
 import secrets
 from dataclasses import dataclass
@@ -146,23 +148,54 @@ class JoinToken:
 
 
 class HostCA:
-    """The host's CA and its two server identities, created at first use and kept in `<data>/workers/`."""
+    """The host's CA and its two server identities, created at first use and kept in `<data>/workers/`.
+
+    Rolling the CA (`agenthost workers ca begin-roll`, then `finish-roll`): `begin_roll` makes the next CA
+    (`ca-next.key`, `ca-next.crt`). From then on workers' certificates are signed by it, the workers port accepts
+    client certificates of either CA, and workers are given both as their trust bundle, while the workers port's
+    own certificate is still the current CA's. Once every worker has renewed (`workers rotate`), `finish_roll` makes
+    the next CA the CA: the old key is deleted, the workers port gets a certificate of the new CA, and a client
+    certificate of the old one is refused. Each step is two file moves, key first; a stop between them is finished
+    at the next load."""
 
     def __init__(self, data_dir: Path) -> None:
         self.dir = make_private_dir(data_dir / "workers")
-        self._key, self.ca_cert = self._load_or_make_ca()
-        self.ca_pem = cert_pem(self.ca_cert)
-        self.hub_key_pem, self.hub_cert_pem = self._load_or_make_server("hub", HUB_SERVER_NAME, signed=True)
+        # Bumped at each change of what the workers port presents or trusts (hub.py serves new handshakes with it).
+        self.generation = 0
+        self._load()
         self.enrol_key_pem, self.enrol_cert_pem = self._load_or_make_server("enrol", ENROL_SERVER_NAME, signed=False)
         self.enrol_pin = pin_of(self.enrol_cert_pem)
 
-    def _load_or_make_ca(self) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-        key_path, cert_path = self.dir / "ca.key", self.dir / "ca.crt"
-        if key_path.exists() and cert_path.exists():
-            key = serialization.load_pem_private_key(read_private(key_path), password=None)
-            if not isinstance(key, ec.EllipticCurvePrivateKey):
-                raise ValueError(f"{key_path} is not an EC key")
-            return key, x509.load_pem_x509_certificate(read_private(cert_path))
+    def _load(self) -> None:
+        self._finish_moves()
+        self._key, self.ca_cert = self._load_ca("ca") or self._make_ca("ca")
+        self.ca_pem = cert_pem(self.ca_cert)
+        self._next = self._load_ca("ca-next")
+        # What the workers port trusts for client certificates, and what workers are given to trust the host by.
+        self.trust_pem = self.ca_pem + (cert_pem(self._next[1]) if self._next else b"")
+        self.trusted_issuers = {self.ca_cert.subject} | ({self._next[1].subject} if self._next else set())
+        self.hub_key_pem, self.hub_cert_pem = self._load_or_make_server("hub", HUB_SERVER_NAME, signed=True)
+        self.generation += 1
+
+    def _finish_moves(self) -> None:
+        """A roll step stopped between its two moves: a `.key` without its `.crt` is a step not taken (dropped), a
+        `.crt` whose key has moved is moved after it."""
+        key, cert = self.dir / "ca-next.key", self.dir / "ca-next.crt"
+        if cert.exists() and not key.exists():
+            os.replace(cert, self.dir / "ca.crt")
+        elif key.exists() and not cert.exists():
+            key.unlink()
+
+    def _load_ca(self, stem: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None:
+        key_path, cert_path = self.dir / f"{stem}.key", self.dir / f"{stem}.crt"
+        if not (key_path.exists() and cert_path.exists()):
+            return None
+        key = serialization.load_pem_private_key(read_private(key_path), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ValueError(f"{key_path} is not an EC key")
+        return key, x509.load_pem_x509_certificate(read_private(cert_path))
+
+    def _make_ca(self, stem: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
         key = new_key()
         name = _name(f"agenthost workers CA {secrets.token_hex(4)}")
         cert = (
@@ -185,8 +218,8 @@ class HostCA:
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(key, hashes.SHA256())
         )
-        write_private(key_path, key_pem(key))  # the key first: a crt without its key is made again
-        write_private(cert_path, cert_pem(cert))
+        write_private(self.dir / f"{stem}.key", key_pem(key))  # the key first: a crt without its key is made again
+        write_private(self.dir / f"{stem}.crt", cert_pem(cert))
         return key, cert
 
     def _load_or_make_server(self, stem: str, name: str, *, signed: bool) -> tuple[bytes, bytes]:
@@ -206,17 +239,48 @@ class HostCA:
         write_private(cert_path, cert_pem(cert))
         return key_pem(key), cert_pem(cert)
 
+    # ---- rolling the CA ----
+
+    @property
+    def next_ca(self) -> x509.Certificate | None:
+        return self._next[1] if self._next else None
+
+    @property
+    def rolling_since(self) -> float:
+        """When the roll under way began (its CA's signing time); 0 when none is."""
+        if self._next is None:
+            return 0.0
+        return self._next[1].not_valid_before_utc.timestamp() + BACKDATE.total_seconds()
+
+    def begin_roll(self) -> None:
+        if self._next is not None:
+            raise errors.FailedPrecondition(
+                "a CA roll is already under way; renew every worker (`agenthost workers rotate NAME`), then"
+                " `agenthost workers ca finish-roll`"
+            )
+        self._make_ca("ca-next")
+        self._load()
+
+    def finish_roll(self) -> None:
+        if self._next is None:
+            raise errors.FailedPrecondition("no CA roll is under way; begin one with `agenthost workers ca begin-roll`")
+        os.replace(self.dir / "ca-next.key", self.dir / "ca.key")
+        os.replace(self.dir / "ca-next.crt", self.dir / "ca.crt")
+        self._load()
+
     def sign_worker(self, csr_pem: bytes, name: str, lifetime_seconds: float) -> x509.Certificate:
         """A client certificate for worker `name` over the CSR's public key, valid `lifetime_seconds`. The CSR must
         be signed by that key (the worker holds it) and be EC P-256; its subject is ignored: the host names the
         worker."""
         public = load_csr(csr_pem).public_key()
         assert isinstance(public, ec.EllipticCurvePublicKey)  # load_csr refuses any other
+        # During a roll, by the next CA: the certificate outlives the current one.
+        key, ca = self._next or (self._key, self.ca_cert)
         return (
-            _builder(name, self.ca_cert.subject, public, lifetime_seconds / 86400)
+            _builder(name, ca.subject, public, lifetime_seconds / 86400)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(self._key, hashes.SHA256())
+            .sign(key, hashes.SHA256())
         )
 
 

@@ -430,6 +430,17 @@ async def cmd_workers(args: argparse.Namespace, c: HostClient) -> int:
                 file=sys.stderr,
             )
         return 0
+    if args.action in ("show", "begin-roll", "finish-roll"):  # `workers ca ACTION`
+        step = {"show": "", "begin-roll": "begin", "finish-roll": "finish"}[args.action]
+        ca = await c.call("RollWorkerCA", hpb.RollWorkerCARequest(step=step, force=getattr(args, "force", False)))
+        lines = [f"CA {ca.ca}, expires {_when(ca.ca_expires_at)}"]
+        if ca.next_ca:
+            lines.append(f"rolling since {_when(ca.rolling_since)} to {ca.next_ca}")
+            lines.append(
+                "not yet renewed: " + (", ".join(ca.not_renewed) or "none (finish with `workers ca finish-roll`)")
+            )
+        _emit(args, to_jsonable(ca), "\n".join(lines))
+        return 0
     if args.action == "list":
         workers = (await c.call("ListWorkers", hpb.ListWorkersRequest())).workers
         if args.json:
@@ -1419,6 +1430,18 @@ def build_parser() -> argparse.ArgumentParser:
         ("rotate", "the worker renews its certificate now (it does by itself at 2/3 of its lifetime)"),
     ):
         wk.add(action, what, f"agenthost workers {action} gpu-1").add_argument("name")
+    ca = _group(wk, "ca", "the workers' CA, and rolling it to a new one", "agenthost workers ca show")
+    ca.add("show", "the CA, and the roll under way if any", "agenthost workers ca show")
+    ca.add(
+        "begin-roll",
+        "make the next CA: workers' certificates are signed by it, either CA is trusted",
+        "agenthost workers ca begin-roll",
+    )
+    ca.add(
+        "finish-roll",
+        "the next CA becomes the CA; certificates of the old one are refused",
+        "agenthost workers ca finish-roll",
+    ).add_argument("--force", action="store_true", help="finish although some workers have not renewed")
 
     wrk = sub.add(
         "worker",

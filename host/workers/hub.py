@@ -120,6 +120,7 @@ class Session:
     runs: dict[str, RunSlot] = field(default_factory=dict)
     messages: int = 0  # read off its control stream after the hello
     cert_expires_at: float = 0.0  # of the certificate its control stream was opened with: past it, it is cut
+    issuer: x509.Name | None = None  # that certificate's CA: a session of a CA rolled out is cut
     # The offers' runners, parsed (and their config schemas checked) once at the hello, not at every placement:
     # a manifest's schema check costs milliseconds, and the offers do not change during a session.
     runners: dict[str, RunnerManifest] = field(init=False)
@@ -181,7 +182,7 @@ class WorkerHub:
         # Calls that passed the TLS handshake and reached the guard, by outcome: what the refusal tests read.
         self.calls = {"accepted": 0, "refused": 0}
         self._servers: list[grpc.aio.Server] = []
-        self._serials: dict[bytes, tuple[str, str, float]] = {}
+        self._serials: dict[bytes, tuple[str, str, float, x509.Name]] = {}
         # Per worker name, set when its next renewal is recorded (what `workers rotate` waits on).
         self._renewed: dict[str, asyncio.Event] = {}
         self._extra: dict[str, grpc.RpcMethodHandler] = {}
@@ -209,8 +210,21 @@ class WorkerHub:
         bind, port = split_address(self.address)
         server = grpc.aio.server(options=SERVER_OPTIONS)
         server.add_generic_rpc_handlers((_Guard(self, self._handlers()),))
-        creds = grpc.ssl_server_credentials(
-            [(self.ca.hub_key_pem, self.ca.hub_cert_pem)], root_certificates=self.ca.ca_pem, require_client_auth=True
+        # Dynamic: a CA roll changes what new handshakes present and trust without a restart (connections made
+        # before are checked per call by `identify`).
+        served = self.ca.generation
+
+        def tls_config() -> Any:
+            nonlocal served
+            served = self.ca.generation
+            return grpc.ssl_server_certificate_configuration(
+                [(self.ca.hub_key_pem, self.ca.hub_cert_pem)], root_certificates=self.ca.trust_pem
+            )
+
+        creds = grpc.dynamic_ssl_server_credentials(
+            tls_config(),
+            lambda: tls_config() if self.ca.generation != served else None,
+            require_client_authentication=True,
         )
         self.port = server.add_secure_port(f"{bind}:{port}", creds)
         if not self.port:
@@ -374,14 +388,15 @@ class WorkerHub:
             name=record.name,
             pool=record.pool,
             certificate_pem=cert_pem(cert),
-            ca_pem=self.ca.ca_pem,
+            ca_pem=self.ca.trust_pem,
             server_name="agenthost-host",
         )
 
     # ---- identity ----
 
-    def presented(self, context: grpc.aio.ServicerContext) -> tuple[str, str, float]:
-        """(common name, serial, not_after) of the client certificate this call presents, on TLS 1.3 only."""
+    def presented(self, context: grpc.aio.ServicerContext) -> tuple[str, str, float, x509.Name]:
+        """(common name, serial, not_after, issuer) of the client certificate this call presents, on TLS 1.3
+        only."""
         auth = context.auth_context()
         require_tls13(auth)
         pems = auth.get("x509_pem_cert") or []
@@ -392,7 +407,12 @@ class WorkerHub:
         if found is None:
             cert = x509.load_pem_x509_certificate(pem)
             attrs = cert.subject.get_attributes_for_oid(x509.oid.NameOID.COMMON_NAME)
-            found = (str(attrs[0].value) if attrs else "", serial_hex(cert), cert.not_valid_after_utc.timestamp())
+            found = (
+                str(attrs[0].value) if attrs else "",
+                serial_hex(cert),
+                cert.not_valid_after_utc.timestamp(),
+                cert.issuer,
+            )
             if len(self._serials) > 1024:
                 self._serials.clear()
             self._serials[pem] = found
@@ -402,8 +422,13 @@ class WorkerHub:
         """The enrolled, unrevoked worker whose certificate this call presents; Unauthenticated otherwise. The
         handshake already proved the certificate is the CA's and the key is the worker's; a connection made before
         the certificate expired is refused here after it has."""
-        name, number, not_after = self.presented(context)
+        name, number, not_after, issuer = self.presented(context)
         now = time.time()
+        if issuer not in self.ca.trusted_issuers:
+            raise errors.Unauthenticated(
+                f"certificate {number} of worker {name!r} is signed by a CA this host no longer trusts (its CA was"
+                " rolled); enrol again with a new join token"
+            )
         if now >= not_after:
             raise errors.Unauthenticated(
                 f"certificate {number} of worker {name!r} expired; a worker renews its certificate before then"
@@ -426,7 +451,7 @@ class WorkerHub:
         """A new certificate for the calling worker. The name is the record's of the certificate this call
         authenticated with; the CSR only carries the new public key."""
         record = _worker()
-        _, presented, _ = self.presented(context)
+        presented = self.presented(context)[1]
         try:
             refuse_other_names(request.csr_pem, record.name)
             cert = self.ca.sign_worker(request.csr_pem, record.name, limits.WORKER_CERT_SECONDS)
@@ -445,7 +470,7 @@ class WorkerHub:
         event = self._renewed.pop(record.name, None)
         if event is not None:
             event.set()
-        return wpb.RenewResponse(certificate_pem=cert_pem(cert), ca_pem=self.ca.ca_pem, not_after=not_after)
+        return wpb.RenewResponse(certificate_pem=cert_pem(cert), ca_pem=self.ca.trust_pem, not_after=not_after)
 
     # ---- the control stream ----
 
@@ -463,6 +488,7 @@ class WorkerHub:
         )
         session.last_heartbeat = time.time()
         session.cert_expires_at = self.presented(context)[2]
+        session.issuer = self.presented(context)[3]
         old = self.sessions.get(record.name)
         if old is not None and hello.renewed:
             self._move(old, session)
@@ -777,6 +803,47 @@ class WorkerHub:
                 " see the worker's log (an older agenthost worker does not renew: upgrade it)"
             ) from None
         return self.info(name)
+
+    async def roll_ca(self, step: str, force: bool = False) -> hpb.WorkerCAStatus:
+        """`workers ca begin-roll` / `finish-roll` / `show`. Finishing refuses while an unrevoked worker has not
+        renewed since the roll began (it would be refused from then on) unless forced; forced, their sessions are
+        cut now."""
+        if step == "begin":
+            await asyncio.to_thread(self.ca.begin_roll)
+            log.warning("worker CA roll begun: workers' certificates are signed by the next CA from now on")
+        elif step == "finish":
+            behind = self._not_renewed()
+            if behind and not force:
+                raise errors.FailedPrecondition(
+                    f"{len(behind)} worker(s) have not renewed since the CA roll began and would be refused:"
+                    f" {', '.join(behind[:20])}; run `agenthost workers rotate NAME` for each, or finish with --force"
+                )
+            await asyncio.to_thread(self.ca.finish_roll)
+            log.warning("worker CA roll finished: certificates of the old CA are refused (%d not renewed)", len(behind))
+            for session in list(self.sessions.values()):
+                if session.issuer is not None and session.issuer not in self.ca.trusted_issuers:
+                    self.sessions.pop(session.name, None)
+                    session.cut(
+                        f"worker {session.name!r} holds a certificate of the CA this host rolled out; enrol again",
+                        errors.Unauthenticated,
+                    )
+        elif step:
+            raise errors.InvalidArgument(f"unknown CA step {step!r}: begin, finish, or empty to show")
+        next_ca = self.ca.next_ca
+        return hpb.WorkerCAStatus(
+            ca=self.ca.ca_cert.subject.rfc4514_string(),
+            ca_expires_at=self.ca.ca_cert.not_valid_after_utc.timestamp(),
+            next_ca=next_ca.subject.rfc4514_string() if next_ca is not None else "",
+            rolling_since=self.ca.rolling_since,
+            not_renewed=self._not_renewed(),
+        )
+
+    def _not_renewed(self) -> list[str]:
+        """Unrevoked workers whose certificate predates the CA roll under way (none when there is none)."""
+        since = self.ca.rolling_since
+        if not since:
+            return []
+        return [r.name for r in self.store.list() if not r.revoked and max(r.enrolled_at, r.renewed_at) < since]
 
     async def revoke(self, name: str) -> hpb.WorkerInfo:
         await self.store.revoke(name)
