@@ -17,7 +17,15 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.x509.oid import NameOID
 
 from agenthost.host import limits
-from agenthost.host.access.worker_pki import common_name, key_pem, make_csr, new_key, serial_hex, validity
+from agenthost.host.access.worker_pki import (
+    HostCA,
+    common_name,
+    key_pem,
+    make_csr,
+    new_key,
+    serial_hex,
+    validity,
+)
 from agenthost.host.server import Host
 from agenthost.host.workers.agent import Identity, load_identity
 from agenthost.protos import worker_pb2 as wpb
@@ -281,3 +289,58 @@ async def test_a_connection_outliving_its_certificate_is_cut_and_its_calls_refus
             await call.read()
         assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED, caught.value.details()
         assert "expired" in (caught.value.details() or "")
+
+
+def _issuer(cert_pem: bytes) -> str:
+    return x509.load_pem_x509_certificate(cert_pem).issuer.rfc4514_string()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+async def test_the_ca_is_rolled_with_a_trust_bundle_while_a_real_worker_serves(host: Host, tmp_path: Path) -> None:
+    """begin-roll, the worker renews (by the next CA, trusting both), finish-roll (refused while a worker has not
+    renewed; forced, that worker is cut and refused), then the worker connects again to the new CA's workers port
+    and serves; nothing restarted."""
+    assert host.workers is not None
+    worker_dir, log = tmp_path / "worker", tmp_path / "worker.log"
+    proc = await _start_worker(host, worker_dir, log, "--join", await token(host), "--name", "w1")
+    try:
+        laggard = await enrolled(host, tmp_path / "w2", "w2")
+        await wait_for(lambda: "w1" in host.workers.sessions and host.workers.sessions["w1"].offers, 120)
+        await _bind_agent(host)
+        old_ca = host.workers.ca.ca_cert.subject.rfc4514_string()
+        async with ScriptedWorker(laggard, offers=[]) as w2:
+            rc, out, err = await acli(host.data_dir, "workers", "ca", "begin-roll")
+            assert rc == 0 and "rolling since" in out and "w1, w2" in out, out + err
+            next_ca = host.workers.ca.next_ca
+            assert next_ca is not None
+            rc, out, err = await acli(host.data_dir, "workers", "rotate", "w1")
+            assert rc == 0, out + err
+            next_name = next_ca.subject.rfc4514_string()
+            await wait_for(lambda: _issuer((load_identity(worker_dir) or laggard).cert_pem) == next_name, 30)
+            bundle = (worker_dir / "worker" / "ca.crt").read_bytes()
+            assert bundle.count(b"BEGIN CERTIFICATE") == 2
+            await _send(host, "during the roll")
+            rc, out, err = await acli(host.data_dir, "workers", "ca", "finish-roll")
+            assert rc != 0 and "w2" in err and "w1" not in err, out + err
+            rc, out, err = await acli(host.data_dir, "workers", "ca", "finish-roll", "--force")
+            assert rc == 0 and old_ca not in out, out + err
+            # The worker that did not renew: its session cut, its certificate refused in the handshake.
+            await wait_for(lambda: "w2" not in host.workers.sessions, 30)
+            assert w2._task is not None
+            with pytest.raises(grpc.RpcError) as caught:
+                await asyncio.wait_for(w2._task, 30)
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED and "rolled" in (caught.value.details() or "")
+            assert await _probe(laggard) == grpc.StatusCode.UNAVAILABLE
+        # The renewed worker moves to a new connection (a new handshake: the workers port's certificate is now the
+        # new CA's, which its bundle trusts) and serves on.
+        rc, out, err = await acli(host.data_dir, "workers", "rotate", "w1")
+        assert rc == 0, out + err
+        await wait_for(lambda: (worker_dir / "worker" / "ca.crt").read_bytes().count(b"BEGIN CERTIFICATE") == 1, 30)
+        await _send(host, "after the roll")
+        assert proc.returncode is None, log.read_text()
+        reloaded = HostCA(host.data_dir)
+        assert reloaded.trust_pem == reloaded.ca_pem and reloaded.ca_cert.subject == next_ca.subject
+        assert _issuer(reloaded.hub_cert_pem) == next_name
+    finally:
+        await stop_process(proc)
