@@ -332,12 +332,16 @@ async def test_the_ca_is_rolled_with_a_trust_bundle_while_a_real_worker_serves(h
                 await asyncio.wait_for(w2._task, 30)
             assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED and "rolled" in (caught.value.details() or "")
             assert await _probe(laggard) == grpc.StatusCode.UNAVAILABLE
-        # The renewed worker moves to a new connection (a new handshake: the workers port's certificate is now the
-        # new CA's, which its bundle trusts) and serves on.
+        # The renewed worker's connection is lost (as in a network blip or a host restart): its new handshake meets
+        # the new CA's workers-port certificate, which the bundle it was given trusts, and it serves on.
+        session = host.workers.sessions["w1"]
+        session.cut("the test cuts the connection")
+        await wait_for(lambda: host.workers.sessions.get("w1") not in (None, session), 60)
+        await _send(host, "after the roll")
+        # Its next renewal gives it the new CA alone to trust.
         rc, out, err = await acli(host.data_dir, "workers", "rotate", "w1")
         assert rc == 0, out + err
         await wait_for(lambda: (worker_dir / "worker" / "ca.crt").read_bytes().count(b"BEGIN CERTIFICATE") == 1, 30)
-        await _send(host, "after the roll")
         assert proc.returncode is None, log.read_text()
         reloaded = HostCA(host.data_dir)
         assert reloaded.trust_pem == reloaded.ca_pem and reloaded.ca_cert.subject == next_ca.subject
