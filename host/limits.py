@@ -313,6 +313,12 @@ WORKER_CONTROL_MESSAGES_PER_SECOND = 10
 # a run the previous host left queued, of a runner no connected worker offers yet, waits for one that does instead
 # of failing `runner_unavailable` at once. A new message is not held: its sender is told at once.
 WORKER_RECONNECT_GRACE_SECONDS = 15.0
+# A worker's client certificate lives this long; the worker renews it over its mTLS connection at 2/3 of that
+# (worker_pki.RENEW_AT), so a worker that stays away longer than a third of it must enrol again. Set in the host's
+# environment; short lifetimes bound what a stolen worker key is worth.
+WORKER_CERT_SECONDS = _env_int("AGENTHOST_WORKER_CERT_SECONDS", 30 * 24 * 3600, minimum=30)
+# `agenthost workers rotate NAME` waits this long for the worker's renewal before saying it did not come.
+WORKER_ROTATE_WAIT_SECONDS = 20.0
 
 # The active host's lease on a PostgreSQL database (docs/operating/standby.md): the heartbeat written to the lease row
 # (for humans; each beat is also a fenced write, so a deposed idle host stops within a beat or so).

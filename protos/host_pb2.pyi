@@ -9,6 +9,28 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class RollWorkerCARequest(_message.Message):
+    __slots__ = ("step", "force")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    step: str
+    force: bool
+    def __init__(self, step: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class WorkerCAStatus(_message.Message):
+    __slots__ = ("ca", "ca_expires_at", "next_ca", "rolling_since", "not_renewed")
+    CA_FIELD_NUMBER: _ClassVar[int]
+    CA_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CA_FIELD_NUMBER: _ClassVar[int]
+    ROLLING_SINCE_FIELD_NUMBER: _ClassVar[int]
+    NOT_RENEWED_FIELD_NUMBER: _ClassVar[int]
+    ca: str
+    ca_expires_at: float
+    next_ca: str
+    rolling_since: float
+    not_renewed: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, ca: _Optional[str] = ..., ca_expires_at: _Optional[float] = ..., next_ca: _Optional[str] = ..., rolling_since: _Optional[float] = ..., not_renewed: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class CreateWorkerTokenRequest(_message.Message):
     __slots__ = ("pool", "ttl_seconds")
     POOL_FIELD_NUMBER: _ClassVar[int]
@@ -42,7 +64,7 @@ class WorkerRunnerInfo(_message.Message):
     def __init__(self, runner_id: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("name", "pool", "address", "runners", "in_flight", "capacity", "last_heartbeat", "state", "enrolled_at", "serial")
+    __slots__ = ("name", "pool", "address", "runners", "in_flight", "capacity", "last_heartbeat", "state", "enrolled_at", "serial", "cert_expires_at", "renewed_at")
     NAME_FIELD_NUMBER: _ClassVar[int]
     POOL_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +75,8 @@ class WorkerInfo(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     ENROLLED_AT_FIELD_NUMBER: _ClassVar[int]
     SERIAL_FIELD_NUMBER: _ClassVar[int]
+    CERT_EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    RENEWED_AT_FIELD_NUMBER: _ClassVar[int]
     name: str
     pool: str
     address: str
@@ -63,7 +87,9 @@ class WorkerInfo(_message.Message):
     state: str
     enrolled_at: float
     serial: str
-    def __init__(self, name: _Optional[str] = ..., pool: _Optional[str] = ..., address: _Optional[str] = ..., runners: _Optional[_Iterable[_Union[WorkerRunnerInfo, _Mapping]]] = ..., in_flight: _Optional[int] = ..., capacity: _Optional[int] = ..., last_heartbeat: _Optional[float] = ..., state: _Optional[str] = ..., enrolled_at: _Optional[float] = ..., serial: _Optional[str] = ...) -> None: ...
+    cert_expires_at: float
+    renewed_at: float
+    def __init__(self, name: _Optional[str] = ..., pool: _Optional[str] = ..., address: _Optional[str] = ..., runners: _Optional[_Iterable[_Union[WorkerRunnerInfo, _Mapping]]] = ..., in_flight: _Optional[int] = ..., capacity: _Optional[int] = ..., last_heartbeat: _Optional[float] = ..., state: _Optional[str] = ..., enrolled_at: _Optional[float] = ..., serial: _Optional[str] = ..., cert_expires_at: _Optional[float] = ..., renewed_at: _Optional[float] = ...) -> None: ...
 
 class ListWorkersResponse(_message.Message):
     __slots__ = ("workers",)

@@ -255,6 +255,16 @@ class AgentHostStub:
                 request_serializer=agenthost_dot_protos_dot_host__pb2.WorkerRequest.SerializeToString,
                 response_deserializer=agenthost_dot_protos_dot_host__pb2.WorkerInfo.FromString,
                 _registered_method=True)
+        self.RotateWorker = channel.unary_unary(
+                '/agenthost.v1.AgentHost/RotateWorker',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.WorkerRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.WorkerInfo.FromString,
+                _registered_method=True)
+        self.RollWorkerCA = channel.unary_unary(
+                '/agenthost.v1.AgentHost/RollWorkerCA',
+                request_serializer=agenthost_dot_protos_dot_host__pb2.RollWorkerCARequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_host__pb2.WorkerCAStatus.FromString,
+                _registered_method=True)
 
 
 class AgentHostServicer:
@@ -552,6 +562,20 @@ class AgentHostServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RotateWorker(self, request, context):
+        """The worker renews its certificate now (it does by itself at 2/3 of its lifetime); answers once it has.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RollWorkerCA(self, request, context):
+        """The workers' CA: shown (step ""), or rolled in two steps, "begin" then "finish" (docs/operating/scaling-out.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentHostServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -774,6 +798,16 @@ def add_AgentHostServicer_to_server(servicer, server):
                     servicer.RevokeWorker,
                     request_deserializer=agenthost_dot_protos_dot_host__pb2.WorkerRequest.FromString,
                     response_serializer=agenthost_dot_protos_dot_host__pb2.WorkerInfo.SerializeToString,
+            ),
+            'RotateWorker': grpc.unary_unary_rpc_method_handler(
+                    servicer.RotateWorker,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.WorkerRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.WorkerInfo.SerializeToString,
+            ),
+            'RollWorkerCA': grpc.unary_unary_rpc_method_handler(
+                    servicer.RollWorkerCA,
+                    request_deserializer=agenthost_dot_protos_dot_host__pb2.RollWorkerCARequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_host__pb2.WorkerCAStatus.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1964,6 +1998,60 @@ class AgentHost:
             '/agenthost.v1.AgentHost/RevokeWorker',
             agenthost_dot_protos_dot_host__pb2.WorkerRequest.SerializeToString,
             agenthost_dot_protos_dot_host__pb2.WorkerInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RotateWorker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/RotateWorker',
+            agenthost_dot_protos_dot_host__pb2.WorkerRequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.WorkerInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RollWorkerCA(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.AgentHost/RollWorkerCA',
+            agenthost_dot_protos_dot_host__pb2.RollWorkerCARequest.SerializeToString,
+            agenthost_dot_protos_dot_host__pb2.WorkerCAStatus.FromString,
             options,
             channel_credentials,
             insecure,

@@ -31,6 +31,22 @@ class EnrolResponse(_message.Message):
     server_name: str
     def __init__(self, name: _Optional[str] = ..., pool: _Optional[str] = ..., certificate_pem: _Optional[bytes] = ..., ca_pem: _Optional[bytes] = ..., server_name: _Optional[str] = ...) -> None: ...
 
+class RenewRequest(_message.Message):
+    __slots__ = ("csr_pem",)
+    CSR_PEM_FIELD_NUMBER: _ClassVar[int]
+    csr_pem: bytes
+    def __init__(self, csr_pem: _Optional[bytes] = ...) -> None: ...
+
+class RenewResponse(_message.Message):
+    __slots__ = ("certificate_pem", "ca_pem", "not_after")
+    CERTIFICATE_PEM_FIELD_NUMBER: _ClassVar[int]
+    CA_PEM_FIELD_NUMBER: _ClassVar[int]
+    NOT_AFTER_FIELD_NUMBER: _ClassVar[int]
+    certificate_pem: bytes
+    ca_pem: bytes
+    not_after: float
+    def __init__(self, certificate_pem: _Optional[bytes] = ..., ca_pem: _Optional[bytes] = ..., not_after: _Optional[float] = ...) -> None: ...
+
 class WorkerOffer(_message.Message):
     __slots__ = ("plugin_id", "version", "manifests_json")
     PLUGIN_ID_FIELD_NUMBER: _ClassVar[int]
@@ -42,16 +58,18 @@ class WorkerOffer(_message.Message):
     def __init__(self, plugin_id: _Optional[str] = ..., version: _Optional[str] = ..., manifests_json: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class WorkerHello(_message.Message):
-    __slots__ = ("offers", "capacity", "held_runs", "version")
+    __slots__ = ("offers", "capacity", "held_runs", "version", "renewed")
     OFFERS_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     HELD_RUNS_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    RENEWED_FIELD_NUMBER: _ClassVar[int]
     offers: _containers.RepeatedCompositeFieldContainer[WorkerOffer]
     capacity: int
     held_runs: _containers.RepeatedScalarFieldContainer[str]
     version: str
-    def __init__(self, offers: _Optional[_Iterable[_Union[WorkerOffer, _Mapping]]] = ..., capacity: _Optional[int] = ..., held_runs: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ...) -> None: ...
+    renewed: bool
+    def __init__(self, offers: _Optional[_Iterable[_Union[WorkerOffer, _Mapping]]] = ..., capacity: _Optional[int] = ..., held_runs: _Optional[_Iterable[str]] = ..., version: _Optional[str] = ..., renewed: _Optional[bool] = ...) -> None: ...
 
 class WorkerHeartbeat(_message.Message):
     __slots__ = ("in_flight",)
@@ -74,18 +92,20 @@ class RunAssignment(_message.Message):
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class WorkerDown(_message.Message):
-    __slots__ = ("assign", "heartbeat", "drain", "drop", "welcome")
+    __slots__ = ("assign", "heartbeat", "drain", "drop", "welcome", "rotate")
     ASSIGN_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     DRAIN_FIELD_NUMBER: _ClassVar[int]
     DROP_FIELD_NUMBER: _ClassVar[int]
     WELCOME_FIELD_NUMBER: _ClassVar[int]
+    ROTATE_FIELD_NUMBER: _ClassVar[int]
     assign: RunAssignment
     heartbeat: WorkerHeartbeat
     drain: bool
     drop: RunAssignment
     welcome: str
-    def __init__(self, assign: _Optional[_Union[RunAssignment, _Mapping]] = ..., heartbeat: _Optional[_Union[WorkerHeartbeat, _Mapping]] = ..., drain: _Optional[bool] = ..., drop: _Optional[_Union[RunAssignment, _Mapping]] = ..., welcome: _Optional[str] = ...) -> None: ...
+    rotate: bool
+    def __init__(self, assign: _Optional[_Union[RunAssignment, _Mapping]] = ..., heartbeat: _Optional[_Union[WorkerHeartbeat, _Mapping]] = ..., drain: _Optional[bool] = ..., drop: _Optional[_Union[RunAssignment, _Mapping]] = ..., welcome: _Optional[str] = ..., rotate: _Optional[bool] = ...) -> None: ...
 
 class WorkerRunUp(_message.Message):
     __slots__ = ("run_id", "batch", "end")

@@ -116,6 +116,11 @@ class WorkerHubStub:
                 request_serializer=agenthost_dot_protos_dot_worker__pb2.WorkerRunUp.SerializeToString,
                 response_deserializer=agenthost_dot_protos_dot_worker__pb2.WorkerRunDown.FromString,
                 _registered_method=True)
+        self.Renew = channel.unary_unary(
+                '/agenthost.v1.WorkerHub/Renew',
+                request_serializer=agenthost_dot_protos_dot_worker__pb2.RenewRequest.SerializeToString,
+                response_deserializer=agenthost_dot_protos_dot_worker__pb2.RenewResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerHubServicer:
@@ -138,6 +143,16 @@ class WorkerHubServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Renew(self, request, context):
+        """A new client certificate for the calling worker, over a key it made (before its certificate expires, at about
+        2/3 of its lifetime, or at once when told `rotate`). The name comes from the host's record of the certificate
+        the call presented, never from the CSR; a CSR naming anyone else is refused. The certificate the call presented
+        is still accepted until it expires; the one before it no longer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerHubServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -150,6 +165,11 @@ def add_WorkerHubServicer_to_server(servicer, server):
                     servicer.Run,
                     request_deserializer=agenthost_dot_protos_dot_worker__pb2.WorkerRunUp.FromString,
                     response_serializer=agenthost_dot_protos_dot_worker__pb2.WorkerRunDown.SerializeToString,
+            ),
+            'Renew': grpc.unary_unary_rpc_method_handler(
+                    servicer.Renew,
+                    request_deserializer=agenthost_dot_protos_dot_worker__pb2.RenewRequest.FromString,
+                    response_serializer=agenthost_dot_protos_dot_worker__pb2.RenewResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -206,6 +226,33 @@ class WorkerHub:
             '/agenthost.v1.WorkerHub/Run',
             agenthost_dot_protos_dot_worker__pb2.WorkerRunUp.SerializeToString,
             agenthost_dot_protos_dot_worker__pb2.WorkerRunDown.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Renew(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/agenthost.v1.WorkerHub/Renew',
+            agenthost_dot_protos_dot_worker__pb2.RenewRequest.SerializeToString,
+            agenthost_dot_protos_dot_worker__pb2.RenewResponse.FromString,
             options,
             channel_credentials,
             insecure,

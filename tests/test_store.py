@@ -455,18 +455,46 @@ async def test_worker_enrolment_rules_on_both_backends(db):
     await workers.add_token("h1", "gpu", expires_at=1e12)
     await workers.add_token("h2", "gpu", expires_at=1e12)
     await workers.add_token("old", "gpu", expires_at=1.0)
-    first = await workers.enrol("h1", "w1", "serial-1")
+    first = await workers.enrol("h1", "w1", "serial-1", 1e12)
     assert (first.pool, first.serial, first.draining) == ("gpu", "serial-1", False)
     with pytest.raises(errors.Unauthenticated, match="already used"):
-        await workers.enrol("h1", "w2", "serial-2")
+        await workers.enrol("h1", "w2", "serial-2", 1e12)
     with pytest.raises(errors.Unauthenticated, match="expired"):
-        await workers.enrol("old", "w3", "serial-3")
+        await workers.enrol("old", "w3", "serial-3", 1e12)
     with pytest.raises(errors.AlreadyExists):
-        await workers.enrol("h2", "w1", "serial-4")
+        await workers.enrol("h2", "w1", "serial-4", 1e12)
     await workers.set_draining("w1", True)
     await workers.revoke("w1")
     await workers.add_token("h3", "cpu", expires_at=1e12)
-    again = await workers.enrol("h3", "w1", "serial-5")
+    again = await workers.enrol("h3", "w1", "serial-5", 1e12)
     assert workers.get("w1") == again
     assert (again.pool, again.serial, again.draining, again.revoked_at) == ("cpu", "serial-5", False, None)
     assert [w.name for w in workers.list()] == ["w1"]
+
+
+async def test_worker_renewal_rules_on_both_backends(db):
+    """A renewal keeps the certificate it was made with accepted until that one expires and no other earlier one;
+    one made from the previous certificate (its first answer lost) keeps the previous; a revoked worker, or a
+    certificate no longer accepted, renews nothing."""
+    import time
+
+    from agenthost.host.store.workers import WorkerStore
+
+    workers = WorkerStore(db)
+    await workers.add_token("h1", "gpu", expires_at=1e12)
+    far = time.time() + 3600
+    await workers.enrol("h1", "w1", "s1", far)
+    second = await workers.renew("w1", "s1", "s2", far + 10)
+    assert (second.serial, second.previous_serial, second.previous_expires_at) == ("s2", "s1", far)
+    assert workers.get("w1") == second and second.renewed_at > 0
+    assert second.accepts("s1", time.time()) and second.accepts("s2", time.time())
+    assert not second.accepts("s1", far) and not second.accepts("s0", time.time())
+    third = await workers.renew("w1", "s1", "s3", far + 20)  # from the previous one: it stays the previous
+    assert (third.serial, third.previous_serial) == ("s3", "s1")
+    assert not third.accepts("s2", time.time())
+    with pytest.raises(errors.Unauthenticated, match="no longer accepted"):
+        await workers.renew("w1", "s2", "s4", far + 30)
+    await workers.revoke("w1")
+    with pytest.raises(errors.Unauthenticated, match="revoked"):
+        await workers.renew("w1", "s3", "s5", far + 40)
+    assert workers.get("w1").serial == "s3"

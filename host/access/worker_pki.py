@@ -4,12 +4,14 @@ key, its CSR, the pin of the enrolment certificate). All of it through the `cryp
 
 Host files, under `<data>/workers/` (0700), each written 0600 once and kept:
   ca.key, ca.crt           the CA (EC P-256, 10 years): signs the hub certificate and workers' client certificates
+  ca-next.key, ca-next.crt the next CA, while the CA is rolled (HostCA.begin_roll): signs workers' certificates
   hub.key, hub.crt         the workers port's server certificate (CA-signed, DNS name HUB_SERVER_NAME)
   enrol.key, enrol.crt     the enrolment port's self-signed certificate; a join token carries its SHA-256, so a
                            worker that has nothing yet still authenticates the host before presenting its token
 
 A worker's certificate names it in its common name, set by the host at enrolment (a name in the CSR is ignored),
-and its serial number is what revocation refuses.
+and its serial number is what revocation refuses. It lives `limits.WORKER_CERT_SECONDS` (30 days by default); the
+worker renews it over its authenticated connection at RENEW_AT of its lifetime (`renew_at`), with a new key.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import base64
 import datetime
 import hashlib
+import os
 import re
 import secrets
 from dataclasses import dataclass
@@ -37,7 +40,10 @@ HUB_SERVER_NAME = "agenthost-host"
 ENROL_SERVER_NAME = "agenthost-enrol"
 CA_DAYS = 3650
 HUB_DAYS = 825
-WORKER_CERT_DAYS = 365
+# Certificates start this long before they are signed: a worker's clock a little behind still accepts them.
+BACKDATE = datetime.timedelta(minutes=5)
+# A worker renews its certificate once this share of its lifetime (from signing, the backdating aside) has passed.
+RENEW_AT = 2 / 3
 # A worker's name: its certificate's common name, in `workers list` and on every run it serves.
 WORKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 JOIN_PREFIX = "ahj1"
@@ -82,7 +88,7 @@ def _name(common_name: str) -> x509.Name:
 
 
 def _builder(
-    subject: str, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey, days: int
+    subject: str, issuer: x509.Name, public_key: ec.EllipticCurvePublicKey, days: float
 ) -> x509.CertificateBuilder:
     now = _now()
     return (
@@ -91,7 +97,7 @@ def _builder(
         .issuer_name(issuer)
         .public_key(public_key)
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))  # a worker's clock a little behind
+        .not_valid_before(now - BACKDATE)
         .not_valid_after(now + datetime.timedelta(days=days))
     )
 
@@ -142,23 +148,54 @@ class JoinToken:
 
 
 class HostCA:
-    """The host's CA and its two server identities, created at first use and kept in `<data>/workers/`."""
+    """The host's CA and its two server identities, created at first use and kept in `<data>/workers/`.
+
+    Rolling the CA (`agenthost workers ca begin-roll`, then `finish-roll`): `begin_roll` makes the next CA
+    (`ca-next.key`, `ca-next.crt`). From then on workers' certificates are signed by it, the workers port accepts
+    client certificates of either CA, and workers are given both as their trust bundle, while the workers port's
+    own certificate is still the current CA's. Once every worker has renewed (`workers rotate`), `finish_roll` makes
+    the next CA the CA: the old key is deleted, the workers port gets a certificate of the new CA, and a client
+    certificate of the old one is refused. Each step is two file moves, key first; a stop between them is finished
+    at the next load."""
 
     def __init__(self, data_dir: Path) -> None:
         self.dir = make_private_dir(data_dir / "workers")
-        self._key, self.ca_cert = self._load_or_make_ca()
-        self.ca_pem = cert_pem(self.ca_cert)
-        self.hub_key_pem, self.hub_cert_pem = self._load_or_make_server("hub", HUB_SERVER_NAME, signed=True)
+        # Bumped at each change of what the workers port presents or trusts (hub.py serves new handshakes with it).
+        self.generation = 0
+        self._load()
         self.enrol_key_pem, self.enrol_cert_pem = self._load_or_make_server("enrol", ENROL_SERVER_NAME, signed=False)
         self.enrol_pin = pin_of(self.enrol_cert_pem)
 
-    def _load_or_make_ca(self) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-        key_path, cert_path = self.dir / "ca.key", self.dir / "ca.crt"
-        if key_path.exists() and cert_path.exists():
-            key = serialization.load_pem_private_key(read_private(key_path), password=None)
-            if not isinstance(key, ec.EllipticCurvePrivateKey):
-                raise ValueError(f"{key_path} is not an EC key")
-            return key, x509.load_pem_x509_certificate(read_private(cert_path))
+    def _load(self) -> None:
+        self._finish_moves()
+        self._key, self.ca_cert = self._load_ca("ca") or self._make_ca("ca")
+        self.ca_pem = cert_pem(self.ca_cert)
+        self._next = self._load_ca("ca-next")
+        # What the workers port trusts for client certificates, and what workers are given to trust the host by.
+        self.trust_pem = self.ca_pem + (cert_pem(self._next[1]) if self._next else b"")
+        self.trusted_issuers = {self.ca_cert.subject} | ({self._next[1].subject} if self._next else set())
+        self.hub_key_pem, self.hub_cert_pem = self._load_or_make_server("hub", HUB_SERVER_NAME, signed=True)
+        self.generation += 1
+
+    def _finish_moves(self) -> None:
+        """A roll step stopped between its two moves: a `.key` without its `.crt` is a step not taken (dropped), a
+        `.crt` whose key has moved is moved after it."""
+        key, cert = self.dir / "ca-next.key", self.dir / "ca-next.crt"
+        if cert.exists() and not key.exists():
+            os.replace(cert, self.dir / "ca.crt")
+        elif key.exists() and not cert.exists():
+            key.unlink()
+
+    def _load_ca(self, stem: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None:
+        key_path, cert_path = self.dir / f"{stem}.key", self.dir / f"{stem}.crt"
+        if not (key_path.exists() and cert_path.exists()):
+            return None
+        key = serialization.load_pem_private_key(read_private(key_path), password=None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ValueError(f"{key_path} is not an EC key")
+        return key, x509.load_pem_x509_certificate(read_private(cert_path))
+
+    def _make_ca(self, stem: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
         key = new_key()
         name = _name(f"agenthost workers CA {secrets.token_hex(4)}")
         cert = (
@@ -181,8 +218,8 @@ class HostCA:
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .sign(key, hashes.SHA256())
         )
-        write_private(key_path, key_pem(key))  # the key first: a crt without its key is made again
-        write_private(cert_path, cert_pem(cert))
+        write_private(self.dir / f"{stem}.key", key_pem(key))  # the key first: a crt without its key is made again
+        write_private(self.dir / f"{stem}.crt", cert_pem(cert))
         return key, cert
 
     def _load_or_make_server(self, stem: str, name: str, *, signed: bool) -> tuple[bytes, bytes]:
@@ -202,24 +239,96 @@ class HostCA:
         write_private(cert_path, cert_pem(cert))
         return key_pem(key), cert_pem(cert)
 
-    def sign_worker(self, csr_pem: bytes, name: str) -> x509.Certificate:
-        """A client certificate for worker `name` over the CSR's public key. The CSR must be signed by that key
-        (the worker holds it) and be EC P-256; its subject is ignored: the host names the worker."""
-        try:
-            csr = x509.load_pem_x509_csr(csr_pem)
-        except ValueError as exc:
-            raise errors.InvalidArgument(f"csr_pem is not a PEM certificate request: {exc}") from None
-        if not csr.is_signature_valid:
-            raise errors.InvalidArgument("the certificate request is not signed by its own key")
-        public = csr.public_key()
-        if not isinstance(public, ec.EllipticCurvePublicKey) or public.curve.name != "secp256r1":
-            raise errors.InvalidArgument("the certificate request must be for an EC P-256 key")
+    # ---- rolling the CA ----
+
+    @property
+    def next_ca(self) -> x509.Certificate | None:
+        return self._next[1] if self._next else None
+
+    @property
+    def rolling_since(self) -> float:
+        """When the roll under way began (its CA's signing time); 0 when none is."""
+        if self._next is None:
+            return 0.0
+        return self._next[1].not_valid_before_utc.timestamp() + BACKDATE.total_seconds()
+
+    def begin_roll(self) -> None:
+        if self._next is not None:
+            raise errors.FailedPrecondition(
+                "a CA roll is already under way; renew every worker (`agenthost workers rotate NAME`), then"
+                " `agenthost workers ca finish-roll`"
+            )
+        self._make_ca("ca-next")
+        self._load()
+
+    def finish_roll(self) -> None:
+        if self._next is None:
+            raise errors.FailedPrecondition("no CA roll is under way; begin one with `agenthost workers ca begin-roll`")
+        os.replace(self.dir / "ca-next.key", self.dir / "ca.key")
+        os.replace(self.dir / "ca-next.crt", self.dir / "ca.crt")
+        self._load()
+
+    def sign_worker(self, csr_pem: bytes, name: str, lifetime_seconds: float) -> x509.Certificate:
+        """A client certificate for worker `name` over the CSR's public key, valid `lifetime_seconds`. The CSR must
+        be signed by that key (the worker holds it) and be EC P-256; its subject is ignored: the host names the
+        worker."""
+        public = load_csr(csr_pem).public_key()
+        assert isinstance(public, ec.EllipticCurvePublicKey)  # load_csr refuses any other
+        # During a roll, by the next CA: the certificate outlives the current one.
+        key, ca = self._next or (self._key, self.ca_cert)
         return (
-            _builder(name, self.ca_cert.subject, public, WORKER_CERT_DAYS)
+            _builder(name, ca.subject, public, lifetime_seconds / 86400)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-            .sign(self._key, hashes.SHA256())
+            .sign(key, hashes.SHA256())
         )
+
+
+def load_csr(csr_pem: bytes) -> x509.CertificateSigningRequest:
+    """A worker's CSR, refused unless it is PEM, signed by its own key, and for an EC P-256 key."""
+    try:
+        csr = x509.load_pem_x509_csr(csr_pem)
+    except ValueError as exc:
+        raise errors.InvalidArgument(f"csr_pem is not a PEM certificate request: {exc}") from None
+    if not csr.is_signature_valid:
+        raise errors.InvalidArgument("the certificate request is not signed by its own key")
+    public = csr.public_key()
+    if not isinstance(public, ec.EllipticCurvePublicKey) or public.curve.name != "secp256r1":
+        raise errors.InvalidArgument("the certificate request must be for an EC P-256 key")
+    return csr
+
+
+def refuse_other_names(csr_pem: bytes, name: str) -> None:
+    """A renewal's CSR may name its worker or nobody: a common name or a subject alternative name of anything else
+    is refused (the certificate is named from the host's record either way; a request for another name is a worker
+    trying, and is said so rather than quietly signed)."""
+    csr = load_csr(csr_pem)
+    named = [str(a.value) for a in csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    try:
+        san = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        pass
+    else:
+        named += [str(getattr(entry, "value", entry)) for entry in san]
+    others = sorted({n for n in named if n != name})
+    if others:
+        raise errors.InvalidArgument(
+            f"worker {name!r} asked for a certificate naming {', '.join(map(repr, others))[:200]}; a worker renews"
+            " only its own certificate"
+        )
+
+
+def validity(cert_pem_bytes: bytes) -> tuple[float, float]:
+    """(not_before, not_after) of a certificate, UNIX seconds."""
+    cert = x509.load_pem_x509_certificate(cert_pem_bytes)
+    return cert.not_valid_before_utc.timestamp(), cert.not_valid_after_utc.timestamp()
+
+
+def renew_at(cert_pem_bytes: bytes) -> float:
+    """When a worker renews this certificate: RENEW_AT of the way from its signing to its expiry."""
+    not_before, not_after = validity(cert_pem_bytes)
+    signed = min(not_after, not_before + BACKDATE.total_seconds())
+    return signed + RENEW_AT * (not_after - signed)
 
 
 def make_csr(key: ec.EllipticCurvePrivateKey, name: str) -> bytes:

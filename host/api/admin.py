@@ -277,6 +277,16 @@ class AdminServicer(host_grpc.AgentHostServicer):
     async def RevokeWorker(self, request: hpb.WorkerRequest, context: grpc.aio.ServicerContext) -> hpb.WorkerInfo:
         return await self._workers().revoke(request.name)
 
+    @_mapped
+    async def RotateWorker(self, request: hpb.WorkerRequest, context: grpc.aio.ServicerContext) -> hpb.WorkerInfo:
+        return await self._workers().rotate(request.name)
+
+    @_mapped
+    async def RollWorkerCA(
+        self, request: hpb.RollWorkerCARequest, context: grpc.aio.ServicerContext
+    ) -> hpb.WorkerCAStatus:
+        return await self._workers().roll_ca(request.step, request.force)
+
     # ---- credentials and keys (admin only: AuthInterceptor refuses scoped callers) ----
 
     @_mapped

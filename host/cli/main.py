@@ -415,6 +415,7 @@ async def cmd_models(args: argparse.Namespace, c: HostClient) -> int:
 async def cmd_workers(args: argparse.Namespace, c: HostClient) -> int:
     import time
 
+    from agenthost.host import limits
     from agenthost.protos import host_pb2 as hpb
 
     if args.action == "create":  # `workers token create` (the inner group's action)
@@ -429,6 +430,17 @@ async def cmd_workers(args: argparse.Namespace, c: HostClient) -> int:
                 file=sys.stderr,
             )
         return 0
+    if args.action in ("show", "begin-roll", "finish-roll"):  # `workers ca ACTION`
+        step = {"show": "", "begin-roll": "begin", "finish-roll": "finish"}[args.action]
+        ca = await c.call("RollWorkerCA", hpb.RollWorkerCARequest(step=step, force=getattr(args, "force", False)))
+        lines = [f"CA {ca.ca}, expires {_when(ca.ca_expires_at)}"]
+        if ca.next_ca:
+            lines.append(f"rolling since {_when(ca.rolling_since)} to {ca.next_ca}")
+            lines.append(
+                "not yet renewed: " + (", ".join(ca.not_renewed) or "none (finish with `workers ca finish-roll`)")
+            )
+        _emit(args, to_jsonable(ca), "\n".join(lines))
+        return 0
     if args.action == "list":
         workers = (await c.call("ListWorkers", hpb.ListWorkersRequest())).workers
         if args.json:
@@ -440,13 +452,31 @@ async def cmd_workers(args: argparse.Namespace, c: HostClient) -> int:
             beat = f"{time.time() - w.last_heartbeat:.0f}s ago" if w.last_heartbeat else "-"
             say(
                 f"{w.name:20} {w.pool:10} {w.state:12} {w.address or '-':24} runs {w.in_flight}/{w.capacity or '-'}"
-                f"  heartbeat {beat}  runners: {runners}"
+                f"  heartbeat {beat}  cert {_cert_expiry(w)}  runners: {runners}"
             )
         return 0
-    method = {"drain": "DrainWorker", "revoke": "RevokeWorker"}[args.action]
-    info = await c.call(method, hpb.WorkerRequest(name=args.name))
-    _emit(args, to_jsonable(info), f"{args.action} {info.name}: {info.state}")
+    method = {"drain": "DrainWorker", "revoke": "RevokeWorker", "rotate": "RotateWorker"}[args.action]
+    # The host answers a rotation once the worker has renewed (or says it did not in WORKER_ROTATE_WAIT_SECONDS).
+    wait = limits.WORKER_ROTATE_WAIT_SECONDS + 10 if args.action == "rotate" else None
+    info = await c.call(method, hpb.WorkerRequest(name=args.name), timeout=wait)
+    if args.action == "rotate":
+        _emit(args, to_jsonable(info), f"rotated {info.name}: certificate {info.serial}, {_cert_expiry(info)}")
+    else:
+        _emit(args, to_jsonable(info), f"{args.action} {info.name}: {info.state}")
     return 0
+
+
+def _cert_expiry(w: Any) -> str:
+    """A worker's certificate expiry for `workers list`/`rotate`: when, and how far off."""
+    import time
+
+    if not w.cert_expires_at:
+        return "expiry not recorded (enrolled before renewal; rotate it)"
+    left = w.cert_expires_at - time.time()
+    if left <= 0:
+        return f"EXPIRED {_when(w.cert_expires_at)}"
+    span = f"{left / 86400:.0f}d" if left >= 2 * 86400 else f"{left / 3600:.1f}h" if left >= 3600 else f"{left:.0f}s"
+    return f"expires {_when(w.cert_expires_at)} (in {span})"
 
 
 def _duration(text: str) -> float:
@@ -1381,7 +1411,7 @@ def build_parser() -> argparse.ArgumentParser:
     wk = _group(
         sub,
         "workers",
-        "runner workers on other machines: enrolment, listing, drain, revoke",
+        "runner workers on other machines: enrolment, listing, drain, revoke, certificate rotation",
         "agenthost workers token create --pool gpu --ttl 10m",
         "agenthost workers list",
     )
@@ -1389,12 +1419,29 @@ def build_parser() -> argparse.ArgumentParser:
     tc = tok.add("create", "print a short-lived, single-use join token", "agenthost workers token create --ttl 10m")
     tc.add_argument("--pool", default="", help="the pool the worker joins (default: default)")
     tc.add_argument("--ttl", type=_duration, default=600.0, help="how long the token may be used: 90s, 10m, 1h")
-    wk.add("list", "enrolled workers: pool, address, runners, in-flight runs, last heartbeat", "agenthost workers list")
+    wk.add(
+        "list",
+        "enrolled workers: pool, address, runners, in-flight runs, last heartbeat, certificate expiry",
+        "agenthost workers list",
+    )
     for action, what in (
         ("drain", "no new runs go to the worker; its runs in flight finish"),
         ("revoke", "cut its connections now and refuse its certificate from then on"),
+        ("rotate", "the worker renews its certificate now (it does by itself at 2/3 of its lifetime)"),
     ):
         wk.add(action, what, f"agenthost workers {action} gpu-1").add_argument("name")
+    ca = _group(wk, "ca", "the workers' CA, and rolling it to a new one", "agenthost workers ca show")
+    ca.add("show", "the CA, and the roll under way if any", "agenthost workers ca show")
+    ca.add(
+        "begin-roll",
+        "make the next CA: workers' certificates are signed by it, either CA is trusted",
+        "agenthost workers ca begin-roll",
+    )
+    ca.add(
+        "finish-roll",
+        "the next CA becomes the CA; certificates of the old one are refused",
+        "agenthost workers ca finish-roll",
+    ).add_argument("--force", action="store_true", help="finish although some workers have not renewed")
 
     wrk = sub.add(
         "worker",

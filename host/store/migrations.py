@@ -371,7 +371,16 @@ ALTER TABLE runs ADD COLUMN idempotency_key TEXT NOT NULL DEFAULT '';
 CREATE UNIQUE INDEX runs_idempotency ON runs(bot_id, origin, idempotency_key) WHERE idempotency_key != '';
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15]
+# Worker certificate renewal (host/workers): the accepted certificate's expiry, and the one it replaced, still
+# accepted until its own expiry (a renewing worker's old connection finishes what it carries).
+_V16 = """
+ALTER TABLE workers ADD COLUMN expires_at REAL NOT NULL DEFAULT 0;
+ALTER TABLE workers ADD COLUMN previous_serial TEXT NOT NULL DEFAULT '';
+ALTER TABLE workers ADD COLUMN previous_expires_at REAL NOT NULL DEFAULT 0;
+ALTER TABLE workers ADD COLUMN renewed_at REAL NOT NULL DEFAULT 0;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15, _V16]
 
 
 def migrate(conn: sqlite3.Connection) -> int:

@@ -330,7 +330,15 @@ ALTER TABLE runs ADD COLUMN idempotency_key TEXT NOT NULL DEFAULT '';
 CREATE UNIQUE INDEX runs_idempotency ON runs(bot_id, origin, idempotency_key) WHERE idempotency_key != '';
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6]
+# Worker certificate renewal (SQLite's V16).
+_V7 = """
+ALTER TABLE workers ADD COLUMN expires_at DOUBLE PRECISION NOT NULL DEFAULT 0;
+ALTER TABLE workers ADD COLUMN previous_serial TEXT NOT NULL DEFAULT '';
+ALTER TABLE workers ADD COLUMN previous_expires_at DOUBLE PRECISION NOT NULL DEFAULT 0;
+ALTER TABLE workers ADD COLUMN renewed_at DOUBLE PRECISION NOT NULL DEFAULT 0;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
 
 # Two hosts starting on one database at once migrate one after the other (the key is arbitrary, fixed).
 _MIGRATION_LOCK = 0x61676E74_686F7374 & 0x7FFFFFFFFFFFFFFF

@@ -1,6 +1,6 @@
 """Enrolled runner workers and their join tokens (host/workers): only hashes of tokens are stored, a token is
-consumed in the transaction that checks it, and a worker's row holds the serial of the one certificate accepted for
-it."""
+consumed in the transaction that checks it, and a worker's row holds the serial of the certificate accepted for it
+and, after a renewal, of the one it replaced (accepted until that one expires)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,21 @@ class WorkerRecord:
     enrolled_at: float
     draining: bool
     revoked_at: float | None
+    expires_at: float = 0.0  # the accepted certificate's; 0 = not recorded (enrolled before renewal existed)
+    previous_serial: str = ""
+    previous_expires_at: float = 0.0
+    renewed_at: float = 0.0
 
     @property
     def revoked(self) -> bool:
         return self.revoked_at is not None
+
+    def accepts(self, serial: str, now: float) -> bool:
+        """Whether a certificate of this serial is this worker's: the current one, or the one its last renewal
+        replaced until that one's expiry (both also expire in the TLS handshake; this holds on a live connection)."""
+        if serial == self.serial:
+            return not self.expires_at or now < self.expires_at
+        return serial == self.previous_serial and now < self.previous_expires_at
 
 
 class WorkerStore:
@@ -42,7 +53,7 @@ class WorkerStore:
             )
         )
 
-    async def enrol(self, token_hash: str, name: str, serial: str) -> WorkerRecord:
+    async def enrol(self, token_hash: str, name: str, serial: str, expires_at: float) -> WorkerRecord:
         """Consumes the join token and records worker `name` with its certificate's serial, in one transaction (two
         workers presenting one token: one wins). Unauthenticated for a token unknown, used or expired; AlreadyExists
         for a name an enrolled, unrevoked worker holds."""
@@ -60,12 +71,14 @@ class WorkerStore:
                 "UPDATE worker_tokens SET used_at = ?, used_by = ? WHERE token_hash = ?", (now, name, token_hash)
             )
             conn.execute(
-                "INSERT INTO workers(name, pool, serial, enrolled_at, draining, revoked_at) VALUES (?,?,?,?,0,NULL)"
+                "INSERT INTO workers(name, pool, serial, enrolled_at, draining, revoked_at, expires_at,"
+                " previous_serial, previous_expires_at, renewed_at) VALUES (?,?,?,?,0,NULL,?,'',0,0)"
                 " ON CONFLICT(name) DO UPDATE SET pool = excluded.pool, serial = excluded.serial,"
-                " enrolled_at = excluded.enrolled_at, draining = 0, revoked_at = NULL",
-                (name, pool, serial, now),
+                " enrolled_at = excluded.enrolled_at, draining = 0, revoked_at = NULL,"
+                " expires_at = excluded.expires_at, previous_serial = '', previous_expires_at = 0, renewed_at = 0",
+                (name, pool, serial, now, expires_at),
             )
-            return WorkerRecord(name, pool, serial, now, False, None)
+            return WorkerRecord(name, pool, serial, now, False, None, expires_at)
 
         self._records.pop(name, None)
         try:
@@ -78,10 +91,50 @@ class WorkerStore:
         or expired before the host spends a signature on its request (enrol checks it again, in its transaction)."""
         return _usable_token(self.db.reader, token_hash)
 
+    async def renew(self, name: str, presented: str, serial: str, expires_at: float) -> WorkerRecord:
+        """Records worker `name`'s renewed certificate, in one transaction with the checks: the worker is not
+        revoked, and `presented` (the serial the renewing call authenticated with) is still accepted for it. The
+        presented certificate stays accepted until it expires; any other earlier one no longer (a worker renewing
+        twice from one certificate, its first answer lost, keeps the certificate it holds)."""
+
+        def write(conn: sqlite3.Connection) -> WorkerRecord:
+            row = conn.execute("SELECT * FROM workers WHERE name = ?", (name,)).fetchone()
+            if row is None or row["revoked_at"] is not None:
+                raise Unauthenticated(f"worker {name!r} was revoked; enrol again with a new join token")
+            record, now = self._record(row), time.time()
+            if not record.accepts(presented, now):
+                raise Unauthenticated(f"certificate {presented} is no longer accepted for worker {name!r}")
+            kept = presented == record.serial
+            previous_expires = record.expires_at if kept else record.previous_expires_at
+            conn.execute(
+                "UPDATE workers SET serial = ?, expires_at = ?, previous_serial = ?, previous_expires_at = ?,"
+                " renewed_at = ? WHERE name = ?",
+                (serial, expires_at, presented, previous_expires, now, name),
+            )
+            return WorkerRecord(
+                name, record.pool, serial, record.enrolled_at, record.draining, None,
+                expires_at, presented, previous_expires, now,
+            )  # fmt: skip
+
+        self._records.pop(name, None)
+        try:
+            return await self.db.write(write)
+        finally:
+            self._records.pop(name, None)
+
     @staticmethod
     def _record(row: sqlite3.Row) -> WorkerRecord:
         return WorkerRecord(
-            row["name"], row["pool"], row["serial"], row["enrolled_at"], bool(row["draining"]), row["revoked_at"]
+            row["name"],
+            row["pool"],
+            row["serial"],
+            row["enrolled_at"],
+            bool(row["draining"]),
+            row["revoked_at"],
+            row["expires_at"],
+            row["previous_serial"],
+            row["previous_expires_at"],
+            row["renewed_at"],
         )
 
     def get(self, name: str) -> WorkerRecord | None:

@@ -5,6 +5,13 @@ Files, in the worker's data dir under `worker/` (0700, each 0600): worker.key (m
 machine), worker.crt (signed by the host's CA at enrolment), ca.crt (the host's CA: the only authority this worker
 trusts for the host), worker.json (host addresses, name, pool).
 
+Renewal. The worker renews its certificate over its mTLS connection (`WorkerHub.Renew`) at 2/3 of its lifetime, or
+at once when the host says `rotate`: a new key made here, a CSR the host signs in the name it has on record. The new
+key and certificate are written beside the old (`.new`) and moved into place, key first; a worker stopped between
+the two moves finishes them at its next start. It then connects again with the new certificate, and the host moves
+its runs to that connection; runs already streaming on the old one finish there (the old certificate is accepted
+until it expires).
+
 Several host addresses (`--host A --host B`, or `A,B`): an active host and its standbys (docs/operating/standby.md),
 which share the CA. A standby listens on no port until it takes over, so the worker dials the addresses in turn
 until one answers, and after losing a host goes round them again.
@@ -41,6 +48,8 @@ from agenthost.host.access.worker_pki import (
     make_csr,
     new_key,
     pin_of,
+    renew_at,
+    validity,
 )
 from agenthost.host.processes.plugin_sockets import PluginSockets, run_api_server
 from agenthost.host.processes.supervisor import PluginSpec, PluginStartError, Supervisor
@@ -118,6 +127,7 @@ def identity_dir(data_dir: Path) -> Path:
 
 def load_identity(data_dir: Path) -> Identity | None:
     d = data_dir / "worker"
+    _finish_renewal(d)
     try:
         doc = json.loads(read_private(d / "worker.json"))
         return Identity(
@@ -130,6 +140,26 @@ def load_identity(data_dir: Path) -> Identity | None:
         )
     except FileNotFoundError:
         return None
+
+
+def _finish_renewal(d: Path) -> None:
+    """Completes a renewal a stop interrupted: a renewed certificate on disk means its key is too (written first),
+    so both move into place; a new key without its certificate is a renewal that never got an answer."""
+    key_new, cert_new = d / "worker.key.new", d / "worker.crt.new"
+    if cert_new.exists():
+        if key_new.exists():
+            os.replace(key_new, d / "worker.key")
+        os.replace(cert_new, d / "worker.crt")
+    else:
+        key_new.unlink(missing_ok=True)
+
+
+def save_renewal(data_dir: Path, key: bytes, cert: bytes, ca: bytes) -> None:
+    d = identity_dir(data_dir)
+    write_private(d / "worker.key.new", key)
+    write_private(d / "worker.crt.new", cert)
+    write_private(d / "ca.crt", ca)
+    _finish_renewal(d)
 
 
 def _fetch_enrol_certificate(host: str, port: int) -> str:
@@ -235,17 +265,36 @@ class LocalRun:
     plugin_id: str
     token_hashes: tuple[str, str]  # (run token, tool token)
     task: asyncio.Task[None] | None = None
+    channel: grpc.aio.Channel | None = None  # the connection its Run stream is on
+
+
+# How long after a failed renewal the worker tries again (at most; sooner when the certificate expires sooner).
+RENEW_RETRY_SECONDS = 60.0
 
 
 class Worker:
     """One worker process: its identity, its supervised runner plugins, the run API socket its runners reach, and
     its connection to the host (one channel: the control stream, one Run stream per run, the run API calls)."""
 
-    def __init__(self, identity: Identity, supervisor: Supervisor | None = None, *, capacity: int = 4) -> None:
+    def __init__(
+        self,
+        identity: Identity,
+        supervisor: Supervisor | None = None,
+        *,
+        capacity: int = 4,
+        data_dir: Path | None = None,
+    ) -> None:
         self.identity = identity
+        self.data_dir = data_dir  # where a renewed certificate is kept (None: in memory only)
+        # Set by the host's `rotate`: renew now. `renewed` is set once a renewal is kept: connect again with it.
+        self.rotate_now = asyncio.Event()
+        self.renewed = asyncio.Event()
+        self.renewals = 0
+        self._retiring: set[asyncio.Task[None]] = set()
         self.supervisor = supervisor
         self.capacity = capacity
         self.connected = asyncio.Event()
+        self.welcomed = asyncio.Event()  # set at each welcome (a renewal waits on it to move its runs)
         # Welcomes received, ever: how `serve` knows an attempt got through (`connected` is already cleared when
         # the session that set it has ended).
         self.welcomes = 0
@@ -256,10 +305,14 @@ class Worker:
         self.channel: grpc.aio.Channel | None = None
         self.address = ""  # the host address of the current (or last) connection
 
-    def hello(self) -> wpb.WorkerUp:
+    def hello(self, renewed: bool = False) -> wpb.WorkerUp:
         return wpb.WorkerUp(
             hello=wpb.WorkerHello(
-                offers=self.offers, capacity=self.capacity, held_runs=list(self.runs), version=VERSION
+                offers=self.offers,
+                capacity=self.capacity,
+                held_runs=list(self.runs),
+                version=VERSION,
+                renewed=renewed,
             )
         )
 
@@ -305,10 +358,11 @@ class Worker:
 
     # ---- the control stream ----
 
-    async def session(self, channel: grpc.aio.Channel) -> None:
-        """One control stream, until it breaks: hello, then heartbeats; assignments are served as they come."""
+    async def session(self, channel: grpc.aio.Channel, renewed: bool = False) -> None:
+        """One control stream, until it breaks: hello, then heartbeats; assignments are served as they come.
+        `renewed`: this worker's earlier session is live on its old certificate, and its runs move here."""
         outbox: asyncio.Queue[wpb.WorkerUp] = asyncio.Queue()
-        outbox.put_nowait(self.hello())
+        outbox.put_nowait(self.hello(renewed))
 
         async def up() -> AsyncIterator[wpb.WorkerUp]:
             while True:
@@ -332,7 +386,8 @@ class Worker:
         finally:
             beating.cancel()
             call.cancel()
-            self.connected.clear()
+            if self.channel is channel:  # not a session its renewal has replaced
+                self.connected.clear()
 
     def on_message(self, channel: grpc.aio.Channel, down: wpb.WorkerDown) -> None:
         kind = down.WhichOneof("kind")
@@ -340,13 +395,17 @@ class Worker:
             log.info("connected to %s as %s", self.address, down.welcome)
             self.welcomes += 1
             self.connected.set()
+            self.welcomed.set()
         elif kind == "drain":
             self.draining = True
             log.info("the host drains this worker: no new runs")
+        elif kind == "rotate":
+            log.info("the host asks this worker to renew its certificate now")
+            self.rotate_now.set()
         elif kind == "assign":
             run_id = down.assign.run_id
             if run_id not in self.runs:
-                run = LocalRun(run_id, "", ("", ""))
+                run = LocalRun(run_id, "", ("", ""), channel=channel)
                 self.runs[run_id] = run
                 run.task = asyncio.create_task(self._serve_run(channel, run), name=f"run:{run_id}")
         elif kind == "drop":
@@ -449,6 +508,60 @@ class Worker:
             return None, "this run belongs to another runner process"
         return run, ""
 
+    # ---- certificate renewal ----
+
+    async def renew(self, channel: grpc.aio.Channel) -> None:
+        """Renews this worker's certificate over `channel` (authenticated by the current one) with a key made
+        here, keeps it (on disk when there is a data dir), and sets `renewed`."""
+        key = new_key()
+        reply: wpb.RenewResponse = await channel.unary_unary(
+            "/agenthost.v1.WorkerHub/Renew",
+            request_serializer=wpb.RenewRequest.SerializeToString,
+            response_deserializer=wpb.RenewResponse.FromString,
+        )(wpb.RenewRequest(csr_pem=make_csr(key, self.identity.name)), timeout=ENROL_TIMEOUT)
+        pem = key_pem(key)
+        if self.data_dir is not None:
+            await asyncio.to_thread(save_renewal, self.data_dir, pem, reply.certificate_pem, reply.ca_pem)
+        self.identity = dataclasses.replace(
+            self.identity, key_pem=pem, cert_pem=reply.certificate_pem, ca_pem=reply.ca_pem
+        )
+        self.renewals += 1
+        log.info(
+            "renewed this worker's certificate; it expires %s",
+            time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(reply.not_after)),
+        )
+        self.renewed.set()
+
+    async def _renewing(self, channel: grpc.aio.Channel) -> None:
+        """While connected over `channel`: renews at 2/3 of the certificate's lifetime or when the host says so;
+        a failure is logged and tried again (sooner as expiry nears)."""
+        while True:
+            wait = renew_at(self.identity.cert_pem) - time.time()
+            if wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.rotate_now.wait(), wait)
+            self.rotate_now.clear()
+            try:
+                await self.renew(channel)
+                return
+            except grpc.RpcError as exc:
+                left = validity(self.identity.cert_pem)[1] - time.time()
+                log.error(
+                    "renewing this worker's certificate failed (%s: %s); it expires in %.0fs",
+                    exc.code().name,
+                    exc.details(),
+                    left,
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.rotate_now.wait(), min(RENEW_RETRY_SECONDS, max(1.0, left / 10)))
+
+    async def _retire(self, channel: grpc.aio.Channel) -> None:
+        """Closes a connection the worker moved off once no run streams on it (its certificate is still accepted
+        until it expires, by when the host ends those runs anyway)."""
+        tasks = [run.task for run in self.runs.values() if run.channel is channel and run.task is not None]
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await channel.close()
+
     async def serve(self, stop: asyncio.Event) -> None:
         """Stays connected until `stop`: reconnects with jittered exponential backoff (a host restart, a partition),
         going round the host addresses (the next one after each failed or lost connection, so a standby that took
@@ -459,12 +572,34 @@ class Worker:
         while not stop.is_set():
             address = self.address = addresses[index]
             welcomes = self.welcomes
-            async with self.identity.channel(address) as channel:
-                self.channel = channel
+            channel = self.channel = self.identity.channel(address)
+            try:
                 task = asyncio.create_task(self.session(channel))
-                stopping = asyncio.create_task(stop.wait())
-                await asyncio.wait({task, stopping}, return_when=asyncio.FIRST_COMPLETED)
-                stopping.cancel()
+                while True:
+                    renewing = asyncio.create_task(self._renewing(channel))
+                    stopping = asyncio.create_task(stop.wait())
+                    await asyncio.wait({task, stopping, renewing}, return_when=asyncio.FIRST_COMPLETED)
+                    stopping.cancel()
+                    if renewing.done() and not renewing.cancelled() and renewing.exception() is not None:
+                        log.error("renewing this worker's certificate failed: %r", renewing.exception())
+                    if not self.renewed.is_set() or task.done() or stop.is_set():
+                        renewing.cancel()
+                        break
+                    # Renewed: a new connection with the new certificate and a session that takes over this one's
+                    # runs; this one is cut by the host once it has, and closed when its run streams are done.
+                    self.renewed.clear()
+                    old_task, old_channel = task, channel
+                    channel = self.channel = self.identity.channel(address)
+                    self.welcomed.clear()
+                    task = asyncio.create_task(self.session(channel, renewed=True))
+                    welcomed = asyncio.create_task(self.welcomed.wait())
+                    await asyncio.wait({task, welcomed}, return_when=asyncio.FIRST_COMPLETED)
+                    welcomed.cancel()
+                    old_task.cancel()
+                    await asyncio.gather(old_task, return_exceptions=True)
+                    retiring = asyncio.create_task(self._retire(old_channel))
+                    self._retiring.add(retiring)
+                    retiring.add_done_callback(self._retiring.discard)
                 was_connected = self.welcomes > welcomes
                 if not task.done():
                     task.cancel()
@@ -490,6 +625,8 @@ class Worker:
                         )
                 else:
                     log.warning("the host at %s ended this worker's session", address)
+            finally:
+                await channel.close()
             failures = 0 if was_connected else failures + 1
             index = (index + 1) % len(addresses)
             # Exponential per round of the addresses, not per address: a standby's turn comes without a wait
@@ -623,7 +760,7 @@ async def running(data_dir: Path, identity: Identity, *, capacity: int = 4, unsa
         walls=walls,
     )
     await supervisor.sweep_orphans()
-    worker = Worker(identity, supervisor, capacity=capacity)
+    worker = Worker(identity, supervisor, capacity=capacity, data_dir=data_dir)
 
     def forward(server: grpc.aio.Server) -> None:
         server.add_generic_rpc_handlers((_Forward(worker),))

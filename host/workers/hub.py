@@ -1,5 +1,5 @@
 """The host's side of runner workers: the two TCP listeners (`serve --workers HOST:PORT`), enrolment, the identity
-check every worker call passes, and the live sessions (`workers list`, drain, revoke).
+check every worker call passes, certificate renewal, and the live sessions (`workers list`, drain, revoke, rotate).
 
 Ports. The workers port serves WorkerHub (and, for item 2, the run API) under mutual TLS: grpc-core refuses in the
 handshake a client with no certificate, with one not signed by the host's CA, or speaking plain TCP, so none of
@@ -8,9 +8,17 @@ server-authenticated TLS only: a worker has no certificate yet. It is a second p
 requires client certificates or does not request them at all; a join token pins its certificate.
 
 Identity. Every call on the workers port goes through `_Guard`, which, before any request message is read, takes
-the client certificate from the call's auth context and accepts it only if its serial is the one recorded for the
-worker its common name names, and that worker is not revoked. Every method is served as a request-streaming one to
-make that possible (gRPC reads a unary request before calling its handler; the wire does not differ).
+the client certificate from the call's auth context and accepts it only if it has not expired, its serial is one
+recorded for the worker its common name names (the current one, or the one its last renewal replaced until that
+one expires), and that worker is not revoked.
+
+Renewal. A worker renews its certificate with `Renew` over that authenticated connection (at 2/3 of its lifetime,
+or when `workers rotate` tells it to): the host signs a new key's CSR in the name of the certificate the call
+presented, then the worker connects again with it and its live session's runs move to the new connection
+(`WorkerHello.renewed`). A session whose certificate expires is cut.
+
+Every method is served as a request-streaming one to make the identity check run first (gRPC reads a unary request
+before calling its handler; the wire does not differ).
 """
 
 from __future__ import annotations
@@ -30,7 +38,15 @@ from cryptography import x509
 
 from agenthost.host import limits
 from agenthost.host.access.grants import hash_secret
-from agenthost.host.access.worker_pki import WORKER_NAME, HostCA, JoinToken, cert_pem, require_tls13, serial_hex
+from agenthost.host.access.worker_pki import (
+    WORKER_NAME,
+    HostCA,
+    JoinToken,
+    cert_pem,
+    refuse_other_names,
+    require_tls13,
+    serial_hex,
+)
 from agenthost.host.store.workers import WorkerRecord, WorkerStore
 from agenthost.plugins.manifest import ManifestError, RunnerManifest
 from agenthost.protos import errors, runner_pb2
@@ -71,6 +87,7 @@ class RunSlot:
     lost: asyncio.Event = field(default_factory=asyncio.Event)
     lost_reason: str = ""
     ended: asyncio.Event = field(default_factory=asyncio.Event)  # the host is done with it (finished, cancelled)
+    session: Session | None = None  # the session holding it now (a renewal moves it to the worker's new one)
 
     def lose(self, reason: str) -> None:
         if not self.lost.is_set():
@@ -102,6 +119,8 @@ class Session:
     cut_event: asyncio.Event = field(default_factory=asyncio.Event)
     runs: dict[str, RunSlot] = field(default_factory=dict)
     messages: int = 0  # read off its control stream after the hello
+    cert_expires_at: float = 0.0  # of the certificate its control stream was opened with: past it, it is cut
+    issuer: x509.Name | None = None  # that certificate's CA: a session of a CA rolled out is cut
     # The offers' runners, parsed (and their config schemas checked) once at the hello, not at every placement:
     # a manifest's schema check costs milliseconds, and the offers do not change during a session.
     runners: dict[str, RunnerManifest] = field(init=False)
@@ -163,7 +182,9 @@ class WorkerHub:
         # Calls that passed the TLS handshake and reached the guard, by outcome: what the refusal tests read.
         self.calls = {"accepted": 0, "refused": 0}
         self._servers: list[grpc.aio.Server] = []
-        self._serials: dict[bytes, str] = {}
+        self._serials: dict[bytes, tuple[str, str, float, x509.Name]] = {}
+        # Per worker name, set when its next renewal is recorded (what `workers rotate` waits on).
+        self._renewed: dict[str, asyncio.Event] = {}
         self._extra: dict[str, grpc.RpcMethodHandler] = {}
         # Set (and replaced) whenever a worker may have room for another run: one connected, a run ended on one.
         self._room = asyncio.Event()
@@ -189,8 +210,21 @@ class WorkerHub:
         bind, port = split_address(self.address)
         server = grpc.aio.server(options=SERVER_OPTIONS)
         server.add_generic_rpc_handlers((_Guard(self, self._handlers()),))
-        creds = grpc.ssl_server_credentials(
-            [(self.ca.hub_key_pem, self.ca.hub_cert_pem)], root_certificates=self.ca.ca_pem, require_client_auth=True
+        # Dynamic: a CA roll changes what new handshakes present and trust without a restart (connections made
+        # before are checked per call by `identify`).
+        served = self.ca.generation
+
+        def tls_config() -> Any:
+            nonlocal served
+            served = self.ca.generation
+            return grpc.ssl_server_certificate_configuration(
+                [(self.ca.hub_key_pem, self.ca.hub_cert_pem)], root_certificates=self.ca.trust_pem
+            )
+
+        creds = grpc.dynamic_ssl_server_credentials(
+            tls_config(),
+            lambda: tls_config() if self.ca.generation != served else None,
+            require_client_authentication=True,
         )
         self.port = server.add_secure_port(f"{bind}:{port}", creds)
         if not self.port:
@@ -248,6 +282,11 @@ class WorkerHub:
                 request_deserializer=wpb.WorkerRunUp.FromString,
                 response_serializer=wpb.WorkerRunDown.SerializeToString,
             ),
+            "/agenthost.v1.WorkerHub/Renew": grpc.unary_unary_rpc_method_handler(
+                self._renew,
+                request_deserializer=wpb.RenewRequest.FromString,
+                response_serializer=wpb.RenewResponse.SerializeToString,
+            ),
             **self._extra,
         }
 
@@ -256,6 +295,17 @@ class WorkerHub:
             await asyncio.sleep(WATCH_SECONDS)
             now = time.time()
             for session in list(self.sessions.values()):
+                if session.cert_expires_at and now >= session.cert_expires_at:
+                    # A live stream outlasting its certificate would make expiry mean nothing to a connected
+                    # worker; a healthy worker renewed and moved long before this.
+                    log.warning("worker %s: its connection's certificate expired; its session is cut", session.name)
+                    self.sessions.pop(session.name, None)
+                    session.cut(
+                        f"the certificate of worker {session.name!r} expired before it was renewed; enrol again"
+                        " with a new join token",
+                        errors.Unauthenticated,
+                    )
+                    continue
                 if now - session.last_heartbeat > LOST_AFTER_SECONDS:
                     log.warning(
                         "worker %s silent for %.0fs: taken as lost; its %d runs end runner_lost",
@@ -322,8 +372,10 @@ class WorkerHub:
                 raise errors.InvalidArgument("a worker name is 1-63 letters, digits, '.', '_' or '-'")
             token = JoinToken.parse(request.join_token)
             self.store.check_token(hash_secret(token.secret))  # nothing is signed for a token that cannot be used
-            cert = self.ca.sign_worker(request.csr_pem, request.name)
-            record = await self.store.enrol(hash_secret(token.secret), request.name, serial_hex(cert))
+            cert = self.ca.sign_worker(request.csr_pem, request.name, limits.WORKER_CERT_SECONDS)
+            record = await self.store.enrol(
+                hash_secret(token.secret), request.name, serial_hex(cert), cert.not_valid_after_utc.timestamp()
+            )
         except errors.AgentHostError as exc:
             log.warning("worker enrolment refused (%s): %s", context.peer(), exc.message)
             await errors.abort_with(context, exc)
@@ -336,39 +388,89 @@ class WorkerHub:
             name=record.name,
             pool=record.pool,
             certificate_pem=cert_pem(cert),
-            ca_pem=self.ca.ca_pem,
+            ca_pem=self.ca.trust_pem,
             server_name="agenthost-host",
         )
 
     # ---- identity ----
 
-    def identify(self, context: grpc.aio.ServicerContext) -> WorkerRecord:
-        """The enrolled, unrevoked worker whose certificate this call presents; Unauthenticated otherwise. The
-        handshake already proved the certificate is the CA's and the key is the worker's."""
+    def presented(self, context: grpc.aio.ServicerContext) -> tuple[str, str, float, x509.Name]:
+        """(common name, serial, not_after, issuer) of the client certificate this call presents, on TLS 1.3
+        only."""
         auth = context.auth_context()
         require_tls13(auth)
         pems = auth.get("x509_pem_cert") or []
         if not pems:
             raise errors.Unauthenticated("no client certificate")
         pem = pems[0]
-        serial = self._serials.get(pem)
-        if serial is None:
+        found = self._serials.get(pem)
+        if found is None:
             cert = x509.load_pem_x509_certificate(pem)
             attrs = cert.subject.get_attributes_for_oid(x509.oid.NameOID.COMMON_NAME)
-            serial = f"{attrs[0].value if attrs else ''}\x1f{serial_hex(cert)}"
+            found = (
+                str(attrs[0].value) if attrs else "",
+                serial_hex(cert),
+                cert.not_valid_after_utc.timestamp(),
+                cert.issuer,
+            )
             if len(self._serials) > 1024:
                 self._serials.clear()
-            self._serials[pem] = serial
-        name, _, number = serial.partition("\x1f")
-        record = self.store.get(name)
-        if record is None or record.serial != number:
+            self._serials[pem] = found
+        return found
+
+    def identify(self, context: grpc.aio.ServicerContext) -> WorkerRecord:
+        """The enrolled, unrevoked worker whose certificate this call presents; Unauthenticated otherwise. The
+        handshake already proved the certificate is the CA's and the key is the worker's; a connection made before
+        the certificate expired is refused here after it has."""
+        name, number, not_after, issuer = self.presented(context)
+        now = time.time()
+        if issuer not in self.ca.trusted_issuers:
             raise errors.Unauthenticated(
-                f"certificate {number} is not the one enrolled for worker {name!r} (replaced or never enrolled);"
-                " enrol again with a new join token"
+                f"certificate {number} of worker {name!r} is signed by a CA this host no longer trusts (its CA was"
+                " rolled); enrol again with a new join token"
+            )
+        if now >= not_after:
+            raise errors.Unauthenticated(
+                f"certificate {number} of worker {name!r} expired; a worker renews its certificate before then"
+                " while connected: enrol again with a new join token"
+            )
+        record = self.store.get(name)
+        if record is None or not record.accepts(number, now):
+            raise errors.Unauthenticated(
+                f"certificate {number} is not the one enrolled for worker {name!r}, nor the one its last renewal"
+                " replaced while that is unexpired (replaced, expired or never enrolled); enrol again with a new"
+                " join token"
             )
         if record.revoked:
             raise errors.Unauthenticated(f"worker {name!r} was revoked; enrol again with a new join token")
         return record
+
+    # ---- renewal ----
+
+    async def _renew(self, request: wpb.RenewRequest, context: grpc.aio.ServicerContext) -> wpb.RenewResponse:
+        """A new certificate for the calling worker. The name is the record's of the certificate this call
+        authenticated with; the CSR only carries the new public key."""
+        record = _worker()
+        presented = self.presented(context)[1]
+        try:
+            refuse_other_names(request.csr_pem, record.name)
+            cert = self.ca.sign_worker(request.csr_pem, record.name, limits.WORKER_CERT_SECONDS)
+            not_after = cert.not_valid_after_utc.timestamp()
+            await self.store.renew(record.name, presented, serial_hex(cert), not_after)
+        except errors.AgentHostError as exc:
+            log.warning("worker %s: renewal refused (%s): %s", record.name, context.peer(), exc.message)
+            raise
+        log.info(
+            "worker %s renewed its certificate: %s (was %s), expires %s",
+            record.name,
+            serial_hex(cert),
+            presented,
+            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(not_after)),
+        )
+        event = self._renewed.pop(record.name, None)
+        if event is not None:
+            event.set()
+        return wpb.RenewResponse(certificate_pem=cert_pem(cert), ca_pem=self.ca.trust_pem, not_after=not_after)
 
     # ---- the control stream ----
 
@@ -380,17 +482,23 @@ class WorkerHub:
         if first is None or first.WhichOneof("kind") != "hello":
             raise errors.InvalidArgument("the first message on Connect must be the worker's hello")
         hello = first.hello
-        old = self.sessions.get(record.name)
-        if old is not None:  # a reconnect after a partition: the old stream is dead even if TCP has not said so
-            old.cut("this worker connected again")
         capacity = min(hello.capacity or DEFAULT_CAPACITY, limits.RUNS_MAX_ACTIVE)
         session = Session(
             record=record, peer=context.peer(), offers=self._accepted(record.name, hello), capacity=capacity
         )
         session.last_heartbeat = time.time()
+        session.cert_expires_at = self.presented(context)[2]
+        session.issuer = self.presented(context)[3]
+        old = self.sessions.get(record.name)
+        if old is not None and hello.renewed:
+            self._move(old, session)
+        elif old is not None:  # a reconnect after a partition: the old stream is dead even if TCP has not said so
+            old.cut("this worker connected again")
         self.sessions[record.name] = session
         self._roomier()
         for run_id in hello.held_runs[: limits.RUNS_MAX_ACTIVE]:
+            if run_id in session.runs:
+                continue  # moved from its session before the renewal: still running
             # Whatever a worker still holds from an earlier session was ended by the host when that session was
             # lost (runner_lost): it drops them rather than finishing them a second time.
             session.outbox.put_nowait(wpb.WorkerDown(drop=wpb.RunAssignment(run_id=run_id)))
@@ -412,6 +520,21 @@ class WorkerHub:
             reader.cancel()
             self._drop_session(session, "its connection ended")
             log.info("worker %s disconnected", record.name)
+
+    @staticmethod
+    def _move(old: Session, new: Session) -> None:
+        """The same worker, connected again with its renewed certificate: its runs and what its old control stream
+        had still to send go to the new session, then the old one is cut with nothing left to lose."""
+        for run_id, slot in old.runs.items():
+            slot.session = new
+            new.runs[run_id] = slot
+        old.runs.clear()
+        while not old.outbox.empty():
+            down = old.outbox.get_nowait()
+            if down is not None:
+                new.outbox.put_nowait(down)
+        old.cut("this worker moved to its renewed certificate")
+        log.info("worker %s moved %d runs to its renewed certificate's connection", new.name, len(new.runs))
 
     async def _read_control(self, session: Session, request_iterator: AsyncIterator[wpb.WorkerUp]) -> None:
         """A worker heartbeats every 2 s; one sending faster is read at WORKER_CONTROL_MESSAGES_PER_SECOND, and
@@ -533,7 +656,7 @@ class WorkerHub:
         Raises WorkerLost when the worker goes away first. Closing the iterator (the run ended, was cancelled)
         ends the worker's Run stream, which cancels the run there."""
         run_id = request.context.run_id
-        slot = RunSlot(run_id, request)
+        slot = RunSlot(run_id, request, session=session)
         session.runs[run_id] = slot
         try:
             if session.cut_event.is_set():
@@ -563,8 +686,9 @@ class WorkerHub:
                 lost.cancel()
         finally:
             slot.ended.set()
-            if session.runs.get(run_id) is slot:
-                del session.runs[run_id]
+            holder = slot.session or session
+            if holder.runs.get(run_id) is slot:
+                del holder.runs[run_id]
             self._roomier()
 
     async def _run(
@@ -614,7 +738,12 @@ class WorkerHub:
         for record in self.store.list():
             session = self.sessions.get(record.name)
             info = hpb.WorkerInfo(
-                name=record.name, pool=record.pool, enrolled_at=record.enrolled_at, serial=record.serial
+                name=record.name,
+                pool=record.pool,
+                enrolled_at=record.enrolled_at,
+                serial=record.serial,
+                cert_expires_at=record.expires_at,
+                renewed_at=record.renewed_at,
             )
             if record.revoked:
                 info.state = "revoked"
@@ -648,6 +777,73 @@ class WorkerHub:
         if session is not None:
             session.outbox.put_nowait(wpb.WorkerDown(drain=True))
         return self.info(name)
+
+    async def rotate(self, name: str) -> hpb.WorkerInfo:
+        """Tells worker `name` to renew its certificate now, and answers once it has (its new serial and expiry);
+        the worker must be connected: renewal goes over its authenticated connection."""
+        record = self.store.get(name)
+        if record is None:
+            raise errors.NotFound(f"no worker named {name!r}; see `agenthost workers list`")
+        if record.revoked:
+            raise errors.FailedPrecondition(f"worker {name!r} is revoked; it cannot renew: enrol it again")
+        session = self.sessions.get(name)
+        if session is None:
+            raise errors.FailedPrecondition(
+                f"worker {name!r} is not connected; a worker renews over its connection, so start it (it renews by"
+                " itself when its certificate is past 2/3 of its lifetime) or enrol it again"
+            )
+        event = self._renewed.setdefault(name, asyncio.Event())
+        session.outbox.put_nowait(wpb.WorkerDown(rotate=True))
+        try:
+            await asyncio.wait_for(event.wait(), limits.WORKER_ROTATE_WAIT_SECONDS)
+        except TimeoutError:
+            self._renewed.pop(name, None)
+            raise errors.DeadlineExceeded(
+                f"worker {name!r} did not renew its certificate within {limits.WORKER_ROTATE_WAIT_SECONDS:.0f}s;"
+                " see the worker's log (an older agenthost worker does not renew: upgrade it)"
+            ) from None
+        return self.info(name)
+
+    async def roll_ca(self, step: str, force: bool = False) -> hpb.WorkerCAStatus:
+        """`workers ca begin-roll` / `finish-roll` / `show`. Finishing refuses while an unrevoked worker has not
+        renewed since the roll began (it would be refused from then on) unless forced; forced, their sessions are
+        cut now."""
+        if step == "begin":
+            await asyncio.to_thread(self.ca.begin_roll)
+            log.warning("worker CA roll begun: workers' certificates are signed by the next CA from now on")
+        elif step == "finish":
+            behind = self._not_renewed()
+            if behind and not force:
+                raise errors.FailedPrecondition(
+                    f"{len(behind)} worker(s) have not renewed since the CA roll began and would be refused:"
+                    f" {', '.join(behind[:20])}; run `agenthost workers rotate NAME` for each, or finish with --force"
+                )
+            await asyncio.to_thread(self.ca.finish_roll)
+            log.warning("worker CA roll finished: certificates of the old CA are refused (%d not renewed)", len(behind))
+            for session in list(self.sessions.values()):
+                if session.issuer is not None and session.issuer not in self.ca.trusted_issuers:
+                    self.sessions.pop(session.name, None)
+                    session.cut(
+                        f"worker {session.name!r} holds a certificate of the CA this host rolled out; enrol again",
+                        errors.Unauthenticated,
+                    )
+        elif step:
+            raise errors.InvalidArgument(f"unknown CA step {step!r}: begin, finish, or empty to show")
+        next_ca = self.ca.next_ca
+        return hpb.WorkerCAStatus(
+            ca=self.ca.ca_cert.subject.rfc4514_string(),
+            ca_expires_at=self.ca.ca_cert.not_valid_after_utc.timestamp(),
+            next_ca=next_ca.subject.rfc4514_string() if next_ca is not None else "",
+            rolling_since=self.ca.rolling_since,
+            not_renewed=self._not_renewed(),
+        )
+
+    def _not_renewed(self) -> list[str]:
+        """Unrevoked workers whose certificate predates the CA roll under way (none when there is none)."""
+        since = self.ca.rolling_since
+        if not since:
+            return []
+        return [r.name for r in self.store.list() if not r.revoked and max(r.enrolled_at, r.renewed_at) < since]
 
     async def revoke(self, name: str) -> hpb.WorkerInfo:
         await self.store.revoke(name)

@@ -54,8 +54,10 @@ class ScriptedWorker:
         offers: list[wpb.WorkerOffer] | None = None,
         capacity: int = 4,
         held_runs: list[str] | None = None,
+        renewed: bool = False,
     ) -> None:
         self.identity = identity
+        self.renewed = renewed
         self.held_runs = held_runs or []
         self.offers = (
             offers if offers is not None else [wpb.WorkerOffer(plugin_id="fake", manifests_json=[ECHO_MANIFEST])]
@@ -72,7 +74,9 @@ class ScriptedWorker:
 
     async def __aenter__(self) -> ScriptedWorker:
         self.channel = self.identity.channel()
-        hello = wpb.WorkerHello(offers=self.offers, capacity=self.capacity, held_runs=self.held_runs)
+        hello = wpb.WorkerHello(
+            offers=self.offers, capacity=self.capacity, held_runs=self.held_runs, renewed=self.renewed
+        )
         self._outbox.put_nowait(wpb.WorkerUp(hello=hello))
         self._task = asyncio.create_task(self._control())
         await asyncio.wait_for(self.welcomed.wait(), 30)
@@ -139,6 +143,18 @@ class ScriptedWorker:
             request_serializer=api.HistoryPageRequest.SerializeToString,
             response_deserializer=api.HistoryPageResponse.FromString,
         )(api.HistoryPageRequest(run_id=run_id), metadata=[("authorization", f"Bearer {run_token}")], timeout=30)
+
+
+async def stop_process(proc: asyncio.subprocess.Process) -> None:
+    """Ends a worker process the test started: SIGTERM, then SIGKILL if it has not gone in 30 s."""
+    if proc.returncode is not None:
+        return
+    proc.terminate()
+    try:
+        await asyncio.wait_for(proc.wait(), 30)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
 
 
 def free_port() -> int:

@@ -120,7 +120,7 @@ async def test_certificate_of_another_ca_with_a_forged_name_is_refused(host: Hos
     (tmp_path / "rogue").mkdir()
     rogue_ca = HostCA(tmp_path / "rogue")
     key = new_key()
-    cert = rogue_ca.sign_worker(make_csr(key, "gpu-1"), "gpu-1")
+    cert = rogue_ca.sign_worker(make_csr(key, "gpu-1"), "gpu-1", 3600)
     forged = Identity(address(host), "gpu-1", "default", key_pem(key), cert_pem(cert), real.ca_pem)
     with pytest.raises(grpc.RpcError) as caught:
         await hello(forged)

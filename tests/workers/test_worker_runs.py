@@ -16,7 +16,16 @@ from agenthost.protos import run_api_pb2 as api
 from agenthost.runners.local_agent.providers.demo import DEMO_LABEL
 from tests.cli_process import CLI, acli, cli_env
 from tests.typescript import ECHO, build
-from tests.workers.helpers import ScriptedWorker, address, batch, completed, enrolled, text, wait_for
+from tests.workers.helpers import (
+    ScriptedWorker,
+    address,
+    batch,
+    completed,
+    enrolled,
+    stop_process,
+    text,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -51,17 +60,7 @@ async def test_a_run_on_a_real_worker_through_the_cli(host: Host, tmp_path: Path
         served = [(r["method"], r["outcome"]) for r in host.audit.rows()]
         assert ("HistoryPage", "OK") in served, served
     finally:
-        await _stop(proc)
-
-
-async def _stop(proc: asyncio.subprocess.Process) -> None:
-    """Ends a worker process the test started: SIGTERM, then SIGKILL if it has not gone in 30 s."""
-    proc.terminate()
-    try:
-        await asyncio.wait_for(proc.wait(), 30)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
+        await stop_process(proc)
 
 
 async def _bind_echo(host: Host) -> None:
@@ -174,7 +173,7 @@ async def test_a_typescript_plugin_installed_on_the_worker_runs_there_sandboxed(
         sandboxes = _sandboxes_of(app)
         assert sandboxes and all("--unshare-net" in argv for argv in sandboxes), sandboxes
     finally:
-        await _stop(proc)
+        await stop_process(proc)
 
 
 async def test_a_worker_with_no_sandbox_starts_no_third_party_plugin(
