@@ -31,6 +31,7 @@ from cryptography import x509
 from agenthost.host import limits
 from agenthost.host.access.grants import hash_secret
 from agenthost.host.access.worker_pki import WORKER_NAME, HostCA, JoinToken, cert_pem, require_tls13, serial_hex
+from agenthost.host.ops.logs import RefusalLimiter
 from agenthost.host.store.workers import WorkerRecord, WorkerStore
 from agenthost.plugins.manifest import ManifestError, RunnerManifest
 from agenthost.protos import errors, runner_pb2
@@ -162,6 +163,9 @@ class WorkerHub:
         self.sessions: dict[str, Session] = {}
         # Calls that passed the TLS handshake and reached the guard, by outcome: what the refusal tests read.
         self.calls = {"accepted": 0, "refused": 0}
+        # The enrolment port is open to anyone on the network, and a revoked worker still reaches the workers
+        # port's guard: their refusals are logged a few a minute per kind, the rest summed up (see `refused`).
+        self.refusals = RefusalLimiter()
         self._servers: list[grpc.aio.Server] = []
         self._serials: dict[bytes, str] = {}
         self._extra: dict[str, grpc.RpcMethodHandler] = {}
@@ -298,7 +302,7 @@ class WorkerHub:
         try:
             require_tls13(context.auth_context())
         except errors.AgentHostError as exc:
-            log.warning("worker enrolment refused (%s): %s", context.peer(), exc.message)
+            self.refused("worker enrolment", context, exc)
             await errors.abort_with(context, exc)
             raise
         try:
@@ -311,7 +315,7 @@ class WorkerHub:
         else:
             refusal = errors.InvalidArgument("the call carried no enrolment request")
         if request is None:
-            log.warning("worker enrolment refused (%s): %s", context.peer(), refusal.message)
+            self.refused("worker enrolment", context, refusal)
             await errors.abort_with(context, refusal)
             raise refusal
         return await self._enrol(request, context)
@@ -325,7 +329,7 @@ class WorkerHub:
             cert = self.ca.sign_worker(request.csr_pem, request.name)
             record = await self.store.enrol(hash_secret(token.secret), request.name, serial_hex(cert))
         except errors.AgentHostError as exc:
-            log.warning("worker enrolment refused (%s): %s", context.peer(), exc.message)
+            self.refused("worker enrolment", context, exc)
             await errors.abort_with(context, exc)
             raise
         log.info("worker %s enrolled in pool %s from %s", record.name, record.pool, context.peer())
@@ -339,6 +343,17 @@ class WorkerHub:
             ca_pem=self.ca.ca_pem,
             server_name="agenthost-host",
         )
+
+    def refused(self, what: str, context: grpc.aio.ServicerContext, exc: errors.AgentHostError) -> None:
+        """Logs a refused call on the enrolment or workers port, limited per kind (what, status code) like the run
+        API's refusals: a caller refused again and again costs the log a few lines a minute, not one a call."""
+        allowed, suppressed = self.refusals.allow(f"{what}:{exc.code.name}")
+        if suppressed:
+            log.warning(
+                "%s: %d more refused (%s) in the last minute, not logged one by one", what, suppressed, exc.code.name
+            )
+        if allowed:
+            log.warning("%s refused (%s): %s", what, context.peer(), exc.message)
 
     # ---- identity ----
 
@@ -701,7 +716,7 @@ class _Guard(grpc.GenericRpcHandler):
                 )
         except errors.AgentHostError as exc:
             self._hub.calls["refused"] += 1
-            log.warning("worker call refused (%s): %s", context.peer(), exc.message)
+            self._hub.refused("worker call", context, exc)
             await errors.abort_with(context, exc)
             raise
         self._hub.calls["accepted"] += 1
