@@ -291,6 +291,11 @@ def listener_caps(open_files: int | None = None) -> tuple[int, int]:
 # A runner worker's hello (host/workers/hub.py): at most this many plugins, and this many runners per plugin, are
 # taken from its offers; the rest are dropped with a warning, so a flood of offers costs the host a bounded list.
 WORKER_MAX_OFFERS = 64
+# And at most this many runners in all. Each runner's manifest is validated, its config schema checked: a few
+# milliseconds each (jsonschema), and a cache of verdicts does not help against schemas made to differ. 64 × 64 of
+# them took 17 CPU-s of the host per hello, on its event loop (every run, the admin API and the gateway stood still,
+# and an active host could miss its lease heartbeat). They are validated off the loop too (WorkerHub._connect).
+WORKER_MAX_RUNNERS = 256
 
 # The enrolment port (host/workers/hub.py) answers anyone who can reach it: at most this many Enrol calls at once
 # (more are refused RESOURCE_EXHAUSTED at once), and a call's request must arrive within this many seconds. A client

@@ -104,13 +104,8 @@ class Session:
     runs: dict[str, RunSlot] = field(default_factory=dict)
     messages: int = 0  # read off its control stream after the hello
     # The offers' runners, parsed (and their config schemas checked) once at the hello, not at every placement:
-    # a manifest's schema check costs milliseconds, and the offers do not change during a session.
-    runners: dict[str, RunnerManifest] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.runners = {}
-        for runner_id, manifest in _offered(self.offers):
-            self.runners.setdefault(runner_id, manifest)
+    # a manifest's schema check costs milliseconds, and the offers do not change during a session (`offered_runners`).
+    runners: dict[str, RunnerManifest] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -140,15 +135,17 @@ def _same_plugin(local: tuple[str, list[Any]], offer: wpb.WorkerOffer) -> bool:
     return offer.version == version and offered == manifests
 
 
-def _offered(offers: list[wpb.WorkerOffer]) -> list[tuple[str, RunnerManifest]]:
-    out = []
+def offered_runners(offers: list[wpb.WorkerOffer]) -> dict[str, RunnerManifest]:
+    """The runners of a hello's (already capped) offers whose manifests validate, by runner id; CPU-bound (each
+    config schema is checked), so WorkerHub runs it off the event loop."""
+    out: dict[str, RunnerManifest] = {}
     for offer in offers:
         for raw in offer.manifests_json:
             try:
                 manifest = RunnerManifest.parse_json(raw)
             except ManifestError:
                 continue
-            out.append((f"{offer.plugin_id}/{manifest.name}", manifest))
+            out.setdefault(f"{offer.plugin_id}/{manifest.name}", manifest)
     return out
 
 
@@ -166,6 +163,7 @@ class WorkerHub:
         # The enrolment port is open to anyone on the network, and a revoked worker still reaches the workers
         # port's guard: their refusals are logged a few a minute per kind, the rest summed up (see `refused`).
         self.refusals = RefusalLimiter()
+        self._hellos: set[str] = set()  # workers whose hello is being validated (one at a time each)
         self._servers: list[grpc.aio.Server] = []
         self._serials: dict[bytes, str] = {}
         self._extra: dict[str, grpc.RpcMethodHandler] = {}
@@ -395,13 +393,22 @@ class WorkerHub:
         if first is None or first.WhichOneof("kind") != "hello":
             raise errors.InvalidArgument("the first message on Connect must be the worker's hello")
         hello = first.hello
+        if record.name in self._hellos:
+            # A worker reconnects one stream at a time; several hellos at once would each take a validation thread.
+            raise errors.ResourceExhausted(
+                f"worker {record.name!r} is already connecting; wait for that hello's answer"
+            )
+        self._hellos.add(record.name)
+        try:
+            offers = self._accepted(record.name, hello)
+            runners = await asyncio.to_thread(offered_runners, offers)
+        finally:
+            self._hellos.discard(record.name)
         old = self.sessions.get(record.name)
         if old is not None:  # a reconnect after a partition: the old stream is dead even if TCP has not said so
             old.cut("this worker connected again")
         capacity = min(hello.capacity or DEFAULT_CAPACITY, limits.RUNS_MAX_ACTIVE)
-        session = Session(
-            record=record, peer=context.peer(), offers=self._accepted(record.name, hello), capacity=capacity
-        )
+        session = Session(record=record, peer=context.peer(), offers=offers, runners=runners, capacity=capacity)
         session.last_heartbeat = time.time()
         self.sessions[record.name] = session
         self._roomier()
@@ -446,11 +453,14 @@ class WorkerHub:
                     session.in_flight = message.heartbeat.in_flight
 
     def _accepted(self, name: str, hello: wpb.WorkerHello) -> list[wpb.WorkerOffer]:
-        """The offers of a hello the host takes: at most limits.WORKER_MAX_OFFERS plugins of as many runners each;
-        none under the id of a plugin the host runs itself unless it is that same plugin (version and manifests):
-        a binding of that runner would otherwise reach code the operator never installed on the host."""
+        """The offers of a hello the host takes: at most limits.WORKER_MAX_OFFERS plugins of as many runners each,
+        limits.WORKER_MAX_RUNNERS runners in all; none under the id of a plugin the host runs itself unless it is
+        that same plugin (version and manifests): a binding of that runner would otherwise reach code the operator
+        never installed on the host."""
         local = self.local_plugins()
         kept = []
+        room = limits.WORKER_MAX_RUNNERS
+        offered = sum(len(offer.manifests_json) for offer in hello.offers)
         for offer in hello.offers[: limits.WORKER_MAX_OFFERS]:
             if offer.plugin_id in local and not _same_plugin(local[offer.plugin_id], offer):
                 log.warning(
@@ -459,15 +469,20 @@ class WorkerHub:
                     name,
                     offer.plugin_id,
                 )
+                offered -= len(offer.manifests_json)
                 continue
-            del offer.manifests_json[limits.WORKER_MAX_OFFERS :]
+            if not room:
+                break
+            del offer.manifests_json[min(limits.WORKER_MAX_OFFERS, room) :]
+            room -= len(offer.manifests_json)
             kept.append(offer)
-        if len(hello.offers) > limits.WORKER_MAX_OFFERS:
+        if offered > sum(len(offer.manifests_json) for offer in kept):
             log.warning(
-                "worker %s offered %d plugins; only the first %d are taken",
+                "worker %s offered %d plugins; only the first %d plugins and %d runners in all are taken",
                 name,
                 len(hello.offers),
                 limits.WORKER_MAX_OFFERS,
+                limits.WORKER_MAX_RUNNERS,
             )
         return kept
 

@@ -126,7 +126,8 @@ async def test_offers_colliding_with_a_local_plugin_or_flooding_are_refused(host
         assert rc != 0 and "offers no runner" in err, out + err
     async with ScriptedWorker(identity, offers=flood):
         offers = host.workers.sessions["w"].offers
-        assert len(offers) == 64 and all(len(o.manifests_json) == 64 for o in offers)
+        # 64 runners a plugin, WORKER_MAX_RUNNERS (256) in all.
+        assert len(offers) == 4 and all(len(o.manifests_json) == 64 for o in offers)
 
 
 async def test_a_worker_offering_malformed_manifests_does_not_break_workers_list(host: Host, tmp_path: Path) -> None:
@@ -374,3 +375,47 @@ async def test_a_worker_offering_wider_permissions_later_widens_no_grant(host: H
         async with HostClient.for_data_dir(host.data_dir) as client:
             with pytest.raises(errors.FailedPrecondition, match="agenthost bots update-binding"):
                 await client.send("b", "again", conversation_id="c")
+
+
+async def test_a_hello_of_manifests_made_to_be_slow_neither_stalls_the_host_nor_is_taken_whole(
+    host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each offered runner's manifest is validated and its config schema checked (jsonschema, milliseconds each; the
+    verdict cache does not help against schemas that all differ). A hello of 64 × 64 such manifests took ~17 CPU-s,
+    on the host's event loop: every run, the admin API and the gateway stood still, again at every reconnect. Now at
+    most WORKER_MAX_RUNNERS are taken, and they are validated off the event loop."""
+    import json
+    import threading
+
+    from agenthost.host import limits
+    from agenthost.plugins.manifest import RunnerManifest
+
+    assert host.workers is not None
+    loop_thread = threading.get_ident()
+    on_loop: list[int] = []
+    parse = RunnerManifest.parse_json
+
+    def watched(raw: str) -> RunnerManifest:
+        on_loop.append(threading.get_ident() == loop_thread)
+        return parse(raw)
+
+    monkeypatch.setattr(RunnerManifest, "parse_json", staticmethod(watched))
+
+    def manifest(i: int, j: int) -> str:
+        fields = {f"p{i}_{j}_{k}": {"type": "string", "pattern": "^a+$", "minLength": k} for k in range(6)}
+        schema = {"type": "object", "properties": fields}
+        return json.dumps({"name": f"r{j}", "description": "slow", "version": "1", "config_schema": schema})
+
+    identity = await enrolled(host, tmp_path / "w", "slow")
+    offers = [
+        wpb.WorkerOffer(plugin_id=f"p{i}", version="1", manifests_json=[manifest(i, j) for j in range(64)])
+        for i in range(64)
+    ]
+    async with ScriptedWorker(identity, offers=offers):
+        session = host.workers.sessions["slow"]
+        assert sum(len(o.manifests_json) for o in session.offers) == limits.WORKER_MAX_RUNNERS
+        assert len(session.runners) == limits.WORKER_MAX_RUNNERS
+        assert len(on_loop) == limits.WORKER_MAX_RUNNERS, len(on_loop)
+        assert not any(on_loop), "manifests were validated on the host's event loop"
+        rc, out, err = await acli(host.data_dir, "workers", "list")
+        assert rc == 0 and "slow" in out, out + err
