@@ -288,8 +288,9 @@ def listener_caps(open_files: int | None = None) -> tuple[int, int]:
     return min(GATEWAY_MAX_CONNECTIONS, share), min(API_MAX_CONNECTIONS, share)
 
 
-# A runner worker's hello (host/workers/hub.py): at most this many plugins, and this many runners per plugin, are
-# taken from its offers; the rest are dropped with a warning, so a flood of offers costs the host a bounded list.
+# A runner worker's hello (host/workers/hub.py): at most this many plugins, of MAX_RUNNERS_PER_PLUGIN runners each
+# (agenthost.plugins.manifest, as for a local plugin), are taken from its offers; the rest are dropped with a
+# warning, so a flood of offers costs the host a bounded list.
 WORKER_MAX_OFFERS = 64
 # And at most this many runners in all. Each runner's manifest is validated, its config schema checked: a few
 # milliseconds each (jsonschema), and a cache of verdicts does not help against schemas made to differ. 64 × 64 of

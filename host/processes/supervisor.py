@@ -433,10 +433,8 @@ class Supervisor:
             if spec.kind == "runner":
                 pp.stub = runner_pb2_grpc.RunnerStub(pp.channel)
                 described = await pp.stub.Describe(runner_pb2.DescribeRequest(), timeout=self.policy.health_timeout)
-                pp.manifests = {}
-                for raw in described.manifests_json:
-                    m = RunnerManifest.parse_json(raw)
-                    pp.manifests[m.name] = m
+                parsed = await asyncio.to_thread(RunnerManifest.parse_many, list(described.manifests_json))
+                pp.manifests = {m.name: m for m in parsed}
         except (PluginStartError, ManifestError, grpc.RpcError, OSError) as exc:
             await self._kill(pp)
             await self._forget_process(pp)

@@ -33,7 +33,7 @@ from agenthost.host.access.grants import hash_secret
 from agenthost.host.access.worker_pki import WORKER_NAME, HostCA, JoinToken, cert_pem, require_tls13, serial_hex
 from agenthost.host.ops.logs import RefusalLimiter
 from agenthost.host.store.workers import WorkerRecord, WorkerStore
-from agenthost.plugins.manifest import ManifestError, RunnerManifest
+from agenthost.plugins.manifest import MAX_RUNNERS_PER_PLUGIN, ManifestError, RunnerManifest
 from agenthost.protos import errors, runner_pb2
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos import worker_pb2 as wpb
@@ -345,13 +345,18 @@ class WorkerHub:
     def refused(self, what: str, context: grpc.aio.ServicerContext, exc: errors.AgentHostError) -> None:
         """Logs a refused call on the enrolment or workers port, limited per kind (what, status code) like the run
         API's refusals: a caller refused again and again costs the log a few lines a minute, not one a call."""
-        allowed, suppressed = self.refusals.allow(f"{what}:{exc.code.name}")
+        self.limited(
+            f"{what}:{exc.code.name}", logging.WARNING, "%s refused (%s): %s", what, context.peer(), exc.message
+        )
+
+    def limited(self, kind: str, level: int, message: str, *args: object) -> None:
+        """A log line of something a worker (or anyone reaching the ports) can repeat at will: at most
+        REFUSALS_PER_WINDOW a minute of `kind` (the host's own string), then one line that counts the rest."""
+        allowed, suppressed = self.refusals.allow(kind)
         if suppressed:
-            log.warning(
-                "%s: %d more refused (%s) in the last minute, not logged one by one", what, suppressed, exc.code.name
-            )
+            log.warning("%d more lines of kind %s in the last minute, not logged one by one", suppressed, kind)
         if allowed:
-            log.warning("%s refused (%s): %s", what, context.peer(), exc.message)
+            log.log(level, message, *args)
 
     # ---- identity ----
 
@@ -416,7 +421,14 @@ class WorkerHub:
             # Whatever a worker still holds from an earlier session was ended by the host when that session was
             # lost (runner_lost): it drops them rather than finishing them a second time.
             session.outbox.put_nowait(wpb.WorkerDown(drop=wpb.RunAssignment(run_id=run_id)))
-        log.info("worker %s connected from %s offering %d plugins", record.name, session.peer, len(hello.offers))
+        self.limited(
+            f"connect:{record.name}",
+            logging.INFO,
+            "worker %s connected from %s offering %d plugins",
+            record.name,
+            session.peer,
+            len(hello.offers),
+        )
         reader = asyncio.create_task(self._read_control(session, request_iterator))
         try:
             yield wpb.WorkerDown(welcome=record.name)
@@ -433,7 +445,7 @@ class WorkerHub:
         finally:
             reader.cancel()
             self._drop_session(session, "its connection ended")
-            log.info("worker %s disconnected", record.name)
+            self.limited(f"disconnect:{record.name}", logging.INFO, "worker %s disconnected", record.name)
 
     async def _read_control(self, session: Session, request_iterator: AsyncIterator[wpb.WorkerUp]) -> None:
         """A worker heartbeats every 2 s; one sending faster is read at WORKER_CONTROL_MESSAGES_PER_SECOND, and
@@ -453,8 +465,8 @@ class WorkerHub:
                     session.in_flight = message.heartbeat.in_flight
 
     def _accepted(self, name: str, hello: wpb.WorkerHello) -> list[wpb.WorkerOffer]:
-        """The offers of a hello the host takes: at most limits.WORKER_MAX_OFFERS plugins of as many runners each,
-        limits.WORKER_MAX_RUNNERS runners in all; none under the id of a plugin the host runs itself unless it is
+        """The offers of a hello the host takes: at most limits.WORKER_MAX_OFFERS plugins of MAX_RUNNERS_PER_PLUGIN
+        runners each, limits.WORKER_MAX_RUNNERS in all; none under the id of a plugin the host runs itself unless it is
         that same plugin (version and manifests): a binding of that runner would otherwise reach code the operator
         never installed on the host."""
         local = self.local_plugins()
@@ -463,7 +475,9 @@ class WorkerHub:
         offered = sum(len(offer.manifests_json) for offer in hello.offers)
         for offer in hello.offers[: limits.WORKER_MAX_OFFERS]:
             if offer.plugin_id in local and not _same_plugin(local[offer.plugin_id], offer):
-                log.warning(
+                self.limited(
+                    f"offer:{name}",
+                    logging.WARNING,
                     "worker %s offers plugin %r, which this host runs itself in another version or with other"
                     " runners: that offer is refused",
                     name,
@@ -473,11 +487,13 @@ class WorkerHub:
                 continue
             if not room:
                 break
-            del offer.manifests_json[min(limits.WORKER_MAX_OFFERS, room) :]
+            del offer.manifests_json[min(MAX_RUNNERS_PER_PLUGIN, room) :]
             room -= len(offer.manifests_json)
             kept.append(offer)
         if offered > sum(len(offer.manifests_json) for offer in kept):
-            log.warning(
+            self.limited(
+                f"offer:{name}",
+                logging.WARNING,
                 "worker %s offered %d plugins; only the first %d plugins and %d runners in all are taken",
                 name,
                 len(hello.offers),

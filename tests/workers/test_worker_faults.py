@@ -419,3 +419,30 @@ async def test_a_hello_of_manifests_made_to_be_slow_neither_stalls_the_host_nor_
         assert not any(on_loop), "manifests were validated on the host's event loop"
         rc, out, err = await acli(host.data_dir, "workers", "list")
         assert rc == 0 and "slow" in out, out + err
+
+
+async def test_a_worker_reconnecting_in_a_loop_cannot_flood_the_hosts_log(
+    host: Host, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every Connect wrote a line when it came and one when it went, and one per offer colliding with a local
+    plugin (up to 64 a hello): an enrolled worker connecting again and again wrote the host's log as fast as it
+    liked. Those lines are now limited per worker and kind, as refusals are."""
+    import logging
+
+    from agenthost.host.ops import logs
+
+    assert host.workers is not None
+    await host.registry.put_plugin(
+        PluginRecord("fake", "fake", "0", "test", False, False, "python3", "[]", "a local plugin named fake")
+    )
+    identity = await enrolled(host, tmp_path / "w", "loop")
+    colliding = [wpb.WorkerOffer(plugin_id="fake", manifests_json=[ECHO_MANIFEST])] * 8
+    caplog.set_level(logging.INFO, logger="agenthost.host.workers.hub")
+    rounds = 40
+    for _ in range(rounds):
+        async with ScriptedWorker(identity, offers=colliding):
+            pass
+    lines = [r for r in caplog.records if r.name == "agenthost.host.workers.hub"]
+    # Three kinds (connect, disconnect, offer), each at most REFUSALS_PER_WINDOW and a summary line.
+    assert len(lines) <= 3 * (logs.REFUSALS_PER_WINDOW + 1), f"{len(lines)} lines for {rounds} connections"
+    assert any("connected from" in r.getMessage() for r in lines)
