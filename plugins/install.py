@@ -32,7 +32,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from agenthost.plugins import command_plugin, sandbox
-from agenthost.plugins.manifest import ChannelManifest, ManifestError, RunnerManifest
+from agenthost.plugins.manifest import ChannelManifest, ManifestError, RunnerManifest, parse_many
 
 INSTALL_TIMEOUT = 600.0
 
@@ -252,9 +252,13 @@ async def install(
         if reason:
             described = {**channels_described, "runners": []}  # a plugin of channel adapters only
         manifests = await asyncio.to_thread(
-            RunnerManifest.parse_many, [json.dumps(raw) for raw in described["runners"]]
+            parse_many, RunnerManifest, [json.dumps(raw) for raw in described["runners"]]
         )
-        channels = tuple(ChannelManifest.parse_json(json.dumps(raw)) for raw in channels_described.get("channels", []))
+        channels = tuple(
+            await asyncio.to_thread(
+                parse_many, ChannelManifest, [json.dumps(raw) for raw in channels_described.get("channels", [])]
+            )
+        )
         for scratch in ("src", "home", "tmp"):
             shutil.rmtree(staging / scratch, ignore_errors=True)
         final = plugins_dir / plugin_id / "env"
@@ -343,7 +347,7 @@ async def _install_command_plugin(
             reason = reason or _tail(err or out) or f"exit code {code}"
             raise InstallError(f"{info.name} installed, but its runners could not be loaded: {reason}")
         manifests = await asyncio.to_thread(
-            RunnerManifest.parse_many, [json.dumps(raw) for raw in described["runners"]]
+            parse_many, RunnerManifest, [json.dumps(raw) for raw in described["runners"]]
         )
         if not manifests:
             raise InstallError(f"{info.name} offers no runners")
