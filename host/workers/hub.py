@@ -31,7 +31,7 @@ from cryptography import x509
 from agenthost.host import limits
 from agenthost.host.access.grants import hash_secret
 from agenthost.host.access.worker_pki import WORKER_NAME, HostCA, JoinToken, cert_pem, require_tls13, serial_hex
-from agenthost.host.ops.logs import RefusalLimiter
+from agenthost.host.ops.logs import RefusalLimiter, log_limited
 from agenthost.host.store.workers import WorkerRecord, WorkerStore
 from agenthost.plugins.manifest import MAX_RUNNERS_PER_PLUGIN, ManifestError, RunnerManifest
 from agenthost.protos import errors, runner_pb2
@@ -352,11 +352,7 @@ class WorkerHub:
     def limited(self, kind: str, level: int, message: str, *args: object) -> None:
         """A log line of something a worker (or anyone reaching the ports) can repeat at will: at most
         REFUSALS_PER_WINDOW a minute of `kind` (the host's own string), then one line that counts the rest."""
-        allowed, suppressed = self.refusals.allow(kind)
-        if suppressed:
-            log.warning("%d more lines of kind %s in the last minute, not logged one by one", suppressed, kind)
-        if allowed:
-            log.log(level, message, *args)
+        log_limited(self.refusals, log, kind, level, message, *args)
 
     # ---- identity ----
 
