@@ -377,6 +377,21 @@ async def test_a_worker_offering_wider_permissions_later_widens_no_grant(host: H
                 await client.send("b", "again", conversation_id="c")
 
 
+def slow_offers() -> list[wpb.WorkerOffer]:
+    """64 plugins of 64 runners, each config schema unlike the others (no verdict cache helps)."""
+    import json
+
+    def manifest(i: int, j: int) -> str:
+        fields = {f"p{i}_{j}_{k}": {"type": "string", "pattern": "^a+$", "minLength": k} for k in range(6)}
+        schema = {"type": "object", "properties": fields}
+        return json.dumps({"name": f"r{j}", "description": "slow", "version": "1", "config_schema": schema})
+
+    return [
+        wpb.WorkerOffer(plugin_id=f"p{i}", version="1", manifests_json=[manifest(i, j) for j in range(64)])
+        for i in range(64)
+    ]
+
+
 async def test_a_hello_of_manifests_made_to_be_slow_neither_stalls_the_host_nor_is_taken_whole(
     host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -384,7 +399,6 @@ async def test_a_hello_of_manifests_made_to_be_slow_neither_stalls_the_host_nor_
     verdict cache does not help against schemas that all differ). A hello of 64 × 64 such manifests took ~17 CPU-s,
     on the host's event loop: every run, the admin API and the gateway stood still, again at every reconnect. Now at
     most WORKER_MAX_RUNNERS are taken, and they are validated off the event loop."""
-    import json
     import threading
 
     from agenthost.host import limits
@@ -401,17 +415,8 @@ async def test_a_hello_of_manifests_made_to_be_slow_neither_stalls_the_host_nor_
 
     monkeypatch.setattr(RunnerManifest, "parse_json", staticmethod(watched))
 
-    def manifest(i: int, j: int) -> str:
-        fields = {f"p{i}_{j}_{k}": {"type": "string", "pattern": "^a+$", "minLength": k} for k in range(6)}
-        schema = {"type": "object", "properties": fields}
-        return json.dumps({"name": f"r{j}", "description": "slow", "version": "1", "config_schema": schema})
-
     identity = await enrolled(host, tmp_path / "w", "slow")
-    offers = [
-        wpb.WorkerOffer(plugin_id=f"p{i}", version="1", manifests_json=[manifest(i, j) for j in range(64)])
-        for i in range(64)
-    ]
-    async with ScriptedWorker(identity, offers=offers):
+    async with ScriptedWorker(identity, offers=slow_offers()):
         session = host.workers.sessions["slow"]
         assert sum(len(o.manifests_json) for o in session.offers) == limits.WORKER_MAX_RUNNERS
         assert len(session.runners) == limits.WORKER_MAX_RUNNERS
@@ -446,3 +451,37 @@ async def test_a_worker_reconnecting_in_a_loop_cannot_flood_the_hosts_log(
     # Three kinds (connect, disconnect, offer), each at most REFUSALS_PER_WINDOW and a summary line.
     assert len(lines) <= 3 * (logs.REFUSALS_PER_WINDOW + 1), f"{len(lines)} lines for {rounds} connections"
     assert any("connected from" in r.getMessage() for r in lines)
+
+
+async def test_hellos_sent_at_once_by_one_worker_are_read_one_at_a_time(host: Host, tmp_path: Path) -> None:
+    """Each hello's manifests are validated in a thread: a worker opening Connect after Connect would have each take
+    one. While one of its hellos is read, another is refused RESOURCE_EXHAUSTED; the first is answered."""
+    import grpc
+
+    identity = await enrolled(host, tmp_path / "w", "eager")
+    hello = wpb.WorkerUp(hello=wpb.WorkerHello(offers=slow_offers(), capacity=1))
+
+    async def first_answer(channel: grpc.aio.Channel) -> str:
+        async def up():  # noqa: ANN202 — the hello, then the stream stays open
+            yield hello
+            await asyncio.Event().wait()
+
+        call = channel.stream_stream(
+            "/agenthost.v1.WorkerHub/Connect",
+            request_serializer=wpb.WorkerUp.SerializeToString,
+            response_deserializer=wpb.WorkerDown.FromString,
+        )(up())
+        try:
+            async for down in call:
+                return down.WhichOneof("kind") or ""
+            return "ended"
+        except grpc.RpcError as exc:
+            return f"{exc.code().name}: {exc.details()}"
+        finally:
+            call.cancel()
+
+    async with identity.channel() as channel:
+        answers = await asyncio.wait_for(asyncio.gather(*(first_answer(channel) for _ in range(4))), 120)
+    assert answers.count("welcome") >= 1, answers
+    refused = [a for a in answers if a != "welcome"]
+    assert refused and all(a.startswith("RESOURCE_EXHAUSTED") and "already connecting" in a for a in refused), answers
