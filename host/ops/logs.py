@@ -295,7 +295,13 @@ class RefusalLimiter:
 
 
 def log_limited(
-    limiter: RefusalLimiter, logger: logging.Logger, kind: str, level: int, message: str, *args: object
+    limiter: RefusalLimiter,
+    logger: logging.Logger,
+    kind: str,
+    level: int,
+    message: str,
+    *args: object,
+    exc_info: BaseException | None = None,
 ) -> None:
     """A line an untrusted caller can make the host write again and again (a refused call, a worker's reconnect, a
     failing dependency it keeps asking for): at most `limiter.per_window` a window of `kind` (the host's own string),
@@ -304,7 +310,7 @@ def log_limited(
     if suppressed:
         logger.warning("%d more lines of kind %s in the last minute, not logged one by one", suppressed, kind)
     if allowed:
-        logger.log(level, message, *args)
+        logger.log(level, message, *args, exc_info=exc_info)
 
 
 class RotatingFile:
