@@ -405,6 +405,7 @@ class WorkerHub:
             runners = await asyncio.to_thread(offered_runners, offers)
         finally:
             self._hellos.discard(record.name)
+        record = self.identify(context)  # revoked or enrolled again while its offers were read: not taken
         old = self.sessions.get(record.name)
         if old is not None:  # a reconnect after a partition: the old stream is dead even if TCP has not said so
             old.cut("this worker connected again")

@@ -485,3 +485,46 @@ async def test_hellos_sent_at_once_by_one_worker_are_read_one_at_a_time(host: Ho
     assert answers.count("welcome") >= 1, answers
     refused = [a for a in answers if a != "welcome"]
     assert refused and all(a.startswith("RESOURCE_EXHAUSTED") and "already connecting" in a for a in refused), answers
+
+
+async def test_a_worker_revoked_while_its_hello_is_read_is_not_taken(
+    host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hello's offers are read in a thread, so the host goes on meanwhile: a worker revoked in that time must not
+    come out of it connected (revoking cuts only the sessions that exist)."""
+    import threading
+
+    import grpc
+
+    from agenthost.host.workers import hub
+
+    assert host.workers is not None
+    reading, release = threading.Event(), threading.Event()
+    real = hub.offered_runners
+
+    def slow(offers: list[wpb.WorkerOffer]) -> dict:
+        reading.set()
+        release.wait(60)
+        return real(offers)
+
+    monkeypatch.setattr(hub, "offered_runners", slow)
+    identity = await enrolled(host, tmp_path / "w", "late")
+    worker = ScriptedWorker(identity)
+    connecting = asyncio.create_task(worker.__aenter__())
+    try:
+        await asyncio.to_thread(reading.wait, 60)
+        rc, out, err = await acli(host.data_dir, "workers", "revoke", "late")
+        assert rc == 0, out + err
+        release.set()
+        with pytest.raises((TimeoutError, grpc.RpcError)):
+            await asyncio.wait_for(asyncio.shield(connecting), 10)
+        assert "late" not in host.workers.sessions
+        assert not any(d.WhichOneof("kind") == "welcome" for d in worker.downs)
+    finally:
+        release.set()
+        connecting.cancel()
+        if worker._task is not None:
+            worker._task.cancel()
+            await asyncio.gather(worker._task, return_exceptions=True)
+        if worker.channel is not None:
+            await worker.channel.close()
