@@ -98,6 +98,13 @@ RUN_TEXT_MARKER = "\n[… truncated by the host]"
 # tokenizing and bloat the index with noise. Baked into schema migration 4 (a change needs a new migration).
 FTS_INDEXED_CHARS = 32 * KiB
 
+# ---- the run API's audit log (agenthost.host.store.runs.AuditLog) ----
+
+# Rows the audit table keeps: every run-API call, allowed or refused, is one, and a plugin calls as often as it
+# likes (a refused call costs it a few microseconds): without a bound its rows grew the database until the disk was
+# full. The oldest rows go first; at ~200 bytes a row this is ~200 MB.
+AUDIT_MAX_ROWS = 1_000_000
+
 # ---- RunInfo as the CLI reads it ----
 
 # `runs list` returns up to 1000 runs in one reply: each run's text fields are cut to this many characters so
