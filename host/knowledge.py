@@ -44,6 +44,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agenthost.host.access.keys import KeyStore, check_name
+from agenthost.host.ops.logs import RefusalLimiter, log_limited
 from agenthost.host.store.artifacts import ArtifactStore
 from agenthost.host.store.knowledge import HOST_WIDE, KnowledgeStore, NewChunk
 from agenthost.plugins.manifest import validation_problems
@@ -447,6 +448,7 @@ class KnowledgeBase:
         self._query_vectors: collections.OrderedDict[tuple[str, str], np.ndarray] = collections.OrderedDict()
         self._query_slots = asyncio.Semaphore(MAX_CONCURRENT_QUERY_EMBEDS)
         self._add_slots = asyncio.Semaphore(MAX_CONCURRENT_ADD_EMBEDS)
+        self._warnings = RefusalLimiter()  # lines a searching runner can repeat at will (log_limited)
 
     # ---- embeddings settings ----
 
@@ -697,12 +699,29 @@ class KnowledgeBase:
                 except (EmbeddingError, TimeoutError, errors.FailedPrecondition) as exc:
                     # The caller may be an untrusted runner: the endpoint's own words (its URL, its error page) stay
                     # in the host log.
-                    log.warning("kb search for bot %s searched by keywords only: embeddings failed: %s", bot_id, exc)
+                    # A runner may search again and again while the endpoint fails: a few lines a minute.
+                    log_limited(
+                        self._warnings,
+                        log,
+                        "kb:embeddings_failed",
+                        logging.WARNING,
+                        "kb search for bot %s searched by keywords only: embeddings failed: %s",
+                        bot_id,
+                        exc,
+                    )
                     response.keyword_only = True
                     response.keyword_only_reason = "the embeddings endpoint failed for this query (see the host log)"
                 else:
                     if vector.shape[0] != index.dims:
-                        log.warning("kb query vector has %d dims, the index %d", vector.shape[0], index.dims)
+                        log_limited(
+                            self._warnings,
+                            log,
+                            "kb:vector_length",
+                            logging.WARNING,
+                            "kb query vector has %d dims, the index %d",
+                            vector.shape[0],
+                            index.dims,
+                        )
                         response.keyword_only = True
                         response.keyword_only_reason = "the embeddings endpoint changed its vector length; reindex"
                     else:

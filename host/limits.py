@@ -98,6 +98,13 @@ RUN_TEXT_MARKER = "\n[… truncated by the host]"
 # tokenizing and bloat the index with noise. Baked into schema migration 4 (a change needs a new migration).
 FTS_INDEXED_CHARS = 32 * KiB
 
+# ---- the run API's audit log (agenthost.host.store.runs.AuditLog) ----
+
+# Rows the audit table keeps: every run-API call, allowed or refused, is one, and a plugin calls as often as it
+# likes (a refused call costs it a few microseconds): without a bound its rows grew the database until the disk was
+# full. The oldest rows go first; at ~200 bytes a row this is ~200 MB.
+AUDIT_MAX_ROWS = 1_000_000
+
 # ---- RunInfo as the CLI reads it ----
 
 # `runs list` returns up to 1000 runs in one reply: each run's text fields are cut to this many characters so
@@ -293,9 +300,15 @@ def listener_caps(open_files: int | None = None) -> tuple[int, int]:
     return min(GATEWAY_MAX_CONNECTIONS, share), min(API_MAX_CONNECTIONS, share)
 
 
-# A runner worker's hello (host/workers/hub.py): at most this many plugins, and this many runners per plugin, are
-# taken from its offers; the rest are dropped with a warning, so a flood of offers costs the host a bounded list.
+# A runner worker's hello (host/workers/hub.py): at most this many plugins, of MAX_RUNNERS_PER_PLUGIN runners each
+# (agenthost.plugins.manifest, as for a local plugin), are taken from its offers; the rest are dropped with a
+# warning, so a flood of offers costs the host a bounded list.
 WORKER_MAX_OFFERS = 64
+# And at most this many runners in all. Each runner's manifest is validated, its config schema checked: a few
+# milliseconds each (jsonschema), and a cache of verdicts does not help against schemas made to differ. 64 × 64 of
+# them took 17 CPU-s of the host per hello, on its event loop (every run, the admin API and the gateway stood still,
+# and an active host could miss its lease heartbeat). They are validated off the loop too (WorkerHub._connect).
+WORKER_MAX_RUNNERS = 256
 
 # The enrolment port (host/workers/hub.py) answers anyone who can reach it: at most this many Enrol calls at once
 # (more are refused RESOURCE_EXHAUSTED at once), and a call's request must arrive within this many seconds. A client

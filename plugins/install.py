@@ -32,7 +32,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from agenthost.plugins import command_plugin, sandbox
-from agenthost.plugins.manifest import ChannelManifest, ManifestError, RunnerManifest
+from agenthost.plugins.manifest import ChannelManifest, ManifestError, RunnerManifest, parse_many
 
 INSTALL_TIMEOUT = 600.0
 
@@ -251,8 +251,14 @@ async def install(
             raise InstallError(f"{dist_name} installed, but its runners could not be loaded: {reason}")
         if reason:
             described = {**channels_described, "runners": []}  # a plugin of channel adapters only
-        manifests = [RunnerManifest.parse_json(json.dumps(raw)) for raw in described["runners"]]
-        channels = tuple(ChannelManifest.parse_json(json.dumps(raw)) for raw in channels_described.get("channels", []))
+        manifests = await asyncio.to_thread(
+            parse_many, RunnerManifest, [json.dumps(raw) for raw in described["runners"]]
+        )
+        channels = tuple(
+            await asyncio.to_thread(
+                parse_many, ChannelManifest, [json.dumps(raw) for raw in channels_described.get("channels", [])]
+            )
+        )
         for scratch in ("src", "home", "tmp"):
             shutil.rmtree(staging / scratch, ignore_errors=True)
         final = plugins_dir / plugin_id / "env"
@@ -340,7 +346,9 @@ async def _install_command_plugin(
             reason = described.get("error") if isinstance(described, dict) else None
             reason = reason or _tail(err or out) or f"exit code {code}"
             raise InstallError(f"{info.name} installed, but its runners could not be loaded: {reason}")
-        manifests = [RunnerManifest.parse_json(json.dumps(raw)) for raw in described["runners"]]
+        manifests = await asyncio.to_thread(
+            parse_many, RunnerManifest, [json.dumps(raw) for raw in described["runners"]]
+        )
         if not manifests:
             raise InstallError(f"{info.name} offers no runners")
         for scratch in ("home", "tmp", "unpacked"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -39,6 +40,8 @@ BootstrapMode = Literal["none", "current_event", "recent_tail", "summary_tail"]
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 
 MAX_INLINE_EVENTS = 200
+# Runners (or channel adapters) one plugin may offer (parse_many); a worker's hello takes as many per plugin.
+MAX_RUNNERS_PER_PLUGIN = 64
 MAX_INLINE_BYTES = 256 * 1024
 
 
@@ -199,6 +202,19 @@ class ChannelManifest(_Strict):
 
 
 M = TypeVar("M", RunnerManifest, ChannelManifest)
+
+
+def parse_many(cls: type[M], raws: Sequence[str | bytes]) -> list[M]:
+    """A plugin's runners (or channel adapters) as its process describes them, at install and every start. At most
+    MAX_RUNNERS_PER_PLUGIN: each config schema is checked (milliseconds of jsonschema, and the verdict cache does not
+    help against schemas made to differ), so a plugin offering thousands cost the host seconds of CPU at every
+    start. CPU-bound: the host calls it off its event loop."""
+    if len(raws) > MAX_RUNNERS_PER_PLUGIN:
+        kind = "runners" if cls is RunnerManifest else "channel adapters"
+        raise ManifestError(
+            f"the plugin offers {len(raws)} {kind}; at most MAX_RUNNERS_PER_PLUGIN = {MAX_RUNNERS_PER_PLUGIN}"
+        )
+    return [cls.parse_json(raw) for raw in raws]
 
 
 def _parse(cls: type[M], raw: str | bytes, kind: str) -> M:

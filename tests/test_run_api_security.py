@@ -250,3 +250,44 @@ async def test_token_revoked_after_the_gate_is_refused(world, monkeypatch):
         await call.done_writing()
         await call
     assert refused.value.code() == SC.UNAUTHENTICATED
+
+
+async def test_a_host_bug_a_runner_can_call_again_and_again_does_not_flood_the_hosts_log(world, monkeypatch, caplog):
+    """An unexpected exception in a run API method (a host bug) is answered INTERNAL and logged with its traceback.
+    A runner that found one could call it in a loop, a traceback a call; now a few a minute, then counted."""
+    import logging
+
+    from agenthost.host.ops import logs
+    from agenthost.host.store.state import StateStore
+
+    h, stub, r1, _ = world
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug in the host")
+
+    monkeypatch.setattr(StateStore, "get", broken)
+    caplog.set_level(logging.ERROR, logger="agenthost.host.api.run_api")
+    request = api.StateGetRequest(run_id=r1.run_id, scope=pb.CONVERSATION, key="k")
+    for _ in range(100):
+        assert await status_of(stub.StateGet(request, metadata=md(r1))) == SC.INTERNAL
+    lines = [r for r in caplog.records if r.name == "agenthost.host.api.run_api"]
+    assert 0 < len(lines) <= logs.REFUSALS_PER_WINDOW + 1, f"{len(lines)} tracebacks for 100 calls"
+    assert lines[0].exc_info is not None  # the first ones keep their traceback
+
+
+async def test_a_plugin_calling_in_a_loop_cannot_grow_the_audit_log_without_bound(world, monkeypatch):
+    """Every run-API call is an audit row, refused ones too (a forged token costs the caller microseconds): the table
+    grew without bound, until the disk was full. It now keeps the newest AUDIT_MAX_ROWS."""
+    from agenthost.host import limits
+
+    h, stub, r1, _ = world
+    monkeypatch.setattr(limits, "AUDIT_MAX_ROWS", 50)
+    forged = (("authorization", "Bearer rt_" + "A" * 43),)
+    request = api.StateGetRequest(run_id=r1.run_id, scope=pb.CONVERSATION, key="k")
+    for _ in range(300):
+        assert await status_of(stub.StateGet(request, metadata=forged)) == SC.UNAUTHENTICATED
+    h.host.audit.flush()
+    await h.host.db.flush()
+    rows = h.host.audit.rows()
+    assert len(rows) <= 50, f"{len(rows)} audit rows kept"
+    assert rows[-1]["outcome"] == "UNAUTHENTICATED"  # the newest are the ones kept

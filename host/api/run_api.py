@@ -21,6 +21,7 @@ from google.protobuf import message as pb_message
 from agenthost.host import limits
 from agenthost.host.access.grants import ActiveRun, RunRegistry, hash_secret
 from agenthost.host.knowledge import KnowledgeBase
+from agenthost.host.ops.logs import RefusalLimiter, log_limited
 from agenthost.host.ops.observability import Observer
 from agenthost.host.runs.approvals import Approvals
 from agenthost.host.runs.child_runs import ChildRuns
@@ -234,6 +235,7 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         # Uploads in flight, host-wide and by presented token (limits.MAX_CONCURRENT_UPLOADS, MAX_UPLOADS_PER_RUN).
         self._uploads = 0
         self._uploads_by_token: dict[str, int] = {}
+        self._internal_lines = RefusalLimiter()
 
     async def refuse_early(
         self, method: str, error: errors.AgentHostError, request_iterator: Any, context: grpc.aio.ServicerContext
@@ -250,7 +252,17 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             self.audit.record(run_id, self._caller(context), method, exc.code.name, exc.message)
             self.observer.api_call(method, exc.code.name)
             await errors.abort_with(context, exc)
-        log.error("run API %s failed for run %s", method, run_id[:128], exc_info=exc)
+        # A runner that found such a bug can call it again and again: the traceback a few times a minute, then counted.
+        log_limited(
+            self._internal_lines,
+            log,
+            f"run_api_internal:{method}",
+            logging.ERROR,
+            "run API %s failed for run %s",
+            method,
+            run_id[:128],
+            exc_info=exc,
+        )
         self.audit.record(run_id, self._caller(context), method, "INTERNAL", f"{type(exc).__name__}: {exc}")
         self.observer.api_call(method, "INTERNAL")
         await errors.abort_with(context, errors.Internal(f"the host failed to serve {method}; see its log"))

@@ -294,6 +294,25 @@ class RefusalLimiter:
         return False, suppressed
 
 
+def log_limited(
+    limiter: RefusalLimiter,
+    logger: logging.Logger,
+    kind: str,
+    level: int,
+    message: str,
+    *args: object,
+    exc_info: BaseException | None = None,
+) -> None:
+    """A line an untrusted caller can make the host write again and again (a refused call, a worker's reconnect, a
+    failing dependency it keeps asking for): at most `limiter.per_window` a window of `kind` (the host's own string),
+    then one line that counts the rest."""
+    allowed, suppressed = limiter.allow(kind)
+    if suppressed:
+        logger.warning("%d more lines of kind %s in the last minute, not logged one by one", suppressed, kind)
+    if allowed:
+        logger.log(level, message, *args, exc_info=exc_info)
+
+
 class RotatingFile:
     """An append-only byte log rotated by size: `path` → `path.1` → … → `path.<backups>`, the oldest dropped.
     Disk use stays under max_bytes × (backups + 1) plus one write. Used for plugin stderr."""

@@ -92,6 +92,23 @@ class Observer:
         if allowed:
             event(_refusals_log, logging.WARNING, "refused", surface=surface, method=method[:64], code=code)
 
+    def runner_event_dropped(self, run_id: str, kind: str, why: str) -> None:
+        """A runner sent an event it may not (one only the host writes, a ref to an artifact it may not read): it
+        is dropped. Limited like refusals, per kind: a runner sends such events by the thousand in a few bytes
+        each, and a line apiece would roll `host.log` past everything before them."""
+        allowed, suppressed = self.refusals.allow(f"runner_event:{kind}")
+        if suppressed:
+            event(
+                _refusals_log,
+                logging.WARNING,
+                "refusals.suppressed",
+                surface="runner_event",
+                kind=kind,
+                count=suppressed,
+            )
+        if allowed:
+            event(_refusals_log, logging.WARNING, "runner_event.dropped", run_id=run_id, kind=kind, why=why)
+
     # ---- plugins ----
 
     def plugin_installed(self, plugin_id: str, version: str, source: str) -> None:

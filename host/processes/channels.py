@@ -13,6 +13,7 @@ and revokes the credential.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -28,7 +29,7 @@ from agenthost.host.access.private_files import read_json, write_json
 from agenthost.host.processes import binding_config
 from agenthost.host.processes.supervisor import PluginSpec
 from agenthost.plugins import sandbox
-from agenthost.plugins.manifest import ChannelManifest, ManifestError
+from agenthost.plugins.manifest import ChannelManifest, ManifestError, parse_many
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 
@@ -129,7 +130,8 @@ class Channels:
         if reason:
             raise errors.FailedPrecondition(f"plugin {plugin_id} offers no channel adapters: {reason}")
         try:
-            manifests = [ChannelManifest.parse_json(json.dumps(raw)) for raw in described["channels"]]
+            raws = [json.dumps(raw) for raw in described["channels"]]
+            manifests = await asyncio.to_thread(parse_many, ChannelManifest, raws)
         except ManifestError as exc:
             raise errors.FailedPrecondition(f"plugin {plugin_id}: {exc}") from None
         return {m.name: m for m in manifests}

@@ -52,7 +52,7 @@ from agenthost.host.processes.resource_walls import PluginGroup, ResourceWalls, 
 from agenthost.host.store.db import Database
 from agenthost.plugins import binding_paths, command_plugin, sandbox
 from agenthost.plugins.binding_paths import NamedPath
-from agenthost.plugins.manifest import ManifestError, RunnerManifest
+from agenthost.plugins.manifest import ManifestError, RunnerManifest, parse_many
 from agenthost.protos import runner_pb2, runner_pb2_grpc, wire
 from agenthost.protos.wire import CHANNEL_OPTIONS, HANDSHAKE_PREFIX, PROTOCOL_VERSION, TOOLS_CGROUP_ENV
 
@@ -433,10 +433,8 @@ class Supervisor:
             if spec.kind == "runner":
                 pp.stub = runner_pb2_grpc.RunnerStub(pp.channel)
                 described = await pp.stub.Describe(runner_pb2.DescribeRequest(), timeout=self.policy.health_timeout)
-                pp.manifests = {}
-                for raw in described.manifests_json:
-                    m = RunnerManifest.parse_json(raw)
-                    pp.manifests[m.name] = m
+                parsed = await asyncio.to_thread(parse_many, RunnerManifest, list(described.manifests_json))
+                pp.manifests = {m.name: m for m in parsed}
         except (PluginStartError, ManifestError, grpc.RpcError, OSError) as exc:
             await self._kill(pp)
             await self._forget_process(pp)

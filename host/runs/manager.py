@@ -1020,12 +1020,10 @@ class RunManager:
                 if dropped == "artifact_created":
                     if self._checked_artifact(st, events[i].artifact_created):
                         continue
-                    log.warning(
-                        "run %s: ignored an artifact_created event naming an artifact it may not read", info.run_id
-                    )
+                    self.observer.runner_event_dropped(info.run_id, dropped, "names an artifact it may not read")
                     del events[i]
                 elif dropped in HOST_ONLY_EVENTS:
-                    log.warning("run %s: ignored a %s event sent by the runner (host-only)", info.run_id, dropped)
+                    self.observer.runner_event_dropped(info.run_id, dropped, "only the host writes it")
                     del events[i]
             taken = len(events)
             for i, ev in enumerate(events, start=first_seq + 1):

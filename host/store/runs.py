@@ -359,7 +359,8 @@ class AuditLog:
     """Every AgentRunAPIProxy call, allowed or refused.
 
     Rows are buffered and written as one queued job per FLUSH_SECONDS, never awaited on the hot path: a commit
-    per call would cost more than the call. The loss window on a host crash is that interval's rows."""
+    per call would cost more than the call. The loss window on a host crash is that interval's rows. The newest
+    limits.AUDIT_MAX_ROWS rows are kept."""
 
     FLUSH_SECONDS = 0.05
 
@@ -377,11 +378,17 @@ class AuditLog:
     def flush(self) -> None:
         rows, self._pending, self._scheduled = self._pending, [], False
         if rows:
-            self.db.enqueue(
-                lambda conn: conn.executemany(
+            keep = limits.AUDIT_MAX_ROWS
+
+            def write(conn: sqlite3.Connection) -> None:
+                conn.executemany(
                     "INSERT INTO audit(at, run_id, plugin_id, method, outcome, detail) VALUES (?,?,?,?,?,?)", rows
                 )
-            )
+                # The oldest rows past AUDIT_MAX_ROWS go in the same job: what a batch added, no more (the ids
+                # are the primary key, so this is a range delete at the table's start).
+                conn.execute("DELETE FROM audit WHERE id <= (SELECT MAX(id) FROM audit) - ?", (keep,))
+
+            self.db.enqueue(write)
 
     def rows(self, run_id: str | None = None) -> list[sqlite3.Row]:
         """For tests and inspection; call after `flush()` and `Database.flush()` to see the latest rows."""

@@ -47,8 +47,9 @@ from agenthost.host.access.worker_pki import (
     require_tls13,
     serial_hex,
 )
+from agenthost.host.ops.logs import RefusalLimiter, log_limited
 from agenthost.host.store.workers import WorkerRecord, WorkerStore
-from agenthost.plugins.manifest import ManifestError, RunnerManifest
+from agenthost.plugins.manifest import MAX_RUNNERS_PER_PLUGIN, ManifestError, RunnerManifest
 from agenthost.protos import errors, runner_pb2
 from agenthost.protos import host_pb2 as hpb
 from agenthost.protos import worker_pb2 as wpb
@@ -122,13 +123,8 @@ class Session:
     cert_expires_at: float = 0.0  # of the certificate its control stream was opened with: past it, it is cut
     issuer: x509.Name | None = None  # that certificate's CA: a session of a CA rolled out is cut
     # The offers' runners, parsed (and their config schemas checked) once at the hello, not at every placement:
-    # a manifest's schema check costs milliseconds, and the offers do not change during a session.
-    runners: dict[str, RunnerManifest] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.runners = {}
-        for runner_id, manifest in _offered(self.offers):
-            self.runners.setdefault(runner_id, manifest)
+    # a manifest's schema check costs milliseconds, and the offers do not change during a session (`offered_runners`).
+    runners: dict[str, RunnerManifest] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -158,15 +154,17 @@ def _same_plugin(local: tuple[str, list[Any]], offer: wpb.WorkerOffer) -> bool:
     return offer.version == version and offered == manifests
 
 
-def _offered(offers: list[wpb.WorkerOffer]) -> list[tuple[str, RunnerManifest]]:
-    out = []
+def offered_runners(offers: list[wpb.WorkerOffer]) -> dict[str, RunnerManifest]:
+    """The runners of a hello's (already capped) offers whose manifests validate, by runner id; CPU-bound (each
+    config schema is checked), so WorkerHub runs it off the event loop."""
+    out: dict[str, RunnerManifest] = {}
     for offer in offers:
         for raw in offer.manifests_json:
             try:
                 manifest = RunnerManifest.parse_json(raw)
             except ManifestError:
                 continue
-            out.append((f"{offer.plugin_id}/{manifest.name}", manifest))
+            out.setdefault(f"{offer.plugin_id}/{manifest.name}", manifest)
     return out
 
 
@@ -181,6 +179,10 @@ class WorkerHub:
         self.sessions: dict[str, Session] = {}
         # Calls that passed the TLS handshake and reached the guard, by outcome: what the refusal tests read.
         self.calls = {"accepted": 0, "refused": 0}
+        # The enrolment port is open to anyone on the network, and a revoked worker still reaches the workers
+        # port's guard: their refusals are logged a few a minute per kind, the rest summed up (see `refused`).
+        self.refusals = RefusalLimiter()
+        self._hellos: set[str] = set()  # workers whose hello is being validated (one at a time each)
         self._servers: list[grpc.aio.Server] = []
         self._serials: dict[bytes, tuple[str, str, float, x509.Name]] = {}
         # Per worker name, set when its next renewal is recorded (what `workers rotate` waits on).
@@ -348,7 +350,7 @@ class WorkerHub:
         try:
             require_tls13(context.auth_context())
         except errors.AgentHostError as exc:
-            log.warning("worker enrolment refused (%s): %s", context.peer(), exc.message)
+            self.refused("worker enrolment", context, exc)
             await errors.abort_with(context, exc)
             raise
         try:
@@ -361,7 +363,7 @@ class WorkerHub:
         else:
             refusal = errors.InvalidArgument("the call carried no enrolment request")
         if request is None:
-            log.warning("worker enrolment refused (%s): %s", context.peer(), refusal.message)
+            self.refused("worker enrolment", context, refusal)
             await errors.abort_with(context, refusal)
             raise refusal
         return await self._enrol(request, context)
@@ -377,7 +379,7 @@ class WorkerHub:
                 hash_secret(token.secret), request.name, serial_hex(cert), cert.not_valid_after_utc.timestamp()
             )
         except errors.AgentHostError as exc:
-            log.warning("worker enrolment refused (%s): %s", context.peer(), exc.message)
+            self.refused("worker enrolment", context, exc)
             await errors.abort_with(context, exc)
             raise
         log.info("worker %s enrolled in pool %s from %s", record.name, record.pool, context.peer())
@@ -391,6 +393,18 @@ class WorkerHub:
             ca_pem=self.ca.trust_pem,
             server_name="agenthost-host",
         )
+
+    def refused(self, what: str, context: grpc.aio.ServicerContext, exc: errors.AgentHostError) -> None:
+        """Logs a refused call on the enrolment or workers port, limited per kind (what, status code) like the run
+        API's refusals: a caller refused again and again costs the log a few lines a minute, not one a call."""
+        self.limited(
+            f"{what}:{exc.code.name}", logging.WARNING, "%s refused (%s): %s", what, context.peer(), exc.message
+        )
+
+    def limited(self, kind: str, level: int, message: str, *args: object) -> None:
+        """A log line of something a worker (or anyone reaching the ports) can repeat at will: at most
+        REFUSALS_PER_WINDOW a minute of `kind` (the host's own string), then one line that counts the rest."""
+        log_limited(self.refusals, log, kind, level, message, *args)
 
     # ---- identity ----
 
@@ -458,7 +472,14 @@ class WorkerHub:
             not_after = cert.not_valid_after_utc.timestamp()
             await self.store.renew(record.name, presented, serial_hex(cert), not_after)
         except errors.AgentHostError as exc:
-            log.warning("worker %s: renewal refused (%s): %s", record.name, context.peer(), exc.message)
+            self.limited(
+                f"renew:{record.name}",
+                logging.WARNING,
+                "worker %s: renewal refused (%s): %s",
+                record.name,
+                context.peer(),
+                exc.message,
+            )
             raise
         log.info(
             "worker %s renewed its certificate: %s (was %s), expires %s",
@@ -482,10 +503,20 @@ class WorkerHub:
         if first is None or first.WhichOneof("kind") != "hello":
             raise errors.InvalidArgument("the first message on Connect must be the worker's hello")
         hello = first.hello
+        if record.name in self._hellos:
+            # A worker reconnects one stream at a time; several hellos at once would each take a validation thread.
+            raise errors.ResourceExhausted(
+                f"worker {record.name!r} is already connecting; wait for that hello's answer"
+            )
+        self._hellos.add(record.name)
+        try:
+            offers = self._accepted(record.name, hello)
+            runners = await asyncio.to_thread(offered_runners, offers)
+        finally:
+            self._hellos.discard(record.name)
+        record = self.identify(context)  # revoked or enrolled again while its offers were read: not taken
         capacity = min(hello.capacity or DEFAULT_CAPACITY, limits.RUNS_MAX_ACTIVE)
-        session = Session(
-            record=record, peer=context.peer(), offers=self._accepted(record.name, hello), capacity=capacity
-        )
+        session = Session(record=record, peer=context.peer(), offers=offers, runners=runners, capacity=capacity)
         session.last_heartbeat = time.time()
         session.cert_expires_at = self.presented(context)[2]
         session.issuer = self.presented(context)[3]
@@ -502,7 +533,14 @@ class WorkerHub:
             # Whatever a worker still holds from an earlier session was ended by the host when that session was
             # lost (runner_lost): it drops them rather than finishing them a second time.
             session.outbox.put_nowait(wpb.WorkerDown(drop=wpb.RunAssignment(run_id=run_id)))
-        log.info("worker %s connected from %s offering %d plugins", record.name, session.peer, len(hello.offers))
+        self.limited(
+            f"connect:{record.name}",
+            logging.INFO,
+            "worker %s connected from %s offering %d plugins",
+            record.name,
+            session.peer,
+            len(hello.offers),
+        )
         reader = asyncio.create_task(self._read_control(session, request_iterator))
         try:
             yield wpb.WorkerDown(welcome=record.name)
@@ -519,7 +557,7 @@ class WorkerHub:
         finally:
             reader.cancel()
             self._drop_session(session, "its connection ended")
-            log.info("worker %s disconnected", record.name)
+            self.limited(f"disconnect:{record.name}", logging.INFO, "worker %s disconnected", record.name)
 
     @staticmethod
     def _move(old: Session, new: Session) -> None:
@@ -554,28 +592,40 @@ class WorkerHub:
                     session.in_flight = message.heartbeat.in_flight
 
     def _accepted(self, name: str, hello: wpb.WorkerHello) -> list[wpb.WorkerOffer]:
-        """The offers of a hello the host takes: at most limits.WORKER_MAX_OFFERS plugins of as many runners each;
-        none under the id of a plugin the host runs itself unless it is that same plugin (version and manifests):
-        a binding of that runner would otherwise reach code the operator never installed on the host."""
+        """The offers of a hello the host takes: at most limits.WORKER_MAX_OFFERS plugins of MAX_RUNNERS_PER_PLUGIN
+        runners each, limits.WORKER_MAX_RUNNERS in all; none under the id of a plugin the host runs itself unless it is
+        that same plugin (version and manifests): a binding of that runner would otherwise reach code the operator
+        never installed on the host."""
         local = self.local_plugins()
         kept = []
+        room = limits.WORKER_MAX_RUNNERS
+        offered = sum(len(offer.manifests_json) for offer in hello.offers)
         for offer in hello.offers[: limits.WORKER_MAX_OFFERS]:
             if offer.plugin_id in local and not _same_plugin(local[offer.plugin_id], offer):
-                log.warning(
+                self.limited(
+                    f"offer:{name}",
+                    logging.WARNING,
                     "worker %s offers plugin %r, which this host runs itself in another version or with other"
                     " runners: that offer is refused",
                     name,
                     offer.plugin_id,
                 )
+                offered -= len(offer.manifests_json)
                 continue
-            del offer.manifests_json[limits.WORKER_MAX_OFFERS :]
+            if not room:
+                break
+            del offer.manifests_json[min(MAX_RUNNERS_PER_PLUGIN, room) :]
+            room -= len(offer.manifests_json)
             kept.append(offer)
-        if len(hello.offers) > limits.WORKER_MAX_OFFERS:
-            log.warning(
-                "worker %s offered %d plugins; only the first %d are taken",
+        if offered > sum(len(offer.manifests_json) for offer in kept):
+            self.limited(
+                f"offer:{name}",
+                logging.WARNING,
+                "worker %s offered %d plugins; only the first %d plugins and %d runners in all are taken",
                 name,
                 len(hello.offers),
                 limits.WORKER_MAX_OFFERS,
+                limits.WORKER_MAX_RUNNERS,
             )
         return kept
 
@@ -897,7 +947,7 @@ class _Guard(grpc.GenericRpcHandler):
                 )
         except errors.AgentHostError as exc:
             self._hub.calls["refused"] += 1
-            log.warning("worker call refused (%s): %s", context.peer(), exc.message)
+            self._hub.refused("worker call", context, exc)
             await errors.abort_with(context, exc)
             raise
         self._hub.calls["accepted"] += 1

@@ -26,9 +26,9 @@ from .fake_embeddings import FakeEmbeddings
 class KbProbe(Runner):
     """Searches the knowledge base for the message text and answers with what came back, as JSON.
 
-    Config `read`: an artifact id to read instead. Config `via`: "sdk" (RunAPI.kb_search with the run token and
-    plugin secret) or "bridge" (the MCP bridge's kb_search tool over a RunAPI holding only the run's tool token, as
-    a harness's bridge does)."""
+    Config `read`: an artifact id to read instead. Config `times`: how many times to search (the last one answers).
+    Config `via`: "sdk" (RunAPI.kb_search with the run token and plugin secret) or "bridge" (the MCP bridge's
+    kb_search tool over a RunAPI holding only the run's tool token, as a harness's bridge does)."""
 
     manifest = RunnerManifest(name="kbprobe")
 
@@ -55,6 +55,8 @@ class KbProbe(Runner):
                 finally:
                     await channel.close()
             else:
+                for _ in range(int(run.config.get("times", 1)) - 1):  # the same search again first, as often as asked
+                    await run.api.kb_search(run.text, top_k=top_k)
                 result = await run.api.kb_search(run.text, top_k=top_k)
                 out = {
                     "hits": [{"doc_id": h.doc_id, "text": h.text, "vector_rank": h.vector_rank} for h in result.hits],

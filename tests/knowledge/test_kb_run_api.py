@@ -76,3 +76,25 @@ async def test_the_mcp_bridge_tool_with_the_tool_token(host: HostHarness, embedd
     # narrowed: the bridge offers no kb_search without the grant, and the host refuses it all the same
     await h.bind("test/kbprobe", {"via": "bridge"}, conversation_pattern="narrow", priority=6, apis=["state.read"])
     assert (await ask(h, "vehicle", conversation_id="narrow"))["error"] == "PERMISSION_DENIED"
+
+
+async def test_a_run_searching_while_the_endpoint_fails_cannot_flood_the_hosts_log(
+    host: HostHarness, embeddings: FakeEmbeddings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the bot's embeddings endpoint failing, every KbSearch wrote a host warning with the endpoint's own words
+    (kept out of the runner's answer): a runner searching in a loop wrote the log as fast as it liked. Those lines
+    are now limited per kind, as refusals are; every answer still says the keyword pass answered alone."""
+    import logging
+
+    from agenthost.host.ops import logs
+
+    h = host
+    await use_endpoint(h, embeddings)
+    await add(h, "ours.md", OURS)
+    embeddings.fail_with = 503
+    caplog.set_level(logging.WARNING, logger="agenthost.host.knowledge")
+    await h.bind("test/kbprobe", {"times": 200}, conversation_pattern="loop", priority=5)
+    found = await ask(h, "vehicle location", conversation_id="loop")
+    assert found["keyword_only"] and "failed" in found["keyword_only_reason"], found
+    lines = [r for r in caplog.records if r.name == "agenthost.host.knowledge"]
+    assert 0 < len(lines) <= logs.REFUSALS_PER_WINDOW + 1, f"{len(lines)} host log lines for 200 searches"

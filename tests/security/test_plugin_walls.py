@@ -26,6 +26,7 @@ import pytest
 from agenthost.host import limits
 from agenthost.host.access.private_files import private_dir
 from agenthost.host.api.client import HostClient
+from agenthost.host.ops import logs
 from agenthost.host.processes import plugin_sockets
 from agenthost.host.server import Host
 from agenthost.plugins import sandbox
@@ -36,6 +37,7 @@ from tests.gateway.helpers import until
 ROOT = Path(__file__).resolve().parents[2]
 INTRUDER = str(ROOT / "tests" / "fixtures" / "intruder-plugin")
 FAULTY = str(ROOT / "tests" / "fixtures" / "faulty-plugin")
+CROWDED = str(ROOT / "tests" / "fixtures" / "crowded-plugin")
 
 pytestmark = [
     pytest.mark.slow,
@@ -185,6 +187,67 @@ async def test_a_plugin_flooding_the_run_api_starves_only_itself(low_api_cap, ho
 
     await until(lambda: "plugin agenthost-intruder holds" in logged(), "the flooder is named in the host's log")
     assert "its cap (API_MAX_CONNECTIONS)" in logged() and "plugin agenthost-faulty holds" not in logged()
+
+
+async def test_a_plugin_sending_events_only_the_host_writes_cannot_flood_the_hosts_log(
+    host, reused_plugin_installs, caplog
+):
+    """Each host-only event a runner sent (a subagent link, an approval) was dropped with a warning line of its own:
+    2-byte events, up to RUN_MAX_EVENTS a run, each a ~200-byte line formatted on the host's loop, so one run could
+    roll `host.log` (HOST_LOG_MAX_BYTES × backups) past every line before it. Now they are counted like refusals."""
+    h, c = host
+    caplog.set_level(logging.WARNING)
+    await _install(c, INTRUDER)
+    await c.call("CreateBot", hpb.CreateBotRequest(name="b"))
+    await c.bind("b", "agenthost-intruder/intruder")
+    forged = 20_000
+    result = await c.send("b", json.dumps({"forge": forged}))
+    assert result.run.status == "completed", result.run.error_message
+    assert result.text == f"forged {forged}"
+    events = await c.call("ListRunEvents", hpb.ListRunEventsRequest(run_id=result.run.run_id, limit=1000))
+    assert not [e for e in events.events if e.WhichOneof("kind") == "subagent_started"]  # dropped, as before
+    lines = [r for r in caplog.records if r.name.startswith("agenthost.host")]
+    assert len(lines) <= 2 * logs.REFUSALS_PER_WINDOW, f"{len(lines)} host log lines for one run"
+    assert any(
+        "subagent_started" in r.getMessage() or "subagent_started" in str(getattr(r, "fields", "")) for r in lines
+    )
+
+
+async def test_a_plugin_offering_runners_by_the_thousand_is_refused_and_manifests_are_checked_off_the_loop(
+    host, reused_plugin_installs, monkeypatch
+):
+    """Each runner's config schema is checked when its plugin is installed and at every start (milliseconds each,
+    and schemas made to differ defeat the verdict cache). A plugin offering 1,000 runners was installed, and held the
+    host's event loop for seconds at install and again at every start (a crash loop repeats it). Now a plugin
+    offers at most MAX_RUNNERS_PER_PLUGIN, and manifests are checked off the event loop."""
+    import threading
+
+    from agenthost.plugins.manifest import MAX_RUNNERS_PER_PLUGIN, RunnerManifest
+
+    h, c = host
+    loop_thread = threading.get_ident()
+    on_loop: list[str] = []
+    parse = RunnerManifest.parse_json
+
+    def watched(raw: str | bytes) -> RunnerManifest:
+        manifest = parse(raw)
+        if threading.get_ident() == loop_thread:
+            on_loop.append(manifest.name)
+        return manifest
+
+    monkeypatch.setattr(RunnerManifest, "parse_json", staticmethod(watched))
+    with pytest.raises(errors.AgentHostError) as refused:
+        await _install(c, CROWDED)
+    assert f"1000 runners; at most MAX_RUNNERS_PER_PLUGIN = {MAX_RUNNERS_PER_PLUGIN}" in refused.value.message
+    assert not [
+        p for p in (await c.call("ListPlugins", hpb.ListPluginsRequest())).plugins if p.plugin_id == "agenthost-crowded"
+    ]
+    # A plugin within the cap: installed and started with its manifests checked in a thread.
+    await _install(c, INTRUDER)
+    await c.call("CreateBot", hpb.CreateBotRequest(name="b"))
+    await c.bind("b", "agenthost-intruder/intruder")
+    assert (await c.send("b", json.dumps({"forge": 0}))).text == "forged 0"
+    assert "intruder" not in on_loop, on_loop
 
 
 async def test_network_only_when_the_manifest_asks_and_the_user_accepts(host, tmp_path, reused_plugin_installs):

@@ -8,6 +8,7 @@ guard refuses a revoked or replaced certificate before reading the request."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import socket
 import ssl
@@ -301,3 +302,39 @@ async def test_calls_held_open_on_the_enrolment_port_are_capped_and_timed_out(
     assert timed_out, ends
     identity = await enrol(tmp_path / "w", address(host), join, "w1")  # the token was not spent by any of it
     assert identity.name == "w1"
+
+
+async def test_refused_enrolments_cannot_flood_the_hosts_log(host: Host, caplog: pytest.LogCaptureFixture) -> None:
+    """Anyone who reaches the enrolment port could write a host log line per refused call (a guessed token, a bad
+    name), without bound: enough of them roll `host.log` past every line before them. Refusals there are now
+    logged like the run API's, at most REFUSALS_PER_WINDOW a kind a minute and then one line that sums them up;
+    the refusal the caller gets is unchanged."""
+    from agenthost.host.ops import logs
+
+    join = await token(host)
+    guessed = ".".join([*join.split(".")[:3], "guessed-secret"])
+    caplog.set_level(logging.INFO)
+    port = int(join.split(".")[1])
+    pem = ssl.get_server_certificate(("127.0.0.1", port))
+    attempts = 300
+    async with grpc.aio.secure_channel(
+        f"127.0.0.1:{port}",
+        grpc.ssl_channel_credentials(root_certificates=pem.encode()),
+        options=[("grpc.ssl_target_name_override", "agenthost-enrol")],
+    ) as channel:
+        enrol_call = channel.unary_unary(
+            "/agenthost.v1.WorkerEnrolment/Enrol",
+            request_serializer=wpb.EnrolRequest.SerializeToString,
+            response_deserializer=wpb.EnrolResponse.FromString,
+        )
+        csr = make_csr(new_key(), "x")
+        for i in range(attempts):
+            request = wpb.EnrolRequest(join_token=guessed, name=f"w{i}", csr_pem=csr)
+            with pytest.raises(grpc.RpcError) as refused:
+                await enrol_call(request, timeout=30)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, refused.value.details()
+    lines = [r for r in caplog.records if r.name.startswith("agenthost.host")]
+    assert len(lines) <= 2 * logs.REFUSALS_PER_WINDOW, f"{len(lines)} host log lines for {attempts} refused calls"
+    assert any("enrol" in r.getMessage() or "enrol" in str(getattr(r, "fields", "")) for r in lines)
+    # The real token still enrols.
+    assert (await enrol_raw(join, make_csr(new_key(), "w"))).name == "w1"

@@ -126,7 +126,8 @@ async def test_offers_colliding_with_a_local_plugin_or_flooding_are_refused(host
         assert rc != 0 and "offers no runner" in err, out + err
     async with ScriptedWorker(identity, offers=flood):
         offers = host.workers.sessions["w"].offers
-        assert len(offers) == 64 and all(len(o.manifests_json) == 64 for o in offers)
+        # 64 runners a plugin, WORKER_MAX_RUNNERS (256) in all.
+        assert len(offers) == 4 and all(len(o.manifests_json) == 64 for o in offers)
 
 
 async def test_a_worker_offering_malformed_manifests_does_not_break_workers_list(host: Host, tmp_path: Path) -> None:
@@ -374,3 +375,156 @@ async def test_a_worker_offering_wider_permissions_later_widens_no_grant(host: H
         async with HostClient.for_data_dir(host.data_dir) as client:
             with pytest.raises(errors.FailedPrecondition, match="agenthost bots update-binding"):
                 await client.send("b", "again", conversation_id="c")
+
+
+def slow_offers() -> list[wpb.WorkerOffer]:
+    """64 plugins of 64 runners, each config schema unlike the others (no verdict cache helps)."""
+    import json
+
+    def manifest(i: int, j: int) -> str:
+        fields = {f"p{i}_{j}_{k}": {"type": "string", "pattern": "^a+$", "minLength": k} for k in range(6)}
+        schema = {"type": "object", "properties": fields}
+        return json.dumps({"name": f"r{j}", "description": "slow", "version": "1", "config_schema": schema})
+
+    return [
+        wpb.WorkerOffer(plugin_id=f"p{i}", version="1", manifests_json=[manifest(i, j) for j in range(64)])
+        for i in range(64)
+    ]
+
+
+async def test_a_hello_of_manifests_made_to_be_slow_neither_stalls_the_host_nor_is_taken_whole(
+    host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each offered runner's manifest is validated and its config schema checked (jsonschema, milliseconds each; the
+    verdict cache does not help against schemas that all differ). A hello of 64 × 64 such manifests took ~17 CPU-s,
+    on the host's event loop: every run, the admin API and the gateway stood still, again at every reconnect. Now at
+    most WORKER_MAX_RUNNERS are taken, and they are validated off the event loop."""
+    import threading
+
+    from agenthost.host import limits
+    from agenthost.plugins.manifest import RunnerManifest
+
+    assert host.workers is not None
+    loop_thread = threading.get_ident()
+    on_loop: list[int] = []
+    parse = RunnerManifest.parse_json
+
+    def watched(raw: str) -> RunnerManifest:
+        on_loop.append(threading.get_ident() == loop_thread)
+        return parse(raw)
+
+    monkeypatch.setattr(RunnerManifest, "parse_json", staticmethod(watched))
+
+    identity = await enrolled(host, tmp_path / "w", "slow")
+    async with ScriptedWorker(identity, offers=slow_offers()):
+        session = host.workers.sessions["slow"]
+        assert sum(len(o.manifests_json) for o in session.offers) == limits.WORKER_MAX_RUNNERS
+        assert len(session.runners) == limits.WORKER_MAX_RUNNERS
+        assert len(on_loop) == limits.WORKER_MAX_RUNNERS, len(on_loop)
+        assert not any(on_loop), "manifests were validated on the host's event loop"
+        rc, out, err = await acli(host.data_dir, "workers", "list")
+        assert rc == 0 and "slow" in out, out + err
+
+
+async def test_a_worker_reconnecting_in_a_loop_cannot_flood_the_hosts_log(
+    host: Host, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every Connect wrote a line when it came and one when it went, and one per offer colliding with a local
+    plugin (up to 64 a hello): an enrolled worker connecting again and again wrote the host's log as fast as it
+    liked. Those lines are now limited per worker and kind, as refusals are."""
+    import logging
+
+    from agenthost.host.ops import logs
+
+    assert host.workers is not None
+    await host.registry.put_plugin(
+        PluginRecord("fake", "fake", "0", "test", False, False, "python3", "[]", "a local plugin named fake")
+    )
+    identity = await enrolled(host, tmp_path / "w", "loop")
+    colliding = [wpb.WorkerOffer(plugin_id="fake", manifests_json=[ECHO_MANIFEST])] * 8
+    caplog.set_level(logging.INFO, logger="agenthost.host.workers.hub")
+    rounds = 40
+    for _ in range(rounds):
+        async with ScriptedWorker(identity, offers=colliding):
+            pass
+    lines = [r for r in caplog.records if r.name == "agenthost.host.workers.hub"]
+    # Three kinds (connect, disconnect, offer), each at most REFUSALS_PER_WINDOW and a summary line.
+    assert len(lines) <= 3 * (logs.REFUSALS_PER_WINDOW + 1), f"{len(lines)} lines for {rounds} connections"
+    assert any("connected from" in r.getMessage() for r in lines)
+
+
+async def test_hellos_sent_at_once_by_one_worker_are_read_one_at_a_time(host: Host, tmp_path: Path) -> None:
+    """Each hello's manifests are validated in a thread: a worker opening Connect after Connect would have each take
+    one. While one of its hellos is read, another is refused RESOURCE_EXHAUSTED; the first is answered."""
+    import grpc
+
+    identity = await enrolled(host, tmp_path / "w", "eager")
+    hello = wpb.WorkerUp(hello=wpb.WorkerHello(offers=slow_offers(), capacity=1))
+
+    async def first_answer(channel: grpc.aio.Channel) -> str:
+        async def up():  # noqa: ANN202 — the hello, then the stream stays open
+            yield hello
+            await asyncio.Event().wait()
+
+        call = channel.stream_stream(
+            "/agenthost.v1.WorkerHub/Connect",
+            request_serializer=wpb.WorkerUp.SerializeToString,
+            response_deserializer=wpb.WorkerDown.FromString,
+        )(up())
+        try:
+            async for down in call:
+                return down.WhichOneof("kind") or ""
+            return "ended"
+        except grpc.RpcError as exc:
+            return f"{exc.code().name}: {exc.details()}"
+        finally:
+            call.cancel()
+
+    async with identity.channel() as channel:
+        answers = await asyncio.wait_for(asyncio.gather(*(first_answer(channel) for _ in range(4))), 120)
+    assert answers.count("welcome") >= 1, answers
+    refused = [a for a in answers if a != "welcome"]
+    assert refused and all(a.startswith("RESOURCE_EXHAUSTED") and "already connecting" in a for a in refused), answers
+
+
+async def test_a_worker_revoked_while_its_hello_is_read_is_not_taken(
+    host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hello's offers are read in a thread, so the host goes on meanwhile: a worker revoked in that time must not
+    come out of it connected (revoking cuts only the sessions that exist)."""
+    import threading
+
+    import grpc
+
+    from agenthost.host.workers import hub
+
+    assert host.workers is not None
+    reading, release = threading.Event(), threading.Event()
+    real = hub.offered_runners
+
+    def slow(offers: list[wpb.WorkerOffer]) -> dict:
+        reading.set()
+        release.wait(60)
+        return real(offers)
+
+    monkeypatch.setattr(hub, "offered_runners", slow)
+    identity = await enrolled(host, tmp_path / "w", "late")
+    worker = ScriptedWorker(identity)
+    connecting = asyncio.create_task(worker.__aenter__())
+    try:
+        await asyncio.to_thread(reading.wait, 60)
+        rc, out, err = await acli(host.data_dir, "workers", "revoke", "late")
+        assert rc == 0, out + err
+        release.set()
+        with pytest.raises((TimeoutError, grpc.RpcError)):
+            await asyncio.wait_for(asyncio.shield(connecting), 10)
+        assert "late" not in host.workers.sessions
+        assert not any(d.WhichOneof("kind") == "welcome" for d in worker.downs)
+    finally:
+        release.set()
+        connecting.cancel()
+        if worker._task is not None:
+            worker._task.cancel()
+            await asyncio.gather(worker._task, return_exceptions=True)
+        if worker.channel is not None:
+            await worker.channel.close()
