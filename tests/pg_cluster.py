@@ -118,6 +118,22 @@ class Cluster:
             self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@contextlib.contextmanager
+def bench_database(name: str = "agenthost_bench") -> Iterator[str]:
+    """For a benchmark: a throwaway durable cluster (fsync and synchronous commit on, as in production) with one
+    empty database; yields its DSN over loopback TCP, as a server on another machine is reached."""
+    found = bindir()
+    if found is None:
+        raise SystemExit("no PostgreSQL binaries (initdb): apt-get install postgresql")
+    cluster = Cluster(found, durable=True)
+    try:
+        cluster.start()
+        cluster.admin(f'CREATE DATABASE "{name}"')
+        yield cluster.tcp_dsn(name)
+    finally:
+        cluster.stop()
+
+
 async def wipe(db: Any) -> None:
     """Empties a PostgreSQL Database's tables and restarts its numbering, as a new file would be (hypothesis
     examples share one database). The lease stays: the open Database holds it, and its writes check it."""

@@ -266,15 +266,26 @@ class Database:
             self.pending_bytes += job.weight
         self._jobs.put(job)
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T], *, weight: int = 0) -> T:
+    async def write(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        weight: int = 0,
+        on_done: Callable[[asyncio.Future[T]], None] | None = None,
+    ) -> T:
         """Runs fn(conn) in the next write transaction; returns its result once committed. Waits for room in the
-        queue first. `weight` is roughly how many bytes the job writes (it counts toward WRITE_QUEUE_MAX_BYTES)."""
+        queue first. `weight` is roughly how many bytes the job writes (it counts toward WRITE_QUEUE_MAX_BYTES).
+        `on_done`: called with the job's future once the writer settles it, before any job after it is answered,
+        even if this caller stopped waiting (a queued job commits all the same)."""
         assert self._loop is not None, "database is not open"
         if self.congested:
             await self.backpressure()
         future: asyncio.Future[T] = self._loop.create_future()
         self._put(_Job(fn, future, weight))
-        return await future
+        if on_done is None:
+            return await future
+        future.add_done_callback(on_done)
+        return await asyncio.shield(future)
 
     def enqueue(
         self,
