@@ -136,6 +136,8 @@ class Database:
         # This host's name as the lease and the server's session list show it.
         self.holder = f"agenthost-writer {socket.gethostname()}:{os.getpid()}"[:63]
         self.epoch: int | None = None
+        # PostgreSQL with pgvector: the knowledge base's vectors are searched in the server (host/store/pgvector.py).
+        self.vectors_in_db = False
         self.path = Path(target) if not self.dsn else Path()
         self.backend = "postgresql" if self.dsn else "sqlite"
         self.errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
@@ -169,7 +171,7 @@ class Database:
             migrate(writer)
             return writer, connect(self.path, readonly=True)
         try:
-            from agenthost.host.store import migrations_pg, postgres
+            from agenthost.host.store import migrations_pg, pgvector, postgres
         except ImportError as exc:
             raise DatabaseUnavailable(
                 f"PostgreSQL needs the psycopg driver ({exc}): pip install 'agenthost[postgres]'"
@@ -191,6 +193,7 @@ class Database:
         try:
             migrations_pg.migrate(pg_writer)
             self.epoch = pg_writer.claim_lease(self.holder)
+            self.vectors_in_db = pgvector.enable(pg_writer)
             pg_reader = postgres.connect(
                 self.dsn, password=self._password, application_name="agenthost-reader", reader=True
             )
