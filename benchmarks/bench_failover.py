@@ -1,19 +1,22 @@
 """How long a standby host takes to take over from an active host killed -9, against a cold restart of that host.
 
-    python benchmarks/bench_failover.py [--rounds 5]
+    python benchmarks/bench_failover.py [--rounds 10]
 
 A throwaway PostgreSQL cluster (fsync on); two data dirs, one database; real `agenthost serve` processes. Each round,
 interleaved: (failover) a `serve --standby` waits on the database held by the active host, which is killed -9;
 (restart, the baseline: what one gets without a standby) the host now active is killed -9 and `serve` is started
 again on its data dir at once. Per side, from the kill: `lease`, the new host holds the database's lease (the lease
-row's acquired_at); `serving`, its admin socket accepts clients (host.json names the new pid); `answered`, a
-`agenthost send` to the built-in local agent has its reply (the CLI's own start, ~0.5 s, included). Medians and
-maxima printed.
+row's acquired_at); `serving`, its admin socket is published (host.json names the new pid); and from the client's
+side, a client of this script that knows both hosts' data dirs and, from the moment of the kill, sends a message to
+the built-in local agent on one address and then the other every 50 ms until one takes it: `run_started`, the
+first `run_started` that client receives (the figure the standby guide promises within 10 s), and `answered`, the
+run's reply. Medians and maxima printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import signal
@@ -59,23 +62,52 @@ def serves(home: Path, pid: int) -> bool:
         return False
 
 
-def answered(env: dict[str, str]) -> bool:
-    out = subprocess.run([*CLI, "send", "agent", "ping"], env=env, capture_output=True, text=True, timeout=120)
-    return out.returncode == 0 and "offline demo model" in out.stdout
+async def client_side(homes: list[Path], killed: float) -> tuple[float, float]:
+    """(run_started, answered) in seconds from the kill, as a client with both addresses sees them: a send to
+    each address in turn every 50 ms until one is taken (the dead host refuses at once; a standby has no admin
+    socket until it takes over)."""
+    from agenthost.host.api.client import HostClient
+    from agenthost.protos import host_pb2 as hpb
+
+    request = hpb.SendMessageRequest(bot="agent", text="ping", conversation_id=f"failover-{killed}")
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        for home in homes:
+            try:
+                async with HostClient.for_data_dir(home, timeout=60) as client:
+                    started = 0.0
+                    async for reply in client.stream(request, timeout=60):
+                        kind = reply.WhichOneof("kind")
+                        if kind == "run_started" and not started:
+                            started = time.time()
+                        elif kind == "run_finished":
+                            if reply.run_finished.status != "completed" or not started:
+                                raise SystemExit(f"the run after the takeover: {reply.run_finished}")
+                            return started - killed, time.time() - killed
+            except Exception as exc:  # noqa: BLE001 - not taken here (yet): the other address, as clients are told
+                if isinstance(exc, SystemExit):
+                    raise
+        await asyncio.sleep(0.05)
+    raise SystemExit("no host took the message within 120 s of the kill")
 
 
-def measure(new: subprocess.Popen[bytes], home: Path, env: dict[str, str], dsn: str, killed: float) -> list[float]:
-    serving = until(lambda: serves(home, new.pid))
-    done = until(lambda: answered(env))
+def measure(new: subprocess.Popen[bytes], homes: list[Path], home: Path, dsn: str, killed: float) -> list[float]:
+    started, answered = asyncio.run(client_side(homes, killed))
+    until(lambda: serves(home, new.pid))  # the new host's own admin socket took the message
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute("SELECT acquired_at FROM lease").fetchone()
     assert row is not None
-    return [float(row[0]) - killed, serving - killed, done - killed]
+    return [float(row[0]) - killed, published(home) - killed, started, answered]
+
+
+def published(home: Path) -> float:
+    """When the host published its admin socket: host.json's mtime (written once, when it serves)."""
+    return (home / "host.json").stat().st_mtime
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=10)
     args = ap.parse_args()
     found = bindir()
     if found is None:
@@ -110,22 +142,25 @@ def main() -> None:
             killed = time.time()
             active.send_signal(signal.SIGKILL)
             active.wait()
-            figures["failover"].append(measure(standby, homes[other], envs[other], dsn, killed))
+            figures["failover"].append(measure(standby, homes, homes[other], dsn, killed))
             # The baseline: the same host killed and started again, no standby.
             killed = time.time()
             standby.send_signal(signal.SIGKILL)
             standby.wait()
             active = serve(envs[other])
             procs.append(active)
-            figures["restart"].append(measure(active, homes[other], envs[other], dsn, killed))
+            figures["restart"].append(measure(active, homes, homes[other], dsn, killed))
             on = other
-            print(f"round {r + 1}: failover {figures['failover'][-1]}, restart {figures['restart'][-1]}", flush=True)
+            shown = {side: " ".join(f"{x:.2f}" for x in rows[-1]) for side, rows in figures.items()}
+            print(f"round {r + 1}: failover {shown['failover']}; restart {shown['restart']}", flush=True)
         print(f"\n{args.rounds} rounds, seconds from the kill -9 (median / max):")
-        print(f"{'':10} {'lease':>14} {'serving':>14} {'answered':>14}")
+        print(f"{'':10} {'lease':>14} {'serving':>14} {'run_started':>14} {'answered':>14}")
         for side, rows in figures.items():
             cols = list(zip(*rows, strict=True))
             cells = [f"{statistics.median(c):6.2f} / {max(c):5.2f}" for c in cols]
             print(f"{side:10} " + " ".join(f"{c:>14}" for c in cells))
+        worst = max(row[2] for row in figures["failover"])
+        print(f"target: the standby's first run_started within 10 s of the kill: {'met' if worst <= 10 else 'missed'}")
     finally:
         for p in procs:
             if p.poll() is None:

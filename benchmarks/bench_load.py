@@ -2,6 +2,7 @@
 
     python benchmarks/bench_load.py [--runs 500] [--plugins 4] [--deltas 20] [--pause-ms 20] [--rounds 1]
                                     [--deadline 300] [--profile host.prof] [--baseline] [--clients 1]
+                                    [--database sqlite|postgresql|postgresql://…]
 
 Processes, as in production: `agenthost serve` (the host), N runner plugin processes (copies of the faulty test
 plugin under distinct names, installed offline like any plugin; each run makes a HistoryPage and a StateSet call
@@ -81,6 +82,7 @@ class LoadHost:
 
     plugins: int = 4
     profile: Path | None = None  # the host runs under cProfile and writes its stats here when it stops
+    database: str = ""  # a PostgreSQL DSN for the host's stores; empty: the SQLite file in its data dir
     work: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="ahload-")))
     proc: subprocess.Popen | None = None
     client: HostClient | None = None
@@ -88,6 +90,8 @@ class LoadHost:
     async def __aenter__(self) -> LoadHost:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTHOST_TEST", "ANTHROPIC", "OPENAI"))}
         env["AGENTHOST_HOME"] = str(self.work / "home")
+        if self.database:
+            env["AGENTHOST_DATABASE_URL"] = self.database
         profiler = ["-m", "cProfile", "-o", str(self.profile)] if self.profile else []
         self.proc = subprocess.Popen(  # noqa: ASYNC220
             [sys.executable, *profiler, "-m", "agenthost.host.cli", "serve"],
@@ -509,7 +513,18 @@ def show(label: str, fig: dict[str, float]) -> str:
 
 
 async def main(args: argparse.Namespace) -> int:
-    async with LoadHost(plugins=args.plugins, profile=args.profile) as lh:
+    if args.database == "postgresql":
+        from tests.pg_cluster import bench_database
+
+        with bench_database() as dsn:
+            print("database: PostgreSQL, a throwaway cluster (fsync on) over loopback TCP")
+            return await load_rounds(args, dsn)
+    print("database: the SQLite file in the host's data dir" if args.database == "sqlite" else "database: --database")
+    return await load_rounds(args, "" if args.database == "sqlite" else args.database)
+
+
+async def load_rounds(args: argparse.Namespace, database: str) -> int:
+    async with LoadHost(plugins=args.plugins, profile=args.profile, database=database) as lh:
         await run_load(lh, min(20, args.runs), args.deltas, args.pause_ms, tag="warm")
         before = lh.figures()
         print(f"host pid {lh.proc.pid}; child processes (runner plugins + the built-in one): {lh.runner_pids()}")
@@ -573,6 +588,12 @@ if __name__ == "__main__":
     parser.add_argument("--deadline", type=float, default=300, help="seconds a round may take (then it is cut off)")
     parser.add_argument("--baseline", action="store_true", help="also the same client against a bare grpc.aio server")
     parser.add_argument("--clients", type=int, default=1, help="client processes making a round's sends")
+    parser.add_argument(
+        "--database",
+        default="sqlite",
+        help="sqlite (the default), postgresql (a throwaway cluster this script starts, fsync on, over loopback TCP)"
+        " or a postgresql:// DSN",
+    )
     parser.add_argument("--raw-server", help=argparse.SUPPRESS)  # the baseline's server process
     parser.add_argument("--client-part", help=argparse.SUPPRESS)  # one client process of --clients
     parsed = parser.parse_args()

@@ -8,9 +8,13 @@ interleaved round by round, medians printed: psycopg 3 with a sync connection us
 does), psycopg 3 AsyncConnection awaited on the loop, and asyncpg (if installed) awaited on the loop. Prepared
 statements on every side (psycopg prepares a statement on its 5th run; asyncpg always).
 
-Then the same two reads through the host's own stores (StateStore.get, Conversations.page_history_encoded) on a
+Then the same two reads through the host's own stores (on PostgreSQL StateStore.get answers from its cache after
+the first read: host/store/state.py) (StateStore.get, Conversations.page_history_encoded) on a
 SQLite file and on PostgreSQL over the unix socket and over TCP, rounds interleaved: what a read costs the event loop
 on each backend, with nothing else in the process.
+
+Last, the writer on PostgreSQL: queued one-INSERT jobs committed in its batches, a job's RELEASE sent on its own
+against sent with the next job's SAVEPOINT (PostgresDialect.chains_statements), rounds alternated.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ async def timed(calls: int, fn: Callable[[], Awaitable[object]]) -> float:
     return statistics.median(samples) * 1e6
 
 
-async def main(calls: int, rounds: int) -> None:
+async def main(calls: int, rounds: int, jobs: int) -> None:
     found = bindir()
     if found is None:
         raise SystemExit("no PostgreSQL binaries (initdb)")
@@ -110,6 +114,7 @@ async def main(calls: int, rounds: int) -> None:
         if apg is not None:
             await apg.close()
         await stores(cluster, calls, rounds)
+        await writer(cluster, jobs, rounds)
     finally:
         cluster.stop()
 
@@ -123,11 +128,13 @@ async def stores(cluster: Cluster, calls: int, rounds: int) -> None:
     from agenthost.host.store.state import StateStore
     from agenthost.protos import common_pb2 as pb
 
-    cluster.admin("CREATE DATABASE stores")
+    # One database each: a database takes one host (its writer holds the lease).
+    cluster.admin("CREATE DATABASE stores_unix")
+    cluster.admin("CREATE DATABASE stores_tcp")
     targets = {
         "SQLite file": Path(tempfile.mkdtemp(prefix="ahbench-")) / "t.db",
-        "PostgreSQL, unix socket": cluster.dsn("stores"),
-        "PostgreSQL, loopback TCP": cluster.tcp_dsn("stores"),
+        "PostgreSQL, unix socket": cluster.dsn("stores_unix"),
+        "PostgreSQL, loopback TCP": cluster.tcp_dsn("stores_tcp"),
     }
     reads: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {}
     dbs = []
@@ -175,9 +182,46 @@ async def stores(cluster: Cluster, calls: int, rounds: int) -> None:
         await db.close()
 
 
+async def writer(cluster: Cluster, jobs: int, rounds: int) -> None:
+    """The writer's throughput on PostgreSQL over loopback TCP: `jobs` queued jobs of one INSERT each (a run's
+    64 deltas are one ~3 KiB row), committed in the writer's batches, each job in its savepoint; rounds alternate
+    a job's RELEASE sent on its own (as on SQLite) and sent with the next statement (chains_statements)."""
+    from agenthost.host.store.db import Database
+    from agenthost.host.store.dialect import PostgresDialect
+
+    cluster.admin("CREATE DATABASE writer")
+    db = Database(cluster.tcp_dsn("writer"))
+    await db.open()
+    payload = "x" * 3200
+    insert = "INSERT INTO meta(key, value) VALUES (?, ?)"
+    results: dict[bool, list[float]] = {False: [], True: []}
+    n = 0
+    try:
+        for _ in range(rounds):
+            for chained in (False, True):
+                PostgresDialect.chains_statements = chained
+                t0 = time.perf_counter()
+                for _ in range(jobs):
+                    db.enqueue(lambda c, k=f"k{n}": c.execute(insert, (k, payload)))
+                    n += 1
+                    if db.congested:
+                        await db.backpressure()
+                await db.flush()
+                results[chained].append(jobs / (time.perf_counter() - t0))
+    finally:
+        PostgresDialect.chains_statements = True
+        await db.close()
+    print(f"\n== the writer on PostgreSQL (TCP, fsync on): {jobs} queued one-INSERT jobs, jobs/s, {rounds} rounds ==")
+    for chained, label in ((False, "RELEASE on its own"), (True, "RELEASE with the next statement")):
+        values = results[chained]
+        print(f"{label:34} {statistics.median(values):8.0f} ({min(values):.0f}-{max(values):.0f})")
+    print(f"ratio of medians: {statistics.median(results[True]) / statistics.median(results[False]):.2f}x")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=3000, help="queued write jobs per round of the writer section")
     args = parser.parse_args()
-    asyncio.run(main(args.calls, args.rounds))
+    asyncio.run(main(args.calls, args.rounds, args.jobs))

@@ -689,8 +689,11 @@ class KnowledgeBase:
             response.keyword_only_reason = "no embeddings endpoint is configured for this bot"
         else:
             response.documents_without_vectors = self.store.count_without(bot_id, config.space)
-            index = self._index(bot_id, config.space)
-            if index is None:
+            # pgvector: the server searches its own column; otherwise the matrix this host keeps per bot.
+            in_db = self.store.vectors_in_db
+            index = None if in_db else self._index(bot_id, config.space)
+            dims = self.store.space_dims(bot_id, config.space) if in_db else index.dims if index else None
+            if dims is None:
                 response.keyword_only = True
                 response.keyword_only_reason = "no document of this bot has vectors for its embeddings endpoint yet"
             else:
@@ -712,20 +715,23 @@ class KnowledgeBase:
                     response.keyword_only = True
                     response.keyword_only_reason = "the embeddings endpoint failed for this query (see the host log)"
                 else:
-                    if vector.shape[0] != index.dims:
+                    if vector.shape[0] != dims:
                         log_limited(
                             self._warnings,
                             log,
                             "kb:vector_length",
                             logging.WARNING,
-                            "kb query vector has %d dims, the index %d",
+                            "kb query vector has %d dims, the stored ones %d",
                             vector.shape[0],
-                            index.dims,
+                            dims,
                         )
                         response.keyword_only = True
                         response.keyword_only_reason = "the embeddings endpoint changed its vector length; reindex"
-                    else:
+                    elif index is not None:
                         vector_ids = index.top(vector, CANDIDATES)
+                    else:
+                        query_vector = vector.astype("<f4").tobytes()
+                        vector_ids = self.store.nearest(bot_id, config.space, query_vector, CANDIDATES)
         keyword_rank = {cid: r for r, cid in enumerate(keyword_ids, start=1)}
         vector_rank = {cid: r for r, cid in enumerate(vector_ids, start=1)}
         fused = rrf([keyword_ids, vector_ids])

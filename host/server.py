@@ -51,6 +51,7 @@ from agenthost.host.processes.plugin_sockets import PluginSockets, run_api_serve
 from agenthost.host.processes.resource_walls import ENABLE_HINT, Caps, ResourceWalls
 from agenthost.host.processes.supervisor import PluginSpec, PluginStartError, Supervisor, SupervisorPolicy
 from agenthost.host.runs.manager import RunManager, parse_runner_id
+from agenthost.host.store import pgvector
 from agenthost.host.store.artifacts import ArtifactStore
 from agenthost.host.store.conversations import Conversations
 from agenthost.host.store.cursors import CursorCodec
@@ -834,7 +835,7 @@ class Host:
             runs_in_flight=self.runs.in_flight(),
             resource_limits=self._resource_limits_status(),
             database=database,
-            kb_vectors="exact (numpy, in the host)",
+            kb_vectors=pgvector.PATH_IN_DATABASE if self.db.vectors_in_db else pgvector.PATH_IN_HOST,
         )
 
     def _resource_limits_status(self) -> hpb.ResourceLimits:

@@ -117,4 +117,12 @@ async def close_harness_runners(monkeypatch: pytest.MonkeyPatch) -> AsyncIterato
 
 
 # The throwaway PostgreSQL cluster and the fixtures that run a store test on both backends.
-from tests.pg_cluster import host_database, own_pg_cluster, pg_cluster, pg_dsn, store_target  # noqa: E402, F401
+from tests.pg_cluster import (  # noqa: E402, F401
+    host_database,
+    own_pg_cluster,
+    pg_cluster,
+    pg_dsn,
+    pgvector_cluster,
+    pgvector_dsn,
+    store_target,
+)

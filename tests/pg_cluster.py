@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import glob
+import importlib.util
 import itertools
 import os
 import pwd
@@ -36,6 +37,16 @@ def bindir() -> Path | None:
         return Path(found[-1]).parent
     initdb = shutil.which("initdb")
     return Path(initdb).parent if initdb else None
+
+
+def pgvector_bindir() -> Path | None:
+    """A PostgreSQL with pgvector: PyPI's `pgserver` (PostgreSQL 16 + pgvector 0.6 in its wheel; Debian bookworm
+    packages no pgvector). None where it is not installed."""
+    spec = importlib.util.find_spec("pgserver")  # not imported: only its files are used
+    if spec is None or spec.origin is None:
+        return None
+    found = Path(spec.origin).parent / "pginstall" / "bin"
+    return found if (found / "initdb").exists() else None
 
 
 def _free_port() -> int:
@@ -118,6 +129,22 @@ class Cluster:
             self.admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@contextlib.contextmanager
+def bench_database(name: str = "agenthost_bench") -> Iterator[str]:
+    """For a benchmark: a throwaway durable cluster (fsync and synchronous commit on, as in production) with one
+    empty database; yields its DSN over loopback TCP, as a server on another machine is reached."""
+    found = bindir()
+    if found is None:
+        raise SystemExit("no PostgreSQL binaries (initdb): apt-get install postgresql")
+    cluster = Cluster(found, durable=True)
+    try:
+        cluster.start()
+        cluster.admin(f'CREATE DATABASE "{name}"')
+        yield cluster.tcp_dsn(name)
+    finally:
+        cluster.stop()
+
+
 async def wipe(db: Any) -> None:
     """Empties a PostgreSQL Database's tables and restarts its numbering, as a new file would be (hypothesis
     examples share one database). The lease stays: the open Database holds it, and its writes check it."""
@@ -189,6 +216,38 @@ def pg_cluster() -> Iterator[Cluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def pgvector_cluster() -> Iterator[Cluster]:
+    """A cluster whose server has pgvector (pgvector_bindir), its template database migrated with the extension
+    created and the knowledge base's vector column added (as the host does at open)."""
+    found = pgvector_bindir()
+    if found is None:
+        pytest.skip("no PostgreSQL with pgvector on this machine: pip install pgserver==0.1.4 (Python 3.11, x86-64)")
+    _binaries()  # psycopg
+    cluster = Cluster(found)
+    atexit.register(cluster.stop)
+    try:
+        cluster.start()
+        cluster.admin(f"CREATE DATABASE {TEMPLATE}")
+        from agenthost.host.store import migrations_pg, pgvector, postgres
+
+        conn = postgres.connect(cluster.dsn(TEMPLATE))
+        migrations_pg.migrate(conn)
+        assert pgvector.enable(conn)
+        conn.close()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def pgvector_dsn(pgvector_cluster: Cluster) -> Iterator[str]:
+    """A fresh, migrated database on a server with pgvector."""
+    dsn = pgvector_cluster.new_database()
+    yield dsn
+    pgvector_cluster.drop(dsn)
 
 
 @pytest.fixture

@@ -397,6 +397,66 @@ def test_two_hosts_started_at_once_one_is_active_and_the_other_takes_over_when_i
     assert epoch == 2 and f":{both[other].pid}" in holder
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("order", ["as_it_comes", "standby_first"])
+def test_after_the_database_restarts_exactly_one_host_is_active(
+    tmp_path: Path, procs: list[subprocess.Popen[str]], own_pg_cluster: Cluster, order: str
+) -> None:
+    """The server restarted under both hosts (`pg_ctl stop -m immediate`, then start): the active host's sessions
+    and the standby's waiting one are all cut, and both reach for the lock again, the active host before its next
+    write batch (the heartbeat makes one every second), the standby every second. Whichever gets it, exactly one
+    host serves: the holder of the newest epoch answers sends; a host that was active and lost stops (exit 3)
+    without writing, and a standby that lost goes on waiting and still takes over when the active host dies.
+    `standby_first`: the active host frozen (SIGSTOP) across the restart, so the standby wins the race."""
+    own_pg_cluster.admin("CREATE DATABASE restart")
+    dsn = own_pg_cluster.dsn("restart")
+    a_env, b_env = ({**cli_env(tmp_path / name), "AGENTHOST_DATABASE_URL": dsn} for name in ("a", "b"))
+    a = start_host(a_env)
+    procs.append(a)
+    drain(a)
+    cli(a_env, "bots", "create", "agent")
+    cli(a_env, "bots", "bind", "agent", "--runner", "agenthost/local-agent")
+    b = serve(b_env, "--standby")
+    procs.append(b)
+    drain(b)
+    wait_for("the standby waiting", lambda: standing_by(b_env), b)
+    assert lease(own_pg_cluster, dsn)[0] == 1
+
+    if order == "standby_first":
+        a.send_signal(signal.SIGSTOP)
+    own_pg_cluster.stop_server()
+    own_pg_cluster.start_server()
+
+    def holder() -> str:
+        return lease(own_pg_cluster, dsn)[1]
+
+    def settled() -> bool:
+        if a.poll() is None and f":{a.pid}" in holder():
+            return cli(a_env, "send", "agent", "after the restart", check=False, timeout=120).returncode == 0
+        return f":{b.pid}" in holder() and serving(b_env)
+
+    wait_for("one host serving after the restart", settled, timeout=TAKEOVER_TIMEOUT)
+    epoch, who = lease(own_pg_cluster, dsn)
+    if f":{a.pid}" in who:
+        print("the active host took the lock back")
+        assert order == "as_it_comes"
+        assert epoch == 1 and b.poll() is None and standing_by(b_env)
+        assert not (Path(b_env["AGENTHOST_HOME"]) / "host.json").exists()
+        a.send_signal(signal.SIGKILL)  # the standby's wait survived the restart: it still takes over
+        a.wait()
+        wait_for("the takeover", lambda: serving(b_env), b, timeout=TAKEOVER_TIMEOUT)
+        assert lease(own_pg_cluster, dsn)[0] == 2
+    else:
+        print("the standby took the lock first")
+        assert epoch == 2
+        a.send_signal(signal.SIGCONT)
+        assert a.wait(timeout=120) == 3  # the deposed host stopped, writing nothing
+    assert "offline demo model" in cli(b_env, "send", "agent", "on the host serving now", timeout=120).stdout
+    assert f":{b.pid}" in holder() and lease(own_pg_cluster, dsn)[0] == 2
+    history = cli(b_env, "history", "agent").stdout
+    assert "on the host serving now" in history
+
+
 def test_standby_needs_postgresql(tmp_path: Path) -> None:
     out = cli(cli_env(tmp_path / "h"), "serve", "--standby", check=False)
     assert out.returncode == 2 and "--standby needs a PostgreSQL --database" in out.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 
 import pytest
 
@@ -109,10 +110,12 @@ async def test_postgresql_connections_the_server_drops_are_opened_again(pg_dsn, 
     try:
         st = StateStore(db)
         await st.set("s", "k", "1")
+        assert st.get("s", "cached") is None  # the state store keeps what it read (StateStore's docstring)
         name = pg_dsn.split("/")[3].split("?")[0]
         drop = f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
         pg_cluster.admin(drop)
-        assert st.get("s", "k").version == 1  # the reader's statement, run again on a new connection
+        # The reader's statement, run again on a new connection.
+        assert db.query_one("SELECT version FROM state WHERE scope_key = 's' AND key = 'k'")[0] == 1
         assert (await st.set("s", "k", "2", if_version=1)).version == 2  # the writer reconnected before its BEGIN
 
         def cut(c):
@@ -131,6 +134,39 @@ async def test_postgresql_connections_the_server_drops_are_opened_again(pg_dsn, 
             await st.set("s", "k", "4")
         with pytest.raises(db.errors):
             st.get("s", "k")
+        with pytest.raises(db.errors):  # nothing answered from what the state store kept, while the database is down
+            st.get("s", "cached")
+    finally:
+        await asyncio.wait_for(db.close(), 30)
+
+
+async def test_a_state_write_whose_caller_stopped_waiting_is_read_back_once_committed(pg_dsn):
+    """On PostgreSQL the state store answers reads of keys from what it last read or wrote. A StateSet whose caller
+    is cancelled while its job waits in the writer's queue still commits; a read made meanwhile (the old value) must
+    not be what later reads are answered with."""
+    db = Database(pg_dsn)
+    await db.open()
+    try:
+        st = StateStore(db)
+        await st.set("s", "k", '"old"')
+        assert st.get("s", "k").value_json == '"old"'
+        gate = threading.Event()
+        held = db.write(lambda conn: gate.wait(30))  # the writer is busy: the next jobs wait behind this one
+        held_task = asyncio.ensure_future(held)
+        caller = asyncio.ensure_future(st.set("s", "k", '"new"'))
+        async with asyncio.timeout(60):
+            while db.pending_jobs < 2:  # noqa: ASYNC110 - a count on the writer's queue: no event to wait on
+                await asyncio.sleep(0.01)
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        assert st.get("s", "k").value_json == '"old"'  # not committed yet
+        gate.set()
+        await held_task
+        await db.write(lambda conn: None)  # the cancelled caller's job committed before this one
+        assert db.query_one("SELECT value_json FROM state WHERE scope_key = 's' AND key = 'k'")[0] == '"new"'
+        got = st.get("s", "k")
+        assert (got.value_json, got.version) == ('"new"', 2)
     finally:
         await asyncio.wait_for(db.close(), 30)
 

@@ -136,6 +136,8 @@ class Database:
         # This host's name as the lease and the server's session list show it.
         self.holder = f"agenthost-writer {socket.gethostname()}:{os.getpid()}"[:63]
         self.epoch: int | None = None
+        # PostgreSQL with pgvector: the knowledge base's vectors are searched in the server (host/store/pgvector.py).
+        self.vectors_in_db = False
         self.path = Path(target) if not self.dsn else Path()
         self.backend = "postgresql" if self.dsn else "sqlite"
         self.errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
@@ -169,7 +171,7 @@ class Database:
             migrate(writer)
             return writer, connect(self.path, readonly=True)
         try:
-            from agenthost.host.store import migrations_pg, postgres
+            from agenthost.host.store import migrations_pg, pgvector, postgres
         except ImportError as exc:
             raise DatabaseUnavailable(
                 f"PostgreSQL needs the psycopg driver ({exc}): pip install 'agenthost[postgres]'"
@@ -191,6 +193,7 @@ class Database:
         try:
             migrations_pg.migrate(pg_writer)
             self.epoch = pg_writer.claim_lease(self.holder)
+            self.vectors_in_db = pgvector.enable(pg_writer)
             pg_reader = postgres.connect(
                 self.dsn, password=self._password, application_name="agenthost-reader", reader=True
             )
@@ -266,15 +269,26 @@ class Database:
             self.pending_bytes += job.weight
         self._jobs.put(job)
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T], *, weight: int = 0) -> T:
+    async def write(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        weight: int = 0,
+        on_done: Callable[[asyncio.Future[T]], None] | None = None,
+    ) -> T:
         """Runs fn(conn) in the next write transaction; returns its result once committed. Waits for room in the
-        queue first. `weight` is roughly how many bytes the job writes (it counts toward WRITE_QUEUE_MAX_BYTES)."""
+        queue first. `weight` is roughly how many bytes the job writes (it counts toward WRITE_QUEUE_MAX_BYTES).
+        `on_done`: called with the job's future once the writer settles it, before any job after it is answered,
+        even if this caller stopped waiting (a queued job commits all the same)."""
         assert self._loop is not None, "database is not open"
         if self.congested:
             await self.backpressure()
         future: asyncio.Future[T] = self._loop.create_future()
         self._put(_Job(fn, future, weight))
-        return await future
+        if on_done is None:
+            return await future
+        future.add_done_callback(on_done)
+        return await asyncio.shield(future)
 
     def enqueue(
         self,
@@ -382,9 +396,14 @@ class Database:
         outcomes: list[tuple[asyncio.Future[Any] | None, bool, Any]] = []
         if self.fenced:
             raise LeaseLostError(self.fenced)
+        # On PostgreSQL each statement is a round trip: a job's RELEASE goes with the next job's SAVEPOINT (or the
+        # COMMIT), one round trip fewer per job; the statements and their order are the same.
+        chained = conn.dialect.chains_statements  # type: ignore[attr-defined]
+        held = False  # the last job's savepoint, to be released with the next statement
         conn.execute("BEGIN IMMEDIATE")
         for job in batch:
-            conn.execute("SAVEPOINT job")
+            conn.execute("RELEASE job; SAVEPOINT job" if held else "SAVEPOINT job")
+            held = False
             try:
                 result = job.fn(conn)
             except BaseException as exc:  # noqa: BLE001 - a job's failure is its caller's, not the batch's
@@ -396,9 +415,12 @@ class Database:
                     log.error("queued write failed: %r", exc)
                 outcomes.append((job.future, False, exc))
             else:
-                conn.execute("RELEASE job")
+                if chained:
+                    held = True
+                else:
+                    conn.execute("RELEASE job")
                 outcomes.append((job.future, True, result))
-        conn.execute("COMMIT")
+        conn.execute("RELEASE job; COMMIT" if held else "COMMIT")
         self._undo.clear()
         self.batches += 1
         if self.down:

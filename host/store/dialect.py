@@ -31,6 +31,8 @@ _QUOTED = re.compile(r'"((?:[^"]|"")*)"')
 
 class SqliteDialect:
     name = "sqlite"
+    # sqlite3 runs one statement per execute (and a statement costs a function call, not a round trip).
+    chains_statements = False
 
     @staticmethod
     def transcript_seq_base(conn: Any, count: int) -> int:
@@ -86,6 +88,9 @@ class SqliteDialect:
 
 class PostgresDialect:
     name = "postgresql"
+    # Statements without parameters, separated by `;`, go in one round trip (the simple query protocol): the writer
+    # sends a job's RELEASE with the next job's SAVEPOINT, and the last one's with the COMMIT.
+    chains_statements = True
 
     @staticmethod
     def transcript_seq_base(conn: Any, count: int) -> int:

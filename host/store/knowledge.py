@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from agenthost.host.store.db import Database
+from agenthost.host.store.pgvector import literal
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
 
@@ -134,14 +135,25 @@ class KnowledgeStore:
                     dims,
                 ),
             )
-            conn.executemany(
-                "INSERT INTO kb_chunks(doc_id, bot_id, ordinal, start_line, end_line, text, embedding)"
-                " VALUES (?,?,?,?,?,?,?)",
-                [
-                    (document.doc_id, document.bot_id, c.ordinal, c.start_line, c.end_line, c.text, c.embedding)
-                    for c in chunks
-                ],
-            )
+            rows = [
+                (document.doc_id, document.bot_id, c.ordinal, c.start_line, c.end_line, c.text, c.embedding)
+                for c in chunks
+            ]
+            if self.vectors_in_db:
+                conn.executemany(
+                    "INSERT INTO kb_chunks(doc_id, bot_id, ordinal, start_line, end_line, text, embedding, embedding_v)"
+                    " VALUES (?,?,?,?,?,?,?,CAST(? AS vector))",
+                    [
+                        (*row, None if c.embedding is None else literal(c.embedding))
+                        for row, c in zip(rows, chunks, strict=True)
+                    ],
+                )
+            else:
+                conn.executemany(
+                    "INSERT INTO kb_chunks(doc_id, bot_id, ordinal, start_line, end_line, text, embedding)"
+                    " VALUES (?,?,?,?,?,?,?)",
+                    rows,
+                )
 
         await self.db.write(insert, weight=sum(len(c.text) + len(c.embedding or b"") for c in chunks))
 
@@ -181,10 +193,17 @@ class KnowledgeStore:
             ).rowcount
             if not found:
                 return False
-            conn.executemany(
-                "UPDATE kb_chunks SET embedding = ? WHERE chunk_id = ? AND doc_id = ?",
-                [(blob, chunk_id, doc_id) for chunk_id, blob in vectors.items()],
-            )
+            if self.vectors_in_db:
+                conn.executemany(
+                    "UPDATE kb_chunks SET embedding = ?, embedding_v = CAST(? AS vector)"
+                    " WHERE chunk_id = ? AND doc_id = ?",
+                    [(blob, literal(blob), chunk_id, doc_id) for chunk_id, blob in vectors.items()],
+                )
+            else:
+                conn.executemany(
+                    "UPDATE kb_chunks SET embedding = ? WHERE chunk_id = ? AND doc_id = ?",
+                    [(blob, chunk_id, doc_id) for chunk_id, blob in vectors.items()],
+                )
             return True
 
         return await self.db.write(update, weight=sum(len(v) for v in vectors.values()))
@@ -215,6 +234,36 @@ class KnowledgeStore:
         if not rows:
             return [], [], 0
         return [int(r[0]) for r in rows], [bytes(r[1]) for r in rows], int(rows[0][2])
+
+    @property
+    def vectors_in_db(self) -> bool:
+        """True on PostgreSQL with pgvector: `nearest` searches in the server (host/store/pgvector.py)."""
+        return self.db.vectors_in_db
+
+    def space_dims(self, bot_id: str, space: str) -> int | None:
+        """pgvector path: the length of the bot's vectors in `space` (its oldest embedded document's), None if it
+        has none."""
+        row = self.db.query_one(
+            "SELECT d.dims FROM kb_documents d WHERE d.bot_id = ? AND d.embedding_space = ? AND EXISTS"
+            " (SELECT 1 FROM kb_chunks c WHERE c.doc_id = d.doc_id AND c.embedding_v IS NOT NULL)"
+            " ORDER BY d.created_at, d.doc_id LIMIT 1",
+            (bot_id, space),
+        )
+        return int(row[0]) if row else None
+
+    def nearest(self, bot_id: str, space: str, query: bytes, limit: int) -> list[int]:
+        """pgvector path: chunk ids of the bot's vectors in `space` closest to the unit-length float32 `query`, best
+        first (largest inner product; ties by chunk id), vectors of another length left out as the numpy path
+        leaves them out."""
+        dims = len(query) // 4
+        rows = self.db.query_tuples(
+            "SELECT c.chunk_id FROM kb_chunks c JOIN kb_documents d ON d.doc_id = c.doc_id"
+            " WHERE c.bot_id = ? AND d.embedding_space = ? AND c.embedding_v IS NOT NULL"
+            " AND vector_dims(c.embedding_v) = ?"
+            " ORDER BY c.embedding_v <#> CAST(? AS vector), c.chunk_id LIMIT ?",
+            (bot_id, space, dims, literal(query), limit),
+        )
+        return [int(r[0]) for r in rows]
 
     def chunks(self, bot_id: str, chunk_ids: Sequence[int]) -> dict[int, ChunkRow]:
         """The rows of these chunks that belong to the bot (an id of another bot's chunk is simply absent)."""

@@ -6,11 +6,15 @@ that would cross a quota is refused inside the transaction that would have made 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sqlite3
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 from agenthost.host import limits
 from agenthost.host.store.db import Database
@@ -19,6 +23,7 @@ from agenthost.protos.errors import Aborted, InvalidArgument, ResourceExhausted
 MAX_VALUE_BYTES = limits.STATE_MAX_VALUE_BYTES  # kept for importers; checks read limits at call time
 MAX_KEY_CHARS = 256
 MAX_LIST = 100
+T = TypeVar("T")
 # Keys are dotted/slashed identifiers: no control characters, no whitespace at the ends, nothing empty.
 _KEY = re.compile(r"^[A-Za-z0-9_.:/@-][A-Za-z0-9_.:/@ -]*$")
 
@@ -79,15 +84,94 @@ def _check_quota(conn: sqlite3.Connection, scope_key: str, *, new_keys: int, new
         )
 
 
+# What the PostgreSQL read cache holds at most (values are capped at STATE_MAX_VALUE_BYTES each).
+CACHE_MAX_ENTRIES = 4096
+CACHE_MAX_BYTES = 16 * 1024 * 1024
+_ABSENT = object()
+
+
+class _ReadCache:
+    """Values by (scope_key, key), None for a key known absent; least recently used dropped past the caps."""
+
+    def __init__(self) -> None:
+        self._values: OrderedDict[tuple[str, str], StoredValue | None] = OrderedDict()
+        self.bytes = 0
+
+    def get(self, k: tuple[str, str]) -> StoredValue | None | object:
+        value = self._values.get(k, _ABSENT)
+        if value is not _ABSENT:
+            self._values.move_to_end(k)
+        return value
+
+    def put(self, k: tuple[str, str], value: StoredValue | None) -> None:
+        self.forget(k)
+        self._values[k] = value
+        self.bytes += _size(k, value)
+        while len(self._values) > CACHE_MAX_ENTRIES or self.bytes > CACHE_MAX_BYTES:
+            old, dropped = self._values.popitem(last=False)
+            self.bytes -= _size(old, dropped)
+
+    def forget(self, k: tuple[str, str]) -> None:
+        if k in self._values:
+            self.bytes -= _size(k, self._values.pop(k))
+
+    def clear(self) -> None:
+        self._values.clear()
+        self.bytes = 0
+
+
+def _size(k: tuple[str, str], value: StoredValue | None) -> int:
+    return len(k[0]) + len(k[1]) + (len(value.value_json) if value else 0) + 64
+
+
 class StateStore:
+    """On PostgreSQL, reads of single keys are answered from what this host last read or wrote: a read there is a
+    round trip to another process (on a loaded machine ~0.3 ms, against SQLite's ~6 µs in process), and the host
+    holding the lease is its database's only writer (every write transaction is fenced by the lease epoch), so
+    nothing else changes a row under it. A write updates the cache once its COMMIT is acknowledged, and a write
+    that failed forgets its key (a COMMIT whose answer was lost may have happened). While the database is down or
+    the lease is lost, the cache answers nothing: reads go to the database, which refuses them typed, as before."""
+
     def __init__(self, db: Database) -> None:
         self.db = db
+        self._cache: _ReadCache | None = _ReadCache() if db.dsn else None
+
+    def _cached(self) -> _ReadCache | None:
+        cache = self._cache
+        if cache is not None and (self.db.down or self.db.fenced):
+            cache.clear()
+            return None
+        return cache
 
     def get(self, scope_key: str, key: str) -> StoredValue | None:
+        cache = self._cached()
+        if cache is not None:
+            hit = cache.get((scope_key, key))
+            if hit is not _ABSENT:
+                return cast("StoredValue | None", hit)
         row = self.db.query_one(
             "SELECT value_json, version, updated_at FROM state WHERE scope_key = ? AND key = ?", (scope_key, key)
         )
-        return StoredValue(row[0], row[1], row[2]) if row else None
+        value = StoredValue(row[0], row[1], row[2]) if row else None
+        if cache is not None:
+            cache.put((scope_key, key), value)
+        return value
+
+    def _learn(
+        self, k: tuple[str, str], outcome: Callable[[T], StoredValue | None]
+    ) -> Callable[[asyncio.Future[T]], None] | None:
+        """What the cache does when a write of key `k` is settled by the writer (Database.write's `on_done`)."""
+        cache = self._cache
+        if cache is None:
+            return None
+
+        def learn(done: asyncio.Future[T]) -> None:
+            if done.cancelled() or done.exception() is not None:
+                cache.forget(k)  # a COMMIT whose answer was lost may have happened: read it again
+            else:
+                cache.put(k, outcome(done.result()))
+
+        return learn
 
     def snapshot(self, scope_key: str, limit: int = 200) -> dict[str, object]:
         rows = self.db.query(
@@ -120,14 +204,15 @@ class StateStore:
             )
             return StoredValue(value_json, current + 1, now)
 
-        return await self.db.write(write)
+        return await self.db.write(write, on_done=self._learn((scope_key, key), lambda stored: stored))
 
     async def delete(self, scope_key: str, key: str) -> bool:
         check_key(key)
         return await self.db.write(
             lambda conn: (
                 conn.execute("DELETE FROM state WHERE scope_key = ? AND key = ?", (scope_key, key)).rowcount > 0
-            )
+            ),
+            on_done=self._learn((scope_key, key), lambda _: None),
         )
 
     def list(self, scope_key: str, prefix: str, after: str, limit: int) -> tuple[list[str], bool]:

@@ -97,8 +97,18 @@ async def embeddings() -> AsyncIterator[FakeEmbeddings]:
         yield server
 
 
+@pytest.fixture(params=["sqlite", "postgresql", "pgvector"])
+def kb_database(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """HostHarness `host_options` for each backend: SQLite, PostgreSQL (vectors searched in the host), and
+    PostgreSQL with pgvector (vectors searched in the server; skipped where no such server is installed)."""
+    if request.param == "sqlite":
+        return {}
+    return {"database": request.getfixturevalue("pg_dsn" if request.param == "postgresql" else "pgvector_dsn")}
+
+
 @pytest.fixture
-async def host(tmp_path: Path, host_database: dict[str, Any]) -> AsyncIterator[HostHarness]:
-    """A host on each backend: the knowledge base's suite runs on SQLite and on PostgreSQL."""
-    async with HostHarness(tmp_path, runners=[KbProbe], host_options=host_database) as h:
+async def host(tmp_path: Path, kb_database: dict[str, Any]) -> AsyncIterator[HostHarness]:
+    """A host on each backend: the knowledge base's suite runs on SQLite, on PostgreSQL, and on PostgreSQL with
+    pgvector."""
+    async with HostHarness(tmp_path, runners=[KbProbe], host_options=kb_database) as h:
         yield h
