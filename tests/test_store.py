@@ -470,3 +470,18 @@ async def test_worker_enrolment_rules_on_both_backends(db):
     assert workers.get("w1") == again
     assert (again.pool, again.serial, again.draining, again.revoked_at) == ("cpu", "serial-5", False, None)
     assert [w.name for w in workers.list()] == ["w1"]
+
+
+def test_page_cache_keeps_to_its_byte_budget_and_never_serves_another_version():
+    from agenthost.host.store.conversations import PageCache
+
+    cache = PageCache(budget=100, entry_max=60)
+    cache.put("a", 1, b"x" * 40)
+    cache.put("b", 1, b"y" * 40)
+    assert cache.get("a", 1) == b"x" * 40  # "b" is now the least recently used
+    cache.put("c", 1, b"z" * 40)
+    assert cache.get("b", 1) is None and cache.get("a", 1) == b"x" * 40 and cache.get("c", 1) == b"z" * 40
+    cache.put("big", 1, b"w" * 61)  # larger than one entry may be: read from the store each time
+    assert cache.get("big", 1) is None
+    assert cache.get("a", 2) is None  # its conversation changed: dropped
+    assert cache.get("a", 1) is None
