@@ -14,6 +14,10 @@ SQLite, protobuf, gRPC) and at the store alone:
   events deep      EventPage from a cursor in the middle
   search rare      HistorySearch of a word in 10 items, top_k 10
 
+The run API answers a page it has sent before from memory while the conversation is unchanged (PageCache in
+agenthost.host.store.conversations), so the three page rows through gRPC time that path after their first call;
+the store rows read the store every time.
+
 Prints p50/p99 per size and the growth factor against the smallest size. `measure()` is reused by
 tests/robustness/test_history_scale.py with smaller sizes.
 """

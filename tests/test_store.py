@@ -534,3 +534,68 @@ async def test_worker_renewal_rules_on_both_backends(db):
     with pytest.raises(errors.Unauthenticated, match="revoked"):
         await workers.renew("w1", "s3", "s5", far + 40)
     assert workers.get("w1").serial == "s3"
+
+
+async def test_a_kept_page_is_served_until_its_conversation_changes(db):
+    """The run API's pages (Conversations.page_history_message) on both backends: the same request again is the same
+    bytes, the store's own page; once an item is added the next answer has it; another horizon is its own page."""
+    from agenthost.host.store.conversations import Conversations, NewItem
+    from agenthost.protos import common_pb2 as pb
+    from agenthost.protos.wire import page_message
+
+    conv = Conversations(db, CursorCodec(b"k" * 32))
+
+    async def say(text: str) -> pb.EventRecord:
+        event = await db.write(
+            lambda c: Conversations.insert_event(
+                c,
+                bot_id="b",
+                conversation_id="c",
+                event_type="message.received",
+                source="test",
+                actor=pb.Actor(actor_type="user", actor_id="u"),
+                text=text,
+                data_json="{}",
+            )
+        )
+        await add(event, NewItem(role="user", item_type="message", text=text))
+        return event
+
+    async def add(event: pb.EventRecord, item: NewItem) -> None:
+        await db.write(
+            lambda c: conv.insert_items(
+                c, bot_id="b", conversation_id="c", run_id="r", event_id=event.event_id, items=[item]
+            )
+        )
+
+    def page(event: pb.EventRecord) -> bytes:
+        return conv.page_history_message("b", "c", cursor="", forward=False, limit=50, through_event=event.seq)
+
+    def stored(event: pb.EventRecord) -> bytes:
+        got = conv.page_history_encoded("b", "c", cursor="", forward=False, limit=50, through_event=event.seq)
+        return page_message(got.items, got.next_cursor, got.has_more)
+
+    first = await say("one")
+    later = await say("two")
+    assert page(first) == page(first) == stored(first)
+    assert page(later) == stored(later) != page(first)
+    await add(later, NewItem(role="assistant", item_type="message", text="reply to two"))  # within `later`'s view
+    assert b"reply to two" in page(later) and page(later) == stored(later)
+    assert page(first) == stored(first)
+    newest = await say("three")
+    assert page(newest) == stored(newest) and b"three" in page(newest)
+
+
+def test_page_cache_keeps_to_its_byte_budget_and_never_serves_another_version():
+    from agenthost.host.store.conversations import PageCache
+
+    cache = PageCache(budget=100, entry_max=60)
+    cache.put("a", 1, b"x" * 40)
+    cache.put("b", 1, b"y" * 40)
+    assert cache.get("a", 1) == b"x" * 40  # "b" is now the least recently used
+    cache.put("c", 1, b"z" * 40)
+    assert cache.get("b", 1) is None and cache.get("a", 1) == b"x" * 40 and cache.get("c", 1) == b"z" * 40
+    cache.put("big", 1, b"w" * 61)  # larger than one entry may be: read from the store each time
+    assert cache.get("big", 1) is None
+    assert cache.get("a", 2) is None  # its conversation changed: dropped
+    assert cache.get("a", 1) is None

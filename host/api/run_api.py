@@ -34,7 +34,6 @@ from agenthost.protos import errors
 from agenthost.protos import run_api_pb2 as api
 from agenthost.protos import run_api_pb2_grpc as api_grpc
 from agenthost.protos.handlers import method_handlers, pass_encoded
-from agenthost.protos.wire import page_message
 
 log = logging.getLogger(__name__)
 _current_run: contextvars.ContextVar[ActiveRun | None] = contextvars.ContextVar("agenthost_run", default=None)
@@ -294,7 +293,7 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         """Answered with the serialized HistoryPageResponse, made of the items as stored (pass_encoded sends it)."""
         conversation = run.conversation(request.conversation_id)
         limit = _limit(request.limit, 50, MAX_PAGE, "limit")
-        page = self.conversations.page_history_encoded(
+        return self.conversations.page_history_message(
             run.bot_id,
             conversation,
             cursor=request.cursor,
@@ -302,7 +301,6 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             limit=limit,
             through_event=run.horizon(conversation),
         )
-        return page_message(page.items, page.next_cursor, page.has_more)
 
     @_run_scoped
     async def HistorySearch(self, run: ActiveRun, request: api.HistorySearchRequest) -> api.HistorySearchResponse:

@@ -9,7 +9,8 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -18,7 +19,7 @@ from agenthost.host.store.db import Database
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import run_api_pb2 as api
 from agenthost.protos.errors import InvalidArgument
-from agenthost.protos.wire import batch_entry
+from agenthost.protos.wire import batch_entry, page_message
 
 T = TypeVar("T")
 MAX_PAGE = 100
@@ -26,6 +27,12 @@ MAX_TOP_K = 50
 # Pages are capped in bytes as well as items: 50 long assistant messages would not fit one gRPC message (8 MiB),
 # and a page the host cannot send is a page the runner can never get past. At least one row is always returned.
 MAX_PAGE_BYTES = 4 * 1024 * 1024
+
+
+# Serialized pages kept for the run API (Conversations.page_history_message): at most this many bytes in all, and
+# no page larger than PAGE_CACHE_ENTRY_BYTES (a page of a few long messages is read again from the store).
+PAGE_CACHE_BYTES = 8 * 1024 * 1024
+PAGE_CACHE_ENTRY_BYTES = 256 * 1024
 
 
 # An item's columns in this order build it by position: for rows stored without their encoding (before migration
@@ -109,6 +116,39 @@ class EncodedPage:
     has_more: bool
 
 
+class PageCache:
+    """Serialized transcript pages by request, least recently used dropped first, each kept with the version of
+    its conversation it was read at (see Conversations.page_history_message); an entry of another version is
+    dropped, never served."""
+
+    def __init__(self, budget: int = PAGE_CACHE_BYTES, entry_max: int = PAGE_CACHE_ENTRY_BYTES) -> None:
+        self._budget = budget
+        self._entry_max = entry_max
+        self._entries: OrderedDict[Hashable, tuple[int, bytes]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: Hashable, version: int) -> bytes | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if entry[0] != version:
+            self._bytes -= len(self._entries.pop(key)[1])
+            return None
+        self._entries.move_to_end(key)
+        return entry[1]
+
+    def put(self, key: Hashable, version: int, page: bytes) -> None:
+        if len(page) > self._entry_max:
+            return
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._bytes -= len(old[1])
+        self._entries[key] = (version, page)
+        self._bytes += len(page)
+        while self._bytes > self._budget:
+            self._bytes -= len(self._entries.popitem(last=False)[1][1])
+
+
 @dataclass
 class NewItem:
     """A transcript item to append; built by the run orchestrator from run events."""
@@ -127,6 +167,7 @@ class Conversations:
     def __init__(self, db: Database, cursors: CursorCodec) -> None:
         self.db = db
         self.cursors = cursors
+        self.pages = PageCache()
 
     # ---- events ----
 
@@ -472,6 +513,18 @@ class Conversations:
         forward who had been shown those messages would never be shown the output; held back, they follow it once
         the turn ends, and a forward reader sees every item exactly once, in turn order."""
         position = self._position(bot_id, conversation_id, cursor) if cursor else None
+        return self._page(bot_id, conversation_id, position, forward, limit, through_event, settled)
+
+    def _page(
+        self,
+        bot_id: str,
+        conversation_id: str,
+        position: tuple[int, int] | None,
+        forward: bool,
+        limit: int,
+        through_event: int | None,
+        settled: bool = False,
+    ) -> EncodedPage:
         rows = self._turn_rows(
             bot_id,
             conversation_id,
@@ -491,6 +544,39 @@ class Conversations:
                 "history", conversation_scope(bot_id, conversation_id), last[_P_TURN], last[_P_SEQ]
             )
         return EncodedPage(kept, next_cursor, has_more)
+
+    def page_history_message(
+        self,
+        bot_id: str,
+        conversation_id: str,
+        *,
+        cursor: str,
+        forward: bool,
+        limit: int,
+        through_event: int | None = None,
+    ) -> bytes:
+        """page_history_encoded as the serialized HistoryPageResponse (wire.page_message), for the run API.
+
+        A run reads the same page again and again (every step of an agent loop); the page changes only when an item
+        is added to its conversation. The transcript is append-only, and every insert raises the conversation's
+        item_count in conversation_stats in its own transaction (a trigger on both backends), so that count is the
+        conversation's version: a page is served from `self.pages` while the count read before it is the count read
+        now, and read from the store otherwise. The count is read before the rows, so a page can only be newer than
+        the version it is kept with (then it is read again at once), never older. It is read from the database, not
+        counted here: a write by any other connection moves it too. The cursor is checked on every call."""
+        position = self._position(bot_id, conversation_id, cursor) if cursor else None
+        row = self.db.query_one(
+            "SELECT item_count FROM conversation_stats WHERE bot_id = ? AND conversation_id = ?",
+            (bot_id, conversation_id),
+        )
+        version = 0 if row is None else row[0]
+        key = (bot_id, conversation_id, position, forward, limit, through_event)
+        message = self.pages.get(key, version)
+        if message is None:
+            page = self._page(bot_id, conversation_id, position, forward, limit, through_event)
+            message = page_message(page.items, page.next_cursor, page.has_more)
+            self.pages.put(key, version, message)
+        return message
 
     def search(
         self,

@@ -360,3 +360,60 @@ async def test_queued_messages_across_a_host_restart(tmp_path: Path) -> None:
     later = [(role, text) for _, role, text, _ in Recorder.views[texts[4]].pages]
     # m4 arrived while m3's run was between its replies, so its seq lies between them; its turn comes after.
     assert later == [*got, *(("assistant", r) for r in replies(texts[3])), ("user", texts[4])], later
+
+
+class Pager(Runner):
+    """Reads the same page of its conversation before and after its reply is recorded (the host serves a page it
+    has read before from memory while the conversation is unchanged: Conversations.page_history_message)."""
+
+    manifest = RunnerManifest(name="pager")
+    pages: ClassVar[dict[str, list[list[str]]]] = {}
+    read: ClassVar[asyncio.Event]
+    reread: ClassVar[asyncio.Event]
+
+    async def run(self, run: RunContext) -> AsyncIterator[pb.RunEvent]:
+        async def page() -> None:
+            items = (await run.api.history_page()).items  # newest first
+            Pager.pages.setdefault(run.text, []).append([i.text for i in reversed(items)])
+
+        await page()
+        if run.text == "first":
+            await page()  # the same request again, nothing recorded meanwhile
+            Pager.read.set()
+            yield events.message("reply to first")
+            await Pager.reread.wait()
+            await page()
+
+
+async def test_a_page_read_again_shows_what_was_added_and_only_up_to_the_run_horizon(tmp_path: Path) -> None:
+    """Run A reads a page, its reply is recorded and a message queues behind it; A's next read of the same page
+    shows its reply and not the queued message (A's future); B, answering that message with nothing recorded
+    since A's last read, reads the same request and is shown the message. A page kept from one read is never
+    served past a change of its conversation, nor to a run of another horizon."""
+    Pager.pages, Pager.read, Pager.reread = {}, asyncio.Event(), asyncio.Event()
+    async with HostHarness(tmp_path, runners=[Pager]) as h:
+        first = h.client.stream(hpb.SendMessageRequest(bot=h.bot, text="first", conversation_id=CONVERSATION))
+        await asyncio.wait_for(anext(first), 30)
+        await asyncio.wait_for(Pager.read.wait(), 30)
+        second = h.client.stream(hpb.SendMessageRequest(bot=h.bot, text="second", conversation_id=CONVERSATION))
+        await asyncio.wait_for(anext(second), 30)  # recorded, queued behind A
+
+        async def replied() -> None:
+            while "reply to first" not in await _texts(h):  # noqa: ASYNC110 - the store has no event to wait on
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(replied(), 30)
+        Pager.reread.set()
+        for stream in (first, second):
+            async with asyncio.timeout(60):
+                async for _ in stream:
+                    pass
+    assert Pager.pages["first"] == [["first"], ["first"], ["first", "reply to first"]]
+    assert Pager.pages["second"] == [["first", "reply to first", "second"]]
+
+
+async def _texts(h: HostHarness) -> list[str]:
+    resp = await h.client.call(
+        "GetHistory", hpb.GetHistoryRequest(bot=h.bot, conversation_id=CONVERSATION, limit=50, direction=pb.BACKWARD)
+    )
+    return [i.text for i in resp.items]
