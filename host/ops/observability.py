@@ -86,28 +86,28 @@ class Observer:
         self._refusal("admin", method, code)
 
     def _refusal(self, surface: str, method: str, code: str) -> None:
-        allowed, suppressed = self.refusals.allow(f"{surface}:{code}")
+        self._limited(f"{surface}:{code}", {"surface": surface, "code": code}, "refused", method=method[:64])
+
+    def _limited(self, kind: str, what: dict[str, str], name: str, **fields: object) -> None:
+        """The event `name` with `what` and `fields`, limited per `kind` (self.refusals); the count of those not
+        logged is reported with `what` alone."""
+        allowed, suppressed = self.refusals.allow(kind)
         if suppressed:
-            event(_refusals_log, logging.WARNING, "refusals.suppressed", surface=surface, code=code, count=suppressed)
+            event(_refusals_log, logging.WARNING, "refusals.suppressed", **what, count=suppressed)
         if allowed:
-            event(_refusals_log, logging.WARNING, "refused", surface=surface, method=method[:64], code=code)
+            event(_refusals_log, logging.WARNING, name, **what, **fields)
 
     def runner_event_dropped(self, run_id: str, kind: str, why: str) -> None:
         """A runner sent an event it may not (one only the host writes, a ref to an artifact it may not read): it
         is dropped. Limited like refusals, per kind: a runner sends such events by the thousand in a few bytes
         each, and a line apiece would roll `host.log` past everything before them."""
-        allowed, suppressed = self.refusals.allow(f"runner_event:{kind}")
-        if suppressed:
-            event(
-                _refusals_log,
-                logging.WARNING,
-                "refusals.suppressed",
-                surface="runner_event",
-                kind=kind,
-                count=suppressed,
-            )
-        if allowed:
-            event(_refusals_log, logging.WARNING, "runner_event.dropped", run_id=run_id, kind=kind, why=why)
+        self._limited(
+            f"runner_event:{kind}",
+            {"surface": "runner_event", "kind": kind},
+            "runner_event.dropped",
+            run_id=run_id,
+            why=why,
+        )
 
     # ---- plugins ----
 
