@@ -5,6 +5,7 @@ import dataclasses
 import os
 import re
 import shutil
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
     for folder in _COMPILED:
         compileall.compile_dir(ROOT / folder, quiet=2, rx=re.compile(r"[/\\](fixtures|examples)[/\\]"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> object:
+    """pytest rewrites the asserts of every test module it imports and caches the result as a .pyc, but writes none
+    while bytecode writing is off (PYTHONDONTWRITEBYTECODE): each pytest process, every xdist worker and every file
+    scripts/test_cpu.py measures, then parsed, rewrote and compiled all the test modules again, ~10 of the 15 CPU-s
+    a collection of the suite took. Bytecode is written while the test modules are collected, and only then."""
+    before = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = before
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -80,6 +80,8 @@ def _descendants(root: int) -> set[int]:
     return found
 
 
+# ~30 CLI commands, two host starts and a kill: 33 s at load 4-11, past the default 120 s at load 12-14.
+@pytest.mark.timeout(300)
 def test_user_flow_kill_and_restart(env):
     host = start_host(env)
     try:
