@@ -21,10 +21,10 @@ pytestmark = [
 ]
 
 
-def _pretty(values: list[str]) -> list[str]:
+def _pretty(values: list[str], function: str = "pretty") -> list[str]:
     script = (
-        f"import {{ pretty }} from {json.dumps(DOM.as_uri())};\n"
-        f"console.log(JSON.stringify({json.dumps(values)}.map(pretty)));"
+        f"import {{ {function} }} from {json.dumps(DOM.as_uri())};\n"
+        f"console.log(JSON.stringify({json.dumps(values)}.map((v) => {function}(v))));"
     )
     proc = subprocess.run(
         [str(NODE), "--input-type=module", "-e", script], capture_output=True, text=True, timeout=30, check=False
@@ -41,3 +41,18 @@ def test_arguments_shown_to_an_approver_cannot_hide_or_reorder_text() -> None:
     assert json.loads(shown) == json.loads(spoof)  # still the same JSON, now readable
     assert "\\u202e" in shown and '"cmd": "ls\\u200b -la"' in shown and "\\u001b" in raw
     assert _pretty(['{"a": "plain ✓ text"}']) == ['{\n  "a": "plain ✓ text"\n}']
+
+
+def test_names_others_chose_are_shown_as_what_they_are() -> None:
+    """Conversation ids (a client's or a chat's), runner ids and tool names (a plugin's) are shown through `ident`:
+    an id built to look like another (a right-to-left override, a zero-width space) shows what it hides, and every
+    character the CLI's terminal rule (agenthost.protos.text.UNSAFE) refuses to print raw is escaped here too."""
+    from agenthost.protos.text import UNSAFE
+
+    spoofs = ["tg:4\u200b2", "invoice\u202etxt.exe", "a\u061cb", "plain-id.✓"]
+    assert _pretty(spoofs, "ident") == ["tg:4\\u200b2", "invoice\\u202etxt.exe", "a\\u061cb", "plain-id.✓"]
+    every = [chr(c) for c in range(0x3000) if UNSAFE.match(chr(c)) and chr(c) not in "\t\n"]
+    shown = _pretty(every, "ident")
+    assert all(s.startswith("\\u") for s in shown), [
+        c for c, s in zip(every, shown, strict=True) if not s.startswith("\\u")
+    ]

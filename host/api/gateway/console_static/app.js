@@ -1,7 +1,7 @@
 // The console's pages, routed by the URL fragment: #/bots, #/bots/NAME, #/runs, #/runs/ID, #/plugins, #/approvals.
 import * as api from "./api.js";
 import { approvalCard, approvalEvents } from "./approvals.js";
-import { h, when } from "./dom.js";
+import { h, ident, when } from "./dom.js";
 import { eventView } from "./events.js";
 import { schemaForm } from "./form.js";
 
@@ -92,7 +92,7 @@ function bindingCard(binding, runners, reload) {
   const body = h("div", {});
   const card = h("div", { class: "card binding", "data-binding": binding.binding_id },
     h("div", { class: "row" },
-      h("strong", {}, binding.runner_id),
+      h("strong", {}, ident(binding.runner_id)),
       h("span", { class: "muted" }, `priority ${binding.priority} · ${binding.event_pattern}${binding.conversation_pattern ? ` · ${binding.conversation_pattern}` : ""}`),
       h("span", { class: "spacer" }),
       h("button", { type: "button", class: "secondary", onclick: () => edit() }, "Edit config"),
@@ -100,7 +100,7 @@ function bindingCard(binding, runners, reload) {
     h("pre", { class: "mono config" }, JSON.stringify(binding.config, null, 2)),
     body);
   async function remove() {
-    if (!confirm(`Delete the binding to ${binding.runner_id}?`)) return;
+    if (!confirm(`Delete the binding to ${ident(binding.runner_id)}?`)) return;
     try { await api.del(`bindings/${binding.binding_id}`); reload(); } catch (err) { body.replaceChildren(errorLine(err)); }
   }
   function edit() {
@@ -130,7 +130,7 @@ function bindingCard(binding, runners, reload) {
 
 function bindForm(bot, runners, reload) {
   const select = h("select", { id: "runner" }, h("option", { value: "" }, "choose a runner…"),
-    ...runners.map((r) => h("option", { value: r.runner_id }, r.runner_id)));
+    ...runners.map((r) => h("option", { value: r.runner_id }, ident(r.runner_id))));
   const priority = h("input", { id: "priority", type: "number", step: "1", placeholder: "priority (0)" });
   const slot = h("div", {});
   const status = h("div", {});
@@ -234,7 +234,7 @@ async function runsPage(query) {
   const rows = runs.map((r) => h("tr", {},
     h("td", {}, h("a", { href: `#/runs/${r.run_id}` }, r.run_id)),
     h("td", { class: `status ${r.status}` }, r.status),
-    h("td", {}, r.runner_id), h("td", {}, r.conversation_id),
+    h("td", {}, ident(r.runner_id)), h("td", {}, ident(r.conversation_id)),
     h("td", {}, tokens(r.usage)), h("td", {}, cost(r.usage)), h("td", { class: "muted" }, when(r.created_at))));
   show(h("h1", {}, "Runs", bot ? ` of ${bot}` : ""),
     h("table", { id: "runs" }, h("thead", {}, h("tr", {}, ...["Run", "Status", "Runner", "Conversation", "Tokens", "Cost", "Created"].map((t) => h("th", {}, t)))), h("tbody", {}, rows)),
@@ -245,7 +245,7 @@ async function runPage(runId) {
   const { run, events, has_more } = await api.get(`runs/${encodeURIComponent(runId)}`);
   const u = run.usage || {};
   const facts = [
-    ["Status", run.status], ["Bot", h("a", { href: `#/bots/${encodeURIComponent(run.bot_id)}` }, run.bot_id)], ["Runner", run.runner_id], ["Conversation", run.conversation_id],
+    ["Status", run.status], ["Bot", h("a", { href: `#/bots/${encodeURIComponent(run.bot_id)}` }, run.bot_id)], ["Runner", ident(run.runner_id)], ["Conversation", ident(run.conversation_id)],
     ["Created", when(run.created_at)], ["Finished", when(run.finished_at)],
     ["Input tokens", u.input_tokens], ["Output tokens", u.output_tokens], ["Cache read", u.cache_read_tokens],
     ["Cache write", u.cache_write_tokens], ["Model", u.model || "—"], ["Cost", cost(u)],

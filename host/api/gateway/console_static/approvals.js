@@ -3,7 +3,7 @@
 // ended. Used by the chat and run pages (through EVENT_RENDERERS) and by the pending approvals page. Everything but
 // the ids, the expiry and the options is the runner's text: it goes in as text nodes only.
 import * as api from "./api.js";
-import { h, pretty } from "./dom.js";
+import { h, ident, pretty } from "./dom.js";
 
 // "requested" when a card is made for a new request, "decided" after this page decides one: the nav's pending
 // count refreshes at once.
@@ -52,7 +52,7 @@ export function approvalCard(request, context = null) {
     : null;
   const element = h("div", { class: "approval pending", "data-approval": id },
     h("div", { class: "row" },
-      h("strong", {}, "Approval needed: "), h("code", {}, request.tool_name),
+      h("strong", {}, "Approval needed: "), h("code", {}, ident(request.tool_name)),
       h("span", { class: "spacer" }), expiry),
     context ? h("div", { class: "muted small" }, "bot ", context.bot, " · run ",
       h("a", { href: `#/runs/${encodeURIComponent(context.run_id)}` }, context.run_id)) : null,

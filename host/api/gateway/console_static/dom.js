@@ -17,12 +17,19 @@ export function when(seconds) {
   return seconds ? new Date(seconds * 1000).toLocaleString() : "—";
 }
 
-// JSON a runner wrote (tool arguments), indented for reading. Characters that would hide or reorder what a person
-// reads before approving (controls, bidi overrides, line separators) are shown as \uXXXX escapes instead.
-const HIDDEN = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]/g;
+// Characters that would hide or reorder what a person reads (controls, bidi overrides and isolates, zero-width
+// characters, line separators), shown as \uXXXX escapes instead of obeyed.
+const HIDDEN = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]/g;
 
+// A name someone else chose (a conversation id a client or chat sent, a runner id or tool name a plugin offers):
+// it must read as what it is, so two that look alike are told apart and none reorders the text around it.
+export function ident(text) {
+  return String(text ?? "").replace(HIDDEN, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+}
+
+// JSON a runner wrote (tool arguments), indented for reading, with what could hide in it shown (ident).
 export function pretty(text) {
   let out;
   try { out = JSON.stringify(JSON.parse(text), null, 2); } catch { out = String(text); }
-  return out.replace(HIDDEN, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+  return ident(out);
 }

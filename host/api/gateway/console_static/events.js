@@ -4,7 +4,7 @@
 // Hook for new kinds: add a renderer to EVENT_RENDERERS. Kinds without one still show, as a generic row with the
 // event's fields, so nothing the host sends is hidden.
 import { approvalCard, resolvedText } from "./approvals.js";
-import { h, pretty } from "./dom.js";
+import { h, ident, pretty } from "./dom.js";
 
 export function eventKind(event) {
   return Object.keys(event).find((k) => k !== "seq" && k !== "created_at") || "unknown";
@@ -21,7 +21,7 @@ export const EVENT_RENDERERS = {
     const status = h("span", { class: "tool-status" }, "running…");
     const result = h("div", { class: "tool-result" });
     const row = h("details", { class: "event tool", "data-tool": data.tool_name },
-      h("summary", {}, "⚙ ", h("code", {}, data.tool_name), " ", status),
+      h("summary", {}, "⚙ ", h("code", {}, ident(data.tool_name)), " ", status),
       h("p", { class: "muted" }, "arguments"), h("pre", { class: "mono" }, pretty(data.arguments_json || "{}")),
       result);
     view.tools.set(data.tool_call_id, { row, status, result });
@@ -29,7 +29,7 @@ export const EVENT_RENDERERS = {
   },
   tool_finished(data, view) {
     const known = view.tools.get(data.tool_call_id);
-    if (!known) return h("div", { class: "event" }, `tool ${data.tool_name} finished: ${data.result}`);
+    if (!known) return h("div", { class: "event" }, `tool ${ident(data.tool_name)} finished: ${data.result}`);
     known.status.textContent = data.is_error ? "✗ error" : "✓ done";
     known.row.classList.add(data.is_error ? "tool-error" : "tool-ok");
     known.result.replaceChildren(h("p", { class: "muted" }, "result"), h("pre", { class: "mono" }, pretty(data.result)));
