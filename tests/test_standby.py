@@ -88,6 +88,25 @@ def standing_by(env: dict[str, str]) -> bool:
     return "agenthost standby" in cli(env, "status", check=False).stdout
 
 
+def start_standby(
+    env: dict[str, str], procs: list[subprocess.Popen[str]], *, drained: bool = False
+) -> subprocess.Popen[str]:
+    """A second host on the same database, returned once it says it is waiting for the lease; `drained`: its
+    output read as it comes (drain), for a test that lets it serve for long."""
+    b = serve(env, "--standby")
+    procs.append(b)
+    if drained:
+        drain(b)
+    wait_for("the standby waiting", lambda: standing_by(env), b)
+    return b
+
+
+def bind_agent(env: dict[str, str]) -> None:
+    """The bot `agent`, bound to the local agent on its offline demo model."""
+    cli(env, "bots", "create", "agent")
+    cli(env, "bots", "bind", "agent", "--runner", "agenthost/local-agent")
+
+
 @pytest.fixture
 def procs() -> Iterator[list[subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []
@@ -115,8 +134,7 @@ def test_the_standby_takes_over_when_the_active_host_is_killed(
     a_env, b_env = envs
     a = start_host(a_env)
     procs.append(a)
-    cli(a_env, "bots", "create", "agent")
-    cli(a_env, "bots", "bind", "agent", "--runner", "agenthost/local-agent")
+    bind_agent(a_env)
     assert "offline demo model" in cli(a_env, "send", "agent", "hello").stdout
     # A run in flight on the active host when it dies.
     cli(a_env, "plugins", "install", FAULTY, "--offline")
@@ -132,9 +150,7 @@ def test_the_standby_takes_over_when_the_active_host_is_killed(
     procs.append(sender)  # type: ignore[arg-type]
     wait_for("a run in flight", lambda: "running" in cli(a_env, "runs", "list", "--status", "running").stdout)
 
-    b = serve(b_env, "--standby")
-    procs.append(b)
-    wait_for("the standby waiting", lambda: standing_by(b_env), b)
+    b = start_standby(b_env, procs)
     status = cli(b_env, "status").stdout
     assert "active host: agenthost-writer " in status and f":{a.pid} from a local socket" in status
     refused = cli(b_env, "send", "agent", "hi", check=False)
@@ -165,12 +181,8 @@ def test_the_cli_sends_again_on_the_new_host_with_its_idempotency_key_and_gets_t
     a_env, b_env = envs
     a = start_host(a_env)
     procs.append(a)
-    cli(a_env, "bots", "create", "agent")
-    cli(a_env, "bots", "bind", "agent", "--runner", "agenthost/local-agent")
-    b = serve(b_env, "--standby")
-    procs.append(b)
-    drain(b)
-    wait_for("the standby waiting", lambda: standing_by(b_env), b)
+    bind_agent(a_env)
+    b = start_standby(b_env, procs, drained=True)
     send = ("send", "agent", "pay invoice 7", "--idempotency-key", "invoice-7", "--json")
     first = json.loads(cli(a_env, *send).stdout)
     assert first["status"] == "completed" and DEMO_LABEL in first["text"]
@@ -238,9 +250,7 @@ def test_queued_messages_run_on_the_standby_that_takes_over(
     a_env, b_env = envs
     a = start_host(a_env)
     procs.append(a)
-    b = serve(b_env, "--standby")
-    procs.append(b)
-    wait_for("the standby waiting", lambda: standing_by(b_env), b)
+    b = start_standby(b_env, procs)
     queue_behind_a_sleeper(a_env, procs)
     a.send_signal(signal.SIGKILL)
     a.wait()
@@ -329,11 +339,8 @@ def test_a_deposed_host_that_comes_back_writes_nothing_and_stops(
     a_env, b_env = envs
     a = start_host(a_env)
     procs.append(a)
-    cli(a_env, "bots", "create", "agent")
-    cli(a_env, "bots", "bind", "agent", "--runner", "agenthost/local-agent")
-    b = serve(b_env, "--standby")
-    procs.append(b)
-    wait_for("the standby waiting", lambda: standing_by(b_env), b)
+    bind_agent(a_env)
+    b = start_standby(b_env, procs)
 
     a.send_signal(signal.SIGSTOP)
     late = subprocess.Popen(
@@ -414,12 +421,8 @@ def test_after_the_database_restarts_exactly_one_host_is_active(
     a = start_host(a_env)
     procs.append(a)
     drain(a)
-    cli(a_env, "bots", "create", "agent")
-    cli(a_env, "bots", "bind", "agent", "--runner", "agenthost/local-agent")
-    b = serve(b_env, "--standby")
-    procs.append(b)
-    drain(b)
-    wait_for("the standby waiting", lambda: standing_by(b_env), b)
+    bind_agent(a_env)
+    b = start_standby(b_env, procs, drained=True)
     assert lease(own_pg_cluster, dsn)[0] == 1
 
     if order == "standby_first":
@@ -681,9 +684,7 @@ def test_messages_from_two_clients_through_a_failover_each_run_exactly_once(
     cli(a_env, "plugins", "install", FAULTY, "--offline")
     cli(a_env, "bots", "create", "slow")
     cli(a_env, "bots", "bind", "slow", "--runner", "agenthost-faulty/faulty")
-    b = serve(b_env, "--standby")
-    procs.append(b)
-    wait_for("the standby waiting", lambda: standing_by(b_env), b)
+    b = start_standby(b_env, procs)
     # Each run logs two lines on the host's stderr: read, or the host stops once the pipe is full.
     drain(a)
     b_out = drain(b)
