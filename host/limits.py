@@ -330,6 +330,11 @@ WORKER_RECONNECT_GRACE_SECONDS = 15.0
 # (worker_pki.RENEW_AT), so a worker that stays away longer than a third of it must enrol again. Set in the host's
 # environment; short lifetimes bound what a stolen worker key is worth.
 WORKER_CERT_SECONDS = _env_int("AGENTHOST_WORKER_CERT_SECONDS", 30 * 24 * 3600, minimum=30)
+# Renewals one worker may make in WORKER_RENEWAL_WINDOW_SECONDS: each is a signature by the host's CA and a write,
+# and a worker renews once in a lifetime's two thirds (or when told to), plus a retry if an answer was lost. Past
+# it a renewal is refused RESOURCE_EXHAUSTED with a retry hint, so an enrolled worker cannot keep the CA signing.
+WORKER_RENEWALS_PER_WINDOW = 5
+WORKER_RENEWAL_WINDOW_SECONDS = 600.0
 # `agenthost workers rotate NAME` waits this long for the worker's renewal before saying it did not come.
 WORKER_ROTATE_WAIT_SECONDS = 20.0
 

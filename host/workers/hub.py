@@ -187,6 +187,7 @@ class WorkerHub:
         self._serials: dict[bytes, tuple[str, str, float, x509.Name]] = {}
         # Per worker name, set when its next renewal is recorded (what `workers rotate` waits on).
         self._renewed: dict[str, asyncio.Event] = {}
+        self._renewals: dict[str, list[float]] = {}  # per worker name, when its recent renewals were asked
         self._extra: dict[str, grpc.RpcMethodHandler] = {}
         # Set (and replaced) whenever a worker may have room for another run: one connected, a run ended on one.
         self._room = asyncio.Event()
@@ -461,6 +462,21 @@ class WorkerHub:
 
     # ---- renewal ----
 
+    def _renewal_room(self, name: str) -> None:
+        """Counts a renewal of worker `name` against WORKER_RENEWALS_PER_WINDOW; ResourceExhausted past it."""
+        now = time.monotonic()
+        window = limits.WORKER_RENEWAL_WINDOW_SECONDS
+        recent = [t for t in self._renewals.get(name, ()) if now - t < window]
+        if len(recent) >= limits.WORKER_RENEWALS_PER_WINDOW:
+            wait = window - (now - recent[0])
+            raise errors.ResourceExhausted(
+                f"worker {name!r} renewed its certificate {len(recent)} times in {window:.0f} s; renew again in"
+                f" {wait:.0f} s",
+                retry_after_ms=int(wait * 1000) + 1,
+            )
+        recent.append(now)
+        self._renewals[name] = recent
+
     async def _renew(self, request: wpb.RenewRequest, context: grpc.aio.ServicerContext) -> wpb.RenewResponse:
         """A new certificate for the calling worker. The name is the record's of the certificate this call
         authenticated with; the CSR only carries the new public key."""
@@ -468,6 +484,7 @@ class WorkerHub:
         presented = self.presented(context)[1]
         try:
             refuse_other_names(request.csr_pem, record.name)
+            self._renewal_room(record.name)
             cert = self.ca.sign_worker(request.csr_pem, record.name, limits.WORKER_CERT_SECONDS)
             not_after = cert.not_valid_after_utc.timestamp()
             await self.store.renew(record.name, presented, serial_hex(cert), not_after)

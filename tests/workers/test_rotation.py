@@ -28,6 +28,7 @@ from agenthost.host.access.worker_pki import (
 )
 from agenthost.host.server import Host
 from agenthost.host.workers.agent import Identity, load_identity
+from agenthost.protos import errors
 from agenthost.protos import worker_pb2 as wpb
 from tests.cli_process import CLI, acli, cli_env
 from tests.workers.helpers import (
@@ -227,6 +228,24 @@ async def test_a_renewal_cannot_obtain_a_certificate_naming_another_worker(host:
         san = x509.load_pem_x509_certificate(reply.certificate_pem).extensions
         assert not [e for e in san if isinstance(e.value, x509.SubjectAlternativeName)]
     assert host.workers.store.get("two").serial == serial_hex(two.cert_pem)
+
+
+async def test_an_enrolled_worker_cannot_keep_the_ca_signing(host: Host, tmp_path: Path) -> None:
+    """A worker renewing in a loop (each renewal a CA signature and a write): past WORKER_RENEWALS_PER_WINDOW it is
+    refused RESOURCE_EXHAUSTED with a retry hint, and nothing more is signed for it; another worker still renews."""
+    assert host.workers is not None
+    one = await enrolled(host, tmp_path / "one", "one")
+    two = await enrolled(host, tmp_path / "two", "two")
+    for _ in range(limits.WORKER_RENEWALS_PER_WINDOW):
+        await _renew(one, _csr("one", []))
+    serial = host.workers.store.get("one").serial
+    with pytest.raises(grpc.RpcError) as caught:
+        await _renew(one, _csr("one", []))
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "renew again in" in (caught.value.details() or "")
+    assert errors.from_rpc_error(caught.value).retry_after_ms > 0
+    assert host.workers.store.get("one").serial == serial
+    assert common_name((await _renew(two, _csr("two", []))).certificate_pem) == "two"
 
 
 async def test_a_renewing_worker_keeps_its_runs_on_its_new_connection(host: Host, tmp_path: Path) -> None:
