@@ -333,6 +333,7 @@ WORKER_CERT_SECONDS = _env_int("AGENTHOST_WORKER_CERT_SECONDS", 30 * 24 * 3600, 
 # Renewals one worker may make in WORKER_RENEWAL_WINDOW_SECONDS: each is a signature by the host's CA and a write,
 # and a worker renews once in a lifetime's two thirds (or when told to), plus a retry if an answer was lost. Past
 # it a renewal is refused RESOURCE_EXHAUSTED with a retry hint, so an enrolled worker cannot keep the CA signing.
+# The window is at most a third of WORKER_CERT_SECONDS (a short lifetime renews that often).
 WORKER_RENEWALS_PER_WINDOW = 5
 WORKER_RENEWAL_WINDOW_SECONDS = 600.0
 # `agenthost workers rotate NAME` waits this long for the worker's renewal before saying it did not come.

@@ -465,7 +465,8 @@ class WorkerHub:
     def _renewal_room(self, name: str) -> None:
         """Counts a renewal of worker `name` against WORKER_RENEWALS_PER_WINDOW; ResourceExhausted past it."""
         now = time.monotonic()
-        window = limits.WORKER_RENEWAL_WINDOW_SECONDS
+        # A lifetime shorter than three windows renews more often by design: the window shrinks with it.
+        window = min(limits.WORKER_RENEWAL_WINDOW_SECONDS, limits.WORKER_CERT_SECONDS / 3)
         recent = [t for t in self._renewals.get(name, ()) if now - t < window]
         if len(recent) >= limits.WORKER_RENEWALS_PER_WINDOW:
             wait = window - (now - recent[0])
