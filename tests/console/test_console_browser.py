@@ -264,3 +264,25 @@ async def test_a_person_approves_a_tool_call_in_the_chat_and_denies_one_from_the
     await expect(page.locator("#events details.tool")).to_have_count(0)
 
     assert page.problems == [], page.problems
+
+
+async def test_a_conversation_id_built_to_look_like_another_shows_what_it_hides(console: Console, page) -> None:  # type: ignore[no-untyped-def]
+    """A client names its conversation `invoice<U+202E>txt.exe` (a right-to-left override: it reads as
+    "invoiceexe.txt"): the runs list and the run page show the override as an escape, not obeyed (ident)."""
+    from playwright.async_api import expect
+
+    result = await console.harness.send("hello", conversation_id="invoice\u202etxt.exe")
+    assert result.run.status == "completed"
+    await page.goto(console.url)
+    await page.fill("#token", console.host.admin_token)
+    await page.click("#sign-in button[type=submit]")
+    await expect(page.locator("#bots")).to_contain_text("testbot")
+    page.problems.clear()  # the browser's own request for /favicon.ico, which the gateway does not serve
+    await page.click("nav >> text=Runs")
+    row = page.locator("#runs tbody tr")
+    await expect(row).to_have_count(1)
+    await expect(row.locator("td").nth(3)).to_have_text("invoice\\u202etxt.exe")
+    await row.locator("td a").first.click()
+    await expect(page.locator("#run-facts [data-fact=Conversation]")).to_have_text("invoice\\u202etxt.exe")
+    await expect(page.locator("#events details.tool code").first).to_have_text("lookup")
+    assert page.problems == [], page.problems
