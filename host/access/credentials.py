@@ -395,7 +395,10 @@ def _with_principal(handler: grpc.RpcMethodHandler, principal: Principal) -> grp
             async for reply in inner_stream(request, context):
                 yield reply
         finally:
-            _current.reset(token)
+            # A stream left suspended at its `yield` when the host stops is closed later by the event loop, in a
+            # task and context of its own, where the token means nothing (and the call's context is gone).
+            with contextlib.suppress(ValueError):
+                _current.reset(token)
 
     return _replace(handler, unary, streaming)
 
