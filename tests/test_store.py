@@ -520,20 +520,35 @@ async def test_worker_renewal_rules_on_both_backends(db):
     await workers.add_token("h1", "gpu", expires_at=1e12)
     far = time.time() + 3600
     await workers.enrol("h1", "w1", "s1", far)
-    second = await workers.renew("w1", "s1", "s2", far + 10)
+    second = await workers.renew("w1", "s1", far, "s2", far + 10)
     assert (second.serial, second.previous_serial, second.previous_expires_at) == ("s2", "s1", far)
     assert workers.get("w1") == second and second.renewed_at > 0
     assert second.accepts("s1", time.time()) and second.accepts("s2", time.time())
     assert not second.accepts("s1", far) and not second.accepts("s0", time.time())
-    third = await workers.renew("w1", "s1", "s3", far + 20)  # from the previous one: it stays the previous
+    third = await workers.renew("w1", "s1", far, "s3", far + 20)  # from the previous one: it stays the previous
     assert (third.serial, third.previous_serial) == ("s3", "s1")
     assert not third.accepts("s2", time.time())
     with pytest.raises(errors.Unauthenticated, match="no longer accepted"):
-        await workers.renew("w1", "s2", "s4", far + 30)
+        await workers.renew("w1", "s2", far + 10, "s4", far + 30)
     await workers.revoke("w1")
     with pytest.raises(errors.Unauthenticated, match="revoked"):
-        await workers.renew("w1", "s3", "s5", far + 40)
+        await workers.renew("w1", "s3", far + 20, "s5", far + 40)
     assert workers.get("w1").serial == "s3"
+
+
+async def test_a_worker_enrolled_before_renewal_existed_keeps_its_old_certificate_until_it_expires(db):
+    """Its row has no expiry (0): the certificate it renews from stays accepted until the expiry the certificate
+    itself bears (it was refused at once, cutting the runs still going over its old connection)."""
+    import time
+
+    from agenthost.host.store.workers import WorkerStore
+
+    workers = WorkerStore(db)
+    await workers.add_token("h1", "gpu", expires_at=1e12)
+    await workers.enrol("h1", "w1", "old", 0)  # as a row migrated from before renewal reads
+    bears = time.time() + 300 * 24 * 3600
+    renewed = await workers.renew("w1", "old", bears, "new", time.time() + 3600)
+    assert renewed.previous_expires_at == bears and renewed.accepts("old", time.time())
 
 
 async def test_a_kept_page_is_served_until_its_conversation_changes(db):

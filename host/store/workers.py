@@ -91,11 +91,14 @@ class WorkerStore:
         or expired before the host spends a signature on its request (enrol checks it again, in its transaction)."""
         return _usable_token(self.db.reader, token_hash)
 
-    async def renew(self, name: str, presented: str, serial: str, expires_at: float) -> WorkerRecord:
+    async def renew(
+        self, name: str, presented: str, presented_expires: float, serial: str, expires_at: float
+    ) -> WorkerRecord:
         """Records worker `name`'s renewed certificate, in one transaction with the checks: the worker is not
         revoked, and `presented` (the serial the renewing call authenticated with) is still accepted for it. The
-        presented certificate stays accepted until it expires; any other earlier one no longer (a worker renewing
-        twice from one certificate, its first answer lost, keeps the certificate it holds)."""
+        presented certificate stays accepted until it expires (`presented_expires`, read off the certificate: a
+        worker enrolled before renewal existed has no expiry recorded); any other earlier one no longer (a worker
+        renewing twice from one certificate, its first answer lost, keeps the certificate it holds)."""
 
         def write(conn: sqlite3.Connection) -> WorkerRecord:
             row = conn.execute("SELECT * FROM workers WHERE name = ?", (name,)).fetchone()
@@ -104,16 +107,14 @@ class WorkerStore:
             record, now = self._record(row), time.time()
             if not record.accepts(presented, now):
                 raise Unauthenticated(f"certificate {presented} is no longer accepted for worker {name!r}")
-            kept = presented == record.serial
-            previous_expires = record.expires_at if kept else record.previous_expires_at
             conn.execute(
                 "UPDATE workers SET serial = ?, expires_at = ?, previous_serial = ?, previous_expires_at = ?,"
                 " renewed_at = ? WHERE name = ?",
-                (serial, expires_at, presented, previous_expires, now, name),
+                (serial, expires_at, presented, presented_expires, now, name),
             )
             return WorkerRecord(
                 name, record.pool, serial, record.enrolled_at, record.draining, None,
-                expires_at, presented, previous_expires, now,
+                expires_at, presented, presented_expires, now,
             )  # fmt: skip
 
         self._records.pop(name, None)

@@ -462,8 +462,9 @@ class WorkerHub:
 
     # ---- renewal ----
 
-    def _renewal_room(self, name: str) -> None:
-        """Counts a renewal of worker `name` against WORKER_RENEWALS_PER_WINDOW; ResourceExhausted past it."""
+    def _renewal_room(self, name: str, *, take: bool = True) -> None:
+        """Counts a renewal of worker `name` against WORKER_RENEWALS_PER_WINDOW (`take`; else only checks);
+        ResourceExhausted past it."""
         now = time.monotonic()
         # A lifetime shorter than three windows renews more often by design: the window shrinks with it.
         window = min(limits.WORKER_RENEWAL_WINDOW_SECONDS, limits.WORKER_CERT_SECONDS / 3)
@@ -475,20 +476,21 @@ class WorkerHub:
                 f" {wait:.0f} s",
                 retry_after_ms=int(wait * 1000) + 1,
             )
-        recent.append(now)
-        self._renewals[name] = recent
+        if take:
+            recent.append(now)
+            self._renewals[name] = recent
 
     async def _renew(self, request: wpb.RenewRequest, context: grpc.aio.ServicerContext) -> wpb.RenewResponse:
         """A new certificate for the calling worker. The name is the record's of the certificate this call
         authenticated with; the CSR only carries the new public key."""
         record = _worker()
-        presented = self.presented(context)[1]
+        _, presented, presented_expires, _ = self.presented(context)
         try:
             refuse_other_names(request.csr_pem, record.name)
             self._renewal_room(record.name)
             cert = self.ca.sign_worker(request.csr_pem, record.name, limits.WORKER_CERT_SECONDS)
             not_after = cert.not_valid_after_utc.timestamp()
-            await self.store.renew(record.name, presented, serial_hex(cert), not_after)
+            await self.store.renew(record.name, presented, presented_expires, serial_hex(cert), not_after)
         except errors.AgentHostError as exc:
             self.limited(
                 f"renew:{record.name}",
@@ -536,8 +538,7 @@ class WorkerHub:
         capacity = min(hello.capacity or DEFAULT_CAPACITY, limits.RUNS_MAX_ACTIVE)
         session = Session(record=record, peer=context.peer(), offers=offers, runners=runners, capacity=capacity)
         session.last_heartbeat = time.time()
-        session.cert_expires_at = self.presented(context)[2]
-        session.issuer = self.presented(context)[3]
+        _, _, session.cert_expires_at, session.issuer = self.presented(context)
         old = self.sessions.get(record.name)
         if old is not None and hello.renewed:
             self._move(old, session)
@@ -854,6 +855,7 @@ class WorkerHub:
             raise errors.NotFound(f"no worker named {name!r}; see `agenthost workers list`")
         if record.revoked:
             raise errors.FailedPrecondition(f"worker {name!r} is revoked; it cannot renew: enrol it again")
+        self._renewal_room(name, take=False)  # said now, not as a renewal that never comes
         session = self.sessions.get(name)
         if session is None:
             raise errors.FailedPrecondition(

@@ -245,6 +245,8 @@ async def test_an_enrolled_worker_cannot_keep_the_ca_signing(host: Host, tmp_pat
     assert "renew again in" in (caught.value.details() or "")
     assert errors.from_rpc_error(caught.value).retry_after_ms > 0
     assert host.workers.store.get("one").serial == serial
+    with pytest.raises(errors.ResourceExhausted, match="renew again in"):  # `workers rotate` is told at once
+        await host.workers.rotate("one")
     assert common_name((await _renew(two, _csr("two", []))).certificate_pem) == "two"
 
 
