@@ -623,10 +623,17 @@ def test_workers_follow_the_failover_to_the_standby(
     so the worker serves the active host; when that host is killed -9, the worker reconnects to the standby that
     took over, with the certificate both hosts accept (they share the workers' CA, as the docs say to)."""
     a_env, b_env = envs
-    pa, pb = free_port(), free_port()
-    a = serve(a_env, "--workers", f"127.0.0.1:{pa}")
-    procs.append(a)
-    wait_for("the active host serving", lambda: serving(a_env), a)
+    for attempt in range(5):
+        # free_port reserves nothing (nor the enrolment port, the next one): another test may take them meanwhile.
+        pa, pb = free_port(), free_port()
+        a = serve(a_env, "--workers", f"127.0.0.1:{pa}")
+        procs.append(a)
+        try:
+            wait_for("the active host serving", lambda: serving(a_env), a)
+            break
+        except AssertionError as exc:
+            if "cannot listen" not in str(exc) or attempt == 4:
+                raise
     b_home = Path(b_env["AGENTHOST_HOME"])
     b_home.mkdir(mode=0o700)
     shutil.copytree(Path(a_env["AGENTHOST_HOME"]) / "workers", b_home / "workers")

@@ -154,6 +154,18 @@ def _same_plugin(local: tuple[str, list[Any]], offer: wpb.WorkerOffer) -> bool:
     return offer.version == version and offered == manifests
 
 
+def _listen(server: grpc.aio.Server, address: str, creds: grpc.ServerCredentials, what: str) -> int:
+    """The port `server` listens on at `address`; OSError saying which listener when it cannot (grpc raises a bare
+    RuntimeError, which `serve` would show as a traceback)."""
+    try:
+        port = server.add_secure_port(address, creds)
+    except RuntimeError:
+        port = 0
+    if not port:
+        raise OSError(f"cannot listen for {what} on {address}: the port is in use, or not an address of this machine")
+    return port
+
+
 def offered_runners(offers: list[wpb.WorkerOffer]) -> dict[str, RunnerManifest]:
     """The runners of a hello's (already capped) offers whose manifests validate, by runner id; CPU-bound (each
     config schema is checked), so WorkerHub runs it off the event loop."""
@@ -229,9 +241,7 @@ class WorkerHub:
             lambda: tls_config() if self.ca.generation != served else None,
             require_client_authentication=True,
         )
-        self.port = server.add_secure_port(f"{bind}:{port}", creds)
-        if not self.port:
-            raise OSError(f"cannot listen for workers on {self.address}")
+        self.port = _listen(server, f"{bind}:{port}", creds, "workers")
         if self.enrol_address:
             enrol_bind, enrol_port = split_address(self.enrol_address)
         else:
@@ -253,11 +263,12 @@ class WorkerHub:
                 ),
             )
         )
-        self.enrol_port = enrol.add_secure_port(
-            f"{enrol_bind}:{enrol_port}", grpc.ssl_server_credentials([(self.ca.enrol_key_pem, self.ca.enrol_cert_pem)])
+        self.enrol_port = _listen(
+            enrol,
+            f"{enrol_bind}:{enrol_port}",
+            grpc.ssl_server_credentials([(self.ca.enrol_key_pem, self.ca.enrol_cert_pem)]),
+            "worker enrolment",
         )
-        if not self.enrol_port:
-            raise OSError(f"cannot listen for worker enrolment on {enrol_bind}:{enrol_port}")
         for s in (server, enrol):
             await s.start()
             self._servers.append(s)
