@@ -68,6 +68,9 @@ MAX_CONCURRENT_UPLOADS = 64
 MAX_UPLOADS_PER_RUN = 4
 # The header (first message) of an upload must arrive this soon after the call opens, or the call is refused.
 UPLOAD_HEADER_SECONDS = 10.0
+# Streaming calls without a valid run token whose opening messages the host reads, at once, before refusing them
+# (so a client whose token expired gets UNAUTHENTICATED rather than gRPC's bare INTERNAL); past this, refused unread.
+REFUSED_STREAMS_READ = 64
 # Longest pause between two chunks of an upload: a trickling client must not hold a slot forever.
 UPLOAD_IDLE_SECONDS = 30.0
 

@@ -252,6 +252,82 @@ async def test_token_revoked_after_the_gate_is_refused(world, monkeypatch):
     assert refused.value.code() == SC.UNAUTHENTICATED
 
 
+async def child_run_code(stub, metadata, run_id: str) -> SC:
+    """A ChildRun as a runner opens one: the header, then a wait for the host's answer."""
+    call = stub.ChildRun(metadata=metadata, timeout=30)
+    try:
+        await call.wait_for_connection()
+        # A client slower than the host (a loaded machine): its header is written after the gate has decided
+        time.sleep(0.05)  # noqa: ASYNC251 - on purpose, so grpc.aio cannot see the refusal before the write
+        await call.write(api.ChildRunRequest(header=api.ChildRunHeader(run_id=run_id, description="sub")))
+        await call.read()
+        return await call.code()
+    except grpc.RpcError as exc:
+        return exc.code()
+    finally:
+        call.cancel()
+
+
+async def upload_code(stub, metadata, run_id: str) -> SC:
+    """An ArtifactCreate as a runner makes one: the header and every chunk written, then half-closed."""
+    call = stub.ArtifactCreate(metadata=metadata, timeout=30)
+    header = api.ArtifactHeader(run_id=run_id, name="x.bin", mime_type="application/octet-stream")
+    try:
+        await call.wait_for_connection()
+        time.sleep(0.05)  # noqa: ASYNC251 - as in child_run_code
+        await call.write(api.ArtifactUpload(header=header))
+        for _ in range(8):
+            await call.write(api.ArtifactUpload(data=b"x" * 65536))
+        await call.done_writing()
+        await call
+    except grpc.RpcError as exc:
+        return exc.code()
+    return SC.OK
+
+
+async def test_a_streaming_call_whose_token_is_gone_is_told_unauthenticated(world):
+    """The gate refuses a call on its metadata; a client-streaming call's client may be writing by then, and
+    grpc.aio puts a bare INTERNAL in place of the host's status when that write is cut short (a ChildRun in CI,
+    after its run ended). The refusal reads what such a client sends before it waits, so each is told."""
+    h, stub, r1, _ = world
+    revoked = md(r1)
+    h.host.grants.revoke(r1.run_id)
+    codes = []
+    for _ in range(4):  # one at a time: each client is slower than the host
+        codes += [await child_run_code(stub, revoked, r1.run_id), await upload_code(stub, revoked, r1.run_id)]
+    assert {code.name: codes.count(code) for code in set(codes)} == {"UNAUTHENTICATED": 8}
+
+
+async def test_refused_streams_are_read_only_a_few_at_a_time(world, monkeypatch):
+    """Callers without a token that open streams and never write hold at most REFUSED_STREAMS_READ refusals, each
+    for a few seconds; every refusal past those ends at once, unread."""
+    from agenthost.host import limits
+
+    h, stub, r1, _ = world
+    monkeypatch.setattr(limits, "REFUSED_STREAMS_READ", 2)
+    forged = md(r1, token="rt_forged")
+    idle = [stub.ChildRun(metadata=forged, timeout=30) for _ in range(2)]
+    for call in idle:
+        await call.wait_for_connection()
+    for _ in range(3000):  # audited first: then both refusals wait for a header that never comes
+        if len(await refusals(h)) == 2:
+            break
+        await asyncio.sleep(0.01)
+    started = time.monotonic()
+    third = stub.ChildRun(metadata=forged, timeout=30)
+    assert await third.code() == SC.UNAUTHENTICATED
+    assert time.monotonic() - started < 4  # not read: the two held refusals wait 5 s each
+    for call in idle:  # and those end on their own, told too
+        assert await call.code() == SC.UNAUTHENTICATED
+    assert len(await refusals(h)) == 3
+
+
+async def refusals(h: HostHarness) -> list:
+    h.host.audit.flush()
+    await h.host.db.flush()
+    return [r for r in h.host.audit.rows() if r["method"] == "ChildRun" and r["outcome"] == "UNAUTHENTICATED"]
+
+
 async def test_a_host_bug_a_runner_can_call_again_and_again_does_not_flood_the_hosts_log(world, monkeypatch, caplog):
     """An unexpected exception in a run API method (a host bug) is answered INTERNAL and logged with its traceback.
     A runner that found one could call it in a loop, a traceback a call; now a few a minute, then counted."""

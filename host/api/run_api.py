@@ -147,19 +147,29 @@ class _Gate(grpc.GenericRpcHandler):
             )
         except errors.Unauthenticated as exc:
             _gated.set(None)
-            return grpc.stream_unary_rpc_method_handler(functools.partial(self._servicer.refuse_early, name, exc))
+            refuse = functools.partial(self._servicer.refuse_early, name, exc, _SENT_BEFORE_A_REPLY.get(name, 0))
+            return grpc.stream_unary_rpc_method_handler(refuse)
         _gated.set((presented, plugin_secret))
         return handler
 
 
-async def _drain(request_iterator: AsyncIterator[Any], seconds: float = 5.0) -> None:
-    """Reads and discards what a client is still uploading before the call is refused. Ending a client-streaming
-    call while the client still writes makes gRPC hand it a bare INTERNAL ("Internal error from Core") instead of
-    our status; the client has already committed those bytes to the wire, so reading them costs little."""
+# Messages a well-behaved client of a client-streaming method writes before it waits for the host: ArtifactCreate's
+# whole upload (None: until it half-closes), ChildRun's header. A refusal reads them first (see _drain).
+_SENT_BEFORE_A_REPLY: dict[str, int | None] = {"ArtifactCreate": None, "ChildRun": 1}
+
+
+async def _drain(request_iterator: AsyncIterator[Any], seconds: float = 5.0, messages: int | None = None) -> None:
+    """Reads and discards what a client is still uploading (at most `messages`) before the call is refused. Ending
+    a client-streaming call while the client still writes makes gRPC hand it a bare INTERNAL ("Internal error from
+    Core": grpc.aio puts it in place of our status when its write fails) instead of our status; the client has
+    already committed those bytes to the wire, so reading them costs little."""
     with contextlib.suppress(Exception):
         async with asyncio.timeout(seconds):
+            read = 0
             async for _ in request_iterator:
-                pass
+                read += 1
+                if read == messages:
+                    return
 
 
 def _run_scoped(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
@@ -235,13 +245,28 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         self._uploads = 0
         self._uploads_by_token: dict[str, int] = {}
         self._internal_lines = RefusalLimiter()
+        self._refusals_reading = 0  # refuse_early calls reading a refused stream now
 
     async def refuse_early(
-        self, method: str, error: errors.AgentHostError, request_iterator: Any, context: grpc.aio.ServicerContext
+        self,
+        method: str,
+        error: errors.AgentHostError,
+        sent_before_a_reply: int | None,
+        request_iterator: Any,
+        context: grpc.aio.ServicerContext,
     ) -> None:
-        """The behaviour `_Gate` hands a call it refuses on its metadata alone: audited, ended, nothing read."""
+        """The behaviour `_Gate` hands a call it refuses on its metadata alone: audited and ended. A client-streaming
+        call's opening messages are read first (a client whose token expired with its run gets UNAUTHENTICATED, not
+        the bare INTERNAL of a write cut short), but only by REFUSED_STREAMS_READ refusals at a time, each for at
+        most 5 s: beyond that a refusal ends the call at once, so callers without a token hold next to nothing."""
         self.audit.record("", "", method, error.code.name, error.message)
         self.observer.api_call(method, error.code.name)
+        if sent_before_a_reply != 0 and self._refusals_reading < limits.REFUSED_STREAMS_READ:
+            self._refusals_reading += 1
+            try:
+                await _drain(request_iterator, messages=sent_before_a_reply)
+            finally:
+                self._refusals_reading -= 1
         await errors.abort_with(context, error)
 
     async def _refuse(self, context: grpc.aio.ServicerContext, run_id: str, method: str, exc: Exception) -> None:
