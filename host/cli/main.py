@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -902,6 +902,7 @@ async def serve(
     metrics: str | None = None,
     otlp: str | None = None,
     gateway: str | None = None,
+    trusted_proxies: Sequence[str] = (),
     database: str | None = None,
     database_password: str | None = None,
     database_password_key: str | None = None,
@@ -926,6 +927,7 @@ async def serve(
         metrics_address=metrics,
         otlp_endpoint=otlp,
         gateway_address=gateway,
+        gateway_trusted_proxies=trusted_proxies,
         database=database,
         database_password=database_password,
         database_password_key=database_password_key,
@@ -1133,6 +1135,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="serve the OpenAI-compatible HTTP gateway at http://HOST:PORT/v1 (e.g. 127.0.0.1:8080; :PORT binds "
         "loopback); its keys are `credentials create NAME --scope send --bot BOT`",
+    )
+    srv.add_argument(
+        "--trusted-proxy",
+        metavar="ADDRESS",
+        action="append",
+        default=[],
+        help="a reverse proxy (address or CIDR network; repeat for more) whose X-Forwarded-For the gateway believes "
+        "to name the client: its per-address connection caps then count clients, not the proxy (default: none)",
     )
     srv.add_argument(
         "--workers",
@@ -1741,6 +1751,7 @@ def _main(argv: list[str] | None) -> int:
                     metrics=args.metrics,
                     otlp=args.otlp,
                     gateway=args.gateway,
+                    trusted_proxies=args.trusted_proxy,
                     **database,
                     workers=args.workers,
                     standby=args.standby,

@@ -29,9 +29,10 @@ from agenthost.host.access.credentials import Principal
 from agenthost.host.api import access
 from agenthost.host.api.gateway import bodies, parse_address
 from agenthost.host.api.gateway import openai_api as oa
-from agenthost.host.api.gateway.connections import CappedSite
+from agenthost.host.api.gateway.connections import CLIENTS, CappedSite, Clients
 from agenthost.host.api.gateway.errors import NO_RETRY, GatewayError, bad_request, from_host_error, model_not_found
 from agenthost.host.api.gateway.sse import EventStream, comment, encode
+from agenthost.host.ops.addresses import Network
 from agenthost.host.runs import attachments as attachment_checks
 from agenthost.host.runs.manager import MAX_INPUT_BYTES
 from agenthost.protos import common_pb2 as pb
@@ -66,8 +67,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Gateway:
-    def __init__(self, host: HostServices, address: str) -> None:
+    def __init__(self, host: HostServices, address: str, trusted_proxies: tuple[Network, ...] = ()) -> None:
         self.host = host
+        self.clients = Clients(trusted_proxies)
         self.bind, self.port = parse_address(address)
         self._runner: web.AppRunner | None = None
         self.console: Console | None = None
@@ -80,8 +82,11 @@ class Gateway:
         return f"{host}:{self.port}"
 
     async def start(self) -> None:
-        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._open_requests, self._errors])
+        app = web.Application(
+            client_max_size=MAX_BODY_BYTES, middlewares=[self._client, self._open_requests, self._errors]
+        )
         app[bodies.SLOTS] = self.body_slots
+        app[CLIENTS] = self.clients
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_post("/v1/responses", self.responses)
         app.router.add_get("/v1/models", self.models)
@@ -98,7 +103,7 @@ class Gateway:
         )
         await runner.setup()
         try:
-            site = CappedSite(runner, self.bind, self.port, reuse_address=True)
+            site = CappedSite(runner, self.bind, self.port, clients=self.clients, reuse_address=True)
             await site.start()
         except BaseException:
             await runner.cleanup()
@@ -130,6 +135,21 @@ class Gateway:
         await self.body_slots.close()
 
     # ---- cross-cutting ----
+
+    @web.middleware
+    async def _client(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Who the request's client is (connections.Clients: its caps, behind a trusted proxy); a connection whose
+        request showed no valid key is closed after its response, so it cannot be held with cheap requests."""
+        try:
+            client = self.clients.request(request)
+        except GatewayError as exc:
+            refused = _error_response(exc)
+            refused.force_close()
+            return refused
+        response = await handler(request)
+        if not client.authenticated:
+            response.force_close()
+        return response
 
     @web.middleware
     async def _open_requests(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -205,6 +225,7 @@ class Gateway:
                 code="invalid_api_key",
                 headers={"WWW-Authenticate": "Bearer"},
             ) from None
+        self.clients.authenticated(request)
         self._take_open_slot(request, principal)
         return principal
 
