@@ -39,7 +39,7 @@ from agenthost.host.access.private_files import STANDBY_FILE, make_private_dir, 
 from agenthost.host.api.admin import add_admin_servicer
 from agenthost.host.api.run_api import RunAPIServicer, add_servicer, run_api_handlers
 from agenthost.host.knowledge import KnowledgeBase
-from agenthost.host.ops.addresses import parse_address, parse_networks
+from agenthost.host.ops.addresses import parse_address
 from agenthost.host.ops.logs import HostLogging, Redactor
 from agenthost.host.ops.logs import install as install_logging
 from agenthost.host.ops.metrics import MetricsServer
@@ -456,6 +456,7 @@ class Host:
             log.info("metrics on http://%s/metrics", self.metrics_server.address)
         if self.gateway_address:
             from agenthost.host.api.gateway.app import Gateway
+            from agenthost.protos.listeners import parse_networks
 
             proxies = parse_networks(self.gateway_trusted_proxies, what="--trusted-proxy")
             self.gateway = Gateway(self, self.gateway_address, proxies)

@@ -85,6 +85,14 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "mode": {"enum": ["polling", "webhook"], "default": "polling"},
         "webhook_url": {"type": "string", "pattern": "^https?://", "description": "the public URL Telegram posts to"},
         "webhook_listen": {"type": "string", "default": "127.0.0.1:8443", "pattern": "^[^:]*:[0-9]{1,5}$"},
+        "webhook_trusted_proxies": {
+            "type": "array",
+            "items": {"type": "string", "maxLength": 64},
+            "maxItems": 64,
+            "default": [],
+            "description": "addresses or networks of the reverse proxies in front of webhook_listen, whose "
+            "X-Forwarded-For names the client for the listener's per-address caps (none: every peer is the client)",
+        },
     },
     "required": ["token_key"],
     "if": {"properties": {"mode": {"const": "webhook"}}, "required": ["mode"]},
@@ -132,7 +140,9 @@ class TelegramAdapter(ChannelAdapter):
             self.me: User = self.bot.bot
             webhook = None
             if cfg["mode"] == "webhook":
-                webhook = Webhook(self._handle, str(cfg["webhook_listen"]))
+                webhook = Webhook(
+                    self._handle, str(cfg["webhook_listen"]), [str(p) for p in cfg.get("webhook_trusted_proxies", [])]
+                )
                 await webhook.start()
                 await self.bot.set_webhook(
                     str(cfg["webhook_url"]),

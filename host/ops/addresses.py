@@ -1,14 +1,8 @@
-"""The operator's `HOST:PORT` for every TCP listener the host opens (`serve --gateway`, `serve --metrics`), and the
-proxies it trusts to name a client's address (`serve --trusted-proxy`).
+"""The operator's `HOST:PORT` for every TCP listener the host opens (`serve --gateway`, `serve --metrics`).
 
 One parser, so every listener takes the same forms and says the same thing about a bad one."""
 
 from __future__ import annotations
-
-import ipaddress
-from collections.abc import Iterable
-
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 LOOPBACK = "127.0.0.1"
 
@@ -28,16 +22,3 @@ def parse_address(text: str, *, what: str, example: str) -> tuple[str, int]:
     if not 0 <= number <= 65535:
         raise ValueError(f"{what} port out of range in {text!r}")
     return host, number
-
-
-def parse_networks(entries: Iterable[str], *, what: str) -> tuple[Network, ...]:
-    """Addresses or networks (CIDR), as `what` (`--trusted-proxy`) takes them; ValueError names a bad one."""
-    networks = []
-    for entry in entries:
-        try:
-            networks.append(ipaddress.ip_network(entry.strip(), strict=False))
-        except ValueError:
-            raise ValueError(
-                f"{what} {entry!r} is not an IP address or network (e.g. 10.0.0.5 or 10.0.0.0/8)"
-            ) from None
-    return tuple(networks)

@@ -29,15 +29,15 @@ from agenthost.host.access.credentials import Principal
 from agenthost.host.api import access
 from agenthost.host.api.gateway import bodies, parse_address
 from agenthost.host.api.gateway import openai_api as oa
-from agenthost.host.api.gateway.connections import CLIENTS, CappedSite, Clients
+from agenthost.host.api.gateway.connections import CLIENTS, CappedSite, gateway_clients, openai_refusal
 from agenthost.host.api.gateway.errors import NO_RETRY, GatewayError, bad_request, from_host_error, model_not_found
 from agenthost.host.api.gateway.sse import EventStream, comment, encode
-from agenthost.host.ops.addresses import Network
 from agenthost.host.runs import attachments as attachment_checks
 from agenthost.host.runs.manager import MAX_INPUT_BYTES
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
+from agenthost.protos.listeners import RETRY_SECONDS, Network, Refused
 from agenthost.protos.wire import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE, accepted_run
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class Gateway:
     def __init__(self, host: HostServices, address: str, trusted_proxies: tuple[Network, ...] = ()) -> None:
         self.host = host
-        self.clients = Clients(trusted_proxies)
+        self.clients = gateway_clients(trusted_proxies)
         self.bind, self.port = parse_address(address)
         self._runner: web.AppRunner | None = None
         self.console: Console | None = None
@@ -103,7 +103,9 @@ class Gateway:
         )
         await runner.setup()
         try:
-            site = CappedSite(runner, self.bind, self.port, clients=self.clients, reuse_address=True)
+            site = CappedSite(
+                runner, self.bind, self.port, clients=self.clients, render=openai_refusal, reuse_address=True
+            )
             await site.start()
         except BaseException:
             await runner.cleanup()
@@ -142,8 +144,16 @@ class Gateway:
         request showed no valid key is closed after its response, so it cannot be held with cheap requests."""
         try:
             client = self.clients.request(request)
-        except GatewayError as exc:
-            refused = _error_response(exc)
+        except Refused as exc:
+            refused = _error_response(
+                GatewayError(
+                    429,
+                    exc.message,
+                    type="rate_limit_error",
+                    code=exc.code,
+                    headers={"retry-after": str(RETRY_SECONDS)},
+                )
+            )
             refused.force_close()
             return refused
         response = await handler(request)
