@@ -25,11 +25,11 @@ import ipaddress
 import json
 import logging
 import time
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 log = logging.getLogger(__name__)
 
@@ -141,11 +141,23 @@ class Clients:
         self.caps = caps  # read at each check: the host lowers its caps at start, tests lower them further
         self.trusted_proxies = tuple(trusted_proxies)
         self.on_refusal = on_refusal or _Quiet()
-        self._by_transport: weakref.WeakKeyDictionary[asyncio.BaseTransport, Client] = weakref.WeakKeyDictionary()
-        self._server: web.Server | None = None  # its open connections are the ones counted (attach)
+        self._by_handler: dict[RequestHandler, Client] = {}  # aiohttp's protocol object of each connection
+        # Per address: connections, and those not authenticated. Kept as connections come, authenticate and go
+        # (never counted by a walk over every connection: a flood of accepts would cost that walk each).
+        self._held: dict[str, int] = {}
+        self._unauthenticated: dict[str, int] = {}
 
     def attach(self, server: web.Server) -> None:
-        self._server = server
+        """Forgets each connection of `server` as it is lost (aiohttp's handler tells its Server)."""
+        lost = server.connection_lost
+
+        def connection_lost(handler: RequestHandler, exc: BaseException | None = None) -> None:
+            client = self._by_handler.pop(handler, None)
+            if client is not None:
+                self._count(client, -1)
+            lost(handler, exc)
+
+        server.connection_lost = connection_lost  # type: ignore[method-assign]
 
     def trusted(self, address: Address | None) -> bool:
         return address is not None and any(address in network for network in self.trusted_proxies)
@@ -164,15 +176,18 @@ class Clients:
 
     def counts(self, address: str) -> tuple[int, int]:
         """(connections, unauthenticated connections) the address holds now."""
-        held = unauthenticated = 0
-        # aiohttp's own list of open connections (a closed one's handler has no transport), never a table of ours
-        # that a lost connection could leave behind.
-        for handler in self._server.connections if self._server is not None else ():
-            client = self._by_transport.get(handler.transport) if handler.transport is not None else None
-            if client is not None and client.address == address:
-                held += 1
-                unauthenticated += not client.authenticated
-        return held, unauthenticated
+        return self._held.get(address, 0), self._unauthenticated.get(address, 0)
+
+    def _count(self, client: Client, step: int) -> None:
+        if not client.address:
+            return
+        for table, counted in ((self._held, True), (self._unauthenticated, not client.authenticated)):
+            if counted:
+                left = table.get(client.address, 0) + step
+                if left > 0:
+                    table[client.address] = left
+                else:
+                    table.pop(client.address, None)
 
     def refusal(self, address: str) -> str | None:
         """Why one more connection (or proxied request) from this address is refused, if it is."""
@@ -191,18 +206,20 @@ class Clients:
             )
         return None
 
-    def accept(self, transport: asyncio.BaseTransport) -> str | None:
-        """Records a new connection; returns why it is refused instead, if it is."""
+    def accept(self, transport: asyncio.BaseTransport) -> Client | str:
+        """A new connection's client (record it with `admit`), or why it is refused."""
         peer = _peer(transport)
         if self.trusted(_ip(peer)):
-            self._by_transport[transport] = Client("", proxied=True)
-            return None
+            return Client("", proxied=True)
         refused = self.refusal(peer)
         if refused is not None:
             self.on_refusal(peer, refused)
             return refused
-        self._by_transport[transport] = Client(peer, proxied=False)
-        return None
+        return Client(peer, proxied=False)
+
+    def admit(self, handler: RequestHandler, client: Client) -> None:
+        self._by_handler[handler] = client
+        self._count(client, +1)
 
     def request(self, request: web.BaseRequest) -> Client:
         """The request's connection's client, known from this request; raises Refused when it came through a
@@ -210,11 +227,12 @@ class Clients:
         client's). A proxied connection serves whichever client the proxy sends next: it starts unauthenticated.
         The caller closes the connection after the response unless the request authenticated."""
         transport = request.transport
-        client = self._by_transport.get(transport) if transport is not None else None
+        client = self._by_handler.get(request.protocol)
         if transport is None or client is None:  # the connection went while its request waited
             return Client("", proxied=False)
         if client.proxied:
-            client.address = ""  # not counted while its cap is checked
+            self._count(client, -1)  # not counted while its cap is checked
+            client.address = ""
             client.authenticated = False
             address = self.client_of(_peer(transport), request)
             refused = self.refusal(address)
@@ -224,13 +242,16 @@ class Clients:
                     f"request refused: {refused}; retry in {RETRY_SECONDS}s", "too_many_connections_from_address"
                 )
             client.address = address
+            self._count(client, +1)
         return client
 
     def authenticated(self, request: web.BaseRequest) -> None:
         """The request showed a valid credential: its connection may stay open after it."""
-        client = self._by_transport.get(request.transport) if request.transport is not None else None
-        if client is not None:
+        client = self._by_handler.get(request.protocol)
+        if client is not None and not client.authenticated:
+            self._count(client, -1)
             client.authenticated = True
+            self._count(client, +1)
 
 
 class _Quiet:
@@ -307,13 +328,15 @@ class _Admit(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
-        refused = self.site.clients.accept(transport)
-        if refused is not None:
+        client = refused = self.site.clients.accept(transport)
+        if isinstance(refused, str):
             message = f"connection refused: {refused}; retry in {RETRY_SECONDS}s"
             body = self.site.render(429, message, "too_many_connections_from_address")
             _Refused(429, body).connection_made(transport)
             return
+        assert isinstance(client, Client)
         handler = self.server()
+        self.site.clients.admit(handler, client)
         transport.set_protocol(handler)  # the data that follows goes to aiohttp's handler
         handler.connection_made(transport)
 
