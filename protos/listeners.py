@@ -27,8 +27,10 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
 log = logging.getLogger(__name__)
@@ -147,6 +149,11 @@ class Clients:
         self._held: dict[str, int] = {}
         self._unauthenticated: dict[str, int] = {}
 
+    @property
+    def server_log(self) -> logging.LoggerAdapter[logging.Logger]:
+        """The logger to give this listener's AppRunner (`logger=`): malformed requests logged as refusals."""
+        return _ServerLog(self)
+
     def attach(self, server: web.Server) -> None:
         """Forgets each connection of `server` as it is lost (aiohttp's handler tells its Server)."""
         lost = server.connection_lost
@@ -252,6 +259,26 @@ class Clients:
             self._count(client, -1)
             client.authenticated = True
             self._count(client, +1)
+
+
+class _ServerLog(logging.LoggerAdapter[logging.Logger]):
+    """aiohttp's server logger for one listener (`AppRunner(..., logger=clients.server_log)`). aiohttp logs every
+    request that does not parse (a duplicate Content-Length, a folded header, 200 headers) at ERROR with its
+    traceback: anyone who reaches the port wrote ~650 bytes of host log per malformed request, and could roll the
+    log's history away in a minute. Those are refusals: one line each through the listener's limited refusal log.
+    Anything else (a bug in a handler) keeps its traceback."""
+
+    def __init__(self, clients: Clients) -> None:
+        super().__init__(logging.getLogger("aiohttp.server"), {})
+        self.clients = clients
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        if isinstance(exc_info, HttpProcessingError):
+            remote = str(args[0]) if args else "?"
+            first = next((line.strip() for line in str(exc_info.message).splitlines() if line.strip()), "")
+            self.clients.on_refusal(remote, f"a request that does not parse (HTTP {exc_info.code}: {first[:100]})")
+            return
+        self.logger.exception(msg, *args, exc_info=exc_info, **kwargs)
 
 
 class _Quiet:

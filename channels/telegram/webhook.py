@@ -74,7 +74,9 @@ class Webhook:
         app = web.Application(client_max_size=MAX_BODY, middlewares=[self._client])
         app.router.add_post("/{path:.*}", self._update)
         # keepalive_timeout is also the request-head timeout: aiohttp arms it when a connection opens.
-        self._runner = web.AppRunner(app, access_log=None, keepalive_timeout=HEADER_SECONDS)
+        self._runner = web.AppRunner(
+            app, access_log=None, keepalive_timeout=HEADER_SECONDS, logger=self.clients.server_log
+        )
         await self._runner.setup()
         host, port = parse_listen(self.listen)
         await CappedSite(self._runner, host, port, clients=self.clients, render=json_body, reuse_address=True).start()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import httpx
@@ -34,7 +35,7 @@ def gateway_limits(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def gateway_options() -> dict[str, Any]:
-    return {"gateway_trusted_proxies": [f"{PROXY}/32"]}
+    return {"gateway_trusted_proxies": [f"{PROXY}/32"], "log_level": logging.INFO}
 
 
 Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -166,3 +167,29 @@ async def test_behind_a_trusted_proxy_the_caps_count_the_forwarded_client(world:
     finally:
         for _, w in held:
             w.close()
+
+
+async def test_requests_that_do_not_parse_cannot_flood_the_hosts_log(world: World) -> None:
+    """aiohttp logged each at ERROR with its traceback (~650 bytes): anyone reaching the port could roll host.log's
+    history away with a few thousand malformed requests, no key needed."""
+    log = world.host.data_dir / "logs" / "host.log"
+    before = log.stat().st_size
+    malformed = (
+        b"GET /v1/models HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer\r\n folded\r\n\r\n",
+        b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(300)) + b"\r\n",
+    )
+    for i in range(300):
+        reader, writer = await _connect(world, ATTACKER)
+        writer.write(malformed[i % len(malformed)])
+        answer = await asyncio.wait_for(reader.read(), 30)
+        assert answer.startswith(b"HTTP/1.0 400") or answer.startswith(b"HTTP/1.1 400"), answer[:80]
+        writer.close()
+    with open(log, encoding="utf-8") as f:
+        f.seek(before)
+        written = f.read()
+    assert "Traceback" not in written and "Error handling request" not in written, written[:2000]
+    refused = [line for line in written.splitlines() if "does not parse" in line]
+    assert 1 <= len(refused) <= 25, len(refused)
+    assert len(written) < 20_000, len(written)
+    print(f"\n300 malformed requests: {len(written)} bytes of host log ({len(refused)} lines about them)")

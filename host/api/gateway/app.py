@@ -100,6 +100,7 @@ class Gateway:
             # aiohttp arms this when a connection opens and after each response, and closes a connection that has
             # not sent a whole request head by then: the request-head (slowloris) timeout.
             keepalive_timeout=limits.GATEWAY_HEADER_SECONDS,
+            logger=self.clients.server_log,
         )
         await runner.setup()
         try:
