@@ -255,8 +255,8 @@ class Gateway:
         of this key one continuing conversation with the bot, namespaced by the key, so two applications' "alice"
         never share a history (nor a memory: Principal.actor). With neither, each request is a conversation of its
         own; the reply's header names it, so the client can continue it. A request with an Idempotency-Key names
-        its own conversation by that key (and the caller's name), so that it is the same one when sent again: the
-        host refuses a key sent again into another conversation."""
+        its own conversation by that key, in the caller's namespace, so that it is the same one when sent again
+        (the host refuses a key sent again into another conversation) and no other sender can take it first."""
         header = request.headers.get(CONVERSATION_HEADER)
         if header is not None:
             try:
@@ -270,8 +270,11 @@ class Gateway:
             return principal.user_conversation(user)
         key = request.headers.get(IDEMPOTENCY_HEADER, "")
         if IDEMPOTENCY_KEY.fullmatch(key):  # a malformed one is refused in _send_request
+            # In the key's own namespace (user:<key>/…), which no other sender may start (Principal.start_refusal):
+            # a name anyone could compute from a key's name and a guessable Idempotency-Key (order-1234) let another
+            # key start it first, locking the key's request out for good, and tell by 403 or 200 whether it was sent.
             named = hashlib.sha256(b"\0".join((principal.name.encode(), key.encode()))).hexdigest()
-            return f"conv_{named[:32]}"
+            return principal.user_conversation(f"idempotency:{named[:32]}")
         return f"conv_{uuid.uuid4().hex}"
 
     def _send_request(
