@@ -113,6 +113,15 @@ def _forwarded_hops(request: web.BaseRequest) -> list[str]:
     return found
 
 
+def _client_key(text: str) -> str:
+    """What the per-address caps count: an IPv4 address, or an IPv6 address's /64. One subscriber, or one cloud
+    host, is given a whole /64 to pick addresses from: counted one by one, each would have the caps afresh."""
+    address = _ip(text)
+    if isinstance(address, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address) if address is not None else text
+
+
 def _peer(transport: asyncio.BaseTransport) -> str:
     peer = transport.get_extra_info("peername")
     if isinstance(peer, tuple) and peer:
@@ -170,16 +179,17 @@ class Clients:
         return address is not None and any(address in network for network in self.trusted_proxies)
 
     def client_of(self, peer: str, request: web.BaseRequest) -> str:
-        """The address a proxied request came from; the proxy's own when the hop that names it does not parse."""
+        """The address a proxied request came from (_client_key); the proxy's own when the hop that names it does
+        not parse."""
         hops = _forwarded_hops(request)
         for hop in reversed(hops):
             address = _ip(hop)
             if address is None:
-                return peer
+                return _client_key(peer)
             if not self.trusted(address):
-                return str(address)
+                return _client_key(str(address))
         first = _ip(hops[0]) if hops else None  # every hop a trusted proxy: the first is the client
-        return str(first) if first is not None else peer
+        return _client_key(str(first) if first is not None else peer)
 
     def counts(self, address: str) -> tuple[int, int]:
         """(connections, unauthenticated connections) the address holds now."""
@@ -218,11 +228,12 @@ class Clients:
         peer = _peer(transport)
         if self.trusted(_ip(peer)):
             return Client("", proxied=True)
-        refused = self.refusal(peer)
+        key = _client_key(peer)
+        refused = self.refusal(key)
         if refused is not None:
-            self.on_refusal(peer, refused)
+            self.on_refusal(key, refused)
             return refused
-        return Client(peer, proxied=False)
+        return Client(key, proxied=False)
 
     def admit(self, handler: RequestHandler, client: Client) -> None:
         self._by_handler[handler] = client

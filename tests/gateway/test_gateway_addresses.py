@@ -169,6 +169,30 @@ async def test_behind_a_trusted_proxy_the_caps_count_the_forwarded_client(world:
             w.close()
 
 
+async def test_an_ipv6_client_is_counted_by_its_slash_64(world: World) -> None:
+    """A subscriber or a cloud host picks its addresses from a whole /64: counted one by one, each address had the
+    caps afresh. Driven through the trusted proxy (loopback has one IPv6 address): PER_ADDRESS held requests from
+    as many addresses of 2001:db8:1:2::/64, then the next, from yet another, is refused naming the /64."""
+    server = world.host.gateway._runner.server
+    held = []
+    try:
+        for i in range(PER_ADDRESS):
+            conn = await _connect(world, PROXY)
+            conn[1].write(_held_post(world, f"2001:db8:1:2::{i + 1:x}").encode())
+            held.append(conn)
+        await until(lambda: len(server.connections) == PER_ADDRESS, "the proxy's connections were accepted")
+        conn = await _connect(world, PROXY)
+        status, _, body = await _request(conn, _get("/v1/models", world.key, "2001:db8:1:2:ffff::9"))
+        assert status == 429 and b"(2001:db8:1:2::/64)" in body, body
+        conn[1].close()
+        # Another /64 is another client.
+        r = await _legit(world, PROXY, **{"X-Forwarded-For": "2001:db8:1:3::1"})
+        assert r.status_code == 200, r.text
+    finally:
+        for _, w in held:
+            w.close()
+
+
 async def test_requests_that_do_not_parse_cannot_flood_the_hosts_log(world: World) -> None:
     """aiohttp logged each at ERROR with its traceback (~650 bytes): anyone reaching the port could roll host.log's
     history away with a few thousand malformed requests, no key needed."""
