@@ -24,7 +24,6 @@ import asyncio
 import ipaddress
 import json
 import logging
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +31,8 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
+
+from agenthost.protos.limited_log import RefusalLimiter, log_limited
 
 log = logging.getLogger(__name__)
 
@@ -151,12 +152,16 @@ class Clients:
     ) -> None:
         self.caps = caps  # read at each check: the host lowers its caps at start, tests lower them further
         self.trusted_proxies = tuple(trusted_proxies)
-        self.on_refusal = on_refusal or _Quiet()
+        self._refusals = RefusalLimiter()
+        self.on_refusal = on_refusal or self._log_refusal
         self._by_handler: dict[RequestHandler, Client] = {}  # aiohttp's protocol object of each connection
         # Per address: connections, and those not authenticated. Kept as connections come, authenticate and go
         # (never counted by a walk over every connection: a flood of accepts would cost that walk each).
         self._held: dict[str, int] = {}
         self._unauthenticated: dict[str, int] = {}
+
+    def _log_refusal(self, address: str, why: str) -> None:
+        log_limited(self._refusals, log, "listener-refusal", logging.WARNING, "refused %s: %s", address, why)
 
     @property
     def server_log(self) -> logging.LoggerAdapter[logging.Logger]:
@@ -290,22 +295,6 @@ class _ServerLog(logging.LoggerAdapter[logging.Logger]):
             self.clients.on_refusal(remote, f"a request that does not parse (HTTP {exc_info.code}: {first[:100]})")
             return
         self.logger.exception(msg, *args, exc_info=exc_info, **kwargs)
-
-
-class _Quiet:
-    """A refusal logged at most once a minute, with a count of the rest: a flood is a line, not a line a try."""
-
-    def __init__(self) -> None:
-        self._since = -60.0
-        self._suppressed = 0
-
-    def __call__(self, address: str, why: str) -> None:
-        now = time.monotonic()
-        if now - self._since < 60:
-            self._suppressed += 1
-            return
-        log.warning("refused %s: %s (and %d more refusals in the last minute)", address, why, self._suppressed)
-        self._since, self._suppressed = now, 0
 
 
 class CappedSite(web.TCPSite):
