@@ -176,6 +176,13 @@ GATEWAY_BODY_PARSERS = 2
 # a flood of idle connections costs the host at most this many descriptors. Lowered at start to a quarter of the
 # process's descriptor limit (listener_caps), leaving the rest to runs, plugins and the operator's admin.sock.
 GATEWAY_MAX_CONNECTIONS = 1024
+# Of those, one client address may hold this many (its address: the peer's, or behind a proxy named with
+# `serve --trusted-proxy` the one the proxy forwards; gateway/connections.py), so one client cannot take the rest
+# from everyone else. Past it, 429 with Retry-After and closed.
+GATEWAY_MAX_CONNECTIONS_PER_ADDRESS = 256
+# And this many that have not shown a valid key (or console session) yet: every connection starts so, and one whose
+# request did not authenticate is closed after its response. As many as one key may have requests open at once.
+GATEWAY_MAX_UNAUTHENTICATED_PER_ADDRESS = 64
 # Requests one non-admin key may have open on the gateway at once (from its key being checked to the end of its
 # response: a stream held open, a body trickled in). Past it, 429 with Retry-After: a key whose runs stream for a
 # long time, or which trickles its bodies, cannot take every connection under GATEWAY_MAX_CONNECTIONS from the

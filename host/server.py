@@ -24,7 +24,7 @@ import secrets
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +113,7 @@ class Host:
         otlp_endpoint: str | None = None,
         tracing: Tracing | None = None,
         gateway_address: str | None = None,
+        gateway_trusted_proxies: Sequence[str] = (),
         database: str | None = None,
         database_password: str | None = None,
         database_password_key: str | None = None,
@@ -140,6 +141,8 @@ class Host:
         self.tracing = tracing
         # The HTTP gateway (agenthost.host.api.gateway), off unless given HOST:PORT; aiohttp is imported only then.
         self.gateway_address = gateway_address
+        # Proxies whose X-Forwarded-For / Forwarded name the client (the gateway's per-address caps); none by default.
+        self.gateway_trusted_proxies = tuple(gateway_trusted_proxies)
         self.gateway: Any = None
         # Runner workers (agenthost.host.workers): off unless given HOST:PORT; the CA is made at the first start
         # that listens, in <data>/workers/.
@@ -453,8 +456,10 @@ class Host:
             log.info("metrics on http://%s/metrics", self.metrics_server.address)
         if self.gateway_address:
             from agenthost.host.api.gateway.app import Gateway
+            from agenthost.protos.listeners import parse_networks
 
-            self.gateway = Gateway(self, self.gateway_address)
+            proxies = parse_networks(self.gateway_trusted_proxies, what="--trusted-proxy")
+            self.gateway = Gateway(self, self.gateway_address, proxies)
             await self.gateway.start()
             log.info("HTTP gateway on http://%s/v1", self.gateway.address)
         if self.workers_address:

@@ -17,6 +17,11 @@ _BIDI = "\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
 UNSAFE = re.compile(rf"[\x00-\x08\x0b-\x1f\x7f-\x9f{_BIDI}]")
 # The same plus tab and newline: for text that must stay on one line (a tool name on an approval prompt).
 UNSAFE_IN_A_LINE = re.compile(rf"[\x00-\x1f\x7f-\x9f{_BIDI}]")
+# What would hide or reorder a name someone else chose (a conversation id a client or chat sent, a runner id or tool
+# name a plugin offers) or a tool call's arguments an approver reads: the same plus the zero-width and invisible
+# format characters, which free text keeps (a ZWJ joins an emoji, a ZWNJ is part of Persian and Hindi spelling) but
+# which let "tg\u200b:42" pass for the chat tg:42. The console's `ident` (console_static/dom.js HIDDEN) is this set.
+HIDDEN = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 # Whole escape sequences, 7-bit (ESC [ …, ESC ] … BEL/ST) and 8-bit (CSI U+009B, OSC U+009D … ST U+009C), for
 # text kept plain: a colour code then leaves no residue.
 _SEQUENCE = re.compile(
@@ -38,6 +43,12 @@ def json_safe(text: str) -> str:
     return UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
+def ident(text: str) -> str:
+    """A name someone else chose, as what it is: every HIDDEN character written as a `\\uXXXX` escape, so two names
+    that look alike are told apart and none reorders the text around it."""
+    return HIDDEN.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def plain_text(text: str) -> str:
     """`text` without escape sequences or control characters (newlines and tabs kept): a program's stderr (a
     harness's colours, titles, links) as words."""
@@ -56,12 +67,13 @@ def call_arguments(arguments_json: str, truncated: bool, limit: int) -> str:
     """A tool call's arguments as shown to the person deciding whether it may run, next to the runner's one-line
     summary: that summary is cut (a shell command at 300 characters), so a model could pad a command until what
     matters lies past the cut. Compact JSON on one line (a newline in a command shows as `\\n`), with every character
-    a terminal could act on escaped, at most `limit` characters, and said so when more was left out."""
+    a terminal could act on, or that could hide in it (`ident`), escaped, at most `limit` characters, and said so
+    when more was left out."""
     try:
         text = json.dumps(json.loads(arguments_json), ensure_ascii=False, separators=(",", ":"))
     except (ValueError, RecursionError):
         text = json.dumps(arguments_json, ensure_ascii=False)
-    text = json_safe(text)
+    text = ident(text)  # inside JSON strings only (JSON's syntax is ASCII): the same value, nothing hidden
     if len(text) > limit:
         text, truncated = text[: limit - 1] + "…", True
     return text + (" (cut: the arguments are longer than shown)" if truncated else "")

@@ -38,6 +38,7 @@ from agenthost.channels.telegram.webhook import Webhook
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors, media
 from agenthost.protos import host_pb2 as hpb
+from agenthost.protos.limited_log import RefusalLimiter, log_limited
 
 log = logging.getLogger(__name__)
 # getUpdates goes through do_api_request on purpose: the raw list lets one malformed update be skipped instead of
@@ -85,6 +86,14 @@ CONFIG_SCHEMA: dict[str, Any] = {
         "mode": {"enum": ["polling", "webhook"], "default": "polling"},
         "webhook_url": {"type": "string", "pattern": "^https?://", "description": "the public URL Telegram posts to"},
         "webhook_listen": {"type": "string", "default": "127.0.0.1:8443", "pattern": "^[^:]*:[0-9]{1,5}$"},
+        "webhook_trusted_proxies": {
+            "type": "array",
+            "items": {"type": "string", "maxLength": 64},
+            "maxItems": 64,
+            "default": [],
+            "description": "addresses or networks of the reverse proxies in front of webhook_listen, whose "
+            "X-Forwarded-For names the client for the listener's per-address caps (none: every peer is the client)",
+        },
     },
     "required": ["token_key"],
     "if": {"properties": {"mode": {"const": "webhook"}}, "required": ["mode"]},
@@ -115,6 +124,9 @@ class TelegramAdapter(ChannelAdapter):
         self.allowed = set(cfg.get("allowed_users") or ())
         self.blocked = set(cfg.get("blocked_users") or ())
         self.board = ApprovalBoard(cfg.get("approvers"), ctx.state, vetted_users=bool(self.allowed))
+        # What any Telegram user can make this process log again and again (an ignored message, a stranger's, a
+        # forged or refused button press): limited per kind, so a stranger cannot roll its log's history away.
+        self.refusals = RefusalLimiter()
         api = str(cfg["api_url"]).rstrip("/")
         poll = int(cfg["poll_timeout"])
         self.bot = ExtBot(
@@ -132,7 +144,9 @@ class TelegramAdapter(ChannelAdapter):
             self.me: User = self.bot.bot
             webhook = None
             if cfg["mode"] == "webhook":
-                webhook = Webhook(self._handle, str(cfg["webhook_listen"]))
+                webhook = Webhook(
+                    self._handle, str(cfg["webhook_listen"]), [str(p) for p in cfg.get("webhook_trusted_proxies", [])]
+                )
                 await webhook.start()
                 await self.bot.set_webhook(
                     str(cfg["webhook_url"]),
@@ -235,7 +249,7 @@ class TelegramAdapter(ChannelAdapter):
             self._settle(update_id)
             return "malformed"
         if isinstance(what, Ignore):
-            log.info("update %d ignored: %s", update_id, what.reason)
+            log_limited(self.refusals, log, "ignored", logging.INFO, "update %d ignored: %s", update_id, what.reason)
             self._settle(update_id)
             return "ignored"
         if isinstance(what, Press):
@@ -246,7 +260,15 @@ class TelegramAdapter(ChannelAdapter):
             return "pressed"
         user_id = what.user.id
         if user_id in self.blocked or (self.allowed and user_id not in self.allowed):
-            log.info("update %d ignored: user %d is not allowed to use this bot", update_id, user_id)
+            log_limited(
+                self.refusals,
+                log,
+                "not-allowed",
+                logging.INFO,
+                "update %d ignored: user %d is not allowed to use this bot",
+                update_id,
+                user_id,
+            )
             self._settle(update_id)
             return "ignored"
         if isinstance(what, Command):
@@ -363,7 +385,14 @@ class TelegramAdapter(ChannelAdapter):
         """Decides the approval a press stands for, when the presser may; returns what they are told."""
         pressed = self.board.resolve_press(press.data, press.chat_id, press.message_id)
         if pressed is None:
-            log.warning("a button press from user %d with data this adapter did not make; refused", press.user.id)
+            log_limited(
+                self.refusals,
+                log,
+                "unknown-press",
+                logging.WARNING,
+                "a button press from user %d with data this adapter did not make; refused",
+                press.user.id,
+            )
             return "This button is no longer valid."
         user = press.user
         if (
@@ -371,7 +400,15 @@ class TelegramAdapter(ChannelAdapter):
             or (self.allowed and user.id not in self.allowed)
             or not self.board.may_decide(user, pressed.shown.chat_id, pressed.shown.group)
         ):
-            log.info("user %d may not decide approval %s; refused", user.id, pressed.approval_id)
+            log_limited(
+                self.refusals,
+                log,
+                "may-not-decide",
+                logging.INFO,
+                "user %d may not decide approval %s; refused",
+                user.id,
+                pressed.approval_id,
+            )
             return "You cannot approve this."
         request = hpb.DecideApprovalRequest(
             approval_id=pressed.approval_id, decision=pressed.option, note=f"via Telegram by {who(user)}"

@@ -11,12 +11,12 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agenthost.plugins import binding_paths
-from agenthost.protos.text import json_safe, terminal_safe
+from agenthost.protos.text import ident, json_safe, terminal_safe
 
 if TYPE_CHECKING:
     from agenthost.host.api.client import HostClient
@@ -696,7 +696,7 @@ async def cmd_approvals(args: argparse.Namespace, c: HostClient) -> int:
             say("no approvals pending")
         else:
             for a in approvals:
-                say(f"{a.approval_id} run {a.run_id} bot {a.bot_id} conversation {a.conversation_id}")
+                say(f"{a.approval_id} run {a.run_id} bot {a.bot_id} conversation {ident(a.conversation_id)}")
                 say(approval_line(a.request))
         return 0
     decision = "approve" if args.action == "approve" else "deny"
@@ -721,7 +721,8 @@ async def cmd_runs(args: argparse.Namespace, c: HostClient) -> int:
             for r in runs:
                 took = f"{r.finished_at - r.started_at:.1f}s" if r.finished_at and r.started_at else "-"
                 child = f" (child of {r.parent_run_id})" if r.parent_run_id else ""
-                line = f"{r.run_id} {r.status:11} {took:>7} {r.runner_id:28} {r.conversation_id} {r.error_code}{child}"
+                runner, conversation = ident(r.runner_id), ident(r.conversation_id)
+                line = f"{r.run_id} {r.status:11} {took:>7} {runner:28} {conversation} {r.error_code}{child}"
                 say(line)  # the error code is the runner's
     elif args.action == "show":
         run = await c.call("GetRun", hpb.RunRequestById(run_id=args.run_id))
@@ -766,7 +767,7 @@ async def cmd_history(args: argparse.Namespace, c: HostClient) -> int:
         return 0
     for item in items:
         if item.item_type == "tool_call":
-            say(f"[{item.role}] ⚙ {item.tool_name}({item.data_json[:200]})")
+            say(f"[{item.role}] ⚙ {ident(item.tool_name)}({ident(item.data_json[:200])})")
         elif item.item_type == "tool_result":
             say(f"[tool] {'✗' if item.is_error else '✓'} {item.text[:300]}")
         else:
@@ -902,6 +903,7 @@ async def serve(
     metrics: str | None = None,
     otlp: str | None = None,
     gateway: str | None = None,
+    trusted_proxies: Sequence[str] = (),
     database: str | None = None,
     database_password: str | None = None,
     database_password_key: str | None = None,
@@ -926,6 +928,7 @@ async def serve(
         metrics_address=metrics,
         otlp_endpoint=otlp,
         gateway_address=gateway,
+        gateway_trusted_proxies=trusted_proxies,
         database=database,
         database_password=database_password,
         database_password_key=database_password_key,
@@ -1133,6 +1136,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="serve the OpenAI-compatible HTTP gateway at http://HOST:PORT/v1 (e.g. 127.0.0.1:8080; :PORT binds "
         "loopback); its keys are `credentials create NAME --scope send --bot BOT`",
+    )
+    srv.add_argument(
+        "--trusted-proxy",
+        metavar="ADDRESS",
+        action="append",
+        default=[],
+        help="a reverse proxy (address or CIDR network; repeat for more) whose X-Forwarded-For the gateway believes "
+        "to name the client: its per-address connection caps then count clients, not the proxy (default: none)",
     )
     srv.add_argument(
         "--workers",
@@ -1741,6 +1752,7 @@ def _main(argv: list[str] | None) -> int:
                     metrics=args.metrics,
                     otlp=args.otlp,
                     gateway=args.gateway,
+                    trusted_proxies=args.trusted_proxy,
                     **database,
                     workers=args.workers,
                     standby=args.standby,

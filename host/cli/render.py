@@ -11,7 +11,7 @@ from agenthost.host.api.client import HostClient
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
-from agenthost.protos.text import call_arguments, terminal_safe
+from agenthost.protos.text import call_arguments, ident, terminal_safe
 
 
 class Printer:
@@ -33,7 +33,8 @@ class Printer:
             self.out.write(terminal_safe(ev.text_delta.text))
             self.mid_line = not ev.text_delta.text.endswith("\n")
         elif kind == "tool_started":
-            self._line(f"  ⚙ {ev.tool_started.tool_name}({ev.tool_started.arguments_json[:200]})")
+            started = ev.tool_started
+            self._line(f"  ⚙ {ident(started.tool_name)}({ident(started.arguments_json[:200])})")
         elif kind == "tool_finished":
             mark = "✗" if ev.tool_finished.is_error else "✓"
             self._line(f"  {mark} {ev.tool_finished.result[:300].replace(chr(10), ' ')}")
@@ -83,7 +84,7 @@ def approval_line(req: pb.ApprovalRequested) -> str:
     left = max(0, int(req.expires_at - time.time()))
     arguments = call_arguments(req.arguments_json, req.arguments_truncated, ARGUMENTS_CHARS)
     return (
-        f"  ? approval needed for {req.tool_name}: {req.summary}\n"
+        f"  ? approval needed for {ident(req.tool_name)}: {req.summary}\n"
         + (f"    arguments: {arguments}\n" if req.arguments_json else "")
         + (f"    ! {SANDBOX_LABEL}\n" if req.from_sandbox else "")
         + f"    why: {req.reason or '-'}; expires in {left}s\n"

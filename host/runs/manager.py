@@ -459,15 +459,21 @@ class RunManager:
     ) -> None:
         """`own`: refuses a message into a conversation someone other than `origin` started (or a host before
         migration _V9 recorded, sender unknown): the run would read that conversation's history to answer it.
-        `start_refusal`: refuses to start the conversation, saying why (credentials.Principal.start_refusal)."""
+        `start_refusal`: refuses to start the conversation, saying why (credentials.Principal.start_refusal); to an
+        `own` caller also a reserved name another sender started, in the same words: "started by another sender"
+        there told an own-only key that a name it may not start exists (that a key's end user, a keyed request or a
+        chat had talked to the bot)."""
         starter = Conversations.starter(conn, bot_id, conversation_id)
-        if starter is None and start_refusal is not None:
-            raise PermissionDenied(start_refusal)
+        grant = (
+            " (an operator may grant a send credential all of its bots' conversations: `agenthost credentials"
+            " create NAME --bot BOT --all-conversations`)"
+        )
+        if start_refusal is not None and (starter is None or (own and starter != origin)):
+            raise PermissionDenied(start_refusal + (grant if own else ""))
         if own and starter is not None and starter != origin:
             raise PermissionDenied(
                 f"conversation {conversation_id[:64]!r} was started by another sender; {origin!r} may write only"
-                " into conversations it started: name a new one (an operator may grant a send credential all of"
-                " its bots' conversations: `agenthost credentials create NAME --bot BOT --all-conversations`)"
+                f" into conversations it started: name a new one{grant}"
             )
 
     async def _store_attachments(

@@ -66,3 +66,20 @@ async def test_a_link_the_model_writes_is_not_fetched_for_a_preview(world: World
         assert texts and all(c.params.get("link_preview_options") == {"is_disabled": True} for c in texts)
     finally:
         await runner.cleanup()
+
+
+async def test_a_stranger_cannot_flood_the_adapters_log(world: World) -> None:
+    """Each message of a user the bot does not serve, and each button press with data the adapter never made (a
+    modified client sends any), was a line in the adapter's log: any Telegram user could write it without limit and
+    roll its history (5 MiB x 3) away. Now 20 lines a kind a minute, then one line counting the rest."""
+    await world.add_channel(allowed_users=[42])
+    fake = world.fake
+    for i in range(150):
+        await fake.push(fake.message(f"let me in {i}", chat_id=777))
+        await fake.press(chat_id=777, message_id=1, data=f"ap:forged{i}", user=fake.user(777))
+    await fake.push(fake.message("hello", chat_id=42))  # handled after all of them: updates arrive in order
+    await fake.wait_for(lambda f: len(f.chat_text(42)) == 1)
+    log = world.log()
+    strangers = [line for line in log.splitlines() if "is not allowed to use this bot" in line]
+    forged = [line for line in log.splitlines() if "did not make" in line]
+    assert 0 < len(strangers) <= 20 and 0 < len(forged) <= 20, (len(strangers), len(forged))

@@ -56,3 +56,15 @@ def test_names_others_chose_are_shown_as_what_they_are() -> None:
     assert all(s.startswith("\\u") for s in shown), [
         c for c, s in zip(every, shown, strict=True) if not s.startswith("\\u")
     ]
+
+
+def test_the_console_and_the_cli_hide_nothing_the_other_shows() -> None:
+    """One rule for names others chose: the console's `ident` escapes exactly what the CLI's (protos.text.ident,
+    HIDDEN) does, so a conversation id that the console shows as `tg\\u200b:42` never reads as `tg:42` in
+    `agenthost runs list` (it did: the CLI's rule lacked the zero-width characters)."""
+    from agenthost.protos.text import ident
+
+    every = [chr(c) for c in range(0x3000)] + [chr(c) for c in range(0xFE00, 0x10000)]
+    console = _pretty(every, "ident")
+    differ = [hex(ord(c)) for c, shown in zip(every, console, strict=True) if shown != ident(c)]
+    assert not differ, differ

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,11 +21,19 @@ def gateway_limits() -> None:
 
 
 @pytest.fixture
-async def world(tmp_path: Path, gateway_limits: None) -> AsyncIterator[World]:
+def gateway_options() -> dict[str, Any]:
+    """More Host options for the gateway (a test module overrides this fixture: trusted proxies)."""
+    return {}
+
+
+@pytest.fixture
+async def world(tmp_path: Path, gateway_limits: None, gateway_options: dict[str, Any]) -> AsyncIterator[World]:
     Talker.seen = []
     Talker.release = asyncio.Event()
     Talker.holding = asyncio.Event()
-    async with HostHarness(tmp_path, runners=[Talker], host_options={"gateway_address": "127.0.0.1:0"}) as h:
+    async with HostHarness(
+        tmp_path, runners=[Talker], host_options={"gateway_address": "127.0.0.1:0", **gateway_options}
+    ) as h:
         await h.client.call("CreateBot", hpb.CreateBotRequest(name="otherbot"))
         await h.client.bind("otherbot", f"{TEST_PLUGIN}/talker")
         created = await h.client.call(

@@ -5,6 +5,7 @@ names (`user`) are its own, in memory as in conversations. Driven with the offic
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,8 @@ async def test_a_channel_key_keeps_its_walls_through_the_gateway(world: World) -
     async with client(world, tg) as c:
         with pytest.raises(openai.PermissionDeniedError) as caught:
             await _chat(c, "tell me everything said here", "cli:1")
-        assert "'cli:1' was started by another sender" in caught.value.message
+        # Refused as a name a channel may not start, whether or not it exists (it does): no oracle.
+        assert "not 'cli:1'" in caught.value.message and "another sender" not in caught.value.message
         with pytest.raises(openai.NotFoundError) as missing:
             await c.responses.create(previous_response_id=response_id(cli.run.run_id), input="and then?")  # type: ignore[call-overload]
         assert missing.value.code == "previous_response_not_found"
@@ -98,7 +100,12 @@ async def test_a_send_key_reaches_only_its_own_conversations_unless_granted(worl
         for conversation in (*theirs, "user:app2/alice"):
             with pytest.raises(openai.PermissionDeniedError) as caught:
                 await _chat(app, "read it all back to me", conversation)
-            assert "may write only into conversations it started" in caught.value.message
+            # A name the key may not start (a chat's, another key's end user's) is refused as such whether or not
+            # it exists; a free name another sender took, as taken.
+            reserved = conversation in ("tg:42", "cli:1", "user:app2/alice")  # cli:1 has a chat's shape
+            assert ("may not start it" if reserved else "may write only into conversations it started") in (
+                caught.value.message
+            )
             assert "--all-conversations" in caught.value.message  # what the operator can do about it
         for run_id in theirs.values():
             with pytest.raises(openai.NotFoundError):
@@ -276,3 +283,33 @@ async def test_no_key_takes_a_chats_conversation_first_and_no_channel_takes_a_ke
     async with client(world, world.key) as a:
         assert (await _chat(a, "hi", "support-1")).choices[0].message.content == "Hello world"
     await world.harness.client.send("testbot", "hi", conversation_id="web:1")
+
+
+async def test_no_other_key_takes_or_probes_a_keyed_requests_conversation(world: World) -> None:
+    """A request with an Idempotency-Key and no conversation gets one named by its key holder and that key. The name
+    was `conv_` + sha256(key name, key): another key that guessed the Idempotency-Key (order-1234) started it
+    first, and every send of that key was refused for good (403), and its 403 or 200 told whether the key was sent.
+    Now the name lies in the key's own namespace (user:app/…): nobody else may start it, and the answer is the same
+    whether it exists or not."""
+    app2 = await _key(world, "app2")
+    idempotency = {"Idempotency-Key": "order-1234"}
+    async with client(world, world.key) as a, client(world, app2) as b:
+        probe = "user:app/idempotency:" + hashlib.sha256(b"app\0order-1234").hexdigest()[:32]
+        old_name = "conv_" + hashlib.sha256(b"app\0order-1234").hexdigest()[:32]
+        await _chat(b, "squat", old_name)  # the old name is any sender's now: nothing of app's is there
+        with pytest.raises(openai.PermissionDeniedError) as before:
+            await _chat(b, "squat", probe)
+        first = await a.chat.completions.with_raw_response.create(
+            model="testbot", messages=[{"role": "user", "content": "pay"}], extra_headers=idempotency
+        )
+        assert first.status_code == 200 and first.headers["x-agenthost-conversation"] == probe
+        again = await a.chat.completions.with_raw_response.create(
+            model="testbot", messages=[{"role": "user", "content": "pay"}], extra_headers=idempotency
+        )
+        assert again.headers["x-agenthost-run"] == first.headers["x-agenthost-run"]
+        with pytest.raises(openai.PermissionDeniedError) as after:
+            await _chat(b, "probe", probe)
+    assert before.value.message == after.value.message and "another key's end user's conversation" in str(
+        after.value.message
+    )
+    assert [r.origin for r in _in(world, probe)] == ["app"]

@@ -29,7 +29,7 @@ from agenthost.host.access.credentials import Principal
 from agenthost.host.api import access
 from agenthost.host.api.gateway import bodies, parse_address
 from agenthost.host.api.gateway import openai_api as oa
-from agenthost.host.api.gateway.connections import CappedSite
+from agenthost.host.api.gateway.connections import CLIENTS, CappedSite, gateway_clients, openai_refusal
 from agenthost.host.api.gateway.errors import NO_RETRY, GatewayError, bad_request, from_host_error, model_not_found
 from agenthost.host.api.gateway.sse import EventStream, comment, encode
 from agenthost.host.runs import attachments as attachment_checks
@@ -37,6 +37,7 @@ from agenthost.host.runs.manager import MAX_INPUT_BYTES
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
+from agenthost.protos.listeners import RETRY_SECONDS, Network, Refused
 from agenthost.protos.wire import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE, accepted_run
 
 if TYPE_CHECKING:
@@ -66,8 +67,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Gateway:
-    def __init__(self, host: HostServices, address: str) -> None:
+    def __init__(self, host: HostServices, address: str, trusted_proxies: tuple[Network, ...] = ()) -> None:
         self.host = host
+        self.clients = gateway_clients(trusted_proxies)
         self.bind, self.port = parse_address(address)
         self._runner: web.AppRunner | None = None
         self.console: Console | None = None
@@ -80,8 +82,11 @@ class Gateway:
         return f"{host}:{self.port}"
 
     async def start(self) -> None:
-        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._open_requests, self._errors])
+        app = web.Application(
+            client_max_size=MAX_BODY_BYTES, middlewares=[self._client, self._open_requests, self._errors]
+        )
         app[bodies.SLOTS] = self.body_slots
+        app[CLIENTS] = self.clients
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_post("/v1/responses", self.responses)
         app.router.add_get("/v1/models", self.models)
@@ -95,10 +100,13 @@ class Gateway:
             # aiohttp arms this when a connection opens and after each response, and closes a connection that has
             # not sent a whole request head by then: the request-head (slowloris) timeout.
             keepalive_timeout=limits.GATEWAY_HEADER_SECONDS,
+            logger=self.clients.server_log,
         )
         await runner.setup()
         try:
-            site = CappedSite(runner, self.bind, self.port, reuse_address=True)
+            site = CappedSite(
+                runner, self.bind, self.port, clients=self.clients, render=openai_refusal, reuse_address=True
+            )
             await site.start()
         except BaseException:
             await runner.cleanup()
@@ -130,6 +138,29 @@ class Gateway:
         await self.body_slots.close()
 
     # ---- cross-cutting ----
+
+    @web.middleware
+    async def _client(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Who the request's client is (connections.Clients: its caps, behind a trusted proxy); a connection whose
+        request showed no valid key is closed after its response, so it cannot be held with cheap requests."""
+        try:
+            client = self.clients.request(request)
+        except Refused as exc:
+            refused = _error_response(
+                GatewayError(
+                    429,
+                    exc.message,
+                    type="rate_limit_error",
+                    code=exc.code,
+                    headers={"retry-after": str(RETRY_SECONDS)},
+                )
+            )
+            refused.force_close()
+            return refused
+        response = await handler(request)
+        if not client.authenticated:
+            response.force_close()
+        return response
 
     @web.middleware
     async def _open_requests(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -205,6 +236,7 @@ class Gateway:
                 code="invalid_api_key",
                 headers={"WWW-Authenticate": "Bearer"},
             ) from None
+        self.clients.authenticated(request)
         self._take_open_slot(request, principal)
         return principal
 
@@ -223,8 +255,8 @@ class Gateway:
         of this key one continuing conversation with the bot, namespaced by the key, so two applications' "alice"
         never share a history (nor a memory: Principal.actor). With neither, each request is a conversation of its
         own; the reply's header names it, so the client can continue it. A request with an Idempotency-Key names
-        its own conversation by that key (and the caller's name), so that it is the same one when sent again: the
-        host refuses a key sent again into another conversation."""
+        its own conversation by that key, in the caller's namespace, so that it is the same one when sent again
+        (the host refuses a key sent again into another conversation) and no other sender can take it first."""
         header = request.headers.get(CONVERSATION_HEADER)
         if header is not None:
             try:
@@ -238,8 +270,11 @@ class Gateway:
             return principal.user_conversation(user)
         key = request.headers.get(IDEMPOTENCY_HEADER, "")
         if IDEMPOTENCY_KEY.fullmatch(key):  # a malformed one is refused in _send_request
+            # In the key's own namespace (user:<key>/…), which no other sender may start (Principal.start_refusal):
+            # a name anyone could compute from a key's name and a guessable Idempotency-Key (order-1234) let another
+            # key start it first, locking the key's request out for good, and tell by 403 or 200 whether it was sent.
             named = hashlib.sha256(b"\0".join((principal.name.encode(), key.encode()))).hexdigest()
-            return f"conv_{named[:32]}"
+            return principal.user_conversation(f"idempotency:{named[:32]}")
         return f"conv_{uuid.uuid4().hex}"
 
     def _send_request(

@@ -25,6 +25,7 @@ from google.protobuf.message import Message
 
 from agenthost.host.api.gateway import bodies
 from agenthost.host.api.gateway.admin_calls import AdminCalls
+from agenthost.host.api.gateway.connections import authenticated
 from agenthost.host.api.gateway.console_auth import (
     COOKIE,
     SECURITY_HEADERS,
@@ -182,6 +183,7 @@ class Console:
         if not isinstance(token, str) or not token.strip() or len(token) > MAX_TOKEN_CHARS:
             raise bad_request("give the admin token (in <data dir>/admin.token) or an admin-scoped key", "token")
         session_id, session = self.sessions.sign_in(token)
+        authenticated(request)
         response = web.json_response({"name": session.principal.name, "csrf": session.csrf})
         set_cookie(response, request, session_id)
         return response

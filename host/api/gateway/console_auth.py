@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from agenthost.host.access.credentials import Credentials, Principal
+from agenthost.host.api.gateway.connections import authenticated
 from agenthost.host.api.gateway.errors import GatewayError
 from agenthost.protos import errors
 
@@ -112,6 +113,7 @@ class Sessions:
             del self._sessions[key]
             return None
         session.seen = now
+        authenticated(request)
         return session
 
     def _valid(self, session: Session) -> bool:
