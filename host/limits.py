@@ -71,6 +71,10 @@ UPLOAD_HEADER_SECONDS = 10.0
 # Streaming calls without a valid run token whose opening messages the host reads, at once, before refusing them
 # (so a client whose token expired gets UNAUTHENTICATED rather than gRPC's bare INTERNAL); past this, refused unread.
 REFUSED_STREAMS_READ = 64
+# Bytes one such refusal reads at most (the last message read may pass it by up to MAX_MESSAGE_BYTES): an upload
+# that large from a client whose token is gone may see gRPC's bare INTERNAL; a caller without a token uploading at
+# full speed had the host read ~400 MiB a refusal in its 5 s.
+REFUSED_STREAM_READ_BYTES = 1 * MiB
 # Longest pause between two chunks of an upload: a trickling client must not hold a slot forever.
 UPLOAD_IDLE_SECONDS = 30.0
 

@@ -5,6 +5,7 @@ Each case asserts the status code, that the audit log recorded the refusal, and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 
@@ -320,6 +321,27 @@ async def test_refused_streams_are_read_only_a_few_at_a_time(world, monkeypatch)
     for call in idle:  # and those end on their own, told too
         assert await call.code() == SC.UNAUTHENTICATED
     assert len(await refusals(h)) == 3
+
+
+async def test_a_caller_without_a_token_cannot_make_the_host_read_its_upload(world):
+    """A refused upload is read only so that a client whose token is gone is told why (see the test above), and at
+    most REFUSED_STREAM_READ_BYTES of it: a caller without a token writing without end had the host read it at full
+    speed for 5 s (~400 MiB a call, 64 calls at once), taking the host's loop from every run."""
+    from agenthost.host import limits
+
+    h, stub, r1, _ = world
+    chunk, total = b"x" * (256 * 1024), 96 * 1024 * 1024
+    call = stub.ArtifactCreate(metadata=md(r1, token="rt_forged"), timeout=60)
+    sent = 0
+    with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+        await call.write(api.ArtifactUpload(header=api.ArtifactHeader(run_id=r1.run_id, name="x.bin")))
+        while sent < total:
+            await call.write(api.ArtifactUpload(data=chunk))
+            sent += len(chunk)
+        await call.done_writing()
+    assert await call.code() in (SC.UNAUTHENTICATED, SC.INTERNAL)
+    # What the client could write is what the host read plus HTTP/2's flow-control windows (a few MiB).
+    assert sent < limits.REFUSED_STREAM_READ_BYTES + 32 * 1024 * 1024, f"the host read {sent >> 20} MiB"
 
 
 async def refusals(h: HostHarness) -> list:

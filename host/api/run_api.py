@@ -19,7 +19,7 @@ import grpc
 from google.protobuf import message as pb_message
 
 from agenthost.host import limits
-from agenthost.host.access.grants import ActiveRun, RunRegistry, hash_secret
+from agenthost.host.access.grants import ActiveRun, RunRegistry
 from agenthost.host.knowledge import KnowledgeBase
 from agenthost.host.ops.logs import RefusalLimiter, log_limited
 from agenthost.host.ops.observability import Observer
@@ -65,14 +65,6 @@ def _limit(value: int, default: int, cap: int, what: str) -> int:
 def _check_offset(ref: pb.ArtifactRef, offset: int) -> None:
     if offset < 0 or offset > ref.size_bytes:
         raise errors.OutOfRange(f"offset must be between 0 and {ref.size_bytes}")
-
-
-def _token_key(metadata: tuple[Any, ...]) -> str:
-    """What an upload slot is counted against: the presented bearer token (a run's token, or its tool token)."""
-    for key, value in metadata:
-        if key == "authorization" and isinstance(value, str):
-            return hash_secret(value)
-    return ""
 
 
 def _forward(direction: int) -> bool:
@@ -158,17 +150,24 @@ class _Gate(grpc.GenericRpcHandler):
 _SENT_BEFORE_A_REPLY: dict[str, int | None] = {"ArtifactCreate": None, "ChildRun": 1}
 
 
-async def _drain(request_iterator: AsyncIterator[Any], seconds: float = 5.0, messages: int | None = None) -> None:
-    """Reads and discards what a client is still uploading (at most `messages`) before the call is refused. Ending
-    a client-streaming call while the client still writes makes gRPC hand it a bare INTERNAL ("Internal error from
-    Core": grpc.aio puts it in place of our status when its write fails) instead of our status; the client has
-    already committed those bytes to the wire, so reading them costs little."""
+async def _drain(
+    request_iterator: AsyncIterator[Any],
+    seconds: float = 5.0,
+    messages: int | None = None,
+    max_bytes: int | None = None,
+) -> None:
+    """Reads and discards what a client is still uploading (at most `messages`, and `max_bytes` of raw messages)
+    before the call is refused. Ending a client-streaming call while the client still writes makes gRPC hand it a
+    bare INTERNAL ("Internal error from Core": grpc.aio puts it in place of our status when its write fails) instead
+    of our status; the client has already committed those bytes to the wire, so reading them costs little."""
     with contextlib.suppress(Exception):
         async with asyncio.timeout(seconds):
-            read = 0
-            async for _ in request_iterator:
+            read = size = 0
+            async for message in request_iterator:
                 read += 1
-                if read == messages:
+                if max_bytes is not None:
+                    size += len(message)
+                if read == messages or (max_bytes is not None and size >= max_bytes):
                     return
 
 
@@ -258,13 +257,15 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         """The behaviour `_Gate` hands a call it refuses on its metadata alone: audited and ended. A client-streaming
         call's opening messages are read first (a client whose token expired with its run gets UNAUTHENTICATED, not
         the bare INTERNAL of a write cut short), but only by REFUSED_STREAMS_READ refusals at a time, each for at
-        most 5 s: beyond that a refusal ends the call at once, so callers without a token hold next to nothing."""
+        most 5 s and REFUSED_STREAM_READ_BYTES: beyond that a refusal ends the call at once, so callers without a
+        token hold next to nothing (a caller uploading at full speed had the host read ~400 MiB a refusal)."""
         self.audit.record("", "", method, error.code.name, error.message)
         self.observer.api_call(method, error.code.name)
         if sent_before_a_reply != 0 and self._refusals_reading < limits.REFUSED_STREAMS_READ:
             self._refusals_reading += 1
             try:
-                await _drain(request_iterator, messages=sent_before_a_reply)
+                # The gate's refusal has no deserializer: its messages are raw bytes, counted as they come.
+                await _drain(request_iterator, messages=sent_before_a_reply, max_bytes=limits.REFUSED_STREAM_READ_BYTES)
             finally:
                 self._refusals_reading -= 1
         await errors.abort_with(context, error)
@@ -433,11 +434,12 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
     async def ArtifactCreate(
         self, request_iterator: AsyncIterator[api.ArtifactUpload], context: grpc.aio.ServicerContext
     ) -> pb.ArtifactRef:
-        metadata = tuple(context.invocation_metadata() or ())
-        slot = _token_key(metadata)
         try:
-            # The gate let only a valid token through; still, an upload holds a temp file, a descriptor and a
-            # task, so how many may be open at once is capped before anything is read (and without waiting).
+            # A slot is counted against a live run's token, looked up before anything is taken: the workers port
+            # has no gate in front (a worker presenting a forged token per call held every host-wide slot). An
+            # upload holds a temp file, a descriptor and a task, so how many may be open at once is capped before
+            # anything is read (and without waiting).
+            _, slot, _ = self.registry.token_run(tuple(context.invocation_metadata() or ()))
             if self._uploads >= limits.MAX_CONCURRENT_UPLOADS:
                 raise errors.ResourceExhausted(
                     f"the host has MAX_CONCURRENT_UPLOADS = {limits.MAX_CONCURRENT_UPLOADS} uploads in flight; retry"
