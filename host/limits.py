@@ -92,6 +92,11 @@ ATTACHMENTS_MAX_BYTES_PER_MESSAGE = media.ATTACHMENTS_MAX_BYTES_PER_MESSAGE
 RUN_MAX_EVENTS = 200_000
 # Serialized bytes of one run's events (they are all persisted and replayable): the disk one run may claim.
 RUN_MAX_EVENT_BYTES = 256 * MiB
+# artifact_created events of one run naming an artifact it may not read (or none at all) that the host looks up in
+# the database; later ones are dropped without a lookup. A runner announces what it made: it never misses.
+RUN_MAX_ARTIFACT_MISSES = 64
+# Verdicts on the artifacts one run announced, kept so the same ref announced again is not looked up again.
+RUN_ARTIFACT_VERDICTS = 256
 # The run's final text kept in the runs table and sent in RunInfo; longer text is cut with RUN_TEXT_MARKER
 # (every message is still whole in the transcript).
 RUN_MAX_TEXT_CHARS = 1 * MiB
