@@ -75,6 +75,11 @@ REFUSED_STREAMS_READ = 64
 # that large from a client whose token is gone may see gRPC's bare INTERNAL; a caller without a token uploading at
 # full speed had the host read ~400 MiB a refusal in its 5 s.
 REFUSED_STREAM_READ_BYTES = 1 * MiB
+# Calls of one run-API listener (one plugin process) reading their request message at once, and how long each may
+# take to arrive: grpc-core holds a message being read in memory until it is whole (up to MAX_MESSAGE_BYTES), so
+# this bounds what one plugin's half-sent requests hold of the host to RUN_API_READS x 8 MiB (see run_api._Gate).
+RUN_API_READS = 32
+RUN_API_READ_SECONDS = 10.0
 # Longest pause between two chunks of an upload: a trickling client must not hold a slot forever.
 UPLOAD_IDLE_SECONDS = 30.0
 

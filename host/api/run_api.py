@@ -122,11 +122,62 @@ class _Gate(grpc.GenericRpcHandler):
     client sent its message, which an idle client never does: a few thousand such calls from any local process
     would lock every runner out. The refusal is handed back as a client-streaming handler because that is the
     shape gRPC starts without waiting for a message; the client sees UNAUTHENTICATED either way. Everything past
-    the token (run id, plugin secret, grant) is checked by the method itself once the request is in."""
+    the token (run id, plugin secret, grant) is checked by the method itself once the request is in.
+
+    A call with a valid token reads its request only while fewer than RUN_API_READS calls of this listener (one per
+    plugin process) are reading theirs, each for at most RUN_API_READ_SECONDS. grpc-core keeps a message it is
+    reading in memory until its last byte arrives, up to MAX_MESSAGE_BYTES: a runner opening calls that each
+    declared an 8 MiB request and sent all of it but a byte held 8 MiB of the host per call (1.6 GiB for 200 calls
+    on one connection, up to the listener's MAX_CONCURRENT_CALLS). A call waiting its turn has asked for no message,
+    so grpc-core lets in no more than its stream's initial window (the listener probes no bandwidth-delay product
+    that would widen it)."""
 
     def __init__(self, servicer: RunAPIServicer, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
         self._servicer = servicer
-        self._handlers = handlers
+        self._reads = asyncio.Semaphore(limits.RUN_API_READS)
+        self._handlers = {
+            method: handler if handler.request_streaming else self._bounded(handler)
+            for method, handler in handlers.items()
+        }
+
+    async def _read(self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        async with self._reads:
+            try:
+                async with asyncio.timeout(limits.RUN_API_READ_SECONDS):
+                    request = await anext(request_iterator, None)
+            except TimeoutError:
+                request = None
+                refusal: errors.AgentHostError = errors.DeadlineExceeded(
+                    f"the request did not arrive within RUN_API_READ_SECONDS = {limits.RUN_API_READ_SECONDS}s"
+                )
+            else:
+                refusal = errors.InvalidArgument("the call carried no request message")
+        if request is None:
+            await errors.abort_with(context, refusal)
+        return request
+
+    def _bounded(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """A unary-request method served request-streaming (the wire is the same), so `_read` decides when its
+        request is read."""
+        inner: Any = handler.unary_stream or handler.unary_unary
+        codecs = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.response_streaming:
+
+            async def streaming(
+                request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
+            ) -> AsyncIterator[Any]:
+                async for reply in inner(await self._read(request_iterator, context), context):
+                    yield reply
+
+            return grpc.stream_stream_rpc_method_handler(streaming, **codecs)
+
+        async def single(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+            return await inner(await self._read(request_iterator, context), context)
+
+        return grpc.stream_unary_rpc_method_handler(single, **codecs)
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         handler = self._handlers.get(handler_call_details.method)
