@@ -369,17 +369,18 @@ async def test_a_runner_cannot_make_the_host_hold_requests_it_never_finishes_sen
     calls = 24
     async with parked_runs(tmp_path, host_database) as (h, stub, r1, _):
         get = api.StateGetRequest(run_id=r1.run_id, scope=pb.CONVERSATION, key="k")
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(Path(__file__).parent / "half_sent.py"), h.host.api_address.removeprefix("unix:"),
-            "/agenthost.v1.AgentRunAPIProxy/StateSet", json.dumps(md(r1)), str(calls), "3", "60",
-            stdout=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        out, _ = await asyncio.wait_for(proc.communicate(), 120)
-        sent = json.loads(out)["sent"]
-        # RUN_API_READS requests read (and refused when they never end), plus each waiting call's window.
-        bound = limits.RUN_API_READS * 8 * 1024 * 1024 + calls * 256 * 1024
-        assert sent < bound, f"the host took in {sent >> 20} MiB of {calls} half-sent requests"
-        assert (await stub.StateGet(get, metadata=md(r1))).found is False  # the runner's own calls go through
+        for method in ("StateSet", "ChildRun"):  # a unary request; a stream's first message (ChildRun's header)
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, str(Path(__file__).parent / "half_sent.py"), h.host.api_address.removeprefix("unix:"),
+                f"/agenthost.v1.AgentRunAPIProxy/{method}", json.dumps(md(r1)), str(calls), "3", "60",
+                stdout=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            out, _ = await asyncio.wait_for(proc.communicate(), 120)
+            sent = json.loads(out)["sent"]
+            # RUN_API_READS requests read (and refused when they never end), plus each waiting call's window.
+            bound = limits.RUN_API_READS * 8 * 1024 * 1024 + calls * 256 * 1024
+            assert sent < bound, f"{method}: the host took in {sent >> 20} MiB of {calls} half-sent requests"
+            assert (await stub.StateGet(get, metadata=md(r1))).found is False  # the runner's own calls go through
 
 
 async def refusals(h: HostHarness) -> list:

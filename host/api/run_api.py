@@ -116,6 +116,9 @@ def add_servicer(servicer: RunAPIServicer, server: grpc.aio.Server) -> None:
     server.add_generic_rpc_handlers((_Gate(servicer, run_api_handlers(servicer)),))
 
 
+_NOTHING = object()  # what a request stream that ended before its first message gives `_Gate._first_read`
+
+
 class _Gate(grpc.GenericRpcHandler):
     """Refuses a call whose metadata carries no valid run token as soon as it arrives, before its request message
     is read. gRPC would otherwise hold the call (and one of the server's maximum_concurrent_rpcs slots) until the
@@ -130,13 +133,15 @@ class _Gate(grpc.GenericRpcHandler):
     declared an 8 MiB request and sent all of it but a byte held 8 MiB of the host per call (1.6 GiB for 200 calls
     on one connection, up to the listener's MAX_CONCURRENT_CALLS). A call waiting its turn has asked for no message,
     so grpc-core lets in no more than its stream's initial window (the listener probes no bandwidth-delay product
-    that would widen it)."""
+    that would widen it). A client-streaming call's first message (ChildRun's header, an upload's) is read under the
+    same bound, within the method's own deadline for it; what follows is bounded by the method's caps (uploads and
+    child runs in flight)."""
 
     def __init__(self, servicer: RunAPIServicer, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
         self._servicer = servicer
         self._reads = asyncio.Semaphore(limits.RUN_API_READS)
         self._handlers = {
-            method: handler if handler.request_streaming else self._bounded(handler)
+            method: self._first_bounded(handler) if handler.request_streaming else self._bounded(handler)
             for method, handler in handlers.items()
         }
 
@@ -176,6 +181,40 @@ class _Gate(grpc.GenericRpcHandler):
 
         async def single(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
             return await inner(await self._read(request_iterator, context), context)
+
+        return grpc.stream_unary_rpc_method_handler(single, **codecs)
+
+    async def _first_read(self, request_iterator: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """`request_iterator` with its first message read under the bound of `_read`; no deadline of its own (the
+        method's, cancelling this read, gives the call its answer)."""
+        async with self._reads:
+            messages = aiter(request_iterator)  # not before: grpc.aio makes its reader here, which must be run
+            first = await anext(messages, _NOTHING)
+        if first is _NOTHING:
+            return
+        yield first
+        async for message in messages:
+            yield message
+
+    def _first_bounded(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        inner: Any = handler.stream_stream or handler.stream_unary
+        codecs = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.response_streaming:
+
+            async def streaming(
+                request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
+            ) -> AsyncIterator[Any]:
+                async with contextlib.aclosing(inner(self._first_read(request_iterator), context)) as replies:
+                    async for reply in replies:
+                        yield reply
+
+            return grpc.stream_stream_rpc_method_handler(streaming, **codecs)
+
+        async def single(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+            return await inner(self._first_read(request_iterator), context)
 
         return grpc.stream_unary_rpc_method_handler(single, **codecs)
 
