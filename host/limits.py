@@ -71,6 +71,15 @@ UPLOAD_HEADER_SECONDS = 10.0
 # Streaming calls without a valid run token whose opening messages the host reads, at once, before refusing them
 # (so a client whose token expired gets UNAUTHENTICATED rather than gRPC's bare INTERNAL); past this, refused unread.
 REFUSED_STREAMS_READ = 64
+# Bytes one such refusal reads at most (the last message read may pass it by up to MAX_MESSAGE_BYTES): an upload
+# that large from a client whose token is gone may see gRPC's bare INTERNAL; a caller without a token uploading at
+# full speed had the host read ~400 MiB a refusal in its 5 s.
+REFUSED_STREAM_READ_BYTES = 1 * MiB
+# Calls of one run-API listener (one plugin process) reading their request message at once, and how long each may
+# take to arrive: grpc-core holds a message being read in memory until it is whole (up to MAX_MESSAGE_BYTES), so
+# this bounds what one plugin's half-sent requests hold of the host to RUN_API_READS x 8 MiB (see run_api._Gate).
+RUN_API_READS = 32
+RUN_API_READ_SECONDS = 10.0
 # Longest pause between two chunks of an upload: a trickling client must not hold a slot forever.
 UPLOAD_IDLE_SECONDS = 30.0
 
@@ -88,6 +97,11 @@ ATTACHMENTS_MAX_BYTES_PER_MESSAGE = media.ATTACHMENTS_MAX_BYTES_PER_MESSAGE
 RUN_MAX_EVENTS = 200_000
 # Serialized bytes of one run's events (they are all persisted and replayable): the disk one run may claim.
 RUN_MAX_EVENT_BYTES = 256 * MiB
+# artifact_created events of one run naming an artifact it may not read (or none at all) that the host looks up in
+# the database; later ones are dropped without a lookup. A runner announces what it made: it never misses.
+RUN_MAX_ARTIFACT_MISSES = 64
+# Verdicts on the artifacts one run announced, kept so the same ref announced again is not looked up again.
+RUN_ARTIFACT_VERDICTS = 256
 # The run's final text kept in the runs table and sent in RunInfo; longer text is cut with RUN_TEXT_MARKER
 # (every message is still whole in the transcript).
 RUN_MAX_TEXT_CHARS = 1 * MiB

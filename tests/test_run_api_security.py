@@ -5,6 +5,7 @@ Each case asserts the status code, that the audit log recorded the refusal, and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 
@@ -34,8 +35,9 @@ class Probe(Runner):
         yield events.text("released")
 
 
-@pytest.fixture
-async def world(tmp_path, host_database):
+@contextlib.asynccontextmanager
+async def parked_runs(tmp_path, host_database):  # noqa: ANN001, ANN201
+    """A host with two Probe runs parked (conversations c1 and c2): (harness, stub, run of c1, run of c2)."""
     Probe.live = asyncio.Queue()
     Probe.release = asyncio.Event()
     async with HostHarness(tmp_path, runners=[Probe], host_options=host_database) as h:
@@ -50,6 +52,12 @@ async def world(tmp_path, host_database):
         Probe.release.set()
         await asyncio.gather(*sends)
         await channel.close()
+
+
+@pytest.fixture
+async def world(tmp_path, host_database):
+    async with parked_runs(tmp_path, host_database) as parked:
+        yield parked
 
 
 def md(run: RunContext, token: str | None = None, secret: str | None = None) -> tuple[tuple[str, str], ...]:
@@ -320,6 +328,59 @@ async def test_refused_streams_are_read_only_a_few_at_a_time(world, monkeypatch)
     for call in idle:  # and those end on their own, told too
         assert await call.code() == SC.UNAUTHENTICATED
     assert len(await refusals(h)) == 3
+
+
+async def test_a_caller_without_a_token_cannot_make_the_host_read_its_upload(world):
+    """A refused upload is read only so that a client whose token is gone is told why (see the test above), and at
+    most REFUSED_STREAM_READ_BYTES of it: a caller without a token writing without end had the host read it at full
+    speed for 5 s (~400 MiB a call, 64 calls at once), taking the host's loop from every run."""
+    from agenthost.host import limits
+
+    h, stub, r1, _ = world
+    chunk, total = b"x" * (256 * 1024), 96 * 1024 * 1024
+    call = stub.ArtifactCreate(metadata=md(r1, token="rt_forged"), timeout=60)
+    sent = 0
+    with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+        await call.write(api.ArtifactUpload(header=api.ArtifactHeader(run_id=r1.run_id, name="x.bin")))
+        while sent < total:
+            await call.write(api.ArtifactUpload(data=chunk))
+            sent += len(chunk)
+        await call.done_writing()
+    assert await call.code() in (SC.UNAUTHENTICATED, SC.INTERNAL)
+    # What the client could write is what the host read plus HTTP/2's flow-control windows (a few MiB).
+    assert sent < limits.REFUSED_STREAM_READ_BYTES + 32 * 1024 * 1024, f"the host read {sent >> 20} MiB"
+
+
+async def test_a_runner_cannot_make_the_host_hold_requests_it_never_finishes_sending(
+    tmp_path, host_database, monkeypatch
+):
+    """grpc-core keeps a message it is reading until its last byte arrives. A runner with its run's token opened
+    calls that each declared an 8 MiB request and sent all of it but a byte: the host held 8 MiB a call (1.6 GiB of
+    host memory for 200 calls on one connection, up to 4,096 calls a listener). Now a listener reads at most
+    RUN_API_READS requests at once, each for RUN_API_READ_SECONDS; the other calls wait without asking for their
+    message, so grpc-core lets in only their streams' initial windows."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from agenthost.host import limits
+
+    monkeypatch.setattr(limits, "RUN_API_READS", 2)
+    calls = 24
+    async with parked_runs(tmp_path, host_database) as (h, stub, r1, _):
+        get = api.StateGetRequest(run_id=r1.run_id, scope=pb.CONVERSATION, key="k")
+        for method in ("StateSet", "ChildRun"):  # a unary request; a stream's first message (ChildRun's header)
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, str(Path(__file__).parent / "half_sent.py"), h.host.api_address.removeprefix("unix:"),
+                f"/agenthost.v1.AgentRunAPIProxy/{method}", json.dumps(md(r1)), str(calls), "3", "60",
+                stdout=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            out, _ = await asyncio.wait_for(proc.communicate(), 120)
+            sent = json.loads(out)["sent"]
+            # RUN_API_READS requests read (and refused when they never end), plus each waiting call's window.
+            bound = limits.RUN_API_READS * 8 * 1024 * 1024 + calls * 256 * 1024
+            assert sent < bound, f"{method}: the host took in {sent >> 20} MiB of {calls} half-sent requests"
+            assert (await stub.StateGet(get, metadata=md(r1))).found is False  # the runner's own calls go through
 
 
 async def refusals(h: HostHarness) -> list:

@@ -19,7 +19,7 @@ import grpc
 from google.protobuf import message as pb_message
 
 from agenthost.host import limits
-from agenthost.host.access.grants import ActiveRun, RunRegistry, hash_secret
+from agenthost.host.access.grants import ActiveRun, RunRegistry
 from agenthost.host.knowledge import KnowledgeBase
 from agenthost.host.ops.logs import RefusalLimiter, log_limited
 from agenthost.host.ops.observability import Observer
@@ -65,14 +65,6 @@ def _limit(value: int, default: int, cap: int, what: str) -> int:
 def _check_offset(ref: pb.ArtifactRef, offset: int) -> None:
     if offset < 0 or offset > ref.size_bytes:
         raise errors.OutOfRange(f"offset must be between 0 and {ref.size_bytes}")
-
-
-def _token_key(metadata: tuple[Any, ...]) -> str:
-    """What an upload slot is counted against: the presented bearer token (a run's token, or its tool token)."""
-    for key, value in metadata:
-        if key == "authorization" and isinstance(value, str):
-            return hash_secret(value)
-    return ""
 
 
 def _forward(direction: int) -> bool:
@@ -124,17 +116,107 @@ def add_servicer(servicer: RunAPIServicer, server: grpc.aio.Server) -> None:
     server.add_generic_rpc_handlers((_Gate(servicer, run_api_handlers(servicer)),))
 
 
+_NOTHING = object()  # what a request stream that ended before its first message gives `_Gate._first_read`
+
+
 class _Gate(grpc.GenericRpcHandler):
     """Refuses a call whose metadata carries no valid run token as soon as it arrives, before its request message
     is read. gRPC would otherwise hold the call (and one of the server's maximum_concurrent_rpcs slots) until the
     client sent its message, which an idle client never does: a few thousand such calls from any local process
     would lock every runner out. The refusal is handed back as a client-streaming handler because that is the
     shape gRPC starts without waiting for a message; the client sees UNAUTHENTICATED either way. Everything past
-    the token (run id, plugin secret, grant) is checked by the method itself once the request is in."""
+    the token (run id, plugin secret, grant) is checked by the method itself once the request is in.
+
+    A call with a valid token reads its request only while fewer than RUN_API_READS calls of this listener (one per
+    plugin process) are reading theirs, each for at most RUN_API_READ_SECONDS. grpc-core keeps a message it is
+    reading in memory until its last byte arrives, up to MAX_MESSAGE_BYTES: a runner opening calls that each
+    declared an 8 MiB request and sent all of it but a byte held 8 MiB of the host per call (1.6 GiB for 200 calls
+    on one connection, up to the listener's MAX_CONCURRENT_CALLS). A call waiting its turn has asked for no message,
+    so grpc-core lets in no more than its stream's initial window (the listener probes no bandwidth-delay product
+    that would widen it). A client-streaming call's first message (ChildRun's header, an upload's) is read under the
+    same bound, within the method's own deadline for it; what follows is bounded by the method's caps (uploads and
+    child runs in flight)."""
 
     def __init__(self, servicer: RunAPIServicer, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
         self._servicer = servicer
-        self._handlers = handlers
+        self._reads = asyncio.Semaphore(limits.RUN_API_READS)
+        self._handlers = {
+            method: self._first_bounded(handler) if handler.request_streaming else self._bounded(handler)
+            for method, handler in handlers.items()
+        }
+
+    async def _read(self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        async with self._reads:
+            try:
+                async with asyncio.timeout(limits.RUN_API_READ_SECONDS):
+                    request = await anext(request_iterator, None)
+            except TimeoutError:
+                request = None
+                refusal: errors.AgentHostError = errors.DeadlineExceeded(
+                    f"the request did not arrive within RUN_API_READ_SECONDS = {limits.RUN_API_READ_SECONDS}s"
+                )
+            else:
+                refusal = errors.InvalidArgument("the call carried no request message")
+        if request is None:
+            await errors.abort_with(context, refusal)
+        return request
+
+    def _bounded(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """A unary-request method served request-streaming (the wire is the same), so `_read` decides when its
+        request is read."""
+        inner: Any = handler.unary_stream or handler.unary_unary
+        codecs = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.response_streaming:
+
+            async def streaming(
+                request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
+            ) -> AsyncIterator[Any]:
+                async for reply in inner(await self._read(request_iterator, context), context):
+                    yield reply
+
+            return grpc.stream_stream_rpc_method_handler(streaming, **codecs)
+
+        async def single(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+            return await inner(await self._read(request_iterator, context), context)
+
+        return grpc.stream_unary_rpc_method_handler(single, **codecs)
+
+    async def _first_read(self, request_iterator: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """`request_iterator` with its first message read under the bound of `_read`; no deadline of its own (the
+        method's, cancelling this read, gives the call its answer)."""
+        async with self._reads:
+            messages = aiter(request_iterator)  # not before: grpc.aio makes its reader here, which must be run
+            first = await anext(messages, _NOTHING)
+        if first is _NOTHING:
+            return
+        yield first
+        async for message in messages:
+            yield message
+
+    def _first_bounded(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        inner: Any = handler.stream_stream or handler.stream_unary
+        codecs = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.response_streaming:
+
+            async def streaming(
+                request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
+            ) -> AsyncIterator[Any]:
+                async with contextlib.aclosing(inner(self._first_read(request_iterator), context)) as replies:
+                    async for reply in replies:
+                        yield reply
+
+            return grpc.stream_stream_rpc_method_handler(streaming, **codecs)
+
+        async def single(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+            return await inner(self._first_read(request_iterator), context)
+
+        return grpc.stream_unary_rpc_method_handler(single, **codecs)
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         handler = self._handlers.get(handler_call_details.method)
@@ -158,17 +240,24 @@ class _Gate(grpc.GenericRpcHandler):
 _SENT_BEFORE_A_REPLY: dict[str, int | None] = {"ArtifactCreate": None, "ChildRun": 1}
 
 
-async def _drain(request_iterator: AsyncIterator[Any], seconds: float = 5.0, messages: int | None = None) -> None:
-    """Reads and discards what a client is still uploading (at most `messages`) before the call is refused. Ending
-    a client-streaming call while the client still writes makes gRPC hand it a bare INTERNAL ("Internal error from
-    Core": grpc.aio puts it in place of our status when its write fails) instead of our status; the client has
-    already committed those bytes to the wire, so reading them costs little."""
+async def _drain(
+    request_iterator: AsyncIterator[Any],
+    seconds: float = 5.0,
+    messages: int | None = None,
+    max_bytes: int | None = None,
+) -> None:
+    """Reads and discards what a client is still uploading (at most `messages`, and `max_bytes` of raw messages)
+    before the call is refused. Ending a client-streaming call while the client still writes makes gRPC hand it a
+    bare INTERNAL ("Internal error from Core": grpc.aio puts it in place of our status when its write fails) instead
+    of our status; the client has already committed those bytes to the wire, so reading them costs little."""
     with contextlib.suppress(Exception):
         async with asyncio.timeout(seconds):
-            read = 0
-            async for _ in request_iterator:
+            read = size = 0
+            async for message in request_iterator:
                 read += 1
-                if read == messages:
+                if max_bytes is not None:
+                    size += len(message)
+                if read == messages or (max_bytes is not None and size >= max_bytes):
                     return
 
 
@@ -258,13 +347,15 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         """The behaviour `_Gate` hands a call it refuses on its metadata alone: audited and ended. A client-streaming
         call's opening messages are read first (a client whose token expired with its run gets UNAUTHENTICATED, not
         the bare INTERNAL of a write cut short), but only by REFUSED_STREAMS_READ refusals at a time, each for at
-        most 5 s: beyond that a refusal ends the call at once, so callers without a token hold next to nothing."""
+        most 5 s and REFUSED_STREAM_READ_BYTES: beyond that a refusal ends the call at once, so callers without a
+        token hold next to nothing (a caller uploading at full speed had the host read ~400 MiB a refusal)."""
         self.audit.record("", "", method, error.code.name, error.message)
         self.observer.api_call(method, error.code.name)
         if sent_before_a_reply != 0 and self._refusals_reading < limits.REFUSED_STREAMS_READ:
             self._refusals_reading += 1
             try:
-                await _drain(request_iterator, messages=sent_before_a_reply)
+                # The gate's refusal has no deserializer: its messages are raw bytes, counted as they come.
+                await _drain(request_iterator, messages=sent_before_a_reply, max_bytes=limits.REFUSED_STREAM_READ_BYTES)
             finally:
                 self._refusals_reading -= 1
         await errors.abort_with(context, error)
@@ -433,11 +524,12 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
     async def ArtifactCreate(
         self, request_iterator: AsyncIterator[api.ArtifactUpload], context: grpc.aio.ServicerContext
     ) -> pb.ArtifactRef:
-        metadata = tuple(context.invocation_metadata() or ())
-        slot = _token_key(metadata)
         try:
-            # The gate let only a valid token through; still, an upload holds a temp file, a descriptor and a
-            # task, so how many may be open at once is capped before anything is read (and without waiting).
+            # A slot is counted against a live run's token, looked up before anything is taken: the workers port
+            # has no gate in front (a worker presenting a forged token per call held every host-wide slot). An
+            # upload holds a temp file, a descriptor and a task, so how many may be open at once is capped before
+            # anything is read (and without waiting).
+            _, slot, _ = self.registry.token_run(tuple(context.invocation_metadata() or ()))
             if self._uploads >= limits.MAX_CONCURRENT_UPLOADS:
                 raise errors.ResourceExhausted(
                     f"the host has MAX_CONCURRENT_UPLOADS = {limits.MAX_CONCURRENT_UPLOADS} uploads in flight; retry"

@@ -42,7 +42,9 @@ def run_api_server(
     """A run-API server holding at most `connections` at once (grpc-core closes new ones past it at once) and
     MAX_CONCURRENT_CALLS calls; `add` registers the servicer."""
     server = grpc.aio.server(
-        options=[*SERVER_OPTIONS, ("grpc.max_allowed_incoming_connections", connections)],
+        # No bandwidth-delay-product probing: it widens every stream's initial window, and a call waiting to read
+        # its request (run_api._Gate) must let in no more than that window.
+        options=[*SERVER_OPTIONS, ("grpc.max_allowed_incoming_connections", connections), ("grpc.http2.bdp_probe", 0)],
         maximum_concurrent_rpcs=MAX_CONCURRENT_CALLS,
         interceptors=interceptors,
     )

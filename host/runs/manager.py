@@ -1057,21 +1057,39 @@ class RunManager:
         """Whether a runner's artifact_created names a stored artifact this run may read; if so its ref is replaced
         by the stored one. Clients act on these refs with their own, wider credentials (a channel adapter fetches
         the file with ReadRunArtifact under the ref's run_id and posts it to the chat), so a forged ref would make
-        them deliver another conversation's files."""
-        found = (
-            self.artifacts.get(event.artifact.artifact_id) if self.artifacts and event.artifact.artifact_id else None
-        )
-        if found is None:
+        them deliver another conversation's files.
+
+        Each lookup is a database read on the host's loop: a run's verdicts are kept, and once it has named
+        RUN_MAX_ARTIFACT_MISSES artifacts it may not read, the rest are dropped unread (forged refs with fresh ids,
+        2 bytes each, had cost a read apiece, up to RUN_MAX_EVENTS a run)."""
+        artifact_id = event.artifact.artifact_id
+        if artifact_id in st.artifact_verdicts:
+            verdict = st.artifact_verdicts[artifact_id]
+        elif st.artifact_misses >= limits.RUN_MAX_ARTIFACT_MISSES:
             return False
+        else:
+            verdict = self._readable_artifact(st, artifact_id)
+            if verdict is None:
+                st.artifact_misses += 1
+            if len(st.artifact_verdicts) < limits.RUN_ARTIFACT_VERDICTS:
+                st.artifact_verdicts[artifact_id] = verdict
+        if verdict is None:
+            return False
+        event.artifact.CopyFrom(verdict)
+        return True
+
+    def _readable_artifact(self, st: RunState, artifact_id: str) -> pb.ArtifactRef | None:
+        """The stored ref of `artifact_id` if this run may read it; None otherwise."""
+        found = self.artifacts.get(artifact_id) if self.artifacts and artifact_id else None
+        if found is None:
+            return None
         ref, bot_id = found
         info = st.info
         if st.active is not None:
             allowed = st.active.may_read(bot_id, ref.conversation_id)
         else:  # a child run: its own conversation only
             allowed = bot_id == info.bot_id and ref.conversation_id == info.conversation_id
-        if allowed:
-            event.artifact.CopyFrom(ref)
-        return allowed
+        return ref if allowed else None
 
     @staticmethod
     def _over_quota(st: RunState, events: int, size: int) -> str:

@@ -46,6 +46,10 @@ class RunState:
     text_len: int = 0
     final_message: str | None = None
     event_count: int = 0  # events the runner sent, and their serialized bytes (limits.RUN_MAX_EVENT*)
+    # What the host found for the artifacts the runner announced (artifact_created), by id: the stored ref, or None
+    # (none, or one it may not read); and how many it looked up in vain (limits.RUN_MAX_ARTIFACT_MISSES).
+    artifact_verdicts: dict[str, pb.ArtifactRef | None] = field(default_factory=dict)
+    artifact_misses: int = 0
     event_bytes: int = 0
     terminal: pb.RunEvent | None = None
     subscribers: list[Inbox] = field(default_factory=list)

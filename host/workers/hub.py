@@ -120,7 +120,8 @@ class Session:
     cut_event: asyncio.Event = field(default_factory=asyncio.Event)
     runs: dict[str, RunSlot] = field(default_factory=dict)
     messages: int = 0  # read off its control stream after the hello
-    cert_expires_at: float = 0.0  # of the certificate its control stream was opened with: past it, it is cut
+    serial: str = ""  # of the certificate its control stream was opened with
+    cert_expires_at: float = 0.0  # of that certificate: past it, the session is cut
     issuer: x509.Name | None = None  # that certificate's CA: a session of a CA rolled out is cut
     # The offers' runners, parsed (and their config schemas checked) once at the hello, not at every placement:
     # a manifest's schema check costs milliseconds, and the offers do not change during a session (`offered_runners`).
@@ -197,6 +198,8 @@ class WorkerHub:
         self._hellos: set[str] = set()  # workers whose hello is being validated (one at a time each)
         self._servers: list[grpc.aio.Server] = []
         self._serials: dict[bytes, tuple[str, str, float, x509.Name]] = {}
+        # Per worker name, its current certificate's serial once a call has presented it (see `_not_replaced`).
+        self._in_use: dict[str, str] = {}
         # Per worker name, set when its next renewal is recorded (what `workers rotate` waits on).
         self._renewed: dict[str, asyncio.Event] = {}
         self._renewals: dict[str, list[float]] = {}  # per worker name, when its recent renewals were asked
@@ -469,7 +472,23 @@ class WorkerHub:
             )
         if record.revoked:
             raise errors.Unauthenticated(f"worker {name!r} was revoked; enrol again with a new join token")
+        if number == record.serial and self._in_use.get(name) != number:
+            self._in_use[name] = number
         return record
+
+    def _not_replaced(self, record: WorkerRecord, serial: str, what: str) -> None:
+        """Refuses `what` (a renewal, a new session) on the certificate a renewal replaced once the renewed one has
+        been used. The replaced one stays accepted until it expires only so that its connection finishes what it
+        carries (run streams, run-API calls); a copy of its key taken before the renewal must not renew again (a
+        fresh certificate, and the worker's real one refused) nor take the worker's session and runs. Until the
+        renewed one is used, the worker may not have it (the renewal's answer lost) and renews again from this one.
+        Remembered per host process: after a restart, until the worker connects with its renewed certificate."""
+        if serial != record.serial and self._in_use.get(record.name) == record.serial:
+            raise errors.Unauthenticated(
+                f"certificate {serial} of worker {record.name!r} was replaced by a renewal whose certificate is in"
+                f" use: it may finish what its connection carries, not {what}; a worker uses its renewed certificate"
+                " (if this is not the worker, its old key was copied: revoke it and enrol again)"
+            )
 
     # ---- renewal ----
 
@@ -497,6 +516,7 @@ class WorkerHub:
         record = _worker()
         _, presented, presented_expires, _ = self.presented(context)
         try:
+            self._not_replaced(record, presented, "renew")
             refuse_other_names(request.csr_pem, record.name)
             self._renewal_room(record.name)
             cert = self.ca.sign_worker(request.csr_pem, record.name, limits.WORKER_CERT_SECONDS)
@@ -549,9 +569,11 @@ class WorkerHub:
         capacity = min(hello.capacity or DEFAULT_CAPACITY, limits.RUNS_MAX_ACTIVE)
         session = Session(record=record, peer=context.peer(), offers=offers, runners=runners, capacity=capacity)
         session.last_heartbeat = time.time()
-        _, _, session.cert_expires_at, session.issuer = self.presented(context)
+        _, session.serial, session.cert_expires_at, session.issuer = self.presented(context)
+        self._not_replaced(record, session.serial, "open a session")
         old = self.sessions.get(record.name)
-        if old is not None and hello.renewed:
+        # Runs move only to the certificate that replaced the old session's, never back to an older one.
+        if old is not None and hello.renewed and session.serial == record.serial != old.serial:
             self._move(old, session)
         elif old is not None:  # a reconnect after a partition: the old stream is dead even if TCP has not said so
             old.cut("this worker connected again")

@@ -213,6 +213,37 @@ async def test_a_plugin_sending_events_only_the_host_writes_cannot_flood_the_hos
     )
 
 
+async def test_forged_artifact_refs_cost_the_host_a_bounded_number_of_lookups(
+    host, reused_plugin_installs, monkeypatch
+):
+    """A runner's artifact_created is checked against the artifact store (clients fetch what it names with wider
+    credentials). Each forged ref with a fresh id cost a database read on the host's loop, 2 bytes on the wire, up to
+    RUN_MAX_EVENTS a run. Now a run that has named RUN_MAX_ARTIFACT_MISSES artifacts it may not read gets the rest
+    dropped unread (what it made itself is still announced: tests/channels/test_forged_artifact_refs.py)."""
+    from agenthost.host import limits
+
+    h, c = host
+    lookups = 0
+    get = h.artifacts.get
+
+    def counted(artifact_id: str):  # noqa: ANN202
+        nonlocal lookups
+        lookups += 1
+        return get(artifact_id)
+
+    monkeypatch.setattr(h.artifacts, "get", counted)
+    await _install(c, INTRUDER)
+    await c.call("CreateBot", hpb.CreateBotRequest(name="b"))
+    await c.bind("b", "agenthost-intruder/intruder")
+    forged = 2_000
+    result = await c.send("b", json.dumps({"forge": forged, "artifacts": True}))
+    assert result.run.status == "completed", result.run.error_message
+    assert result.text == f"forged {forged}"
+    assert lookups <= limits.RUN_MAX_ARTIFACT_MISSES, f"{lookups} lookups for {forged} forged refs"
+    events = await c.call("ListRunEvents", hpb.ListRunEventsRequest(run_id=result.run.run_id, limit=1000))
+    assert not [e for e in events.events if e.WhichOneof("kind") == "artifact_created"]
+
+
 async def test_a_plugin_offering_runners_by_the_thousand_is_refused_and_manifests_are_checked_off_the_loop(
     host, reused_plugin_installs, monkeypatch
 ):

@@ -69,6 +69,20 @@ async def _probe(identity: Identity) -> grpc.StatusCode:
     raise AssertionError("a Run stream for no run was answered")
 
 
+async def _hello(identity: Identity, renewed: bool = False) -> wpb.WorkerDown:
+    """The host's first answer to a control stream opened with `identity` (the stream is then closed)."""
+    async with identity.channel() as channel:
+        call = channel.stream_stream(
+            "/agenthost.v1.WorkerHub/Connect",
+            request_serializer=wpb.WorkerUp.SerializeToString,
+            response_deserializer=wpb.WorkerDown.FromString,
+        )(iter([wpb.WorkerUp(hello=wpb.WorkerHello(renewed=renewed))]))
+        async for first in call:
+            call.cancel()
+            return first
+    raise AssertionError("no answer")
+
+
 async def _start_worker(host: Host, worker_dir: Path, log: Path, *args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         *CLI, "--data-dir", str(worker_dir), "worker", "--host", address(host), *args,
@@ -369,3 +383,36 @@ async def test_the_ca_is_rolled_with_a_trust_bundle_while_a_real_worker_serves(h
         assert _issuer(reloaded.hub_cert_pem) == next_name
     finally:
         await stop_process(proc)
+
+
+async def test_a_replaced_certificate_cannot_renew_nor_connect_once_its_successor_is_in_use(
+    host: Host, tmp_path: Path
+) -> None:
+    """A key copied before a renewal (a backup, a disk image) keeps the replaced certificate accepted until it
+    expires, so the runs on its old connection finish. It must not outlive that: renewing from it gave a fresh
+    certificate and refused the worker's real one, and a hello on it took over the worker's session. Once the
+    renewed certificate has been used, the replaced one may renew nothing and open no session; until then (the
+    renewal's answer lost) the worker may still renew from it."""
+    assert host.workers is not None
+    stolen = await enrolled(host, tmp_path / "w", "w1")
+    key = new_key()
+    lost = await _renew(stolen, make_csr(key, "w1"))  # its answer lost: the worker renews again from the same one
+    key = new_key()
+    reply = await _renew(stolen, make_csr(key, "w1"))
+    assert host.workers.store.get("w1").serial == serial_hex(reply.certificate_pem) != serial_hex(lost.certificate_pem)
+    renewed = dataclasses.replace(stolen, key_pem=key_pem(key), cert_pem=reply.certificate_pem)
+    async with ScriptedWorker(renewed, renewed=True) as worker:
+        with pytest.raises(grpc.RpcError) as caught:
+            await _renew(stolen, make_csr(new_key(), "w1"))
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "replaced" in (caught.value.details() or "")
+        assert host.workers.store.get("w1").serial == serial_hex(renewed.cert_pem)
+        with pytest.raises(grpc.RpcError) as caught:
+            await _hello(stolen, renewed=True)
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert "replaced" in (caught.value.details() or "")
+        assert host.workers.sessions["w1"].record.serial == serial_hex(renewed.cert_pem)
+        assert not worker._task.done()
+        # Still accepted for what its old connection carries (a run stream, the run API) until it expires.
+        assert await _probe(stolen) == grpc.StatusCode.NOT_FOUND
+        assert await _probe(renewed) == grpc.StatusCode.NOT_FOUND

@@ -528,3 +528,58 @@ async def test_a_worker_revoked_while_its_hello_is_read_is_not_taken(
             await asyncio.gather(worker._task, return_exceptions=True)
         if worker.channel is not None:
             await worker.channel.close()
+
+
+async def test_a_worker_without_a_run_token_cannot_take_the_hosts_upload_slots(
+    host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workers port has no run-API gate in front (the guard admits the worker, not its calls' tokens). An
+    upload took one of the host's MAX_CONCURRENT_UPLOADS slots before its token was looked at, and held it until
+    its header's deadline: a worker with forged tokens, one per call, held every slot the host has, and every other
+    runner's upload was refused. Now a token of no live run is refused before a slot is taken."""
+    import grpc
+
+    from agenthost.host import limits
+    from agenthost.protos import common_pb2 as pb
+    from agenthost.protos import run_api_pb2 as api
+
+    monkeypatch.setattr(limits, "MAX_CONCURRENT_UPLOADS", 4)
+    rogue = await enrolled(host, tmp_path / "rogue", "rogue")
+    honest = await enrolled(host, tmp_path / "honest", "honest")
+    never = asyncio.Event()
+
+    async def silence():  # noqa: ANN202 — an upload that never sends its header
+        await never.wait()
+        yield api.ArtifactUpload()
+
+    def upload(channel: grpc.aio.Channel, token: str, requests) -> grpc.aio.StreamUnaryCall:  # noqa: ANN001
+        return channel.stream_unary(
+            "/agenthost.v1.AgentRunAPIProxy/ArtifactCreate",
+            request_serializer=api.ArtifactUpload.SerializeToString,
+            response_deserializer=pb.ArtifactRef.FromString,
+        )(requests, metadata=[("authorization", f"Bearer {token}")], timeout=60)
+
+    uploader = '{"name": "echo", "permissions": {"apis": ["artifacts.create"]}}'
+    offers = [wpb.WorkerOffer(plugin_id="fake", manifests_json=[uploader])]
+    async with rogue.channel() as channel, ScriptedWorker(honest, offers=offers) as worker:
+        for args in (("bots", "create", "b"), ("bots", "bind", "b", "--runner", "fake/echo")):
+            rc, out, err = await acli(host.data_dir, *args)
+            assert rc == 0, out + err
+        held = [upload(channel, f"rt_forged_{i}", silence()) for i in range(limits.MAX_CONCURRENT_UPLOADS)]
+        async with HostClient.for_data_dir(host.data_dir) as client:
+            send = asyncio.create_task(client.send("b", "hi", conversation_id="c"))
+            run_id = await asyncio.wait_for(worker.assigned.get(), 60)
+            call, ups = worker.open_run(run_id)
+            request = (await call.read()).request
+            assert worker.channel is not None
+            header = api.ArtifactUpload(header=api.ArtifactHeader(run_id=run_id, name="a.txt", mime_type="text/plain"))
+            ref = await upload(worker.channel, request.run_token, iter([header, api.ArtifactUpload(data=b"hi")]))
+            assert ref.size_bytes == 2
+            ups.put_nowait(batch(text("ok"), completed()))
+            ups.put_nowait(None)
+            await asyncio.wait_for(send, 60)
+        for call in held:
+            with pytest.raises(grpc.RpcError) as refused:
+                await call
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, refused.value.details()
+    never.set()
