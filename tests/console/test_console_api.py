@@ -395,3 +395,37 @@ async def test_chat_says_queued_at_once_behind_a_run_of_the_same_conversation(co
         kinds = [k for k, _ in rest]
         assert kinds[0] == "run_started" and rest[0][1]["run_id"] == queued["run"]["run_id"]
         assert kinds[-1] == "run_finished" and rest[-1][1]["status"] == "completed"
+
+
+async def test_a_sign_in_is_parsed_only_at_a_tokens_size(console: Console, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sign-in is read and parsed before anyone is known: at the console's 256 KiB body cap, anyone reaching the
+    port made the host's event loop parse 256 KiB of JSON (a list of zeros: ~30 ms) per request, no key needed.
+    Now a body past a token's size is refused 413 from its header (or as it arrives) and never parsed."""
+    parsed: list[int] = []
+    real_loads = json.loads
+
+    def recording(data, *args, **kwargs):  # type: ignore[no-untyped-def]
+        parsed.append(len(data))
+        return real_loads(data, *args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", recording)
+    zeros = b'{"token": "x", "pad": [' + b",".join([b"0"] * 100_000) + b"]}"
+    async with console.session() as c:
+
+        async def chunked():  # type: ignore[no-untyped-def]
+            for i in range(0, len(zeros), 4096):
+                yield zeros[i : i + 4096]
+
+        for body in (zeros, chunked()):
+            async with c.post(
+                f"{console.url}/api/session",
+                data=body,
+                headers={CSRF: "sign-in", "Content-Type": "application/json"},
+            ) as r:
+                assert r.status == 413, await r.text()
+        assert not [n for n in parsed if n > 4096], parsed
+        # A real sign-in still fits.
+        async with c.post(
+            f"{console.url}/api/session", json={"token": console.host.admin_token}, headers={CSRF: "sign-in"}
+        ) as r:
+            assert r.status == 200
