@@ -2,7 +2,8 @@
 declaring a request of nearly MAX_MESSAGE_BYTES, and sends every byte of them but the last as fast as the server's
 flow-control windows let it, then holds them. What it could send is what the server took in and keeps: grpc-core
 holds a message it is reading until it is whole. Run as a script (its own process, so the test's host does not
-share its loop); prints the bytes sent as JSON once nothing more is let in for `quiet` seconds."""
+share its loop); prints the bytes sent as JSON once nothing more is let in for a second (`held`), and again when
+nothing more is for `quiet` seconds (`sent`), then ends."""
 
 from __future__ import annotations
 
@@ -55,7 +56,11 @@ def flood(path: str, method: str, metadata: list[tuple[str, str]], calls: int, q
         window[stream], sent[stream] = initial - 5, 0
         connection -= 5
     started = last = time.monotonic()
+    ready = False
     while time.monotonic() - last < quiet and time.monotonic() - started < limit:
+        if not ready and time.monotonic() - last > 1:  # the server lets in nothing more for now: say so once
+            print(json.dumps({"held": sum(sent.values())}), flush=True)
+            ready = True
         moved = False
         for stream in list(window):
             room = min(window[stream], connection, DECLARED - 1 - sent[stream], FRAME)

@@ -376,11 +376,39 @@ async def test_a_runner_cannot_make_the_host_hold_requests_it_never_finishes_sen
                 stdout=asyncio.subprocess.PIPE,
             )  # fmt: skip
             out, _ = await asyncio.wait_for(proc.communicate(), 120)
-            sent = json.loads(out)["sent"]
+            sent = json.loads(out.splitlines()[-1])["sent"]
             # RUN_API_READS requests read (and refused when they never end), plus each waiting call's window.
             bound = limits.RUN_API_READS * 8 * 1024 * 1024 + calls * 256 * 1024
             assert sent < bound, f"{method}: the host took in {sent >> 20} MiB of {calls} half-sent requests"
             assert (await stub.StateGet(get, metadata=md(r1))).found is False  # the runner's own calls go through
+
+
+async def test_requests_that_never_end_give_their_turn_back(tmp_path, host_database, monkeypatch):
+    """The calls reading their request at once are few (RUN_API_READS): ones whose request never ends are refused
+    after RUN_API_READ_SECONDS, so the socket's other calls get their turn while the sender still holds them."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from agenthost.host import limits
+
+    monkeypatch.setattr(limits, "RUN_API_READS", 2)
+    monkeypatch.setattr(limits, "RUN_API_READ_SECONDS", 1.0)
+    async with parked_runs(tmp_path, host_database) as (h, stub, r1, _):
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(Path(__file__).parent / "half_sent.py"), h.host.api_address.removeprefix("unix:"),
+            "/agenthost.v1.AgentRunAPIProxy/StateSet", json.dumps(md(r1)), "4", "120", "120",
+            stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            assert "held" in json.loads(await asyncio.wait_for(proc.stdout.readline(), 60))
+            get = api.StateGetRequest(run_id=r1.run_id, scope=pb.CONVERSATION, key="k")
+            assert (await stub.StateGet(get, metadata=md(r1), timeout=20)).found is False
+            assert proc.returncode is None  # answered while the half-sent calls were still held open
+        finally:
+            proc.kill()
+            await proc.wait()
 
 
 async def refusals(h: HostHarness) -> list:
