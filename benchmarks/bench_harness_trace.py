@@ -4,11 +4,12 @@
 
 Each round sends one message in a new conversation through the real host (HostHarness, the default binding: for
 Codex the runner's loopback MCP bridge, for Claude Code the bridge on its own pipes; a sandboxed spare when one is
-waiting) and stamps, from the host's `send`: the
-runner receiving the run (its stored-session read), the spare claimed, the prompt written to the harness's stdin
-(or the harness spawned, with no spare), the CLI's first and last MCP request before the model request, the model
-request at the fake API, and the reply. It prints the median and range of each step, so a change to the path shows
-where it moved. The bare CLI's own times are in bench_harness.py (same fake API, same binary).
+waiting) and stamps, from the host's `send`: the host's dispatch (the message and run recorded, marked running, the
+context built, the Run call), the runner receiving the run (its stored session, from the run's snapshot), the spare
+claimed, the prompt written to the harness's stdin (or the harness spawned, with no spare), the CLI's first and last
+MCP request before the model request, the model request at the fake API, and the reply. It prints the median and
+range of each step, so a change to the path shows where it moved. The bare CLI's own times are in bench_harness.py
+(same fake API, same binary).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from agenthost.host.runs.context import ContextBuilder  # noqa: E402
+from agenthost.host.runs.manager import RunManager  # noqa: E402
+from agenthost.host.store.runs import RunStore  # noqa: E402
 from agenthost.runners.external_harness import mcp_control, mcp_http, process, runner  # noqa: E402
 from agenthost.runners.sdk.testing import HostHarness  # noqa: E402
 from benchmarks.bench_harness import BIN, settle  # noqa: E402
@@ -78,6 +82,13 @@ def wrap_end(owner: Any, attr: str, name: str) -> None:
 
 
 def install_tracer() -> None:
+    # The host's dispatch: the message and run recorded (one durable commit), the run's task started, marked
+    # running (a second commit), its context built, the Run call made.
+    wrap_start(RunManager, "send", "host: send")
+    wrap(RunManager, "_execute", "host: run recorded")
+    wrap_end(RunStore, "mark_running", "host: marked running")
+    wrap_end(ContextBuilder, "build", "host: context built")
+    wrap(RunManager, "_stream", "host: Run call")
     wrap_start(runner, "parse_config", "runner.run called")
     wrap_end(runner, "find_binary", "binary found")
     wrap_end(runner, "bridge_credentials", "bridge credentials")

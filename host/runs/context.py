@@ -16,6 +16,7 @@ from agenthost.protos import runner_pb2
 from agenthost.protos.wire import PROTOCOL_VERSION, VERSION
 
 MAX_SNAPSHOT_BYTES = 256 * 1024
+MAX_SNAPSHOT_KEYS = 200  # per scope
 
 
 class ContextBuilder:
@@ -111,9 +112,14 @@ class ContextBuilder:
         for scope in ("conversation", "actor", "binding", "runner"):
             if scope not in run.grant.state_scopes:
                 continue
-            values = self.state.snapshot(run.scope_keys[scope])
+            # One key past the cap, so a scope cut at it says so like one cut by bytes: a runner may then trust
+            # a snapshot without `_truncated` to hold every key of the scope (an absent key is absent).
+            values = self.state.snapshot(run.scope_keys[scope], MAX_SNAPSHOT_KEYS + 1)
             kept: dict[str, object] = {}
-            for key, value in values.items():
+            for i, (key, value) in enumerate(values.items()):
+                if i == MAX_SNAPSHOT_KEYS:
+                    kept["_truncated"] = True
+                    break
                 size = len(json.dumps(value))
                 if size > budget:
                     kept["_truncated"] = True  # the rest is one state_get away

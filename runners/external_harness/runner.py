@@ -234,6 +234,16 @@ class _Stored:
     readable: bool = True
 
 
+def _stored(snap: dict[str, Any], *, readable: bool = True) -> _Stored:
+    return _Stored(
+        session_id=snap.get(SESSION_KEY),
+        working_directory=snap.get(WORKDIR_KEY),
+        harness=snap.get(HARNESS_KEY),
+        usage_totals=snap.get(USAGE_KEY) if readable else None,
+        readable=readable,
+    )
+
+
 class HarnessRunner(Runner):
     """Shared engine; subclasses pick the driver (and so the CLI, config model and manifest)."""
 
@@ -299,7 +309,11 @@ class HarnessRunner(Runner):
                 yield events.failed(exc.code, exc.message, retryable=exc.retryable)
 
     async def _load_session(self, run: RunContext) -> _Stored:
-        # Read live, not from the run's snapshot: the snapshot predates the turn this run queued behind.
+        snap = run.state.get("conversation")
+        if isinstance(snap, dict) and "_truncated" not in snap:
+            # The host builds the snapshot when the run starts, after the conversation's previous run ended (one
+            # run of a conversation at a time) and wrote these keys, so a whole one is current: no round trips.
+            return _stored(snap)
         try:
             # Concurrently: this is on the path to starting the harness, and each read is a host round trip.
             session_id, working_directory, harness, usage_totals = await asyncio.gather(
@@ -312,13 +326,7 @@ class HarnessRunner(Runner):
                 usage_totals=usage_totals,
             )
         except api_errors.AgentHostError:
-            snap = run.state.get("conversation", {})
-            return _Stored(
-                session_id=snap.get(SESSION_KEY),
-                working_directory=snap.get(WORKDIR_KEY),
-                harness=snap.get(HARNESS_KEY),
-                readable=False,
-            )
+            return _stored(snap if isinstance(snap, dict) else {}, readable=False)
 
     async def _save_session(self, run: RunContext, session_id: str, workspace: Workspace) -> list[pb.RunEvent]:
         out = []

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agenthost.host.runs.context import MAX_SNAPSHOT_KEYS
 from agenthost.protos import errors
 from agenthost.runners.external_harness.runner import ClaudeCodeRunner, CodexRunner
 from agenthost.runners.sdk.testing import HostHarness
@@ -75,6 +76,34 @@ async def test_failures_and_queueing_through_the_host(tmp_path, clean_env) -> No
         assert result.run.status == "failed" and result.run.error_code == "harness_crashed"
         assert "crashed on purpose" in result.run.error_message
     assert not os.environ.get("ANTHROPIC_API_KEY")
+
+
+async def test_the_stored_session_comes_with_the_run_and_is_read_live_when_the_snapshot_is_cut(
+    tmp_path, clean_env
+) -> None:
+    """The next turn resumes from the run's state snapshot with no run-API round trip before the harness starts;
+    a conversation whose state fills the snapshot past its key cap (keys sorting before `external.*`) is marked
+    cut, and the runner then reads its session live instead of starting a new one."""
+    config = {"command": FAKE_HARNESS}
+    async with HostHarness(tmp_path, runners=[ClaudeCodeRunner], config=config) as h:
+        first = await h.send("one", conversation_id="s")
+        second = await h.send("two", conversation_id="s")
+        assert (first.text.split(":")[0], second.text.split(":")[0]) == ("echo[1]", "echo[2]"), second.text
+        h.host.audit.flush()
+        await h.host.db.flush()
+        reads = [r for r in h.host.audit.rows() if r["run_id"] == second.run.run_id and r["method"] == "StateGet"]
+        assert reads == []
+        (scope_key,) = (
+            r[0] for r in h.host.state.db.query("SELECT scope_key FROM state WHERE key = ?", ("external.session_id",))
+        )
+        for i in range(MAX_SNAPSHOT_KEYS):
+            await h.host.state.set(scope_key, f"a{i:03}", "1")
+        third = await h.send("three", conversation_id="s")
+        assert third.text.startswith("echo[3]"), third.text  # resumed: echo[1] would be a new session
+        h.host.audit.flush()
+        await h.host.db.flush()
+        reads = [r for r in h.host.audit.rows() if r["run_id"] == third.run.run_id and r["method"] == "StateGet"]
+        assert len(reads) == 4 and {r["outcome"] for r in reads} == {"OK"}
 
 
 async def test_builtin_plugin_process_serves_both_runners(tmp_path, clean_env, monkeypatch) -> None:
