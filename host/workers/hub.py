@@ -316,8 +316,14 @@ class WorkerHub:
         unary = {method: h for method, h in self._extra.items() if h.unary_unary is not None}
 
         def admit() -> Callable[[], None]:
-            name = self.identify(context).name
-            self._guard.take(name)
+            try:
+                name = self.identify(context).name
+                self._guard.take(name)
+            except errors.AgentHostError as exc:
+                self.calls["refused"] += 1
+                self.refused("worker call", context, exc)
+                raise
+            self.calls["accepted"] += 1
             return functools.partial(self._guard.leave, name)
 
         async for reply in serve_calls(requests, context, handlers=unary, admit=admit):
