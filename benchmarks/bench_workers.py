@@ -190,7 +190,7 @@ async def main(calls: int, deltas: int, repeats: int, rounds: int) -> None:
             side: {q: statistics.median(r[q] for r in rs) for q in ("p50_us", "p99_us")} for side, rs in state.items()
         }
         print(f"\n== StateGet (~1 KiB), {calls} calls per side per round, median of {rounds} interleaved rounds ==")
-        print(f"{'side':34} {'p50 µs':>8} {'p99 µs':>8}")
+        print(f"{'side':34} {'p50 µs':>8} {'p99 µs':>8}  p50 range of the rounds")
         labels = {
             "raw UDS": "raw grpc.aio, unix socket",
             "local": "local plugin -> host (UDS)",
@@ -198,8 +198,12 @@ async def main(calls: int, deltas: int, repeats: int, rounds: int) -> None:
             "raw TLS": "raw grpc.aio, TCP + mutual TLS",
         }
         for side, label in labels.items():
-            print(f"{label:34} {med[side]['p50_us']:8.0f} {med[side]['p99_us']:8.0f}")
+            p50s = [r["p50_us"] for r in state[side]]
+            print(f"{label:34} {med[side]['p50_us']:8.0f} {med[side]['p99_us']:8.0f}  {min(p50s):.0f}-{max(p50s):.0f}")
         extra = med["worker"]["p50_us"] - med["raw TLS"]["p50_us"]
+        # Per round (worker and raw TLS timed in the same round): how the gap varies with the load of the moment.
+        gaps = [w["p50_us"] - t["p50_us"] for w, t in zip(state["worker"], state["raw TLS"], strict=True)]
+        print(f"worker - raw TLS per round: {', '.join(f'{g:+.0f}' for g in gaps)} µs")
         print(
             f"worker p50 - raw TLS p50: {extra:+.0f} µs (target <= +150: {'met' if extra <= 150 else 'missed'});"
             f" worker - local: {med['worker']['p50_us'] - med['local']['p50_us']:+.0f} µs"

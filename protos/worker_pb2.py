@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from agenthost.protos import runner_pb2 as agenthost_dot_protos_dot_runner__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61genthost/protos/worker.proto\x12\x0c\x61genthost.v1\x1a\x1d\x61genthost/protos/runner.proto\"A\n\x0c\x45nrolRequest\x12\x12\n\njoin_token\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07\x63sr_pem\x18\x03 \x01(\x0c\"i\n\rEnrolResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x17\n\x0f\x63\x65rtificate_pem\x18\x03 \x01(\x0c\x12\x0e\n\x06\x63\x61_pem\x18\x04 \x01(\x0c\x12\x13\n\x0bserver_name\x18\x05 \x01(\t\"\x1f\n\x0cRenewRequest\x12\x0f\n\x07\x63sr_pem\x18\x01 \x01(\x0c\"K\n\rRenewResponse\x12\x17\n\x0f\x63\x65rtificate_pem\x18\x01 \x01(\x0c\x12\x0e\n\x06\x63\x61_pem\x18\x02 \x01(\x0c\x12\x11\n\tnot_after\x18\x03 \x01(\x01\"I\n\x0bWorkerOffer\x12\x11\n\tplugin_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x16\n\x0emanifests_json\x18\x03 \x03(\t\"\x7f\n\x0bWorkerHello\x12)\n\x06offers\x18\x01 \x03(\x0b\x32\x19.agenthost.v1.WorkerOffer\x12\x10\n\x08\x63\x61pacity\x18\x02 \x01(\x05\x12\x11\n\theld_runs\x18\x03 \x03(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12\x0f\n\x07renewed\x18\x05 \x01(\x08\"$\n\x0fWorkerHeartbeat\x12\x11\n\tin_flight\x18\x01 \x01(\x05\"r\n\x08WorkerUp\x12*\n\x05hello\x18\x01 \x01(\x0b\x32\x19.agenthost.v1.WorkerHelloH\x00\x12\x32\n\theartbeat\x18\x02 \x01(\x0b\x32\x1d.agenthost.v1.WorkerHeartbeatH\x00\x42\x06\n\x04kind\"\x1f\n\rRunAssignment\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"\xda\x01\n\nWorkerDown\x12-\n\x06\x61ssign\x18\x01 \x01(\x0b\x32\x1b.agenthost.v1.RunAssignmentH\x00\x12\x32\n\theartbeat\x18\x02 \x01(\x0b\x32\x1d.agenthost.v1.WorkerHeartbeatH\x00\x12\x0f\n\x05\x64rain\x18\x03 \x01(\x08H\x00\x12+\n\x04\x64rop\x18\x04 \x01(\x0b\x32\x1b.agenthost.v1.RunAssignmentH\x00\x12\x11\n\x07welcome\x18\x05 \x01(\tH\x00\x12\x10\n\x06rotate\x18\x06 \x01(\x08H\x00\x42\x06\n\x04kind\"G\n\x0bWorkerRunUp\x12\x10\n\x06run_id\x18\x01 \x01(\tH\x00\x12\x0f\n\x05\x62\x61tch\x18\x02 \x01(\x0cH\x00\x12\r\n\x03\x65nd\x18\x03 \x01(\x08H\x00\x42\x06\n\x04kind\"D\n\rWorkerRunDown\x12+\n\x07request\x18\x01 \x01(\x0b\x32\x18.agenthost.v1.RunRequestH\x00\x42\x06\n\x04kind2S\n\x0fWorkerEnrolment\x12@\n\x05\x45nrol\x12\x1a.agenthost.v1.EnrolRequest\x1a\x1b.agenthost.v1.EnrolResponse2\xd1\x01\n\tWorkerHub\x12?\n\x07\x43onnect\x12\x16.agenthost.v1.WorkerUp\x1a\x18.agenthost.v1.WorkerDown(\x01\x30\x01\x12\x41\n\x03Run\x12\x19.agenthost.v1.WorkerRunUp\x1a\x1b.agenthost.v1.WorkerRunDown(\x01\x30\x01\x12@\n\x05Renew\x12\x1a.agenthost.v1.RenewRequest\x1a\x1b.agenthost.v1.RenewResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61genthost/protos/worker.proto\x12\x0c\x61genthost.v1\x1a\x1d\x61genthost/protos/runner.proto\"A\n\x0c\x45nrolRequest\x12\x12\n\njoin_token\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07\x63sr_pem\x18\x03 \x01(\x0c\"i\n\rEnrolResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04pool\x18\x02 \x01(\t\x12\x17\n\x0f\x63\x65rtificate_pem\x18\x03 \x01(\x0c\x12\x0e\n\x06\x63\x61_pem\x18\x04 \x01(\x0c\x12\x13\n\x0bserver_name\x18\x05 \x01(\t\"t\n\rForwardedCall\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x15\n\rauthorization\x18\x03 \x01(\t\x12\x0f\n\x07request\x18\x04 \x01(\x0c\x12\x0f\n\x07timeout\x18\x05 \x01(\x01\x12\x0e\n\x06\x63\x61ncel\x18\x06 \x01(\x08\"b\n\x0e\x46orwardedReply\x12\n\n\x02id\x18\x01 \x01(\x04\x12\r\n\x05reply\x18\x02 \x01(\x0c\x12\x0c\n\x04\x63ode\x18\x03 \x01(\x05\x12\x0f\n\x07\x64\x65tails\x18\x04 \x01(\t\x12\x16\n\x0eretry_after_ms\x18\x05 \x01(\x03\"\x1f\n\x0cRenewRequest\x12\x0f\n\x07\x63sr_pem\x18\x01 \x01(\x0c\"K\n\rRenewResponse\x12\x17\n\x0f\x63\x65rtificate_pem\x18\x01 \x01(\x0c\x12\x0e\n\x06\x63\x61_pem\x18\x02 \x01(\x0c\x12\x11\n\tnot_after\x18\x03 \x01(\x01\"I\n\x0bWorkerOffer\x12\x11\n\tplugin_id\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x16\n\x0emanifests_json\x18\x03 \x03(\t\"\x7f\n\x0bWorkerHello\x12)\n\x06offers\x18\x01 \x03(\x0b\x32\x19.agenthost.v1.WorkerOffer\x12\x10\n\x08\x63\x61pacity\x18\x02 \x01(\x05\x12\x11\n\theld_runs\x18\x03 \x03(\t\x12\x0f\n\x07version\x18\x04 \x01(\t\x12\x0f\n\x07renewed\x18\x05 \x01(\x08\"$\n\x0fWorkerHeartbeat\x12\x11\n\tin_flight\x18\x01 \x01(\x05\"r\n\x08WorkerUp\x12*\n\x05hello\x18\x01 \x01(\x0b\x32\x19.agenthost.v1.WorkerHelloH\x00\x12\x32\n\theartbeat\x18\x02 \x01(\x0b\x32\x1d.agenthost.v1.WorkerHeartbeatH\x00\x42\x06\n\x04kind\"\x1f\n\rRunAssignment\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"\xda\x01\n\nWorkerDown\x12-\n\x06\x61ssign\x18\x01 \x01(\x0b\x32\x1b.agenthost.v1.RunAssignmentH\x00\x12\x32\n\theartbeat\x18\x02 \x01(\x0b\x32\x1d.agenthost.v1.WorkerHeartbeatH\x00\x12\x0f\n\x05\x64rain\x18\x03 \x01(\x08H\x00\x12+\n\x04\x64rop\x18\x04 \x01(\x0b\x32\x1b.agenthost.v1.RunAssignmentH\x00\x12\x11\n\x07welcome\x18\x05 \x01(\tH\x00\x12\x10\n\x06rotate\x18\x06 \x01(\x08H\x00\x42\x06\n\x04kind\"G\n\x0bWorkerRunUp\x12\x10\n\x06run_id\x18\x01 \x01(\tH\x00\x12\x0f\n\x05\x62\x61tch\x18\x02 \x01(\x0cH\x00\x12\r\n\x03\x65nd\x18\x03 \x01(\x08H\x00\x42\x06\n\x04kind\"D\n\rWorkerRunDown\x12+\n\x07request\x18\x01 \x01(\x0b\x32\x18.agenthost.v1.RunRequestH\x00\x42\x06\n\x04kind2S\n\x0fWorkerEnrolment\x12@\n\x05\x45nrol\x12\x1a.agenthost.v1.EnrolRequest\x1a\x1b.agenthost.v1.EnrolResponse2\x99\x02\n\tWorkerHub\x12?\n\x07\x43onnect\x12\x16.agenthost.v1.WorkerUp\x1a\x18.agenthost.v1.WorkerDown(\x01\x30\x01\x12\x41\n\x03Run\x12\x19.agenthost.v1.WorkerRunUp\x1a\x1b.agenthost.v1.WorkerRunDown(\x01\x30\x01\x12@\n\x05Renew\x12\x1a.agenthost.v1.RenewRequest\x1a\x1b.agenthost.v1.RenewResponse\x12\x46\n\x05\x43\x61lls\x12\x1b.agenthost.v1.ForwardedCall\x1a\x1c.agenthost.v1.ForwardedReply(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,28 +36,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ENROLREQUEST']._serialized_end=143
   _globals['_ENROLRESPONSE']._serialized_start=145
   _globals['_ENROLRESPONSE']._serialized_end=250
-  _globals['_RENEWREQUEST']._serialized_start=252
-  _globals['_RENEWREQUEST']._serialized_end=283
-  _globals['_RENEWRESPONSE']._serialized_start=285
-  _globals['_RENEWRESPONSE']._serialized_end=360
-  _globals['_WORKEROFFER']._serialized_start=362
-  _globals['_WORKEROFFER']._serialized_end=435
-  _globals['_WORKERHELLO']._serialized_start=437
-  _globals['_WORKERHELLO']._serialized_end=564
-  _globals['_WORKERHEARTBEAT']._serialized_start=566
-  _globals['_WORKERHEARTBEAT']._serialized_end=602
-  _globals['_WORKERUP']._serialized_start=604
-  _globals['_WORKERUP']._serialized_end=718
-  _globals['_RUNASSIGNMENT']._serialized_start=720
-  _globals['_RUNASSIGNMENT']._serialized_end=751
-  _globals['_WORKERDOWN']._serialized_start=754
-  _globals['_WORKERDOWN']._serialized_end=972
-  _globals['_WORKERRUNUP']._serialized_start=974
-  _globals['_WORKERRUNUP']._serialized_end=1045
-  _globals['_WORKERRUNDOWN']._serialized_start=1047
-  _globals['_WORKERRUNDOWN']._serialized_end=1115
-  _globals['_WORKERENROLMENT']._serialized_start=1117
-  _globals['_WORKERENROLMENT']._serialized_end=1200
-  _globals['_WORKERHUB']._serialized_start=1203
-  _globals['_WORKERHUB']._serialized_end=1412
+  _globals['_FORWARDEDCALL']._serialized_start=252
+  _globals['_FORWARDEDCALL']._serialized_end=368
+  _globals['_FORWARDEDREPLY']._serialized_start=370
+  _globals['_FORWARDEDREPLY']._serialized_end=468
+  _globals['_RENEWREQUEST']._serialized_start=470
+  _globals['_RENEWREQUEST']._serialized_end=501
+  _globals['_RENEWRESPONSE']._serialized_start=503
+  _globals['_RENEWRESPONSE']._serialized_end=578
+  _globals['_WORKEROFFER']._serialized_start=580
+  _globals['_WORKEROFFER']._serialized_end=653
+  _globals['_WORKERHELLO']._serialized_start=655
+  _globals['_WORKERHELLO']._serialized_end=782
+  _globals['_WORKERHEARTBEAT']._serialized_start=784
+  _globals['_WORKERHEARTBEAT']._serialized_end=820
+  _globals['_WORKERUP']._serialized_start=822
+  _globals['_WORKERUP']._serialized_end=936
+  _globals['_RUNASSIGNMENT']._serialized_start=938
+  _globals['_RUNASSIGNMENT']._serialized_end=969
+  _globals['_WORKERDOWN']._serialized_start=972
+  _globals['_WORKERDOWN']._serialized_end=1190
+  _globals['_WORKERRUNUP']._serialized_start=1192
+  _globals['_WORKERRUNUP']._serialized_end=1263
+  _globals['_WORKERRUNDOWN']._serialized_start=1265
+  _globals['_WORKERRUNDOWN']._serialized_end=1333
+  _globals['_WORKERENROLMENT']._serialized_start=1335
+  _globals['_WORKERENROLMENT']._serialized_end=1418
+  _globals['_WORKERHUB']._serialized_start=1421
+  _globals['_WORKERHUB']._serialized_end=1702
 # @@protoc_insertion_point(module_scope)

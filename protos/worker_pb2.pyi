@@ -31,6 +31,36 @@ class EnrolResponse(_message.Message):
     server_name: str
     def __init__(self, name: _Optional[str] = ..., pool: _Optional[str] = ..., certificate_pem: _Optional[bytes] = ..., ca_pem: _Optional[bytes] = ..., server_name: _Optional[str] = ...) -> None: ...
 
+class ForwardedCall(_message.Message):
+    __slots__ = ("id", "method", "authorization", "request", "timeout", "cancel")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    AUTHORIZATION_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    method: str
+    authorization: str
+    request: bytes
+    timeout: float
+    cancel: bool
+    def __init__(self, id: _Optional[int] = ..., method: _Optional[str] = ..., authorization: _Optional[str] = ..., request: _Optional[bytes] = ..., timeout: _Optional[float] = ..., cancel: _Optional[bool] = ...) -> None: ...
+
+class ForwardedReply(_message.Message):
+    __slots__ = ("id", "reply", "code", "details", "retry_after_ms")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REPLY_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    reply: bytes
+    code: int
+    details: str
+    retry_after_ms: int
+    def __init__(self, id: _Optional[int] = ..., reply: _Optional[bytes] = ..., code: _Optional[int] = ..., details: _Optional[str] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
+
 class RenewRequest(_message.Message):
     __slots__ = ("csr_pem",)
     CSR_PEM_FIELD_NUMBER: _ClassVar[int]

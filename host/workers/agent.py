@@ -55,6 +55,7 @@ from agenthost.host.processes.plugin_sockets import PluginSockets, run_api_serve
 from agenthost.host.processes.supervisor import PluginSpec, PluginStartError, Supervisor
 from agenthost.host.store.registry import Registry
 from agenthost.host.workers.hub import split_address
+from agenthost.host.workers.mux import CallFailed, Multiplexer
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors, runner_pb2
 from agenthost.protos import run_api_pb2 as api_pb
@@ -303,6 +304,7 @@ class Worker:
         self.runs: dict[str, LocalRun] = {}
         self._by_token: dict[str, LocalRun] = {}
         self.channel: grpc.aio.Channel | None = None
+        self._calls: Multiplexer | None = None  # the unary calls stream on `channel`
         self.address = ""  # the host address of the current (or last) connection
 
     def hello(self, renewed: bool = False) -> wpb.WorkerUp:
@@ -485,6 +487,16 @@ class Worker:
 
     # ---- the run API, forwarded ----
 
+    def calls(self) -> Multiplexer:
+        """The unary run API calls stream on the current channel (a new one after a reconnect or a renewal; the
+        old one's calls in flight fail UNAVAILABLE when its channel closes)."""
+        channel = self.channel
+        if channel is None:
+            raise errors.Unavailable("this worker is not connected to its host; try again shortly")
+        if self._calls is None or self._calls.channel is not channel:
+            self._calls = Multiplexer(channel)
+        return self._calls
+
     def local_run(self, metadata: Any) -> tuple[LocalRun | None, str]:
         """The run whose token a local call presents, checked as the host checks its own plugin processes: a run
         token only with the secret of the plugin process serving the run, a tool token alone."""
@@ -661,6 +673,23 @@ class _Forward(grpc.GenericRpcHandler):
             return grpc.stream_unary_rpc_method_handler(functools.partial(_refuse, refusal))
         metadata = [(k, v) for k, v in details.invocation_metadata or () if k == "authorization"]
         worker = self.worker
+        client_streaming, server_streaming = shape
+        if not client_streaming and not server_streaming:
+            authorization = str(metadata[0][1]) if metadata else ""
+
+            async def uu(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+                try:
+                    calls = worker.calls()
+                    return await calls.call(method, authorization, request, context.time_remaining())
+                except errors.AgentHostError as exc:
+                    await errors.abort_with(context, exc)
+                except CallFailed as exc:
+                    if exc.retry_after_ms > 0:
+                        context.set_trailing_metadata(((errors.RETRY_AFTER_KEY, str(exc.retry_after_ms)),))
+                    await context.abort(exc.code, exc.details)
+                raise AssertionError("unreachable: abort raises")
+
+            return grpc.unary_unary_rpc_method_handler(uu)
 
         def target(context: grpc.aio.ServicerContext, kind: str) -> Any:
             if worker.channel is None:
@@ -669,13 +698,6 @@ class _Forward(grpc.GenericRpcHandler):
             factory = getattr(worker.channel, kind)(method)
             return functools.partial(factory, metadata=metadata, timeout=remaining)
 
-        client_streaming, server_streaming = shape
-        if not client_streaming and not server_streaming:
-
-            async def uu(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-                return await _relay(context, target(context, "unary_unary")(request))
-
-            return grpc.unary_unary_rpc_method_handler(uu)
         if not client_streaming:
 
             async def us(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:

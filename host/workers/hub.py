@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import json
 import logging
 import time
@@ -49,6 +50,7 @@ from agenthost.host.access.worker_pki import (
 )
 from agenthost.host.ops.logs import RefusalLimiter, log_limited
 from agenthost.host.store.workers import WorkerRecord, WorkerStore
+from agenthost.host.workers.mux import CALLS_METHOD, serve_calls
 from agenthost.plugins.manifest import MAX_RUNNERS_PER_PLUGIN, ManifestError, RunnerManifest
 from agenthost.protos import errors, runner_pb2
 from agenthost.protos import host_pb2 as hpb
@@ -182,6 +184,8 @@ def offered_runners(offers: list[wpb.WorkerOffer]) -> dict[str, RunnerManifest]:
 
 
 class WorkerHub:
+    _guard: _Guard  # set by start
+
     def __init__(self, *, ca: HostCA, store: WorkerStore, address: str, enrol_address: str | None = None) -> None:
         self.ca = ca
         self.store = store
@@ -227,7 +231,8 @@ class WorkerHub:
         self.grace_until = time.monotonic() + limits.WORKER_RECONNECT_GRACE_SECONDS
         bind, port = split_address(self.address)
         server = grpc.aio.server(options=SERVER_OPTIONS)
-        server.add_generic_rpc_handlers((_Guard(self, self._handlers()),))
+        self._guard = _Guard(self, self._handlers())
+        server.add_generic_rpc_handlers((self._guard,))
         # Dynamic: a CA roll changes what new handshakes present and trust without a restart (connections made
         # before are checked per call by `identify`).
         served = self.ca.generation
@@ -304,8 +309,28 @@ class WorkerHub:
                 request_deserializer=wpb.RenewRequest.FromString,
                 response_serializer=wpb.RenewResponse.SerializeToString,
             ),
+            CALLS_METHOD: grpc.stream_stream_rpc_method_handler(self._calls),
             **self._extra,
         }
+
+    async def _calls(self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        """`WorkerHub.Calls`: the worker's unary run API calls as frames (host/workers/mux.py), each served by the
+        same handler and checks as the call would be, and each counted as an open call of this worker."""
+        unary = {method: h for method, h in self._extra.items() if h.unary_unary is not None}
+
+        def admit() -> Callable[[], None]:
+            try:
+                name = self.identify(context).name
+                self._guard.take(name)
+            except errors.AgentHostError as exc:
+                self.calls["refused"] += 1
+                self.refused("worker call", context, exc)
+                raise
+            self.calls["accepted"] += 1
+            return functools.partial(self._guard.leave, name)
+
+        async for reply in serve_calls(requests, context, handlers=unary, admit=admit):
+            yield reply
 
     async def _watch_heartbeats(self) -> None:
         while True:
@@ -992,26 +1017,33 @@ class _Guard(grpc.GenericRpcHandler):
         """The caller, admitted and counted (the caller must `_leave`); the call aborted otherwise."""
         try:
             record = self._hub.identify(context)
-            held = self._open.get(record.name, 0)
-            if held >= limits.WORKER_MAX_CALLS:
-                raise errors.ResourceExhausted(
-                    f"worker {record.name!r} has {held} calls open on the workers port, the most one worker may"
-                    " hold at once; finish some first"
-                )
+            self.take(record.name)
         except errors.AgentHostError as exc:
             self._hub.calls["refused"] += 1
             self._hub.refused("worker call", context, exc)
             await errors.abort_with(context, exc)
             raise
         self._hub.calls["accepted"] += 1
-        self._open[record.name] = held + 1
         current_worker.set(record)
         return record
 
+    def take(self, name: str) -> None:
+        """One more open call of worker `name` (a call on this port, or a call forwarded on its Calls stream)."""
+        held = self._open.get(name, 0)
+        if held >= limits.WORKER_MAX_CALLS:
+            raise errors.ResourceExhausted(
+                f"worker {name!r} has {held} calls open on the workers port, the most one worker may"
+                " hold at once; finish some first"
+            )
+        self._open[name] = held + 1
+
     def _leave(self, record: WorkerRecord) -> None:
-        held = self._open.pop(record.name, 1) - 1
+        self.leave(record.name)
+
+    def leave(self, name: str) -> None:
+        held = self._open.pop(name, 1) - 1
         if held > 0:
-            self._open[record.name] = held
+            self._open[name] = held
 
     @staticmethod
     async def _request(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext, unary: bool) -> Any:
