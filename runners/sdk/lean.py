@@ -63,8 +63,8 @@ UNUSED_AT_IMPORT = ("httpx._main",)
 # pydantic looks for plugins of its own (the `pydantic` entry-point group: logfire's, for one) when it builds its first
 # model, reading every installed distribution's entry points: ~1.2 MiB and ~30 ms of CPU in a runner process, whose
 # manifest is a pydantic model (measured with importlib.metadata already imported, as discovery imports it). A runner
-# process loads none, as pydantic's own PYDANTIC_DISABLE_PLUGINS=__all__ would; with the variable set to anything,
-# even empty, pydantic's loader decides as it documents.
+# process loads none, as pydantic's own PYDANTIC_DISABLE_PLUGINS=__all__ would; a process started with the variable
+# set to anything, even empty, leaves it to pydantic's loader (the host's supervisor does not pass it on).
 PYDANTIC_PLUGIN_LOADER = "pydantic.plugin._loader"
 PYDANTIC_PLUGINS_ENV = "PYDANTIC_DISABLE_PLUGINS"
 
