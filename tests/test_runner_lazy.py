@@ -63,6 +63,9 @@ class Lazy(Runner):
             import httpx  # what a model client imports
 
             yield events.text(" ".join(m for m in ("httpx", "click", "pygments") if m in sys.modules))
+        if run.text == "pydantic-plugins":
+            loader = sys.modules.get("pydantic.plugin._loader")
+            yield events.text("scanned" if getattr(loader, "_plugins", None) is not None else "not scanned")
 
 
 async def tls_round_trip():
@@ -454,6 +457,16 @@ async def test_a_runner_importing_httpx_does_not_hold_its_command_line_client(pl
     text, terminal = await run_texts(stub, "httpx")
     assert terminal[0].WhichOneof("kind") == "completed"
     assert text == f"pid={p.proc.pid} httpx"
+
+
+async def test_a_runner_process_does_not_scan_every_distribution_for_pydantic_plugins(plugin):
+    """pydantic reads every installed distribution's entry points for its plugins when it builds the first model (the
+    manifest): ~1 MiB and tens of ms of CPU in every runner process (issue 26). Not in a runner process."""
+    p = process(plugin)
+    stub = await p.serving()
+    text, terminal = await run_texts(stub, "pydantic-plugins")
+    assert terminal[0].WhichOneof("kind") == "completed"
+    assert text == f"pid={p.proc.pid} not scanned"
 
 
 @pytest.mark.parametrize("in_flight", [False, True])
