@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import types
 from typing import Any
 
 _deferred_at: set[str] | None = None
@@ -63,24 +62,16 @@ UNUSED_AT_IMPORT = ("httpx._main",)
 # pydantic looks for plugins of its own (the `pydantic` entry-point group: logfire's, for one) when it builds its first
 # model, reading every installed distribution's entry points: ~1.2 MiB and ~30 ms of CPU in a runner process, whose
 # manifest is a pydantic model (measured with importlib.metadata already imported, as discovery imports it). A runner
-# process loads none, as pydantic's own PYDANTIC_DISABLE_PLUGINS=__all__ would; a process started with the variable
-# set to anything, even empty, leaves it to pydantic's loader (the host's supervisor does not pass it on).
-PYDANTIC_PLUGIN_LOADER = "pydantic.plugin._loader"
+# process loads none, by pydantic's own switch; a process started with the variable set keeps its value (the host's
+# supervisor does not pass it on).
 PYDANTIC_PLUGINS_ENV = "PYDANTIC_DISABLE_PLUGINS"
-
-
-def _no_pydantic_plugins() -> tuple[()]:
-    return ()
 
 
 def skip_unused_imports() -> None:
     """For a runner process, before the libraries above are imported: their unused parts stay out of it."""
     for name in UNUSED_AT_IMPORT:
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]  # the import system's "not importable" marker
-    if PYDANTIC_PLUGINS_ENV not in os.environ and PYDANTIC_PLUGIN_LOADER not in sys.modules:
-        loader = types.ModuleType(PYDANTIC_PLUGIN_LOADER, "pydantic's plugin loader, none loaded (agenthost lean)")
-        loader.get_plugins = _no_pydantic_plugins  # type: ignore[attr-defined]  # the one name pydantic calls
-        sys.modules[PYDANTIC_PLUGIN_LOADER] = loader
+    os.environ.setdefault(PYDANTIC_PLUGINS_ENV, "__all__")
 
 
 def modules_without_ssl() -> list[str]:
