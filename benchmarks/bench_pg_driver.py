@@ -1,6 +1,6 @@
 """Which PostgreSQL driver, and sync or async reads: the host's two hot reads timed through each, in one run.
 
-    python benchmarks/bench_pg_driver.py [--calls 3000] [--rounds 5]
+    python benchmarks/bench_pg_driver.py [--calls 3000] [--rounds 5] [--jobs 3000] [--writer-only]
 
 A throwaway cluster (fsync on) over loopback TCP; the reads are the run API's StateGet (one ~1 KiB row by primary
 key) and HistoryPage(50) (fifty ~150-byte rows of bytes off an index), as host/store issues them. Sides,
@@ -13,8 +13,10 @@ the first read: host/store/state.py) (StateStore.get, Conversations.page_history
 SQLite file and on PostgreSQL over the unix socket and over TCP, rounds interleaved: what a read costs the event loop
 on each backend, with nothing else in the process.
 
-Last, the writer on PostgreSQL: queued one-INSERT jobs committed in its batches, a job's RELEASE sent on its own
-against sent with the next job's SAVEPOINT (PostgresDialect.chains_statements), rounds alternated.
+Last, the writer on PostgreSQL: queued jobs committed in its batches, rounds alternated between a batch sent
+statement by statement (a job's RELEASE sent with the next job's SAVEPOINT, PostgresDialect.chains_statements) and
+sent in pipeline mode (Database.pipelining), for one-INSERT jobs and for jobs that also read a row (as a run's event
+and transcript writes read their sequence numbers); the writer connection's round trips per job are printed.
 """
 
 from __future__ import annotations
@@ -49,13 +51,16 @@ async def timed(calls: int, fn: Callable[[], Awaitable[object]]) -> float:
     return statistics.median(samples) * 1e6
 
 
-async def main(calls: int, rounds: int, jobs: int) -> None:
+async def main(calls: int, rounds: int, jobs: int, writer_only: bool = False) -> None:
     found = bindir()
     if found is None:
         raise SystemExit("no PostgreSQL binaries (initdb)")
     cluster = Cluster(found, durable=True)
     cluster.start()
     try:
+        if writer_only:
+            await writer(cluster, jobs, rounds)
+            return
         cluster.admin("CREATE DATABASE bench")
         dsn = cluster.tcp_dsn("bench")
         with psycopg.connect(dsn, autocommit=True) as setup:
@@ -183,39 +188,56 @@ async def stores(cluster: Cluster, calls: int, rounds: int) -> None:
 
 
 async def writer(cluster: Cluster, jobs: int, rounds: int) -> None:
-    """The writer's throughput on PostgreSQL over loopback TCP: `jobs` queued jobs of one INSERT each (a run's
-    64 deltas are one ~3 KiB row), committed in the writer's batches, each job in its savepoint; rounds alternate
-    a job's RELEASE sent on its own (as on SQLite) and sent with the next statement (chains_statements)."""
+    """The writer's throughput on PostgreSQL over loopback TCP: `jobs` queued jobs (a run's 64 deltas are one
+    ~3 KiB row), committed in the writer's batches, each job in its savepoint; rounds alternate the batch sent
+    statement by statement (RELEASE chained) and in pipeline mode."""
     from agenthost.host.store.db import Database
-    from agenthost.host.store.dialect import PostgresDialect
 
     cluster.admin("CREATE DATABASE writer")
     db = Database(cluster.tcp_dsn("writer"))
     await db.open()
+    conn = await db.write(lambda c: c)
     payload = "x" * 3200
     insert = "INSERT INTO meta(key, value) VALUES (?, ?)"
-    results: dict[bool, list[float]] = {False: [], True: []}
+    insert_read = "INSERT INTO meta(key, value) VALUES (?, ?) RETURNING length(value)"
+    kinds = {"one INSERT": False, "an INSERT and a read": True}
+    sides = {"statement by statement": False, "pipelined": True}
+    results: dict[tuple[str, str], list[float]] = {(k, s): [] for k in kinds for s in sides}
+    trips: dict[tuple[str, str], list[float]] = {(k, s): [] for k in kinds for s in sides}
     n = 0
     try:
         for _ in range(rounds):
-            for chained in (False, True):
-                PostgresDialect.chains_statements = chained
-                t0 = time.perf_counter()
-                for _ in range(jobs):
-                    db.enqueue(lambda c, k=f"k{n}": c.execute(insert, (k, payload)))
-                    n += 1
-                    if db.congested:
-                        await db.backpressure()
-                await db.flush()
-                results[chained].append(jobs / (time.perf_counter() - t0))
+            for kind, reads in kinds.items():
+                for side, pipelined in sides.items():
+                    db.pipelining = pipelined
+                    before = conn.round_trips
+                    t0 = time.perf_counter()
+                    for _ in range(jobs):
+                        if reads:
+                            db.enqueue(lambda c, k=f"k{n}": c.execute(insert_read, (k, payload)).fetchone())
+                        else:
+                            db.enqueue(lambda c, k=f"k{n}": c.execute(insert, (k, payload)))
+                        n += 1
+                        if db.congested:
+                            await db.backpressure()
+                    await db.flush()
+                    results[kind, side].append(jobs / (time.perf_counter() - t0))
+                    trips[kind, side].append((conn.round_trips - before) / jobs)
     finally:
-        PostgresDialect.chains_statements = True
+        db.pipelining = True
         await db.close()
-    print(f"\n== the writer on PostgreSQL (TCP, fsync on): {jobs} queued one-INSERT jobs, jobs/s, {rounds} rounds ==")
-    for chained, label in ((False, "RELEASE on its own"), (True, "RELEASE with the next statement")):
-        values = results[chained]
-        print(f"{label:34} {statistics.median(values):8.0f} ({min(values):.0f}-{max(values):.0f})")
-    print(f"ratio of medians: {statistics.median(results[True]) / statistics.median(results[False]):.2f}x")
+    print(f"\n== the writer on PostgreSQL (TCP, fsync on): {jobs} queued jobs, jobs/s, {rounds} rounds ==")
+    for kind in kinds:
+        for side in sides:
+            values = results[kind, side]
+            print(
+                f"{kind:22} {side:24} {statistics.median(values):8.0f} ({min(values):.0f}-{max(values):.0f})"
+                f"   round trips a job {statistics.median(trips[kind, side]):.3f}"
+            )
+        ratio = statistics.median(results[kind, "pipelined"]) / statistics.median(
+            results[kind, "statement by statement"]
+        )
+        print(f"{kind:22} ratio of medians, pipelined / statement by statement: {ratio:.2f}x")
 
 
 if __name__ == "__main__":
@@ -223,5 +245,6 @@ if __name__ == "__main__":
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=3000, help="queued write jobs per round of the writer section")
+    parser.add_argument("--writer-only", action="store_true", help="only the writer section")
     args = parser.parse_args()
-    asyncio.run(main(args.calls, args.rounds, args.jobs))
+    asyncio.run(main(args.calls, args.rounds, args.jobs, args.writer_only))

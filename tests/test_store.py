@@ -614,3 +614,98 @@ def test_page_cache_keeps_to_its_byte_budget_and_never_serves_another_version():
     assert cache.get("big", 1) is None
     assert cache.get("a", 2) is None  # its conversation changed: dropped
     assert cache.get("a", 1) is None
+
+
+async def _one_batch(db: Database, fns: list, *, committed: bool = True) -> list:
+    """Runs `fns` as the jobs of one write batch: the writer is held in a job until they are all queued."""
+    queued, release = threading.Event(), threading.Event()
+
+    def hold(c):
+        queued.set()
+        assert release.wait(30)
+
+    first = asyncio.ensure_future(db.write(hold))
+    assert await asyncio.to_thread(queued.wait, 30)
+    jobs = [asyncio.ensure_future(db.write(fn)) for fn in fns]
+    await asyncio.sleep(0)  # every job in the queue before the writer takes its next batch
+    release.set()
+    await first
+    batches = db.batches
+    results = await asyncio.gather(*jobs, return_exceptions=True)
+    assert db.batches == batches + committed, "the jobs did not share one batch"
+    return results
+
+
+async def test_a_pipelined_batch_keeps_each_jobs_failure_and_results_its_own(pg_dsn):
+    """On PostgreSQL the writer sends a batch in pipeline mode (statements without waiting for each other). A job
+    whose statement the server refuses fails alone and unacknowledged; the jobs around it commit and are answered
+    with what they read: RETURNING, `rowcount` (which psycopg sets only once the answer arrived), counts."""
+    db = Database(pg_dsn)
+    await db.open()
+    try:
+        await db.write(lambda c: c.execute("INSERT INTO meta(key, value) VALUES ('taken', 'v'), ('u1', 'a')"))
+
+        def insert(key):
+            sql = "INSERT INTO meta(key, value) VALUES (?, 'v') RETURNING key"
+            return lambda c: c.execute(sql, (key,)).fetchone()[0]
+
+        def update(c):
+            return c.execute("UPDATE meta SET value = 'b' WHERE key IN ('u1', 'k0')").rowcount
+
+        def delete_none(c):
+            return c.execute("DELETE FROM meta WHERE key = 'nothing'").rowcount
+
+        def count(c):
+            return c.execute("SELECT COUNT(*) FROM meta").fetchone()[0]
+
+        conn = await db.write(lambda c: c)
+        trips = conn.round_trips
+        fns = [insert("k0"), update, delete_none, count]
+        results = await _one_batch(db, fns)
+        assert results == ["k0", 2, 0, 3]
+        assert db.unpipelined == 0
+        # The holding job's batch (2), then BEGIN with the fence, the four reads (RETURNING, two rowcounts, the
+        # count), the rest up to COMMIT: a round trip each (unpipelined: 15 statements, 11 with RELEASE chained).
+        assert conn.round_trips - trips == 2 + 1 + 4 + 1
+
+        results = await _one_batch(db, [insert("k1"), insert("taken"), update, delete_none, count, insert("k2")])
+        assert results[0] == "k1" and results[2] == 2 and results[3] == 0 and results[4] == 4 and results[5] == "k2"
+        assert isinstance(results[1], db.errors) and "duplicate key" in str(results[1])
+        assert db.unpipelined == 1  # found in the pipeline, given to its job by the batch run again unpipelined
+        keys = {r[0] for r in db.query("SELECT key FROM meta")}
+        assert keys == {"taken", "u1", "k0", "k1", "k2"}
+    finally:
+        await db.close()
+
+
+async def test_a_pipelined_batch_that_lost_its_connection_or_lease_writes_nothing(pg_dsn):
+    """A batch whose connection is cut mid-pipeline, or whose host lost the lease, commits none of its jobs and
+    acknowledges none: every caller hears the error."""
+    from agenthost.host.store.db import LeaseLostError
+
+    db = Database(pg_dsn)
+    await db.open()
+    try:
+
+        def insert(key):
+            return lambda c: c.execute("INSERT INTO meta(key, value) VALUES (?, 'v')", (key,))
+
+        def cut(c):
+            c.execute("INSERT INTO meta(key, value) VALUES ('cut', 'v')")
+            c.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+        results = await _one_batch(db, [insert("a"), cut, insert("b")], committed=False)
+        assert all(isinstance(r, db.errors) for r in results), results
+        assert db.query_one("SELECT COUNT(*) FROM meta WHERE key IN ('a', 'b', 'cut')")[0] == 0
+
+        await db.write(insert("before"))  # the writer reconnected
+        import psycopg
+
+        with psycopg.connect(pg_dsn, autocommit=True) as other:
+            other.execute("UPDATE lease SET epoch = epoch + 1, holder = 'another host'")
+        results = await asyncio.gather(*(db.write(insert(k)) for k in ("c", "d", "e")), return_exceptions=True)
+        assert all(isinstance(r, (LeaseLostError, db.errors)) for r in results), results
+        assert "another host" in str(results[0])
+        assert db.query_one("SELECT COUNT(*) FROM meta WHERE key IN ('c', 'd', 'e')")[0] == 0
+    finally:
+        await db.close()

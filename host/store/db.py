@@ -91,6 +91,10 @@ class _Job:
         self.on_fail = on_fail
 
 
+class _Unattributed(Exception):
+    """A pipelined batch had a statement fail and which job sent it is not known (Database._try_batch)."""
+
+
 class LeaseLostError(RuntimeError):
     """A write refused because this host no longer holds the database's lease (another host took over)."""
 
@@ -146,6 +150,8 @@ class Database:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._reader: sqlite3.Connection | None = None
         self.batches = 0  # commits made; the benchmark reads it to show group commit at work
+        self.pipelining = True  # PostgreSQL: batches sent in pipeline mode (benchmarks turn it off to compare)
+        self.unpipelined = 0  # PostgreSQL: pipelined batches run again unpipelined, a job having failed in them
         # Jobs and bytes queued but not yet committed. Changed under _count_lock (the loop adds, the writer
         # subtracts); read without it for the fast-path check, where a stale value only delays a wait by a batch.
         self.pending_jobs = 0
@@ -393,12 +399,43 @@ class Database:
             self.soon(_settle, outcomes)
 
     def _try_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> list[tuple[Any, bool, Any]]:
-        outcomes: list[tuple[asyncio.Future[Any] | None, bool, Any]] = []
         if self.fenced:
             raise LeaseLostError(self.fenced)
-        # On PostgreSQL each statement is a round trip: a job's RELEASE goes with the next job's SAVEPOINT (or the
-        # COMMIT), one round trip fewer per job; the statements and their order are the same.
-        chained = conn.dialect.chains_statements  # type: ignore[attr-defined]
+        pipelined = getattr(conn, "pipelined", None)
+        if pipelined is not None and self.pipelining:
+            try:
+                with pipelined():
+                    outcomes, commit = self._transaction(conn, batch, pipelined=True)
+                if commit.statusmessage != "COMMIT":
+                    # PostgreSQL ends a failed transaction's COMMIT as a ROLLBACK, without an error: never taken
+                    # for a commit.
+                    raise _Unattributed(f"COMMIT answered {commit.statusmessage!r}")
+            except (*self.errors, _Unattributed) as exc:
+                if (
+                    not isinstance(exc, _Unattributed)
+                    and not getattr(exc, "at_begin", False)
+                    and (retryable(exc) or getattr(exc, "lease_lost", False) or getattr(conn, "lost", False))
+                ):
+                    raise  # the whole batch's, as without the pipeline (_run_batch)
+                # A statement failed somewhere in the pipeline. The server skipped every statement after it up to
+                # the next Sync (COMMIT included: nothing was written), but which job sent it is not known: the
+                # batch runs again one statement at a time, which gives the failure to its job alone.
+                log.info("pipelined write batch of %d had a failing job (%r); running it again unpipelined",
+                         len(batch), exc)  # fmt: skip
+                self._rolled_back(conn)
+                self.unpipelined += 1
+            else:
+                return self._committed(outcomes)
+        return self._committed(self._transaction(conn, batch, pipelined=False)[0])
+
+    def _transaction(
+        self, conn: sqlite3.Connection, batch: list[_Job], *, pipelined: bool
+    ) -> tuple[list[tuple[Any, bool, Any]], Any]:
+        """BEGIN, each job in a SAVEPOINT (rolled back to if the job fails), COMMIT. On PostgreSQL without the
+        pipeline each statement is a round trip: a job's RELEASE goes with the next job's SAVEPOINT (or the
+        COMMIT), one round trip fewer per job; the statements and their order are the same."""
+        outcomes: list[tuple[asyncio.Future[Any] | None, bool, Any]] = []
+        chained = not pipelined and conn.dialect.chains_statements  # type: ignore[attr-defined]
         held = False  # the last job's savepoint, to be released with the next statement
         conn.execute("BEGIN IMMEDIATE")
         for job in batch:
@@ -409,6 +446,14 @@ class Database:
             except BaseException as exc:  # noqa: BLE001 - a job's failure is its caller's, not the batch's
                 if retryable(exc):
                     raise  # the whole transaction lost a race: run it again (_run_batch)
+                if pipelined:
+                    # The job's own error only if every statement so far succeeded (a database error read here
+                    # may be an earlier job's, answered late): else the batch runs again unpipelined.
+                    if isinstance(exc, self.errors):
+                        raise _Unattributed(repr(exc)) from exc
+                    conn.sync()  # type: ignore[attr-defined]
+                    if conn.in_error:  # type: ignore[attr-defined]
+                        raise _Unattributed(repr(exc)) from exc
                 conn.execute("ROLLBACK TO job")
                 conn.execute("RELEASE job")
                 if job.future is None:
@@ -420,7 +465,9 @@ class Database:
                 else:
                     conn.execute("RELEASE job")
                 outcomes.append((job.future, True, result))
-        conn.execute("RELEASE job; COMMIT" if held else "COMMIT")
+        return outcomes, conn.execute("RELEASE job; COMMIT" if held else "COMMIT")
+
+    def _committed(self, outcomes: list[tuple[Any, bool, Any]]) -> list[tuple[Any, bool, Any]]:
         self._undo.clear()
         self.batches += 1
         if self.down:

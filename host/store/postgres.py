@@ -17,7 +17,7 @@ import contextlib
 import functools
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -97,12 +97,53 @@ class _Cursor:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
         factory: Any = tuple_row if self.row_factory is None else _named_rows
-        return self._conn._run(
+        cursor = self._conn._run(
             lambda raw: raw.cursor(row_factory=factory).execute(
                 translate(sql, bool(params)), params or None, binary=self._conn.binary
             ),
             sql,
         )
+        return cursor if self._conn._pipeline is None else _PipelinedCursor(cursor, self._conn)  # type: ignore[return-value]
+
+
+class _PipelinedCursor:
+    """A statement's cursor while the writer's connection is in pipeline mode (PgConnection.pipelined): its result
+    arrives later. Reading rows makes psycopg flush and wait for it; `rowcount` (and the status) psycopg only sets
+    once it arrived, so reading them here waits for it too (a Sync: every statement sent so far is answered)."""
+
+    def __init__(self, cursor: psycopg.Cursor[Any], conn: PgConnection) -> None:
+        self._cursor = cursor
+        self._conn = conn
+
+    def _answered(self) -> psycopg.Cursor[Any]:
+        if self._cursor.pgresult is None:
+            self._conn.sync()
+        return self._cursor
+
+    def _fetched(self) -> psycopg.Cursor[Any]:
+        if self._cursor.pgresult is None:
+            self._conn.round_trips += 1  # psycopg flushes and waits for the answer
+        return self._cursor
+
+    def fetchone(self) -> Any:
+        return self._fetched().fetchone()
+
+    def fetchall(self) -> Any:
+        return self._fetched().fetchall()
+
+    @property
+    def rowcount(self) -> int:
+        return self._answered().rowcount
+
+    @property
+    def statusmessage(self) -> str | None:
+        return self._answered().statusmessage
+
+    def __iter__(self) -> Any:
+        return iter(self._fetched())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
 
 
 class PgConnection:
@@ -126,13 +167,61 @@ class PgConnection:
         self.exclusive = False
         # The lease epoch this host took (claim_lease); None: no lease (a reader, or `db migrate-to`).
         self.epoch: int | None = None
+        # Set while the writer runs a batch in pipeline mode (pipelined): statements are sent without waiting.
+        self._pipeline: psycopg.Pipeline | None = None
+        # Round trips to the server this connection made (what a write costs on PostgreSQL; benchmarks count it).
+        self.round_trips = 0
 
     @property
     def lost(self) -> bool:
         """True once the server dropped this connection or could not be reached again (host/store/faults.py)."""
         return bool(self.raw.closed or self.raw.broken)
 
+    @contextlib.contextmanager
+    def pipelined(self) -> Iterator[None]:
+        """The writer's batch in psycopg's pipeline mode: each statement is sent without waiting for the one before,
+        so a batch costs a round trip for BEGIN and the fence, one for each result a job reads, and one for the
+        rest up to COMMIT (the Sync at the end), instead of one per statement. A connection the server dropped is
+        opened again first, as before a BEGIN (nothing of the batch was sent yet). Leaving waits for every answer,
+        raising the first error (the server skipped everything after it up to the Sync)."""
+        if self.lost:
+            self._reopen()
+        with self.raw.pipeline() as pipeline:
+            self._pipeline = pipeline
+            try:
+                yield
+            finally:
+                self._pipeline = None
+                self.round_trips += 1  # the Sync leaving sends
+
+    def sync(self) -> None:
+        """In pipeline mode: waits until every statement sent so far is answered (raises the first error)."""
+        assert self._pipeline is not None
+        self.round_trips += 1
+        self._pipeline.sync()
+
+    @property
+    def in_error(self) -> bool:
+        """The transaction in progress had a statement fail (only ROLLBACK or ROLLBACK TO is accepted now)."""
+        return self.raw.info.transaction_status == psycopg.pq.TransactionStatus.INERROR
+
     def _run(self, call: Callable[[psycopg.Connection[Any]], Any], sql: str) -> Any:
+        if self._pipeline is not None:
+            # A statement sent is not known to be done until its answer, so none is repeated here: a connection lost
+            # in the first round trip (BEGIN and the fence) is said so, and the batch is begun again unpipelined
+            # (db.py), which opens it again; lost later, the batch fails.
+            if sql != "BEGIN IMMEDIATE":
+                return call(self.raw)
+            try:
+                result = call(self.raw)  # answered with the fence's (or with the first result a job reads)
+                if self.epoch is not None:
+                    self._fence()
+            except psycopg.OperationalError as exc:
+                if self.lost and not isinstance(exc, LeaseLost):
+                    raise LostAtBegin(str(exc)) from exc
+                raise
+            return result
+        self.round_trips += 1
         begin = sql == "BEGIN IMMEDIATE"
         retry = self._reader or begin
         try:
@@ -173,6 +262,7 @@ class PgConnection:
         """The first statement of every write transaction: a host another one took the lease from writes nothing
         more. FOR SHARE: a standby's claim (an UPDATE of the row) waits until this transaction ends, so no
         transaction that passed the check commits after the epoch moved on."""
+        self.round_trips += 1
         row = self.raw.execute("SELECT epoch, holder FROM lease WHERE id = 1 FOR SHARE").fetchone()
         if row is None or int(row[0]) != self.epoch:
             holder = row[1] if row else "nobody"
@@ -190,12 +280,15 @@ class PgConnection:
         self.reconnects += 1
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        return self._run(lambda raw: raw.execute(translate(sql, bool(params)), params or None, binary=self.binary), sql)
+        cursor = self._run(
+            lambda raw: raw.execute(translate(sql, bool(params)), params or None, binary=self.binary), sql
+        )
+        return cursor if self._pipeline is None else _PipelinedCursor(cursor, self)  # type: ignore[return-value]
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> psycopg.Cursor[Any]:
         cursor = self.raw.cursor()
         cursor.executemany(translate(sql, True), rows)
-        return cursor
+        return cursor if self._pipeline is None else _PipelinedCursor(cursor, self)  # type: ignore[return-value]
 
     def cursor(self) -> _Cursor:
         return _Cursor(self)
@@ -211,6 +304,12 @@ HOST_LOCK = 0x61676E74_77726974
 
 class DatabaseBusy(psycopg.OperationalError):
     """Another agenthost (or a `db migrate-to`) holds the database."""
+
+
+class LostAtBegin(psycopg.OperationalError):
+    """The writer's pipelined batch found its connection lost at BEGIN: nothing of it was done."""
+
+    at_begin = True  # how host/store/db.py recognises it
 
 
 class LeaseLost(DatabaseBusy):
