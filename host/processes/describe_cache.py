@@ -1,0 +1,133 @@
+"""What a runner plugin's describe child reported, kept by content so the next start of the same files skips it.
+
+A runner process forks a describe child at start that imports every runner class of its plugin (about 0.75 CPU-s
+for the built-in plugin) only to learn the manifests and the entry point of each runner. The report depends on the
+plugin's files, the interpreter, agenthost itself (the SDK that describes) and what the process can see (its
+environment, its walls), so that is the key:
+
+- the interpreter (its real path, size and mtime) and the host's site-packages listing (dist-info names carry
+  versions);
+- agenthost's version and the content (sha256) of every file of its packages: the built-in plugin *is* these files;
+- for a plugin in its own environment, the content of every file there;
+- the distribution, the sandbox and network settings, the bound paths, and the environment without HOME (a test
+  fault, a model default: anything the plugin's import may read).
+
+A changed file is a new key, so the plugin is described again. A kept report is handed to the process on its
+configuration line; the host still parses the manifests the process then answers in Describe (the same checks as
+ever), and the process still imports the classes at first use and refuses them if they differ from the report
+(agenthost.runners.sdk.server), so a report can never authorise what the plugin's own code does not declare.
+
+Entries live in <data>/cache/describe (AGENTHOST_INTERNAL_DESCRIBE_CACHE overrides: the test suite shares one
+across its hosts), written whole (rename), at most MAX_ENTRIES, readable by the host's user only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import site
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+CACHE_ENV = "AGENTHOST_INTERNAL_DESCRIBE_CACHE"  # AGENTHOST_INTERNAL*: never passed to a plugin
+MAX_ENTRIES = 256
+# agenthost's packages (the built-in plugin and the SDK that describes every Python plugin).
+_PACKAGES = ("agenthost.host", "agenthost.runners", "agenthost.channels", "agenthost.plugins", "agenthost.protos")
+
+
+def cache_dir(data_dir: Path) -> Path:
+    return Path(os.environ.get(CACHE_ENV) or data_dir / "cache" / "describe")
+
+
+def _hash_tree(digest: Any, root: Path) -> None:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in sorted(filenames):
+            if name.endswith(".pyc"):
+                continue
+            path = os.path.join(dirpath, name)
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError:
+                data = b"\0unreadable"
+            digest.update(f"{path}\0{len(data)}\0".encode())
+            digest.update(data)
+
+
+def _agenthost_roots() -> Iterable[Path]:
+    for name in _PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None:
+            yield from (Path(p) for p in spec.submodule_search_locations or [])
+
+
+def key(
+    *,
+    python: str,
+    distribution: str,
+    builtin: bool,
+    sandboxed: bool,
+    network: bool,
+    bound: Iterable[tuple[str, str]],
+    env: Mapping[str, str],
+) -> str:
+    """The content key of what a describe child of this plugin would report (reads files: call off the loop)."""
+    digest = hashlib.sha256()
+    real = os.path.realpath(python)
+    st = os.stat(real)
+    header = {
+        "python": [python, real, st.st_size, st.st_mtime_ns],
+        "host_python": sys.version,
+        "site": sorted(n for d in site.getsitepackages() if os.path.isdir(d) for n in os.listdir(d)),
+        "agenthost": importlib.metadata.version("agenthost"),
+        "distribution": distribution,
+        "walls": [builtin, sandboxed, network, sorted(bound)],
+        "env": sorted((k, v) for k, v in env.items() if k != "HOME"),
+    }
+    digest.update(json.dumps(header).encode())
+    for root in _agenthost_roots():
+        _hash_tree(digest, root)
+    if not builtin:
+        _hash_tree(digest, Path(python).parent.parent)  # the plugin's own environment
+    return digest.hexdigest()
+
+
+def load(directory: Path, entry: str) -> dict[str, Any] | None:
+    """The kept report ({"sdk_version", "runners", "origins"}) or None."""
+    try:
+        report = json.loads((directory / f"{entry}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(report, dict) or not isinstance(report.get("runners"), list):
+        return None
+    return report
+
+
+def store(directory: Path, entry: str, sdk_version: str, manifests_json: list[str], origins: Mapping[str, str]) -> None:
+    """Keeps a report whose every runner has its entry point (else there is nothing a start could skip)."""
+    manifests = [json.loads(raw) for raw in manifests_json]
+    if not manifests or {m.get("name") for m in manifests} != set(origins):
+        return
+    report = {"sdk_version": sdk_version, "runners": manifests, "origins": dict(origins)}
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(report, f)
+        os.replace(tmp, directory / f"{entry}.json")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    entries = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime_ns if p.exists() else 0)
+    for old in entries[:-MAX_ENTRIES]:
+        with contextlib.suppress(OSError):
+            old.unlink()
