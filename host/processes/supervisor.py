@@ -442,7 +442,7 @@ class Supervisor:
                 if kept_as and kept is None:
                     try:
                         await asyncio.to_thread(
-                            describe_cache.store,
+                            describe_cache.store_runners,
                             describe_cache.cache_dir(self.data_dir),
                             kept_as,
                             described.sdk_version,
@@ -474,6 +474,7 @@ class Supervisor:
         try:
             kept_as = await asyncio.to_thread(
                 describe_cache.key,
+                kind="runners",
                 python=spec.python,
                 distribution=spec.distribution,
                 builtin=spec.builtin,
@@ -485,7 +486,8 @@ class Supervisor:
         except (OSError, ImportError, ValueError) as exc:  # no key: the process describes itself, as ever
             log.warning("%s: no kept description (%s)", spec.plugin_id, exc)
             return "", None
-        return kept_as, await asyncio.to_thread(describe_cache.load, describe_cache.cache_dir(self.data_dir), kept_as)
+        kept = await asyncio.to_thread(describe_cache.load, describe_cache.cache_dir(self.data_dir), kept_as, "runners")
+        return kept_as, kept
 
     def out_of_memory(self, proc: asyncio.subprocess.Process) -> bool:
         """Whether the kernel killed this ended plugin process for passing its cgroup's memory cap."""
