@@ -11,8 +11,9 @@ environment, its walls), so that is the key:
 - agenthost's version and the content (sha256) of every file of its packages: the built-in plugin *is* these files;
 - for a plugin in its own environment, the content of every file there, by its path inside that environment (the
   same files copied elsewhere are the same plugin);
-- the distribution, the sandbox and network settings, the bound paths, and the environment without HOME (a test
-  fault, a model default: anything the plugin's import may read).
+- the distribution, the sandbox and network settings and, but for the built-in plugin (whose import reads
+  neither), the bound paths and the environment without HOME (a test fault, a model default: anything a
+  third-party plugin's import may read).
 
 A changed file is a new key, so the plugin is described again. A kept report is handed to the process on its
 configuration line; the host still parses the manifests the process then answers in Describe (the same checks as
@@ -99,16 +100,18 @@ def key(
     digest = hashlib.sha256()
     real = os.path.realpath(python)
     st = os.stat(real)
-    header = {
+    header: dict[str, Any] = {
         "python": [real, st.st_size, st.st_mtime_ns],
         "host_python": sys.version,
         "site": sorted(n for d in site.getsitepackages() if os.path.isdir(d) for n in os.listdir(d)),
         "agenthost": importlib.metadata.version("agenthost"),
         "kind": kind,
         "distribution": distribution,
-        "walls": [builtin, sandboxed, network, sorted(bound)],
-        "env": sorted((k, v) for k, v in env.items() if k != "HOME"),
+        "walls": [builtin, sandboxed, network],
     }
+    if not builtin:  # the built-in runners' and adapters' import reads neither (the test suite's hosts differ in both)
+        header["bound"] = sorted(bound)
+        header["env"] = sorted((k, v) for k, v in env.items() if k != "HOME")
     digest.update(json.dumps(header).encode())
     for root in _agenthost_roots():
         digest.update(str(root).encode())
