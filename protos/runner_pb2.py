@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from agenthost.protos import common_pb2 as agenthost_dot_protos_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61genthost/protos/runner.proto\x12\x0c\x61genthost.v1\x1a\x1d\x61genthost/protos/common.proto\"\xac\x01\n\x11ListModelsRequest\x12\x13\n\x0brunner_name\x18\x01 \x01(\t\x12\x13\n\x0b\x63onfig_json\x18\x02 \x01(\t\x12=\n\x07secrets\x18\x03 \x03(\x0b\x32,.agenthost.v1.ListModelsRequest.SecretsEntry\x1a.\n\x0cSecretsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"N\n\nModelEntry\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x10\n\x08\x62\x61se_url\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"M\n\x12ListModelsResponse\x12(\n\x06models\x18\x01 \x03(\x0b\x32\x18.agenthost.v1.ModelEntry\x12\r\n\x05\x65rror\x18\x02 \x01(\t\"A\n\x15ValidateConfigRequest\x12\x13\n\x0brunner_name\x18\x01 \x01(\t\x12\x13\n\x0b\x63onfig_json\x18\x02 \x01(\t\"*\n\x16ValidateConfigResponse\x12\x10\n\x08problems\x18\x01 \x03(\t\"\x11\n\x0f\x44\x65scribeRequest\"l\n\x10\x44\x65scribeResponse\x12\x11\n\tplugin_id\x18\x01 \x01(\t\x12\x13\n\x0bsdk_version\x18\x02 \x01(\t\x12\x18\n\x10protocol_version\x18\x03 \x01(\x05\x12\x16\n\x0emanifests_json\x18\x04 \x03(\t\"(\n\x0fShutdownRequest\x12\x15\n\rgrace_seconds\x18\x01 \x01(\x01\"\x12\n\x10ShutdownResponse\"\xe0\x01\n\nRunRequest\x12.\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1d.agenthost.v1.AgentRunContext\x12\x11\n\trun_token\x18\x02 \x01(\t\x12\x13\n\x0brunner_name\x18\x03 \x01(\t\x12\x12\n\ntool_token\x18\x04 \x01(\t\x12\x36\n\x07secrets\x18\x05 \x03(\x0b\x32%.agenthost.v1.RunRequest.SecretsEntry\x1a.\n\x0cSecretsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\":\n\x07Trigger\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x11\n\ttimestamp\x18\x03 \x01(\x01\"\\\n\x0c\x43onversation\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x11\n\tthread_id\x18\x02 \x01(\t\x12\x0e\n\x06\x62ot_id\x18\x03 \x01(\t\x12\x10\n\x08\x62ot_name\x18\x04 \x01(\t\"F\n\x07Subject\x12\x14\n\x0csubject_type\x18\x01 \x01(\t\x12\x12\n\nsubject_id\x18\x02 \x01(\t\x12\x11\n\tdata_json\x18\x03 \x01(\t\"r\n\x08RunInput\x12\x0c\n\x04text\x18\x01 \x01(\t\x12(\n\x05parts\x18\x02 \x03(\x0b\x32\x19.agenthost.v1.ContentPart\x12.\n\x0b\x61ttachments\x18\x03 \x03(\x0b\x32\x19.agenthost.v1.ArtifactRef\"Q\n\x08\x44\x65livery\x12\x0f\n\x07surface\x18\x01 \x01(\t\x12\x1a\n\x12supports_streaming\x18\x02 \x01(\x08\x12\x18\n\x10max_message_size\x18\x03 \x01(\x03\"~\n\tResources\x12\x0c\n\x04\x61pis\x18\x01 \x03(\t\x12.\n\x0cstate_scopes\x18\x02 \x03(\x0e\x32\x18.agenthost.v1.StateScope\x12#\n\x1b\x63ross_conversation_patterns\x18\x03 \x03(\t\x12\x0e\n\x06skills\x18\x04 \x03(\t\"s\n\x0cInlinePolicy\x12\x0c\n\x04mode\x18\x01 \x01(\t\x12\x17\n\x0f\x64\x65livered_count\x18\x02 \x01(\x05\x12\x1a\n\x12source_total_count\x18\x03 \x01(\x03\x12\x10\n\x08\x63omplete\x18\x04 \x01(\x08\x12\x0e\n\x06reason\x18\x05 \x01(\t\"\xd3\x01\n\rContextAccess\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x11\n\tthread_id\x18\x02 \x01(\t\x12\x15\n\rlatest_cursor\x18\x03 \x01(\t\x12\x1a\n\x12has_history_before\x18\x04 \x01(\x08\x12\x18\n\x10transcript_count\x18\x05 \x01(\x03\x12\x31\n\rinline_policy\x18\x06 \x01(\x0b\x32\x1a.agenthost.v1.InlinePolicy\x12\x16\n\x0e\x61vailable_apis\x18\x07 \x03(\t\"\x88\x01\n\x07Runtime\x12\x13\n\x0b\x64\x65\x61\x64line_at\x18\x01 \x01(\x01\x12\x14\n\x0chost_version\x18\x02 \x01(\t\x12\x18\n\x10protocol_version\x18\x03 \x01(\x05\x12\x12\n\nbinding_id\x18\x04 \x01(\t\x12\x11\n\trunner_id\x18\x05 \x01(\t\x12\x11\n\tplugin_id\x18\x06 \x01(\t\"\x9e\x04\n\x0f\x41gentRunContext\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12&\n\x07trigger\x18\x02 \x01(\x0b\x32\x15.agenthost.v1.Trigger\x12(\n\x05\x65vent\x18\x03 \x01(\x0b\x32\x19.agenthost.v1.EventRecord\x12\x30\n\x0c\x63onversation\x18\x04 \x01(\x0b\x32\x1a.agenthost.v1.Conversation\x12\"\n\x05\x61\x63tor\x18\x05 \x01(\x0b\x32\x13.agenthost.v1.Actor\x12&\n\x07subject\x18\x06 \x01(\x0b\x32\x15.agenthost.v1.Subject\x12%\n\x05input\x18\x07 \x01(\x0b\x32\x16.agenthost.v1.RunInput\x12(\n\x08\x64\x65livery\x18\x08 \x01(\x0b\x32\x16.agenthost.v1.Delivery\x12*\n\tresources\x18\t \x01(\x0b\x32\x17.agenthost.v1.Resources\x12,\n\x07\x63ontext\x18\n \x01(\x0b\x32\x1b.agenthost.v1.ContextAccess\x12\x12\n\nstate_json\x18\x0b \x01(\t\x12&\n\x07runtime\x18\x0c \x01(\x0b\x32\x15.agenthost.v1.Runtime\x12\x13\n\x0b\x63onfig_json\x18\r \x01(\t\x12/\n\tbootstrap\x18\x0e \x03(\x0b\x32\x1c.agenthost.v1.TranscriptItem2\x8c\x03\n\x06Runner\x12I\n\x08\x44\x65scribe\x12\x1d.agenthost.v1.DescribeRequest\x1a\x1e.agenthost.v1.DescribeResponse\x12>\n\x03Run\x12\x18.agenthost.v1.RunRequest\x1a\x1b.agenthost.v1.RunEventBatch0\x01\x12I\n\x08Shutdown\x12\x1d.agenthost.v1.ShutdownRequest\x1a\x1e.agenthost.v1.ShutdownResponse\x12[\n\x0eValidateConfig\x12#.agenthost.v1.ValidateConfigRequest\x1a$.agenthost.v1.ValidateConfigResponse\x12O\n\nListModels\x12\x1f.agenthost.v1.ListModelsRequest\x1a .agenthost.v1.ListModelsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x61genthost/protos/runner.proto\x12\x0c\x61genthost.v1\x1a\x1d\x61genthost/protos/common.proto\"\xac\x01\n\x11ListModelsRequest\x12\x13\n\x0brunner_name\x18\x01 \x01(\t\x12\x13\n\x0b\x63onfig_json\x18\x02 \x01(\t\x12=\n\x07secrets\x18\x03 \x03(\x0b\x32,.agenthost.v1.ListModelsRequest.SecretsEntry\x1a.\n\x0cSecretsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"N\n\nModelEntry\x12\x10\n\x08provider\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x10\n\x08\x62\x61se_url\x18\x03 \x01(\t\x12\r\n\x05\x65rror\x18\x04 \x01(\t\"M\n\x12ListModelsResponse\x12(\n\x06models\x18\x01 \x03(\x0b\x32\x18.agenthost.v1.ModelEntry\x12\r\n\x05\x65rror\x18\x02 \x01(\t\"A\n\x15ValidateConfigRequest\x12\x13\n\x0brunner_name\x18\x01 \x01(\t\x12\x13\n\x0b\x63onfig_json\x18\x02 \x01(\t\"*\n\x16ValidateConfigResponse\x12\x10\n\x08problems\x18\x01 \x03(\t\"\x11\n\x0f\x44\x65scribeRequest\"\xe7\x01\n\x10\x44\x65scribeResponse\x12\x11\n\tplugin_id\x18\x01 \x01(\t\x12\x13\n\x0bsdk_version\x18\x02 \x01(\t\x12\x18\n\x10protocol_version\x18\x03 \x01(\x05\x12\x16\n\x0emanifests_json\x18\x04 \x03(\t\x12\x45\n\x0c\x65ntry_points\x18\x05 \x03(\x0b\x32/.agenthost.v1.DescribeResponse.EntryPointsEntry\x1a\x32\n\x10\x45ntryPointsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"(\n\x0fShutdownRequest\x12\x15\n\rgrace_seconds\x18\x01 \x01(\x01\"\x12\n\x10ShutdownResponse\"\xe0\x01\n\nRunRequest\x12.\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x1d.agenthost.v1.AgentRunContext\x12\x11\n\trun_token\x18\x02 \x01(\t\x12\x13\n\x0brunner_name\x18\x03 \x01(\t\x12\x12\n\ntool_token\x18\x04 \x01(\t\x12\x36\n\x07secrets\x18\x05 \x03(\x0b\x32%.agenthost.v1.RunRequest.SecretsEntry\x1a.\n\x0cSecretsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\":\n\x07Trigger\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12\x11\n\ttimestamp\x18\x03 \x01(\x01\"\\\n\x0c\x43onversation\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x11\n\tthread_id\x18\x02 \x01(\t\x12\x0e\n\x06\x62ot_id\x18\x03 \x01(\t\x12\x10\n\x08\x62ot_name\x18\x04 \x01(\t\"F\n\x07Subject\x12\x14\n\x0csubject_type\x18\x01 \x01(\t\x12\x12\n\nsubject_id\x18\x02 \x01(\t\x12\x11\n\tdata_json\x18\x03 \x01(\t\"r\n\x08RunInput\x12\x0c\n\x04text\x18\x01 \x01(\t\x12(\n\x05parts\x18\x02 \x03(\x0b\x32\x19.agenthost.v1.ContentPart\x12.\n\x0b\x61ttachments\x18\x03 \x03(\x0b\x32\x19.agenthost.v1.ArtifactRef\"Q\n\x08\x44\x65livery\x12\x0f\n\x07surface\x18\x01 \x01(\t\x12\x1a\n\x12supports_streaming\x18\x02 \x01(\x08\x12\x18\n\x10max_message_size\x18\x03 \x01(\x03\"~\n\tResources\x12\x0c\n\x04\x61pis\x18\x01 \x03(\t\x12.\n\x0cstate_scopes\x18\x02 \x03(\x0e\x32\x18.agenthost.v1.StateScope\x12#\n\x1b\x63ross_conversation_patterns\x18\x03 \x03(\t\x12\x0e\n\x06skills\x18\x04 \x03(\t\"s\n\x0cInlinePolicy\x12\x0c\n\x04mode\x18\x01 \x01(\t\x12\x17\n\x0f\x64\x65livered_count\x18\x02 \x01(\x05\x12\x1a\n\x12source_total_count\x18\x03 \x01(\x03\x12\x10\n\x08\x63omplete\x18\x04 \x01(\x08\x12\x0e\n\x06reason\x18\x05 \x01(\t\"\xd3\x01\n\rContextAccess\x12\x17\n\x0f\x63onversation_id\x18\x01 \x01(\t\x12\x11\n\tthread_id\x18\x02 \x01(\t\x12\x15\n\rlatest_cursor\x18\x03 \x01(\t\x12\x1a\n\x12has_history_before\x18\x04 \x01(\x08\x12\x18\n\x10transcript_count\x18\x05 \x01(\x03\x12\x31\n\rinline_policy\x18\x06 \x01(\x0b\x32\x1a.agenthost.v1.InlinePolicy\x12\x16\n\x0e\x61vailable_apis\x18\x07 \x03(\t\"\x88\x01\n\x07Runtime\x12\x13\n\x0b\x64\x65\x61\x64line_at\x18\x01 \x01(\x01\x12\x14\n\x0chost_version\x18\x02 \x01(\t\x12\x18\n\x10protocol_version\x18\x03 \x01(\x05\x12\x12\n\nbinding_id\x18\x04 \x01(\t\x12\x11\n\trunner_id\x18\x05 \x01(\t\x12\x11\n\tplugin_id\x18\x06 \x01(\t\"\x9e\x04\n\x0f\x41gentRunContext\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12&\n\x07trigger\x18\x02 \x01(\x0b\x32\x15.agenthost.v1.Trigger\x12(\n\x05\x65vent\x18\x03 \x01(\x0b\x32\x19.agenthost.v1.EventRecord\x12\x30\n\x0c\x63onversation\x18\x04 \x01(\x0b\x32\x1a.agenthost.v1.Conversation\x12\"\n\x05\x61\x63tor\x18\x05 \x01(\x0b\x32\x13.agenthost.v1.Actor\x12&\n\x07subject\x18\x06 \x01(\x0b\x32\x15.agenthost.v1.Subject\x12%\n\x05input\x18\x07 \x01(\x0b\x32\x16.agenthost.v1.RunInput\x12(\n\x08\x64\x65livery\x18\x08 \x01(\x0b\x32\x16.agenthost.v1.Delivery\x12*\n\tresources\x18\t \x01(\x0b\x32\x17.agenthost.v1.Resources\x12,\n\x07\x63ontext\x18\n \x01(\x0b\x32\x1b.agenthost.v1.ContextAccess\x12\x12\n\nstate_json\x18\x0b \x01(\t\x12&\n\x07runtime\x18\x0c \x01(\x0b\x32\x15.agenthost.v1.Runtime\x12\x13\n\x0b\x63onfig_json\x18\r \x01(\t\x12/\n\tbootstrap\x18\x0e \x03(\x0b\x32\x1c.agenthost.v1.TranscriptItem2\x8c\x03\n\x06Runner\x12I\n\x08\x44\x65scribe\x12\x1d.agenthost.v1.DescribeRequest\x1a\x1e.agenthost.v1.DescribeResponse\x12>\n\x03Run\x12\x18.agenthost.v1.RunRequest\x1a\x1b.agenthost.v1.RunEventBatch0\x01\x12I\n\x08Shutdown\x12\x1d.agenthost.v1.ShutdownRequest\x1a\x1e.agenthost.v1.ShutdownResponse\x12[\n\x0eValidateConfig\x12#.agenthost.v1.ValidateConfigRequest\x1a$.agenthost.v1.ValidateConfigResponse\x12O\n\nListModels\x12\x1f.agenthost.v1.ListModelsRequest\x1a .agenthost.v1.ListModelsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,6 +34,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LISTMODELSREQUEST_SECRETSENTRY']._loaded_options = None
   _globals['_LISTMODELSREQUEST_SECRETSENTRY']._serialized_options = b'8\001'
+  _globals['_DESCRIBERESPONSE_ENTRYPOINTSENTRY']._loaded_options = None
+  _globals['_DESCRIBERESPONSE_ENTRYPOINTSENTRY']._serialized_options = b'8\001'
   _globals['_RUNREQUEST_SECRETSENTRY']._loaded_options = None
   _globals['_RUNREQUEST_SECRETSENTRY']._serialized_options = b'8\001'
   _globals['_LISTMODELSREQUEST']._serialized_start=79
@@ -50,36 +52,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_VALIDATECONFIGRESPONSE']._serialized_end=521
   _globals['_DESCRIBEREQUEST']._serialized_start=523
   _globals['_DESCRIBEREQUEST']._serialized_end=540
-  _globals['_DESCRIBERESPONSE']._serialized_start=542
-  _globals['_DESCRIBERESPONSE']._serialized_end=650
-  _globals['_SHUTDOWNREQUEST']._serialized_start=652
-  _globals['_SHUTDOWNREQUEST']._serialized_end=692
-  _globals['_SHUTDOWNRESPONSE']._serialized_start=694
-  _globals['_SHUTDOWNRESPONSE']._serialized_end=712
-  _globals['_RUNREQUEST']._serialized_start=715
-  _globals['_RUNREQUEST']._serialized_end=939
+  _globals['_DESCRIBERESPONSE']._serialized_start=543
+  _globals['_DESCRIBERESPONSE']._serialized_end=774
+  _globals['_DESCRIBERESPONSE_ENTRYPOINTSENTRY']._serialized_start=724
+  _globals['_DESCRIBERESPONSE_ENTRYPOINTSENTRY']._serialized_end=774
+  _globals['_SHUTDOWNREQUEST']._serialized_start=776
+  _globals['_SHUTDOWNREQUEST']._serialized_end=816
+  _globals['_SHUTDOWNRESPONSE']._serialized_start=818
+  _globals['_SHUTDOWNRESPONSE']._serialized_end=836
+  _globals['_RUNREQUEST']._serialized_start=839
+  _globals['_RUNREQUEST']._serialized_end=1063
   _globals['_RUNREQUEST_SECRETSENTRY']._serialized_start=205
   _globals['_RUNREQUEST_SECRETSENTRY']._serialized_end=251
-  _globals['_TRIGGER']._serialized_start=941
-  _globals['_TRIGGER']._serialized_end=999
-  _globals['_CONVERSATION']._serialized_start=1001
-  _globals['_CONVERSATION']._serialized_end=1093
-  _globals['_SUBJECT']._serialized_start=1095
-  _globals['_SUBJECT']._serialized_end=1165
-  _globals['_RUNINPUT']._serialized_start=1167
-  _globals['_RUNINPUT']._serialized_end=1281
-  _globals['_DELIVERY']._serialized_start=1283
-  _globals['_DELIVERY']._serialized_end=1364
-  _globals['_RESOURCES']._serialized_start=1366
-  _globals['_RESOURCES']._serialized_end=1492
-  _globals['_INLINEPOLICY']._serialized_start=1494
-  _globals['_INLINEPOLICY']._serialized_end=1609
-  _globals['_CONTEXTACCESS']._serialized_start=1612
-  _globals['_CONTEXTACCESS']._serialized_end=1823
-  _globals['_RUNTIME']._serialized_start=1826
-  _globals['_RUNTIME']._serialized_end=1962
-  _globals['_AGENTRUNCONTEXT']._serialized_start=1965
-  _globals['_AGENTRUNCONTEXT']._serialized_end=2507
-  _globals['_RUNNER']._serialized_start=2510
-  _globals['_RUNNER']._serialized_end=2906
+  _globals['_TRIGGER']._serialized_start=1065
+  _globals['_TRIGGER']._serialized_end=1123
+  _globals['_CONVERSATION']._serialized_start=1125
+  _globals['_CONVERSATION']._serialized_end=1217
+  _globals['_SUBJECT']._serialized_start=1219
+  _globals['_SUBJECT']._serialized_end=1289
+  _globals['_RUNINPUT']._serialized_start=1291
+  _globals['_RUNINPUT']._serialized_end=1405
+  _globals['_DELIVERY']._serialized_start=1407
+  _globals['_DELIVERY']._serialized_end=1488
+  _globals['_RESOURCES']._serialized_start=1490
+  _globals['_RESOURCES']._serialized_end=1616
+  _globals['_INLINEPOLICY']._serialized_start=1618
+  _globals['_INLINEPOLICY']._serialized_end=1733
+  _globals['_CONTEXTACCESS']._serialized_start=1736
+  _globals['_CONTEXTACCESS']._serialized_end=1947
+  _globals['_RUNTIME']._serialized_start=1950
+  _globals['_RUNTIME']._serialized_end=2086
+  _globals['_AGENTRUNCONTEXT']._serialized_start=2089
+  _globals['_AGENTRUNCONTEXT']._serialized_end=2631
+  _globals['_RUNNER']._serialized_start=2634
+  _globals['_RUNNER']._serialized_end=3030
 # @@protoc_insertion_point(module_scope)

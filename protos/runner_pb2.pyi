@@ -63,16 +63,25 @@ class DescribeRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class DescribeResponse(_message.Message):
-    __slots__ = ("plugin_id", "sdk_version", "protocol_version", "manifests_json")
+    __slots__ = ("plugin_id", "sdk_version", "protocol_version", "manifests_json", "entry_points")
+    class EntryPointsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     PLUGIN_ID_FIELD_NUMBER: _ClassVar[int]
     SDK_VERSION_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     MANIFESTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_POINTS_FIELD_NUMBER: _ClassVar[int]
     plugin_id: str
     sdk_version: str
     protocol_version: int
     manifests_json: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, plugin_id: _Optional[str] = ..., sdk_version: _Optional[str] = ..., protocol_version: _Optional[int] = ..., manifests_json: _Optional[_Iterable[str]] = ...) -> None: ...
+    entry_points: _containers.ScalarMap[str, str]
+    def __init__(self, plugin_id: _Optional[str] = ..., sdk_version: _Optional[str] = ..., protocol_version: _Optional[int] = ..., manifests_json: _Optional[_Iterable[str]] = ..., entry_points: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ShutdownRequest(_message.Message):
     __slots__ = ("grace_seconds",)

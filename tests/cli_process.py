@@ -8,12 +8,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agenthost.host.processes import describe_cache
+
 CLI = [sys.executable, "-m", "agenthost.host.cli"]
 
 
 def cli_env(data_dir: Path | None = None) -> dict[str, str]:
-    """The test's environment without provider keys or agenthost settings, so nothing of the machine leaks in."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC", "OPENAI", "AGENTHOST"))}
+    """The test's environment without provider keys or agenthost settings, so nothing of the machine leaks in (but
+    the suite's own describe cache: tests/conftest.py)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC", "OPENAI", "AGENTHOST")) or k == describe_cache.CACHE_ENV
+    }
     if data_dir is not None:
         env["AGENTHOST_HOME"] = str(data_dir)
     return env

@@ -34,6 +34,7 @@ _DURATION = re.compile(r"^\s*([0-9.]+)s\s+(?:setup|call|teardown)\s+(.+?)\s*$") 
 # Python reads a .pyc whatever that variable says. Plugin sources (tests/fixtures, plugins/examples) are left as
 # they are: installs copy them.
 ROOT = Path(__file__).resolve().parent.parent
+_DESCRIBED = [""]  # the describe cache this run made (pytest_configure), removed at its end
 _COMPILED = ("channels", "host", "plugins", "protos", "runners", "tests", "benchmarks", "scripts")
 
 
@@ -41,9 +42,23 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker: the controller compiled before it started the workers
         return
     import compileall
+    import tempfile
+
+    from agenthost.host.processes import describe_cache
+
+    # One describe cache for every host of the run (the workers inherit the variable): each test's host has a data
+    # dir of its own, so its own cache would never see the built-in plugin's files twice. Keyed by content,
+    # environment and walls: a test that changes any of them is described again.
+    if not os.environ.get(describe_cache.CACHE_ENV):
+        os.environ[describe_cache.CACHE_ENV] = _DESCRIBED[0] = tempfile.mkdtemp(prefix="agenthost-describe-")
 
     for folder in _COMPILED:
         compileall.compile_dir(ROOT / folder, quiet=2, rx=re.compile(r"[/\\](fixtures|examples)[/\\]"))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _DESCRIBED[0]:
+        shutil.rmtree(_DESCRIBED[0], ignore_errors=True)
 
 
 @pytest.hookimpl(wrapper=True)

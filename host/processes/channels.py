@@ -14,6 +14,7 @@ and revokes the credential.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import re
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agenthost.host.access.credentials import CHANNEL_PREFIX, CHAT_CONVERSATION
 from agenthost.host.access.private_files import read_json, write_json
-from agenthost.host.processes import binding_config
+from agenthost.host.processes import binding_config, describe_cache
 from agenthost.host.processes.supervisor import PluginSpec
 from agenthost.plugins import sandbox
 from agenthost.plugins.manifest import ChannelManifest, ManifestError, parse_many
@@ -126,9 +127,29 @@ class Channels:
             return walls.argv(argv)
 
         env = sandbox.plugin_environment({}, home=Path("/tmp"))
-        described, reason = await install.describe(python, source.distribution, "channels", wrap, env)
-        if reason:
-            raise errors.FailedPrecondition(f"plugin {plugin_id} offers no channel adapters: {reason}")
+        directory = describe_cache.cache_dir(self.host.data_dir)
+        try:
+            kept_as = await asyncio.to_thread(
+                describe_cache.key,
+                kind="channels",
+                python=python,
+                distribution=source.distribution,
+                builtin=source.builtin,
+                sandboxed=self.host.sandbox_status == "on",
+                network=False,
+                bound=(),
+                env=env,
+            )
+        except (OSError, ImportError, ValueError):  # no key: described, as ever
+            kept_as = ""
+        described = await asyncio.to_thread(describe_cache.load, directory, kept_as, "channels") if kept_as else None
+        if described is None:
+            described, reason = await install.describe(python, source.distribution, "channels", wrap, env)
+            if reason:
+                raise errors.FailedPrecondition(f"plugin {plugin_id} offers no channel adapters: {reason}")
+            if kept_as:
+                with contextlib.suppress(OSError):  # not kept: the next `channels add` describes it again
+                    await asyncio.to_thread(describe_cache.store, directory, kept_as, described)
         try:
             raws = [json.dumps(raw) for raw in described["channels"]]
             manifests = await asyncio.to_thread(parse_many, ChannelManifest, raws)

@@ -47,6 +47,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from agenthost.host.access.grants import RunRegistry, new_token
 from agenthost.host.ops.logs import RotatingFile, pump
 from agenthost.host.ops.observability import Observer
+from agenthost.host.processes import describe_cache
 from agenthost.host.processes.plugin_sockets import PluginSockets
 from agenthost.host.processes.resource_walls import PluginGroup, ResourceWalls, human_bytes
 from agenthost.host.store.db import Database
@@ -341,6 +342,7 @@ class Supervisor:
             env[TOOLS_CGROUP_ENV] = ":".join(tools_procs)
         named = spec.paths() if spec.paths is not None else []
         pp.bound_paths = frozenset((n.path, n.mode) for n in named)
+        kept_as, kept = await self._kept_description(spec, pp, env)
         if self.sandboxed:
             env[sandbox.INSIDE_ENV] = "1"
             named_ro, named_rw = binding_paths.sandbox_paths(named)
@@ -417,6 +419,8 @@ class Supervisor:
             "data_dir": str(data_dir),
             **extra,
         }
+        if kept is not None:
+            config["described"] = kept
         try:
             assert proc.stdin is not None and proc.stdout is not None
             proc.stdin.write((json.dumps(config) + "\n").encode())
@@ -435,6 +439,18 @@ class Supervisor:
                 described = await pp.stub.Describe(runner_pb2.DescribeRequest(), timeout=self.policy.health_timeout)
                 parsed = await asyncio.to_thread(parse_many, RunnerManifest, list(described.manifests_json))
                 pp.manifests = {m.name: m for m in parsed}
+                if kept_as and kept is None:
+                    try:
+                        await asyncio.to_thread(
+                            describe_cache.store_runners,
+                            describe_cache.cache_dir(self.data_dir),
+                            kept_as,
+                            described.sdk_version,
+                            list(described.manifests_json),
+                            dict(described.entry_points),
+                        )
+                    except OSError as exc:  # a full disk costs the next start its describe child, nothing more
+                        log.warning("%s: description not kept (%s)", spec.plugin_id, exc)
         except (PluginStartError, ManifestError, grpc.RpcError, OSError) as exc:
             await self._kill(pp)
             await self._forget_process(pp)
@@ -447,6 +463,31 @@ class Supervisor:
             self.registry.add_plugin_secret(spec.plugin_id, secret)
         # Drain stdout for the rest of the process's life so a chatty runner can never block on a full pipe.
         asyncio.create_task(_drain(proc.stdout))
+
+    async def _kept_description(
+        self, spec: PluginSpec, pp: PluginProcess, env: dict[str, str]
+    ) -> tuple[str, dict[str, Any] | None]:
+        """The content key of a Python runner plugin's description ('' for other kinds) and the report kept under
+        it, if any: agenthost.host.processes.describe_cache."""
+        if spec.kind != "runner" or command_plugin.is_launch_file(spec.python):
+            return "", None
+        try:
+            kept_as = await asyncio.to_thread(
+                describe_cache.key,
+                kind="runners",
+                python=spec.python,
+                distribution=spec.distribution,
+                builtin=spec.builtin,
+                sandboxed=self.sandboxed,
+                network=spec.builtin or spec.network,
+                bound=pp.bound_paths,
+                env={k: v for k, v in env.items() if k != TOOLS_CGROUP_ENV},  # this process's own cgroup
+            )
+        except (OSError, ImportError, ValueError) as exc:  # no key: the process describes itself, as ever
+            log.warning("%s: no kept description (%s)", spec.plugin_id, exc)
+            return "", None
+        kept = await asyncio.to_thread(describe_cache.load, describe_cache.cache_dir(self.data_dir), kept_as, "runners")
+        return kept_as, kept
 
     def out_of_memory(self, proc: asyncio.subprocess.Process) -> bool:
         """Whether the kernel killed this ended plugin process for passing its cgroup's memory cap."""

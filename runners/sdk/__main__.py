@@ -10,7 +10,8 @@ imports, exits or prints at import fails the start the same way, with the same e
 over a pipe and exits, taking pydantic, the plugin and its dependencies with it; meanwhile the parent imports gRPC.
 The parent serves health and Describe from those manifests and imports the classes at the first Run or
 ValidateConfig (agenthost.runners.sdk.server.Deferred). AGENTHOST_RUNNER_EAGER=1 loads them in the serving process
-at start instead (the old way; the RSS benchmark's baseline).
+at start instead (the old way; the RSS benchmark's baseline). When the configuration line brings "described", the
+report of an earlier child for the same files (agenthost.host.processes.describe_cache), no child is forked.
 
 This module imports little at the top on purpose: whatever it imports, every idle runner process holds.
 """
@@ -144,8 +145,12 @@ def _serve_main() -> int:
     # Before gRPC starts its threads (and before the describe child, which inherits it).
     lean.tune_malloc()
     lean.skip_unused_imports()
+    # What the host kept from describing these same files before (agenthost.host.processes.describe_cache): the
+    # child's report without the child. The first Run still imports the classes and checks them against it.
+    kept = config.get("described")
+    given = kept if isinstance(kept, dict) and isinstance(kept.get("runners"), list) else None
     if not eager:
-        child = _describe_child(distribution)
+        child = _describe_child(distribution) if given is None else None
         lean.defer_ssl()
     import asyncio
 
@@ -164,7 +169,7 @@ def _serve_main() -> int:
             print(f"agenthost runner: {exc}", file=sys.stderr)
             return EXIT_DISCOVERY
     else:
-        code, report = _await_describe_child(*child)
+        code, report = _await_describe_child(*child) if child is not None else (0, given or {})
         if code != 0 or "runners" not in report:
             reason = report.get("error") or f"the plugin's describe child exited with code {code} and no manifests"
             print(f"agenthost runner: {reason}", file=sys.stderr)

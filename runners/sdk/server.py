@@ -99,6 +99,11 @@ class _Runners:
     def __contains__(self, name: str) -> bool:
         return name in self.described
 
+    def entry_points(self) -> dict[str, str]:
+        """The entry point of every described runner, or none when one is unknown."""
+        known = {name: origin for name, origin in self._origin.items() if origin is not None}
+        return known if len(known) == len(self._origin) else {}
+
     async def get(self, name: str) -> Runner:
         """The runner `name` (which must be described), loading its entry point's runners the first time."""
         origin = self._origin[name]
@@ -209,6 +214,7 @@ class RunnerService(runner_pb2_grpc.RunnerServicer):
             sdk_version=self.runners.sdk_version,
             protocol_version=PROTOCOL_VERSION,
             manifests_json=list(self.runners.described.values()),
+            entry_points=self.runners.entry_points(),
         )
 
     def _unavailable(self) -> None:

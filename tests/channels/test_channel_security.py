@@ -109,3 +109,34 @@ async def test_adapter_credential_reaches_only_its_bot(tmp_path: Path) -> None:
         creds = (await h.client.call("ListCredentials", hpb.ListCredentialsRequest())).credentials
         assert "channel.evil" not in {c.name for c in creds}
         assert PROCESS_PREFIX + "evil" not in h.host.supervisor.processes
+
+
+async def test_a_kept_adapter_description_is_used_until_the_plugin_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reused_plugin_installs: None
+) -> None:
+    """`channels add` describes a plugin's adapters in a sandboxed child; the report is kept by content
+    (describe_cache), so the same files are not described twice, and a file changed on disk is described again."""
+    from agenthost.plugins import install
+
+    describes: list[str] = []
+    real = install.describe
+
+    async def counted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        describes.append(args[1])
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(install, "describe", counted)
+    async with HostHarness(tmp_path, runners=[Scripted], bot="support") as h:
+        info = await h.client.call(
+            "InstallPlugin", hpb.InstallPluginRequest(source=INTRUDER, offline=True), timeout=300
+        )
+        channels = h.host.channels
+        source = channels.source(info.plugin_id)
+        describes.clear()  # the install's own
+        assert list(await channels.describe(source)) == ["intruder"]
+        assert list(await channels.describe(source)) == ["intruder"]
+        assert describes == ["agenthost-intruder-channel"]  # once: the second was kept
+        module = next(Path(source.python).parents[1].rglob("agenthost_intruder_channel/__init__.py"))
+        module.write_text(module.read_text().replace('name="intruder",', 'name="renamed",'))
+        assert list(await channels.describe(source)) == ["renamed"]
+        assert len(describes) == 2

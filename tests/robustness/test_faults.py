@@ -269,3 +269,32 @@ async def test_cancel_a_blocked_runner(host):
     os.kill(real_pid(h, record["pid"]), signal.SIGKILL)  # the supervisor restarts it
     await wait_ready(h, sandbox)
     await still_serving(client)
+
+
+async def test_a_kept_description_starts_the_same_files_without_importing_them_and_a_change_is_described_again(host):
+    """The first start's describe child imports the plugin; its report is kept by content (describe_cache), so a
+    restart of the same files imports nothing at start. A file changed on disk is a new key: described again, and
+    the host sees the new manifest."""
+    h, client, leak = host
+    marks = leak / "imports"
+
+    def importers() -> list[str]:
+        return marks.read_text().split() if marks.exists() else []
+
+    async def restart() -> str:
+        await h.supervisor.stop(PLUGIN)
+        await h.supervisor.start(PLUGIN)
+        return h.supervisor.processes[PLUGIN].manifests["faulty"].description
+
+    first = importers()
+    assert len(first) == 2  # the first start's describe child, then the serving process (the bind's config check)
+    assert await restart() == "misbehaves on request"
+    assert importers() == first  # kept: no describe child, and the serving process loads at first use only
+    module = next(Path(h.registry.plugin(PLUGIN).python).parents[1].rglob("agenthost_faulty/__init__.py"))
+    module.write_text(module.read_text().replace('description="misbehaves on request"', 'description="changed"'))
+    assert await restart() == "changed"
+    assert len(importers()) == 3
+    # The serving process imports the changed classes at the first run and finds them as described.
+    result = await asyncio.wait_for(client.send("b", "hello"), 60)
+    assert result.run.status == "completed", result.run.error_message
+    assert len(importers()) == 4
