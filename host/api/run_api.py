@@ -146,10 +146,7 @@ class _Gate(grpc.GenericRpcHandler):
     def __init__(self, servicer: RunAPIServicer, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
         self._servicer = servicer
         self._reads = asyncio.Semaphore(limits.RUN_API_READS)
-        self._handlers = {
-            method: self._first_bounded(handler) if handler.request_streaming else self._bounded(handler)
-            for method, handler in handlers.items()
-        }
+        self._handlers = {method: self._bounded(handler) for method, handler in handlers.items()}
 
     async def _read(self, context: grpc.aio.ServicerContext) -> Any:
         """The call's one request, read in its turn. On the path of every call, so: `context.read` rather than the
@@ -179,28 +176,13 @@ class _Gate(grpc.GenericRpcHandler):
             await errors.abort_with(context, refusal)
         return request
 
-    def _bounded(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        """A unary-request method served request-streaming (the wire is the same), so `_read` decides when its
-        request is read."""
-        inner: Any = handler.unary_stream or handler.unary_unary
-        codecs = {
-            "request_deserializer": handler.request_deserializer,
-            "response_serializer": handler.response_serializer,
-        }
-        if handler.response_streaming:
+    async def _request(self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        """What a unary-request method is handed: its one request, read in its turn (`_read`)."""
+        return await self._read(context)
 
-            async def streaming(
-                request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
-            ) -> AsyncIterator[Any]:
-                async for reply in inner(await self._read(context), context):
-                    yield reply
-
-            return grpc.stream_stream_rpc_method_handler(streaming, **codecs)
-
-        async def single(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-            return await inner(await self._read(context), context)
-
-        return grpc.stream_unary_rpc_method_handler(single, **codecs)
+    async def _requests(self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        """What a client-streaming method is handed: its stream, the first message read in its turn."""
+        return self._first_read(request_iterator)
 
     async def _first_read(self, request_iterator: AsyncIterator[Any]) -> AsyncIterator[Any]:
         """`request_iterator` with its first message read under the bound of `_read`; no deadline of its own (the
@@ -214,8 +196,11 @@ class _Gate(grpc.GenericRpcHandler):
         async for message in messages:
             yield message
 
-    def _first_bounded(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        inner: Any = handler.stream_stream or handler.stream_unary
+    def _bounded(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """The method served request-streaming (a unary request's wire is the same), so `_read` decides when its
+        request is read."""
+        inner: Any = handler.stream_stream or handler.stream_unary or handler.unary_stream or handler.unary_unary
+        given = self._requests if handler.request_streaming else self._request
         codecs = {
             "request_deserializer": handler.request_deserializer,
             "response_serializer": handler.response_serializer,
@@ -225,14 +210,14 @@ class _Gate(grpc.GenericRpcHandler):
             async def streaming(
                 request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
             ) -> AsyncIterator[Any]:
-                async with contextlib.aclosing(inner(self._first_read(request_iterator), context)) as replies:
+                async with contextlib.aclosing(inner(await given(request_iterator, context), context)) as replies:
                     async for reply in replies:
                         yield reply
 
             return grpc.stream_stream_rpc_method_handler(streaming, **codecs)
 
         async def single(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-            return await inner(self._first_read(request_iterator), context)
+            return await inner(await given(request_iterator, context), context)
 
         return grpc.stream_unary_rpc_method_handler(single, **codecs)
 
