@@ -30,6 +30,9 @@ CALLS_METHOD = "/agenthost.v1.WorkerHub/Calls"
 # Frames the worker may have written and not yet had flow control take: a full queue makes callers wait (the
 # stream's back-pressure reaches the runners) instead of growing memory.
 OUTBOX_FRAMES = 256
+# Replies the host holds for a worker that does not read them: when full, the host reads no more of its frames (a
+# worker sending refused frames without reading the refusals would otherwise grow the host's memory without end).
+REPLY_QUEUE_FRAMES = 256
 
 
 class CallFailed(Exception):
@@ -193,6 +196,12 @@ async def serve_calls(
     calls what it returns when done), raising AgentHostError otherwise. Each frame is served in its own task, so a
     slow call holds up no other; the stream's context (the calling worker) is what every task inherits."""
     replies: asyncio.Queue[wpb.ForwardedReply | None] = asyncio.Queue()
+    room = asyncio.Semaphore(REPLY_QUEUE_FRAMES)  # replies queued and not yet taken by the worker's reads
+
+    async def put(reply: wpb.ForwardedReply) -> None:
+        await room.acquire()
+        replies.put_nowait(reply)
+
     tasks: dict[int, asyncio.Task[None]] = {}
 
     async def serve(frame: wpb.ForwardedCall, leave: Callable[[], None]) -> None:
@@ -211,15 +220,18 @@ async def serve_calls(
             reply.code = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
             reply.details = "the forwarded call's deadline passed"
         except asyncio.CancelledError:
+            tasks.pop(frame.id, None)
+            leave()
             return  # the worker gave up on it: no reply
         except Exception:
             log.exception("serving forwarded call %s failed", frame.method)
             reply.code = grpc.StatusCode.INTERNAL.value[0]
             reply.details = f"the host failed to serve {frame.method}; see its log"
+        try:
+            await put(reply)  # its open-call slot is held until the reply is queued: bounded either way
         finally:
             tasks.pop(frame.id, None)
             leave()
-        replies.put_nowait(reply)
 
     async def read() -> None:
         try:
@@ -233,7 +245,7 @@ async def serve_calls(
                 handler = handlers.get(frame.method)
                 if frame.id in tasks or handler is None or handler.unary_unary is None:
                     what = "is in flight already" if frame.id in tasks else "is not a unary run API method"
-                    replies.put_nowait(
+                    await put(
                         wpb.ForwardedReply(
                             id=frame.id,
                             code=grpc.StatusCode.INVALID_ARGUMENT.value[0],
@@ -244,7 +256,7 @@ async def serve_calls(
                 try:
                     leave = admit()
                 except errors.AgentHostError as exc:
-                    replies.put_nowait(
+                    await put(
                         wpb.ForwardedReply(
                             id=frame.id, code=exc.code.value[0], details=exc.message, retry_after_ms=exc.retry_after_ms
                         )
@@ -259,6 +271,7 @@ async def serve_calls(
     reader = asyncio.create_task(read())
     try:
         while (reply := await replies.get()) is not None:
+            room.release()
             yield reply.SerializeToString()
     finally:
         reader.cancel()

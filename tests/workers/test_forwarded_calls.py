@@ -199,3 +199,51 @@ async def test_a_slow_call_holds_up_no_other_and_deadlines_and_cancels_reach_the
         await mux.close()
         await channel.close()
         await server.stop(0)
+
+
+async def test_a_worker_that_reads_no_replies_cannot_grow_the_hosts_memory() -> None:
+    """A worker writes frames the host refuses (no such method) and never reads the refusals: the host stops
+    reading its frames once REPLY_QUEUE_FRAMES replies wait (and the stream's windows are full), rather than
+    queueing a refusal for each of them."""
+    frames_read = 0
+
+    async def counted(requests: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        nonlocal frames_read
+        async for data in requests:
+            frames_read += 1
+            yield data
+
+    def admit() -> Callable[[], None]:
+        return lambda: None
+
+    async def behaviour(requests: AsyncIterator[bytes], context: Any) -> AsyncIterator[bytes]:
+        async for reply in serve_calls(counted(requests), context, handlers={}, admit=admit):
+            yield reply
+
+    server, channel = await _served(behaviour)
+    call = channel.stream_stream(CALLS_METHOD)()
+    sent = 20_000
+    written = 0
+    method = "/nope/" + "x" * 4096  # each refusal names it: 4 KiB a reply, past grpc's windows within a few MiB
+
+    async def write() -> None:
+        nonlocal written
+        for i in range(sent):
+            await call.write(wpb.ForwardedCall(id=i + 1, method=method).SerializeToString())
+            written += 1
+
+    writer = asyncio.create_task(write())
+    try:
+        # Until the writer is held by flow control (no progress for a while) or has sent everything.
+        last = -1
+        while not writer.done() and written != last:
+            last = written
+            await asyncio.wait({writer}, timeout=2)
+        assert frames_read < sent, f"the host read all {sent} frames of a worker that reads no replies"
+        assert frames_read < sent // 2, frames_read
+    finally:
+        writer.cancel()
+        call.cancel()
+        await asyncio.gather(writer, return_exceptions=True)
+        await channel.close()
+        await server.stop(0)
