@@ -253,6 +253,7 @@ export async function serve(classes: RunnerClass[], options: ServeOptions): Prom
         sdkVersion: SDK_VERSION,
         protocolVersion: PROTOCOL_VERSION,
         manifestsJson: described,
+        entryPoints: {}, // none: the host keeps no description of a plugin that names no entry points
       }),
     validateConfig: async (call: { request: { runnerName: string; configJson: string } }, callback: Function) => {
       const runner = runners.get(call.request.runnerName);
