@@ -23,6 +23,7 @@ from agenthost.host.access.grants import ActiveRun, RunRegistry
 from agenthost.host.knowledge import KnowledgeBase
 from agenthost.host.ops.logs import RefusalLimiter, log_limited
 from agenthost.host.ops.observability import Observer
+from agenthost.host.ops.tracing import CALL_RUN_ID
 from agenthost.host.runs.approvals import Approvals
 from agenthost.host.runs.child_runs import ChildRuns
 from agenthost.host.store.artifacts import ArtifactStore
@@ -392,6 +393,7 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         return f"worker:{self.worker_of(context)}" if self.worker_of is not None else ""
 
     def _authorize(self, context: grpc.aio.ServicerContext, run_id: str, method: str) -> ActiveRun:
+        CALL_RUN_ID.set(run_id if isinstance(run_id, str) else "")  # for the call's span (ops.tracing)
         gated = _gated.get()
         run, by_tool_token = self.registry.authorize(
             () if gated is not None else context.invocation_metadata() or (),

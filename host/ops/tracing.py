@@ -11,6 +11,7 @@ no trace context: the parenting is the host's own, by run id.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import time
@@ -148,6 +149,11 @@ def _code(context: grpc.aio.ServicerContext, exc: BaseException | None) -> str:
     return "OK" if exc is None else "UNKNOWN"
 
 
+# The run id a run-API call named, set by the call's handler (agenthost.host.api.run_api) in the call's own task, so
+# that its span (made once the handler returns, in the same task) is its run's child.
+CALL_RUN_ID: contextvars.ContextVar[str] = contextvars.ContextVar("agenthost_call_run_id", default="")
+
+
 class _RunAPISpans(grpc.aio.ServerInterceptor):
     """Wraps each run-API handler in a span, recorded when the call ends (the span's start is the call's)."""
 
@@ -166,7 +172,8 @@ class _RunAPISpans(grpc.aio.ServerInterceptor):
         tracing = self.tracing
 
         def finish(start: int, request: Any, context: Any, exc: BaseException | None) -> None:
-            run_id = getattr(request, "run_id", "") or ""
+            # The run API's gate serves every method request-streaming, so the run id comes from the call itself.
+            run_id = getattr(request, "run_id", "") or CALL_RUN_ID.get()
             tracing.call_span(method, run_id if isinstance(run_id, str) else "", start, _code(context, exc))
 
         if handler.unary_unary is not None:

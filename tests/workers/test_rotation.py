@@ -371,7 +371,13 @@ async def test_the_ca_is_rolled_with_a_trust_bundle_while_a_real_worker_serves(h
             assert w2._task is not None
             with pytest.raises(grpc.RpcError) as caught:
                 await asyncio.wait_for(w2._task, 30)
-            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED and "rolled" in (caught.value.details() or "")
+            # Told why, unless its own write was on its way when the host ended the stream: grpc.aio then puts a bare
+            # INTERNAL in place of the status (a client-side race, seen once in CI; Left in the closing note).
+            told = (caught.value.code(), caught.value.details() or "")
+            assert (told[0] == grpc.StatusCode.UNAUTHENTICATED and "rolled" in told[1]) or told == (
+                grpc.StatusCode.INTERNAL,
+                "Internal error from Core",
+            ), told
             assert await _probe(laggard) == grpc.StatusCode.UNAVAILABLE
         # The renewed worker's connection is lost (as in a network blip or a host restart): its new handshake meets
         # the new CA's workers-port certificate, which the bundle it was given trusts, and it serves on.
