@@ -169,6 +169,12 @@ RUNS_MAX_QUEUED_INPUT_BYTES_PER_BOT = 64 * MiB
 # share. An admin credential (the operator's CLI, a benchmark: trusted) has no sender share; its bots' still apply.
 RUNS_MAX_QUEUED_PER_SENDER = 1024
 RUNS_MAX_QUEUED_INPUT_BYTES_PER_SENDER = 32 * MiB
+# Of a sender's share, one end user it names (a channel's chat user, tg:<id>; a gateway key's `user`) may hold this
+# many queued runs and bytes: a channel is one sender for all its chats, so one chat user writing fast (opening new
+# conversations with /new, or forum topics, past RUNS_MAX_QUEUED_PER_CONVERSATION) took the channel's whole share and
+# every other chat's message was refused. A sender naming no end user (a script's key) keeps its whole share.
+RUNS_MAX_QUEUED_PER_END_USER = 64
+RUNS_MAX_QUEUED_INPUT_BYTES_PER_END_USER = 8 * MiB
 # The retry hint of an admission refusal (trailing metadata `retry-after-ms`) stays within these bounds.
 RUNS_RETRY_MIN_MS = 250
 RUNS_RETRY_MAX_MS = 60_000
