@@ -223,9 +223,13 @@ class MetricsServer:
         )
         await self._runner.setup()
         site = CappedSite(self._runner, self.host, self.port, clients=clients, render=json_body, reuse_address=True)
-        await site.start()
-        assert site._server is not None
-        self.port = site._server.sockets[0].getsockname()[1]
+        try:
+            await site.start()
+        except BaseException:  # the address is taken, say: nothing of the listener stays behind
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+            raise
+        self.port = self._runner.addresses[0][1]
 
     @property
     def address(self) -> str:
