@@ -1,10 +1,10 @@
 """Issue 25 items 11 and 12: what one key, or anyone who can open a TCP connection, can make the gateway hold.
 
 Large bodies (past limits.GATEWAY_LARGE_BODY_BYTES, or limits.GATEWAY_LOOP_PARSE_VALUES JSON values) are parsed in a
-parser process, and only so many are read and parsed at once, per key and host-wide: the next is refused 429 with Retry-After. Connections are capped
-(limits.GATEWAY_MAX_CONNECTIONS: past it, 503 and closed), a connection must send its request head within
-limits.GATEWAY_HEADER_SECONDS, and api.sock is capped too, so a flood of silent connections leaves the operator's
-admin.sock working and the gateway serving again as soon as the flood ends."""
+parser process, and only so many are read and parsed at once, per key and host-wide: the next is refused 429 with
+Retry-After. Connections are capped (limits.GATEWAY_MAX_CONNECTIONS: past it, 503 and closed), a connection must send
+its request head within limits.GATEWAY_HEADER_SECONDS, and api.sock is capped too, so a flood of silent connections
+leaves the operator's admin.sock working and the gateway serving again as soon as the flood ends."""
 
 from __future__ import annotations
 
