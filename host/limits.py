@@ -169,6 +169,12 @@ RUNS_MAX_QUEUED_INPUT_BYTES_PER_BOT = 64 * MiB
 # share. An admin credential (the operator's CLI, a benchmark: trusted) has no sender share; its bots' still apply.
 RUNS_MAX_QUEUED_PER_SENDER = 1024
 RUNS_MAX_QUEUED_INPUT_BYTES_PER_SENDER = 32 * MiB
+# Of a sender's share, one end user it names (a channel's chat user, tg:<id>; a gateway key's `user`) may hold this
+# many queued runs and bytes: a channel is one sender for all its chats, so one chat user writing fast (opening new
+# conversations with /new, or forum topics, past RUNS_MAX_QUEUED_PER_CONVERSATION) took the channel's whole share and
+# every other chat's message was refused. A sender naming no end user (a script's key) keeps its whole share.
+RUNS_MAX_QUEUED_PER_END_USER = 64
+RUNS_MAX_QUEUED_INPUT_BYTES_PER_END_USER = 8 * MiB
 # The retry hint of an admission refusal (trailing metadata `retry-after-ms`) stays within these bounds.
 RUNS_RETRY_MIN_MS = 250
 RUNS_RETRY_MAX_MS = 60_000
@@ -178,6 +184,12 @@ RUNS_RETRY_MAX_MS = 60_000
 # A request body larger than this is parsed off the event loop (in a parser process) and needs a large-body slot:
 # parsing 12 MiB of JSON takes 20-150 ms of CPU and the parsed object several times its bytes in memory.
 GATEWAY_LARGE_BODY_BYTES = 256 * KiB
+# So is a smaller body that may hold more JSON values than this (its commas and opening brackets, counted in one
+# pass, strings' too: an overestimate): parsing costs about 70-230 ns a value, so 256 KiB of `[0,0,...]` or
+# `[{},{},...]` (87,000-131,000 values) held the loop 10-30 ms, and a key sending many at once stalled every other
+# client for the sum. A body under this many values parses on the loop in about 2 ms at most; a chat history of
+# prose needs about 500 KB to reach it.
+GATEWAY_LOOP_PARSE_VALUES = 8192
 # Large bodies being read and parsed at once, host-wide and per key: past either, 429 with Retry-After, so what a
 # burst makes the gateway hold is bounded (a few times 12 MiB raw plus its parsed objects), and one key's burst
 # leaves slots for the others.
@@ -214,8 +226,10 @@ GATEWAY_HEADER_SECONDS = 15.0
 # starves only its own runs. Lowered at start like the gateway's. admin.sock (reachable by this user only: its
 # directory is 0700) has no cap, so the operator's CLI still gets in when the gateway and the run API are flooded.
 API_MAX_CONNECTIONS = 1024
-# Connections open at once to the Prometheus endpoint (--metrics): a scraper needs one; past this they are closed.
+# Connections open at once to the Prometheus endpoint (--metrics), in all and per client address: a scraper needs
+# one; past either, 503/429 with Retry-After and closed (the shared capped listener, protos/listeners.py).
 METRICS_MAX_CONNECTIONS = 64
+METRICS_MAX_CONNECTIONS_PER_ADDRESS = 8
 
 # ---- human approval of tool calls (agenthost.host.runs.approvals) ----
 

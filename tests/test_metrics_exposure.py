@@ -4,14 +4,17 @@ runner's own error text, the page names none of them — only the host's aggrega
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
 import pytest
 
+from agenthost.host import limits
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import host_pb2 as hpb
 from agenthost.runners.sdk.testing import HostHarness
+from tests.gateway.helpers import until
 from tests.test_observability import Leaky, _scrape
 
 pytestmark = pytest.mark.timeout(60)
@@ -37,3 +40,29 @@ async def test_the_metrics_page_names_no_bot_conversation_person_or_text(tmp_pat
         assert private not in body, private
     for r in runs:
         assert r.run_id not in body
+
+
+async def test_a_flood_of_connections_from_one_address_leaves_the_scraper_a_way_in(tmp_path: Path) -> None:
+    """Anyone who reaches the port (another local user) held every one of its 64 connections with silent sockets,
+    and the scraper's connection was closed unanswered. On the shared capped listener one address holds at most
+    METRICS_MAX_CONNECTIONS_PER_ADDRESS (the rest answered 429 and closed at once), a silent one is closed after
+    the request-head timeout, and a scrape from another address is answered meanwhile."""
+    options = {"log_level": logging.INFO, "metrics_address": "127.0.0.1:0"}
+    async with HostHarness(tmp_path, runners=[Leaky], host_options=options) as h:
+        assert h.host.metrics_server is not None
+        port = h.host.metrics_server.port
+        flood = [await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0)) for _ in range(100)]
+        try:
+            ends = [asyncio.ensure_future(reader.read()) for reader, _ in flood]
+            refused_at_least = 100 - limits.METRICS_MAX_CONNECTIONS_PER_ADDRESS
+            await until(lambda: sum(e.done() for e in ends) >= refused_at_least, "the flood past its cap was refused")
+            refused = [e.result() for e in ends if e.done()]
+            assert all(b.startswith(b"HTTP/1.1 429") and b"Retry-After: 1" in b for b in refused), refused[:1]
+            assert b"METRICS_MAX_CONNECTIONS_PER_ADDRESS = 8" in refused[0], refused[0]
+            status, body = await _scrape(port)
+            assert status == "HTTP/1.1 200 OK" and "agenthost_runs_live 0" in body, (status, body[:200])
+            # The silent ones the cap let in are closed once the request-head timeout passes.
+            await until(lambda: all(e.done() for e in ends), "the silent connections were closed", timeout=60)
+        finally:
+            for _, writer in flood:
+                writer.close()

@@ -11,11 +11,10 @@ the run API's handler table, runner and plugin ids from the registry, so no clie
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import math
 from collections.abc import Callable
+from typing import Any
 
 from agenthost.host import limits
 
@@ -23,8 +22,9 @@ log = logging.getLogger(__name__)
 
 # Run durations span a trivial reply (milliseconds) to a long agent session (the 24 h deadline cap).
 RUN_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600, 14400, 86400)
-MAX_REQUEST_BYTES = 8 * 1024
-REQUEST_TIMEOUT = 5.0
+MAX_REQUEST_BYTES = 8 * 1024  # a request line, a header; and a body (a scraper sends none)
+MAX_HEADERS = 64
+REQUEST_TIMEOUT = 5.0  # to send a request head
 
 
 def _escape(value: str) -> str:
@@ -174,57 +174,69 @@ class Metrics:
 
 
 class MetricsServer:
-    """A minimal HTTP/1.1 server: `GET /metrics` answers the exposition, anything else 404, one request per
-    connection. Requests are bounded in size and time, so a slow or hostile client holds one socket briefly."""
+    """`GET /metrics` answers the exposition, anything else 404, one request per connection, on the capped
+    listener every untrusted HTTP door uses (protos/listeners.py): anyone who reaches the port (another local
+    user) may connect, and the endpoint has no credential, so one client address may hold at most
+    METRICS_MAX_CONNECTIONS_PER_ADDRESS connections (past it 429, closed at once) and a connection must send its
+    request head within REQUEST_TIMEOUT: a flood from one address leaves the scraper, from its own, a way in."""
 
     def __init__(self, metrics: Metrics, host: str, port: int) -> None:
         self.metrics = metrics
         self.host = host
         self.port = port
-        self._server: asyncio.Server | None = None
-        self._open = 0
+        self._runner: Any = None  # aiohttp's AppRunner: aiohttp is imported only when metrics are served
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port, limit=MAX_REQUEST_BYTES)
-        self.port = self._server.sockets[0].getsockname()[1]
+        from aiohttp import web
+
+        from agenthost.protos.listeners import CappedSite, Caps, Clients, json_body
+
+        def caps() -> Caps:
+            per_address = limits.METRICS_MAX_CONNECTIONS_PER_ADDRESS
+            names = ("METRICS_MAX_CONNECTIONS", "METRICS_MAX_CONNECTIONS_PER_ADDRESS", "")
+            # No credential: every connection is unauthenticated, so its cap is the per-address one.
+            return Caps(limits.METRICS_MAX_CONNECTIONS, per_address, per_address, names, "")
+
+        async def one_request(request: web.Request) -> web.Response:
+            clients.request(request)
+            if request.method == "GET" and request.path == "/metrics":
+                body, kind = self.metrics.render(), "text/plain; version=0.0.4"
+                response = web.Response(text=body, content_type="text/plain", charset="utf-8")
+                response.headers["Content-Type"] = f"{kind}; charset=utf-8"
+            else:
+                response = web.Response(text="not found; try /metrics\n", status=404)
+            response.force_close()
+            return response
+
+        clients = Clients(caps)
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        app.router.add_route("*", "/{path:.*}", one_request)
+        # keepalive_timeout is also the request-head timeout: aiohttp arms it when a connection opens.
+        self._runner = web.AppRunner(
+            app,
+            access_log=None,
+            keepalive_timeout=REQUEST_TIMEOUT,
+            logger=clients.server_log,
+            max_line_size=MAX_REQUEST_BYTES,
+            max_field_size=MAX_REQUEST_BYTES,
+            max_headers=MAX_HEADERS,
+        )
+        await self._runner.setup()
+        site = CappedSite(self._runner, self.host, self.port, clients=clients, render=json_body, reuse_address=True)
+        try:
+            await site.start()
+        except BaseException:  # the address is taken, say: nothing of the listener stays behind
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+            raise
+        self.port = self._runner.addresses[0][1]
 
     @property
     def address(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self._open >= limits.METRICS_MAX_CONNECTIONS:  # a scraper needs one; a flood gets closed at once
-            writer.close()
-            return
-        self._open += 1
-        try:
-            async with asyncio.timeout(REQUEST_TIMEOUT):
-                head = await reader.readuntil(b"\r\n\r\n")
-            method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
-            path = rest.split(" ", 1)[0]
-            if method == "GET" and path.split("?", 1)[0] == "/metrics":
-                status, body, kind = "200 OK", self.metrics.render().encode(), "text/plain; version=0.0.4"
-            else:
-                status, body, kind = "404 Not Found", b"not found; try /metrics\n", "text/plain"
-            writer.write(
-                f"HTTP/1.1 {status}\r\nContent-Type: {kind}; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
-                "Connection: close\r\n\r\n".encode()
-                + body
-            )
-            async with asyncio.timeout(REQUEST_TIMEOUT):
-                await writer.drain()
-        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
-            pass
-        finally:
-            self._open -= 1
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(Exception):
-                await self._server.wait_closed()
-            self._server = None
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()

@@ -49,6 +49,9 @@ class Admission:
         self._queued_by_sender: dict[str, int] = {}
         self._bytes_by_bot: dict[str, int] = {}
         self._bytes_by_sender: dict[str, int] = {}
+        # Per (sender, end user it names): its chat users' (tg:<id>) or its end users' (<key>/<user>) runs and bytes.
+        self._queued_by_user: dict[tuple[str, str], int] = {}
+        self._bytes_by_user: dict[tuple[str, str], int] = {}
         # Per conversation, its recorded runs in arrival order; the head is executing or ready. Lists, not deques:
         # most lines hold one run, and a deque costs a 600-byte block from its first item (popping the head of a
         # list is O(n), and n is at most RUNS_MAX_QUEUED_PER_CONVERSATION).
@@ -58,11 +61,20 @@ class Admission:
         self._ended: deque[tuple[float, float]] = deque(maxlen=512)  # (monotonic end, seconds it executed)
 
     def reserve(
-        self, bot_id: str, conversation: tuple[str, str], input_bytes: int, sender: str, *, accepted: bool = False
+        self,
+        bot_id: str,
+        conversation: tuple[str, str],
+        input_bytes: int,
+        sender: str,
+        *,
+        end_user: str = "",
+        accepted: bool = False,
     ) -> None:
         """Counts a new run as queued, or refuses it. Called before the run is recorded; `release` undoes it.
         `sender`: the credential the message came with (the run's origin); "" for an admin credential, which is
         trusted (the operator's CLI, a benchmark) and has no sender share (its bots' shares still apply).
+        `end_user`: the end user of that sender the message came from (a channel's chat user, a key's `user`), ""
+        when it names none; one end user holds at most its share of its sender's (RUNS_MAX_QUEUED_PER_END_USER).
         `accepted`: a run a previous host already accepted (taken over at start), counted and never refused: its
         sender was told it is queued, and the bounds held when it was."""
         queued_conv = self._queued_by_conversation.get(conversation, 0)
@@ -70,6 +82,9 @@ class Admission:
         queued_sender = self._queued_by_sender.get(sender, 0) if shared else 0
         bot_bytes = self._bytes_by_bot.get(bot_id, 0)
         sender_bytes = self._bytes_by_sender.get(sender, 0) if shared else 0
+        user = (sender, end_user) if shared and end_user else None
+        queued_user = self._queued_by_user.get(user, 0) if user else 0
+        user_bytes = self._bytes_by_user.get(user, 0) if user else 0
         refusal = ""
         if accepted:
             pass
@@ -88,6 +103,12 @@ class Admission:
                 f" (RUNS_MAX_QUEUED_PER_SENDER = {limits.RUNS_MAX_QUEUED_PER_SENDER})"
             )
             ahead = max(1, queued_sender // 10)
+        elif queued_user >= limits.RUNS_MAX_QUEUED_PER_END_USER:
+            refusal = (
+                f"you have {queued_user} messages waiting for this bot"
+                f" (RUNS_MAX_QUEUED_PER_END_USER = {limits.RUNS_MAX_QUEUED_PER_END_USER}); wait for their answers"
+            )
+            ahead = max(1, queued_user // 10)
         elif queued_conv >= limits.RUNS_MAX_QUEUED_PER_CONVERSATION:
             refusal = (
                 f"this conversation has {queued_conv} runs queued"
@@ -114,6 +135,13 @@ class Admission:
                 f" (RUNS_MAX_QUEUED_INPUT_BYTES_PER_SENDER = {limits.RUNS_MAX_QUEUED_INPUT_BYTES_PER_SENDER})"
             )
             ahead = max(1, queued_sender // 10)
+        elif user_bytes and user_bytes + input_bytes > limits.RUNS_MAX_QUEUED_INPUT_BYTES_PER_END_USER:
+            refusal = (
+                f"your messages waiting for this bot hold {user_bytes} bytes of input"
+                f" (RUNS_MAX_QUEUED_INPUT_BYTES_PER_END_USER = {limits.RUNS_MAX_QUEUED_INPUT_BYTES_PER_END_USER});"
+                " wait for their answers"
+            )
+            ahead = max(1, queued_user // 10)
         if refusal:
             hint = self.retry_after_ms(ahead)
             raise ResourceExhausted(
@@ -127,8 +155,13 @@ class Admission:
         if shared:
             _add(self._queued_by_sender, sender, 1)
             _add(self._bytes_by_sender, sender, input_bytes)
+        if user:
+            _add(self._queued_by_user, user, 1)
+            _add(self._bytes_by_user, user, input_bytes)
 
-    def release(self, bot_id: str, conversation: tuple[str, str], input_bytes: int, sender: str) -> None:
+    def release(
+        self, bot_id: str, conversation: tuple[str, str], input_bytes: int, sender: str, end_user: str = ""
+    ) -> None:
         """A run leaves the queue: it starts, ends while queued, or was never recorded."""
         self.queued -= 1
         self.queued_input_bytes -= input_bytes
@@ -138,6 +171,9 @@ class Admission:
         if sender:
             _add(self._queued_by_sender, sender, -1)
             _add(self._bytes_by_sender, sender, -input_bytes)
+            if end_user:
+                _add(self._queued_by_user, (sender, end_user), -1)
+                _add(self._bytes_by_user, (sender, end_user), -input_bytes)
 
     def retry_after_ms(self, ahead: int) -> int:
         """About how long until `ahead` runs have finished (0: until the oldest running run of a conversation
@@ -208,6 +244,12 @@ class Admission:
             if not ready:
                 del self._ready[st.info.bot_id]
         self.ended(st, None)
+
+
+def end_user_of(share: str, actor_id: str) -> str:
+    """The end user a sender's message came from, for its share (reserve): the actor it is recorded under, unless
+    that is the sender itself (a key or channel naming no end user) or the sender has no share (admin)."""
+    return actor_id if share and actor_id != share else ""
 
 
 def _add(counts: dict[_K, int], key: _K, delta: int) -> None:

@@ -37,7 +37,7 @@ from agenthost.host.access.keys import KeyStore
 from agenthost.host.ops.observability import Observer
 from agenthost.host.processes.supervisor import PluginStartError, Supervisor
 from agenthost.host.runs import attachments as attachment_checks
-from agenthost.host.runs.admission import Admission
+from agenthost.host.runs.admission import Admission, end_user_of
 from agenthost.host.runs.approvals import Approvals
 from agenthost.host.runs.child_runs import ChildRuns
 from agenthost.host.runs.context import ContextBuilder
@@ -379,21 +379,24 @@ class RunManager:
         conversation = (bot.bot_id, conversation_id)
         input_bytes = text_bytes + len(data_json.encode()) + file_bytes
         share = "" if trusted else origin
-        self.admission.reserve(bot.bot_id, conversation, input_bytes, share)
+        end_user = end_user_of(share, actor.actor_id)
+        self.admission.reserve(bot.bot_id, conversation, input_bytes, share, end_user=end_user)
         try:
             if files:
                 refs.extend(await self._store_attachments(files, conversation_id, info.run_id))
             event = await self.registry.db.write(record)
         except _Recorded as recorded:
-            self.admission.release(bot.bot_id, conversation, input_bytes, share)
+            self.admission.release(bot.bot_id, conversation, input_bytes, share, end_user)
             async for reply in self._follow(recorded.run_id, encoded):
                 yield reply
             return
         except BaseException:
-            self.admission.release(bot.bot_id, conversation, input_bytes, share)
+            self.admission.release(bot.bot_id, conversation, input_bytes, share, end_user)
             raise
         st = RunState(info=info)
-        st.start = QueuedStart(bot, binding, manifest, event, actor, token, timeout, input_bytes, origin, share)
+        st.start = QueuedStart(
+            bot, binding, manifest, event, actor, token, timeout, input_bytes, origin, share, end_user
+        )
         inbox = Inbox(info.run_id)
         st.subscribers.append(inbox)
         self._live[info.run_id] = st
@@ -564,7 +567,11 @@ class RunManager:
         self.admission.remove(st)
         if start is not None:
             self.admission.release(
-                st.info.bot_id, (st.info.bot_id, st.info.conversation_id), start.input_bytes, start.share
+                st.info.bot_id,
+                (st.info.bot_id, st.info.conversation_id),
+                start.input_bytes,
+                start.share,
+                start.end_user,
             )
         self._live.pop(st.info.run_id, None)
         for inbox in st.subscribers:
@@ -618,8 +625,19 @@ class RunManager:
             token = new_token("rt")
             timeout = binding.timeout_seconds or DEFAULT_TIMEOUT
             st = RunState(info=info, resumed=True)
+            end_user = end_user_of(info.origin, event.actor.actor_id)
             st.start = QueuedStart(
-                bot, binding, manifest, event, event.actor, token, timeout, input_bytes, info.origin, info.origin
+                bot,
+                binding,
+                manifest,
+                event,
+                event.actor,
+                token,
+                timeout,
+                input_bytes,
+                info.origin,
+                info.origin,
+                end_user,
             )
             resumed.append((st, hash_secret(token)))
 
@@ -636,7 +654,10 @@ class RunManager:
         for st, _ in resumed:
             assert st.start is not None
             key = (st.info.bot_id, st.info.conversation_id)
-            self.admission.reserve(st.info.bot_id, key, st.start.input_bytes, st.start.share, accepted=True)
+            start = st.start
+            self.admission.reserve(
+                st.info.bot_id, key, start.input_bytes, start.share, end_user=start.end_user, accepted=True
+            )
             self._live[st.info.run_id] = st
             self.admission.enqueue(st)
         self._pump()
@@ -652,7 +673,11 @@ class RunManager:
             start, st.start = st.start, None
             assert start is not None
             self.admission.release(
-                st.info.bot_id, (st.info.bot_id, st.info.conversation_id), start.input_bytes, start.share
+                st.info.bot_id,
+                (st.info.bot_id, st.info.conversation_id),
+                start.input_bytes,
+                start.share,
+                start.end_user,
             )
             info = st.info
             info.status = "running"
@@ -684,7 +709,11 @@ class RunManager:
             self.admission.remove(st)
             if start is not None:
                 self.admission.release(
-                    st.info.bot_id, (st.info.bot_id, st.info.conversation_id), start.input_bytes, start.share
+                    st.info.bot_id,
+                    (st.info.bot_id, st.info.conversation_id),
+                    start.input_bytes,
+                    start.share,
+                    start.end_user,
                 )
             self._set_outcome(st, status, code, message)
             st.ending = asyncio.ensure_future(self._finish(st))

@@ -30,6 +30,7 @@ class QueuedStart:
     input_bytes: int
     origin: str = ""
     share: str = ""  # the sender whose queue share the run counts against; "" for an admin credential's (none)
+    end_user: str = ""  # of that sender, the end user whose share of it the run counts against (admission.end_user_of)
 
 
 @dataclass

@@ -83,3 +83,31 @@ async def test_a_stranger_cannot_flood_the_adapters_log(world: World) -> None:
     strangers = [line for line in log.splitlines() if "is not allowed to use this bot" in line]
     forged = [line for line in log.splitlines() if "did not make" in line]
     assert 0 < len(strangers) <= 20 and 0 < len(forged) <= 20, (len(strangers), len(forged))
+
+
+async def test_one_chat_user_cannot_take_the_channels_queue_from_the_other_chats(world: World, monkeypatch) -> None:
+    """A channel is one sender for all its chats: one user writing fast (opening conversation after conversation
+    with /new, past the per-conversation cap) filled the channel's whole queue share (RUNS_MAX_QUEUED_PER_SENDER),
+    and every other chat's message was refused "busy". Now one chat user holds at most RUNS_MAX_QUEUED_PER_END_USER
+    of it (here 3 of 6): their own next messages are refused, another chat is still answered."""
+    from agenthost.host import limits
+
+    monkeypatch.setattr(limits, "RUNS_MAX_QUEUED_PER_SENDER", 6)
+    monkeypatch.setattr(limits, "RUNS_MAX_QUEUED_PER_END_USER", 3)
+    await world.add_channel()
+    fake = world.fake
+    for text in ["wait"] * 4 + ["/new"] + ["wait"] * 4:  # each conversation: one running, the rest queued
+        await fake.push(fake.message(text, chat_id=777))
+    await fake.push(fake.message("hello", chat_id=42))  # handled after all of them: updates arrive in order
+
+    def answered(f) -> bool:  # type: ignore[no-untyped-def]
+        seen = f.chat_text(42)
+        return bool(seen) and (seen[0].startswith("⚠️") or seen[0] == "You said: hello")
+
+    await fake.wait_for(answered)
+    assert world.fake.chat_text(42) == ["You said: hello"]
+    busy = [line for line in fake.chat_text(777) if "busy" in line]
+    assert len(busy) == 4, fake.chat_text(777)  # the second conversation's four: the user's share was full
+    assert Scripted.gate is not None
+    Scripted.gate.set()
+    await world.settled()

@@ -1,16 +1,18 @@
 """Issue 25 items 11 and 12: what one key, or anyone who can open a TCP connection, can make the gateway hold.
 
-Large bodies (past limits.GATEWAY_LARGE_BODY_BYTES) are parsed in a worker thread, and only so many are read and
-parsed at once, per key and host-wide: the next is refused 429 with Retry-After. Connections are capped
-(limits.GATEWAY_MAX_CONNECTIONS: past it, 503 and closed), a connection must send its request head within
-limits.GATEWAY_HEADER_SECONDS, and api.sock is capped too, so a flood of silent connections leaves the operator's
-admin.sock working and the gateway serving again as soon as the flood ends."""
+Large bodies (past limits.GATEWAY_LARGE_BODY_BYTES, or limits.GATEWAY_LOOP_PARSE_VALUES JSON values) are parsed in a
+parser process, and only so many are read and parsed at once, per key and host-wide: the next is refused 429 with
+Retry-After. Connections are capped (limits.GATEWAY_MAX_CONNECTIONS: past it, 503 and closed), a connection must send
+its request head within limits.GATEWAY_HEADER_SECONDS, and api.sock is capped too, so a flood of silent connections
+leaves the operator's admin.sock working and the gateway serving again as soon as the flood ends."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
+from asyncio.subprocess import PIPE
 from typing import Any
 
 import httpx
@@ -155,6 +157,7 @@ async def test_large_bodies_are_parsed_off_the_event_loop(world: World, monkeypa
     assert all(size <= limits.GATEWAY_LARGE_BODY_BYTES for size in parsed_here), parsed_here
     # The same burst with the threshold out of reach: everything parses on the loop, as before the fix.
     monkeypatch.setattr(limits, "GATEWAY_LARGE_BODY_BYTES", 2**40)
+    monkeypatch.setattr(limits, "GATEWAY_LOOP_PARSE_VALUES", 2**40)
     statuses, in_loop_stall, in_took = await run_burst(4)
     assert statuses == [200] * 4 and parsed_here.count(len(burst)) == 4
     print(
@@ -190,3 +193,92 @@ async def test_one_key_holds_at_most_its_share_of_open_requests(world: World, mo
         r = await http.post("/chat/completions", content=body, headers={"Authorization": f"Bearer {world.key}"})
         assert r.status_code == 200, r.text
     assert len(world.runs()) == 4  # the refused request started no run
+
+
+# Another process's httpx client (the host's loop is the test's: a flood sent from it would cost the loop too). It
+# sends the body on `connections` connections for as long as its stdin is open, then prints the statuses it got.
+FLOODER = """
+import asyncio, collections, json, sys, httpx
+url, key, path, connections = sys.argv[1:5]
+body = open(path, "rb").read()
+async def main():
+    statuses = collections.Counter()
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_reader(sys.stdin.fileno(), stop.set)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=int(connections))) as http:
+        async def one():
+            while not stop.is_set():
+                statuses[(await http.post(url, content=body, headers=headers)).status_code] += 1
+                print("sent", flush=True)
+        await asyncio.gather(*(one() for _ in range(int(connections))))
+    print(json.dumps(statuses), flush=True)
+asyncio.run(main())
+"""
+
+
+PROBES = 11
+
+
+@pytest.mark.slow
+async def test_a_key_flooding_dense_bodies_leaves_other_keys_served(world: World, tmp_path, monkeypatch) -> None:
+    """A narrow key sends, from another process on 16 connections, bodies just under the large-body threshold that
+    are a list of zeros (131,000 values: 10-30 ms of json.loads each) while another key asks for its models. The
+    loop parses no body of more than GATEWAY_LOOP_PARSE_VALUES values itself (the dense ones go to the parser
+    processes, behind the key's two large-body slots: 429), and the other key's latency, with the cap and without
+    it (as before), is printed."""
+    other = await _second_key(world)
+    on_loop: list[int] = []  # values (commas) in each body the host's loop parsed
+    real_loads = json.loads
+
+    def recording(data: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(data, bytes):
+            on_loop.append(data.count(b","))
+        return real_loads(data, *args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", recording)
+    head = b'{"model": "testbot", "messages": ['
+    dense = head + b"0," * ((limits.GATEWAY_LARGE_BODY_BYTES - len(head)) // 2 - 2) + b"0]}"
+    assert len(dense) <= limits.GATEWAY_LARGE_BODY_BYTES and dense.count(b",") > 100_000
+    (tmp_path / "dense.json").write_bytes(dense)
+
+    async def flood_and_probe() -> tuple[dict[str, int], list[float]]:
+        argv = [world.base_url + "/chat/completions", world.key, str(tmp_path / "dense.json"), "16"]
+        flood = await asyncio.create_subprocess_exec(sys.executable, "-c", FLOODER, *argv, stdin=PIPE, stdout=PIPE)
+        assert flood.stdin is not None and flood.stdout is not None
+        latencies: list[float] = []
+        try:
+            for _ in range(32):  # the flood is under way
+                assert await asyncio.wait_for(flood.stdout.readline(), 60) == b"sent\n"
+            async with httpx.AsyncClient(base_url=world.base_url, timeout=60) as http:
+                for _ in range(PROBES):
+                    started = time.monotonic()
+                    r = await http.get("/models", headers={"Authorization": f"Bearer {other}"})
+                    latencies.append(time.monotonic() - started)
+                    assert r.status_code == 200, r.text
+            flood.stdin.close()
+            lines = (await asyncio.wait_for(flood.stdout.read(), 60)).splitlines()
+            assert await asyncio.wait_for(flood.wait(), 60) == 0
+        finally:
+            if flood.returncode is None:
+                flood.kill()
+                await flood.wait()
+        return json.loads(lines[-1]), sorted(latencies)
+
+    statuses, capped = await flood_and_probe()
+    # Refused, never a server error: 400 once parsed off the loop (not a chat), 429 past the key's two slots.
+    assert set(statuses) <= {"400", "429"} and "429" in statuses, statuses
+    assert max(on_loop, default=0) <= limits.GATEWAY_LOOP_PARSE_VALUES, f"the loop parsed {max(on_loop)} values"
+    # As before the cap: every dense body parsed on the loop.
+    monkeypatch.setattr(limits, "GATEWAY_LOOP_PARSE_VALUES", 2**40)
+    on_loop.clear()
+    statuses, uncapped = await flood_and_probe()
+    assert max(on_loop) > 100_000 and set(statuses) == {"400"}, statuses
+    median = PROBES // 2
+    print(
+        f"\nanother key's GET /v1/models during a flood of 16 x {len(dense) // 1024} KiB lists of zeros: "
+        f"median {capped[median] * 1000:.0f} ms, max {capped[-1] * 1000:.0f} ms with the cap; "
+        f"median {uncapped[median] * 1000:.0f} ms, max {uncapped[-1] * 1000:.0f} ms parsed on the loop"
+    )
+    # Measured in the same run, alternately: 24 vs 1,614 ms at load 2 (the gap is what is asserted, not a time).
+    assert capped[median] * 4 < uncapped[median]

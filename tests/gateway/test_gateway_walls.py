@@ -313,3 +313,45 @@ async def test_no_other_key_takes_or_probes_a_keyed_requests_conversation(world:
         after.value.message
     )
     assert [r.origin for r in _in(world, probe)] == ["app"]
+
+
+async def test_a_keyed_request_sent_before_its_conversation_was_renamed_is_retried_into_its_run(world: World) -> None:
+    """A keyed request's conversation was `conv_<hash>` before the last stop and is `user:<key>/idempotency:<hash>`
+    now: a retry of a request sent before the change named another conversation than its run's, and the host refused
+    it 400 as another message under a used key. Now the run the caller recorded with that key keeps its old name, so
+    the retry follows it; another key's run under the old name brings nothing back."""
+    named = hashlib.sha256(b"app\0order-77").hexdigest()[:32]
+    old_name, new_name = f"conv_{named}", f"user:app/idempotency:{named}"
+    async with client(world, world.key) as a:
+        # What a keyed request recorded before the change: its run under the old name, with its key (sent here
+        # naming the conversation outright, as the gateway then named it).
+        before = await a.chat.completions.with_raw_response.create(
+            model="testbot",
+            messages=[{"role": "user", "content": "pay"}],
+            extra_headers={"Idempotency-Key": "order-77", "X-Agenthost-Conversation": old_name},
+        )
+        assert before.status_code == 200 and before.headers["x-agenthost-conversation"] == old_name
+        retried = await a.chat.completions.with_raw_response.create(
+            model="testbot",
+            messages=[{"role": "user", "content": "pay"}],
+            extra_headers={"Idempotency-Key": "order-77"},
+        )
+        assert retried.status_code == 200, retried.text
+        assert retried.headers["x-agenthost-run"] == before.headers["x-agenthost-run"]
+        assert retried.headers["x-agenthost-conversation"] == old_name
+        # A new key goes to the new name; the same key with another text is still the client's mistake (400, saying
+        # what to do).
+        fresh = await a.chat.completions.with_raw_response.create(
+            model="testbot",
+            messages=[{"role": "user", "content": "pay"}],
+            extra_headers={"Idempotency-Key": "order-78"},
+        )
+        assert fresh.headers["x-agenthost-conversation"].startswith("user:app/idempotency:")
+        with pytest.raises(openai.BadRequestError) as other_text:
+            await a.chat.completions.create(
+                model="testbot",
+                messages=[{"role": "user", "content": "refund"}],
+                extra_headers={"Idempotency-Key": "order-77"},
+            )
+        assert "a new message needs a new key" in other_text.value.message
+    assert [r.origin for r in _in(world, old_name)] == ["app"] and not _in(world, new_name)

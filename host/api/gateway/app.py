@@ -34,6 +34,7 @@ from agenthost.host.api.gateway.errors import NO_RETRY, GatewayError, bad_reques
 from agenthost.host.api.gateway.sse import EventStream, comment, encode
 from agenthost.host.runs import attachments as attachment_checks
 from agenthost.host.runs.manager import MAX_INPUT_BYTES
+from agenthost.host.store.runs import RunStore
 from agenthost.protos import common_pb2 as pb
 from agenthost.protos import errors
 from agenthost.protos import host_pb2 as hpb
@@ -249,14 +250,16 @@ class Gateway:
             raise model_not_found(model)
         return bot
 
-    def _conversation(self, request: web.Request, principal: Principal, user: str) -> str:
+    def _conversation(self, request: web.Request, principal: Principal, user: str, bot_id: str) -> str:
         """The header names a conversation outright (one this key started, unless it may use them all:
         access.send). Failing that, OpenAI's `user` (documented as a stable id of the end user) gives each end user
         of this key one continuing conversation with the bot, namespaced by the key, so two applications' "alice"
         never share a history (nor a memory: Principal.actor). With neither, each request is a conversation of its
         own; the reply's header names it, so the client can continue it. A request with an Idempotency-Key names
         its own conversation by that key, in the caller's namespace, so that it is the same one when sent again
-        (the host refuses a key sent again into another conversation) and no other sender can take it first."""
+        (the host refuses a key sent again into another conversation) and no other sender can take it first. A
+        key this caller sent before that name (when it was `conv_<hash>`) keeps its run's conversation, so its
+        retry follows that run instead of being refused as another message."""
         header = request.headers.get(CONVERSATION_HEADER)
         if header is not None:
             try:
@@ -273,8 +276,13 @@ class Gateway:
             # In the key's own namespace (user:<key>/…), which no other sender may start (Principal.start_refusal):
             # a name anyone could compute from a key's name and a guessable Idempotency-Key (order-1234) let another
             # key start it first, locking the key's request out for good, and tell by 403 or 200 whether it was sent.
-            named = hashlib.sha256(b"\0".join((principal.name.encode(), key.encode()))).hexdigest()
-            return principal.user_conversation(f"idempotency:{named[:32]}")
+            named = hashlib.sha256(b"\0".join((principal.name.encode(), key.encode()))).hexdigest()[:32]
+            # Only this caller's own run with this key (by_key: per bot and sender) brings the old name back:
+            # another sender that took `conv_<hash>` first gains nothing.
+            earlier = RunStore.by_key(self.host.run_store.db.reader, bot_id, principal.name, key)
+            if earlier is not None and earlier[1] == f"conv_{named}":
+                return earlier[1]
+            return principal.user_conversation(f"idempotency:{named}")
         return f"conv_{uuid.uuid4().hex}"
 
     def _send_request(
@@ -341,7 +349,7 @@ class Gateway:
         principal = self._principal(request)
         chat = await bodies.json_object(request, MAX_BODY_BYTES, key=principal.name, then=oa.parse_chat)
         bot = self._bot(principal, chat.model)
-        conversation = self._conversation(request, principal, chat.user)
+        conversation = self._conversation(request, principal, chat.user, bot.bot_id)
         endpoint = "chat.completions"
         send = self._send_request(
             request, principal, bot, conversation, chat.text, chat.user, endpoint, chat.attachments
@@ -434,12 +442,12 @@ class Gateway:
             if req.model and self._bot(principal, req.model).bot_id != bot.bot_id:
                 raise bad_request("model names another bot than previous_response_id's", "model")
             named = request.headers.get(CONVERSATION_HEADER)
-            if named is not None and self._conversation(request, principal, "") != prior.conversation_id:
+            if named is not None and self._conversation(request, principal, "", bot.bot_id) != prior.conversation_id:
                 raise bad_request(f"{CONVERSATION_HEADER} names another conversation than previous_response_id's")
             conversation = prior.conversation_id
         else:
             bot = self._bot(principal, req.model)
-            conversation = self._conversation(request, principal, req.user)
+            conversation = self._conversation(request, principal, req.user, bot.bot_id)
         model = req.model or bot.name
         send = self._send_request(
             request, principal, bot, conversation, req.text, req.user, "responses", req.attachments
