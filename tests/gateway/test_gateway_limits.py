@@ -221,6 +221,7 @@ PROBES = 11
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(420)  # two floods of 16 connections each, the second parsing every body on the loop
 async def test_a_key_flooding_dense_bodies_leaves_other_keys_served(world: World, tmp_path, monkeypatch) -> None:
     """A narrow key sends, from another process on 16 connections, bodies just under the large-body threshold that
     are a list of zeros (131,000 values: 10-30 ms of json.loads each) while another key asks for its models. The
@@ -280,5 +281,5 @@ async def test_a_key_flooding_dense_bodies_leaves_other_keys_served(world: World
         f"median {capped[median] * 1000:.0f} ms, max {capped[-1] * 1000:.0f} ms with the cap; "
         f"median {uncapped[median] * 1000:.0f} ms, max {uncapped[-1] * 1000:.0f} ms parsed on the loop"
     )
-    # Measured in the same run, alternately: 24 vs 1,614 ms at load 2 (the gap is what is asserted, not a time).
-    assert capped[median] * 4 < uncapped[median]
+    # Measured in the same run: 24 vs 1,614 ms at load 2. A figure, not an assertion: what is asserted is where the
+    # bodies were parsed (above), which no load can change.
