@@ -222,6 +222,7 @@ async def test_cancellation_mid_stream_stops_at_once(tmp_path: Path) -> None:
     await runner.close()
 
 
+@pytest.mark.e2e
 async def test_large_tool_result_becomes_an_artifact(tmp_path: Path) -> None:
     runner = new_runner(tmp_path)
     api = FakeRunAPI()
@@ -333,6 +334,7 @@ def files_containing(root: Path, needle: bytes) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
 
 
+@pytest.mark.e2e
 async def test_key_never_leaks(tmp_path: Path) -> None:
     key = "sk-live-THIS-IS-SECRET-1234567890"
     runner = new_runner(tmp_path, env={"MY_PROVIDER_KEY": key})
