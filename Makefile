@@ -24,9 +24,12 @@ test: $(VENV)/.installed ts-sdk
 ts-sdk:
 	bash scripts/build_typescript_sdk.sh
 
-# The everyday loop: lint, format, the public surfaces' types, and every test not marked slow.
+# The everyday loop: lint, format, the public surfaces' types (mypy is incremental: its cache in .mypy_cache), and
+# the unit and contract tests: every test that starts no process (no host or CLI process, plugin, sandbox, harness,
+# browser, PostgreSQL) and is not marked slow. tests/process_guard.py marks the others `e2e` and fails an unmarked
+# test that starts a process, so the split cannot drift. `make test` runs everything.
 check: lint
-	$(PY) -m pytest -q -n auto --dist worksteal -m "not slow"
+	$(PY) -m pytest -q -n auto --dist worksteal -m "not slow and not e2e"
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

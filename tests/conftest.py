@@ -16,7 +16,7 @@ from agenthost.plugins import install as installer
 
 # The `agenthost_harness` fixture. agenthost registers no auto-loaded pytest plugin: a runner author's suite opts in
 # with this same line, so projects that merely have agenthost installed see nothing of it.
-pytest_plugins = ["agenthost.runners.sdk.testing"]
+pytest_plugins = ["agenthost.runners.sdk.testing", "tests.process_guard"]
 
 # The suite's slowest tests as `pytest --durations` printed them (refresh by pasting a new report). pytest-xdist's
 # `--dist worksteal` first hands each of the n workers one contiguous 1/n of the collection, in order, and later

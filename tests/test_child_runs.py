@@ -160,6 +160,7 @@ async def h(tmp_path: Path) -> AsyncIterator[HostHarness]:
         Parent.release.set()
 
 
+@pytest.mark.e2e
 async def test_child_run_recorded_with_parent_link_events_and_usage(h: HostHarness) -> None:
     r = await h.send("one child", conversation_id="c")
     assert r.run.status == "completed", r.run.error_message

@@ -32,6 +32,7 @@ def run_cli(*args: str, data_dir: Path | None = None, **kw: Any) -> subprocess.C
 # ---- no host needed ----
 
 
+@pytest.mark.e2e
 def test_version_is_the_installed_distributions() -> None:
     from importlib.metadata import version as dist_version
 
@@ -41,6 +42,7 @@ def test_version_is_the_installed_distributions() -> None:
 
 
 @pytest.mark.parametrize("flag", ["--help", "--version"])
+@pytest.mark.e2e
 def test_help_and_version_do_not_import_grpc(flag: str) -> None:
     code = (
         "import sys\nfrom agenthost.host.cli import main as cli\ntry:\n"
@@ -73,6 +75,7 @@ def test_every_data_command_takes_json() -> None:
         assert any("--json" in a.option_strings for a in parser._actions), path
 
 
+@pytest.mark.e2e
 def test_bad_filters_are_refused_before_anything_runs() -> None:
     bad = run_cli("runs", "list", "--status", "bogus")
     assert bad.returncode == 2

@@ -59,6 +59,7 @@ def test_unit_parses_and_its_command_is_the_cli_s(unit: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 @pytest.mark.parametrize("unit", UNITS, ids=lambda p: p.name)
+@pytest.mark.e2e
 def test_systemd_verifies_the_unit(unit: Path, tmp_path: Path) -> None:
     # The unit names /usr/local/bin/agenthost; verified here against this interpreter's agenthost (systemd checks
     # that the command exists and is executable).

@@ -27,6 +27,7 @@ def closed_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.e2e
 async def test_models_of_every_binding_with_errors_per_binding(tmp_path: Path) -> None:
     async with FakeProviderServer() as fake:
         # One path serves both protocols: OpenAI-compatible at {base}/models with base .../v1, Anthropic at

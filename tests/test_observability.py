@@ -207,6 +207,7 @@ def test_the_host_log_rotates_whole_private_lines_each_formatted_once(tmp_path: 
     assert newest[-1] == 199 and newest == list(range(newest[0], 200))
 
 
+@pytest.mark.e2e
 async def test_plugin_stderr_through_the_pipe_is_rotated(tmp_path: Path) -> None:
     """What the supervisor does with a child's stderr: a child writing 2 MB leaves at most the budget on disk."""
     sink = RotatingFile(tmp_path / "plugin.log", max_bytes=64 * 1024, backups=1)
@@ -221,6 +222,7 @@ async def test_plugin_stderr_through_the_pipe_is_rotated(tmp_path: Path) -> None
     assert (tmp_path / "plugin.log").read_text().splitlines()[-1].startswith("00019999 ")
 
 
+@pytest.mark.e2e
 async def test_plugin_lifecycle_logged_and_crash_counted(tmp_path: Path) -> None:
     """The built-in plugin as the supervisor runs it: start, ready, a crash (SIGKILL), the restart."""
     async with HostHarness(tmp_path, builtin=True, host_options={"log_level": logging.INFO}) as h:
@@ -291,6 +293,7 @@ def _python_env() -> dict[str, str]:
     return env
 
 
+@pytest.mark.e2e
 def test_opentelemetry_not_imported_when_tracing_is_off(tmp_path: Path) -> None:
     code = (
         "import asyncio, sys\n"
@@ -313,6 +316,7 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "agenthost.host.cli", *args]
 
 
+@pytest.mark.e2e
 def test_logs_command_prints_the_tail_without_grpc(tmp_path: Path) -> None:
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
@@ -341,6 +345,7 @@ def test_logs_command_prints_the_tail_without_grpc(tmp_path: Path) -> None:
     assert probe.stderr.strip().endswith("[]")
 
 
+@pytest.mark.e2e
 def test_logs_follow_prints_appended_lines_across_rotation(tmp_path: Path) -> None:
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
@@ -377,6 +382,7 @@ def test_logs_follow_prints_appended_lines_across_rotation(tmp_path: Path) -> No
         proc.wait(10)
 
 
+@pytest.mark.e2e
 def test_log_level_flag_and_env_are_checked(tmp_path: Path) -> None:
     env = {**_python_env(), "AGENTHOST_LOG_LEVEL": "loud"}
     out = subprocess.run(

@@ -19,6 +19,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 SUBPACKAGES = ("host", "plugins", "protos", "runners")
 
 
+@pytest.mark.e2e
 def test_a_project_with_its_own_plugins_protos_runners_imports_them_beside_agenthost(tmp_path: Path) -> None:
     for name in SUBPACKAGES:
         (tmp_path / name).mkdir()

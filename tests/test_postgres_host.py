@@ -15,6 +15,8 @@ import pytest
 from tests.pg_cluster import Cluster
 from tests.test_e2e_cli import NOTES, cli, start_host
 
+pytestmark = pytest.mark.e2e  # every test here starts processes (tests/process_guard.py)
+
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:

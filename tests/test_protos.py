@@ -8,12 +8,14 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.e2e
 def test_regeneration_changes_nothing(tmp_path):
     subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gen_protos.py"), str(tmp_path)], check=True, capture_output=True

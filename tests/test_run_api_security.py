@@ -351,6 +351,7 @@ async def test_a_caller_without_a_token_cannot_make_the_host_read_its_upload(wor
     assert sent < limits.REFUSED_STREAM_READ_BYTES + 32 * 1024 * 1024, f"the host read {sent >> 20} MiB"
 
 
+@pytest.mark.e2e
 async def test_a_runner_cannot_make_the_host_hold_requests_it_never_finishes_sending(
     tmp_path, host_database, monkeypatch
 ):
@@ -383,6 +384,7 @@ async def test_a_runner_cannot_make_the_host_hold_requests_it_never_finishes_sen
             assert (await stub.StateGet(get, metadata=md(r1))).found is False  # the runner's own calls go through
 
 
+@pytest.mark.e2e
 async def test_requests_that_never_end_give_their_turn_back(tmp_path, host_database, monkeypatch):
     """The calls reading their request at once are few (RUN_API_READS): ones whose request never ends are refused
     after RUN_API_READ_SECONDS, so the socket's other calls get their turn while the sender still holds them."""

@@ -29,6 +29,8 @@ from tests.pg_cluster import Cluster
 from tests.test_e2e_cli import FAULTY, cli, start_host
 from tests.workers.helpers import free_port
 
+pytestmark = pytest.mark.e2e  # every test here starts processes (tests/process_guard.py)
+
 TAKEOVER_TIMEOUT = 60.0  # generous: the machine is shared; the figure itself is measured by bench_failover.py
 
 

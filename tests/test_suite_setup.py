@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 import agenthost.host.server
 import agenthost.runners.sdk.server
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_checkouts_modules_are_compiled_before_the_processes_start() -> None:
@@ -31,3 +38,79 @@ def test_the_test_modules_rewritten_by_pytest_are_cached() -> None:
     cached = get_cache_dir(source) / (source.stem + PYC_TAIL)
     assert cached.exists(), f"{cached} missing: each pytest process rewrites the test modules again"
     assert cached.stat().st_mtime >= source.stat().st_mtime
+
+
+GUARDED = """
+import asyncio
+import subprocess
+
+import pytest
+
+
+def test_unmarked_runs_a_command():
+    subprocess.run(["true"], check=True)
+
+
+async def test_unmarked_starts_an_asyncio_subprocess():
+    proc = await asyncio.create_subprocess_exec("true")
+    await proc.wait()
+
+
+@pytest.mark.e2e
+def test_marked_runs_a_command():
+    subprocess.run(["true"], check=True)
+
+
+def test_on_a_process_fixture_runs_a_command(pg_dsn):
+    subprocess.run(["true"], check=True)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_parametrized_by_backend(backend):
+    if backend == "postgresql":
+        subprocess.run(["true"], check=True)
+
+
+def test_starts_nothing():
+    pass
+"""
+
+
+@pytest.mark.e2e
+def test_a_test_that_starts_a_process_is_e2e_or_fails(tmp_path: Path) -> None:
+    """tests/process_guard.py: `make check` runs the tests marked neither e2e nor slow, and those must start no
+    process. A test built on a process-starting fixture or parametrized on PostgreSQL is marked e2e at collection;
+    an unmarked test that starts a process fails, naming it, so the split cannot drift."""
+    (tmp_path / "conftest.py").write_text(
+        'import pytest\npytest_plugins = ["tests.process_guard"]\n\n\n@pytest.fixture\ndef pg_dsn():\n    return ""\n'
+    )
+    (tmp_path / "test_guarded.py").write_text(GUARDED)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("AGENTHOST_SPAWN_LOG", None)
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:xdist",
+        "-rf",
+        "-o",
+        "asyncio_mode=auto",
+    ]
+    ran = subprocess.run([*argv, str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    failed = sorted(re.findall(r"^FAILED \S+::(\w+)", ran.stdout, re.M))
+    assert failed == ["test_unmarked_runs_a_command", "test_unmarked_starts_an_asyncio_subprocess"], ran.stdout
+    assert ran.stdout.count("not marked e2e but its call started a process:\n  exec: true\n") == 2, ran.stdout
+    picked = subprocess.run(
+        [*argv, "--collect-only", "-m", "not e2e", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    unit = sorted(re.findall(r"::(\w+(?:\[\w+\])?)$", picked.stdout, re.M))
+    assert unit == [
+        "test_parametrized_by_backend[sqlite]",
+        "test_starts_nothing",
+        "test_unmarked_runs_a_command",
+        "test_unmarked_starts_an_asyncio_subprocess",
+    ], picked.stdout

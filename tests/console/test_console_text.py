@@ -16,6 +16,7 @@ NODE = shutil.which("node")
 DOM = Path(gateway.__file__).parent / "console_static" / "dom.js"
 
 pytestmark = [
+    pytest.mark.e2e,  # starts processes (tests/process_guard.py)
     pytest.mark.timeout(60),
     pytest.mark.skipif(NODE is None, reason="node is not installed (it runs the console's own JS)"),
 ]

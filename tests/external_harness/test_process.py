@@ -30,6 +30,7 @@ def test_redact() -> None:
     assert redact("token abcdefgh leaked", ["abcdefgh"]) == "token [redacted] leaked"
 
 
+@pytest.mark.e2e
 async def test_large_lines_and_noise(tmp_path: Path) -> None:
     code = (
         "import json,sys; sys.stdout.write('[SandboxDebug] noise\\n');"
@@ -43,6 +44,7 @@ async def test_large_lines_and_noise(tmp_path: Path) -> None:
     assert proc.skipped_lines == 2
 
 
+@pytest.mark.e2e
 async def test_stderr_is_captured_and_redacted(tmp_path: Path) -> None:
     code = "import sys; sys.stderr.write('boom with sekrit-token-123\\n'); sys.exit(4)"
     async with HarnessProcess(
@@ -53,6 +55,7 @@ async def test_stderr_is_captured_and_redacted(tmp_path: Path) -> None:
     assert proc.stderr_tail() == "boom with [redacted]"
 
 
+@pytest.mark.e2e
 async def test_stderr_reaches_the_user_as_plain_text(tmp_path: Path) -> None:
     """A harness's stderr ends up in a run's error and on a person's terminal: colours, a window-title OSC, a
     hyperlink OSC, carriage returns and NULs must not survive; newlines and tabs do."""
@@ -68,6 +71,7 @@ async def test_stderr_reaches_the_user_as_plain_text(tmp_path: Path) -> None:
     assert not any(ord(c) < 32 and c not in "\n\t" for c in tail)
 
 
+@pytest.mark.e2e
 async def test_stdin_prompt_is_delivered(tmp_path: Path) -> None:
     code = "import sys,json; print(json.dumps({'prompt': sys.stdin.read()}))"
     big = "p" * (1024 * 1024)  # larger than a pipe buffer: must not deadlock
@@ -78,6 +82,7 @@ async def test_stdin_prompt_is_delivered(tmp_path: Path) -> None:
     assert got == [{"prompt": big}]
 
 
+@pytest.mark.e2e
 async def test_interrupt_escalates_to_sigkill_for_the_whole_group(tmp_path: Path) -> None:
     # Parent and child both ignore SIGINT: only the SIGKILL of the group after the grace period ends them.
     code = (
@@ -99,6 +104,7 @@ async def test_interrupt_escalates_to_sigkill_for_the_whole_group(tmp_path: Path
     assert not group_alive(proc.pid)
 
 
+@pytest.mark.e2e
 async def test_clean_exit_reaps_stragglers(tmp_path: Path) -> None:
     code = "import subprocess,sys; subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)'])"
     async with HarnessProcess([sys.executable, "-c", code], cwd=tmp_path, env=build_env(inherited=os.environ)) as proc:
@@ -130,6 +136,7 @@ STAND_IN_RUNNER = (
 
 
 @pytest.mark.skipif(not shutil.which("setpriv"), reason="needs util-linux setpriv (parent-death signal)")
+@pytest.mark.e2e
 async def test_harness_dies_with_a_killed_runner(tmp_path: Path) -> None:
     # A stand-in runner process starts a harness, reports its pid, and is then SIGKILLed (no cleanup can run).
     repo = str(Path(__file__).resolve().parents[2])
@@ -157,6 +164,7 @@ async def test_harness_dies_with_a_killed_runner(tmp_path: Path) -> None:
     assert not group_alive(harness_pid)
 
 
+@pytest.mark.e2e
 async def test_a_runner_killed_before_the_death_signal_is_set_leaves_no_harness(tmp_path: Path) -> None:
     """The window between the runner's fork and setpriv's prctl, held open: the tools prologue blocks writing to its
     cgroup file (a FIFO here) while the runner is SIGKILLed; once it goes on, the death signal is set too late to

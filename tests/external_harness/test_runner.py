@@ -52,6 +52,7 @@ def _log(tmp_path: Path, *, boots: bool = False) -> list[dict]:
     return [entry for entry in entries if ("boot" in entry) == boots]
 
 
+@pytest.mark.e2e
 async def test_first_turn_assigns_a_session_and_the_next_resumes_it(tmp_path, fake_host, clean_env) -> None:
     runner = ClaudeCodeRunner(tmp_path / "data")
     first = await _collect(runner, fake_host.run_context("hello", config=_config(tmp_path)))
@@ -77,6 +78,7 @@ async def test_first_turn_assigns_a_session_and_the_next_resumes_it(tmp_path, fa
     assert starts[2]["argv"][starts[2]["argv"].index("--resume") + 1] == session and starts[2]["cwd"] == workdir
 
 
+@pytest.mark.e2e
 async def test_harness_env_is_explicit(tmp_path, fake_host, clean_env, monkeypatch) -> None:
     monkeypatch.setenv("HOST_ONLY_SECRET", "do-not-leak")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-123456")
@@ -103,6 +105,7 @@ async def test_harness_env_is_explicit(tmp_path, fake_host, clean_env, monkeypat
     assert "sk-test-123456" not in argv and fake_host.data.token not in argv
 
 
+@pytest.mark.e2e
 async def test_lost_session_starts_fresh_with_a_note(tmp_path, fake_host, clean_env) -> None:
     runner = ClaudeCodeRunner(tmp_path / "data")
     await _collect(runner, fake_host.run_context("one", config=_config(tmp_path)))
@@ -116,6 +119,7 @@ async def test_lost_session_starts_fresh_with_a_note(tmp_path, fake_host, clean_
     assert new and new != old
 
 
+@pytest.mark.e2e
 async def test_crash_reports_stderr(tmp_path, fake_host, clean_env) -> None:
     events = await _collect(
         ClaudeCodeRunner(tmp_path / "data"), fake_host.run_context("x", config=_config(tmp_path, "crash"))
@@ -125,6 +129,7 @@ async def test_crash_reports_stderr(tmp_path, fake_host, clean_env) -> None:
     assert "exited with code 3" in events[0].failed.message and "crashed on purpose" in events[0].failed.message
 
 
+@pytest.mark.e2e
 async def test_is_error_result_fails_the_run_with_the_harness_message(tmp_path, fake_host, clean_env) -> None:
     events = await _collect(
         ClaudeCodeRunner(tmp_path / "data"), fake_host.run_context("x", config=_config(tmp_path, "is_error"))
@@ -133,6 +138,7 @@ async def test_is_error_result_fails_the_run_with_the_harness_message(tmp_path, 
     assert "401 invalid x-api-key" in events[-1].failed.message
 
 
+@pytest.mark.e2e
 async def test_deadline_interrupts_and_kills(tmp_path, fake_host, clean_env) -> None:
     events = await _collect(
         ClaudeCodeRunner(tmp_path / "data"),
@@ -145,6 +151,7 @@ async def test_deadline_interrupts_and_kills(tmp_path, fake_host, clean_env) -> 
     assert not pids_with_env(_tag(tmp_path))
 
 
+@pytest.mark.e2e
 async def test_cancel_kills_the_whole_process_group(tmp_path, fake_host, clean_env) -> None:
     runner = ClaudeCodeRunner(tmp_path / "data")
     rc = fake_host.run_context("x", config=_config(tmp_path, "stubborn"))
@@ -164,6 +171,7 @@ async def test_cancel_kills_the_whole_process_group(tmp_path, fake_host, clean_e
     assert not pids_with_env(_tag(tmp_path))
 
 
+@pytest.mark.e2e
 async def test_turns_of_one_conversation_queue(tmp_path, fake_host, clean_env) -> None:
     runner = ClaudeCodeRunner(tmp_path / "data")
     config = _config(tmp_path, "slow")
@@ -180,6 +188,7 @@ async def test_turns_of_one_conversation_queue(tmp_path, fake_host, clean_env) -
     assert {a[-2].message.text, b[-2].message.text} == {"echo[1]: first", "echo[2]: second"}
 
 
+@pytest.mark.e2e
 async def test_lines_over_one_mib(tmp_path, fake_host, clean_env) -> None:
     events = await _collect(
         ClaudeCodeRunner(tmp_path / "data"), fake_host.run_context("x", config=_config(tmp_path, "bigline"))
@@ -205,6 +214,7 @@ async def test_bad_input_is_a_typed_failure(tmp_path, fake_host, clean_env, monk
     assert not os.environ.get("NOT_SET_ANYWHERE")
 
 
+@pytest.mark.e2e
 async def test_attachments_are_named_in_the_prompt(tmp_path, fake_host, clean_env) -> None:
     from agenthost.protos import common_pb2 as pb
 
@@ -218,6 +228,7 @@ async def test_attachments_are_named_in_the_prompt(tmp_path, fake_host, clean_en
     assert prompt.startswith("see the file") and "art-9" in prompt and "artifact_read" in prompt
 
 
+@pytest.mark.e2e
 async def test_big_tool_results_become_artifacts(tmp_path, fake_host, clean_env) -> None:
     events = await _collect(
         ClaudeCodeRunner(tmp_path / "data"), fake_host.run_context("x", config=_config(tmp_path, "bigtool"))

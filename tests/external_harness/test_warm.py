@@ -34,6 +34,7 @@ async def _until(condition, what: str, timeout: float = 20.0) -> None:
         await asyncio.sleep(0.02)
 
 
+@pytest.mark.e2e
 async def test_the_next_message_goes_to_the_kept_process_with_its_own_cost(tmp_path, fake_host, clean_env) -> None:
     runner = ClaudeCodeRunner(tmp_path / "data")
     turns = []
@@ -50,6 +51,7 @@ async def test_the_next_message_goes_to_the_kept_process_with_its_own_cost(tmp_p
 
 
 @pytest.mark.parametrize("change", ["config", "claude_md", "key", "session_reset", "bridge_grant"])
+@pytest.mark.e2e
 async def test_a_changed_start_up_input_gets_a_new_process_that_resumes(
     change: str, tmp_path, fake_host, clean_env, monkeypatch
 ) -> None:
@@ -89,6 +91,7 @@ async def test_a_changed_start_up_input_gets_a_new_process_that_resumes(
 
 
 @pytest.mark.parametrize("why", ["failed", "keep_warm_0", "budget", "stdio_bridge", "left_a_process", "no_sandbox"])
+@pytest.mark.e2e
 async def test_processes_that_must_not_be_kept_are_not(why: str, tmp_path, fake_host, clean_env) -> None:
     mode = "is_error" if why == "failed" else "ok"
     extra = {
@@ -109,6 +112,7 @@ async def test_processes_that_must_not_be_kept_are_not(why: str, tmp_path, fake_
         assert "--input-format" not in _starts(tmp_path)[0]["argv"]
 
 
+@pytest.mark.e2e
 async def test_idle_processes_expire(tmp_path, fake_host, clean_env) -> None:
     runner = ClaudeCodeRunner(tmp_path / "data")
     await _collect(runner, fake_host.run_context("one", config=_config(tmp_path, keep_warm_seconds=0.3)))
@@ -119,6 +123,7 @@ async def test_idle_processes_expire(tmp_path, fake_host, clean_env) -> None:
     assert len({s["process"] for s in _starts(tmp_path)}) == 2
 
 
+@pytest.mark.e2e
 async def test_a_process_that_prints_while_idle_is_retired(tmp_path, fake_host, clean_env) -> None:
     runner = ClaudeCodeRunner(tmp_path / "data")
     await _collect(runner, fake_host.run_context("[noise] one", config=_config(tmp_path)))
@@ -130,6 +135,7 @@ async def test_a_process_that_prints_while_idle_is_retired(tmp_path, fake_host, 
     assert len({s["process"] for s in _starts(tmp_path)}) == 2
 
 
+@pytest.mark.e2e
 async def test_cancelling_a_message_in_a_kept_process_stops_it(tmp_path, fake_host, clean_env) -> None:
     runner = ClaudeCodeRunner(tmp_path / "data")
     await _collect(runner, fake_host.run_context("one", config=_config(tmp_path)))
@@ -146,6 +152,7 @@ async def test_cancelling_a_message_in_a_kept_process_stops_it(tmp_path, fake_ho
     assert starts[2]["process"] != starts[0]["process"] and "--resume" in starts[2]["argv"]
 
 
+@pytest.mark.e2e
 async def test_a_deadline_in_a_kept_process_stops_it(tmp_path, fake_host, clean_env) -> None:
     runner = ClaudeCodeRunner(tmp_path / "data")
     await _collect(runner, fake_host.run_context("one", config=_config(tmp_path, timeout_seconds=5)))
@@ -155,6 +162,7 @@ async def test_a_deadline_in_a_kept_process_stops_it(tmp_path, fake_host, clean_
     await _until(lambda: not pids_with_env(_tag(tmp_path)), "the timed-out process exited")
 
 
+@pytest.mark.e2e
 async def test_kept_processes_are_bounded_and_stop_with_the_runner(tmp_path, fake_host, clean_env) -> None:
     runner = ClaudeCodeRunner(tmp_path / "data")
     runner.kept = KeptHarnesses(capacity=2)
@@ -191,6 +199,7 @@ async def _spare_boot(runner, tmp_path: Path) -> dict:
     return boot
 
 
+@pytest.mark.e2e
 async def test_a_new_conversation_gets_the_spare_started_after_another_ones_message(
     tmp_path, fake_host, clean_env
 ) -> None:
@@ -225,6 +234,7 @@ async def test_a_new_conversation_gets_the_spare_started_after_another_ones_mess
     await _until(lambda: not pids_with_env(_tag(tmp_path)), "every process stopped with the runner")
 
 
+@pytest.mark.e2e
 async def test_spares_and_kept_processes_have_no_way_to_the_hosts_loopback(tmp_path, fake_host, clean_env) -> None:
     """A process started ahead (a spare) and one kept between messages are sandboxes like any turn's: their
     network is a namespace of their own, so a port on the host's loopback stays closed to what runs in them."""
@@ -249,6 +259,7 @@ async def test_spares_and_kept_processes_have_no_way_to_the_hosts_loopback(tmp_p
 
 
 @pytest.mark.parametrize("change", ["key", "claude_md_outside_the_block"])
+@pytest.mark.e2e
 async def test_a_spare_that_would_not_start_the_same_way_is_replaced(
     change: str, tmp_path, fake_host, clean_env, monkeypatch
 ) -> None:
@@ -270,6 +281,7 @@ async def test_a_spare_that_would_not_start_the_same_way_is_replaced(
     assert spare_boot["boot"] not in {b["boot"] for b in _log(tmp_path, boots=True)[2:]}
 
 
+@pytest.mark.e2e
 async def test_spares_are_per_binding_expire_and_leave_no_slot(tmp_path, fake_host, clean_env) -> None:
     runner = ClaudeCodeRunner(tmp_path / "data")
     await _collect(runner, fake_host.run_context("one", config=_spared(tmp_path, keep_warm_seconds=2)))
@@ -294,6 +306,7 @@ async def test_spares_are_per_binding_expire_and_leave_no_slot(tmp_path, fake_ho
     assert sorted(h.name.split("-")[0] for h in homes) == ["conv", "conv"], homes
 
 
+@pytest.mark.e2e
 async def test_concurrent_first_messages_share_no_spare(tmp_path, fake_host, clean_env) -> None:
     runner = ClaudeCodeRunner(tmp_path / "data")
     await _collect(runner, fake_host.run_context("zero", config=_spared(tmp_path)))
@@ -352,6 +365,7 @@ def test_slots_of_a_dead_runner_are_swept_and_claimed_ones_kept(tmp_path) -> Non
     assert not other.path.exists()
 
 
+@pytest.mark.e2e
 async def test_spares_do_not_evict_one_another(tmp_path, fake_host, clean_env) -> None:
     """More bindings than room: the first ones keep their spares, and a later binding's turn starts none (a spare
     that evicts another, for a turn of a third binding to evict, would be a process start per message)."""
@@ -367,6 +381,7 @@ async def test_spares_do_not_evict_one_another(tmp_path, fake_host, clean_env) -
 
 
 @pytest.mark.parametrize("taken", ["kept", "spare"])
+@pytest.mark.e2e
 async def test_a_turn_that_fails_before_its_harness_runs_stops_the_process_it_took(
     taken: str, tmp_path, fake_host, clean_env, monkeypatch
 ) -> None:
@@ -396,6 +411,7 @@ async def test_a_turn_that_fails_before_its_harness_runs_stops_the_process_it_to
 
 
 @pytest.mark.parametrize("planted", ["fifo_claude_local_md", "fifo_claude_md", "symlink_claude_md", "fifo_skills_json"])
+@pytest.mark.e2e
 async def test_what_a_model_plants_in_its_working_directory_neither_hangs_the_runner_nor_reads_outside(
     planted: str, tmp_path, fake_host, clean_env
 ) -> None:

@@ -273,6 +273,7 @@ async def test_malformed_requests_are_400(world: World, body: bytes, param: str 
     assert world.runs() == []
 
 
+@pytest.mark.e2e
 async def test_oversize_body_and_message_are_413(world: World) -> None:
     headers = {"Authorization": f"Bearer {world.key}"}
     big = {"model": "testbot", "messages": [{"role": "user", "content": "x" * (gateway_app.MAX_BODY_BYTES + 1)}]}
@@ -466,6 +467,7 @@ async def test_a_reader_that_stops_reading_does_not_hold_the_run(world: World, m
 # ---- wiring ----
 
 
+@pytest.mark.e2e
 def test_the_gateway_is_not_imported_unless_enabled() -> None:
     code = "import sys, agenthost.host.server, agenthost.host.cli.main; sys.exit('aiohttp' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0

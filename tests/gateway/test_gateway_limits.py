@@ -63,6 +63,7 @@ async def _finish_body(conn: tuple[asyncio.StreamReader, asyncio.StreamWriter], 
     return int(status.split()[1])
 
 
+@pytest.mark.e2e
 async def test_large_bodies_take_bounded_slots_per_key_and_host_wide(world: World, monkeypatch) -> None:
     slots = world.host.gateway.body_slots
     other = await _second_key(world)
@@ -102,6 +103,7 @@ async def test_large_bodies_take_bounded_slots_per_key_and_host_wide(world: Worl
     await until(lambda: slots.total == 0 and not slots.by_key, "every slot was given back")
 
 
+@pytest.mark.e2e
 async def test_large_bodies_are_parsed_off_the_event_loop(world: World, monkeypatch) -> None:
     """The host process never json.loads a large body (a parser process does); and the loop's longest stall while
     a burst of 12 MiB bodies (of the shape that costs most to parse: many small messages) is parsed, off the loop

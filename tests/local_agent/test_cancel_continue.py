@@ -155,6 +155,7 @@ CASES: dict[str, tuple[str, Callable[[FakeProviderServer], list[Reply]], int]] =
 
 
 @pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.e2e
 async def test_cancel_mid_tool_then_next_message_is_well_paired(tmp_path: Path, case: str) -> None:
     wire, first_reply, n_calls = CASES[case]
     api = FakeRunAPI()

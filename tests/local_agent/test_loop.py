@@ -222,6 +222,7 @@ async def test_cancellation_mid_stream_stops_at_once(tmp_path: Path) -> None:
     await runner.close()
 
 
+@pytest.mark.e2e
 async def test_large_tool_result_becomes_an_artifact(tmp_path: Path) -> None:
     runner = new_runner(tmp_path)
     api = FakeRunAPI()
@@ -287,10 +288,10 @@ async def test_read_only_calls_run_concurrently_results_in_declared_order(tmp_pa
             system_prompt="s",
             compactor=Compactor(window=32000, watermark=0.7, keep_fraction=0.25, max_output_tokens=4096),
         )
-        t0 = time.monotonic()
         evs = [e async for e in loop.run(UserMessage("go"))]
-        elapsed = time.monotonic() - t0
-        assert Slow.peak == 2 and elapsed < 0.6
+        # a and b ran at once (the peak); no wall-clock bound: run one after the other they take 0.45 s, so a bound
+        # proved no more than the peak does, and it failed on a loaded machine (0.77 s at load 20)
+        assert Slow.peak == 2
         seq = [
             (e.WhichOneof("kind"), getattr(e, e.WhichOneof("kind")).tool_call_id)
             for e in evs
@@ -333,6 +334,7 @@ def files_containing(root: Path, needle: bytes) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
 
 
+@pytest.mark.e2e
 async def test_key_never_leaks(tmp_path: Path) -> None:
     key = "sk-live-THIS-IS-SECRET-1234567890"
     runner = new_runner(tmp_path, env={"MY_PROVIDER_KEY": key})

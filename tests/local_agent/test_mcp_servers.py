@@ -291,6 +291,7 @@ async def test_stdio_server_is_sandboxed(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 @needs_sandbox
+@pytest.mark.e2e
 async def test_a_stdio_server_granted_network_still_never_reaches_the_hosts_loopback(tmp_path: Path) -> None:
     """`network: true` on a stdio server is the shell's network: the runner's egress proxy, never the host's
     loopback (before, the server shared the runner's namespace and reached any port there)."""
@@ -496,6 +497,7 @@ def test_parameters_and_results_mapping() -> None:
     assert render(fake) == ("[image (image/png, 12 bytes) returned by the tool; not shown]", False, [])
 
 
+@pytest.mark.e2e
 def test_bindings_without_servers_do_not_load_the_sdk() -> None:
     code = (
         "import sys\n"
@@ -588,6 +590,7 @@ def test_a_symlink_swapped_in_after_the_check_cannot_lead_a_servers_cwd_out(
     assert list(outside.iterdir()) == []
 
 
+@pytest.mark.e2e
 def test_an_unsandboxed_server_starts_in_the_directory_that_was_checked(tmp_path: Path) -> None:
     """Without a sandbox the server's process gets the checked directory itself (an open descriptor), so a link
     swapped in before the process starts does not move it elsewhere."""

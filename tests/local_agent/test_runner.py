@@ -177,6 +177,7 @@ async def test_lost_session_rebuilds_from_host_history(tmp_path: Path) -> None:
         await r2.close()
 
 
+@pytest.mark.e2e
 async def test_killed_mid_tool_call_then_restarted_heals(tmp_path: Path) -> None:
     api = FakeRunAPI()
     async with FakeProviderServer() as server:

@@ -90,6 +90,7 @@ async def test_bad_arguments_and_unknown_tool_are_errors_not_exceptions(ctx: Too
     assert r.is_error and "unknown tool" in r.content
 
 
+@pytest.mark.e2e
 async def test_shell_runs_in_workspace_with_explicit_env(ctx: ToolContext, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-should-never-leak")
     monkeypatch.setenv("HARMLESS_VAR", "visible")
@@ -108,6 +109,7 @@ async def test_shell_runs_in_workspace_with_explicit_env(ctx: ToolContext, monke
     }
 
 
+@pytest.mark.e2e
 async def test_shell_failure_timeout_and_blocklist(ctx: ToolContext) -> None:
     r = await call(ctx, "shell", command="echo oops >&2; exit 3")
     assert r.is_error and "exit code 3" in r.content and "oops" in r.content
@@ -120,6 +122,7 @@ async def test_shell_failure_timeout_and_blocklist(ctx: ToolContext) -> None:
     assert not (await call(ctx, "shell", command="rm -rf ./build")).is_error
 
 
+@pytest.mark.e2e
 async def test_shell_output_is_capped_head_and_tail(ctx: ToolContext) -> None:
     res = await run_command(
         "seq 1 100000", cwd=ctx.workspace, env={"PATH": "/usr/bin:/bin"}, timeout=10, max_output_chars=2000
@@ -129,6 +132,7 @@ async def test_shell_output_is_capped_head_and_tail(ctx: ToolContext) -> None:
     assert len(res.output) < 2200
 
 
+@pytest.mark.e2e
 async def test_shell_kills_process_group_and_background_children(ctx: ToolContext, tmp_path: Path) -> None:
     marker = tmp_path / "alive"
     cmd = f"(sleep 1.5; touch {marker}) & sleep 30"
@@ -149,6 +153,7 @@ async def test_shell_kills_process_group_and_background_children(ctx: ToolContex
     assert not marker.exists()
 
 
+@pytest.mark.e2e
 async def test_shell_cancellation_kills_the_command(ctx: ToolContext, tmp_path: Path) -> None:
     marker = tmp_path / "done"
     task = asyncio.create_task(
@@ -215,6 +220,7 @@ def test_tool_selection_from_config() -> None:
         build_registry(LocalAgentConfig(tools=["rm_rf"]))
 
 
+@pytest.mark.e2e
 def test_ledger_sweep_kills_only_the_groups_it_started(tmp_path: Path) -> None:
     import subprocess
 

@@ -95,6 +95,7 @@ async def test_disk_full_injected(tmp_path, monkeypatch):
         assert ok.run.status == "completed"
 
 
+@pytest.mark.e2e
 async def test_disk_full_real_filesystem(tmp_path):
     """The same on a real, really full filesystem (a 1 MiB tmpfs under the artifact root); needs mount rights."""
     artifacts_root = tmp_path / "host" / "artifacts"

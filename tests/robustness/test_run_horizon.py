@@ -272,6 +272,7 @@ def test_each_run_sees_its_conversation_up_to_its_message(gaps: list[str]) -> No
         asyncio.run(asyncio.wait_for(play(Path(tmp), gaps), 120))
 
 
+@pytest.mark.e2e
 async def test_burst_of_three_queued_behind_a_running_run(tmp_path: Path) -> None:
     """m0 holds; m1 and m2 queue behind it: m1's run sees m0's turn and m1, never m2, not even by event id.
     `agenthost history` shows the burst in turn order: m0, its replies, m1, its replies, m2, its replies."""

@@ -28,7 +28,7 @@ from agenthost.plugins import sandbox as walls
 from agenthost.runners.external_harness.runner import ClaudeCodeRunner
 
 needs_bwrap = pytest.mark.skipif(walls.probe() is not None, reason=f"no working bubblewrap: {walls.probe()}")
-pytestmark = [pytest.mark.timeout(120), needs_bwrap, pytest.mark.usefixtures("close_harness_runners")]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120), needs_bwrap, pytest.mark.usefixtures("close_harness_runners")]
 
 PLANT = (
     "[sh] printf PLANTED-CLAUDE-MD > $CLAUDE_CONFIG_DIR/CLAUDE.md && "

@@ -172,6 +172,7 @@ async def probe_report(proc: HarnessProcess) -> dict[str, Any]:
 
 
 @needs_bwrap
+@pytest.mark.e2e
 async def test_probe_sees_only_its_workspace_and_leaves_nothing_behind(host, layout) -> None:
     fake, host_dir = host
     mark = new_mark()
@@ -189,6 +190,7 @@ async def test_probe_sees_only_its_workspace_and_leaves_nothing_behind(host, lay
 
 
 @needs_bwrap
+@pytest.mark.e2e
 async def test_interrupt_kills_a_stubborn_tree(host, layout) -> None:
     fake, host_dir = host
     mark, tag = new_mark(), f"probe-{secrets.token_hex(6)}"
@@ -212,6 +214,7 @@ async def test_interrupt_kills_a_stubborn_tree(host, layout) -> None:
 
 
 @needs_bwrap
+@pytest.mark.e2e
 async def test_killed_runner_takes_the_sandbox_with_it(host, layout, tmp_path) -> None:
     fake, host_dir = host
     mark, tag = new_mark(), f"probe-{secrets.token_hex(6)}"
@@ -265,6 +268,7 @@ async def test_killed_runner_takes_the_sandbox_with_it(host, layout, tmp_path) -
         kill_marked(mark)
 
 
+@pytest.mark.e2e
 async def test_the_probe_does_catch_an_escape(host, layout) -> None:
     """The control: without the sandbox the same probe's `setsid sleep` does survive the harness, and sees the
     admin socket. (So the tests above can fail.)"""
@@ -310,6 +314,7 @@ def _probe_config(host_dir: HostDir, layout: dict[str, Any], mark: str, **extra:
 
 
 @needs_bwrap
+@pytest.mark.e2e
 async def test_runner_hands_the_harness_only_the_tool_token(host, layout, monkeypatch) -> None:
     fake, host_dir = host
     monkeypatch.setenv("AGENTHOST_PLUGIN_SECRET", fake.data.plugin_secret)  # as a runner process would hold it
@@ -332,6 +337,7 @@ async def test_runner_hands_the_harness_only_the_tool_token(host, layout, monkey
 
 
 @needs_bwrap
+@pytest.mark.e2e
 async def test_the_default_bridge_hands_the_harness_no_credential_at_all(host, layout, monkeypatch) -> None:
     """Claude Code's default transport (mcp_control.py): the bridge answers on the harness's own pipes, so the
     harness holds no token of any kind and nothing it could connect to is written down."""
@@ -358,6 +364,7 @@ async def test_the_default_bridge_hands_the_harness_no_credential_at_all(host, l
 
 
 @needs_bwrap
+@pytest.mark.e2e
 async def test_http_bridge_hands_the_harness_only_a_turn_token(host, layout, monkeypatch) -> None:
     """The HTTP transport: the harness holds a token for its own endpoint and nothing of the run's. Without a kept
     process (keep_warm_seconds: 0) that endpoint is the turn's; a kept one's is walled per turn instead
@@ -437,6 +444,7 @@ def abstract_socket() -> Iterator[str]:
 
 @needs_bwrap
 @pytest.mark.parametrize("transport", ["sdk", "http"])
+@pytest.mark.e2e
 async def test_the_harness_reaches_its_model_endpoint_and_nothing_else_of_the_hosts_network(
     host, layout, abstract_socket, transport
 ) -> None:
@@ -484,6 +492,7 @@ async def test_the_harness_reaches_its_model_endpoint_and_nothing_else_of_the_ho
     assert report["env"]["HTTPS_PROXY"] == report["env"]["http_proxy"] and report["env"]["HTTPS_PROXY"]
 
 
+@pytest.mark.e2e
 async def test_no_bwrap_refuses_the_run_unless_opted_out(host, layout, monkeypatch, caplog) -> None:
     fake, host_dir = host
     monkeypatch.setattr(walls, "probe", lambda: "bubblewrap is not installed (simulated)")
@@ -505,6 +514,7 @@ async def test_no_bwrap_refuses_the_run_unless_opted_out(host, layout, monkeypat
         kill_marked(mark)
 
 
+@pytest.mark.e2e
 async def test_no_tool_token_means_no_bridge(host, layout, monkeypatch) -> None:
     fake, host_dir = host
     mark = new_mark()
@@ -662,6 +672,7 @@ async def _collect(runner: ClaudeCodeRunner, rc: Any) -> list:
 
 
 @needs_bwrap
+@pytest.mark.e2e
 async def test_a_claimed_spare_slot_sees_neither_another_spare_nor_the_spares_dir(host, tmp_path) -> None:
     """A conversation that took a spare runs in the spare's slot: the other slots (a spare waiting for the next
     conversation) and the slots' folder stay out of its sandbox, as other conversations' directories do."""

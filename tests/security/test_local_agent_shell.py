@@ -110,6 +110,7 @@ def marker() -> str:
 # ---------------------------------------------------------------- what the command can see
 
 
+@pytest.mark.e2e
 async def test_parent_process_and_proc_show_nothing_of_the_runner(layout: Layout) -> None:
     ctx = layout.ctx
     # Control: the runner's environment (what a leaky executor would hand down) holds the secret.
@@ -131,6 +132,7 @@ async def test_parent_process_and_proc_show_nothing_of_the_runner(layout: Layout
     assert int(out.strip().splitlines()[-1]) <= 6  # bwrap's init, sh, and the few commands of this pipeline
 
 
+@pytest.mark.e2e
 async def test_host_data_dir_admin_socket_and_db_are_out_of_reach(layout: Layout) -> None:
     ctx = layout.ctx
     control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -175,6 +177,7 @@ async def test_other_workspaces_and_sessions_are_out_of_reach(layout: Layout) ->
     assert "conv-b" not in lines and "sessions" not in lines
 
 
+@pytest.mark.e2e
 async def test_workspace_is_writable_and_ordinary_dev_commands_work(layout: Layout) -> None:
     ctx = layout.ctx
     git = ""
@@ -284,6 +287,7 @@ def connect_command(port: int) -> str:
     return f"python3 -c {shlex.quote(code)}"
 
 
+@pytest.mark.e2e
 async def test_network_is_off_by_default(layout: Layout, listener: int) -> None:
     socket.create_connection(("127.0.0.1", listener), timeout=5).close()  # control: the listener answers
     r = await shell(layout.ctx, connect_command(listener))
@@ -323,6 +327,7 @@ def proxied_get(url: str) -> str:
     return f"python3 -c {shlex.quote(code)}"
 
 
+@pytest.mark.e2e
 async def test_network_when_the_binding_opts_in_still_never_reaches_the_hosts_loopback(
     layout: Layout, listener: int, abstract_listener: str
 ) -> None:
@@ -343,6 +348,7 @@ async def test_network_when_the_binding_opts_in_still_never_reaches_the_hosts_lo
     assert "loopback, private or link-local address, which a sandbox never reaches" in r.content, r.content
 
 
+@pytest.mark.e2e
 async def test_network_allow_list_names_the_refused_host_and_the_setting(layout: Layout) -> None:
     layout.ctx.config = LocalAgentConfig(shell=ShellConfig(network=True, allowed_domains=["*.example.org"]))
     r = await shell(layout.ctx, proxied_get("http://not-allowed.invalid/"))
@@ -350,6 +356,7 @@ async def test_network_allow_list_names_the_refused_host_and_the_setting(layout:
     assert "not on this sandbox's allow list (*.example.org)" in r.content and "shell.allowed_domains" in r.content
 
 
+@pytest.mark.e2e
 async def test_network_reaches_an_allowed_host_through_the_proxy(
     layout: Layout, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -396,6 +403,7 @@ async def test_refuses_when_no_sandbox_can_start(layout: Layout, monkeypatch: py
     assert not (layout.workspace / "ran").exists()
 
 
+@pytest.mark.e2e
 async def test_explicit_opt_out_runs_unsandboxed_with_a_warning(
     layout: Layout, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -413,6 +421,7 @@ async def test_explicit_opt_out_runs_unsandboxed_with_a_warning(
 # ---------------------------------------------------------------- disk and shared memory (issue 25 item 15)
 
 
+@pytest.mark.e2e
 async def test_a_command_filling_the_workspace_is_killed_and_the_next_refused(layout: Layout) -> None:
     ctx = layout.ctx
     ctx.config = LocalAgentConfig(workspace_max_mib=8)
@@ -433,6 +442,7 @@ async def test_a_command_filling_the_workspace_is_killed_and_the_next_refused(la
     assert not again.is_error and again.content.strip() == "ran"
 
 
+@pytest.mark.e2e
 async def test_one_file_past_the_budget_is_stopped_by_the_file_size_cap(layout: Layout) -> None:
     ctx = layout.ctx
     ctx.config = LocalAgentConfig(workspace_max_mib=4)
@@ -441,6 +451,7 @@ async def test_one_file_past_the_budget_is_stopped_by_the_file_size_cap(layout: 
     assert "exit=153" in r.content  # 128 + SIGXFSZ
 
 
+@pytest.mark.e2e
 async def test_dev_shm_is_a_small_tmpfs_of_its_own(layout: Layout) -> None:
     over = (sandboxing.SHM_SIZE_MIB + 1) * 2**20
     r = await shell(layout.ctx, f"df -m /dev/shm | tail -1; head -c {over} /dev/zero > /dev/shm/x; echo exit=$?")

@@ -86,6 +86,7 @@ class Hostile(Runner):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.e2e
 async def test_runs_list_prints_a_runners_error_code_inert(tmp_path: Path) -> None:
     async with HostHarness(tmp_path, runners=[Hostile]) as h:
         r = await h.send("hi")
@@ -97,6 +98,7 @@ async def test_runs_list_prints_a_runners_error_code_inert(tmp_path: Path) -> No
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.e2e
 def test_logs_prints_a_plugins_stderr_inert(tmp_path: Path) -> None:
     """`agenthost logs --plugin P` shows what the plugin wrote to stderr; it reads the file, no host needed."""
     import subprocess

@@ -206,6 +206,7 @@ async def test_trickling_upload_is_cut_and_leaves_nothing(host: HostHarness, mon
     assert (await asyncio.wait_for(parked_send, 30)).run.status == "completed"
 
 
+@pytest.mark.e2e
 def test_descriptor_soft_limit_is_raised_to_the_hard_limit() -> None:
     probe = textwrap.dedent(
         """

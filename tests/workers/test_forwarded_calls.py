@@ -23,6 +23,7 @@ from tests.workers.helpers import ScriptedWorker, batch, completed, enrolled
 HISTORY = "/agenthost.v1.AgentRunAPIProxy/HistoryPage"
 
 
+@pytest.mark.e2e
 async def test_each_frame_is_checked_as_the_call_would_be(host: Host, tmp_path: Path) -> None:
     """Served with the run's token on its own worker's stream; the same token on another worker's stream, a bad
     token, a streaming method, and any frame after its worker is revoked: refused, each with its status."""

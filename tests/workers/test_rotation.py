@@ -43,6 +43,8 @@ from tests.workers.helpers import (
     wait_for,
 )
 
+pytestmark = pytest.mark.e2e  # every test here starts processes (tests/process_guard.py)
+
 
 async def _renew(identity: Identity, csr_pem: bytes) -> wpb.RenewResponse:
     async with identity.channel() as channel:
