@@ -12,7 +12,8 @@ Everything stays on unix sockets under a temp dir; the number of runs and the ti
 Prints, per round: runs ok / refused with a retry hint (the host's admission: RESOURCE_EXHAUSTED with trailing
 metadata `retry-after-ms`) / other errors (bare CANCELLED counted apart), wall time, runs/s, per-run latency, and
 the host's RSS / peak RSS / open fds / threads before and after. A round is cut off after `--deadline` seconds
-(unfinished runs count as errors). `run_load()` is reused by bench_soak.py and tests/robustness/test_load.py.
+(unfinished runs count as errors), and its errors grouped by kind, most frequent first (`BENCH_KEEP_HOST_LOG=path`
+also keeps the host's log there). `run_load()` is reused by bench_soak.py and tests/robustness/test_load.py.
 
 `--baseline`: after each round, the same client (the same processes, one channel each, every call at once) against
 a raw grpc.aio server whose SendMessage answers `queued` at once and does nothing else: the first answer this
