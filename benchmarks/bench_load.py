@@ -12,7 +12,8 @@ Everything stays on unix sockets under a temp dir; the number of runs and the ti
 Prints, per round: runs ok / refused with a retry hint (the host's admission: RESOURCE_EXHAUSTED with trailing
 metadata `retry-after-ms`) / other errors (bare CANCELLED counted apart), wall time, runs/s, per-run latency, and
 the host's RSS / peak RSS / open fds / threads before and after. A round is cut off after `--deadline` seconds
-(unfinished runs count as errors). `run_load()` is reused by bench_soak.py and tests/robustness/test_load.py.
+(unfinished runs count as errors), and its errors grouped by kind, most frequent first (`BENCH_KEEP_HOST_LOG=path`
+also keeps the host's log there). `run_load()` is reused by bench_soak.py and tests/robustness/test_load.py.
 
 `--baseline`: after each round, the same client (the same processes, one channel each, every call at once) against
 a raw grpc.aio server whose SendMessage answers `queued` at once and does nothing else: the first answer this
@@ -30,6 +31,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -127,6 +129,8 @@ class LoadHost:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+        if os.environ.get("BENCH_KEEP_HOST_LOG"):
+            shutil.copy(self.work / "host.log", os.environ["BENCH_KEEP_HOST_LOG"])
         shutil.rmtree(self.work, ignore_errors=True)
 
     def figures(self) -> dict[str, float]:
@@ -505,6 +509,17 @@ async def raw_first_answers(
         shutil.rmtree(work, ignore_errors=True)
 
 
+def error_kinds(problems: list[str]) -> list[tuple[str, int]]:
+    """The errors grouped by their text with run ids and numbers blanked, most frequent first: what they ARE."""
+    counts: dict[str, int] = {}
+    example: dict[str, str] = {}
+    for text in problems:
+        key = re.sub(r"\b(run|conv|msg)_[0-9a-f]+|\d+(\.\d+)?", "#", text)[:200]
+        counts[key] = counts.get(key, 0) + 1
+        example.setdefault(key, text[:300])
+    return [(example[k], n) for k, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+
+
 def show(label: str, fig: dict[str, float]) -> str:
     return (
         f"{label:8} rss {fig['rss_mib']:6.1f} MiB  peak {fig['peak_mib']:6.1f} MiB  "
@@ -561,8 +576,8 @@ async def load_rounds(args: argparse.Namespace, database: str) -> int:
                 f"   CPU during the round: clients ({args.clients} process(es)) {res['client_cpu_s']:.1f} s, "
                 f"host {res['host_cpu_s']:.1f} s, over {res['wall_s']:.1f} s of wall time"
             )
-            for e in res["errors"][:5]:
-                print("   error:", e)
+            for text, count in error_kinds(res["errors"]):
+                print(f"   error x{count}: {text}")
             if args.baseline:
                 raw, raw_cpu = await raw_first_answers(args.runs, args.clients)
                 print(f"   raw grpc.aio: clients' CPU {raw_cpu:.1f} s")

@@ -380,3 +380,9 @@ WORKER_ROTATE_WAIT_SECONDS = 20.0
 # The active host's lease on a PostgreSQL database (docs/operating/standby.md): the heartbeat written to the lease row
 # (for humans; each beat is also a fenced write, so a deposed idle host stops within a beat or so).
 LEASE_HEARTBEAT_SECONDS = 1.0
+# What a host remembers of a PostgreSQL database (its state and history-page caches) answers reads only while a
+# write transaction that began less than this long ago committed under its lease (Database.proven). A host that
+# takes the lease from one that did not release it waits LEASE_TAKEOVER_GRACE_SECONDS, longer, before its first
+# write: a deposed host has stopped answering from memory by then, even one that does not know yet it lost the lease.
+LEASE_PROOF_SECONDS = 1.5
+LEASE_TAKEOVER_GRACE_SECONDS = 2.0

@@ -4,8 +4,10 @@ migrations, cursors, state and artifact rules."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
+import time
 
 import pytest
 
@@ -709,3 +711,182 @@ async def test_a_pipelined_batch_that_lost_its_connection_or_lease_writes_nothin
         assert db.query_one("SELECT COUNT(*) FROM meta WHERE key IN ('c', 'd', 'e')")[0] == 0
     finally:
         await db.close()
+
+
+def _message_job(conv, text):
+    """A send's writes: the message's event and its transcript item, the event's seq passed on (as RunManager)."""
+    from agenthost.host.store.conversations import Conversations, NewItem
+    from agenthost.protos import common_pb2 as pb
+
+    def job(conn):
+        event = Conversations.insert_event(
+            conn,
+            bot_id="b",
+            conversation_id="c",
+            event_type="message.received",
+            source="test",
+            actor=pb.Actor(actor_type="user", actor_id="u"),
+            text=text,
+            data_json="{}",
+        )
+        conv.insert_items(
+            conn,
+            bot_id="b",
+            conversation_id="c",
+            run_id="r",
+            event_id=event.event_id,
+            items=[NewItem(role="user", item_type="message", text=text)],
+            event_seq=event.seq,
+        )
+        return event.seq
+
+    return job
+
+
+async def test_the_writer_numbers_events_and_items_itself_past_every_number_given_and_after_a_failover(pg_dsn):
+    """On PostgreSQL the active host numbers events and transcript items itself (PgConnection.numbered): a send's
+    job reads nothing back, so a pipelined batch of sends is two round trips. Numbers are never given twice: not
+    after a batch that did not commit (a gap, which readers page across), not after the newest rows were deleted,
+    not on the host that takes the lease over (it counts on from the database)."""
+    from agenthost.host.store.conversations import Conversations
+
+    db = Database(pg_dsn)
+    await db.open()
+    conv = Conversations(db, CursorCodec(b"k" * 32))
+    try:
+        first = await db.write(_message_job(conv, "m0"))  # the count starts from the database here
+        conn = await db.write(lambda c: c)
+        trips = conn.round_trips
+        seqs = await _one_batch(db, [_message_job(conv, f"m{i}") for i in range(1, 6)])
+        assert seqs == list(range(first + 1, first + 6))
+        # The holding job's batch (2), then BEGIN with the fence, and the rest up to COMMIT: nothing read between.
+        assert conn.round_trips - trips == 2 + 1 + 1
+
+        def cut(c):
+            _message_job(conv, "lost")(c)
+            c.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+        lost = await _one_batch(db, [cut], committed=False)
+        assert isinstance(lost[0], db.errors)
+        after_gap = await db.write(_message_job(conv, "m6"))
+        assert after_gap > seqs[-1] + 1  # the lost batch's number is skipped, not given again
+        page = conv.page_history("b", "c", cursor="", forward=True, limit=3)
+        items = [i.text for i in page.items]
+        while page.has_more:
+            page = conv.page_history("b", "c", cursor=page.next_cursor, forward=True, limit=3)
+            items += [i.text for i in page.items]
+        assert items == [f"m{i}" for i in range(7)]  # paged across the gap, nothing missed or repeated
+        newest = db.query_one("SELECT MAX(seq) FROM transcript")[0]
+        await db.write(lambda c: c.execute("DELETE FROM transcript WHERE seq = ?", (newest,)))
+        await db.write(lambda c: c.execute("DELETE FROM events WHERE seq = ?", (after_gap,)))
+    finally:
+        await db.close()
+    # The next holder of the lease counts on from the database: past every number given, deleted rows' too.
+    db = Database(pg_dsn)
+    await db.open()
+    conv = Conversations(db, CursorCodec(b"k" * 32))
+    try:
+        assert await db.write(_message_job(conv, "m7")) == after_gap + 1
+        seqs = [r[0] for r in db.query("SELECT seq FROM transcript ORDER BY seq")]
+        assert seqs[-1] > newest and len(seqs) == len(set(seqs)) == 7
+    finally:
+        await db.close()
+
+
+async def test_kept_pages_answer_without_a_round_trip_and_only_while_the_lease_is_proven(pg_dsn, monkeypatch):
+    """On PostgreSQL a kept history page is served by the version the writer counts (no round trip for the
+    conversation's count), read again after a commit into it or a batch that did not commit. A host that lost the
+    lease without knowing it (nothing it wrote committed for LEASE_PROOF_SECONDS) answers neither kept pages nor kept
+    state values: the new holder's writes are read from the database."""
+    from agenthost.host import limits
+    from agenthost.host.store import postgres
+    from agenthost.host.store.conversations import Conversations, NewItem
+
+    monkeypatch.setattr(limits, "LEASE_PROOF_SECONDS", 0.5)
+    db = Database(pg_dsn)
+    await db.open()
+    conv = Conversations(db, CursorCodec(b"k" * 32))
+    st = StateStore(db)
+    other = postgres.connect(pg_dsn)
+    try:
+
+        def texts():
+            page = pb_page(conv.page_history_message("b", "c", cursor="", forward=True, limit=10))
+            return [i.text for i in page.items]
+
+        await db.write(_message_job(conv, "m0"))
+        await st.set("s", "k", '"v1"')
+        assert texts() == ["m0"]
+        trips = db.reader.round_trips
+        assert texts() == ["m0"] and st.get("s", "k").value_json == '"v1"'
+        assert db.reader.round_trips == trips  # kept page, kept value: nothing read
+        await db.write(_message_job(conv, "m1"))
+        assert texts() == ["m0", "m1"]  # a commit into the conversation: read again
+
+        def fails(c):
+            _message_job(conv, "lost")(c)
+            c.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+        generation = db.generation
+        assert isinstance((await _one_batch(db, [fails], committed=False))[0], db.errors)
+        assert db.generation > generation and texts() == ["m0", "m1"]
+        await db.write(lambda c: None)  # the writer reconnected: the database is up again
+        assert texts() == ["m0", "m1"]  # kept again
+
+        # Cut off: this host writes nothing more (as a host partitioned from the database would), another takes
+        # the lease and writes once this host's proof ran out (claim_lease's grace).
+        assert db.proven
+        other.execute("UPDATE lease SET epoch = epoch + 1, holder = 'another host'")
+        await asyncio.sleep(limits.LEASE_PROOF_SECONDS + 0.2)
+        conv.insert_items(
+            other,
+            bot_id="b",
+            conversation_id="c",
+            run_id="r2",
+            event_id="e",
+            items=[NewItem("user", "message", "m2")],
+            event_seq=10**9,
+        )
+        other.execute("UPDATE state SET value_json = '\"v2\"', version = version + 1 WHERE key = 'k'")
+        assert texts() == ["m0", "m1", "m2"]
+        assert st.get("s", "k").value_json == '"v2"'
+        with pytest.raises(db.errors, match="another host"):
+            await db.write(lambda c: None)
+        assert texts() == ["m0", "m1", "m2"] and st.get("s", "k").value_json == '"v2"'
+    finally:
+        other.close()
+        await db.close()
+
+
+def pb_page(message: bytes):
+    from agenthost.protos import run_api_pb2
+
+    return run_api_pb2.HistoryPageResponse.FromString(message)
+
+
+async def test_a_host_taking_the_lease_from_one_that_did_not_release_it_waits_out_its_proof(pg_dsn, monkeypatch):
+    """A host that stopped cleanly released the lease: the next one writes at once. One cut off (its session ended
+    without a release) may still answer reads from memory until its proof runs out, so the next holder waits
+    LEASE_TAKEOVER_GRACE_SECONDS before its first write."""
+    from agenthost.host import limits
+
+    assert limits.LEASE_TAKEOVER_GRACE_SECONDS > limits.LEASE_PROOF_SECONDS
+    monkeypatch.setattr(limits, "LEASE_TAKEOVER_GRACE_SECONDS", 3.0)
+    db = Database(pg_dsn)
+    await db.open()
+    await db.close()  # released
+    t0 = time.monotonic()
+    db = Database(pg_dsn)
+    await db.open()
+    assert time.monotonic() - t0 < 3.0
+    conn = await db.write(lambda c: c)
+    conn.raw.close()  # cut off: its session ends without a release (HOST_LOCK goes with it)
+    t0 = time.monotonic()
+    nxt = Database(pg_dsn)
+    await nxt.open()
+    try:
+        assert time.monotonic() - t0 >= 3.0
+    finally:
+        await nxt.close()
+        with contextlib.suppress(*db.errors):
+            await db.close()

@@ -364,6 +364,7 @@ class RunManager:
                     run_id=info.run_id,
                     event_id=event.event_id,
                     items=[NewItem(role="user", item_type="message", text=request.text, attachments=refs)],
+                    event_seq=event.seq,
                 )
             RunStore.insert(
                 conn,
@@ -948,6 +949,7 @@ class RunManager:
                 bot_id=info.bot_id,
                 conversation_id=info.conversation_id,
                 event_id=info.event_id,
+                event_seq=(st.active.event_seq or None) if st.active is not None else None,
                 on_lost=functools.partial(self._write_lost, st),
             )
         return st.writer
@@ -1179,6 +1181,7 @@ class RunManager:
         info.finished_at = time.time()
         info.text = st.final_message or ""  # cut to RUN_MAX_TEXT_CHARS (with the marker) by RunStore.finish
         writer = st.writer
+        event_seq = (st.active.event_seq or None) if st.active is not None else None
 
         def write(conn: sqlite3.Connection) -> None:
             if writer is not None and writer.lost:
@@ -1193,6 +1196,7 @@ class RunManager:
                     run_id=info.run_id,
                     event_id=info.event_id,
                     items=leftover,
+                    event_seq=event_seq,
                 )
             RunStore.finish(conn, info)
 

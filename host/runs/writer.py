@@ -36,11 +36,14 @@ class RunWriter:
         bot_id: str,
         conversation_id: str,
         event_id: str,
+        event_seq: int | None = None,
         on_lost: Callable[[str], None] | None = None,
     ) -> None:
+        """`event_seq`: the seq of `event_id` (the run's message), if known (see Conversations.insert_items)."""
         self._conversations = conversations
         self._db: Database = conversations.db
         self._run = (run_id, bot_id, conversation_id, event_id)
+        self._event_seq = event_seq
         # The loop appends and the writer thread takes: both under the lock, held for a few list operations.
         self._lock = threading.Lock()
         self._events: list[EventPart] = []
@@ -86,7 +89,13 @@ class RunWriter:
         RunStore.insert_events(conn, run_id, events)
         if items:
             self._conversations.insert_items(
-                conn, bot_id=bot_id, conversation_id=conversation_id, run_id=run_id, event_id=event_id, items=items
+                conn,
+                bot_id=bot_id,
+                conversation_id=conversation_id,
+                run_id=run_id,
+                event_id=event_id,
+                items=items,
+                event_seq=self._event_seq,
             )
 
     def _put_back(self, events: list[EventPart], items: list[NewItem], weight: int) -> None:

@@ -5,6 +5,7 @@ Both are keyed by (bot_id, conversation_id); every query names both, so one bot 
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
@@ -28,6 +29,10 @@ MAX_TOP_K = 50
 # and a page the host cannot send is a page the runner can never get past. At least one row is always returned.
 MAX_PAGE_BYTES = 4 * 1024 * 1024
 
+
+# Slots of the per-conversation write counts that version kept pages on PostgreSQL (page_history_message): a
+# write into another conversation of the same slot only makes a kept page be read again.
+_VERSION_SLOTS = 4096
 
 # Serialized pages kept for the run API (Conversations.page_history_message): at most this many bytes in all, and
 # no page larger than PAGE_CACHE_ENTRY_BYTES (a page of a few long messages is read again from the store).
@@ -124,10 +129,10 @@ class PageCache:
     def __init__(self, budget: int = PAGE_CACHE_BYTES, entry_max: int = PAGE_CACHE_ENTRY_BYTES) -> None:
         self._budget = budget
         self._entry_max = entry_max
-        self._entries: OrderedDict[Hashable, tuple[int, bytes]] = OrderedDict()
+        self._entries: OrderedDict[Hashable, tuple[Hashable, bytes]] = OrderedDict()
         self._bytes = 0
 
-    def get(self, key: Hashable, version: int) -> bytes | None:
+    def get(self, key: Hashable, version: Hashable) -> bytes | None:
         entry = self._entries.get(key)
         if entry is None:
             return None
@@ -137,7 +142,7 @@ class PageCache:
         self._entries.move_to_end(key)
         return entry[1]
 
-    def put(self, key: Hashable, version: int, page: bytes) -> None:
+    def put(self, key: Hashable, version: Hashable, page: bytes) -> None:
         if len(page) > self._entry_max:
             return
         old = self._entries.pop(key, None)
@@ -168,6 +173,9 @@ class Conversations:
         self.db = db
         self.cursors = cursors
         self.pages = PageCache()
+        # PostgreSQL: items committed into the conversations hashed to each slot (bumped on the writer thread after
+        # COMMIT): with the writer's generation, a page's version without a round trip (page_history_message).
+        self._written = [0] * _VERSION_SLOTS
 
     # ---- events ----
 
@@ -192,23 +200,31 @@ class Conversations:
         actor_json = json.dumps(
             {"actor_type": actor.actor_type, "actor_id": actor.actor_id, "display_name": actor.display_name}
         )
-        seq = conn.execute(
-            "INSERT INTO events(event_id, bot_id, conversation_id, event_type, source, actor_json, text, data_json,"
-            " created_at, attachments_json, origin) VALUES (?,?,?,?,?,?,?,?,?,?,?) RETURNING seq",
-            (
-                event_id,
-                bot_id,
-                conversation_id,
-                event_type,
-                source,
-                actor_json,
-                text,
-                data_json,
-                now,
-                refs_to_json(attachments),
-                origin,
-            ),
-        ).fetchone()[0]
+        values = (
+            event_id,
+            bot_id,
+            conversation_id,
+            event_type,
+            source,
+            actor_json,
+            text,
+            data_json,
+            now,
+            refs_to_json(attachments),
+            origin,
+        )
+        columns = "event_id, bot_id, conversation_id, event_type, source, actor_json, text, data_json, created_at,"
+        seq = conn.dialect.event_seq(conn)
+        if seq is None:
+            seq = conn.execute(
+                f"INSERT INTO events({columns} attachments_json, origin) VALUES (?,?,?,?,?,?,?,?,?,?,?) RETURNING seq",
+                values,
+            ).fetchone()[0]
+        else:
+            conn.execute(
+                f"INSERT INTO events({columns} attachments_json, origin, seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (*values, seq),
+            )
         return pb.EventRecord(
             event_id=event_id,
             event_type=event_type,
@@ -311,14 +327,17 @@ class Conversations:
         run_id: str,
         event_id: str,
         items: Iterable[NewItem],
+        event_seq: int | None = None,
     ) -> None:
         """Writer-thread half of an append. Each row also stores its item serialized, seq and cursor included
         (item_pb, migration _V12): every field is known here and never changes (the transcript is append-only), so a
-        page is read as bytes instead of being built and MAC-ed item by item on every read."""
+        page is read as bytes instead of being built and MAC-ed item by item on every read. `event_seq`: the seq of
+        `event_id`, when the caller knows it (a read less, a round trip on PostgreSQL)."""
         now = time.time()
-        # The turn the items belong to (see migration _V8): one lookup by the events' unique index per call.
-        found = conn.execute("SELECT seq FROM events WHERE event_id = ?", (event_id,)).fetchone()
-        event_seq = found[0] if found else 0
+        if event_seq is None:
+            # The turn the items belong to (see migration _V8): one lookup by the events' unique index.
+            found = conn.execute("SELECT seq FROM events WHERE event_id = ?", (event_id,)).fetchone()
+            event_seq = found[0] if found else 0
         # The seqs are given here because the encoding holds them (see dialect.transcript_seq_base).
         items = list(items)
         seq = conn.dialect.transcript_seq_base(conn, len(items))
@@ -348,6 +367,11 @@ class Conversations:
             f"INSERT INTO transcript({_ITEM_COLUMNS}, bot_id, item_pb) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             rows,
         )
+        if self.db.dsn:
+            self.db.on_commit(functools.partial(self._wrote, hash((bot_id, conversation_id)) % _VERSION_SLOTS))
+
+    def _wrote(self, slot: int) -> None:
+        self._written[slot] += 1
 
     @staticmethod
     def _item(row: tuple[Any, ...], cursor_of: Callable[..., str]) -> pb.TranscriptItem:
@@ -562,20 +586,30 @@ class Conversations:
         item_count in conversation_stats in its own transaction (a trigger on both backends), so that count is the
         conversation's version: a page is served from `self.pages` while the count read before it is the count read
         now, and read from the store otherwise. The count is read before the rows, so a page can only be newer than
-        the version it is kept with (then it is read again at once), never older. It is read from the database, not
-        counted here: a write by any other connection moves it too. The cursor is checked on every call."""
+        the version it is kept with (then it is read again at once), never older. The cursor is checked on every call.
+
+        On PostgreSQL the version is counted here instead (a read there is a round trip): the host holding the lease
+        is the only writer, and its writer counts the items it committed per conversation (`_wrote`, after COMMIT),
+        with its generation (moved by any batch that did not commit). Kept pages answer only while the lease is
+        proven (Database.proven); otherwise the page is read from the database and kept for nobody."""
         position = self._position(bot_id, conversation_id, cursor) if cursor else None
-        row = self.db.query_one(
-            "SELECT item_count FROM conversation_stats WHERE bot_id = ? AND conversation_id = ?",
-            (bot_id, conversation_id),
-        )
-        version = 0 if row is None else row[0]
+        version: object
+        if self.db.dsn:
+            version = (self.db.generation, self._written[hash((bot_id, conversation_id)) % _VERSION_SLOTS])
+            proven = self.db.proven
+        else:
+            row = self.db.query_one(
+                "SELECT item_count FROM conversation_stats WHERE bot_id = ? AND conversation_id = ?",
+                (bot_id, conversation_id),
+            )
+            version, proven = (0 if row is None else row[0]), True
         key = (bot_id, conversation_id, position, forward, limit, through_event)
-        message = self.pages.get(key, version)
+        message = self.pages.get(key, version) if proven else None
         if message is None:
             page = self._page(bot_id, conversation_id, position, forward, limit, through_event)
             message = page_message(page.items, page.next_cursor, page.has_more)
-            self.pages.put(key, version, message)
+            if proven:
+                self.pages.put(key, version, message)
         return message
 
     def search(

@@ -135,8 +135,16 @@ class Database:
         # heartbeat makes one every second).
         self.down = ""
         self.down_since = 0.0
-        # Undo callbacks of the batch in flight (writer thread only): see on_rollback.
+        # Undo callbacks of the batch in flight (writer thread only): see on_rollback; and after-commit ones.
         self._undo: list[Callable[[], None]] = []
+        self._done: list[Callable[[], None]] = []
+        # PostgreSQL: when the last batch that committed began (monotonic; see `proven`), and whether this host
+        # released the lease (it is stopping).
+        self._proven_at = 0.0
+        self._released = False
+        # Bumped by every batch that did not commit (a COMMIT whose answer was lost may have happened): what is
+        # kept by a version of the data read before then is read again.
+        self.generation = 0
         # This host's name as the lease and the server's session list show it.
         self.holder = f"agenthost-writer {socket.gethostname()}:{os.getpid()}"[:63]
         self.epoch: int | None = None
@@ -221,6 +229,20 @@ class Database:
         return where
 
     @property
+    def proven(self) -> bool:
+        """Whether what this host remembers of the database (its caches) may answer reads: on SQLite always (one
+        host per data dir); on PostgreSQL while it holds the lease, proven by a write transaction that began less
+        than limits.LEASE_PROOF_SECONDS ago and committed (its first statement checked the lease). A host that
+        lost the lease without knowing it yet (cut off from the database) stops answering from memory before the
+        new holder writes anything (postgres.PgConnection.claim_lease waits longer than that); reads then go to the
+        database, which answers or refuses them typed."""
+        if not self.dsn:
+            return True
+        if self.fenced or self.down or self._released:
+            return False
+        return time.monotonic() - self._proven_at < limits.LEASE_PROOF_SECONDS
+
+    @property
     def dialect(self) -> Dialect:
         """The backend's own statements (host/store/dialect.py)."""
         return cast(Dialect, self.reader.dialect)  # type: ignore[attr-defined]
@@ -228,7 +250,13 @@ class Database:
     async def close(self) -> None:
         if self._thread is not None:
             done = self._loop.create_future() if self._loop else None
-            self._put(_Job(lambda conn: None, done))
+            last: Callable[[sqlite3.Connection], Any] = lambda conn: None  # noqa: E731
+            if self.epoch is not None and not self.fenced:
+                from agenthost.host.store.postgres import PgConnection
+
+                self._released = True  # nothing is answered from memory from here on
+                last = PgConnection.release_lease
+            self._put(_Job(last, done))
             if done is not None:
                 try:
                     await done
@@ -312,6 +340,11 @@ class Database:
         """Called by a job on the writer thread: `undo` runs if the transaction it is part of does not commit, so
         a job that took something off a buffer puts it back (the batch may be run again, see _run_batch)."""
         self._undo.append(undo)
+
+    def on_commit(self, fn: Callable[[], None]) -> None:
+        """Called by a job on the writer thread: `fn` runs on the writer thread once the transaction it is part of
+        has committed, before any caller hears back (nothing, if it does not commit)."""
+        self._done.append(fn)
 
     def soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Calls fn(*args) on the event loop, from the writer thread (nothing, once the loop is closed)."""
@@ -401,6 +434,7 @@ class Database:
     def _try_batch(self, conn: sqlite3.Connection, batch: list[_Job]) -> list[tuple[Any, bool, Any]]:
         if self.fenced:
             raise LeaseLostError(self.fenced)
+        began = time.monotonic()
         pipelined = getattr(conn, "pipelined", None)
         if pipelined is not None and self.pipelining:
             try:
@@ -425,8 +459,8 @@ class Database:
                 self._rolled_back(conn)
                 self.unpipelined += 1
             else:
-                return self._committed(outcomes)
-        return self._committed(self._transaction(conn, batch, pipelined=False)[0])
+                return self._committed(outcomes, began)
+        return self._committed(self._transaction(conn, batch, pipelined=False)[0], began)
 
     def _transaction(
         self, conn: sqlite3.Connection, batch: list[_Job], *, pipelined: bool
@@ -467,8 +501,12 @@ class Database:
                 outcomes.append((job.future, True, result))
         return outcomes, conn.execute("RELEASE job; COMMIT" if held else "COMMIT")
 
-    def _committed(self, outcomes: list[tuple[Any, bool, Any]]) -> list[tuple[Any, bool, Any]]:
+    def _committed(self, outcomes: list[tuple[Any, bool, Any]], began: float) -> list[tuple[Any, bool, Any]]:
         self._undo.clear()
+        self._proven_at = began
+        done, self._done = self._done, []
+        for fn in done:
+            fn()
         self.batches += 1
         if self.down:
             log.warning("the database is reachable again (unreachable since %s)", time.ctime(self.down_since))
@@ -481,6 +519,8 @@ class Database:
             conn.execute("ROLLBACK")
         except self.errors:
             pass
+        self.generation += 1
+        self._done.clear()
         undo, self._undo = self._undo, []
         for fn in reversed(undo):
             fn()

@@ -46,6 +46,11 @@ class SqliteDialect:
         )
 
     @staticmethod
+    def event_seq(conn: Any) -> int | None:
+        """The seq of the event to insert now; None: the insert takes the next one itself (RETURNING)."""
+        return None
+
+    @staticmethod
     def insert_run_events(conn: Any, run_id: str, rows: Sequence[tuple[int, str, bytes]]) -> None:
         """Multi-row INSERTs: per row, executemany's step-and-reset costs about as much as SQLite's own insert.
         Chunks of 256, 128, ..., 1 rows, so at most nine distinct statements share the statement cache."""
@@ -94,9 +99,13 @@ class PostgresDialect:
 
     @staticmethod
     def transcript_seq_base(conn: Any, count: int) -> int:
-        """Takes `count` numbers from transcript_seq at once (one writer, so they are consecutive)."""
-        last = conn.execute("SELECT setval('transcript_seq', nextval('transcript_seq') + ? - 1)", (count,)).fetchone()
-        return int(last[0]) - count
+        """`count` numbers of transcript_seq, counted by the writer (PgConnection.numbered): no round trip."""
+        return int(conn.numbered("transcript", "transcript_seq", count))
+
+    @staticmethod
+    def event_seq(conn: Any) -> int | None:
+        """The event's seq counted by the writer (PgConnection.numbered), so its insert reads nothing back."""
+        return int(conn.numbered("events", "events_seq_seq", 1)) + 1
 
     @staticmethod
     def insert_run_events(conn: Any, run_id: str, rows: Sequence[tuple[int, str, bytes]]) -> None:

@@ -24,6 +24,7 @@ import psycopg
 from psycopg.adapt import Dumper
 from psycopg.rows import tuple_row
 
+from agenthost.host import limits
 from agenthost.host.store.dialect import Dialect, PostgresDialect
 from agenthost.host.store.faults import DatabaseDown, down_message, reason
 
@@ -171,6 +172,9 @@ class PgConnection:
         self._pipeline: psycopg.Pipeline | None = None
         # Round trips to the server this connection made (what a write costs on PostgreSQL; benchmarks count it).
         self.round_trips = 0
+        # The writer's: per table, the last seq it handed out (numbered). Valid while this session holds the lease
+        # (the only writer), so forgotten whenever the connection is opened again.
+        self._given: dict[str, int] = {}
 
     @property
     def lost(self) -> bool:
@@ -244,9 +248,34 @@ class PgConnection:
             self._fence()
         return result
 
+    def numbered(self, table: str, sequence: str, count: int) -> int:
+        """The seq just before `count` consecutive seqs of `table` to give now, counted here rather than read from
+        the server: a job then reads nothing before it writes (in a pipelined batch, a read is a round trip). The
+        writer holding the lease is the database's only writer, so nothing else takes a number meanwhile; the
+        count starts, at first use on each connection, past every number `sequence` gave and every row (the
+        sequence is also what a new holder of the lease, or a host before this count, starts from). The sequence
+        is moved along in the same round trip as the job's writes, and like nextval it is not rolled back: numbers
+        given to a transaction that did not commit are skipped, never given twice. Readers of seq take it as an
+        order with gaps (as nextval's always left), never as a count."""
+        last = self._given.get(table)
+        if last is None:
+            row = self.execute(
+                f"SELECT GREATEST((SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {sequence}),"
+                f" (SELECT COALESCE(MAX(seq), 0) FROM {table}))"
+            ).fetchone()
+            last = int(row[0])
+        self._given[table] = last + count
+        self.execute(f"SELECT setval('{sequence}', ?)", (last + count,))
+        return last
+
     def claim_lease(self, holder: str) -> int:
         """Called once HOST_LOCK is held: a new lease epoch, this host its holder. Every later write transaction
-        checks it is still the newest (`_fence`)."""
+        checks it is still the newest (`_fence`). Waits LEASE_TAKEOVER_GRACE_SECONDS first unless the last holder
+        released the lease (`release_lease`, at a clean stop) or there was none: a host that lost it without
+        knowing may still answer reads from memory until its proof runs out (Database.proven)."""
+        last = self.raw.execute("SELECT heartbeat_at FROM lease WHERE id = 1").fetchone()
+        if last is not None and last[0]:
+            time.sleep(limits.LEASE_TAKEOVER_GRACE_SECONDS)
         now = time.time()
         row = self.raw.execute(
             "INSERT INTO lease VALUES (1, 1, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET epoch = lease.epoch + 1,"
@@ -257,6 +286,12 @@ class PgConnection:
         assert row is not None  # an upsert with RETURNING returns its row
         self.epoch = int(row[0])
         return self.epoch
+
+    @staticmethod
+    def release_lease(conn: Any) -> None:
+        """A writer job, the last of a host that stops cleanly: the next holder need not wait (claim_lease). A
+        heartbeat of 0 says so (a fresh database's lease row has one too)."""
+        conn.execute("UPDATE lease SET heartbeat_at = 0 WHERE id = 1")
 
     def _fence(self) -> None:
         """The first statement of every write transaction: a host another one took the lease from writes nothing
@@ -271,6 +306,7 @@ class PgConnection:
     def _reopen(self) -> None:
         with contextlib.suppress(psycopg.Error):
             self.raw.close()
+        self._given.clear()  # another host may have written meanwhile: counted again from the database
         try:
             self.raw = self._open()
         except DatabaseBusy as exc:

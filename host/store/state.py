@@ -129,8 +129,10 @@ class StateStore:
     round trip to another process (on a loaded machine ~0.3 ms, against SQLite's ~6 µs in process), and the host
     holding the lease is its database's only writer (every write transaction is fenced by the lease epoch), so
     nothing else changes a row under it. A write updates the cache once its COMMIT is acknowledged, and a write
-    that failed forgets its key (a COMMIT whose answer was lost may have happened). While the database is down or
-    the lease is lost, the cache answers nothing: reads go to the database, which refuses them typed, as before."""
+    that failed forgets its key (a COMMIT whose answer was lost may have happened). The cache answers only while the
+    lease is proven (Database.proven: a host cut off from the database stops before the next holder writes); while
+    the database is down or the lease is lost it is emptied. Reads then go to the database, which answers them or
+    refuses them typed."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -138,8 +140,9 @@ class StateStore:
 
     def _cached(self) -> _ReadCache | None:
         cache = self._cache
-        if cache is not None and (self.db.down or self.db.fenced):
-            cache.clear()
+        if cache is not None and not self.db.proven:
+            if self.db.down or self.db.fenced:
+                cache.clear()
             return None
         return cache
 
