@@ -73,6 +73,9 @@ TAKE_SECONDS = 15.0
 RUN_QUEUE_BATCHES = 16
 DEFAULT_CAPACITY = 4
 AFFINITY_MAX = 65536
+# How long a cut session's control stream waits to hand the worker its in-band reason (WorkerDown.cut) before it
+# ends anyway: a worker that reads nothing must not keep the stream.
+CUT_WRITE_SECONDS = 5.0
 
 
 class WorkerLost(Exception):
@@ -662,6 +665,17 @@ class WorkerHub:
                     break
                 down = get.result()
                 if down is None:
+                    # Said in-band first: grpc.aio can replace a status sent while the worker writes with a bare
+                    # INTERNAL. A worker that reads nothing holds this write for at most CUT_WRITE_SECONDS.
+                    handler = asyncio.current_task()
+                    assert handler is not None
+                    timer = asyncio.get_running_loop().call_later(CUT_WRITE_SECONDS, handler.cancel)
+                    try:
+                        yield wpb.WorkerDown(
+                            cut=wpb.WorkerCut(code=session.cut_error.code.name, reason=session.cut_reason)
+                        )
+                    finally:
+                        timer.cancel()
                     raise session.cut_error(session.cut_reason)
                 yield down
         finally:

@@ -656,3 +656,17 @@ async def test_a_worker_holds_a_bounded_number_of_calls_streams(host: Host, tmp_
         assert "WORKER_CALLS_STREAMS" in await extra.details()
         for call in streams:
             call.cancel()
+
+
+async def test_a_cut_session_says_why_in_band_before_its_status(host: Host, tmp_path: Path) -> None:
+    """A status the host sends while the worker is writing can reach the worker as grpc.aio's bare INTERNAL, and
+    the worker then retried (or stopped) without the reason. The host now sends the reason as the stream's last
+    message, which the worker acts on as the status it names (agent.Cut: UNAUTHENTICATED stops it, saying why)."""
+    identity = await enrolled(host, tmp_path / "w", "w1")
+    async with ScriptedWorker(identity) as worker:
+        await asyncio.wait_for(worker.welcomed.wait(), 60)
+        rc, out, err = await acli(host.data_dir, "workers", "revoke", "w1")
+        assert rc == 0, out + err
+        await wait_for(lambda: any(down.WhichOneof("kind") == "cut" for down in worker.downs))
+        cut = next(down.cut for down in worker.downs if down.WhichOneof("kind") == "cut")
+        assert cut.code == "UNAUTHENTICATED" and "was revoked" in cut.reason, cut
