@@ -68,8 +68,9 @@ MAX_CONCURRENT_UPLOADS = 64
 MAX_UPLOADS_PER_RUN = 4
 # The header (first message) of an upload must arrive this soon after the call opens, or the call is refused.
 UPLOAD_HEADER_SECONDS = 10.0
-# Streaming calls without a valid run token whose opening messages the host reads, at once, before refusing them
-# (so a client whose token expired gets UNAUTHENTICATED rather than gRPC's bare INTERNAL); past this, refused unread.
+# Streaming calls without a valid run token whose opening messages one run-API listener (one plugin process) reads,
+# at once, before refusing them (so a client whose token expired gets UNAUTHENTICATED rather than gRPC's bare
+# INTERNAL); past this, refused unread. Per listener: one plugin's callers cannot use up another's.
 REFUSED_STREAMS_READ = 64
 # Bytes one such refusal reads at most (the last message read may pass it by up to MAX_MESSAGE_BYTES): an upload
 # that large from a client whose token is gone may see gRPC's bare INTERNAL; a caller without a token uploading at
@@ -357,6 +358,15 @@ WORKER_ENROL_READ_SECONDS = 10.0
 # (at most RUNS_MAX_ACTIVE) and its runners' run-API calls fit well under it. Past it a call is refused
 # RESOURCE_EXHAUSTED before its request is read, so a compromised worker holds a bounded share of the host.
 WORKER_MAX_CALLS = 1024
+# Of those, the ones reading their request (a unary call's, a stream's first message) at once, each for at most
+# RUN_API_READ_SECONDS; and the `Calls` streams (host/workers/mux.py) one worker holds open, each always reading its
+# next frame. grpc-core holds a message being read until it is whole (up to MAX_MESSAGE_BYTES): a worker opening
+# calls that each declared an 8 MiB request and sent all but a byte held 8 MiB of the host per call, ~8 GiB in all.
+# Now what one worker's half-sent requests hold is about (WORKER_READS + WORKER_CALLS_STREAMS) x 8 MiB, plus its
+# Run streams' (one per run placed on it). A call waiting its turn asks for no message, so grpc-core lets in only
+# its stream's window.
+WORKER_READS = 16
+WORKER_CALLS_STREAMS = 4
 # Messages read per second off one worker's control stream (it heartbeats every 2 s); faster, flow control holds it.
 WORKER_CONTROL_MESSAGES_PER_SECOND = 10
 # After a host starts (a restart, a standby taking over), its workers are still reconnecting (their backoff is

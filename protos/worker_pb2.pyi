@@ -122,20 +122,30 @@ class RunAssignment(_message.Message):
     def __init__(self, run_id: _Optional[str] = ...) -> None: ...
 
 class WorkerDown(_message.Message):
-    __slots__ = ("assign", "heartbeat", "drain", "drop", "welcome", "rotate")
+    __slots__ = ("assign", "heartbeat", "drain", "drop", "welcome", "rotate", "cut")
     ASSIGN_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     DRAIN_FIELD_NUMBER: _ClassVar[int]
     DROP_FIELD_NUMBER: _ClassVar[int]
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     ROTATE_FIELD_NUMBER: _ClassVar[int]
+    CUT_FIELD_NUMBER: _ClassVar[int]
     assign: RunAssignment
     heartbeat: WorkerHeartbeat
     drain: bool
     drop: RunAssignment
     welcome: str
     rotate: bool
-    def __init__(self, assign: _Optional[_Union[RunAssignment, _Mapping]] = ..., heartbeat: _Optional[_Union[WorkerHeartbeat, _Mapping]] = ..., drain: _Optional[bool] = ..., drop: _Optional[_Union[RunAssignment, _Mapping]] = ..., welcome: _Optional[str] = ..., rotate: _Optional[bool] = ...) -> None: ...
+    cut: WorkerCut
+    def __init__(self, assign: _Optional[_Union[RunAssignment, _Mapping]] = ..., heartbeat: _Optional[_Union[WorkerHeartbeat, _Mapping]] = ..., drain: _Optional[bool] = ..., drop: _Optional[_Union[RunAssignment, _Mapping]] = ..., welcome: _Optional[str] = ..., rotate: _Optional[bool] = ..., cut: _Optional[_Union[WorkerCut, _Mapping]] = ...) -> None: ...
+
+class WorkerCut(_message.Message):
+    __slots__ = ("code", "reason")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    reason: str
+    def __init__(self, code: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class WorkerRunUp(_message.Message):
     __slots__ = ("run_id", "batch", "end")

@@ -1,15 +1,17 @@
 """A client no gRPC library would be: over one raw HTTP/2 connection to a unix socket it opens N gRPC calls, each
 declaring a request of nearly MAX_MESSAGE_BYTES, and sends every byte of them but the last as fast as the server's
-flow-control windows let it, then holds them. What it could send is what the server took in and keeps: grpc-core
-holds a message it is reading until it is whole. Run as a script (its own process, so the test's host does not
-share its loop); prints the bytes sent as JSON once nothing more is let in for a second (`held`), and again when
-nothing more is for `quiet` seconds (`sent`), then ends."""
+flow-control windows let it, then holds them (over TCP with the client certificate given, for the workers port's
+mTLS). What it could send is what the server took in and keeps: grpc-core holds a message it is reading until it is
+whole. Run as a script (its own process, so the test's host does not share its loop); prints the bytes sent as JSON
+once nothing more is let in for a second (`held`), and again when nothing more is for `quiet` seconds (`sent`), then
+ends."""
 
 from __future__ import annotations
 
 import json
 import select
 import socket
+import ssl
 import struct
 import sys
 import time
@@ -38,9 +40,24 @@ def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
     return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
 
 
-def flood(path: str, method: str, metadata: list[tuple[str, str]], calls: int, quiet: float, limit: float) -> int:
-    sock = socket.socket(socket.AF_UNIX)
-    sock.connect(path)
+def _connect(path: str, tls: list[str]) -> socket.socket:
+    """A unix socket's path, or HOST:PORT with [cert, key, ca, server name] files for mTLS."""
+    if not tls:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.connect(path)
+        return sock
+    cert, key, ca, server_name = tls
+    context = ssl.create_default_context(cafile=ca)
+    context.load_cert_chain(cert, key)
+    context.set_alpn_protocols(["h2"])
+    host, port = path.rsplit(":", 1)
+    return context.wrap_socket(socket.create_connection((host, int(port))), server_hostname=server_name)
+
+
+def flood(
+    path: str, method: str, metadata: list[tuple[str, str]], calls: int, quiet: float, limit: float, tls: list[str]
+) -> int:
+    sock = _connect(path, tls)
     sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(4, 0, 0, b""))
     headers = b"".join(
         _header(k, v)
@@ -72,9 +89,13 @@ def flood(path: str, method: str, metadata: list[tuple[str, str]], calls: int, q
                 moved = True
         if moved:
             last = time.monotonic()
-        if not select.select([sock], [], [], 0 if moved else 0.1)[0]:
+        pending = isinstance(sock, ssl.SSLSocket) and sock.pending()
+        if not pending and not select.select([sock], [], [], 0 if moved else 0.1)[0]:
             continue
-        data = sock.recv(1 << 20)
+        try:
+            data = sock.recv(1 << 20)
+        except ssl.SSLWantReadError:
+            continue
         if not data:
             break
         buffer += data
@@ -107,4 +128,5 @@ def flood(path: str, method: str, metadata: list[tuple[str, str]], calls: int, q
 if __name__ == "__main__":
     path, method, metadata, calls, quiet, limit = sys.argv[1:7]
     pairs = [tuple(pair) for pair in json.loads(metadata)]
-    print(json.dumps({"sent": flood(path, method, pairs, int(calls), float(quiet), float(limit))}))  # type: ignore[arg-type]
+    sent = flood(path, method, pairs, int(calls), float(quiet), float(limit), sys.argv[7:])  # type: ignore[arg-type]
+    print(json.dumps({"sent": sent}))

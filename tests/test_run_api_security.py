@@ -330,6 +330,35 @@ async def test_refused_streams_are_read_only_a_few_at_a_time(world, monkeypatch)
     assert len(await refusals(h)) == 3
 
 
+async def test_one_plugins_callers_without_a_token_cannot_use_up_anothers_refusals(world, monkeypatch):
+    """REFUSED_STREAMS_READ was host-wide: callers without a token on one plugin's socket held every refusal that
+    reads, and then another plugin's client whose token expired was refused unread (told INTERNAL, not why, when it
+    was writing). Now each listener has its own: a refusal on another socket is still read (for its 5 s)."""
+    from agenthost.host import limits
+
+    h, stub, r1, _ = world
+    monkeypatch.setattr(limits, "REFUSED_STREAMS_READ", 2)
+    forged = md(r1, token="rt_forged")
+    intruder = grpc.aio.insecure_channel(await h.host.plugin_sockets.open("intruder"))
+    try:
+        theirs = run_api_pb2_grpc.AgentRunAPIProxyStub(intruder)
+        idle = [theirs.ChildRun(metadata=forged, timeout=30) for _ in range(2)]
+        for call in idle:
+            await call.wait_for_connection()
+        for _ in range(3000):  # both of that socket's refusals now wait for a header that never comes
+            if len(await refusals(h)) == 2:
+                break
+            await asyncio.sleep(0.01)
+        started = time.monotonic()
+        ours = stub.ChildRun(metadata=forged, timeout=30)  # on the host's other listener
+        assert await ours.code() == SC.UNAUTHENTICATED
+        assert time.monotonic() - started >= 4.5  # read for its 5 s, not refused unread
+        for call in idle:
+            assert await call.code() == SC.UNAUTHENTICATED
+    finally:
+        await intruder.close()
+
+
 async def test_a_caller_without_a_token_cannot_make_the_host_read_its_upload(world):
     """A refused upload is read only so that a client whose token is gone is told why (see the test above), and at
     most REFUSED_STREAM_READ_BYTES of it: a caller without a token writing without end had the host read it at full
@@ -349,6 +378,29 @@ async def test_a_caller_without_a_token_cannot_make_the_host_read_its_upload(wor
     assert await call.code() in (SC.UNAUTHENTICATED, SC.INTERNAL)
     # What the client could write is what the host read plus HTTP/2's flow-control windows (a few MiB).
     assert sent < limits.REFUSED_STREAM_READ_BYTES + 32 * 1024 * 1024, f"the host read {sent >> 20} MiB"
+
+
+async def test_a_refused_upload_with_a_token_is_read_only_so_far(world, monkeypatch):
+    """An upload with its run's token refused once the host reads it (past a cap, here ARTIFACT_MAX_BYTES) was read
+    on for up to 5 s with no byte cap, so the client is told why: a runner writing at full speed had the host read
+    hundreds of MiB per refusal. Now it reads what a refusal without a token reads (REFUSED_STREAM_READ_BYTES)."""
+    from agenthost.host import limits
+
+    h, stub, r1, _ = world
+    monkeypatch.setattr(limits, "ARTIFACT_MAX_BYTES", 1024 * 1024)
+    chunk, total = b"x" * (256 * 1024), 160 * 1024 * 1024
+    call = stub.ArtifactCreate(metadata=md(r1), timeout=60)
+    sent = 0
+    with contextlib.suppress(grpc.RpcError, asyncio.InvalidStateError):
+        await call.write(api.ArtifactUpload(header=api.ArtifactHeader(run_id=r1.run_id, name="x.bin")))
+        while sent < total:
+            await call.write(api.ArtifactUpload(data=chunk))
+            sent += len(chunk)
+        await call.done_writing()
+    assert await call.code() in (SC.RESOURCE_EXHAUSTED, SC.INTERNAL)
+    # The artifact's cap, what the refusal read, and HTTP/2's flow-control windows (a few MiB).
+    bound = limits.ARTIFACT_MAX_BYTES + limits.REFUSED_STREAM_READ_BYTES + 32 * 1024 * 1024
+    assert sent < bound, f"the host read {sent >> 20} MiB"
 
 
 @pytest.mark.e2e

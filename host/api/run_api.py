@@ -117,6 +117,15 @@ def add_servicer(servicer: RunAPIServicer, server: grpc.aio.Server) -> None:
     server.add_generic_rpc_handlers((_Gate(servicer, run_api_handlers(servicer)),))
 
 
+class _Count:
+    """A number shared by reference (`_Gate`'s refusals reading, handed to `RunAPIServicer.refuse_early`)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
 _NOTHING = object()  # what a request stream that ended before its first message gives `_Gate._first_read`
 
 
@@ -147,6 +156,9 @@ class _Gate(grpc.GenericRpcHandler):
     def __init__(self, servicer: RunAPIServicer, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
         self._servicer = servicer
         self._reads = asyncio.Semaphore(limits.RUN_API_READS)
+        # Refusals of this listener reading a refused stream now (REFUSED_STREAMS_READ): per listener, so one
+        # plugin's callers without a token cannot use up what tells another's expired client why it was refused.
+        self._refusals_reading = _Count()
         self._handlers = {method: self._bounded(handler) for method, handler in handlers.items()}
 
     async def _read(self, context: grpc.aio.ServicerContext) -> Any:
@@ -233,7 +245,9 @@ class _Gate(grpc.GenericRpcHandler):
             )
         except errors.Unauthenticated as exc:
             _gated.set(None)
-            refuse = functools.partial(self._servicer.refuse_early, name, exc, _SENT_BEFORE_A_REPLY.get(name, 0))
+            refuse = functools.partial(
+                self._servicer.refuse_early, name, exc, _SENT_BEFORE_A_REPLY.get(name, 0), self._refusals_reading
+            )
             return grpc.stream_unary_rpc_method_handler(refuse)
         _gated.set((presented, plugin_secret))
         return handler
@@ -250,8 +264,8 @@ async def _drain(
     messages: int | None = None,
     max_bytes: int | None = None,
 ) -> None:
-    """Reads and discards what a client is still uploading (at most `messages`, and `max_bytes` of raw messages)
-    before the call is refused. Ending a client-streaming call while the client still writes makes gRPC hand it a
+    """Reads and discards what a client is still uploading (at most `messages`, and `max_bytes` of messages, raw or
+    parsed; a message that did not parse ends it) before the call is refused. Ending a client-streaming call while the client still writes makes gRPC hand it a
     bare INTERNAL ("Internal error from Core": grpc.aio puts it in place of our status when its write fails) instead
     of our status; the client has already committed those bytes to the wire, so reading them costs little."""
     with contextlib.suppress(Exception):
@@ -260,7 +274,9 @@ async def _drain(
             async for message in request_iterator:
                 read += 1
                 if max_bytes is not None:
-                    size += len(message)
+                    if isinstance(message, Malformed):
+                        return
+                    size += len(message) if isinstance(message, bytes) else message.ByteSize()
                 if read == messages or (max_bytes is not None and size >= max_bytes):
                     return
 
@@ -338,30 +354,31 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
         self._uploads = 0
         self._uploads_by_token: dict[str, int] = {}
         self._internal_lines = RefusalLimiter()
-        self._refusals_reading = 0  # refuse_early calls reading a refused stream now
 
     async def refuse_early(
         self,
         method: str,
         error: errors.AgentHostError,
         sent_before_a_reply: int | None,
+        reading: _Count,
         request_iterator: Any,
         context: grpc.aio.ServicerContext,
     ) -> None:
         """The behaviour `_Gate` hands a call it refuses on its metadata alone: audited and ended. A client-streaming
         call's opening messages are read first (a client whose token expired with its run gets UNAUTHENTICATED, not
-        the bare INTERNAL of a write cut short), but only by REFUSED_STREAMS_READ refusals at a time, each for at
+        the bare INTERNAL of a write cut short), but only by REFUSED_STREAMS_READ refusals at a time of one listener
+        (`reading`: its gate's count), each for at
         most 5 s and REFUSED_STREAM_READ_BYTES: beyond that a refusal ends the call at once, so callers without a
         token hold next to nothing (a caller uploading at full speed had the host read ~400 MiB a refusal)."""
         self.audit.record("", "", method, error.code.name, error.message)
         self.observer.api_call(method, error.code.name)
-        if sent_before_a_reply != 0 and self._refusals_reading < limits.REFUSED_STREAMS_READ:
-            self._refusals_reading += 1
+        if sent_before_a_reply != 0 and reading.n < limits.REFUSED_STREAMS_READ:
+            reading.n += 1
             try:
                 # The gate's refusal has no deserializer: its messages are raw bytes, counted as they come.
                 await _drain(request_iterator, messages=sent_before_a_reply, max_bytes=limits.REFUSED_STREAM_READ_BYTES)
             finally:
-                self._refusals_reading -= 1
+                reading.n -= 1
         await errors.abort_with(context, error)
 
     async def _refuse(self, context: grpc.aio.ServicerContext, run_id: str, method: str, exc: Exception) -> None:
@@ -608,7 +625,9 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             if isinstance(exc, errors.AgentHostError) and not isinstance(
                 exc, (errors.Cancelled, errors.DeadlineExceeded)
             ):
-                await _drain(request_iterator)
+                # As much as a refusal without a token reads: an upload refused for its quota must not make the
+                # host read on at full speed for the drain's 5 s (~400 MiB).
+                await _drain(request_iterator, max_bytes=limits.REFUSED_STREAM_READ_BYTES)
             await self._refuse(context, run_id, "ArtifactCreate", exc)
             raise
         self.audit.record(run_id, run.plugin_id, "ArtifactCreate", "OK", ref.artifact_id)

@@ -380,7 +380,15 @@ ALTER TABLE workers ADD COLUMN previous_expires_at REAL NOT NULL DEFAULT 0;
 ALTER TABLE workers ADD COLUMN renewed_at REAL NOT NULL DEFAULT 0;
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15, _V16]
+# When the accepted certificate was first used (0: not yet): from then on, the one it replaced may not renew nor open
+# a session (WorkerHub._not_replaced), across host restarts.
+_V17 = """
+ALTER TABLE workers ADD COLUMN serial_used_at REAL NOT NULL DEFAULT 0;
+"""
+
+MIGRATIONS: list[str] = [
+    _V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13, _V14, _V15, _V16, _V17,
+]  # fmt: skip
 
 
 def migrate(conn: sqlite3.Connection) -> int:

@@ -338,7 +338,12 @@ ALTER TABLE workers ADD COLUMN previous_expires_at DOUBLE PRECISION NOT NULL DEF
 ALTER TABLE workers ADD COLUMN renewed_at DOUBLE PRECISION NOT NULL DEFAULT 0;
 """
 
-MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
+# When the accepted worker certificate was first used (SQLite's V17).
+_V8 = """
+ALTER TABLE workers ADD COLUMN serial_used_at DOUBLE PRECISION NOT NULL DEFAULT 0;
+"""
+
+MIGRATIONS: list[str] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
 
 # Two hosts starting on one database at once migrate one after the other (the key is arbitrary, fixed).
 _MIGRATION_LOCK = 0x61676E74_686F7374 & 0x7FFFFFFFFFFFFFFF

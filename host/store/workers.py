@@ -24,6 +24,8 @@ class WorkerRecord:
     previous_serial: str = ""
     previous_expires_at: float = 0.0
     renewed_at: float = 0.0
+    # When the accepted certificate was first presented (0: not yet): the replaced one is then retired for good.
+    serial_used_at: float = 0.0
 
     @property
     def revoked(self) -> bool:
@@ -75,7 +77,8 @@ class WorkerStore:
                 " previous_serial, previous_expires_at, renewed_at) VALUES (?,?,?,?,0,NULL,?,'',0,0)"
                 " ON CONFLICT(name) DO UPDATE SET pool = excluded.pool, serial = excluded.serial,"
                 " enrolled_at = excluded.enrolled_at, draining = 0, revoked_at = NULL,"
-                " expires_at = excluded.expires_at, previous_serial = '', previous_expires_at = 0, renewed_at = 0",
+                " expires_at = excluded.expires_at, previous_serial = '', previous_expires_at = 0, renewed_at = 0,"
+                " serial_used_at = 0",
                 (name, pool, serial, now, expires_at),
             )
             return WorkerRecord(name, pool, serial, now, False, None, expires_at)
@@ -107,9 +110,13 @@ class WorkerStore:
             record, now = self._record(row), time.time()
             if not record.accepts(presented, now):
                 raise Unauthenticated(f"certificate {presented} is no longer accepted for worker {name!r}")
+            if presented != record.serial and record.serial_used_at:
+                raise Unauthenticated(
+                    f"certificate {presented} of worker {name!r} was replaced by a renewal whose certificate is in use"
+                )
             conn.execute(
                 "UPDATE workers SET serial = ?, expires_at = ?, previous_serial = ?, previous_expires_at = ?,"
-                " renewed_at = ? WHERE name = ?",
+                " renewed_at = ?, serial_used_at = 0 WHERE name = ?",
                 (serial, expires_at, presented, presented_expires, now, name),
             )
             return WorkerRecord(
@@ -136,6 +143,7 @@ class WorkerStore:
             row["previous_serial"],
             row["previous_expires_at"],
             row["renewed_at"],
+            row["serial_used_at"],
         )
 
     def get(self, name: str) -> WorkerRecord | None:
@@ -150,6 +158,15 @@ class WorkerStore:
 
     def list(self) -> list[WorkerRecord]:
         return [self._record(r) for r in self.db.query("SELECT * FROM workers ORDER BY name")]
+
+    async def mark_in_use(self, name: str, serial: str) -> None:
+        """Records that worker `name`'s accepted certificate `serial` was used (once; nothing if it is no longer the
+        accepted one): the certificate it replaced is then refused a renewal and a session, after a restart too."""
+        await self._update(
+            name,
+            "UPDATE workers SET serial_used_at = ? WHERE name = ? AND serial = ? AND serial_used_at = 0",
+            (time.time(), name, serial),
+        )
 
     async def set_draining(self, name: str, draining: bool) -> WorkerRecord:
         return await self._update(name, "UPDATE workers SET draining = ? WHERE name = ?", (int(draining), name))

@@ -228,6 +228,21 @@ async def enrol(data_dir: Path, host: str, join_token: str, name: str) -> Identi
     return Identity(host, reply.name, reply.pool, key_pem(key), reply.certificate_pem, reply.ca_pem)
 
 
+class Cut(grpc.RpcError):
+    """The host ended this worker's session, in its words (WorkerDown.cut): handled as the status it names."""
+
+    def __init__(self, code: str, reason: str) -> None:
+        super().__init__(reason)
+        self._code = getattr(grpc.StatusCode, code, grpc.StatusCode.UNAVAILABLE)
+        self._reason = reason
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._reason
+
+
 def _handshake_failed(details: str) -> bool:
     # Under TLS 1.3 a client whose certificate the server refuses finishes its own side of the handshake first, and
     # then sees the connection closed: "Socket closed" is how that refusal reaches it (a host that is down refuses
@@ -404,6 +419,8 @@ class Worker:
         elif kind == "rotate":
             log.info("the host asks this worker to renew its certificate now")
             self.rotate_now.set()
+        elif kind == "cut":  # acted on as the status it precedes, which may reach this worker as a bare INTERNAL
+            raise Cut(down.cut.code, down.cut.reason)
         elif kind == "assign":
             run_id = down.assign.run_id
             if run_id not in self.runs:

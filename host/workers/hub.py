@@ -30,7 +30,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,9 @@ TAKE_SECONDS = 15.0
 RUN_QUEUE_BATCHES = 16
 DEFAULT_CAPACITY = 4
 AFFINITY_MAX = 65536
+# How long a cut session's control stream waits to hand the worker its in-band reason (WorkerDown.cut) before it
+# ends anyway: a worker that reads nothing must not keep the stream.
+CUT_WRITE_SECONDS = 5.0
 
 
 class WorkerLost(Exception):
@@ -204,10 +207,12 @@ class WorkerHub:
         self._serials: dict[bytes, tuple[str, str, float, x509.Name]] = {}
         # Per worker name, its current certificate's serial once a call has presented it (see `_not_replaced`).
         self._in_use: dict[str, str] = {}
+        self._writes: set[asyncio.Task[Any]] = set()  # `mark_in_use` writes under way
         # Per worker name, set when its next renewal is recorded (what `workers rotate` waits on).
         self._renewed: dict[str, asyncio.Event] = {}
         self._renewals: dict[str, list[float]] = {}  # per worker name, when its recent renewals were asked
         self._extra: dict[str, grpc.RpcMethodHandler] = {}
+        self._calls_streams: dict[str, int] = {}  # per worker name, its Calls streams open (WORKER_CALLS_STREAMS)
         # Set (and replaced) whenever a worker may have room for another run: one connected, a run ended on one.
         self._room = asyncio.Event()
         self.grace_until = 0.0  # set by start (limits.WORKER_RECONNECT_GRACE_SECONDS)
@@ -230,7 +235,7 @@ class WorkerHub:
         # Until then a run a previous host left queued waits for a worker offering its runner (wait_place's grace).
         self.grace_until = time.monotonic() + limits.WORKER_RECONNECT_GRACE_SECONDS
         bind, port = split_address(self.address)
-        server = grpc.aio.server(options=SERVER_OPTIONS)
+        server = grpc.aio.server(options=[*SERVER_OPTIONS, ("grpc.http2.bdp_probe", 0)])
         self._guard = _Guard(self, self._handlers())
         server.add_generic_rpc_handlers((self._guard,))
         # Dynamic: a CA roll changes what new handshakes present and trust without a restart (connections made
@@ -317,7 +322,26 @@ class WorkerHub:
         """`WorkerHub.Calls`: the worker's unary run API calls as frames (host/workers/mux.py), each served by the
         same handler and checks as the call would be, and each counted as an open call of this worker."""
         unary = {method: h for method, h in self._extra.items() if h.unary_unary is not None}
+        worker = _worker().name
+        streams = self._calls_streams.get(worker, 0)
+        if streams >= limits.WORKER_CALLS_STREAMS:
+            # Each such stream is always reading its next frame, which grpc-core holds until it is whole.
+            raise errors.ResourceExhausted(
+                f"worker {worker!r} has {streams} Calls streams open, the most one worker may hold at once"
+                " (WORKER_CALLS_STREAMS); a worker needs one per connection"
+            )
+        self._calls_streams[worker] = streams + 1
+        try:
+            async for reply in self._serve_calls(requests, context, unary):
+                yield reply
+        finally:
+            left = self._calls_streams.pop(worker, 1) - 1
+            if left > 0:
+                self._calls_streams[worker] = left
 
+    async def _serve_calls(
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext, unary: dict[str, Any]
+    ) -> AsyncIterator[bytes]:
         def admit() -> Callable[[], None]:
             try:
                 name = self.identify(context).name
@@ -499,7 +523,19 @@ class WorkerHub:
             raise errors.Unauthenticated(f"worker {name!r} was revoked; enrol again with a new join token")
         if number == record.serial and self._in_use.get(name) != number:
             self._in_use[name] = number
+            if not record.serial_used_at:  # and kept, so that a restart does not accept the replaced one again
+                self._background(self.store.mark_in_use(name, number), f"record worker {name!r}'s certificate used")
         return record
+
+    def _background(self, write: Coroutine[Any, Any, Any], what: str) -> None:
+        task = asyncio.create_task(write, name=f"workers:{what}")
+        self._writes.add(task)
+        task.add_done_callback(functools.partial(self._written, what))
+
+    def _written(self, what: str, task: asyncio.Task[Any]) -> None:
+        self._writes.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("could not %s: %s", what, task.exception())
 
     def _not_replaced(self, record: WorkerRecord, serial: str, what: str) -> None:
         """Refuses `what` (a renewal, a new session) on the certificate a renewal replaced once the renewed one has
@@ -507,8 +543,8 @@ class WorkerHub:
         carries (run streams, run-API calls); a copy of its key taken before the renewal must not renew again (a
         fresh certificate, and the worker's real one refused) nor take the worker's session and runs. Until the
         renewed one is used, the worker may not have it (the renewal's answer lost) and renews again from this one.
-        Remembered per host process: after a restart, until the worker connects with its renewed certificate."""
-        if serial != record.serial and self._in_use.get(record.name) == record.serial:
+        Kept in the workers store (`serial_used_at`), so a host restart does not accept the replaced one again."""
+        if serial != record.serial and (record.serial_used_at or self._in_use.get(record.name) == record.serial):
             raise errors.Unauthenticated(
                 f"certificate {serial} of worker {record.name!r} was replaced by a renewal whose certificate is in"
                 f" use: it may finish what its connection carries, not {what}; a worker uses its renewed certificate"
@@ -629,6 +665,17 @@ class WorkerHub:
                     break
                 down = get.result()
                 if down is None:
+                    # Said in-band first: grpc.aio can replace a status sent while the worker writes with a bare
+                    # INTERNAL. A worker that reads nothing holds this write for at most CUT_WRITE_SECONDS.
+                    handler = asyncio.current_task()
+                    assert handler is not None
+                    timer = asyncio.get_running_loop().call_later(CUT_WRITE_SECONDS, handler.cancel)
+                    try:
+                        yield wpb.WorkerDown(
+                            cut=wpb.WorkerCut(code=session.cut_error.code.name, reason=session.cut_reason)
+                        )
+                    finally:
+                        timer.cancel()
                     raise session.cut_error(session.cut_reason)
                 yield down
         finally:
@@ -1003,12 +1050,19 @@ class _Guard(grpc.GenericRpcHandler):
     """Every workers-port method, served request-streaming so that `WorkerHub.identify` runs before any request
     message is read (a unary request is read from the stream after the check; the wire is the same), and so that a
     worker's calls open at once are counted and capped (limits.WORKER_MAX_CALLS) before it can hold one: an
-    enrolled worker that is compromised must not pile up calls in the host nor take the port from the others."""
+    enrolled worker that is compromised must not pile up calls in the host nor take the port from the others.
+
+    A worker's calls read their request (a stream its first message) only while fewer than WORKER_READS of its
+    calls are reading theirs, each for at most RUN_API_READ_SECONDS: grpc-core holds a message being read until it
+    is whole (up to MAX_MESSAGE_BYTES), and a worker's calls that each declared 8 MiB and never sent the last byte
+    held 8 MiB of the host each. A call waiting its turn has asked for no message, so grpc-core lets in no more than
+    its stream's window (run_api._Gate does the same for a plugin socket's calls)."""
 
     def __init__(self, hub: WorkerHub, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
         self._hub = hub
         self._handlers = {method: self._guarded(handler) for method, handler in handlers.items()}
         self._open: dict[str, int] = {}
+        self._reads: dict[str, asyncio.Semaphore] = {}  # per worker with calls open (dropped with its last call)
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         return self._handlers.get(handler_call_details.method)
@@ -1044,12 +1098,39 @@ class _Guard(grpc.GenericRpcHandler):
         held = self._open.pop(name, 1) - 1
         if held > 0:
             self._open[name] = held
+        else:
+            self._reads.pop(name, None)  # no call of it waits on it
 
-    @staticmethod
-    async def _request(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext, unary: bool) -> Any:
+    async def _read(self, name: str, messages: AsyncIterator[Any]) -> Any:
+        """The next message of `messages` (None at its end), read in worker `name`'s turn (see the class)."""
+        reads = self._reads.get(name)
+        if reads is None:
+            reads = self._reads[name] = asyncio.Semaphore(limits.WORKER_READS)
+        async with reads:
+            try:
+                async with asyncio.timeout(limits.RUN_API_READ_SECONDS):
+                    return await anext(messages, None)
+            except TimeoutError:
+                raise errors.DeadlineExceeded(
+                    f"the request did not arrive within RUN_API_READ_SECONDS = {limits.RUN_API_READ_SECONDS}s"
+                ) from None
+
+    async def _rest(self, name: str, request_iterator: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """A stream's messages, its first read in turn (`_read`); the rest are bounded by what each method reads."""
+        messages = aiter(request_iterator)
+        first = await self._read(name, messages)
+        if first is None:
+            return
+        yield first
+        async for message in messages:
+            yield message
+
+    async def _request(
+        self, name: str, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext, unary: bool
+    ) -> Any:
         if not unary:
-            return request_iterator
-        request = await anext(request_iterator, None)
+            return self._rest(name, request_iterator)
+        request = await self._read(name, aiter(request_iterator))
         if request is None:
             await errors.abort_with(context, errors.InvalidArgument("the call carried no request message"))
         return request
@@ -1069,7 +1150,7 @@ class _Guard(grpc.GenericRpcHandler):
             ) -> AsyncIterator[Any]:
                 record = await self._enter(context)
                 try:
-                    request = await self._request(request_iterator, context, unary)
+                    request = await self._request(record.name, request_iterator, context, unary)
                     async for reply in inner(request, context):
                         yield reply
                 except errors.AgentHostError as exc:
@@ -1082,7 +1163,7 @@ class _Guard(grpc.GenericRpcHandler):
         async def single(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
             record = await self._enter(context)
             try:
-                request = await self._request(request_iterator, context, unary)
+                request = await self._request(record.name, request_iterator, context, unary)
                 return await inner(request, context)
             except errors.AgentHostError as exc:
                 await errors.abort_with(context, exc)

@@ -37,6 +37,7 @@ from tests.workers.helpers import (
     batch,
     completed,
     enrolled,
+    free_port,
     stop_process,
     text,
     token,
@@ -430,3 +431,37 @@ async def test_a_replaced_certificate_cannot_renew_nor_connect_once_its_successo
         # Still accepted for what its old connection carries (a run stream, the run API) until it expires.
         assert await _probe(stolen) == grpc.StatusCode.NOT_FOUND
         assert await _probe(renewed) == grpc.StatusCode.NOT_FOUND
+
+
+async def test_a_replaced_certificate_stays_refused_after_a_host_restart(tmp_path: Path) -> None:
+    """The rule above was kept in the host's memory: after a restart, a copy of the replaced certificate's key could
+    renew (a fresh certificate, the worker's real one refused) and take the worker's session, until the worker
+    used its renewed certificate again. Now the use is kept in the workers store."""
+    port = free_port()
+    data = tmp_path / "host"
+    host = Host(data, builtin_plugins=False, workers_address=f"127.0.0.1:{port}")
+    await host.start()
+    try:
+        stolen = await enrolled(host, tmp_path / "w", "w1")
+        key = new_key()
+        reply = await _renew(stolen, make_csr(key, "w1"))
+        renewed = dataclasses.replace(stolen, key_pem=key_pem(key), cert_pem=reply.certificate_pem)
+        assert await _probe(renewed) == grpc.StatusCode.NOT_FOUND  # the renewed certificate used once
+        assert host.workers is not None
+        store = host.workers.store
+        await wait_for(lambda: (record := store.get("w1")) is not None and record.serial_used_at > 0)
+    finally:
+        await host.stop()
+    host = Host(data, builtin_plugins=False, workers_address=f"127.0.0.1:{port}")
+    await host.start()
+    try:
+        for attempt in (_renew(stolen, make_csr(new_key(), "w1")), _hello(stolen, renewed=True)):
+            with pytest.raises(grpc.RpcError) as caught:
+                await attempt
+            assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            assert "replaced" in (caught.value.details() or "")
+        assert host.workers is not None
+        assert host.workers.store.get("w1").serial == serial_hex(renewed.cert_pem)
+        assert await _probe(renewed) == grpc.StatusCode.NOT_FOUND
+    finally:
+        await host.stop()

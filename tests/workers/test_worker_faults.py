@@ -9,6 +9,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -583,3 +584,89 @@ async def test_a_worker_without_a_run_token_cannot_take_the_hosts_upload_slots(
                 await call
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, refused.value.details()
     never.set()
+
+
+async def half_sent(
+    host: Host, directory: Path, identity: Any, method: str, calls: int, quiet: float = 3
+) -> asyncio.subprocess.Process:
+    """tests/half_sent.py over the worker's mTLS: `calls` calls of `method`, each declaring an 8 MiB request and
+    sending all of it but a byte."""
+    import json
+    import sys
+
+    from agenthost.host.access.worker_pki import HUB_SERVER_NAME
+
+    files = []
+    for name, pem in (("cert", identity.cert_pem), ("key", identity.key_pem), ("ca", identity.ca_pem)):
+        (directory / f"{name}.pem").write_bytes(pem)
+        files.append(str(directory / f"{name}.pem"))
+    metadata = json.dumps([["authorization", "Bearer rt_forged"]])
+    return await asyncio.create_subprocess_exec(
+        sys.executable, str(Path(__file__).parent.parent / "half_sent.py"), address(host), method, metadata,
+        str(calls), str(quiet), "90", *files, HUB_SERVER_NAME, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+
+
+async def test_a_worker_cannot_make_the_host_hold_requests_it_never_finishes_sending(
+    host: Host, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """grpc-core keeps a message it is reading until its last byte arrives. A worker (a stolen certificate, a
+    compromised machine) opened run API calls on the workers port that each declared an 8 MiB request and sent all
+    of it but a byte: the host held 8 MiB a call, up to WORKER_MAX_CALLS (1,024) calls, ~8 GiB. Now one worker's
+    calls read at most WORKER_READS requests (or streams' first messages) at once, each for RUN_API_READ_SECONDS;
+    the others wait without asking for their message, so grpc-core lets in only their streams' windows."""
+    import json
+
+    from agenthost.host import limits
+
+    monkeypatch.setattr(limits, "WORKER_READS", 2)
+    rogue = await enrolled(host, tmp_path / "rogue", "rogue")
+    calls = 24
+    for method in ("/agenthost.v1.AgentRunAPIProxy/StateSet", "/agenthost.v1.WorkerHub/Calls"):
+        proc = await half_sent(host, tmp_path, rogue, method, calls)
+        out, _ = await asyncio.wait_for(proc.communicate(), 150)
+        sent = json.loads(out.splitlines()[-1])["sent"]
+        bound = (limits.WORKER_READS + limits.WORKER_CALLS_STREAMS) * 8 * 1024 * 1024 + calls * 256 * 1024
+        assert sent < bound, f"{method}: the host took in {sent >> 20} MiB of {calls} half-sent requests"
+
+
+async def test_a_worker_holds_a_bounded_number_of_calls_streams(host: Host, tmp_path: Path) -> None:
+    """A `Calls` stream is always reading its next frame, which grpc-core holds until it is whole (up to 8 MiB): a
+    worker opening streams that each sent a frame and then half of the next held 8 MiB of the host each, up to
+    WORKER_MAX_CALLS. A worker needs one per connection: past WORKER_CALLS_STREAMS it is refused."""
+    import grpc
+
+    from agenthost.host import limits
+    from agenthost.host.workers.mux import CALLS_METHOD
+
+    rogue = await enrolled(host, tmp_path / "rogue", "rogue")
+    frame = wpb.ForwardedCall(id=1, cancel=True).SerializeToString()  # a cancel of nothing: no reply, stream open
+    async with rogue.channel() as channel:
+        streams = []
+        for _ in range(limits.WORKER_CALLS_STREAMS):
+            call = channel.stream_stream(CALLS_METHOD)()
+            await call.write(frame)
+            streams.append(call)
+        hub = host.workers
+        assert hub is not None
+        await wait_for(lambda: hub._calls_streams.get("rogue") == len(streams))
+        extra = channel.stream_stream(CALLS_METHOD)()
+        await extra.write(frame)
+        assert await asyncio.wait_for(extra.code(), 60) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "WORKER_CALLS_STREAMS" in await extra.details()
+        for call in streams:
+            call.cancel()
+
+
+async def test_a_cut_session_says_why_in_band_before_its_status(host: Host, tmp_path: Path) -> None:
+    """A status the host sends while the worker is writing can reach the worker as grpc.aio's bare INTERNAL, and
+    the worker then retried (or stopped) without the reason. The host now sends the reason as the stream's last
+    message, which the worker acts on as the status it names (agent.Cut: UNAUTHENTICATED stops it, saying why)."""
+    identity = await enrolled(host, tmp_path / "w", "w1")
+    async with ScriptedWorker(identity) as worker:
+        await asyncio.wait_for(worker.welcomed.wait(), 60)
+        rc, out, err = await acli(host.data_dir, "workers", "revoke", "w1")
+        assert rc == 0, out + err
+        await wait_for(lambda: any(down.WhichOneof("kind") == "cut" for down in worker.downs))
+        cut = next(down.cut for down in worker.downs if down.WhichOneof("kind") == "cut")
+        assert cut.code == "UNAUTHENTICATED" and "was revoked" in cut.reason, cut
