@@ -292,9 +292,10 @@ async def _drain(
     max_bytes: int | None = None,
 ) -> None:
     """Reads and discards what a client is still uploading (at most `messages`, and `max_bytes` of messages, raw or
-    parsed; a message that did not parse ends it) before the call is refused. Ending a client-streaming call while the client still writes makes gRPC hand it a
-    bare INTERNAL ("Internal error from Core": grpc.aio puts it in place of our status when its write fails) instead
-    of our status; the client has already committed those bytes to the wire, so reading them costs little."""
+    parsed; a message that did not parse ends it) before the call is refused. Ending a client-streaming call while
+    the client still writes makes gRPC hand it a bare INTERNAL ("Internal error from Core": grpc.aio puts it in
+    place of our status when its write fails) instead of our status; the client has already committed those bytes
+    to the wire, so reading them costs little."""
     with contextlib.suppress(Exception):
         async with asyncio.timeout(seconds):
             read = size = 0
