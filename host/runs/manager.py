@@ -47,7 +47,7 @@ from agenthost.host.runs.writer import RunWriter
 from agenthost.host.store import faults, text_deltas
 from agenthost.host.store.artifacts import ArtifactStore
 from agenthost.host.store.conversations import Conversations, NewItem
-from agenthost.host.store.registry import Registry
+from agenthost.host.store.registry import PluginRecord, Registry
 from agenthost.host.store.runs import RunStore
 from agenthost.host.store.state import StateStore
 from agenthost.host.workers.hub import WorkerHub, WorkerLost
@@ -173,12 +173,15 @@ class RunManager:
         )
 
     def manifest_for(self, runner_id: str) -> RunnerManifest:
-        plugin_id, name = parse_runner_id(runner_id)
+        plugin_id, _ = parse_runner_id(runner_id)
         if self.workers is not None and self.registry.find_plugin(plugin_id) is None:
             offered = self.workers.manifest(runner_id)
             if offered is not None:
                 return offered
-        plugin = self.registry.plugin(plugin_id)
+        return self._installed_manifest(self.registry.plugin(plugin_id), runner_id)
+
+    def _installed_manifest(self, plugin: PluginRecord, runner_id: str) -> RunnerManifest:
+        _, name = parse_runner_id(runner_id)
         # Validating a manifest checks its config schema (a JSON Schema meta-validation): a burst of runs would
         # spend a millisecond each redoing it. Keyed by the stored text, so a reinstall is seen at once.
         key = (runner_id, plugin.manifests_json)
@@ -192,7 +195,7 @@ class RunManager:
                     self._manifests.clear()
                 self._manifests[key] = manifest
                 return manifest
-        raise NotFound(f"plugin {plugin_id} offers no runner {name!r}")
+        raise NotFound(f"plugin {plugin.plugin_id} offers no runner {name!r}")
 
     def _held(self, record_id: str, record: _Record) -> _Record:
         """`record`, or an equal one a queued run already holds: every send reads its bot and binding afresh, and
@@ -208,13 +211,13 @@ class RunManager:
         self._held_records[key] = record
         return record
 
-    def binding_manifest(self, binding: hpb.Binding) -> RunnerManifest:
-        """The manifest a run of `binding` is granted from. A runner the host runs itself: its installed record. A
-        runner only workers offer: the one pinned when the binding was made, never what a worker offers now (a
-        compromised worker offering the same runner id with wider permissions widens nothing)."""
-        plugin_id, _ = parse_runner_id(binding.runner_id)
-        if self.registry.find_plugin(plugin_id) is not None:
-            return self.manifest_for(binding.runner_id)
+    def binding_manifest(self, binding: hpb.Binding, plugin: PluginRecord | None) -> RunnerManifest:
+        """The manifest a run of `binding` is granted from. A runner the host runs itself: its installed record
+        (`plugin`, the caller's read of its plugin's row: one read a send, not four). A runner only workers offer
+        (`plugin` None): the one pinned when the binding was made, never what a worker offers now (a compromised
+        worker offering the same runner id with wider permissions widens nothing)."""
+        if plugin is not None:
+            return self._installed_manifest(plugin, binding.runner_id)
         if not binding.manifest_json:
             raise FailedPrecondition(
                 f"binding {binding.binding_id} runs {binding.runner_id} on workers but was made before bindings kept"
@@ -341,9 +344,9 @@ class RunManager:
         if files and self.artifacts is None:
             raise FailedPrecondition("this host stores no attachments")
         binding = self.route(bot.bot_id, event_type, conversation_id)
-        manifest = self.binding_manifest(binding)
         plugin_id, _ = parse_runner_id(binding.runner_id)
         plugin = self.registry.find_plugin(plugin_id)  # None: a runner workers offer (its manifest pinned)
+        manifest = self.binding_manifest(binding, plugin)
         if plugin is not None and not plugin.enabled:
             raise FailedPrecondition(f"plugin {plugin_id} is disabled")
         actor = request.actor if request.HasField("actor") else pb.Actor(actor_type="user", actor_id="local")
@@ -637,9 +640,9 @@ class RunManager:
             try:
                 bot = self.registry.bot(info.bot_id)
                 binding = self.registry.binding(info.binding_id)
-                manifest = self.binding_manifest(binding)
                 plugin_id, _ = parse_runner_id(binding.runner_id)
                 plugin = self.registry.find_plugin(plugin_id)
+                manifest = self.binding_manifest(binding, plugin)
                 if plugin is not None and not plugin.enabled:
                     raise FailedPrecondition(f"plugin {plugin_id} is disabled")
                 event = self.conversations.get_event(info.event_id)
