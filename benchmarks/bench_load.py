@@ -103,7 +103,7 @@ class LoadHost:
             stderr=open(self.work / "host.log", "wb"),
         )
         host_json = self.work / "home" / "host.json"
-        for _ in range(300):
+        for _ in range(1200):  # 2 minutes: a host started under tracemalloc (bench_held_memory.py) is slow
             if host_json.exists():
                 break
             if self.proc.poll() is not None:

@@ -1,12 +1,17 @@
 """Scale on workers (issue 22): one host, N `agenthost worker` processes, as many concurrent runs as asked.
 
     python benchmarks/bench_worker_scale.py [--runs 2000] [--bots 1] [--workers 4] [--capacity 64] [--deadline 900]
+                                            [--netns]
 
 Processes, as in production: `agenthost serve --workers 127.0.0.1:PORT` (the host), N `agenthost worker`
 processes (enrolled with join tokens from the CLI, each running the built-in local agent in its sandbox), a
 scripted OpenAI-compatible model on loopback answering each request with a short streamed text, and this script
 as the client holding every run's SendMessage stream open at once (bench_load.one_run: one conversation per run).
 The binding names the workers' pool, so every run is placed on a worker.
+
+`--netns` (root, iproute2): each worker in a network namespace of its own, joined by a veth pair to a bridge in
+the host's namespace (the host's workers port and the scripted model listen on the bridge's address), as a worker
+on another machine would be; without it everything is on loopback.
 
 Prints: runs ok, refused with a retry hint (counted apart, not errors), other errors; the host's peak RSS; the
 first answer (run_started, queued, or a refusal) p50 / p90 / max; wall time. Exit status 1 on any error.
@@ -34,6 +39,7 @@ from bench_workers import free_port  # noqa: E402
 
 from agenthost.host.api.client import HostClient  # noqa: E402
 from agenthost.runners.local_agent.testing import FakeProviderServer, openai_text  # noqa: E402
+from tests.workers.test_partition import ReachableProvider, ip  # noqa: E402
 
 CLI = [sys.executable, "-m", "agenthost.host.cli"]
 
@@ -54,15 +60,59 @@ def answers(home: Path) -> bool:
     return True
 
 
+class Namespaces:
+    """One network namespace per worker, each joined by a veth pair to a bridge holding the host's address."""
+
+    def __init__(self, workers: int) -> None:
+        tag = os.getpid() % 100000
+        self.bridge, self.names = f"ahsb{tag}", [f"ahs{tag}w{n}" for n in range(workers)]
+        self.subnet = f"10.232.{os.getpid() % 250 + 1}"
+        self.address = f"{self.subnet}.1"
+
+    def __enter__(self) -> Namespaces:
+        try:
+            ip("link", "add", self.bridge, "type", "bridge")
+            ip("addr", "add", f"{self.address}/24", "dev", self.bridge)
+            ip("link", "set", self.bridge, "up")
+            for n, ns in enumerate(self.names):
+                outer, inner = f"{self.bridge}h{n}", f"{self.bridge}w{n}"
+                ip("netns", "add", ns)
+                ip("link", "add", outer, "type", "veth", "peer", "name", inner)
+                ip("link", "set", inner, "netns", ns)
+                ip("link", "set", outer, "master", self.bridge)
+                ip("link", "set", outer, "up")
+                ip("netns", "exec", ns, "ip", "addr", "add", f"{self.subnet}.{n + 2}/24", "dev", inner)
+                ip("netns", "exec", ns, "ip", "link", "set", inner, "up")
+                ip("netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for n, ns in enumerate(self.names):
+            subprocess.run(["ip", "link", "del", f"{self.bridge}h{n}"], capture_output=True, timeout=30)
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=30)
+
+
 async def main(args: argparse.Namespace) -> int:
+    if not args.netns:
+        return await scale(args, None)
+    with Namespaces(args.workers) as nets:
+        return await scale(args, nets)
+
+
+async def scale(args: argparse.Namespace, nets: Namespaces | None) -> int:
     work = Path(tempfile.mkdtemp(prefix="ahwscale-"))
     home, port = work / "host", free_port()
+    address = nets.address if nets is not None else "127.0.0.1"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTHOST", "ANTHROPIC", "OPENAI"))}
     log = (work / "processes.log").open("ab")
     procs: list[subprocess.Popen[bytes]] = []
     try:
         host = subprocess.Popen(  # noqa: ASYNC220
-            [*CLI, "--data-dir", str(home), "serve", "--workers", f"127.0.0.1:{port}"], env=env, stdout=log, stderr=log
+            [*CLI, "--data-dir", str(home), "serve", "--workers", f"{address}:{port}"], env=env, stdout=log, stderr=log
         )
         procs.append(host)
         deadline = time.monotonic() + 120
@@ -72,15 +122,17 @@ async def main(args: argparse.Namespace) -> int:
             await asyncio.sleep(0.2)
         for n in range(args.workers):
             join = cli(home, "workers", "token", "create").strip()
+            inside = ["ip", "netns", "exec", nets.names[n]] if nets is not None else []
             procs.append(
                 subprocess.Popen(  # noqa: ASYNC220
                     [
+                        *inside,
                         *CLI,
                         "--data-dir",
                         str(work / f"w{n}"),
                         "worker",
                         "--host",
-                        f"127.0.0.1:{port}",
+                        f"{address}:{port}",
                         "--join",
                         join,
                         "--name",
@@ -98,7 +150,7 @@ async def main(args: argparse.Namespace) -> int:
             if time.monotonic() > deadline:
                 raise RuntimeError("the workers did not connect:\n" + cli(home, "workers", "list"))
             await asyncio.sleep(1)
-        async with FakeProviderServer() as model:
+        async with FakeProviderServer() if nets is None else ReachableProvider(address) as model:
             model.default = openai_text("ok, done")
             config = ["model=vllm/m", f"base_url={model.url}/v1", "max_retries=0", "context_window=32000"]
             for b in range(args.bots):  # a bot queues at most RUNS_MAX_QUEUED_PER_BOT: more runs need more bots
@@ -132,7 +184,8 @@ async def main(args: argparse.Namespace) -> int:
                 problems.append(status)
         peak = proc_figures(host.pid)["peak_mib"]
         print(
-            f"{args.runs} concurrent runs ({args.bots} bots) on {args.workers} workers (capacity {args.capacity}): "
+            f"{args.runs} concurrent runs ({args.bots} bots) on {args.workers} workers (capacity {args.capacity}"
+            f"{', each in its own network namespace' if nets is not None else ''}): "
             f"ok {ok}, "
             f"refused with a retry hint {refused}, other errors {len(problems)}; host peak RSS {peak:.0f} MiB; "
             f"wall {wall:.1f}s"
@@ -163,4 +216,5 @@ if __name__ == "__main__":
     parser.add_argument("--bots", type=int, default=1, help="bots the runs are spread over, one conversation each")
     parser.add_argument("--capacity", type=int, default=64)
     parser.add_argument("--deadline", type=float, default=900, help="seconds the runs may take (then cut off)")
+    parser.add_argument("--netns", action="store_true", help="each worker in a network namespace of its own (root)")
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -29,7 +29,9 @@ class Inbox:
         self._run_id = run_id
         self._items: list[tuple[Published, int]] = []
         self._bytes = 0
-        self._ready = asyncio.Event()
+        # The one taker's wait, made only while it waits: an asyncio.Event would hold a deque (~700 bytes) for
+        # every subscriber, and a queued run's subscriber waits for minutes.
+        self._waiter: asyncio.Future[None] | None = None
         self.dropped: str = ""
         self.error: AgentHostError | None = None  # the stream ends with this error, after what piled up
 
@@ -46,19 +48,26 @@ class Inbox:
             )
             self._items.clear()
             self._bytes = 0
-        self._ready.set()
+        self._wake()
 
     def end_with(self, error: AgentHostError) -> None:
         """Ends the stream with `error` once what piled up is taken (the run goes on without this subscriber)."""
         self.error = error
-        self._ready.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     async def take(self, *, encoded: bool = False) -> list[hpb.SendMessageReply | bytes | None]:
         """What piled up since the last take, merged. `encoded`: event batches that arrived as bytes stay bytes
         (a serialized SendMessageReply, for a gRPC stream to send as it is); otherwise every reply is an object."""
         while not self._items and not self.dropped and self.error is None:
-            self._ready.clear()
-            await self._ready.wait()
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
         if self.dropped:
             raise ResourceExhausted(self.dropped)
         if not self._items and self.error is not None:

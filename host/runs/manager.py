@@ -26,7 +26,7 @@ import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from typing import Literal, overload
+from typing import Literal, TypeVar, overload
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -47,7 +47,7 @@ from agenthost.host.runs.writer import RunWriter
 from agenthost.host.store import faults, text_deltas
 from agenthost.host.store.artifacts import ArtifactStore
 from agenthost.host.store.conversations import Conversations, NewItem
-from agenthost.host.store.registry import Registry
+from agenthost.host.store.registry import PluginRecord, Registry
 from agenthost.host.store.runs import RunStore
 from agenthost.host.store.state import StateStore
 from agenthost.host.workers.hub import WorkerHub, WorkerLost
@@ -87,6 +87,7 @@ def parse_runner_id(runner_id: str) -> tuple[str, str]:
 
 
 _RUN_METHOD = "/agenthost.v1.Runner/Run"
+_Record = TypeVar("_Record", hpb.Bot, hpb.Binding)
 
 
 def _run_call(channel: grpc.aio.Channel) -> grpc.aio.UnaryStreamMultiCallable:
@@ -148,6 +149,8 @@ class RunManager:
         # At start, until the host's plugins are supervised: runs are admitted and queued, none starts (`hold`).
         self._holding = False
         self._manifests: dict[tuple[str, str], RunnerManifest] = {}
+        # The bot and binding records queued runs hold, one object per id while it is unchanged (see _held).
+        self._held_records: dict[str, hpb.Bot | hpb.Binding] = {}
         self.approvals = Approvals(self.host_event)
         self.children = ChildRuns(self)
         # Runner workers on other machines (`serve --workers`): a runner no local plugin serves runs on one of them.
@@ -170,12 +173,15 @@ class RunManager:
         )
 
     def manifest_for(self, runner_id: str) -> RunnerManifest:
-        plugin_id, name = parse_runner_id(runner_id)
+        plugin_id, _ = parse_runner_id(runner_id)
         if self.workers is not None and self.registry.find_plugin(plugin_id) is None:
             offered = self.workers.manifest(runner_id)
             if offered is not None:
                 return offered
-        plugin = self.registry.plugin(plugin_id)
+        return self._installed_manifest(self.registry.plugin(plugin_id), runner_id)
+
+    def _installed_manifest(self, plugin: PluginRecord, runner_id: str) -> RunnerManifest:
+        _, name = parse_runner_id(runner_id)
         # Validating a manifest checks its config schema (a JSON Schema meta-validation): a burst of runs would
         # spend a millisecond each redoing it. Keyed by the stored text, so a reinstall is seen at once.
         key = (runner_id, plugin.manifests_json)
@@ -189,15 +195,29 @@ class RunManager:
                     self._manifests.clear()
                 self._manifests[key] = manifest
                 return manifest
-        raise NotFound(f"plugin {plugin_id} offers no runner {name!r}")
+        raise NotFound(f"plugin {plugin.plugin_id} offers no runner {name!r}")
 
-    def binding_manifest(self, binding: hpb.Binding) -> RunnerManifest:
-        """The manifest a run of `binding` is granted from. A runner the host runs itself: its installed record. A
-        runner only workers offer: the one pinned when the binding was made, never what a worker offers now (a
-        compromised worker offering the same runner id with wider permissions widens nothing)."""
-        plugin_id, _ = parse_runner_id(binding.runner_id)
-        if self.registry.find_plugin(plugin_id) is not None:
-            return self.manifest_for(binding.runner_id)
+    def _held(self, record_id: str, record: _Record) -> _Record:
+        """`record`, or an equal one a queued run already holds: every send reads its bot and binding afresh, and
+        thousands of runs queued on one binding would each keep a copy (a workers' binding carries its pinned
+        manifest, kilobytes). Shared records are read, never changed. An edited record is a new entry; the
+        table is bounded like the manifests'."""
+        key = f"{type(record).__name__}:{record_id}"
+        kept = self._held_records.get(key)
+        if kept is not None and type(kept) is type(record) and kept == record:
+            return kept
+        if len(self._held_records) >= 256:
+            self._held_records.clear()
+        self._held_records[key] = record
+        return record
+
+    def binding_manifest(self, binding: hpb.Binding, plugin: PluginRecord | None) -> RunnerManifest:
+        """The manifest a run of `binding` is granted from. A runner the host runs itself: its installed record
+        (`plugin`, the caller's read of its plugin's row: one read a send, not four). A runner only workers offer
+        (`plugin` None): the one pinned when the binding was made, never what a worker offers now (a compromised
+        worker offering the same runner id with wider permissions widens nothing)."""
+        if plugin is not None:
+            return self._installed_manifest(plugin, binding.runner_id)
         if not binding.manifest_json:
             raise FailedPrecondition(
                 f"binding {binding.binding_id} runs {binding.runner_id} on workers but was made before bindings kept"
@@ -258,6 +278,33 @@ class RunManager:
         `start_refusal`: the conversation must exist, and if not, this is why (credentials.Principal.start_refusal).
         `encoded`: event batches the host numbered as bytes come as a serialized SendMessageReply, for a gRPC
         stream to send as they are (see Inbox.take)."""
+        # The work of taking the message is a coroutine of its own: this generator lives as long as the client
+        # holds the stream (a queued run may wait minutes), and what the recording needed (the frozen grant, the
+        # plugin row, the closure's cells) must not live with it.
+        accepted = await self._accept(request, origin, trusted, own_conversation, start_refusal)
+        if isinstance(accepted, str):  # a retried send: the run its first attempt recorded
+            async for reply in self._follow(accepted, encoded):
+                yield reply
+            return
+        st, inbox, first = accepted
+        del accepted
+        if first is not None:  # it waits (or ended waiting): the client hears so now, not when a slot frees
+            yield first
+            del first
+        async for reply in self._drain(st, inbox, encoded):
+            yield reply
+
+    async def _accept(
+        self,
+        request: hpb.SendMessageRequest,
+        origin: str,
+        trusted: bool,
+        own_conversation: bool,
+        start_refusal: str | None,
+    ) -> tuple[RunState, Inbox, hpb.SendMessageReply | None] | str:
+        """send's admission and recording: the recorded run, its first subscriber, and its `queued` reply (None when
+        it started at once: its run_started is in the inbox already); or the id of the run a retried send's first
+        attempt recorded, to follow instead."""
         if self._closing:
             raise Unavailable("the host is stopping; send again once it is back")
         bot = self.registry.bot(request.bot)
@@ -287,9 +334,7 @@ class RunManager:
                 RunStore.by_key(self.registry.db.reader, bot.bot_id, origin, key), key, conversation_id, request
             )
             if earlier is not None:
-                async for reply in self._follow(earlier, encoded):
-                    yield reply
-                return
+                return earlier
         files = attachment_checks.check(list(request.attachments))
         check = own_conversation or start_refusal is not None
         if check:  # early, before attachments are stored; checked again in the recording transaction
@@ -299,9 +344,9 @@ class RunManager:
         if files and self.artifacts is None:
             raise FailedPrecondition("this host stores no attachments")
         binding = self.route(bot.bot_id, event_type, conversation_id)
-        manifest = self.binding_manifest(binding)
         plugin_id, _ = parse_runner_id(binding.runner_id)
         plugin = self.registry.find_plugin(plugin_id)  # None: a runner workers offer (its manifest pinned)
+        manifest = self.binding_manifest(binding, plugin)
         if plugin is not None and not plugin.enabled:
             raise FailedPrecondition(f"plugin {plugin_id} is disabled")
         actor = request.actor if request.HasField("actor") else pb.Actor(actor_type="user", actor_id="local")
@@ -388,13 +433,12 @@ class RunManager:
             event = await self.registry.db.write(record)
         except _Recorded as recorded:
             self.admission.release(bot.bot_id, conversation, input_bytes, share, end_user)
-            async for reply in self._follow(recorded.run_id, encoded):
-                yield reply
-            return
+            return recorded.run_id
         except BaseException:
             self.admission.release(bot.bot_id, conversation, input_bytes, share, end_user)
             raise
         st = RunState(info=info)
+        bot, binding = self._held(bot.bot_id, bot), self._held(binding.binding_id, binding)
         st.start = QueuedStart(
             bot, binding, manifest, event, actor, token, timeout, input_bytes, origin, share, end_user
         )
@@ -413,10 +457,7 @@ class RunManager:
             self._leave_queued(st)
         else:
             self._pump()  # a run given a slot at once has its run_started in the inbox already
-        if st.task is None:  # it waits (or ended waiting): the client hears so now, not when a slot frees
-            yield hpb.SendMessageReply(queued=queued)
-        async for reply in self._drain(st, inbox, encoded):
-            yield reply
+        return st, inbox, hpb.SendMessageReply(queued=queued) if st.task is None else None
 
     @staticmethod
     async def _drain(st: RunState, inbox: Inbox, encoded: bool) -> AsyncIterator[hpb.SendMessageReply | bytes]:
@@ -607,9 +648,9 @@ class RunManager:
             try:
                 bot = self.registry.bot(info.bot_id)
                 binding = self.registry.binding(info.binding_id)
-                manifest = self.binding_manifest(binding)
                 plugin_id, _ = parse_runner_id(binding.runner_id)
                 plugin = self.registry.find_plugin(plugin_id)
+                manifest = self.binding_manifest(binding, plugin)
                 if plugin is not None and not plugin.enabled:
                     raise FailedPrecondition(f"plugin {plugin_id} is disabled")
                 event = self.conversations.get_event(info.event_id)

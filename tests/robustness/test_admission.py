@@ -6,6 +6,8 @@ so a handful of runs exercises what thousands do in benchmarks/bench_load.py."""
 from __future__ import annotations
 
 import asyncio
+import gc
+from collections import Counter
 from collections.abc import AsyncIterator
 
 import grpc
@@ -567,3 +569,33 @@ async def test_without_the_private_api_it_knows_the_host_takes_calls_up_as_grpc_
         assert h.host.prefetch is None
         result = await h.client.send(h.bot, "quick", conversation_id="c", timeout=60)
         assert result.run.status == "completed"
+
+
+async def test_a_held_queued_run_keeps_no_copy_of_what_its_recording_needed(host: HostHarness, monkeypatch) -> None:
+    """Issue 22: a queued run is held for as long as its client waits, thousands at once. What taking it needed
+    (the frozen grant, the plugin row, the recording closure's cells) is let go once it is recorded, its
+    subscriber's wait holds no deque until it waits, and runs queued on one binding share its bot and binding
+    records instead of each holding a copy read for its send. Counted per held run between 10 and 40 held."""
+    monkeypatch.setattr(limits, "RUNS_MAX_ACTIVE", 1)
+    Gate.release.clear()
+    streams = [host.client.stream(_request(host, "hold", "busy"), timeout=60)]
+    assert (await asyncio.wait_for(anext(streams[0]), 30)).WhichOneof("kind") == "run_started"
+
+    async def held(n: int) -> dict[str, int]:
+        while len(streams) - 1 < n:
+            stream = host.client.stream(_request(host, "quick", f"held{len(streams)}"), timeout=60)
+            assert (await asyncio.wait_for(anext(stream), 30)).WhichOneof("kind") == "queued"
+            streams.append(stream)
+        gc.collect()
+        return Counter(type(o).__name__ for o in gc.get_objects())
+
+    low, high = await held(10), await held(40)
+    per_run = {kind: (high[kind] - low[kind]) / 30 for kind in ("Grant", "deque", "cell", "PluginRecord")}
+    assert max(per_run["Grant"], per_run["deque"], per_run["PluginRecord"]) < 0.5, per_run  # 1.0 each before
+    assert per_run["cell"] < 5, per_run  # 20 a run while the send's generator held its recording closure
+    queued = [st.start for st in host.host.runs._live.values() if st.start is not None]
+    assert len(queued) == 40
+    assert len({id(start.binding) for start in queued}) == len({id(start.bot) for start in queued}) == 1
+    Gate.release.set()
+    for stream in streams:
+        await asyncio.wait_for(_finish(stream), 60)
