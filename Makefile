@@ -14,10 +14,13 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(VENV)/bin/agenthost demo
 
-# The whole suite, slow end-to-end tests included (what CI runs), on every core.
+# The whole suite, slow end-to-end tests included (what CI runs), two workers per core: a worker waits for much
+# of its time (process starts, sandboxes, the timeouts and restarts the tests exercise), and a second one per core
+# runs meanwhile (docs/development.md has the measurements). `make test TEST_WORKERS=2` for one per core.
+TEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(2 * (os.cpu_count() or 1))')
 test: $(VENV)/.installed ts-sdk
 	bash scripts/install_harness_clis.sh
-	$(PY) -m pytest -q -n auto --dist worksteal
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 # The TypeScript runner SDK's npm workspace, installed into the repo (no root) and built; without Node.js 18+ it
 # says what is missing and its tests skip.

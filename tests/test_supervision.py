@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from robustness.pids import outer_pid
+from robustness.pids import alive, outer_pid
 
 from agenthost.host.api.client import HostClient
 from agenthost.host.processes.supervisor import SupervisorPolicy, describe_exit
@@ -50,14 +50,6 @@ async def install_and_bind(h: Host, client: HostClient, timeout: float = 0) -> N
     await h.install_plugin(FAULTY, offline=True)
     await client.call("CreateBot", hpb.CreateBotRequest(name="b"))
     await client.bind("b", "agenthost-faulty/faulty", timeout_seconds=timeout)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
 
 
 async def test_bad_manifest_is_an_install_error(host, monkeypatch):

@@ -6,7 +6,17 @@ child's pid) are its namespace's numbers, not the host's: `outer_pid` finds the 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie (dead, not yet reaped by its parent)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
 
 
 def _ppid(pid: int) -> int:

@@ -16,6 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from robustness.pids import alive
 
 from agenthost.host import limits
 from agenthost.host.api.client import HostClient
@@ -54,14 +55,14 @@ async def host(tmp_path, monkeypatch, reused_plugin_installs):
     monkeypatch.delenv("AGENTHOST_TEST_FAULT", raising=False)
     hosts: list[tuple[Host, HostClient]] = []
 
-    async def make(*, builtin: bool = False) -> tuple[Host, HostClient]:
+    async def make(*, builtin: bool = False, timeout: float = 0) -> tuple[Host, HostClient]:
         h = Host(tmp_path / f"data{len(hosts)}", policy=POLICY, builtin_plugins=builtin)
         await h.start()
         client = HostClient(h.admin_address, token=h.admin_token)
         hosts.append((h, client))
         await h.install_plugin(FAULTY, offline=True)
         await client.call("CreateBot", hpb.CreateBotRequest(name="b"))
-        await client.bind("b", "agenthost-faulty/faulty")
+        await client.bind("b", "agenthost-faulty/faulty", timeout_seconds=timeout)
         return h, client
 
     yield make
@@ -98,19 +99,36 @@ async def test_walls_are_on_as_root(host):
 @needs_cgroups
 async def test_a_fork_bomb_stops_at_the_pids_cap_and_nothing_else_notices(host, monkeypatch):
     monkeypatch.setattr(limits, "PLUGIN_PIDS_MAX", 64)
-    h, client = await host(builtin=True)
+    # The run's deadline, as a user sets it on a binding: a runner whose gRPC runtime wedged at its cap (short of
+    # threads) holds its run until then. Alone it aborts within ~11 s; at load 20 one stayed wedged past 150 s.
+    h, client = await host(builtin=True, timeout=45)
     await client.call("CreateBot", hpb.CreateBotRequest(name="other"))
     await client.bind("other", "agenthost/local-agent", {"model": "demo/offline"})
     group = _plugin_group(h)
     assert all("pids" not in k or (d / "pids.max").read_text().strip() == "64" for k, d in group.dirs.items())
 
     dirs = list(group.dirs.values())
+    bomber = h.supervisor.processes[PLUGIN].proc.pid
     bomb = await client.send("b", "forks 100000")
     if bomb.run.status == "completed":  # the runner saw its own fork fail and said so
         forked, error = re.fullmatch(r"forked (\d+): (.*)", bomb.text).groups()
         assert 0 < int(forked) < 64, bomb.text
         assert "Resource temporarily unavailable" in error, error
         assert len(group.pids()) <= 64
+    elif bomb.run.status == "timed_out":  # or its gRPC runtime wedged at the cap: still capped, still watched
+        assert bomb.run.error_code == "deadline_exceeded", bomb.run.error_message
+        assert "Resource temporarily unavailable" in (h.data_dir / "logs" / f"{PLUGIN}.log").read_text()
+        assert len(group.pids()) <= 64
+
+        def wedged_or_reaped() -> bool:  # not a dead runner its host failed to notice (it may die at the deadline)
+            proc = h.supervisor.processes[PLUGIN].proc
+            return alive(bomber) or proc is None or proc.pid != bomber or proc.returncode is not None
+
+        for _ in range(300):
+            if wedged_or_reaped():
+                break
+            await asyncio.sleep(0.1)
+        assert wedged_or_reaped(), "the runner died and its host did not notice"
     else:  # or, short of threads, its gRPC runtime gave up (it aborts when pthread_create fails)
         assert bomb.run.error_code == "runner_crashed", bomb.run.error_message
         assert "PLUGIN_PIDS_MAX = 64" in bomb.run.error_message
