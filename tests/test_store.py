@@ -802,7 +802,9 @@ async def test_kept_pages_answer_without_a_round_trip_and_only_while_the_lease_i
     from agenthost.host.store import postgres
     from agenthost.host.store.conversations import Conversations, NewItem
 
-    monkeypatch.setattr(limits, "LEASE_PROOF_SECONDS", 0.5)
+    # Long enough that a loaded machine's pauses between two statements below never outlast the proof, short enough
+    # to wait out once.
+    monkeypatch.setattr(limits, "LEASE_PROOF_SECONDS", 3.0)
     db = Database(pg_dsn)
     await db.open()
     conv = Conversations(db, CursorCodec(b"k" * 32))
