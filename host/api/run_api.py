@@ -653,9 +653,9 @@ class RunAPIServicer(api_grpc.AgentRunAPIProxyServicer):
             if isinstance(exc, errors.AgentHostError) and not isinstance(
                 exc, (errors.Cancelled, errors.DeadlineExceeded)
             ):
-                # As much as a refusal without a token reads: an upload refused for its quota must not make the
-                # host read on at full speed for the drain's 5 s (~400 MiB).
-                await _drain(request_iterator, max_bytes=limits.REFUSED_STREAM_READ_BYTES)
+                # The whole upload, for the drain's 5 s at most: a polite client refused mid-upload (its quota, a
+                # full disk) must hear why, and one cut after a byte cap is told a bare INTERNAL instead.
+                await _drain(request_iterator)
             await self._refuse(context, run_id, "ArtifactCreate", exc)
             raise
         self.audit.record(run_id, run.plugin_id, "ArtifactCreate", "OK", ref.artifact_id)
